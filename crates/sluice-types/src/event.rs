@@ -1,0 +1,185 @@
+//! The row and DDL event model: what capture produces, the event store keeps, dispatchers pass
+//! through and sinks encode. (The capture issue owns and extends this module.)
+//!
+//! Invariants: a [`RowEvent`] carries the commit ts of its transaction and the key it is routed
+//! by; an update that changes the key is emitted as a delete and an insert. A [`DdlEvent`]
+//! carries the [`DdlInfluence`] the barrier uses to decide who must stop at it.
+
+use crate::ids::{TableId, Ts};
+use crate::key::Key;
+use serde::{Deserialize, Serialize};
+
+/// The column types Sluice decodes (MySQL/MariaDB type families).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ColumnType {
+    TinyInt,
+    SmallInt,
+    MediumInt,
+    Int,
+    BigInt,
+    Decimal,
+    Float,
+    Double,
+    Char,
+    VarChar,
+    Text,
+    Binary,
+    VarBinary,
+    Blob,
+    Date,
+    Time,
+    DateTime,
+    Timestamp,
+    Year,
+    Enum,
+    Set,
+    Bit,
+    Json,
+    Geometry,
+}
+
+/// One column of a table schema version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnDef {
+    pub name: String,
+    pub ty: ColumnType,
+    /// The full SQL type as the upstream prints it, e.g. `decimal(10,2) unsigned`.
+    pub sql_type: String,
+    pub unsigned: bool,
+    pub nullable: bool,
+    pub charset: Option<String>,
+    pub collation: Option<String>,
+    /// ENUM/SET member names in definition order.
+    pub elements: Vec<String>,
+    /// Fractional seconds precision for TIME/DATETIME/TIMESTAMP, scale for DECIMAL.
+    pub decimals: u8,
+    pub length: u64,
+}
+
+/// A table as it was between two DDLs (a schema version, named by the commit ts of the DDL
+/// that produced it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableSchema {
+    pub table_id: TableId,
+    pub database: String,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    /// Indexes into `columns` of the key the rows are routed by (primary key, else a not-null
+    /// unique key). Empty: the table has no such key and is one unsplittable span.
+    pub key_columns: Vec<usize>,
+    /// Other unique keys (column indexes each), for causality ordering in the MySQL sink.
+    pub unique_keys: Vec<Vec<usize>>,
+    /// Commit ts of the DDL that produced this version (0 for the snapshot).
+    pub version: Ts,
+}
+
+impl TableSchema {
+    pub fn qualified_name(&self) -> String {
+        format!("{}.{}", self.database, self.name)
+    }
+}
+
+/// A typed column value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Value {
+    Null,
+    Int(i64),
+    UInt(u64),
+    Float(f32),
+    Double(f64),
+    /// Exact decimal as its canonical text (no float rounding).
+    Decimal(String),
+    /// Character data decoded to UTF-8 from the column's charset.
+    Text(String),
+    /// Binary data (BINARY, VARBINARY, BLOB) and character data that is not valid in its charset.
+    Bytes(Vec<u8>),
+    Date { year: u16, month: u8, day: u8 },
+    Time { negative: bool, hours: u32, minutes: u8, seconds: u8, micros: u32 },
+    DateTime { year: u16, month: u8, day: u8, hour: u8, minute: u8, second: u8, micros: u32 },
+    /// Microseconds since the Unix epoch, UTC.
+    Timestamp { micros: i64 },
+    Year(u16),
+    Enum { index: u16, name: String },
+    Set { bits: u64, names: Vec<String> },
+    Bit { bits: u64, width: u16 },
+    Json(String),
+    Geometry(Vec<u8>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RowKind {
+    Insert,
+    Update,
+    Delete,
+}
+
+/// One committed row change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RowEvent {
+    pub table_id: TableId,
+    /// Schema version the row was decoded with.
+    pub schema_version: Ts,
+    pub commit_ts: Ts,
+    /// Upstream commit time in ms since the Unix epoch, as well as it is known.
+    pub commit_time_ms: u64,
+    pub kind: RowKind,
+    /// The key the change is routed by (see [`Key::row`]).
+    pub key: Key,
+    pub before: Option<Vec<Value>>,
+    pub after: Option<Vec<Value>>,
+}
+
+/// The DDL kinds the control plane distinguishes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum DdlKind {
+    CreateDatabase,
+    DropDatabase,
+    CreateTable,
+    DropTable,
+    TruncateTable,
+    RenameTable,
+    AlterTable,
+    CreateView,
+    DropView,
+    Other,
+}
+
+/// Which dispatchers a DDL concerns (TiCDC's influence types).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum InfluenceScope {
+    /// Exactly these tables (plus the table trigger when `trigger` is set in [`DdlInfluence`]).
+    Tables(Vec<TableId>),
+    /// Every table of a database.
+    Database(String),
+    /// Every table of the changefeed.
+    All,
+}
+
+/// What a DDL does to the set of replicated tables and who must stop at it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct DdlInfluence {
+    pub scope: InfluenceScope,
+    /// The table trigger takes part (it writes DDLs that create, drop or rename tables and
+    /// database- or cluster-level DDLs).
+    pub trigger: bool,
+    /// Tables that stop existing at this DDL's commit ts.
+    pub dropped: Vec<TableId>,
+    /// Tables that start existing at this DDL's commit ts: (id, `db.table`, regions boundaries
+    /// are looked up separately).
+    pub added: Vec<(TableId, String)>,
+    /// Tables renamed: (id, new `db.table`).
+    pub renamed: Vec<(TableId, String)>,
+}
+
+/// One committed DDL.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DdlEvent {
+    pub commit_ts: Ts,
+    pub commit_time_ms: u64,
+    pub kind: DdlKind,
+    /// Default database of the statement.
+    pub database: String,
+    /// The statement as the upstream logged it.
+    pub query: String,
+    pub influence: DdlInfluence,
+}

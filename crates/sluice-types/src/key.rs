@@ -1,0 +1,186 @@
+//! Keys and key spans. A row key is `t` + table id (8 bytes big endian) + the memcomparable
+//! encoding of the row's primary key, so keys of one table are contiguous and bytewise ordered.
+
+use crate::ids::TableId;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// An encoded key (table prefix plus memcomparable primary key).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+pub struct Key(pub Vec<u8>);
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in &self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The first byte of every table key.
+pub const TABLE_PREFIX: u8 = b't';
+
+impl Key {
+    /// The smallest key of a table (the table's prefix).
+    pub fn table_start(table: TableId) -> Key {
+        let mut v = Vec::with_capacity(9);
+        v.push(TABLE_PREFIX);
+        v.extend_from_slice(&table.0.to_be_bytes());
+        Key(v)
+    }
+
+    /// The exclusive end of a table's keys (the prefix of the next table id).
+    pub fn table_end(table: TableId) -> Key {
+        match table.0.checked_add(1) {
+            Some(next) => Key::table_start(TableId(next)),
+            None => Key(vec![TABLE_PREFIX + 1]),
+        }
+    }
+
+    /// A row key: the table prefix followed by an already memcomparable-encoded primary key.
+    pub fn row(table: TableId, encoded_pk: &[u8]) -> Key {
+        let mut k = Key::table_start(table);
+        k.0.extend_from_slice(encoded_pk);
+        k
+    }
+
+    /// A row key whose primary key is one unsigned integer (used by the simulator and tests).
+    pub fn row_u64(table: TableId, pk: u64) -> Key {
+        Key::row(table, &pk.to_be_bytes())
+    }
+
+    /// The table id encoded in this key, if it is a table key.
+    pub fn table_id(&self) -> Option<TableId> {
+        if self.0.len() < 9 || self.0[0] != TABLE_PREFIX {
+            return None;
+        }
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.0[1..9]);
+        Some(TableId(u64::from_be_bytes(b)))
+    }
+}
+
+/// A half-open key range `[start, end)` inside one table. The unit of scheduling: one span is
+/// served by exactly one working dispatcher.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Span {
+    pub table: TableId,
+    pub start: Key,
+    pub end: Key,
+}
+
+impl fmt::Debug for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_whole_table() {
+            write!(f, "{:?}[*]", self.table)
+        } else {
+            let s = &self.start.0[self.start.0.len().min(9)..];
+            let e = &self.end.0[self.end.0.len().min(9)..];
+            write!(f, "{:?}[", self.table)?;
+            for b in s {
+                write!(f, "{b:02x}")?;
+            }
+            write!(f, "..")?;
+            if self.end == Key::table_end(self.table) {
+                write!(f, "end")?;
+            } else {
+                for b in e {
+                    write!(f, "{b:02x}")?;
+                }
+            }
+            write!(f, ")")
+        }
+    }
+}
+
+impl Span {
+    pub fn whole_table(table: TableId) -> Span {
+        Span { table, start: Key::table_start(table), end: Key::table_end(table) }
+    }
+
+    pub fn new(table: TableId, start: Key, end: Key) -> Span {
+        Span { table, start, end }
+    }
+
+    pub fn is_whole_table(&self) -> bool {
+        self.start == Key::table_start(self.table) && self.end == Key::table_end(self.table)
+    }
+
+    pub fn contains(&self, key: &Key) -> bool {
+        &self.start <= key && key < &self.end
+    }
+
+    pub fn overlaps(&self, other: &Span) -> bool {
+        self.table == other.table && self.start < other.end && other.start < self.end
+    }
+
+    /// True when `self` covers every key of `other`.
+    pub fn covers(&self, other: &Span) -> bool {
+        self.table == other.table && self.start <= other.start && other.end <= self.end
+    }
+
+    /// True when `other` starts exactly where `self` ends.
+    pub fn is_adjacent_before(&self, other: &Span) -> bool {
+        self.table == other.table && self.end == other.start
+    }
+
+    /// Split this span at the given interior boundaries (which must be sorted and inside).
+    pub fn split_at(&self, boundaries: &[Key]) -> Vec<Span> {
+        let mut out = Vec::with_capacity(boundaries.len() + 1);
+        let mut start = self.start.clone();
+        for b in boundaries {
+            if *b > start && *b < self.end {
+                out.push(Span::new(self.table, start, b.clone()));
+                start = b.clone();
+            }
+        }
+        out.push(Span::new(self.table, start, self.end.clone()));
+        out
+    }
+}
+
+/// True when the sorted, non-overlapping `spans` exactly partition `whole` (no gap, no overlap).
+pub fn spans_partition(whole: &Span, spans: &[&Span]) -> bool {
+    let mut v: Vec<&Span> = spans.to_vec();
+    v.sort_by(|a, b| a.start.cmp(&b.start));
+    let mut at = whole.start.clone();
+    for s in v {
+        if s.table != whole.table || s.start != at {
+            return false;
+        }
+        at = s.end.clone();
+    }
+    at == whole.end
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_keys_stay_inside_table_span() {
+        let t = TableId(7);
+        let span = Span::whole_table(t);
+        assert!(span.contains(&Key::row_u64(t, 0)));
+        assert!(span.contains(&Key::row_u64(t, u64::MAX)));
+        assert!(!span.contains(&Key::row_u64(TableId(8), 0)));
+        assert!(!span.contains(&Key::row_u64(TableId(6), u64::MAX)));
+        assert_eq!(Key::row_u64(t, 5).table_id(), Some(t));
+    }
+
+    #[test]
+    fn split_and_partition() {
+        let t = TableId(1);
+        let whole = Span::whole_table(t);
+        let parts = whole.split_at(&[Key::row_u64(t, 10), Key::row_u64(t, 20)]);
+        assert_eq!(parts.len(), 3);
+        let refs: Vec<&Span> = parts.iter().collect();
+        assert!(spans_partition(&whole, &refs));
+        assert!(parts[0].is_adjacent_before(&parts[1]));
+        assert!(!parts[0].overlaps(&parts[1]));
+        assert!(whole.covers(&parts[2]));
+        let gap: Vec<&Span> = vec![&parts[0], &parts[2]];
+        assert!(!spans_partition(&whole, &gap));
+    }
+}
