@@ -1,0 +1,463 @@
+//! Row decoding: turns a TABLE_MAP event (with `binlog_row_metadata=FULL`) into a [`TableMeta`]
+//! and each binlog value of a ROWS event into a typed [`sluice_types::Value`].
+//!
+//! Invariants:
+//! - decoding depends only on the TABLE_MAP that precedes the rows in the same transaction,
+//!   so old rows decode with the schema valid when they were written, on any node;
+//! - character data is decoded from the column's charset (utf8mb3/utf8mb4, latin1 as the
+//!   server's cp1252, ascii); data invalid in its charset, binary-collation columns and
+//!   unknown charsets come out as [`Value::Bytes`], never as lossy text;
+//! - DECIMAL stays exact text; TIMESTAMP is UTC microseconds (the binlog stores UTC seconds);
+//!   DATETIME/DATE/TIME are the wall-clock values as written (no time zone applied);
+//! - external data never panics here: malformed values become [`DecodeError`].
+
+use mysql_async::binlog::events::{OptionalMetadataField, TableMapEvent};
+use mysql_async::binlog::value::BinlogValue;
+use mysql_async::consts::ColumnType as MyType;
+use sluice_types::{ColumnDef, ColumnType, Value};
+
+/// Collation id of the `binary` pseudo-charset.
+pub const BINARY_COLLATION: u16 = 63;
+
+#[derive(Debug, thiserror::Error)]
+#[error("column `{column}`: {message}")]
+pub struct DecodeError {
+    pub column: String,
+    pub message: String,
+}
+
+/// One column as described by a TABLE_MAP event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ColumnMeta {
+    pub name: String,
+    /// The real MySQL type (ENUM/SET resolved from STRING metadata).
+    pub my_type: MyType,
+    pub meta: Vec<u8>,
+    pub unsigned: bool,
+    /// Collation id (0 when the column has none).
+    pub collation: u16,
+    pub nullable: bool,
+    /// ENUM/SET member names.
+    pub elements: Vec<String>,
+}
+
+/// A table as described by a TABLE_MAP event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableMeta {
+    pub database: String,
+    pub table: String,
+    pub columns: Vec<ColumnMeta>,
+    /// Primary key column indexes (from the optional metadata).
+    pub primary_key: Vec<usize>,
+}
+
+fn bad(column: &str, message: impl Into<String>) -> DecodeError {
+    DecodeError { column: column.to_string(), message: message.into() }
+}
+
+impl TableMeta {
+    /// Reads a TABLE_MAP event. Fails when the optional metadata lacks column names (the upstream
+    /// does not have `binlog_row_metadata=FULL`).
+    pub fn from_tme(tme: &TableMapEvent<'_>) -> Result<TableMeta, DecodeError> {
+        let table = format!("{}.{}", tme.database_name(), tme.table_name());
+        let n = tme.columns_count() as usize;
+        let mut columns = Vec::with_capacity(n);
+        let nulls = tme.null_bitmask();
+        for i in 0..n {
+            let my_type = tme
+                .get_column_type(i)
+                .map_err(|e| bad(&table, format!("column {i}: {e}")))?
+                .ok_or_else(|| bad(&table, format!("column {i} has no type")))?;
+            let meta = tme.get_column_metadata(i).unwrap_or(&[]).to_vec();
+            let nullable = nulls.get(i).map(|b| *b).unwrap_or(true);
+            columns.push(ColumnMeta {
+                name: String::new(),
+                my_type,
+                meta,
+                unsigned: false,
+                collation: 0,
+                nullable,
+                elements: Vec::new(),
+            });
+        }
+        let mut names = Vec::new();
+        let mut signedness: Vec<bool> = Vec::new();
+        let mut default_charset: Option<(u16, Vec<(usize, u16)>)> = None;
+        let mut column_charsets: Option<Vec<u16>> = None;
+        let mut es_default: Option<(u16, Vec<(usize, u16)>)> = None;
+        let mut es_column: Option<Vec<u16>> = None;
+        let mut enum_values: Vec<Vec<String>> = Vec::new();
+        let mut set_values: Vec<Vec<String>> = Vec::new();
+        let mut pk: Vec<usize> = Vec::new();
+        let e = |x: std::io::Error| bad(&table, format!("optional metadata: {x}"));
+        for field in tme.iter_optional_meta() {
+            match field.map_err(e)? {
+                OptionalMetadataField::Signedness(bits) => signedness = bits.iter().map(|b| *b).collect(),
+                OptionalMetadataField::DefaultCharset(d) => {
+                    let mut nd = Vec::new();
+                    for x in d.iter_non_default() {
+                        let x = x.map_err(e)?;
+                        nd.push((x.column_index() as usize, x.charset()));
+                    }
+                    default_charset = Some((d.default_charset(), nd));
+                }
+                OptionalMetadataField::ColumnCharset(c) => {
+                    column_charsets = Some(c.iter_charsets().collect::<Result<Vec<_>, _>>().map_err(e)?)
+                }
+                OptionalMetadataField::EnumAndSetDefaultCharset(d) => {
+                    let mut nd = Vec::new();
+                    for x in d.iter_non_default() {
+                        let x = x.map_err(e)?;
+                        nd.push((x.column_index() as usize, x.charset()));
+                    }
+                    es_default = Some((d.default_charset(), nd));
+                }
+                OptionalMetadataField::EnumAndSetColumnCharset(c) => {
+                    es_column = Some(c.iter_charsets().collect::<Result<Vec<_>, _>>().map_err(e)?)
+                }
+                OptionalMetadataField::ColumnName(c) => {
+                    for x in c.iter_names() {
+                        names.push(x.map_err(e)?.name().into_owned());
+                    }
+                }
+                OptionalMetadataField::EnumStrValue(v) => {
+                    for x in v.iter_values() {
+                        enum_values.push(x.map_err(e)?.values().iter().map(|s| s.value().into_owned()).collect());
+                    }
+                }
+                OptionalMetadataField::SetStrValue(v) => {
+                    for x in v.iter_values() {
+                        set_values.push(x.map_err(e)?.values().iter().map(|s| s.value().into_owned()).collect());
+                    }
+                }
+                OptionalMetadataField::SimplePrimaryKey(k) => {
+                    for x in k.iter_indexes() {
+                        pk.push(x.map_err(e)? as usize);
+                    }
+                }
+                OptionalMetadataField::PrimaryKeyWithPrefix(k) => {
+                    for x in k.iter_keys() {
+                        pk.push(x.map_err(e)?.column_index() as usize);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if names.len() != n {
+            return Err(bad(
+                &table,
+                format!(
+                    "TABLE_MAP has {} column names for {n} columns: set binlog_row_metadata=FULL upstream",
+                    names.len()
+                ),
+            ));
+        }
+        let (mut num_i, mut chr_i, mut es_i, mut enum_i, mut set_i) = (0usize, 0usize, 0usize, 0usize, 0usize);
+        for (i, c) in columns.iter_mut().enumerate() {
+            c.name = std::mem::take(&mut names[i]);
+            if c.my_type.is_numeric_type() {
+                c.unsigned = signedness.get(num_i).copied().unwrap_or(false);
+                num_i += 1;
+            }
+            if c.my_type.is_character_type() {
+                c.collation = match (&column_charsets, &default_charset) {
+                    (Some(v), _) => v.get(chr_i).copied().unwrap_or(0),
+                    (None, Some((d, nd))) => nd.iter().find(|(ci, _)| *ci == chr_i).map(|x| x.1).unwrap_or(*d),
+                    _ => 0,
+                };
+                chr_i += 1;
+            } else if c.my_type.is_enum_or_set_type() {
+                c.collation = match (&es_column, &es_default) {
+                    (Some(v), _) => v.get(es_i).copied().unwrap_or(0),
+                    (None, Some((d, nd))) => nd.iter().find(|(ci, _)| *ci == es_i).map(|x| x.1).unwrap_or(*d),
+                    _ => 0,
+                };
+                es_i += 1;
+                if c.my_type == MyType::MYSQL_TYPE_ENUM {
+                    c.elements = enum_values.get(enum_i).cloned().unwrap_or_default();
+                    enum_i += 1;
+                } else {
+                    c.elements = set_values.get(set_i).cloned().unwrap_or_default();
+                    set_i += 1;
+                }
+            }
+        }
+        pk.retain(|i| *i < n);
+        Ok(TableMeta {
+            database: tme.database_name().into_owned(),
+            table: tme.table_name().into_owned(),
+            columns,
+            primary_key: pk,
+        })
+    }
+
+    /// Column definitions as far as the TABLE_MAP tells them (used when the schema history has no
+    /// better definition, e.g. for `sql_type`).
+    pub fn column_defs(&self) -> Vec<ColumnDef> {
+        self.columns.iter().map(|c| c.to_def()).collect()
+    }
+}
+
+impl ColumnMeta {
+    pub fn is_binary(&self) -> bool {
+        self.collation == BINARY_COLLATION
+    }
+
+    /// The Sluice column type family.
+    pub fn column_type(&self) -> ColumnType {
+        use MyType::*;
+        match self.my_type {
+            MYSQL_TYPE_TINY => ColumnType::TinyInt,
+            MYSQL_TYPE_SHORT => ColumnType::SmallInt,
+            MYSQL_TYPE_INT24 => ColumnType::MediumInt,
+            MYSQL_TYPE_LONG => ColumnType::Int,
+            MYSQL_TYPE_LONGLONG => ColumnType::BigInt,
+            MYSQL_TYPE_DECIMAL | MYSQL_TYPE_NEWDECIMAL => ColumnType::Decimal,
+            MYSQL_TYPE_FLOAT => ColumnType::Float,
+            MYSQL_TYPE_DOUBLE => ColumnType::Double,
+            MYSQL_TYPE_STRING if self.is_binary() => ColumnType::Binary,
+            MYSQL_TYPE_STRING => ColumnType::Char,
+            MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING if self.is_binary() => ColumnType::VarBinary,
+            MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING => ColumnType::VarChar,
+            MYSQL_TYPE_BLOB | MYSQL_TYPE_TINY_BLOB | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB
+                if self.is_binary() =>
+            {
+                ColumnType::Blob
+            }
+            MYSQL_TYPE_BLOB | MYSQL_TYPE_TINY_BLOB | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB => ColumnType::Text,
+            MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => ColumnType::Date,
+            MYSQL_TYPE_TIME | MYSQL_TYPE_TIME2 => ColumnType::Time,
+            MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2 => ColumnType::DateTime,
+            MYSQL_TYPE_TIMESTAMP | MYSQL_TYPE_TIMESTAMP2 => ColumnType::Timestamp,
+            MYSQL_TYPE_YEAR => ColumnType::Year,
+            MYSQL_TYPE_ENUM => ColumnType::Enum,
+            MYSQL_TYPE_SET => ColumnType::Set,
+            MYSQL_TYPE_BIT => ColumnType::Bit,
+            MYSQL_TYPE_JSON => ColumnType::Json,
+            MYSQL_TYPE_GEOMETRY => ColumnType::Geometry,
+            _ => ColumnType::Blob,
+        }
+    }
+
+    /// Fractional-seconds precision (TIME2/DATETIME2/TIMESTAMP2) or DECIMAL scale.
+    pub fn decimals(&self) -> u8 {
+        use MyType::*;
+        match self.my_type {
+            MYSQL_TYPE_TIME2 | MYSQL_TYPE_DATETIME2 | MYSQL_TYPE_TIMESTAMP2 => self.meta.first().copied().unwrap_or(0),
+            MYSQL_TYPE_NEWDECIMAL => self.meta.get(1).copied().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    pub fn to_def(&self) -> ColumnDef {
+        let ty = self.column_type();
+        let cs = charset_of(self.collation);
+        ColumnDef {
+            name: self.name.clone(),
+            ty,
+            sql_type: format!("{ty:?}").to_ascii_lowercase(),
+            unsigned: self.unsigned,
+            nullable: self.nullable,
+            charset: (self.collation != 0).then(|| cs.name().to_string()),
+            collation: (self.collation != 0).then(|| self.collation.to_string()),
+            elements: self.elements.clone(),
+            decimals: self.decimals(),
+            length: 0,
+        }
+    }
+
+    /// Decodes one value of this column.
+    pub fn decode(&self, v: BinlogValue<'_>) -> Result<Value, DecodeError> {
+        use mysql_async::Value as V;
+        use MyType::*;
+        let v = match v {
+            BinlogValue::Value(v) => v,
+            BinlogValue::Jsonb(_) => {
+                let v = mysql_async::Value::try_from(v).map_err(|e| bad(&self.name, e.to_string()))?;
+                return match v {
+                    V::Bytes(b) => Ok(Value::Json(String::from_utf8(b).map_err(|e| bad(&self.name, e.to_string()))?)),
+                    _ => Err(bad(&self.name, "JSON did not convert to text")),
+                };
+            }
+            BinlogValue::JsonDiff(_) => {
+                return Err(bad(&self.name, "partial JSON update (set binlog_row_value_options='' upstream)"))
+            }
+        };
+        if v == V::NULL {
+            return Ok(Value::Null);
+        }
+        let name = &self.name;
+        let out = match (self.my_type, v) {
+            (MYSQL_TYPE_TINY | MYSQL_TYPE_SHORT | MYSQL_TYPE_INT24 | MYSQL_TYPE_LONG | MYSQL_TYPE_LONGLONG, v) => {
+                let width = match self.my_type {
+                    MYSQL_TYPE_TINY => 8,
+                    MYSQL_TYPE_SHORT => 16,
+                    MYSQL_TYPE_INT24 => 24,
+                    MYSQL_TYPE_LONG => 32,
+                    _ => 64,
+                };
+                match v {
+                    V::Int(i) if self.unsigned => {
+                        // Narrow unsigned values may arrive sign-extended: mask to the width.
+                        let u = if width == 64 { i as u64 } else { (i as u64) & ((1u64 << width) - 1) };
+                        Value::UInt(u)
+                    }
+                    V::UInt(u) if self.unsigned => Value::UInt(u),
+                    V::Int(i) => Value::Int(i),
+                    V::UInt(u) => Value::Int(u as i64),
+                    other => return Err(bad(name, format!("unexpected integer value {other:?}"))),
+                }
+            }
+            (MYSQL_TYPE_FLOAT, V::Float(f)) => Value::Float(f),
+            (MYSQL_TYPE_FLOAT, V::Double(f)) => Value::Float(f as f32),
+            (MYSQL_TYPE_DOUBLE, V::Double(f)) => Value::Double(f),
+            (MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL, V::Bytes(b)) => {
+                Value::Decimal(String::from_utf8(b).map_err(|e| bad(name, e.to_string()))?)
+            }
+            (MYSQL_TYPE_YEAR, V::Bytes(b)) => {
+                let y: u16 = std::str::from_utf8(&b)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| bad(name, "bad YEAR"))?;
+                // The binlog stores YEAR as (year - 1900); 0 is the zero year 0000.
+                Value::Year(if y == 1900 { 0 } else { y })
+            }
+            (MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE, V::Date(year, month, day, ..)) => Value::Date { year, month, day },
+            (MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2, V::Date(year, month, day, hour, minute, second, micros)) => {
+                Value::DateTime { year, month, day, hour, minute, second, micros }
+            }
+            (MYSQL_TYPE_TIME | MYSQL_TYPE_TIME2, V::Time(negative, days, h, minutes, seconds, micros)) => {
+                Value::Time { negative, hours: days * 24 + h as u32, minutes, seconds, micros }
+            }
+            (MYSQL_TYPE_TIMESTAMP, V::Int(sec)) => Value::Timestamp { micros: sec * 1_000_000 },
+            (MYSQL_TYPE_TIMESTAMP2, V::Bytes(b)) => {
+                let s = std::str::from_utf8(&b).map_err(|e| bad(name, e.to_string()))?;
+                let (sec, frac) = s.split_once('.').unwrap_or((s, "0"));
+                let sec: i64 = sec.parse().map_err(|_| bad(name, format!("bad TIMESTAMP {s}")))?;
+                let us: i64 = frac.parse().map_err(|_| bad(name, format!("bad TIMESTAMP {s}")))?;
+                Value::Timestamp { micros: sec * 1_000_000 + us }
+            }
+            (MYSQL_TYPE_ENUM, V::Int(i)) => {
+                let index = u16::try_from(i).map_err(|_| bad(name, format!("ENUM index {i}")))?;
+                let name = if index == 0 {
+                    String::new()
+                } else {
+                    self.elements.get(index as usize - 1).cloned().unwrap_or_default()
+                };
+                Value::Enum { index, name }
+            }
+            (MYSQL_TYPE_SET, V::Bytes(b)) => {
+                let mut bits = 0u64;
+                for (i, byte) in b.iter().enumerate().take(8) {
+                    bits |= (*byte as u64) << (8 * i);
+                }
+                let names = self
+                    .elements
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i < 64 && bits & (1u64 << i) != 0)
+                    .map(|(_, n)| n.clone())
+                    .collect();
+                Value::Set { bits, names }
+            }
+            (MYSQL_TYPE_BIT, V::Bytes(b)) => {
+                let width = self.meta.get(1).copied().unwrap_or(0) as u16 * 8 + self.meta.first().copied().unwrap_or(0) as u16;
+                let mut bits = 0u64;
+                for byte in b.iter().rev().take(8).rev() {
+                    bits = (bits << 8) | *byte as u64;
+                }
+                Value::Bit { bits, width }
+            }
+            (MYSQL_TYPE_GEOMETRY, V::Bytes(b)) => Value::Geometry(b),
+            (MYSQL_TYPE_JSON, V::Bytes(b)) => {
+                Value::Json(String::from_utf8(b).map_err(|e| bad(name, e.to_string()))?)
+            }
+            (
+                MYSQL_TYPE_STRING | MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING | MYSQL_TYPE_BLOB | MYSQL_TYPE_TINY_BLOB
+                | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB,
+                V::Bytes(b),
+            ) => decode_text(self.collation, b),
+            (t, v) => return Err(bad(name, format!("unexpected value {v:?} for type {t:?}"))),
+        };
+        Ok(out)
+    }
+}
+
+/// A character set family, as far as decoding and key weights need it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Charset {
+    Binary,
+    Latin1,
+    Ascii,
+    Utf8,
+    /// Any other charset: values that are valid UTF-8 decode as such, others stay bytes.
+    Other,
+}
+
+impl Charset {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Charset::Binary => "binary",
+            Charset::Latin1 => "latin1",
+            Charset::Ascii => "ascii",
+            Charset::Utf8 => "utf8mb4",
+            Charset::Other => "other",
+        }
+    }
+}
+
+/// The charset of a collation id (MariaDB/MySQL numbering; MariaDB NO PAD collations are the
+/// base id + 1024).
+pub fn charset_of(collation: u16) -> Charset {
+    let base = if (1024..2048).contains(&collation) { collation - 1024 } else { collation };
+    match base {
+        63 => Charset::Binary,
+        5 | 8 | 15 | 31 | 47 | 48 | 49 | 94 => Charset::Latin1,
+        11 | 65 => Charset::Ascii,
+        33 | 45 | 46 | 76 | 83 | 192..=215 | 223..=247 | 255..=323 => Charset::Utf8,
+        // MariaDB 10.10+ UCA 14.0.0 collations (utf8mb3/utf8mb4 ids 2048..).
+        c if c >= 2048 => Charset::Utf8,
+        _ => Charset::Other,
+    }
+}
+
+/// Whether a collation compares case- and accent-sensitively (binary and `_bin`/`_cs`
+/// collations); everything else is treated as case-insensitive.
+pub fn is_case_sensitive(collation: u16) -> bool {
+    let base = if (1024..2048).contains(&collation) { collation - 1024 } else { collation };
+    matches!(base, 0 | 46 | 47 | 49 | 63 | 65 | 83 | 278 | 309)
+}
+
+/// Whether a collation ignores trailing spaces (PAD SPACE): every MariaDB collation except the
+/// NO PAD ones (ids 1024..2047) and MySQL 8's `_0900_` collations (255..=323); never binary.
+pub fn is_pad_space(collation: u16) -> bool {
+    !(collation == BINARY_COLLATION || (1024..2048).contains(&collation) || (255..=323).contains(&collation))
+}
+
+/// MySQL's latin1 is Windows-1252; the five unassigned code points map to C1 controls.
+const CP1252_80_9F: [u16; 32] = [
+    0x20AC, 0x0081, 0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021, 0x02C6, 0x2030, 0x0160, 0x2039, 0x0152,
+    0x008D, 0x017D, 0x008F, 0x0090, 0x2018, 0x2019, 0x201C, 0x201D, 0x2022, 0x2013, 0x2014, 0x02DC, 0x2122,
+    0x0161, 0x203A, 0x0153, 0x009D, 0x017E, 0x0178,
+];
+
+/// Decodes character data in the given collation's charset.
+pub fn decode_text(collation: u16, b: Vec<u8>) -> Value {
+    match charset_of(collation) {
+        Charset::Binary => Value::Bytes(b),
+        Charset::Latin1 => Value::Text(
+            b.iter()
+                .map(|&c| match c {
+                    0x80..=0x9f => char::from_u32(CP1252_80_9F[(c - 0x80) as usize] as u32).unwrap_or('\u{fffd}'),
+                    _ => c as char,
+                })
+                .collect(),
+        ),
+        Charset::Ascii if b.is_ascii() => Value::Text(String::from_utf8_lossy(&b).into_owned()),
+        Charset::Ascii => Value::Bytes(b),
+        Charset::Utf8 | Charset::Other => match String::from_utf8(b) {
+            Ok(s) => Value::Text(s),
+            Err(e) => Value::Bytes(e.into_bytes()),
+        },
+    }
+}

@@ -1,0 +1,100 @@
+//! Errors of the capture crate, classified for the caller: a *retryable* error is transient
+//! (connection dropped, upstream restarting) and the reader recovers from it by itself with
+//! backoff; a *fatal* error needs an operator (wrong upstream settings, purged binlog, a DDL
+//! that cannot be parsed) and must stop the changefeed with the error's message.
+//!
+//! Invariant: every message says what is wrong and, where there is one, how to fix it.
+
+use std::fmt;
+
+/// Whether an error can be retried by reconnecting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorClass {
+    Retryable,
+    Fatal,
+}
+
+/// One upstream setting that is wrong (see [`crate::check`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettingProblem {
+    /// The variable or privilege, e.g. `binlog_format`.
+    pub setting: String,
+    /// What the upstream has.
+    pub actual: String,
+    /// What Sluice needs.
+    pub expected: String,
+    /// How to fix it.
+    pub fix: String,
+}
+
+impl fmt::Display for SettingProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} is {} but Sluice needs {}; fix: {}", self.setting, self.actual, self.expected, self.fix)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// The connection to the upstream failed or dropped (retryable).
+    #[error("upstream connection: {0}")]
+    Connection(String),
+    /// The upstream settings are wrong (fatal); one entry per wrong setting.
+    #[error("upstream is not ready for capture: {}", .0.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("; "))]
+    Upstream(Vec<SettingProblem>),
+    /// The start position is no longer in the upstream's binlog (error 1236).
+    #[error(
+        "binlog file {file} (position {pos}) is no longer available upstream ({message}); the changefeed \
+         lagged longer than binlog_expire_logs_seconds allows and must be recreated from a new snapshot"
+    )]
+    BinlogPurged { file: String, pos: u64, message: String },
+    /// An event failed its CRC32 check.
+    #[error("binlog event at {file}:{pos} failed its checksum (expected {expected:08x}, computed {computed:08x})")]
+    Checksum { file: String, pos: u64, expected: u32, computed: u32 },
+    /// The binlog contains something Sluice cannot decode (fatal).
+    #[error("cannot decode binlog event at {file}:{pos}: {message}")]
+    Decode { file: String, pos: u64, message: String },
+    /// A DDL statement could not be parsed or applied (fatal unless configured to skip).
+    #[error(
+        "cannot apply DDL at commit ts {commit_ts} (database `{database}`): {message}; statement: {query}. \
+         Set skip_unparseable_ddl to skip such statements (the schema of the tables they touch may then be wrong)"
+    )]
+    Ddl { commit_ts: u64, database: String, query: String, message: String },
+    /// A row references a table the schema history does not know (fatal).
+    #[error("schema history has no table `{0}` at commit ts {1}")]
+    UnknownTable(String, u64),
+    /// Local storage (event store, persisted history) failed.
+    #[error("storage: {0}")]
+    Storage(String),
+    /// Other upstream SQL errors.
+    #[error("upstream SQL error: {0}")]
+    Sql(String),
+}
+
+impl CaptureError {
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            CaptureError::Connection(_) | CaptureError::Checksum { .. } => ErrorClass::Retryable,
+            _ => ErrorClass::Fatal,
+        }
+    }
+
+    pub fn is_retryable(&self) -> bool {
+        self.class() == ErrorClass::Retryable
+    }
+
+    /// Classifies a mysql_async error: I/O and driver errors are retryable connection errors,
+    /// server errors are SQL errors (fatal) except the ones that mean "server going away".
+    pub fn from_mysql(e: mysql_async::Error) -> CaptureError {
+        match e {
+            mysql_async::Error::Server(ref s) => match s.code {
+                // ER_SERVER_SHUTDOWN, ER_CONNECTION_KILLED, ER_QUERY_INTERRUPTED, ER_CON_COUNT_ERROR,
+                // ER_NET_READ_ERROR..., ER_LOCK_WAIT_TIMEOUT (retry later)
+                1053 | 1927 | 1317 | 1040 | 1158..=1161 | 2013 | 1205 => CaptureError::Connection(e.to_string()),
+                _ => CaptureError::Sql(e.to_string()),
+            },
+            _ => CaptureError::Connection(e.to_string()),
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, CaptureError>;
