@@ -120,3 +120,103 @@ async fn heartbeats_resolve_an_idle_stream() {
     };
     tokio::time::timeout(std::time::Duration::from_secs(30), fut).await.expect("resolved reaches the end");
 }
+
+/// Writes `n` transactions of `rows` rows each into d.big (ids are consecutive), then a marker.
+fn write_big(db: &MariaDb, first_txn: usize, n: usize, rows: usize) {
+    for t in first_txn..first_txn + n {
+        let values: Vec<String> = (0..rows).map(|i| format!("({}, REPEAT('x', 200))", t * rows + i)).collect();
+        db.exec(&format!("BEGIN; INSERT INTO d.big VALUES {}; COMMIT", values.join(","))).expect("insert");
+    }
+}
+
+fn assert_contiguous(txns: &[sluice_capture::Transaction], expect_rows: usize) {
+    let ids: Vec<i64> = txns
+        .iter()
+        .flat_map(|t| t.rows.iter())
+        .filter_map(|r| match r.after.as_ref().map(|a| &a[0]) {
+            Some(Value::Int(i)) => Some(*i),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids.len(), expect_rows, "no row lost or repeated");
+    assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "rows in order without gap or duplicate");
+    assert!(txns.windows(2).all(|w| w[0].commit_ts < w[1].commit_ts), "no transaction repeated");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_of_the_dump_thread_mid_transaction_resumes_without_gap() {
+    let db = std::sync::Arc::new(MariaDb::start().expect("mariadb"));
+    db.exec("CREATE DATABASE d; CREATE TABLE d.big (id INT PRIMARY KEY, pad VARCHAR(255))").expect("sql");
+    write_big(&db, 0, 20, 3000);
+    db.exec("CREATE TABLE d.marker (id INT PRIMARY KEY)").expect("marker");
+    let killer_db = db.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let killer = std::thread::spawn(move || {
+        let mut kills = 0;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            let ids = killer_db
+                .query("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
+                .expect("processlist");
+            for id in ids {
+                if killer_db.exec(&format!("KILL CONNECTION {}", id[0])).is_ok() {
+                    kills += 1;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(30));
+        }
+        kills
+    });
+    let mut r = reader(&db.url(), 110, start_pos());
+    let txns = read_until(&mut r, |t| is_stmt(t, "marker")).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let kills = killer.join().expect("killer");
+    assert!(kills > 0 && r.stats.connects > 1, "the dump thread was killed ({kills} kills, {} connects)", r.stats.connects);
+    assert_contiguous(&txns, 60_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_restart_mid_stream_resumes_without_gap() {
+    let mut db = MariaDb::start().expect("mariadb");
+    db.exec("CREATE DATABASE d; CREATE TABLE d.big (id INT PRIMARY KEY, pad VARCHAR(255))").expect("sql");
+    write_big(&db, 0, 10, 3000);
+    // The reader runs in its own task (as in the server), so it keeps reading during restarts.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut r = reader(&db.url(), 111, start_pos());
+    let task = tokio::spawn(async move {
+        let txns = read_until(&mut r, |t| {
+            let _ = tx.send(t.commit_ts);
+            is_stmt(t, "marker")
+        })
+        .await;
+        (txns, r.stats.connects)
+    });
+    // Restart gracefully after the first data transaction, then crash it after the sixth.
+    let mut seen = 0;
+    while seen < 3 {
+        rx.recv().await.expect("progress");
+        seen += 1;
+    }
+    db = tokio::task::spawn_blocking(move || {
+        db.restart().expect("restart");
+        db
+    })
+    .await
+    .expect("join");
+    while seen < 8 {
+        rx.recv().await.expect("progress");
+        seen += 1;
+    }
+    db = tokio::task::spawn_blocking(move || {
+        db.crash_restart().expect("crash restart");
+        write_big(&db, 10, 5, 3000);
+        db.exec("CREATE TABLE d.marker (id INT PRIMARY KEY)").expect("marker");
+        db
+    })
+    .await
+    .expect("join");
+    let (txns, connects) = task.await.expect("reader task");
+    assert!(connects >= 3, "reconnected after each restart ({connects} connects)");
+    assert_contiguous(&txns, 45_000);
+    drop(db);
+}
