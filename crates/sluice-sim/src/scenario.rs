@@ -192,7 +192,10 @@ impl HoldPoint {
     }
 
     fn parse(s: &str) -> Option<HoldPoint> {
-        HoldPoint::ALL.iter().find(|(_, n)| *n == s).map(|(p, _)| *p)
+        HoldPoint::ALL
+            .iter()
+            .find(|(_, n)| *n == s)
+            .map(|(p, _)| *p)
     }
 }
 
@@ -249,7 +252,10 @@ impl MessageKind {
     }
 
     fn parse(s: &str) -> Option<MessageKind> {
-        MessageKind::ALL.iter().find(|(_, n)| *n == s).map(|(k, _)| *k)
+        MessageKind::ALL
+            .iter()
+            .find(|(_, n)| *n == s)
+            .map(|(k, _)| *k)
     }
 }
 
@@ -641,7 +647,10 @@ pub fn parse_file(path: &Path) -> Result<Scenario, ScenarioError> {
 
 /// Parses and validates scenario text; `name` is the file name used in errors.
 pub fn parse_str(name: &str, text: &str) -> Result<Scenario, ScenarioError> {
-    Parser { file: name.to_string() }.scenario(text)
+    Parser {
+        file: name.to_string(),
+    }
+    .scenario(text)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -664,7 +673,11 @@ impl Parser {
     fn err(&self, ctx: Ctx<'_>, message: impl Into<String>) -> ScenarioError {
         let message = message.into();
         match ctx {
-            Ctx::Top => ScenarioError { file: self.file.clone(), step: None, message },
+            Ctx::Top => ScenarioError {
+                file: self.file.clone(),
+                step: None,
+                message,
+            },
             Ctx::Section(s) => ScenarioError {
                 file: self.file.clone(),
                 step: None,
@@ -673,14 +686,22 @@ impl Parser {
             Ctx::Step(n, op) => ScenarioError {
                 file: self.file.clone(),
                 step: Some(n),
-                message: if op.is_empty() { message } else { format!("op \"{op}\": {message}") },
+                message: if op.is_empty() {
+                    message
+                } else {
+                    format!("op \"{op}\": {message}")
+                },
             },
         }
     }
 
     fn scenario(&self, text: &str) -> Result<Scenario, ScenarioError> {
-        let root: Table = toml::from_str(text)
-            .map_err(|e| self.err(Ctx::Top, format!("not valid TOML: {}", e.to_string().trim())))?;
+        let root: Table = toml::from_str(text).map_err(|e| {
+            self.err(
+                Ctx::Top,
+                format!("not valid TOML: {}", e.to_string().trim()),
+            )
+        })?;
         let mut top = Fields::new(self, Ctx::Top, root);
         let name = top.req_str("name")?;
         let description = top.opt_str("description")?;
@@ -698,19 +719,29 @@ impl Parser {
             for (i, item) in items.into_iter().enumerate() {
                 let number = i + 1;
                 let Value::Table(t) = item else {
-                    return Err(self.err(Ctx::Step(number, ""), "a step must be a table ([[step]])"));
+                    return Err(
+                        self.err(Ctx::Step(number, ""), "a step must be a table ([[step]])")
+                    );
                 };
                 let op = self.step(number, t, &world, &mut known)?;
                 steps.push(Step { number, op });
             }
         }
-        Ok(Scenario { file: self.file.clone(), name, description, world, steps })
+        Ok(Scenario {
+            file: self.file.clone(),
+            name,
+            description,
+            world,
+            steps,
+        })
     }
 
     fn world(&self, tbl: Table) -> Result<World, ScenarioError> {
         let ctx = Ctx::Section("[world]");
         let mut w = Fields::new(self, ctx, tbl);
-        let nodes_val = w.take("nodes").ok_or_else(|| self.err(ctx, "missing field `nodes`"))?;
+        let nodes_val = w
+            .take("nodes")
+            .ok_or_else(|| self.err(ctx, "missing field `nodes`"))?;
         let Value::Array(items) = nodes_val else {
             return Err(self.err(ctx, "`nodes` must be an array of node names"));
         };
@@ -736,7 +767,10 @@ impl Parser {
         let maintainer = w.opt_str("maintainer")?;
         if let Some(m) = &maintainer {
             if !nodes.contains(m) {
-                return Err(self.err(ctx, format!("`maintainer` names {m:?}, which is not in `nodes`")));
+                return Err(self.err(
+                    ctx,
+                    format!("`maintainer` names {m:?}, which is not in `nodes`"),
+                ));
             }
         }
         let sink = match w.req_str("sink")?.as_str() {
@@ -746,7 +780,9 @@ impl Parser {
             other => {
                 return Err(self.err(
                     ctx,
-                    format!("`sink` must be \"storage\", \"mysql\" or \"blackhole\", not {other:?}"),
+                    format!(
+                        "`sink` must be \"storage\", \"mysql\" or \"blackhole\", not {other:?}"
+                    ),
                 ))
             }
         };
@@ -766,7 +802,10 @@ impl Parser {
                 let mut out: Vec<TableDef> = Vec::new();
                 for (i, item) in items.into_iter().enumerate() {
                     let Value::Table(t) = item else {
-                        return Err(self.err(ctx, "`tables` must be an array of tables ([[world.tables]])"));
+                        return Err(self.err(
+                            ctx,
+                            "`tables` must be an array of tables ([[world.tables]])",
+                        ));
                     };
                     let def = self.table_def(i + 1, t)?;
                     if out.iter().any(|o| o.id == def.id) {
@@ -779,10 +818,23 @@ impl Parser {
                 }
                 out
             }
-            Some(_) => return Err(self.err(ctx, "`tables` must be an array of tables ([[world.tables]])")),
+            Some(_) => {
+                return Err(self.err(
+                    ctx,
+                    "`tables` must be an array of tables ([[world.tables]])",
+                ))
+            }
         };
         w.finish()?;
-        Ok(World { nodes, maintainer, sink, seed, scheduler, tables, x_lease_ms })
+        Ok(World {
+            nodes,
+            maintainer,
+            sink,
+            seed,
+            scheduler,
+            tables,
+            x_lease_ms,
+        })
     }
 
     fn scheduler(&self, tbl: Table) -> Result<SchedulerConfig, ScenarioError> {
@@ -794,7 +846,9 @@ impl Parser {
                 .opt_bool("enable-table-across-nodes")?
                 .unwrap_or(d.enable_table_across_nodes),
             region_threshold: s.opt_u64("region-threshold")?.unwrap_or(d.region_threshold),
-            region_count_per_span: s.opt_u64("region-count-per-span")?.unwrap_or(d.region_count_per_span),
+            region_count_per_span: s
+                .opt_u64("region-count-per-span")?
+                .unwrap_or(d.region_count_per_span),
             balance: s.opt_bool("balance")?.unwrap_or(d.balance),
         };
         if cfg.region_count_per_span == 0 {
@@ -814,7 +868,10 @@ impl Parser {
         }
         let name = t.req_str("name")?;
         let name = qualified(&name).ok_or_else(|| {
-            self.err(ctx, format!("`name` must be \"schema.table\", not {name:?}"))
+            self.err(
+                ctx,
+                format!("`name` must be \"schema.table\", not {name:?}"),
+            )
         })?;
         let regions = t.opt_u64("regions")?.unwrap_or(1);
         if regions == 0 {
@@ -822,7 +879,12 @@ impl Parser {
         }
         let rows = t.opt_u64("rows")?.unwrap_or(0);
         t.finish()?;
-        Ok(TableDef { id: TableId(id), name, regions, rows })
+        Ok(TableDef {
+            id: TableId(id),
+            name,
+            regions,
+            rows,
+        })
     }
 
     fn step(
@@ -840,14 +902,24 @@ impl Parser {
         let ctx = Ctx::Step(number, &op_name);
         let mut f = Fields::new(self, ctx, tbl);
         f.take("op");
-        let v = Validator { parser: self, ctx, world };
+        let v = Validator {
+            parser: self,
+            ctx,
+            world,
+        };
 
         let op = match op_name.as_str() {
             "create_changefeed" => Op::CreateChangefeed {
-                changefeed: f.opt_str("changefeed")?.unwrap_or_else(|| DEFAULT_CHANGEFEED.to_string()),
+                changefeed: f
+                    .opt_str("changefeed")?
+                    .unwrap_or_else(|| DEFAULT_CHANGEFEED.to_string()),
             },
-            "run" => Op::Run { ms: f.req_u64("ms")? },
-            "settle" => Op::Settle { max_ms: f.opt_u64("max-ms")?.unwrap_or(DEFAULT_SETTLE_MAX_MS) },
+            "run" => Op::Run {
+                ms: f.req_u64("ms")?,
+            },
+            "settle" => Op::Settle {
+                max_ms: f.opt_u64("max-ms")?.unwrap_or(DEFAULT_SETTLE_MAX_MS),
+            },
             "write" => {
                 let table = v.table(known, f.req_u64("table")?, "table")?;
                 let rows = f.req_u64("rows")?;
@@ -856,7 +928,12 @@ impl Parser {
                     return Err(self.err(ctx, "`txn-rows` must be at least 1"));
                 }
                 let deletes = f.opt_u64("deletes")?.unwrap_or(0);
-                Op::Write { table, rows, txn_rows, deletes }
+                Op::Write {
+                    table,
+                    rows,
+                    txn_rows,
+                    deletes,
+                }
             }
             "ddl" => Op::Ddl(self.ddl(&mut f, &v, known)?),
             "split_table" => {
@@ -867,13 +944,19 @@ impl Parser {
                 }
                 Op::SplitTable { table, spans }
             }
-            "merge_table" => Op::MergeTable { table: v.table(known, f.req_u64("table")?, "table")? },
+            "merge_table" => Op::MergeTable {
+                table: v.table(known, f.req_u64("table")?, "table")?,
+            },
             "move_table" => Op::MoveTable {
                 table: v.table(known, f.req_u64("table")?, "table")?,
                 to: v.node(&f.req_str("to")?, "to")?,
             },
-            "cordon" => Op::Cordon { node: v.node(&f.req_str("node")?, "node")? },
-            "uncordon" => Op::Uncordon { node: v.node(&f.req_str("node")?, "node")? },
+            "cordon" => Op::Cordon {
+                node: v.node(&f.req_str("node")?, "node")?,
+            },
+            "uncordon" => Op::Uncordon {
+                node: v.node(&f.req_str("node")?, "node")?,
+            },
             "hold" | "release" => {
                 let point = v.hold_point(&f.req_str("point")?, "point")?;
                 let node = match f.opt_str("node")? {
@@ -886,13 +969,21 @@ impl Parser {
                     Op::Release { point, node }
                 }
             }
-            "crash" => Op::Crash { node: v.node(&f.req_str("node")?, "node")? },
-            "restart" => Op::Restart { node: v.node(&f.req_str("node")?, "node")? },
-            "partition" => Op::Partition { groups: self.partition(&mut f, &v)? },
+            "crash" => Op::Crash {
+                node: v.node(&f.req_str("node")?, "node")?,
+            },
+            "restart" => Op::Restart {
+                node: v.node(&f.req_str("node")?, "node")?,
+            },
+            "partition" => Op::Partition {
+                groups: self.partition(&mut f, &v)?,
+            },
             "heal" => Op::Heal,
             "faults" => Op::Faults(self.faults(&mut f, ctx)?),
             "expect" => self.expect(&mut f, &v, known)?,
-            "x-move_maintainer" => Op::XMoveMaintainer { to: v.node(&f.req_str("to")?, "to")? },
+            "x-move_maintainer" => Op::XMoveMaintainer {
+                to: v.node(&f.req_str("to")?, "to")?,
+            },
             "x-sink_error" => {
                 let node = match f.opt_str("node")? {
                     Some(n) => Some(v.node(&n, "node")?),
@@ -907,13 +998,21 @@ impl Parser {
                     return Err(self.err(ctx, "`count` must be at least 1"));
                 }
                 let retryable = f.opt_bool("retryable")?.unwrap_or(true);
-                Op::XSinkError { node, table, count, retryable }
+                Op::XSinkError {
+                    node,
+                    table,
+                    count,
+                    retryable,
+                }
             }
             "x-drop" => {
                 let m = f.req_str("message")?;
                 let message = MessageKind::parse(&m).ok_or_else(|| {
                     let names: Vec<&str> = MessageKind::ALL.iter().map(|(_, n)| *n).collect();
-                    self.err(ctx, format!("unknown `message` kind {m:?} (one of {})", names.join(", ")))
+                    self.err(
+                        ctx,
+                        format!("unknown `message` kind {m:?} (one of {})", names.join(", ")),
+                    )
                 })?;
                 let from = match f.opt_str("from")? {
                     Some(n) => Some(v.node(&n, "from")?),
@@ -927,16 +1026,30 @@ impl Parser {
                 if count == 0 {
                     return Err(self.err(ctx, "`count` must be at least 1"));
                 }
-                Op::XDrop { message, from, to, count }
+                Op::XDrop {
+                    message,
+                    from,
+                    to,
+                    count,
+                }
             }
-            "x-pause" => Op::XPause { node: v.node(&f.req_str("node")?, "node")?, ms: f.req_u64("ms")? },
+            "x-pause" => Op::XPause {
+                node: v.node(&f.req_str("node")?, "node")?,
+                ms: f.req_u64("ms")?,
+            },
             "x-pause_changefeed" => Op::XPauseChangefeed {
-                changefeed: f.opt_str("changefeed")?.unwrap_or_else(|| DEFAULT_CHANGEFEED.to_string()),
+                changefeed: f
+                    .opt_str("changefeed")?
+                    .unwrap_or_else(|| DEFAULT_CHANGEFEED.to_string()),
             },
             "x-resume_changefeed" => Op::XResumeChangefeed {
-                changefeed: f.opt_str("changefeed")?.unwrap_or_else(|| DEFAULT_CHANGEFEED.to_string()),
+                changefeed: f
+                    .opt_str("changefeed")?
+                    .unwrap_or_else(|| DEFAULT_CHANGEFEED.to_string()),
             },
-            "x-drain" => Op::XDrain { node: v.node(&f.req_str("node")?, "node")? },
+            "x-drain" => Op::XDrain {
+                node: v.node(&f.req_str("node")?, "node")?,
+            },
             other => {
                 return Err(self.err(Ctx::Step(number, ""), format!("unknown op {other:?}")));
             }
@@ -1013,19 +1126,34 @@ impl Parser {
         Ok(ddl)
     }
 
-    fn partition(&self, f: &mut Fields<'_>, v: &Validator<'_>) -> Result<Vec<PartitionGroup>, ScenarioError> {
+    fn partition(
+        &self,
+        f: &mut Fields<'_>,
+        v: &Validator<'_>,
+    ) -> Result<Vec<PartitionGroup>, ScenarioError> {
         let ctx = v.ctx;
         let bad = || self.err(ctx, "`groups` must be a list of lists of node names");
-        let groups_val = f.take("groups").ok_or_else(|| self.err(ctx, "missing field `groups`"))?;
-        let Value::Array(outer) = groups_val else { return Err(bad()) };
+        let groups_val = f
+            .take("groups")
+            .ok_or_else(|| self.err(ctx, "missing field `groups`"))?;
+        let Value::Array(outer) = groups_val else {
+            return Err(bad());
+        };
         let mut seen: BTreeSet<String> = BTreeSet::new();
         let mut meta_seen = false;
         let mut groups = Vec::new();
         for g in outer {
-            let Value::Array(inner) = g else { return Err(bad()) };
-            let mut group = PartitionGroup { nodes: Vec::new(), meta: false };
+            let Value::Array(inner) = g else {
+                return Err(bad());
+            };
+            let mut group = PartitionGroup {
+                nodes: Vec::new(),
+                meta: false,
+            };
             for m in inner {
-                let Value::String(name) = m else { return Err(bad()) };
+                let Value::String(name) = m else {
+                    return Err(bad());
+                };
                 if name == "meta" {
                     if meta_seen {
                         return Err(self.err(ctx, "\"meta\" may appear in only one group"));
@@ -1035,10 +1163,16 @@ impl Parser {
                     continue;
                 }
                 if !v.world.nodes.contains(&name) {
-                    return Err(self.err(ctx, format!("`groups` names node {name:?}, which is not in the world")));
+                    return Err(self.err(
+                        ctx,
+                        format!("`groups` names node {name:?}, which is not in the world"),
+                    ));
                 }
                 if !seen.insert(name.clone()) {
-                    return Err(self.err(ctx, format!("node {name:?} appears in more than one place in `groups`")));
+                    return Err(self.err(
+                        ctx,
+                        format!("node {name:?} appears in more than one place in `groups`"),
+                    ));
                 }
                 group.nodes.push(name);
             }
@@ -1062,16 +1196,29 @@ impl Parser {
                     })
                     .collect();
                 if nums.len() != 2 || a.len() != 2 {
-                    return Err(self.err(ctx, "`delay-ms` must be [min, max] with non-negative integers"));
+                    return Err(self.err(
+                        ctx,
+                        "`delay-ms` must be [min, max] with non-negative integers",
+                    ));
                 }
                 if nums[0] > nums[1] {
                     return Err(self.err(ctx, "`delay-ms` must be [min, max] with min <= max"));
                 }
                 (nums[0], nums[1])
             }
-            Some(_) => return Err(self.err(ctx, "`delay-ms` must be [min, max] with non-negative integers")),
+            Some(_) => {
+                return Err(self.err(
+                    ctx,
+                    "`delay-ms` must be [min, max] with non-negative integers",
+                ))
+            }
         };
-        Ok(Faults { drop, duplicate, reorder, delay_ms })
+        Ok(Faults {
+            drop,
+            duplicate,
+            reorder,
+            delay_ms,
+        })
     }
 
     fn expect(
@@ -1098,14 +1245,20 @@ impl Parser {
             0 => {
                 return Err(self.err(
                     ctx,
-                    format!("no condition (expected exactly one of {})", CONDITIONS.join(", ")),
+                    format!(
+                        "no condition (expected exactly one of {})",
+                        CONDITIONS.join(", ")
+                    ),
                 ))
             }
             1 => {}
             _ => {
                 return Err(self.err(
                     ctx,
-                    format!("more than one condition in one expect ({}); use one step each", present.join(", ")),
+                    format!(
+                        "more than one condition in one expect ({}); use one step each",
+                        present.join(", ")
+                    ),
                 ))
             }
         }
@@ -1113,7 +1266,10 @@ impl Parser {
         let key = present[0];
         let table_req = |f: &mut Fields<'_>| -> Result<TableId, ScenarioError> {
             let id = f.take_u64("table")?.ok_or_else(|| {
-                self.err(ctx, format!("missing field `table` (required with `{key}`)"))
+                self.err(
+                    ctx,
+                    format!("missing field `table` (required with `{key}`)"),
+                )
             })?;
             v.table(known, id, "table")
         };
@@ -1130,7 +1286,10 @@ impl Parser {
             }
             "on" => {
                 let table = table_req(f)?;
-                Condition::On { table, node: v.node(&f.req_str("on")?, "on")? }
+                Condition::On {
+                    table,
+                    node: v.node(&f.req_str("on")?, "on")?,
+                }
             }
             "absent" => {
                 let table = table_req(f)?;
@@ -1161,9 +1320,9 @@ impl Parser {
                 };
                 Condition::Check(check)
             }
-            "maintainer-not-on" => {
-                Condition::MaintainerNotOn(v.node(&f.req_str("maintainer-not-on")?, "maintainer-not-on")?)
-            }
+            "maintainer-not-on" => Condition::MaintainerNotOn(
+                v.node(&f.req_str("maintainer-not-on")?, "maintainer-not-on")?,
+            ),
             "maintainer-ready" => {
                 if !f.req_bool("maintainer-ready")? {
                     return Err(self.err(ctx, "`maintainer-ready` must be true"));
@@ -1191,14 +1350,20 @@ impl Parser {
         };
         // Fields such as `table` or `node` given to a condition that does not take them are
         // reported as unknown fields by `finish`.
-        Ok(Op::Expect { condition, within_ms })
+        Ok(Op::Expect {
+            condition,
+            within_ms,
+        })
     }
 }
 
 fn database(p: &Parser, ctx: Ctx<'_>, f: &mut Fields<'_>) -> Result<String, ScenarioError> {
     let d = f.req_str("database")?;
     if d.is_empty() || d.contains('.') {
-        return Err(p.err(ctx, format!("`database` must be a non-empty name without '.', not {d:?}")));
+        return Err(p.err(
+            ctx,
+            format!("`database` must be a non-empty name without '.', not {d:?}"),
+        ));
     }
     Ok(d)
 }
@@ -1208,7 +1373,10 @@ fn qualified(s: &str) -> Option<QualifiedName> {
     if schema.is_empty() || table.is_empty() || table.contains('.') {
         return None;
     }
-    Some(QualifiedName { schema: schema.to_string(), table: table.to_string() })
+    Some(QualifiedName {
+        schema: schema.to_string(),
+        table: table.to_string(),
+    })
 }
 
 /// Cross-checks of values against the world and the tables declared so far.
@@ -1236,7 +1404,12 @@ impl Validator<'_> {
         }
     }
 
-    fn table(&self, known: &BTreeSet<TableId>, id: u64, field: &str) -> Result<TableId, ScenarioError> {
+    fn table(
+        &self,
+        known: &BTreeSet<TableId>,
+        id: u64,
+        field: &str,
+    ) -> Result<TableId, ScenarioError> {
         let t = TableId(id);
         if known.contains(&t) {
             Ok(t)
@@ -1251,8 +1424,13 @@ impl Validator<'_> {
     fn hold_point(&self, s: &str, field: &str) -> Result<HoldPoint, ScenarioError> {
         HoldPoint::parse(s).ok_or_else(|| {
             let names: Vec<&str> = HoldPoint::ALL.iter().map(|(_, n)| *n).collect();
-            self.parser
-                .err(self.ctx, format!("`{field}`: unknown hold point {s:?} (one of {})", names.join(", ")))
+            self.parser.err(
+                self.ctx,
+                format!(
+                    "`{field}`: unknown hold point {s:?} (one of {})",
+                    names.join(", ")
+                ),
+            )
         })
     }
 }
@@ -1294,7 +1472,9 @@ impl<'a> Fields<'a> {
         match self.take(key) {
             None => Ok(None),
             Some(Value::Integer(i)) if i >= 0 => Ok(Some(i as u64)),
-            Some(Value::Integer(i)) => Err(self.err(format!("`{key}` must be a non-negative integer, not {i}"))),
+            Some(Value::Integer(i)) => {
+                Err(self.err(format!("`{key}` must be a non-negative integer, not {i}")))
+            }
             Some(other) => Err(self.err(format!(
                 "`{key}` must be a non-negative integer, not a {}",
                 other.type_str()
@@ -1307,31 +1487,40 @@ impl<'a> Fields<'a> {
     }
 
     fn req_u64(&mut self, key: &str) -> Result<u64, ScenarioError> {
-        self.take_u64(key)?.ok_or_else(|| self.err(format!("missing field `{key}`")))
+        self.take_u64(key)?
+            .ok_or_else(|| self.err(format!("missing field `{key}`")))
     }
 
     fn opt_str(&mut self, key: &str) -> Result<Option<String>, ScenarioError> {
         match self.take(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),
-            Some(other) => Err(self.err(format!("`{key}` must be a string, not a {}", other.type_str()))),
+            Some(other) => Err(self.err(format!(
+                "`{key}` must be a string, not a {}",
+                other.type_str()
+            ))),
         }
     }
 
     fn req_str(&mut self, key: &str) -> Result<String, ScenarioError> {
-        self.opt_str(key)?.ok_or_else(|| self.err(format!("missing field `{key}`")))
+        self.opt_str(key)?
+            .ok_or_else(|| self.err(format!("missing field `{key}`")))
     }
 
     fn opt_bool(&mut self, key: &str) -> Result<Option<bool>, ScenarioError> {
         match self.take(key) {
             None => Ok(None),
             Some(Value::Boolean(b)) => Ok(Some(b)),
-            Some(other) => Err(self.err(format!("`{key}` must be a boolean, not a {}", other.type_str()))),
+            Some(other) => Err(self.err(format!(
+                "`{key}` must be a boolean, not a {}",
+                other.type_str()
+            ))),
         }
     }
 
     fn req_bool(&mut self, key: &str) -> Result<bool, ScenarioError> {
-        self.opt_bool(key)?.ok_or_else(|| self.err(format!("missing field `{key}`")))
+        self.opt_bool(key)?
+            .ok_or_else(|| self.err(format!("missing field `{key}`")))
     }
 
     fn opt_ratio(&mut self, key: &str) -> Result<Option<f64>, ScenarioError> {
@@ -1340,7 +1529,10 @@ impl<'a> Fields<'a> {
             Some(Value::Float(x)) => x,
             Some(Value::Integer(i)) => i as f64,
             Some(other) => {
-                return Err(self.err(format!("`{key}` must be a ratio between 0 and 1, not a {}", other.type_str())))
+                return Err(self.err(format!(
+                    "`{key}` must be a ratio between 0 and 1, not a {}",
+                    other.type_str()
+                )))
             }
         };
         if !(0.0..=1.0).contains(&x) {
@@ -1353,7 +1545,10 @@ impl<'a> Fields<'a> {
         match self.take(key) {
             None => Err(self.err(format!("missing table `[{key}]`"))),
             Some(Value::Table(t)) => Ok(t),
-            Some(other) => Err(self.err(format!("`{key}` must be a table, not a {}", other.type_str()))),
+            Some(other) => Err(self.err(format!(
+                "`{key}` must be a table, not a {}",
+                other.type_str()
+            ))),
         }
     }
 }
@@ -1403,8 +1598,14 @@ name = "db.a"
             Err(e) => {
                 let text = e.to_string();
                 assert_eq!(e.step, Some(step), "wrong step in {text}");
-                assert!(text.starts_with("test.toml: step "), "file not named: {text}");
-                assert!(text.contains(needle), "{text:?} does not contain {needle:?}");
+                assert!(
+                    text.starts_with("test.toml: step "),
+                    "file not named: {text}"
+                );
+                assert!(
+                    text.contains(needle),
+                    "{text:?} does not contain {needle:?}"
+                );
             }
         }
     }
@@ -1434,26 +1635,52 @@ name = "db.a"
                 Ok(s) => s,
                 Err(e) => panic!("{e}"),
             };
-            let base = f.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+            let base = f
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_string();
             let nn = &base[..2];
-            assert!(base.as_bytes()[2] == b'-' && nn.bytes().all(|b| b.is_ascii_digit()), "{base}");
+            assert!(
+                base.as_bytes()[2] == b'-' && nn.bytes().all(|b| b.is_ascii_digit()),
+                "{base}"
+            );
             let nn: u32 = nn.parse().unwrap_or(0);
-            assert!(s.name.starts_with(&format!("catalog #{nn}:")), "{base}: name {:?}", s.name);
-            assert!(s.description.as_deref().is_some_and(|d| d.len() > 40), "{base}: description");
+            assert!(
+                s.name.starts_with(&format!("catalog #{nn}:")),
+                "{base}: name {:?}",
+                s.name
+            );
+            assert!(
+                s.description.as_deref().is_some_and(|d| d.len() > 40),
+                "{base}: description"
+            );
             // Every catalog file ends with settle + the final checks.
-            let last_settle = s.steps.iter().rposition(|st| matches!(st.op, Op::Settle { .. }));
+            let last_settle = s
+                .steps
+                .iter()
+                .rposition(|st| matches!(st.op, Op::Settle { .. }));
             assert!(last_settle.is_some(), "{base}: no settle");
             let has = |c: Check| {
                 s.steps.iter().any(|st| matches!(&st.op, Op::Expect { condition: Condition::Check(x), .. } if *x == c))
             };
             assert!(has(Check::Converged), "{base}: no converged check");
             if s.world.sink != SinkKind::Blackhole {
-                assert!(has(Check::SinkMatchesUpstream), "{base}: no sink-matches-upstream");
+                assert!(
+                    has(Check::SinkMatchesUpstream),
+                    "{base}: no sink-matches-upstream"
+                );
             }
-            assert!(matches!(
-                s.steps.last().map(|st| &st.op),
-                Some(Op::Expect { condition: Condition::Check(_), .. })
-            ), "{base}: must end with a check");
+            assert!(
+                matches!(
+                    s.steps.last().map(|st| &st.op),
+                    Some(Op::Expect {
+                        condition: Condition::Check(_),
+                        ..
+                    })
+                ),
+                "{base}: must end with a check"
+            );
         }
     }
 
@@ -1502,10 +1729,26 @@ message = "heartbeat"
         assert_eq!(s.world.tables[0].regions, 1);
         assert_eq!(s.world.tables[0].rows, 0);
         assert_eq!(s.world.tables[0].name.to_string(), "x.y");
-        assert!(matches!(&s.steps[0].op, Op::CreateChangefeed { changefeed } if changefeed == "cf"));
+        assert!(
+            matches!(&s.steps[0].op, Op::CreateChangefeed { changefeed } if changefeed == "cf")
+        );
         assert!(matches!(s.steps[1].op, Op::Settle { max_ms: 120_000 }));
-        assert!(matches!(s.steps[2].op, Op::Write { rows: 3, txn_rows: 1, deletes: 0, .. }));
-        assert!(matches!(s.steps[3].op, Op::Hold { point: HoldPoint::SinkFlush, node: None }));
+        assert!(matches!(
+            s.steps[2].op,
+            Op::Write {
+                rows: 3,
+                txn_rows: 1,
+                deletes: 0,
+                ..
+            }
+        ));
+        assert!(matches!(
+            s.steps[3].op,
+            Op::Hold {
+                point: HoldPoint::SinkFlush,
+                node: None
+            }
+        ));
         match &s.steps[4].op {
             Op::Faults(f) => {
                 assert_eq!(f.drop, 0.5);
@@ -1515,10 +1758,23 @@ message = "heartbeat"
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(s.steps[5].op, Op::XSinkError { node: None, table: None, count: 1, retryable: true }));
+        assert!(matches!(
+            s.steps[5].op,
+            Op::XSinkError {
+                node: None,
+                table: None,
+                count: 1,
+                retryable: true
+            }
+        ));
         assert!(matches!(
             s.steps[6].op,
-            Op::XDrop { message: MessageKind::Heartbeat, from: None, to: None, count: 1 }
+            Op::XDrop {
+                message: MessageKind::Heartbeat,
+                from: None,
+                to: None,
+                count: 1
+            }
         ));
         assert_eq!(s.steps[6].number, 7);
     }
@@ -1686,9 +1942,20 @@ node = "n2"
         }
         assert!(matches!(
             &s.steps[23].op,
-            Op::Expect { condition: Condition::Spans { count: SpanCount::AtMost(4), .. }, within_ms: Some(100) }
+            Op::Expect {
+                condition: Condition::Spans {
+                    count: SpanCount::AtMost(4),
+                    ..
+                },
+                within_ms: Some(100)
+            }
         ));
-        assert!(matches!(&s.steps[18].op, Op::Crash { node: NodeRef::DdlWriter }));
+        assert!(matches!(
+            &s.steps[18].op,
+            Op::Crash {
+                node: NodeRef::DdlWriter
+            }
+        ));
     }
 
     #[test]
@@ -1705,66 +1972,169 @@ node = "n2"
 
     #[test]
     fn unknown_op_is_an_error() {
-        fails_at("[[step]]\nop = \"settle\"\n[[step]]\nop = \"explode\"\n", 2, "unknown op \"explode\"");
+        fails_at(
+            "[[step]]\nop = \"settle\"\n[[step]]\nop = \"explode\"\n",
+            2,
+            "unknown op \"explode\"",
+        );
         fails_at("[[step]]\nop = \"x-unknown\"\n", 1, "unknown op");
         fails_at("[[step]]\nms = 3\n", 1, "missing field `op`");
     }
 
     #[test]
     fn unknown_field_is_an_error() {
-        fails_at("[[step]]\nop = \"run\"\nms = 3\nspeed = 2\n", 1, "unknown field `speed`");
-        fails_at("[[step]]\nop = \"heal\"\nnode = \"n1\"\n", 1, "unknown field `node`");
-        fails_at("[[step]]\nop = \"expect\"\ncheck = \"converged\"\ntable = 1\n", 1, "unknown field `table`");
-        fails_at("[[step]]\nop = \"ddl\"\nkind = \"drop_table\"\ntable = 1\nname = \"db.a\"\n", 1, "unknown field `name`");
+        fails_at(
+            "[[step]]\nop = \"run\"\nms = 3\nspeed = 2\n",
+            1,
+            "unknown field `speed`",
+        );
+        fails_at(
+            "[[step]]\nop = \"heal\"\nnode = \"n1\"\n",
+            1,
+            "unknown field `node`",
+        );
+        fails_at(
+            "[[step]]\nop = \"expect\"\ncheck = \"converged\"\ntable = 1\n",
+            1,
+            "unknown field `table`",
+        );
+        fails_at(
+            "[[step]]\nop = \"ddl\"\nkind = \"drop_table\"\ntable = 1\nname = \"db.a\"\n",
+            1,
+            "unknown field `name`",
+        );
     }
 
     #[test]
     fn missing_or_ill_typed_field_is_an_error() {
         fails_at("[[step]]\nop = \"run\"\n", 1, "missing field `ms`");
-        fails_at("[[step]]\nop = \"run\"\nms = \"10\"\n", 1, "`ms` must be a non-negative integer");
+        fails_at(
+            "[[step]]\nop = \"run\"\nms = \"10\"\n",
+            1,
+            "`ms` must be a non-negative integer",
+        );
         fails_at("[[step]]\nop = \"run\"\nms = -1\n", 1, "non-negative");
-        fails_at("[[step]]\nop = \"write\"\ntable = 1\n", 1, "missing field `rows`");
-        fails_at("[[step]]\nop = \"hold\"\npoint = \"nap\"\n", 1, "unknown hold point");
+        fails_at(
+            "[[step]]\nop = \"write\"\ntable = 1\n",
+            1,
+            "missing field `rows`",
+        );
+        fails_at(
+            "[[step]]\nop = \"hold\"\npoint = \"nap\"\n",
+            1,
+            "unknown hold point",
+        );
         fails_at("[[step]]\nop = \"faults\"\ndrop = 1.5\n", 1, "ratio");
-        fails_at("[[step]]\nop = \"faults\"\ndelay-ms = [5, 1]\n", 1, "min <= max");
-        fails_at("[[step]]\nop = \"ddl\"\nkind = \"explode_table\"\n", 1, "unknown ddl `kind`");
-        fails_at("[[step]]\nop = \"ddl\"\nkind = \"rename_table\"\ntable = 1\nnew-name = \"nodot\"\n", 1, "schema.table");
-        fails_at("[[step]]\nop = \"expect\"\nmaintainer-ready = false\n", 1, "must be true");
-        fails_at("[[step]]\nop = \"x-drop\"\nmessage = \"gossip\"\n", 1, "unknown `message` kind");
-        fails_at("[[step]]\nop = \"x-sink_error\"\ncount = 0\n", 1, "at least 1");
+        fails_at(
+            "[[step]]\nop = \"faults\"\ndelay-ms = [5, 1]\n",
+            1,
+            "min <= max",
+        );
+        fails_at(
+            "[[step]]\nop = \"ddl\"\nkind = \"explode_table\"\n",
+            1,
+            "unknown ddl `kind`",
+        );
+        fails_at(
+            "[[step]]\nop = \"ddl\"\nkind = \"rename_table\"\ntable = 1\nnew-name = \"nodot\"\n",
+            1,
+            "schema.table",
+        );
+        fails_at(
+            "[[step]]\nop = \"expect\"\nmaintainer-ready = false\n",
+            1,
+            "must be true",
+        );
+        fails_at(
+            "[[step]]\nop = \"x-drop\"\nmessage = \"gossip\"\n",
+            1,
+            "unknown `message` kind",
+        );
+        fails_at(
+            "[[step]]\nop = \"x-sink_error\"\ncount = 0\n",
+            1,
+            "at least 1",
+        );
     }
 
     #[test]
     fn expect_needs_exactly_one_condition() {
-        fails_at("[[step]]\nop = \"expect\"\ntable = 1\nspans = 1\non = \"n1\"\n", 1, "more than one condition");
+        fails_at(
+            "[[step]]\nop = \"expect\"\ntable = 1\nspans = 1\non = \"n1\"\n",
+            1,
+            "more than one condition",
+        );
         fails_at(
             "[[step]]\nop = \"expect\"\ncheck = \"converged\"\nmaintainer-ready = true\n",
             1,
             "more than one condition",
         );
-        fails_at("[[step]]\nop = \"expect\"\nwithin-ms = 5\n", 1, "no condition");
-        fails_at("[[step]]\nop = \"expect\"\nspans = 1\n", 1, "missing field `table`");
-        fails_at("[[step]]\nop = \"expect\"\ncheck = \"fine\"\n", 1, "unknown check");
+        fails_at(
+            "[[step]]\nop = \"expect\"\nwithin-ms = 5\n",
+            1,
+            "no condition",
+        );
+        fails_at(
+            "[[step]]\nop = \"expect\"\nspans = 1\n",
+            1,
+            "missing field `table`",
+        );
+        fails_at(
+            "[[step]]\nop = \"expect\"\ncheck = \"fine\"\n",
+            1,
+            "unknown check",
+        );
     }
 
     #[test]
     fn unknown_node_is_an_error() {
-        fails_at("[[step]]\nop = \"crash\"\nnode = \"n9\"\n", 1, "\"n9\", which is not in the world");
-        fails_at("[[step]]\nop = \"move_table\"\ntable = 1\nto = \"n3\"\n", 1, "not in the world");
-        fails_at("[[step]]\nop = \"partition\"\ngroups = [[\"n1\"], [\"n7\"]]\n", 1, "not in the world");
-        fails_at("[[step]]\nop = \"partition\"\ngroups = [[\"n1\"], [\"n1\"]]\n", 1, "more than one place");
-        fails_at("[[step]]\nop = \"crash\"\nnode = \"@leader\"\n", 1, "unknown alias");
-        fails_at("[[step]]\nop = \"expect\"\nmaintainer-not-on = \"zz\"\n", 1, "not in the world");
-        let e = parse_str("w.toml", "name = \"x\"\n[world]\nnodes = [\"a\"]\nmaintainer = \"b\"\nsink = \"mysql\"\n")
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        fails_at(
+            "[[step]]\nop = \"crash\"\nnode = \"n9\"\n",
+            1,
+            "\"n9\", which is not in the world",
+        );
+        fails_at(
+            "[[step]]\nop = \"move_table\"\ntable = 1\nto = \"n3\"\n",
+            1,
+            "not in the world",
+        );
+        fails_at(
+            "[[step]]\nop = \"partition\"\ngroups = [[\"n1\"], [\"n7\"]]\n",
+            1,
+            "not in the world",
+        );
+        fails_at(
+            "[[step]]\nop = \"partition\"\ngroups = [[\"n1\"], [\"n1\"]]\n",
+            1,
+            "more than one place",
+        );
+        fails_at(
+            "[[step]]\nop = \"crash\"\nnode = \"@leader\"\n",
+            1,
+            "unknown alias",
+        );
+        fails_at(
+            "[[step]]\nop = \"expect\"\nmaintainer-not-on = \"zz\"\n",
+            1,
+            "not in the world",
+        );
+        let e = parse_str(
+            "w.toml",
+            "name = \"x\"\n[world]\nnodes = [\"a\"]\nmaintainer = \"b\"\nsink = \"mysql\"\n",
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
         assert!(e.contains("w.toml") && e.contains("not in `nodes`"), "{e}");
     }
 
     #[test]
     fn undeclared_table_is_an_error() {
-        fails_at("[[step]]\nop = \"write\"\ntable = 2\nrows = 1\n", 1, "no such table");
+        fails_at(
+            "[[step]]\nop = \"write\"\ntable = 2\nrows = 1\n",
+            1,
+            "no such table",
+        );
         // Declared by an earlier ddl: fine; used before its ddl: error.
         fails_at(
             "[[step]]\nop = \"write\"\ntable = 5\nrows = 1\n[[step]]\nop = \"ddl\"\nkind = \"create_table\"\ntable = 5\nname = \"db.e\"\n",
@@ -1775,8 +2145,16 @@ node = "n2"
             "[[step]]\nop = \"ddl\"\nkind = \"truncate_table\"\ntable = 1\nnew-table = 9\n[[step]]\nop = \"write\"\ntable = 9\nrows = 1\n[[step]]\nop = \"expect\"\ntable = 1\nabsent = true\n"
         )
         .is_ok());
-        fails_at("[[step]]\nop = \"ddl\"\nkind = \"create_table\"\ntable = 1\nname = \"db.z\"\n", 1, "already declared");
-        fails_at("[[step]]\nop = \"expect\"\nheld = \"sink_flush\"\ntable = 4\n", 1, "no such table");
+        fails_at(
+            "[[step]]\nop = \"ddl\"\nkind = \"create_table\"\ntable = 1\nname = \"db.z\"\n",
+            1,
+            "already declared",
+        );
+        fails_at(
+            "[[step]]\nop = \"expect\"\nheld = \"sink_flush\"\ntable = 4\n",
+            1,
+            "no such table",
+        );
     }
 
     #[test]
