@@ -1,1 +1,94 @@
-//! placeholder
+//! Sinks: where dispatchers write what they receive, and what tells them it is durable.
+//!
+//! This crate owns the sink contract ([`Sink`]), its one implementation of the bookkeeping every
+//! sink shares ([`runner`]: per-dispatcher order checks, acknowledgements, barrier flushes,
+//! closing), the sinks themselves ([`storage`]: local files and S3 in TiCDC's layout; [`mysql`];
+//! [`blackhole`]), their codecs ([`codec`]), sink URIs ([`uri`]) and two tools: [`check`]
+//! (compare upstream and downstream tables) and [`consume`] (apply a storage layout to MySQL).
+//!
+//! Invariants of the contract (checked by `tests/contract.rs` against every sink):
+//! - an acknowledgement (`flush`'s return value, the [`AckReceiver`]) is the commit ts `T` such
+//!   that every row this dispatcher wrote with commit ts `<= T` is durable; it never decreases and
+//!   never exceeds the greatest commit ts written or resolved by the dispatcher;
+//! - `write_ddl` is a barrier: it returns only after every earlier row of the dispatcher is
+//!   durable and the DDL itself took effect; its ack is the DDL's commit ts;
+//! - `close` returns only when no write of that dispatcher can still land; it never fails the
+//!   changefeed (a failure while closing is reported in [`CloseReport`], and the successor
+//!   replays from the last ack);
+//! - errors are [`SinkError`]s, classified retryable or fatal ([`SinkError::class`]).
+//!
+//! Creating a sink from a URI: [`open_sink`].
+
+pub mod blackhole;
+pub mod check;
+pub mod codec;
+pub mod consume;
+pub mod error;
+pub mod mysql;
+pub mod runner;
+pub mod storage;
+pub mod uri;
+
+pub use error::{ErrorClass, Result, SinkError};
+pub use uri::{SinkConfig, SinkUri};
+
+use async_trait::async_trait;
+use sluice_types::{DdlEvent, DispatcherId, RowEvent, Span, TableSchema, Ts};
+use std::sync::Arc;
+
+/// Rows of one table version, in commit-ts order, made of whole transactions: a later call of
+/// the same dispatcher carries only greater commit ts.
+#[derive(Clone, Debug)]
+pub struct RowBatch {
+    pub schema: Arc<TableSchema>,
+    pub rows: Vec<RowEvent>,
+}
+
+/// The latest acknowledged commit ts of one dispatcher (see the crate docs).
+pub type AckReceiver = tokio::sync::watch::Receiver<Ts>;
+
+/// What `close` reports.
+#[derive(Debug)]
+pub struct CloseReport {
+    /// The final acknowledged commit ts: the successor of this span resumes after it.
+    pub durable_ts: Ts,
+    /// A failure met while flushing for the close (already accounted for in `durable_ts`).
+    pub error: Option<SinkError>,
+}
+
+/// The sink contract. All methods are cancel-safe: work that touches the destination runs in a
+/// task of its own that finishes even when the caller's future is dropped, and `close` waits for it.
+#[async_trait]
+pub trait Sink: Send + Sync {
+    /// Registers a dispatcher serving `span`, resuming after `start_ts` (its checkpoint). Rows must
+    /// have commit ts greater than `start_ts`. Re-opening an open dispatcher is a contract error.
+    async fn open(&self, dispatcher: DispatcherId, span: Span, start_ts: Ts) -> Result<AckReceiver>;
+    /// Writes rows (buffered; durable only once acknowledged).
+    async fn write_rows(&self, dispatcher: DispatcherId, batch: RowBatch) -> Result<()>;
+    /// Declares that no row with commit ts `<= ts` will follow, so the ack may reach `ts` when
+    /// everything written before is durable.
+    async fn resolve(&self, dispatcher: DispatcherId, ts: Ts) -> Result<()>;
+    /// Makes everything written so far durable; returns the new ack.
+    async fn flush(&self, dispatcher: DispatcherId) -> Result<Ts>;
+    /// Barrier flush then the DDL (`tables`: the table versions the DDL produces, empty for a
+    /// database-level DDL). Returns the ack, which is `ddl.commit_ts`.
+    async fn write_ddl(&self, dispatcher: DispatcherId, ddl: DdlEvent, tables: Vec<Arc<TableSchema>>) -> Result<Ts>;
+    /// Records the changefeed checkpoint where the sink keeps one (storage: the root `metadata`
+    /// file); never moves it backwards.
+    async fn write_checkpoint(&self, ts: Ts) -> Result<()>;
+    /// Flushes what it can, then forgets the dispatcher. Returns when no write of it can land.
+    async fn close(&self, dispatcher: DispatcherId) -> CloseReport;
+    /// The current ack of an open dispatcher.
+    fn durable_ts(&self, dispatcher: DispatcherId) -> Option<Ts>;
+}
+
+/// Builds the sink a URI names (`file://`, `s3://`, `mysql://`, `blackhole://`). Must be called
+/// inside a tokio runtime with the time driver (sinks run a flush ticker).
+pub async fn open_sink(uri: &str) -> Result<Arc<dyn Sink>> {
+    let parsed = SinkUri::parse(uri)?;
+    match parsed.config {
+        SinkConfig::Blackhole => Ok(Arc::new(blackhole::BlackholeSink::new_blackhole())),
+        SinkConfig::Storage(cfg) => Ok(Arc::new(storage::StorageSink::open_storage(cfg)?)),
+        SinkConfig::Mysql(_) => Err(SinkError::invalid_uri(&uri, "todo")),
+    }
+}

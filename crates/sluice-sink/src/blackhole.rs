@@ -1,0 +1,65 @@
+//! The blackhole sink (`blackhole://`): counts rows and DDLs and acknowledges at once, for
+//! benchmarks and tests of everything upstream of a sink.
+//!
+//! Invariant: it keeps nothing but counters, so a write is "durable" as soon as it is accepted.
+
+use crate::error::Result;
+use crate::runner::{Backend, Runner};
+use crate::RowBatch;
+use async_trait::async_trait;
+use sluice_types::{DdlEvent, DispatcherId, Span, TableSchema, Ts};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Default)]
+pub struct Counters {
+    pub rows: AtomicU64,
+    pub ddls: AtomicU64,
+    pub checkpoint: AtomicU64,
+}
+
+pub struct Blackhole {
+    counters: Arc<Counters>,
+}
+
+#[async_trait]
+impl Backend for Blackhole {
+    type Writer = ();
+    fn new_writer(&self, _: DispatcherId, _: &Span) -> Result<()> {
+        Ok(())
+    }
+    async fn buffer(&self, _: &mut (), batch: RowBatch) -> Result<bool> {
+        self.counters.rows.fetch_add(batch.rows.len() as u64, Ordering::Relaxed);
+        Ok(false)
+    }
+    fn has_buffered(&self, _: &()) -> bool {
+        false
+    }
+    async fn flush(&self, _: &mut ()) -> Result<()> {
+        Ok(())
+    }
+    async fn ddl(&self, _: &mut (), _: &DdlEvent, _: &[Arc<TableSchema>]) -> Result<()> {
+        self.counters.ddls.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+    async fn checkpoint(&self, ts: Ts) -> Result<()> {
+        self.counters.checkpoint.fetch_max(ts, Ordering::Relaxed);
+        Ok(())
+    }
+    fn discard(&self, _: &mut ()) {}
+    fn flush_interval(&self) -> Option<Duration> {
+        None
+    }
+}
+
+pub type BlackholeSink = Runner<Blackhole>;
+
+impl Runner<Blackhole> {
+    pub fn new_blackhole() -> BlackholeSink {
+        Runner::with_backend(Blackhole { counters: Arc::new(Counters::default()) })
+    }
+    pub fn counters(&self) -> Arc<Counters> {
+        self.backend().counters.clone()
+    }
+}

@@ -1,0 +1,184 @@
+//! canal-json encoding as TiCDC writes it for storage sinks: one JSON object per row change and
+//! line (`\r\n`), keys in canal's order (`id, database, table, pkNames, isDdl, type, es, ts, sql,
+//! sqlType, mysqlType, old, data`), values as strings, NULL as `null`, binary values as
+//! ISO-8859-1 text (each byte one char). With `enable-tidb-extension`, `_tidb.commitTs` carries
+//! the commit ts.
+//!
+//! Invariants: `es` and `ts` are the upstream commit time in ms (not the wall clock), so output
+//! is deterministic; an update carries the full old row in `old`.
+
+use super::{is_binary, value_bytes, value_from_text, value_text, DecodedRow};
+use crate::error::{Result, SinkError};
+use sluice_types::{ColumnDef, ColumnType, RowEvent, RowKind, TableSchema, Value};
+
+pub const TERMINATOR: &str = "\r\n";
+
+/// JDBC type code canal uses for a column (`sqlType`).
+pub fn jdbc_type(col: &ColumnDef) -> i32 {
+    match col.ty {
+        ColumnType::TinyInt => -6,
+        ColumnType::SmallInt => 5,
+        ColumnType::MediumInt | ColumnType::Int => 4,
+        ColumnType::BigInt => -5,
+        ColumnType::Decimal => 3,
+        ColumnType::Float => 7,
+        ColumnType::Double => 8,
+        ColumnType::Char => 1,
+        ColumnType::VarChar | ColumnType::Year | ColumnType::Json => 12,
+        ColumnType::Text => 2005,
+        ColumnType::Binary => -2,
+        ColumnType::VarBinary => -3,
+        ColumnType::Blob | ColumnType::Geometry => 2004,
+        ColumnType::Date => 91,
+        ColumnType::Time => 92,
+        ColumnType::DateTime | ColumnType::Timestamp => 93,
+        ColumnType::Enum => 4,
+        ColumnType::Set | ColumnType::Bit => -7,
+    }
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_string())
+}
+
+fn latin1(b: &[u8]) -> String {
+    b.iter().map(|&x| char::from(x)).collect()
+}
+
+fn from_latin1(s: &str) -> Result<Vec<u8>> {
+    s.chars()
+        .map(|c| u8::try_from(u32::from(c)).map_err(|_| SinkError::Codec(format!("canal-json: binary value has char {c:?} > U+00FF"))))
+        .collect()
+}
+
+fn push_image(out: &mut String, schema: &TableSchema, values: &[Value]) -> Result<()> {
+    if values.len() != schema.columns.len() {
+        return Err(SinkError::Codec(format!(
+            "{}: row has {} values for {} columns",
+            schema.qualified_name(),
+            values.len(),
+            schema.columns.len()
+        )));
+    }
+    out.push_str("[{");
+    for (i, (v, col)) in values.iter().zip(&schema.columns).enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&json_str(&col.name));
+        out.push(':');
+        let text = if is_binary(col.ty) { value_bytes(v, col).map(|b| latin1(&b)) } else { value_text(v, col) };
+        match text {
+            None => out.push_str("null"),
+            Some(t) => out.push_str(&json_str(&t)),
+        }
+    }
+    out.push_str("}]");
+    Ok(())
+}
+
+/// Appends the canal-json line of one row change.
+pub fn encode_row(out: &mut String, tidb_extension: bool, schema: &TableSchema, row: &RowEvent) -> Result<()> {
+    let missing = || SinkError::Codec(format!("{}: {:?} row without its image", schema.qualified_name(), row.kind));
+    let ty = match row.kind {
+        RowKind::Insert => "INSERT",
+        RowKind::Update => "UPDATE",
+        RowKind::Delete => "DELETE",
+    };
+    out.push_str("{\"id\":0,\"database\":");
+    out.push_str(&json_str(&schema.database));
+    out.push_str(",\"table\":");
+    out.push_str(&json_str(&schema.name));
+    out.push_str(",\"pkNames\":[");
+    for (i, k) in schema.key_columns.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let name = schema.columns.get(*k).map(|c| c.name.as_str()).unwrap_or_default();
+        out.push_str(&json_str(name));
+    }
+    out.push_str("],\"isDdl\":false,\"type\":\"");
+    out.push_str(ty);
+    out.push_str(&format!("\",\"es\":{0},\"ts\":{0},\"sql\":\"\",\"sqlType\":{{", row.commit_time_ms));
+    for (i, c) in schema.columns.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&format!("{}:{}", json_str(&c.name), jdbc_type(c)));
+    }
+    out.push_str("},\"mysqlType\":{");
+    for (i, c) in schema.columns.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&format!("{}:{}", json_str(&c.name), json_str(&c.sql_type.to_ascii_lowercase())));
+    }
+    out.push_str("},\"old\":");
+    match row.kind {
+        RowKind::Update => push_image(out, schema, row.before.as_deref().ok_or_else(missing)?)?,
+        _ => out.push_str("null"),
+    }
+    out.push_str(",\"data\":");
+    match row.kind {
+        RowKind::Delete => push_image(out, schema, row.before.as_deref().ok_or_else(missing)?)?,
+        _ => push_image(out, schema, row.after.as_deref().ok_or_else(missing)?)?,
+    }
+    if tidb_extension {
+        out.push_str(&format!(",\"_tidb\":{{\"commitTs\":{}}}", row.commit_ts));
+    }
+    out.push('}');
+    out.push_str(TERMINATOR);
+    Ok(())
+}
+
+fn decode_image(v: &serde_json::Value, schema: &TableSchema) -> Result<Vec<Value>> {
+    let obj = v
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(|o| o.as_object())
+        .ok_or_else(|| SinkError::Codec("canal-json: image is not [{…}]".into()))?;
+    schema
+        .columns
+        .iter()
+        .map(|col| match obj.get(&col.name) {
+            None => Err(SinkError::Codec(format!("canal-json: column {} missing", col.name))),
+            Some(serde_json::Value::Null) => Ok(Value::Null),
+            Some(serde_json::Value::String(s)) => {
+                if is_binary(col.ty) {
+                    value_from_text(col, None, Some(from_latin1(s)?))
+                } else {
+                    value_from_text(col, Some(s.clone()), None)
+                }
+            }
+            Some(other) => value_from_text(col, Some(other.to_string()), None),
+        })
+        .collect()
+}
+
+/// Decodes a canal-json data file of `schema`'s table version.
+pub fn decode_file(data: &str, schema: &TableSchema) -> Result<Vec<DecodedRow>> {
+    let mut out = Vec::new();
+    for line in data.split('\n') {
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| SinkError::Codec(format!("canal-json: {e}")))?;
+        let commit_ts = v.get("_tidb").and_then(|t| t.get("commitTs")).and_then(|t| t.as_u64());
+        let data = v.get("data").ok_or_else(|| SinkError::Codec("canal-json: no data".into()))?;
+        let row = match v.get("type").and_then(|t| t.as_str()) {
+            Some("INSERT") => DecodedRow { kind: RowKind::Insert, commit_ts, before: None, after: Some(decode_image(data, schema)?) },
+            Some("UPDATE") => {
+                let before = match v.get("old") {
+                    Some(o) if !o.is_null() => Some(decode_image(o, schema)?),
+                    _ => None,
+                };
+                DecodedRow { kind: RowKind::Update, commit_ts, before, after: Some(decode_image(data, schema)?) }
+            }
+            Some("DELETE") => DecodedRow { kind: RowKind::Delete, commit_ts, before: Some(decode_image(data, schema)?), after: None },
+            other => return Err(SinkError::Codec(format!("canal-json: unknown type {other:?}"))),
+        };
+        out.push(row);
+    }
+    Ok(out)
+}

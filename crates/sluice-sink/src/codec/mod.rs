@@ -1,0 +1,228 @@
+//! Row codecs of the storage sink: csv ([`csv`]) and canal-json ([`canal`]), both encode and
+//! decode (decode serves `consume`), plus the value-to-text rules they share.
+//!
+//! Invariants:
+//! - encoding is a pure function of (schema, row, options): the same input gives the same bytes
+//!   (golden files pin them);
+//! - every [`Value`] variant has one text form ([`value_text`]); times are UTC; fractional
+//!   seconds are printed to the column's precision;
+//! - decoding never panics on external data: malformed input is a [`SinkError::Codec`].
+
+pub mod canal;
+pub mod csv;
+
+use crate::error::{Result, SinkError};
+use sluice_types::{ColumnDef, ColumnType, RowEvent, RowKind, TableSchema, Value};
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// A UTC timestamp in microseconds as (y, m, d, h, mi, s, us).
+pub fn utc_parts(micros: i64) -> (i64, u32, u32, u32, u32, u32, u32) {
+    let secs = micros.div_euclid(1_000_000);
+    let us = micros.rem_euclid(1_000_000) as u32;
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400) as u32;
+    let (y, m, d) = civil_from_days(days);
+    (y, m, d, sod / 3600, sod / 60 % 60, sod % 60, us)
+}
+
+fn frac(micros: u32, decimals: u8) -> String {
+    if decimals == 0 {
+        return String::new();
+    }
+    let d = usize::from(decimals.min(6));
+    let s = format!("{micros:06}");
+    format!(".{}", &s[..d])
+}
+
+/// True for column types whose values are raw bytes (encoded base64/hex in csv, ISO-8859-1 in
+/// canal-json).
+pub fn is_binary(ty: ColumnType) -> bool {
+    matches!(ty, ColumnType::Binary | ColumnType::VarBinary | ColumnType::Blob | ColumnType::Geometry)
+}
+
+/// The text form of a non-binary value; `None` for NULL. `Bytes` in a character column (data not
+/// valid in its charset) is shown lossily here; the codecs handle binary columns themselves.
+pub fn value_text(v: &Value, col: &ColumnDef) -> Option<String> {
+    Some(match v {
+        Value::Null => return None,
+        Value::Int(i) => i.to_string(),
+        Value::UInt(u) => u.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Double(f) => f.to_string(),
+        Value::Decimal(s) | Value::Text(s) | Value::Json(s) => s.clone(),
+        Value::Bytes(b) | Value::Geometry(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::Date { year, month, day } => format!("{year:04}-{month:02}-{day:02}"),
+        Value::Time { negative, hours, minutes, seconds, micros } => format!(
+            "{}{hours:02}:{minutes:02}:{seconds:02}{}",
+            if *negative { "-" } else { "" },
+            frac(*micros, col.decimals)
+        ),
+        Value::DateTime { year, month, day, hour, minute, second, micros } => format!(
+            "{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}:{second:02}{}",
+            frac(*micros, col.decimals)
+        ),
+        Value::Timestamp { micros } => {
+            let (y, m, d, h, mi, s, us) = utc_parts(*micros);
+            format!("{y:04}-{m:02}-{d:02} {h:02}:{mi:02}:{s:02}{}", frac(us, col.decimals))
+        }
+        Value::Year(y) => format!("{y:04}"),
+        Value::Enum { name, .. } => name.clone(),
+        Value::Set { names, .. } => names.join(","),
+        Value::Bit { bits, .. } => bits.to_string(),
+    })
+}
+
+/// The raw bytes of a value in a binary column (text values give their UTF-8 bytes).
+pub fn value_bytes(v: &Value, col: &ColumnDef) -> Option<Vec<u8>> {
+    match v {
+        Value::Null => None,
+        Value::Bytes(b) | Value::Geometry(b) => Some(b.clone()),
+        other => value_text(other, col).map(String::into_bytes),
+    }
+}
+
+/// Builds the decoded value of one column from its text (consume's side): binary columns get
+/// bytes, BIT gets an integer, everything else stays text and is converted by the downstream.
+pub fn value_from_text(col: &ColumnDef, text: Option<String>, bytes: Option<Vec<u8>>) -> Result<Value> {
+    if let Some(b) = bytes {
+        return Ok(Value::Bytes(b));
+    }
+    let Some(t) = text else { return Ok(Value::Null) };
+    Ok(match col.ty {
+        ColumnType::Bit => {
+            let bits = t.parse::<u64>().map_err(|_| SinkError::Codec(format!("column {}: bad BIT value {t:?}", col.name)))?;
+            Value::UInt(bits)
+        }
+        _ => Value::Text(t),
+    })
+}
+
+/// One decoded row change (consume's unit): the kind, the commit ts when the encoding has it,
+/// and the before/after images.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecodedRow {
+    pub kind: RowKind,
+    pub commit_ts: Option<u64>,
+    pub before: Option<Vec<Value>>,
+    pub after: Option<Vec<Value>>,
+}
+
+impl DecodedRow {
+    pub fn into_event(self, schema: &TableSchema, fallback_ts: u64) -> RowEvent {
+        RowEvent {
+            table_id: schema.table_id,
+            schema_version: schema.version,
+            commit_ts: self.commit_ts.unwrap_or(fallback_ts),
+            commit_time_ms: 0,
+            kind: self.kind,
+            key: sluice_types::Key::table_start(schema.table_id),
+            before: self.before,
+            after: self.after,
+        }
+    }
+}
+
+/// Standard base64 (RFC 4648, with padding).
+pub fn base64_encode(b: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(b.len().div_ceil(3) * 4);
+    for chunk in b.chunks(3) {
+        let n = (u32::from(chunk[0]) << 16)
+            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*chunk.get(2).unwrap_or(&0));
+        out.push(A[(n >> 18) as usize & 63] as char);
+        out.push(A[(n >> 12) as usize & 63] as char);
+        out.push(if chunk.len() > 1 { A[(n >> 6) as usize & 63] as char } else { '=' });
+        out.push(if chunk.len() > 2 { A[n as usize & 63] as char } else { '=' });
+    }
+    out
+}
+
+pub fn base64_decode(s: &str) -> Result<Vec<u8>> {
+    fn val(c: u8) -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    }
+    let bytes = s.as_bytes();
+    if bytes.len() % 4 != 0 {
+        return Err(SinkError::Codec(format!("bad base64 length {}", bytes.len())));
+    }
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    for q in bytes.chunks(4) {
+        let pad = q.iter().rev().take_while(|c| **c == b'=').count();
+        let mut n = 0u32;
+        for (i, c) in q.iter().enumerate() {
+            let v = if i >= 4 - pad { 0 } else { val(*c).ok_or_else(|| SinkError::Codec("bad base64 character".into()))? };
+            n = (n << 6) | v;
+        }
+        out.push((n >> 16) as u8);
+        if pad < 2 {
+            out.push((n >> 8) as u8);
+        }
+        if pad < 1 {
+            out.push(n as u8);
+        }
+    }
+    Ok(out)
+}
+
+pub fn hex_encode(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub fn hex_decode(s: &str) -> Result<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return Err(SinkError::Codec("odd hex length".into()));
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2).unwrap_or("zz"), 16).map_err(|_| SinkError::Codec("bad hex".into())))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_roundtrip_and_known_values() {
+        assert_eq!(base64_encode(b""), "");
+        assert_eq!(base64_encode(b"f"), "Zg==");
+        assert_eq!(base64_encode(b"fo"), "Zm8=");
+        assert_eq!(base64_encode(b"foo"), "Zm9v");
+        for n in 0..40u8 {
+            let v: Vec<u8> = (0..n).map(|i| i.wrapping_mul(37)).collect();
+            assert_eq!(base64_decode(&base64_encode(&v)).expect("decodes"), v);
+            assert_eq!(hex_decode(&hex_encode(&v)).expect("decodes"), v);
+        }
+        assert!(base64_decode("Zm9").is_err());
+        assert!(base64_decode("Z!9v").is_err());
+    }
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+        assert_eq!(utc_parts(1_700_000_000_123_456), (2023, 11, 14, 22, 13, 20, 123_456));
+    }
+}

@@ -1,0 +1,127 @@
+//! The sink error type. Every error says what failed, keeps its cause, and is classified
+//! [`Retryable`](ErrorClass::Retryable) (the changefeed may restart from its checkpoint and try
+//! again: network, timeouts, throttling, deadlocks, a store that refused a name already taken) or
+//! [`Fatal`](ErrorClass::Fatal) (retrying cannot help: a bad URI or parameter, a table the sink
+//! refuses, a column the downstream lacks, a broken caller contract).
+//!
+//! Invariant: [`SinkError::class`] is a pure function of the error value, so the shell and the
+//! simulator classify identically.
+
+use std::fmt;
+
+/// Whether retrying can help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorClass {
+    Retryable,
+    Fatal,
+}
+
+type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The sink URI or one of its parameters is invalid (fatal).
+    #[error("invalid sink URI {uri}: {reason}")]
+    InvalidUri { uri: String, reason: String },
+    /// The caller broke the sink contract, e.g. rows out of commit-ts order or a write to a
+    /// dispatcher that is not open (fatal: a bug upstream of the sink).
+    #[error("sink contract violated by dispatcher {dispatcher}: {reason}")]
+    Contract { dispatcher: String, reason: String },
+    /// The sink refuses a table (fatal), e.g. no primary key and no not-null unique key.
+    #[error("table {table} refused: {reason}")]
+    TableRefused { table: String, reason: String },
+    /// The object store failed.
+    #[error("object store {op} {path} failed: {source}")]
+    Store {
+        op: &'static str,
+        path: String,
+        retryable: bool,
+        #[source]
+        source: Cause,
+    },
+    /// The downstream database failed.
+    #[error("downstream {what} failed (code {code:?}): {source}")]
+    Db {
+        what: String,
+        code: Option<u16>,
+        retryable: bool,
+        #[source]
+        source: Cause,
+    },
+    /// Encoding or decoding data failed (fatal: the same data fails again).
+    #[error("codec error: {0}")]
+    Codec(String),
+    /// The storage layout read by `consume` is malformed (fatal).
+    #[error("storage layout error at {path}: {reason}")]
+    Layout { path: String, reason: String },
+    /// A background flush of this dispatcher failed earlier; later calls report it.
+    #[error("an earlier flush failed: {0}")]
+    Earlier(std::sync::Arc<SinkError>),
+}
+
+impl SinkError {
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            SinkError::InvalidUri { .. }
+            | SinkError::Contract { .. }
+            | SinkError::TableRefused { .. }
+            | SinkError::Codec(_)
+            | SinkError::Layout { .. } => ErrorClass::Fatal,
+            SinkError::Store { retryable, .. } | SinkError::Db { retryable, .. } => {
+                if *retryable {
+                    ErrorClass::Retryable
+                } else {
+                    ErrorClass::Fatal
+                }
+            }
+            SinkError::Earlier(e) => e.class(),
+        }
+    }
+
+    pub fn is_retryable(&self) -> bool {
+        self.class() == ErrorClass::Retryable
+    }
+
+    pub(crate) fn invalid_uri(uri: &impl fmt::Display, reason: impl Into<String>) -> SinkError {
+        SinkError::InvalidUri { uri: uri.to_string(), reason: reason.into() }
+    }
+
+    pub(crate) fn contract(d: impl fmt::Display, reason: impl Into<String>) -> SinkError {
+        SinkError::Contract { dispatcher: d.to_string(), reason: reason.into() }
+    }
+
+    pub(crate) fn store(op: &'static str, path: impl Into<String>, e: object_store::Error) -> SinkError {
+        use object_store::Error as E;
+        let retryable = !matches!(
+            e,
+            E::InvalidPath { .. }
+                | E::NotSupported { .. }
+                | E::NotImplemented { .. }
+                | E::UnknownConfigurationKey { .. }
+                | E::PermissionDenied { .. }
+                | E::Unauthenticated { .. }
+        );
+        SinkError::Store { op, path: path.into(), retryable, source: Box::new(e) }
+    }
+
+    pub(crate) fn db(what: impl Into<String>, e: mysql_async::Error) -> SinkError {
+        let (code, retryable) = classify_mysql(&e);
+        SinkError::Db { what: what.into(), code, retryable, source: Box::new(e) }
+    }
+}
+
+/// MariaDB/MySQL server error codes that retrying can fix: deadlock, lock wait timeout, lost
+/// connection, server shutdown, too many connections, query interrupted, read-only failover.
+pub const RETRYABLE_SERVER_CODES: &[u16] = &[1205, 1213, 1040, 1053, 1077, 1078, 1079, 1080, 1152, 1153, 1158, 1159, 1160, 1161, 1317, 2006, 2013, 1927, 1290];
+
+fn classify_mysql(e: &mysql_async::Error) -> (Option<u16>, bool) {
+    match e {
+        mysql_async::Error::Server(s) => (Some(s.code), RETRYABLE_SERVER_CODES.contains(&s.code)),
+        mysql_async::Error::Io(_) => (None, true),
+        mysql_async::Error::Driver(_) => (None, true),
+        mysql_async::Error::Url(_) => (None, false),
+        mysql_async::Error::Other(_) => (None, true),
+    }
+}
+
+pub type Result<T, E = SinkError> = std::result::Result<T, E>;

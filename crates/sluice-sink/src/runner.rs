@@ -1,0 +1,326 @@
+//! The bookkeeping every sink shares, written once: [`Runner`] implements [`Sink`] over a
+//! [`Backend`] that only knows how to buffer, flush, apply a DDL and record a checkpoint.
+//!
+//! Invariants kept here, for every backend:
+//! - per dispatcher, rows arrive in commit-ts order, inside the dispatcher's span, above its
+//!   start ts and above every earlier row, resolve and DDL (else [`SinkError::Contract`]);
+//! - the ack is raised only after a successful backend flush that covered everything handed over
+//!   before the flush started, and only to `max(written, resolved)` as of that start; it never
+//!   decreases;
+//! - every operation on a dispatcher runs in a spawned task holding that dispatcher's lock, so a
+//!   dropped caller never leaves a half-done write behind an unlocked slot, and `close` (which
+//!   takes the lock after unregistering the dispatcher) returns only when nothing of it is in flight;
+//! - after a failed flush the dispatcher is failed: later calls return [`SinkError::Earlier`]
+//!   and its ack stays where it was (the changefeed restarts from its checkpoint);
+//! - the flush ticker holds only a weak reference: dropping the sink stops it.
+
+use crate::error::{Result, SinkError};
+use crate::{AckReceiver, CloseReport, RowBatch, Sink};
+use async_trait::async_trait;
+use sluice_types::{DdlEvent, DispatcherId, Span, TableSchema, Ts};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::time::Duration;
+use tokio::sync::{watch, Mutex};
+
+/// What a concrete sink implements; see the module docs for what the runner adds.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    type Writer: Send + 'static;
+    /// A writer for one dispatcher.
+    fn new_writer(&self, dispatcher: DispatcherId, span: &Span) -> Result<Self::Writer>;
+    /// Buffers rows (already checked by the runner). Returns true when a bound is reached and the
+    /// buffer must be flushed now.
+    async fn buffer(&self, w: &mut Self::Writer, batch: RowBatch) -> Result<bool>;
+    fn has_buffered(&self, w: &Self::Writer) -> bool;
+    /// Makes every buffered row durable.
+    async fn flush(&self, w: &mut Self::Writer) -> Result<()>;
+    /// Applies a DDL (called after a successful flush).
+    async fn ddl(&self, w: &mut Self::Writer, ddl: &DdlEvent, tables: &[Arc<TableSchema>]) -> Result<()>;
+    async fn checkpoint(&self, ts: Ts) -> Result<()>;
+    /// Drops buffered rows (closing a failed dispatcher).
+    fn discard(&self, w: &mut Self::Writer);
+    /// How often buffered rows are flushed without being asked; `None`: never.
+    fn flush_interval(&self) -> Option<Duration>;
+}
+
+struct Slot<W> {
+    id: DispatcherId,
+    span: Span,
+    writer: W,
+    /// Greatest commit ts handed to the backend (rows or DDL), or the start ts.
+    written: Ts,
+    /// Greatest resolved ts declared.
+    resolved: Ts,
+    ack: watch::Sender<Ts>,
+    failed: Option<Arc<SinkError>>,
+    closed: bool,
+}
+
+impl<W> Slot<W> {
+    fn raise_ack(&self, ts: Ts) {
+        self.ack.send_if_modified(|cur| {
+            if ts > *cur {
+                *cur = ts;
+                true
+            } else {
+                false
+            }
+        });
+    }
+    fn check_usable(&self) -> Result<()> {
+        if self.closed {
+            return Err(SinkError::contract(self.id, "dispatcher is closed"));
+        }
+        if let Some(e) = &self.failed {
+            return Err(SinkError::Earlier(e.clone()));
+        }
+        Ok(())
+    }
+}
+
+type SlotRef<W> = Arc<Mutex<Slot<W>>>;
+
+struct Shared<B: Backend> {
+    backend: B,
+    slots: StdMutex<BTreeMap<DispatcherId, (SlotRef<B::Writer>, watch::Receiver<Ts>)>>,
+}
+
+enum Op {
+    Write(RowBatch),
+    Resolve(Ts),
+    Flush,
+    Tick,
+    Ddl(DdlEvent, Vec<Arc<TableSchema>>),
+    Close,
+}
+
+enum Out {
+    Unit,
+    Ts(Ts),
+    Closed(CloseReport),
+}
+
+/// A [`Sink`] over a [`Backend`].
+pub struct Runner<B: Backend> {
+    shared: Arc<Shared<B>>,
+    ticker: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl<B: Backend> Drop for Runner<B> {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticker.take() {
+            t.abort();
+        }
+    }
+}
+
+impl<B: Backend> Runner<B> {
+    /// Must be called inside a tokio runtime when the backend has a flush interval.
+    pub fn with_backend(backend: B) -> Runner<B> {
+        let interval = backend.flush_interval();
+        let shared = Arc::new(Shared { backend, slots: StdMutex::new(BTreeMap::new()) });
+        let ticker = interval.map(|iv| tokio::spawn(tick_loop(Arc::downgrade(&shared), iv)));
+        Runner { shared, ticker }
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.shared.backend
+    }
+
+    fn slot(&self, d: DispatcherId) -> Result<SlotRef<B::Writer>> {
+        let slots = self.shared.slots.lock().map_err(|_| SinkError::contract(d, "slot table poisoned"))?;
+        slots.get(&d).map(|(s, _)| s.clone()).ok_or_else(|| SinkError::contract(d, "dispatcher is not open"))
+    }
+
+    async fn run(&self, slot: SlotRef<B::Writer>, op: Op) -> Result<Out> {
+        let shared = self.shared.clone();
+        let task = tokio::spawn(async move {
+            let mut guard = slot.lock_owned().await;
+            exec(&shared.backend, &mut guard, op).await
+        });
+        task.await.map_err(|e| SinkError::contract("?", format!("sink task failed: {e}")))?
+    }
+}
+
+async fn tick_loop<B: Backend>(shared: Weak<Shared<B>>, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(s) = shared.upgrade() else { return };
+        let slots: Vec<SlotRef<B::Writer>> = match s.slots.lock() {
+            Ok(m) => m.values().map(|(v, _)| v.clone()).collect(),
+            Err(_) => return,
+        };
+        for slot in slots {
+            let s2 = s.clone();
+            // Spawned so a flush finishes even if the runner is dropped meanwhile.
+            let t = tokio::spawn(async move {
+                let mut g = slot.lock_owned().await;
+                let _ = exec(&s2.backend, &mut g, Op::Tick).await;
+            });
+            let _ = t.await;
+        }
+    }
+}
+
+async fn flush_slot<B: Backend>(b: &B, s: &mut Slot<B::Writer>) -> Result<Ts> {
+    s.check_usable()?;
+    let target = s.written.max(s.resolved);
+    if b.has_buffered(&s.writer) {
+        if let Err(e) = b.flush(&mut s.writer).await {
+            let e = Arc::new(e);
+            s.failed = Some(e.clone());
+            return Err(SinkError::Earlier(e));
+        }
+    }
+    s.raise_ack(target);
+    Ok(*s.ack.borrow())
+}
+
+async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out> {
+    match op {
+        Op::Write(batch) => {
+            s.check_usable()?;
+            let schema = &batch.schema;
+            if schema.table_id != s.span.table {
+                return Err(SinkError::contract(s.id, format!("table {} is not the span's table {}", schema.table_id, s.span.table)));
+            }
+            let mut last = s.written.max(s.resolved);
+            for (i, r) in batch.rows.iter().enumerate() {
+                if r.table_id != schema.table_id || r.schema_version != schema.version {
+                    return Err(SinkError::contract(s.id, format!("row {i} is of table {} version {}, batch is {} version {}", r.table_id, r.schema_version, schema.table_id, schema.version)));
+                }
+                let ok = if i == 0 { r.commit_ts > last } else { r.commit_ts >= last };
+                if !ok {
+                    return Err(SinkError::contract(s.id, format!("row {i} has commit ts {} after {last}", r.commit_ts)));
+                }
+                if !s.span.contains(&r.key) {
+                    return Err(SinkError::contract(s.id, format!("row {i} key {:?} outside span {:?}", r.key, s.span)));
+                }
+                last = r.commit_ts;
+            }
+            let Some(max_ts) = batch.rows.last().map(|r| r.commit_ts) else { return Ok(Out::Unit) };
+            let full = b.buffer(&mut s.writer, batch).await;
+            s.written = max_ts;
+            match full {
+                Ok(true) => flush_slot(b, s).await.map(|_| Out::Unit),
+                Ok(false) => Ok(Out::Unit),
+                Err(e) => {
+                    let e = Arc::new(e);
+                    s.failed = Some(e.clone());
+                    Err(SinkError::Earlier(e))
+                }
+            }
+        }
+        Op::Resolve(ts) => {
+            s.check_usable()?;
+            if ts > s.resolved {
+                s.resolved = ts;
+            }
+            if !b.has_buffered(&s.writer) {
+                s.raise_ack(s.written.max(s.resolved));
+            }
+            Ok(Out::Unit)
+        }
+        Op::Flush => flush_slot(b, s).await.map(Out::Ts),
+        Op::Tick => {
+            if s.closed || s.failed.is_some() {
+                return Ok(Out::Unit);
+            }
+            flush_slot(b, s).await.map(|_| Out::Unit)
+        }
+        Op::Ddl(ddl, tables) => {
+            s.check_usable()?;
+            if ddl.commit_ts <= s.written {
+                return Err(SinkError::contract(s.id, format!("DDL at {} after rows up to {}", ddl.commit_ts, s.written)));
+            }
+            flush_slot(b, s).await?;
+            if let Err(e) = b.ddl(&mut s.writer, &ddl, &tables).await {
+                let e = Arc::new(e);
+                s.failed = Some(e.clone());
+                return Err(SinkError::Earlier(e));
+            }
+            s.written = ddl.commit_ts;
+            s.raise_ack(ddl.commit_ts);
+            Ok(Out::Ts(ddl.commit_ts))
+        }
+        Op::Close => {
+            let error = if s.closed {
+                None
+            } else if s.failed.is_some() {
+                None
+            } else {
+                flush_slot(b, s).await.err()
+            };
+            b.discard(&mut s.writer);
+            s.closed = true;
+            let durable_ts = *s.ack.borrow();
+            Ok(Out::Closed(CloseReport { durable_ts, error }))
+        }
+    }
+}
+
+#[async_trait]
+impl<B: Backend> Sink for Runner<B> {
+    async fn open(&self, dispatcher: DispatcherId, span: Span, start_ts: Ts) -> Result<AckReceiver> {
+        let writer = self.shared.backend.new_writer(dispatcher, &span)?;
+        let (tx, rx) = watch::channel(start_ts);
+        let slot = Slot { id: dispatcher, span, writer, written: start_ts, resolved: start_ts, ack: tx, failed: None, closed: false };
+        let mut slots = self.shared.slots.lock().map_err(|_| SinkError::contract(dispatcher, "slot table poisoned"))?;
+        if slots.contains_key(&dispatcher) {
+            return Err(SinkError::contract(dispatcher, "dispatcher is already open"));
+        }
+        slots.insert(dispatcher, (Arc::new(Mutex::new(slot)), rx.clone()));
+        Ok(rx)
+    }
+
+    async fn write_rows(&self, dispatcher: DispatcherId, batch: RowBatch) -> Result<()> {
+        let slot = self.slot(dispatcher)?;
+        self.run(slot, Op::Write(batch)).await.map(|_| ())
+    }
+
+    async fn resolve(&self, dispatcher: DispatcherId, ts: Ts) -> Result<()> {
+        let slot = self.slot(dispatcher)?;
+        self.run(slot, Op::Resolve(ts)).await.map(|_| ())
+    }
+
+    async fn flush(&self, dispatcher: DispatcherId) -> Result<Ts> {
+        let slot = self.slot(dispatcher)?;
+        match self.run(slot, Op::Flush).await? {
+            Out::Ts(t) => Ok(t),
+            _ => Err(SinkError::contract(dispatcher, "unexpected flush result")),
+        }
+    }
+
+    async fn write_ddl(&self, dispatcher: DispatcherId, ddl: DdlEvent, tables: Vec<Arc<TableSchema>>) -> Result<Ts> {
+        let slot = self.slot(dispatcher)?;
+        match self.run(slot, Op::Ddl(ddl, tables)).await? {
+            Out::Ts(t) => Ok(t),
+            _ => Err(SinkError::contract(dispatcher, "unexpected DDL result")),
+        }
+    }
+
+    async fn write_checkpoint(&self, ts: Ts) -> Result<()> {
+        self.shared.backend.checkpoint(ts).await
+    }
+
+    async fn close(&self, dispatcher: DispatcherId) -> CloseReport {
+        let removed = match self.shared.slots.lock() {
+            Ok(mut m) => m.remove(&dispatcher),
+            Err(_) => None,
+        };
+        let Some((slot, rx)) = removed else {
+            return CloseReport { durable_ts: 0, error: Some(SinkError::contract(dispatcher, "dispatcher is not open")) };
+        };
+        match self.run(slot, Op::Close).await {
+            Ok(Out::Closed(r)) => r,
+            Ok(_) => CloseReport { durable_ts: *rx.borrow(), error: None },
+            Err(e) => CloseReport { durable_ts: *rx.borrow(), error: Some(e) },
+        }
+    }
+
+    fn durable_ts(&self, dispatcher: DispatcherId) -> Option<Ts> {
+        let slots = self.shared.slots.lock().ok()?;
+        slots.get(&dispatcher).map(|(_, rx)| *rx.borrow())
+    }
+}

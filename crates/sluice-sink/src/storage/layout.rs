@@ -1,0 +1,225 @@
+//! TiCDC's cloud storage layout: every path the storage sink writes and `consume` reads.
+//!
+//! ```text
+//! metadata                                            {"checkpoint-ts": N}
+//! <db>/meta/schema_<ver>_<sum10>.json                 database-level DDL
+//! <db>/<table>/meta/schema_<ver>_<sum10>.json         table schema version (ver = DDL commit ts)
+//! <db>/<table>/<ver>[/<date>]/CDC<idx>.<ext>          data file (idx zero-padded to file-index-width)
+//! <db>/<table>/<ver>[/<date>]/meta/CDC.index          last data file name + "\n"
+//! with dispatcher ids: CDC_<dispatcher>_<idx>.<ext> and meta/CDC_<dispatcher>.index
+//! ```
+//!
+//! Invariants: names are pure functions of their inputs; [`parse_data_name`] accepts exactly the
+//! names [`data_name`] produces (so temporary files such as `CDC…csv#1` or `CDC…csv.tmp.x` are
+//! never taken for data); the checksum of a schema file depends only on the column layout.
+
+use crate::codec::civil_from_days;
+use crate::uri::DateSeparator;
+use serde::{Deserialize, Serialize};
+use sluice_types::{DdlKind, DispatcherId, TableSchema, Ts};
+
+pub const METADATA: &str = "metadata";
+
+/// CRC-32 (IEEE), bitwise: schema checksums are short and rare.
+pub fn crc32(data: &[u8]) -> u32 {
+    let mut crc = 0xFFFF_FFFFu32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+/// One column as TiCDC's table definition file lists it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ColumnDefinition {
+    #[serde(rename = "ColumnName")]
+    pub name: String,
+    #[serde(rename = "ColumnType")]
+    pub ty: String,
+    #[serde(rename = "ColumnNullable", default, skip_serializing_if = "Option::is_none")]
+    pub nullable: Option<String>,
+    #[serde(rename = "ColumnIsPk", default, skip_serializing_if = "Option::is_none")]
+    pub is_pk: Option<String>,
+    #[serde(rename = "ColumnLength", default, skip_serializing_if = "Option::is_none")]
+    pub length: Option<String>,
+    #[serde(rename = "ColumnScale", default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<String>,
+}
+
+/// A schema file (`schema_<ver>_<sum>.json`): TiCDC's table definition plus Sluice's full schema
+/// (so consumers can decode every type exactly).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TableDefinition {
+    #[serde(rename = "Table")]
+    pub table: String,
+    #[serde(rename = "Schema")]
+    pub schema: String,
+    #[serde(rename = "Version")]
+    pub version: u32,
+    #[serde(rename = "TableVersion")]
+    pub table_version: Ts,
+    #[serde(rename = "Query")]
+    pub query: String,
+    #[serde(rename = "Type")]
+    pub kind: String,
+    #[serde(rename = "Columns")]
+    pub columns: Vec<ColumnDefinition>,
+    #[serde(rename = "TotalColumns")]
+    pub total_columns: usize,
+    #[serde(rename = "SluiceSchema", default, skip_serializing_if = "Option::is_none")]
+    pub sluice_schema: Option<TableSchema>,
+}
+
+impl TableDefinition {
+    pub fn for_table(schema: &TableSchema, version: Ts, query: &str, kind: Option<DdlKind>) -> TableDefinition {
+        let columns = schema
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ColumnDefinition {
+                name: c.name.clone(),
+                ty: c.sql_type.to_ascii_uppercase(),
+                nullable: Some(c.nullable.to_string()),
+                is_pk: schema.key_columns.contains(&i).then(|| "true".to_string()),
+                length: (c.length > 0).then(|| c.length.to_string()),
+                scale: (c.decimals > 0).then(|| c.decimals.to_string()),
+            })
+            .collect::<Vec<_>>();
+        TableDefinition {
+            table: schema.name.clone(),
+            schema: schema.database.clone(),
+            version: 1,
+            table_version: version,
+            query: query.to_string(),
+            kind: kind.map(|k| format!("{k:?}")).unwrap_or_default(),
+            total_columns: columns.len(),
+            columns,
+            sluice_schema: Some(schema.clone()),
+        }
+    }
+
+    pub fn for_database(db: &str, version: Ts, query: &str, kind: DdlKind) -> TableDefinition {
+        TableDefinition {
+            table: String::new(),
+            schema: db.to_string(),
+            version: 1,
+            table_version: version,
+            query: query.to_string(),
+            kind: format!("{kind:?}"),
+            columns: Vec::new(),
+            total_columns: 0,
+            sluice_schema: None,
+        }
+    }
+
+    /// 10-digit checksum of the column layout (names, types, nullability, key).
+    pub fn checksum(&self) -> u32 {
+        let layout = serde_json::to_string(&self.columns).unwrap_or_default();
+        crc32(layout.as_bytes())
+    }
+
+    /// Path of this definition's file.
+    pub fn path(&self) -> String {
+        if self.table.is_empty() {
+            format!("{}/meta/schema_{}_{:010}.json", self.schema, self.table_version, self.checksum())
+        } else {
+            format!("{}/{}/meta/schema_{}_{:010}.json", self.schema, self.table, self.table_version, self.checksum())
+        }
+    }
+}
+
+/// The date directory of a commit time, per separator (UTC).
+pub fn date_dir(sep: DateSeparator, commit_time_ms: u64) -> Option<String> {
+    let days = (commit_time_ms / 86_400_000) as i64;
+    let (y, m, d) = civil_from_days(days);
+    match sep {
+        DateSeparator::None => None,
+        DateSeparator::Year => Some(format!("{y:04}")),
+        DateSeparator::Month => Some(format!("{y:04}-{m:02}")),
+        DateSeparator::Day => Some(format!("{y:04}-{m:02}-{d:02}")),
+    }
+}
+
+/// `<db>/<table>/<ver>[/<date>]`.
+pub fn data_dir(schema: &TableSchema, date: Option<&str>) -> String {
+    match date {
+        Some(d) => format!("{}/{}/{}/{d}", schema.database, schema.name, schema.version),
+        None => format!("{}/{}/{}", schema.database, schema.name, schema.version),
+    }
+}
+
+pub fn data_name(dispatcher: Option<DispatcherId>, index: u64, width: usize, ext: &str) -> String {
+    match dispatcher {
+        Some(d) => format!("CDC_{d}_{index:0width$}.{ext}"),
+        None => format!("CDC{index:0width$}.{ext}"),
+    }
+}
+
+pub fn index_path(dir: &str, dispatcher: Option<DispatcherId>) -> String {
+    match dispatcher {
+        Some(d) => format!("{dir}/meta/CDC_{d}.index"),
+        None => format!("{dir}/meta/CDC.index"),
+    }
+}
+
+/// A parsed data file name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DataName {
+    /// The dispatcher id text (32 hex digits), if any.
+    pub dispatcher: Option<String>,
+    pub index: u64,
+    pub ext: String,
+}
+
+/// Parses a data file name, or `None` for anything else (temporary files, index files).
+pub fn parse_data_name(name: &str) -> Option<DataName> {
+    let rest = name.strip_prefix("CDC")?;
+    let (stem, ext) = rest.rsplit_once('.')?;
+    if ext != "csv" && ext != "json" {
+        return None;
+    }
+    let (dispatcher, digits) = match stem.strip_prefix('_') {
+        Some(s) => {
+            let (d, i) = s.split_once('_')?;
+            if d.len() != 32 || !d.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
+            (Some(d.to_string()), i)
+        }
+        None => (None, stem),
+    };
+    if digits.len() < 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(DataName { dispatcher, index: digits.parse().ok()?, ext: ext.to_string() })
+}
+
+/// Parses `schema_<ver>_<sum>.json`.
+pub fn parse_schema_name(name: &str) -> Option<(Ts, u32)> {
+    let s = name.strip_prefix("schema_")?.strip_suffix(".json")?;
+    let (v, sum) = s.split_once('_')?;
+    Some((v.parse().ok()?, sum.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_roundtrip_and_temp_files_are_not_data() {
+        let d = DispatcherId { epoch: 3, seq: 9 };
+        let n = data_name(Some(d), 7, 6, "csv");
+        assert_eq!(n, "CDC_00000000000000030000000000000009_000007.csv");
+        assert_eq!(parse_data_name(&n), Some(DataName { dispatcher: Some(d.to_string()), index: 7, ext: "csv".into() }));
+        assert_eq!(data_name(None, 12, 20, "json"), "CDC00000000000000000012.json");
+        assert_eq!(parse_data_name("CDC00000000000000000012.json").map(|d| d.index), Some(12));
+        for bad in ["CDC000001.csv#1", "CDC000001.csv.tmp.abc", "CDC.index", "CDC_x_000001.csv", "CDC01.csv", "schema_1_2.json"] {
+            assert_eq!(parse_data_name(bad), None, "{bad}");
+        }
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(parse_schema_name("schema_42_0123456789.json"), Some((42, 123_456_789)));
+    }
+}

@@ -1,0 +1,281 @@
+//! The cloud storage sink: local files (`file://`) and S3 (`s3://`) through `object_store`, in
+//! TiCDC's layout ([`layout`]), encoded as csv or canal-json.
+//!
+//! Invariants:
+//! - a dispatcher's rows go into one buffer per (table version, date); a buffer is flushed when it
+//!   reaches `file-size`, at every `flush-interval`, on `flush`, before a DDL and on close;
+//! - a flush writes the table version's schema file (if missing), then each data file, then the
+//!   index file; the ack follows only after all of them succeeded;
+//! - data files are created with `PutMode::Create`: on S3 the store refuses a second writer of a
+//!   name; on local disk `object_store` stages the bytes in `<name>#<n>` and hard-links them into
+//!   place, so a reader never sees a partial file and an existing name is never replaced. A refused
+//!   name moves the writer to the next index (at most [`MAX_NAME_PROBES`] times);
+//! - a dispatcher whose span is not the whole table (or every dispatcher, with
+//!   `enable-table-across-nodes`) puts its id in its file names, so two dispatchers never share a
+//!   name, even across a failover;
+//! - the root `metadata` checkpoint never moves backwards.
+
+pub mod layout;
+
+use crate::codec;
+use crate::error::{Result, SinkError};
+use crate::runner::{Backend, Runner};
+use crate::uri::{Protocol, StorageConfig, StorageLocation};
+use crate::RowBatch;
+use async_trait::async_trait;
+use layout::TableDefinition;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use sluice_types::{DdlEvent, DispatcherId, Span, TableSchema, Ts};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How many taken names a flush skips before giving up (retryable).
+pub const MAX_NAME_PROBES: u64 = 10_000;
+/// How many sealed buffers (a table version or date switch each) wait before a forced flush.
+pub const MAX_SEALED_BUFFERS: usize = 16;
+
+/// Builds the object store a storage config names.
+pub fn build_store(cfg: &StorageConfig) -> Result<Arc<dyn ObjectStore>> {
+    match &cfg.location {
+        StorageLocation::Local(p) => {
+            std::fs::create_dir_all(p).map_err(|e| SinkError::Store {
+                op: "mkdir",
+                path: p.display().to_string(),
+                retryable: true,
+                source: Box::new(e),
+            })?;
+            let fs = object_store::local::LocalFileSystem::new_with_prefix(p)
+                .map_err(|e| SinkError::store("open", p.display().to_string(), e))?
+                .with_fsync(true);
+            Ok(Arc::new(fs))
+        }
+        StorageLocation::S3 { bucket, prefix, endpoint, region, access_key, secret_access_key, force_path_style } => {
+            let mut b = object_store::aws::AmazonS3Builder::new()
+                .with_bucket_name(bucket)
+                .with_region(region)
+                .with_virtual_hosted_style_request(!force_path_style);
+            if let Some(ep) = endpoint {
+                b = b.with_endpoint(ep).with_allow_http(ep.starts_with("http://"));
+            }
+            if let Some(k) = access_key {
+                b = b.with_access_key_id(k.expose());
+            }
+            if let Some(s) = secret_access_key {
+                b = b.with_secret_access_key(s.expose());
+            }
+            let s3 = b.build().map_err(|e| SinkError::store("configure", format!("s3://{bucket}"), e))?;
+            if prefix.is_empty() {
+                Ok(Arc::new(s3))
+            } else {
+                Ok(Arc::new(object_store::prefix::PrefixStore::new(s3, prefix.as_str())))
+            }
+        }
+    }
+}
+
+struct Buf {
+    schema: Arc<TableSchema>,
+    date: Option<String>,
+    text: String,
+}
+
+/// One dispatcher's writer state.
+pub struct StorageWriter {
+    id: Option<DispatcherId>,
+    sealed: Vec<Buf>,
+    cur: Option<Buf>,
+    /// Next data file index per directory, once known.
+    next_index: BTreeMap<String, u64>,
+}
+
+pub struct Storage {
+    cfg: StorageConfig,
+    store: Arc<dyn ObjectStore>,
+    /// Schema file paths known to exist.
+    schemas: Mutex<BTreeSet<String>>,
+    checkpoint: tokio::sync::Mutex<Ts>,
+}
+
+pub type StorageSink = Runner<Storage>;
+
+impl Runner<Storage> {
+    /// Must be called inside a tokio runtime (the flush ticker).
+    pub fn open_storage(cfg: StorageConfig) -> Result<StorageSink> {
+        let store = build_store(&cfg)?;
+        Ok(Runner::with_backend(Storage { cfg, store, schemas: Mutex::new(BTreeSet::new()), checkpoint: tokio::sync::Mutex::new(0) }))
+    }
+    pub fn store(&self) -> Arc<dyn ObjectStore> {
+        self.backend().store.clone()
+    }
+}
+
+fn is_already_exists(e: &object_store::Error) -> bool {
+    matches!(e, object_store::Error::AlreadyExists { .. })
+}
+
+impl Storage {
+    async fn put_create(&self, path: &str, bytes: Vec<u8>) -> std::result::Result<(), object_store::Error> {
+        let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
+        self.store.put_opts(&Path::from(path), PutPayload::from(bytes), opts).await.map(|_| ())
+    }
+
+    async fn put_overwrite(&self, path: &str, bytes: Vec<u8>) -> Result<()> {
+        self.store
+            .put(&Path::from(path), PutPayload::from(bytes))
+            .await
+            .map(|_| ())
+            .map_err(|e| SinkError::store("put", path, e))
+    }
+
+    /// Writes a schema file unless it is known to exist (an existing file of the same name has
+    /// the same content: the name embeds version and checksum).
+    async fn ensure_definition(&self, def: &TableDefinition) -> Result<()> {
+        let path = def.path();
+        if self.schemas.lock().map(|s| s.contains(&path)).unwrap_or(false) {
+            return Ok(());
+        }
+        let body = serde_json::to_vec_pretty(def).map_err(|e| SinkError::Codec(e.to_string()))?;
+        match self.put_create(&path, body).await {
+            Ok(()) => {}
+            Err(e) if is_already_exists(&e) => {}
+            Err(e) => return Err(SinkError::store("put", path, e)),
+        }
+        if let Ok(mut s) = self.schemas.lock() {
+            s.insert(path);
+        }
+        Ok(())
+    }
+
+    async fn read_next_index(&self, dir: &str, id: Option<DispatcherId>) -> Result<u64> {
+        let ipath = layout::index_path(dir, id);
+        match self.store.get(&Path::from(ipath.as_str())).await {
+            Ok(r) => {
+                let bytes = r.bytes().await.map_err(|e| SinkError::store("get", ipath.as_str(), e))?;
+                let text = String::from_utf8_lossy(&bytes);
+                // A corrupt index only costs probes: start at 1 and skip taken names.
+                Ok(layout::parse_data_name(text.trim()).map(|n| n.index + 1).unwrap_or(1))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(1),
+            Err(e) => Err(SinkError::store("get", ipath, e)),
+        }
+    }
+
+    async fn flush_buf(&self, w: &mut StorageWriter, buf: Buf) -> Result<()> {
+        let def = TableDefinition::for_table(&buf.schema, buf.schema.version, "", None);
+        self.ensure_definition(&def).await?;
+        let dir = layout::data_dir(&buf.schema, buf.date.as_deref());
+        let mut index = match w.next_index.get(&dir) {
+            Some(i) => *i,
+            None => self.read_next_index(&dir, w.id).await?,
+        };
+        let ext = self.cfg.protocol.extension();
+        let body = buf.text.into_bytes();
+        let mut probes = 0;
+        let name = loop {
+            let name = layout::data_name(w.id, index, self.cfg.file_index_width, ext);
+            let path = format!("{dir}/{name}");
+            match self.put_create(&path, body.clone()).await {
+                Ok(()) => break name,
+                Err(e) if is_already_exists(&e) => {
+                    probes += 1;
+                    if probes >= MAX_NAME_PROBES {
+                        return Err(SinkError::store("put", path, e));
+                    }
+                    index += 1;
+                }
+                Err(e) => return Err(SinkError::store("put", path, e)),
+            }
+        };
+        w.next_index.insert(dir.clone(), index + 1);
+        self.put_overwrite(&layout::index_path(&dir, w.id), format!("{name}\n").into_bytes()).await
+    }
+}
+
+#[async_trait]
+impl Backend for Storage {
+    type Writer = StorageWriter;
+
+    fn new_writer(&self, dispatcher: DispatcherId, span: &Span) -> Result<StorageWriter> {
+        let with_id = self.cfg.table_across_nodes || !span.is_whole_table();
+        Ok(StorageWriter { id: with_id.then_some(dispatcher), sealed: Vec::new(), cur: None, next_index: BTreeMap::new() })
+    }
+
+    async fn buffer(&self, w: &mut StorageWriter, batch: RowBatch) -> Result<bool> {
+        let schema = batch.schema;
+        for row in &batch.rows {
+            let date = layout::date_dir(self.cfg.date_separator, row.commit_time_ms);
+            let same = w.cur.as_ref().is_some_and(|b| Arc::ptr_eq(&b.schema, &schema) || (b.schema.version == schema.version && b.schema.table_id == schema.table_id)) && w.cur.as_ref().is_some_and(|b| b.date == date);
+            if !same {
+                if let Some(b) = w.cur.take() {
+                    w.sealed.push(b);
+                }
+                w.cur = Some(Buf { schema: schema.clone(), date, text: String::new() });
+            }
+            let Some(b) = w.cur.as_mut() else { continue };
+            match self.cfg.protocol {
+                Protocol::Csv => codec::csv::encode_row(&mut b.text, &self.cfg.csv, &schema, row)?,
+                Protocol::CanalJson => codec::canal::encode_row(&mut b.text, self.cfg.tidb_extension, &schema, row)?,
+            }
+        }
+        let size = w.cur.as_ref().map(|b| b.text.len() as u64).unwrap_or(0);
+        Ok(size >= self.cfg.file_size || w.sealed.len() >= MAX_SEALED_BUFFERS)
+    }
+
+    fn has_buffered(&self, w: &StorageWriter) -> bool {
+        !w.sealed.is_empty() || w.cur.as_ref().is_some_and(|b| !b.text.is_empty())
+    }
+
+    async fn flush(&self, w: &mut StorageWriter) -> Result<()> {
+        let mut bufs = std::mem::take(&mut w.sealed);
+        if let Some(c) = w.cur.take() {
+            bufs.push(c);
+        }
+        let mut it = bufs.into_iter();
+        while let Some(b) = it.next() {
+            if b.text.is_empty() {
+                continue;
+            }
+            let keep = Buf { schema: b.schema.clone(), date: b.date.clone(), text: b.text.clone() };
+            if let Err(e) = self.flush_buf(w, b).await {
+                // Keep what was not written so a retry of the same writer could resume.
+                w.sealed = std::iter::once(keep).chain(it).collect();
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    async fn ddl(&self, _w: &mut StorageWriter, ddl: &DdlEvent, tables: &[Arc<TableSchema>]) -> Result<()> {
+        if tables.is_empty() {
+            let def = TableDefinition::for_database(&ddl.database, ddl.commit_ts, &ddl.query, ddl.kind);
+            return self.ensure_definition(&def).await;
+        }
+        for t in tables {
+            let def = TableDefinition::for_table(t, ddl.commit_ts, &ddl.query, Some(ddl.kind));
+            self.ensure_definition(&def).await?;
+        }
+        Ok(())
+    }
+
+    async fn checkpoint(&self, ts: Ts) -> Result<()> {
+        let mut cur = self.checkpoint.lock().await;
+        if ts <= *cur {
+            return Ok(());
+        }
+        let body = serde_json::json!({ "checkpoint-ts": ts }).to_string().into_bytes();
+        self.put_overwrite(layout::METADATA, body).await?;
+        *cur = ts;
+        Ok(())
+    }
+
+    fn discard(&self, w: &mut StorageWriter) {
+        w.sealed.clear();
+        w.cur = None;
+    }
+
+    fn flush_interval(&self) -> Option<Duration> {
+        Some(self.cfg.flush_interval)
+    }
+}
