@@ -27,6 +27,7 @@ pub mod error;
 pub mod mysql;
 pub mod runner;
 pub mod storage;
+pub mod testing;
 pub mod uri;
 
 pub use error::{ErrorClass, Result, SinkError};
