@@ -11,11 +11,13 @@
 //! - errors are typed and classified retryable or fatal ([`error::CaptureError::class`]).
 
 pub mod binlog;
+pub mod capture;
 pub mod check;
 pub mod decode;
 pub mod error;
 pub mod keys;
 pub mod pos;
+pub mod schema;
 
 pub use binlog::{BinlogReader, ReaderConfig, ReaderEvent, Transaction};
 pub use check::check_upstream;

@@ -1,0 +1,115 @@
+//! Glue between the binlog reader and the rest of Sluice: turns a [`Transaction`] into Sluice
+//! events — [`RowEvent`]s with table ids and keys from the [`SchemaHistory`], or a
+//! [`DdlEvent`] — and advances the history with every DDL.
+//!
+//! Invariants:
+//! - a row's table id is the id of its `db.table` in the history at the row's commit ts;
+//! - a row's key is [`crate::keys::row_key`] over the history's key columns (primary key or a
+//!   not-null unique key), with the collations from the TABLE_MAP; a table without such a key
+//!   gets the empty key (one unsplittable span);
+//! - an update that changes the key becomes a delete of the old key and an insert of the new
+//!   key, both with the transaction's commit ts;
+//! - rows of system schemas (`mysql`, ...) are dropped; rows of a table unknown to the history
+//!   are a fatal [`CaptureError::UnknownTable`] (never silently dropped).
+
+use crate::binlog::{BinlogReader, ReaderEvent, RowChange, Transaction};
+use crate::error::{CaptureError, Result};
+use crate::keys::row_key;
+use crate::schema::{is_system_schema, SchemaHistory};
+use sluice_types::{DdlEvent, Key, RowEvent, RowKind, TableSchema, Ts};
+
+/// What one transaction becomes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Captured {
+    /// The row changes of one transaction (possibly empty: e.g. only system tables).
+    Rows { commit_ts: Ts, rows: Vec<RowEvent> },
+    Ddl(DdlEvent),
+    /// Everything with commit ts `<= ts` has been captured.
+    Resolved(Ts),
+}
+
+fn key_spec(schema: &TableSchema, change: &RowChange) -> Vec<(usize, u16)> {
+    let cols = &change.table.columns;
+    let idx: Vec<usize> = if !schema.key_columns.is_empty() && schema.columns.len() == cols.len() {
+        schema.key_columns.clone()
+    } else {
+        change.table.primary_key.clone()
+    };
+    idx.into_iter().filter(|i| *i < cols.len()).map(|i| (i, cols[i].collation)).collect()
+}
+
+/// Converts one transaction, applying its DDL (if any) to `history`.
+pub fn convert(history: &mut SchemaHistory, txn: &Transaction) -> Result<Captured> {
+    if let Some(stmt) = &txn.statement {
+        return Ok(match history.apply(txn.commit_ts, txn.commit_time_ms, &stmt.database, &stmt.query)? {
+            Some(ddl) => Captured::Ddl(ddl),
+            None => Captured::Rows { commit_ts: txn.commit_ts, rows: Vec::new() },
+        });
+    }
+    let mut rows = Vec::with_capacity(txn.rows.len());
+    for change in &txn.rows {
+        let (db, name) = (&change.table.database, &change.table.table);
+        if is_system_schema(db) {
+            continue;
+        }
+        let schema = history
+            .table_at(db, name, txn.commit_ts)
+            .ok_or_else(|| CaptureError::UnknownTable(format!("{db}.{name}"), txn.commit_ts))?;
+        let spec = key_spec(schema, change);
+        let id = schema.table_id;
+        let ev = |kind: RowKind, key: Key, before: Option<Vec<_>>, after: Option<Vec<_>>| RowEvent {
+            table_id: id,
+            schema_version: schema.version,
+            commit_ts: txn.commit_ts,
+            commit_time_ms: txn.commit_time_ms,
+            kind,
+            key,
+            before,
+            after,
+        };
+        match change.kind {
+            RowKind::Insert => {
+                let after = change.after.clone().unwrap_or_default();
+                rows.push(ev(RowKind::Insert, row_key(id, &after, &spec), None, Some(after)));
+            }
+            RowKind::Delete => {
+                let before = change.before.clone().unwrap_or_default();
+                rows.push(ev(RowKind::Delete, row_key(id, &before, &spec), Some(before), None));
+            }
+            RowKind::Update => {
+                let before = change.before.clone().unwrap_or_default();
+                let after = change.after.clone().unwrap_or_default();
+                let kb = row_key(id, &before, &spec);
+                let ka = row_key(id, &after, &spec);
+                if kb == ka {
+                    rows.push(ev(RowKind::Update, ka, Some(before), Some(after)));
+                } else {
+                    rows.push(ev(RowKind::Delete, kb, Some(before), None));
+                    rows.push(ev(RowKind::Insert, ka, None, Some(after)));
+                }
+            }
+        }
+    }
+    Ok(Captured::Rows { commit_ts: txn.commit_ts, rows })
+}
+
+/// A reader plus the history it keeps current: the unit a node runs per upstream.
+pub struct Capture {
+    pub reader: BinlogReader,
+    pub history: SchemaHistory,
+}
+
+impl Capture {
+    pub fn new(reader: BinlogReader, history: SchemaHistory) -> Self {
+        Capture { reader, history }
+    }
+
+    /// The next captured item. Fatal errors are returned; retryable ones are handled inside the
+    /// reader.
+    pub async fn next(&mut self) -> Result<Captured> {
+        match self.reader.next().await? {
+            ReaderEvent::Resolved(ts) => Ok(Captured::Resolved(ts)),
+            ReaderEvent::Transaction(t) => convert(&mut self.history, &t),
+        }
+    }
+}

@@ -1,0 +1,935 @@
+//! The schema history of one upstream: a snapshot of `information_schema` taken at a known
+//! binlog position, then every DDL read from the binlog applied in commit-ts order. Shared by
+//! every changefeed and node (persist it in the meta store; it is `serde`-serializable).
+//!
+//! Invariants:
+//! - **table ids are a pure function of the history**: tables in the snapshot get
+//!   [`SNAPSHOT_FIRST_TABLE_ID`]`+ i` in `(database, name)` byte order; a table created (or
+//!   truncated, which makes a new table as in TiDB) by a DDL gets the DDL's commit ts as its id
+//!   (commit ts values are `>= 1 << 32`, so they never collide with snapshot ids); RENAME and
+//!   ALTER keep the id;
+//! - versions are keyed by commit ts: [`SchemaHistory::tables_at`]`(ts)` is the state after
+//!   every DDL with commit ts `<= ts`, so a row with commit ts `t` decodes with `tables_at(t)`;
+//! - applying a DDL is idempotent by commit ts: a DDL at or below the history's head is not
+//!   applied again and returns the event recorded the first time (several readers, on several
+//!   nodes, feed one history);
+//! - an unparseable DDL is a [`CaptureError::Ddl`] and leaves the history unchanged, unless
+//!   [`SchemaHistory::skip_unparseable_ddl`] is set, in which case it is recorded in
+//!   `skipped` and otherwise ignored. Statements that are not about tables or databases
+//!   (GRANT, CREATE USER, FLUSH, procedures, triggers, ...) are ignored.
+
+use crate::binlog::master_position;
+use crate::error::{CaptureError, Result};
+use crate::pos::BinlogPos;
+use mysql_async::prelude::Queryable;
+use serde::{Deserialize, Serialize};
+use sluice_types::{
+    ColumnDef, ColumnType, DdlEvent, DdlInfluence, DdlKind, InfluenceScope, TableId, TableSchema, Ts,
+};
+use sqlparser::ast::{
+    AlterTableOperation, ColumnOption, CreateTableLikeKind, ObjectName, ObjectType, RenameTableNameKind,
+    SchemaName, Statement, TableConstraint,
+};
+use sqlparser::dialect::MySqlDialect;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The first id given to snapshot tables.
+pub const SNAPSHOT_FIRST_TABLE_ID: u64 = 1000;
+/// How many times the snapshot is retried when a DDL lands while it is read.
+pub const SNAPSHOT_RETRIES: usize = 20;
+/// Schemas never captured.
+pub const SYSTEM_SCHEMAS: [&str; 4] = ["mysql", "information_schema", "performance_schema", "sys"];
+
+pub fn is_system_schema(db: &str) -> bool {
+    SYSTEM_SCHEMAS.iter().any(|s| s.eq_ignore_ascii_case(db))
+}
+
+/// One version of one table, valid for commit ts in `[from, to)`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TableVersion {
+    pub from: Ts,
+    pub to: Option<Ts>,
+    pub schema: TableSchema,
+}
+
+/// A DDL that was skipped because it could not be parsed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SkippedDdl {
+    pub commit_ts: Ts,
+    pub database: String,
+    pub query: String,
+    pub error: String,
+}
+
+/// See the module docs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SchemaHistory {
+    /// Binlog position of the snapshot; readers start here or later.
+    pub snapshot_pos: BinlogPos,
+    /// The ts of the snapshot (`snapshot_pos.ts()`).
+    pub snapshot_ts: Ts,
+    /// The commit ts of the last applied DDL (or the snapshot ts).
+    pub head: Ts,
+    /// Every version of every table.
+    pub tables: BTreeMap<TableId, Vec<TableVersion>>,
+    /// Databases: name → `[created, dropped)`.
+    pub databases: BTreeMap<String, Vec<(Ts, Option<Ts>)>>,
+    /// Applied DDLs in commit ts order.
+    pub ddls: Vec<DdlEvent>,
+    pub skipped: Vec<SkippedDdl>,
+    /// Configuration: skip unparseable DDLs instead of failing.
+    #[serde(default)]
+    pub skip_unparseable_ddl: bool,
+}
+
+/// Persistence of a schema history (the server implements it over its meta store).
+pub trait SchemaStore {
+    fn load(&self) -> Result<Option<SchemaHistory>>;
+    fn save(&self, history: &SchemaHistory) -> Result<()>;
+}
+
+/// A [`SchemaStore`] in one JSON file, replaced atomically (write + rename).
+pub struct FileSchemaStore(pub std::path::PathBuf);
+
+impl SchemaStore for FileSchemaStore {
+    fn load(&self) -> Result<Option<SchemaHistory>> {
+        match std::fs::read(&self.0) {
+            Ok(b) => SchemaHistory::from_json(&b).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(CaptureError::Storage(format!("reading {}: {e}", self.0.display()))),
+        }
+    }
+    fn save(&self, history: &SchemaHistory) -> Result<()> {
+        let tmp = self.0.with_extension("tmp");
+        let data = history.to_json()?;
+        std::fs::write(&tmp, data).map_err(|e| CaptureError::Storage(format!("writing {}: {e}", tmp.display())))?;
+        std::fs::rename(&tmp, &self.0).map_err(|e| CaptureError::Storage(format!("renaming to {}: {e}", self.0.display())))
+    }
+}
+
+fn qualified(db: &str, name: &str) -> String {
+    format!("{db}.{name}")
+}
+
+/// `db.table` of an object name, defaulting the database to `default_db`.
+fn split_name(name: &ObjectName, default_db: &str) -> (String, String) {
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .map(|p| match p.as_ident() {
+            Some(i) => i.value.clone(),
+            None => p.to_string(),
+        })
+        .collect();
+    match parts.as_slice() {
+        [db, t] => (db.clone(), t.clone()),
+        [t] => (default_db.to_string(), t.clone()),
+        _ => (default_db.to_string(), parts.last().cloned().unwrap_or_default()),
+    }
+}
+
+/// Parses a column type as MariaDB prints it (`int(11) unsigned`, `enum('a','b')`,
+/// `decimal(10,2)`, `datetime(6)`, `longtext`, `json`, ...).
+pub fn column_from_sql_type(name: &str, sql_type: &str) -> ColumnDef {
+    let lower = sql_type.trim().to_ascii_lowercase();
+    let word: String = lower.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    let args: Vec<String> = lower
+        .find('(')
+        .and_then(|s| lower[s + 1..].find(')').map(|e| lower[s + 1..s + 1 + e].to_string()))
+        .map(|a| a.split(',').map(|x| x.trim().to_string()).collect())
+        .unwrap_or_default();
+    let num = |i: usize| args.get(i).and_then(|a| a.parse::<u64>().ok());
+    let ty = match word.as_str() {
+        "tinyint" | "bool" | "boolean" => ColumnType::TinyInt,
+        "smallint" => ColumnType::SmallInt,
+        "mediumint" => ColumnType::MediumInt,
+        "int" | "integer" => ColumnType::Int,
+        "bigint" => ColumnType::BigInt,
+        "decimal" | "numeric" | "dec" | "fixed" => ColumnType::Decimal,
+        "float" => ColumnType::Float,
+        "double" | "real" => ColumnType::Double,
+        "char" | "character" | "nchar" => ColumnType::Char,
+        "varchar" | "nvarchar" => ColumnType::VarChar,
+        "tinytext" | "text" | "mediumtext" | "longtext" => ColumnType::Text,
+        "binary" => ColumnType::Binary,
+        "varbinary" => ColumnType::VarBinary,
+        "tinyblob" | "blob" | "mediumblob" | "longblob" => ColumnType::Blob,
+        "date" => ColumnType::Date,
+        "time" => ColumnType::Time,
+        "datetime" => ColumnType::DateTime,
+        "timestamp" => ColumnType::Timestamp,
+        "year" => ColumnType::Year,
+        "enum" => ColumnType::Enum,
+        "set" => ColumnType::Set,
+        "bit" => ColumnType::Bit,
+        "json" => ColumnType::Json,
+        _ => ColumnType::Geometry,
+    };
+    let elements = if matches!(ty, ColumnType::Enum | ColumnType::Set) { parse_elements(sql_type) } else { Vec::new() };
+    let decimals = match ty {
+        ColumnType::Decimal => num(1).unwrap_or(0) as u8,
+        ColumnType::Time | ColumnType::DateTime | ColumnType::Timestamp => num(0).unwrap_or(0) as u8,
+        _ => 0,
+    };
+    ColumnDef {
+        name: name.to_string(),
+        ty,
+        sql_type: lower.clone(),
+        unsigned: lower.contains("unsigned"),
+        nullable: true,
+        charset: None,
+        collation: None,
+        elements,
+        decimals,
+        length: if matches!(ty, ColumnType::Enum | ColumnType::Set) { 0 } else { num(0).unwrap_or(0) },
+    }
+}
+
+/// `enum('a','b''c')` → `["a", "b'c"]`.
+fn parse_elements(sql_type: &str) -> Vec<String> {
+    let Some(start) = sql_type.find('(') else { return Vec::new() };
+    let b = sql_type[start + 1..].as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\'' {
+            let mut s = Vec::new();
+            i += 1;
+            while i < b.len() {
+                if b[i] == b'\'' && b.get(i + 1) == Some(&b'\'') {
+                    s.push(b'\'');
+                    i += 2;
+                } else if b[i] == b'\'' {
+                    break;
+                } else if b[i] == b'\\' && i + 1 < b.len() {
+                    s.push(b[i + 1]);
+                    i += 2;
+                } else {
+                    s.push(b[i]);
+                    i += 1;
+                }
+            }
+            out.push(String::from_utf8_lossy(&s).into_owned());
+        } else if b[i] == b')' {
+            break;
+        }
+        i += 1;
+    }
+    out
+}
+
+fn ident_of_index_expr(e: &impl std::fmt::Display) -> String {
+    let s = e.to_string();
+    let s = s.split('(').next().unwrap_or(&s).trim();
+    s.trim_matches('`').trim_matches('"').to_string()
+}
+
+fn apply_column_options(c: &mut ColumnDef, options: &[ColumnOption], pk: &mut Vec<String>, uniques: &mut Vec<Vec<String>>) {
+    for o in options {
+        match o {
+            ColumnOption::NotNull => c.nullable = false,
+            ColumnOption::Null => c.nullable = true,
+            ColumnOption::PrimaryKey(_) => {
+                c.nullable = false;
+                pk.push(c.name.clone());
+            }
+            ColumnOption::Unique(_) => uniques.push(vec![c.name.clone()]),
+            ColumnOption::CharacterSet(cs) => c.charset = Some(cs.to_string()),
+            ColumnOption::Collation(co) => c.collation = Some(co.to_string()),
+            ColumnOption::Check(ch) => {
+                if ch.to_string().to_ascii_lowercase().contains("json_valid") {
+                    c.ty = ColumnType::Json;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Chooses the routing key: the primary key, else the first unique key whose columns are all
+/// NOT NULL. Returns column indexes.
+fn choose_key(columns: &[ColumnDef], pk: &[String], uniques: &[Vec<String>]) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let idx = |names: &[String]| -> Option<Vec<usize>> {
+        names.iter().map(|n| columns.iter().position(|c| c.name.eq_ignore_ascii_case(n))).collect()
+    };
+    let uk: Vec<Vec<usize>> = uniques.iter().filter_map(|u| idx(u)).collect();
+    if let Some(k) = idx(pk).filter(|k| !k.is_empty()) {
+        return (k, uk);
+    }
+    for u in &uk {
+        if u.iter().all(|i| !columns[*i].nullable) {
+            let rest = uk.iter().filter(|x| *x != u).cloned().collect();
+            return (u.clone(), rest);
+        }
+    }
+    (Vec::new(), uk)
+}
+
+fn names_of(columns: &[ColumnDef], idx: &[usize]) -> Vec<String> {
+    idx.iter().filter_map(|i| columns.get(*i).map(|c| c.name.clone())).collect()
+}
+
+/// Mutable key description while applying an ALTER.
+struct KeyNames {
+    pk: Vec<String>,
+    uniques: Vec<Vec<String>>,
+}
+
+impl SchemaHistory {
+    /// An empty history at `pos` (an upstream without tables, or for tests).
+    pub fn empty(pos: BinlogPos) -> SchemaHistory {
+        let ts = pos.ts().unwrap_or(0);
+        SchemaHistory {
+            snapshot_pos: pos,
+            snapshot_ts: ts,
+            head: ts,
+            tables: BTreeMap::new(),
+            databases: BTreeMap::new(),
+            ddls: Vec::new(),
+            skipped: Vec::new(),
+            skip_unparseable_ddl: false,
+        }
+    }
+
+    /// Takes a snapshot of `information_schema` at a known binlog position: reads the position,
+    /// the schema, the position again, and retries while they differ.
+    pub async fn snapshot(url: &str) -> Result<SchemaHistory> {
+        let opts = mysql_async::Opts::from_url(url).map_err(|e| CaptureError::Connection(format!("bad url: {e}")))?;
+        let mut conn = mysql_async::Conn::new(opts).await.map_err(CaptureError::from_mysql)?;
+        for _ in 0..SNAPSHOT_RETRIES {
+            let before = master_position(&mut conn).await?;
+            let h = Self::read_schema(&mut conn, before.clone()).await?;
+            let after = master_position(&mut conn).await?;
+            if before == after {
+                let _ = conn.disconnect().await;
+                return Ok(h);
+            }
+        }
+        Err(CaptureError::Sql(format!("the binlog kept moving during {SNAPSHOT_RETRIES} schema snapshots")))
+    }
+
+    async fn read_schema(conn: &mut mysql_async::Conn, pos: BinlogPos) -> Result<SchemaHistory> {
+        let e = CaptureError::from_mysql;
+        let mut h = SchemaHistory::empty(pos);
+        let dbs: Vec<String> = conn.query("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA").await.map_err(e)?;
+        for d in dbs.into_iter().filter(|d| !is_system_schema(d)) {
+            h.databases.insert(d, vec![(0, None)]);
+        }
+        let mut tables: Vec<(String, String)> = conn
+            .query("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'")
+            .await
+            .map_err(e)?;
+        tables.retain(|(d, _)| !is_system_schema(d));
+        tables.sort();
+        type ColRow = (String, String, String, String, String, Option<String>, Option<String>);
+        let cols: Vec<ColRow> = conn
+            .query(
+                "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, COLLATION_NAME \
+                 FROM information_schema.COLUMNS ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
+            )
+            .await
+            .map_err(e)?;
+        let idx: Vec<(String, String, String, i64, String)> = conn
+            .query(
+                "SELECT TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, NON_UNIQUE, COLUMN_NAME FROM information_schema.STATISTICS \
+                 ORDER BY TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX",
+            )
+            .await
+            .map_err(e)?;
+        // MariaDB JSON columns are LONGTEXT with a json_valid() CHECK.
+        let checks: Vec<(String, String, String)> = conn
+            .query("SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS")
+            .await
+            .unwrap_or_default();
+        for (i, (db, name)) in tables.iter().enumerate() {
+            let mut columns: Vec<ColumnDef> = cols
+                .iter()
+                .filter(|c| &c.0 == db && &c.1 == name)
+                .map(|c| {
+                    let mut d = column_from_sql_type(&c.2, &c.3);
+                    d.nullable = c.4 == "YES";
+                    d.charset = c.5.clone();
+                    d.collation = c.6.clone();
+                    d
+                })
+                .collect();
+            for (_, _, clause) in checks.iter().filter(|c| &c.0 == db && &c.1 == name) {
+                let cl = clause.to_ascii_lowercase();
+                if let Some(rest) = cl.strip_prefix("json_valid(") {
+                    let col = rest.trim_end_matches(')').trim_matches('`');
+                    for c in columns.iter_mut().filter(|c| c.name.eq_ignore_ascii_case(col)) {
+                        c.ty = ColumnType::Json;
+                    }
+                }
+            }
+            let mut pk = Vec::new();
+            let mut uniques: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for (_, _, index, non_unique, col) in idx.iter().filter(|x| &x.0 == db && &x.1 == name) {
+                if index == "PRIMARY" {
+                    pk.push(col.clone());
+                } else if *non_unique == 0 {
+                    uniques.entry(index.clone()).or_default().push(col.clone());
+                }
+            }
+            let uniques: Vec<Vec<String>> = uniques.into_values().collect();
+            let (key_columns, unique_keys) = choose_key(&columns, &pk, &uniques);
+            let id = TableId(SNAPSHOT_FIRST_TABLE_ID + i as u64);
+            h.tables.insert(
+                id,
+                vec![TableVersion {
+                    from: 0,
+                    to: None,
+                    schema: TableSchema {
+                        table_id: id,
+                        database: db.clone(),
+                        name: name.clone(),
+                        columns,
+                        key_columns,
+                        unique_keys,
+                        version: 0,
+                    },
+                }],
+            );
+        }
+        Ok(h)
+    }
+
+    pub fn to_json(&self) -> Result<Vec<u8>> {
+        serde_json::to_vec(self).map_err(|e| CaptureError::Storage(format!("serializing the schema history: {e}")))
+    }
+
+    pub fn from_json(b: &[u8]) -> Result<SchemaHistory> {
+        serde_json::from_slice(b).map_err(|e| CaptureError::Storage(format!("parsing the schema history: {e}")))
+    }
+
+    /// Loads from a file written by [`FileSchemaStore`].
+    pub fn load(path: &Path) -> Result<Option<SchemaHistory>> {
+        FileSchemaStore(path.to_path_buf()).load()
+    }
+
+    /// Every table that exists at `ts` (after all DDLs with commit ts `<= ts`).
+    pub fn tables_at(&self, ts: Ts) -> Vec<&TableSchema> {
+        self.tables.values().filter_map(|v| Self::version_at(v, ts)).collect()
+    }
+
+    fn version_at(versions: &[TableVersion], ts: Ts) -> Option<&TableSchema> {
+        versions.iter().rev().find(|v| v.from <= ts && v.to.is_none_or(|to| ts < to)).map(|v| &v.schema)
+    }
+
+    /// The table named `db.name` at `ts`.
+    pub fn table_at(&self, db: &str, name: &str, ts: Ts) -> Option<&TableSchema> {
+        self.tables
+            .values()
+            .filter_map(|v| Self::version_at(v, ts))
+            .find(|s| s.database == db && s.name == name)
+    }
+
+    /// The table with id `id` at `ts`.
+    pub fn table_by_id_at(&self, id: TableId, ts: Ts) -> Option<&TableSchema> {
+        self.tables.get(&id).and_then(|v| Self::version_at(v, ts))
+    }
+
+    /// DDLs with commit ts `> ts`, in order.
+    pub fn ddls_after(&self, ts: Ts) -> &[DdlEvent] {
+        let i = self.ddls.partition_point(|d| d.commit_ts <= ts);
+        &self.ddls[i..]
+    }
+
+    fn database_exists(&self, db: &str, ts: Ts) -> bool {
+        self.databases.get(db).is_some_and(|v| v.iter().any(|(from, to)| *from <= ts && to.is_none_or(|t| ts < t)))
+    }
+
+    fn close(&mut self, id: TableId, ts: Ts) {
+        if let Some(v) = self.tables.get_mut(&id).and_then(|v| v.last_mut()) {
+            if v.to.is_none() {
+                v.to = Some(ts);
+            }
+        }
+    }
+
+    fn push_version(&mut self, mut schema: TableSchema, ts: Ts) {
+        schema.version = ts;
+        let id = schema.table_id;
+        self.close(id, ts);
+        self.tables.entry(id).or_default().push(TableVersion { from: ts, to: None, schema });
+    }
+
+    /// Applies one statement read from the binlog at `commit_ts`. Returns the DDL event for
+    /// table/database DDLs, `None` for statements that do not change the schema. See the module
+    /// docs for idempotence and unparseable statements.
+    pub fn apply(&mut self, commit_ts: Ts, commit_time_ms: u64, database: &str, query: &str) -> Result<Option<DdlEvent>> {
+        if commit_ts <= self.head {
+            return Ok(self.ddls.iter().find(|d| d.commit_ts == commit_ts).cloned());
+        }
+        if !is_schema_statement(query) {
+            return Ok(None);
+        }
+        let stmts = match sqlparser::parser::Parser::parse_sql(&MySqlDialect {}, query) {
+            Ok(s) => s,
+            Err(e) => return self.unparseable(commit_ts, database, query, e.to_string()),
+        };
+        let mut work = self.clone();
+        let mut kind = DdlKind::Other;
+        let mut influence = DdlInfluence { scope: InfluenceScope::Tables(Vec::new()), trigger: true, dropped: vec![], added: vec![], renamed: vec![] };
+        let mut touched: Vec<TableId> = Vec::new();
+        for stmt in &stmts {
+            match work.apply_stmt(commit_ts, database, stmt, &mut influence, &mut touched) {
+                Ok(Some(k)) => kind = k,
+                Ok(None) => {}
+                Err(msg) => return self.unparseable(commit_ts, database, query, msg),
+            }
+        }
+        if kind == DdlKind::Other && touched.is_empty() && influence.added.is_empty() && influence.dropped.is_empty() {
+            // Parsed, but nothing Sluice tracks (e.g. CREATE TEMPORARY TABLE, CREATE INDEX on an
+            // untracked table): no event.
+            if !matches!(kind, DdlKind::Other) {
+                return Ok(None);
+            }
+        }
+        if let InfluenceScope::Tables(ref mut v) = influence.scope {
+            v.extend(touched.iter().copied());
+            v.sort();
+            v.dedup();
+        }
+        let ev = DdlEvent {
+            commit_ts,
+            commit_time_ms,
+            kind,
+            database: database.to_string(),
+            query: query.to_string(),
+            influence,
+        };
+        work.head = commit_ts;
+        work.ddls.push(ev.clone());
+        *self = work;
+        Ok(Some(ev))
+    }
+
+    fn unparseable(&mut self, commit_ts: Ts, database: &str, query: &str, message: String) -> Result<Option<DdlEvent>> {
+        if self.skip_unparseable_ddl {
+            self.skipped.push(SkippedDdl { commit_ts, database: database.into(), query: query.into(), error: message });
+            self.head = commit_ts;
+            return Ok(None);
+        }
+        Err(CaptureError::Ddl { commit_ts, database: database.into(), query: query.into(), message })
+    }
+
+    fn find_id(&self, db: &str, name: &str, ts: Ts) -> Option<TableId> {
+        self.table_at(db, name, ts).map(|s| s.table_id)
+    }
+
+    /// Applies one parsed statement to `self`. `Ok(None)`: not a tracked change.
+    fn apply_stmt(
+        &mut self,
+        ts: Ts,
+        default_db: &str,
+        stmt: &Statement,
+        inf: &mut DdlInfluence,
+        touched: &mut Vec<TableId>,
+    ) -> std::result::Result<Option<DdlKind>, String> {
+        // State before this DDL.
+        let before = ts - 1;
+        match stmt {
+            Statement::CreateDatabase { db_name, if_not_exists, .. } => {
+                let (_, db) = split_name(db_name, default_db);
+                self.create_database(&db, ts, *if_not_exists);
+                Ok(Some(DdlKind::CreateDatabase))
+            }
+            Statement::CreateSchema { schema_name, if_not_exists, .. } => {
+                let db = match schema_name {
+                    SchemaName::Simple(n) | SchemaName::NamedAuthorization(n, _) => split_name(n, default_db).1,
+                    SchemaName::UnnamedAuthorization(i) => i.value.clone(),
+                };
+                self.create_database(&db, ts, *if_not_exists);
+                Ok(Some(DdlKind::CreateDatabase))
+            }
+            Statement::Drop { object_type, names, temporary, .. } => {
+                if *temporary {
+                    return Ok(None);
+                }
+                match object_type {
+                    ObjectType::Schema | ObjectType::Database => {
+                        for n in names {
+                            let db = split_name(n, default_db).1;
+                            let ids: Vec<TableId> = self.tables_at(before).iter().filter(|t| t.database == db).map(|t| t.table_id).collect();
+                            for id in ids {
+                                self.close(id, ts);
+                                inf.dropped.push(id);
+                            }
+                            if let Some(v) = self.databases.get_mut(&db).and_then(|v| v.last_mut()) {
+                                if v.1.is_none() {
+                                    v.1 = Some(ts);
+                                }
+                            }
+                            inf.scope = InfluenceScope::Database(db);
+                        }
+                        Ok(Some(DdlKind::DropDatabase))
+                    }
+                    ObjectType::Table => {
+                        for n in names {
+                            let (db, t) = split_name(n, default_db);
+                            if let Some(id) = self.find_id(&db, &t, before) {
+                                self.close(id, ts);
+                                inf.dropped.push(id);
+                                touched.push(id);
+                            }
+                        }
+                        Ok(Some(DdlKind::DropTable))
+                    }
+                    ObjectType::View => Ok(Some(DdlKind::DropView)),
+                    ObjectType::Index => {
+                        // MySQL: DROP INDEX i ON t — a new version of t.
+                        Ok(None)
+                    }
+                    _ => Ok(None),
+                }
+            }
+            Statement::CreateTable(ct) => {
+                if ct.temporary {
+                    return Ok(None);
+                }
+                let (db, t) = split_name(&ct.name, default_db);
+                if self.find_id(&db, &t, before).is_some() {
+                    if ct.if_not_exists {
+                        return Ok(None);
+                    }
+                    return Err(format!("table {db}.{t} already exists"));
+                }
+                let id = TableId(ts);
+                let schema = if let Some(like) = &ct.like {
+                    let src = match like {
+                        CreateTableLikeKind::Parenthesized(l) | CreateTableLikeKind::Plain(l) => &l.name,
+                    };
+                    let (sdb, st) = split_name(src, default_db);
+                    let mut s = self.table_at(&sdb, &st, before).cloned().ok_or_else(|| format!("LIKE source {sdb}.{st} is unknown"))?;
+                    s.table_id = id;
+                    s.database = db.clone();
+                    s.name = t.clone();
+                    s
+                } else {
+                    let mut pk = Vec::new();
+                    let mut uniques = Vec::new();
+                    let mut columns = Vec::new();
+                    for c in &ct.columns {
+                        let mut d = column_from_sql_type(&c.name.value, &c.data_type.to_string());
+                        let opts: Vec<ColumnOption> = c.options.iter().map(|o| o.option.clone()).collect();
+                        apply_column_options(&mut d, &opts, &mut pk, &mut uniques);
+                        columns.push(d);
+                    }
+                    let mut keys = KeyNames { pk, uniques };
+                    for con in &ct.constraints {
+                        apply_constraint(con, &mut keys, &mut columns);
+                    }
+                    let (key_columns, unique_keys) = choose_key(&columns, &keys.pk, &keys.uniques);
+                    TableSchema { table_id: id, database: db.clone(), name: t.clone(), columns, key_columns, unique_keys, version: ts }
+                };
+                self.push_version(schema, ts);
+                inf.added.push((id, qualified(&db, &t)));
+                Ok(Some(DdlKind::CreateTable))
+            }
+            Statement::AlterTable(at) => {
+                let (db, t) = split_name(&at.name, default_db);
+                let Some(id) = self.find_id(&db, &t, before) else {
+                    return if at.if_exists { Ok(None) } else { Err(format!("ALTER of unknown table {db}.{t}")) };
+                };
+                let Some(mut s) = self.table_by_id_at(id, before).cloned() else { return Ok(None) };
+                let mut keys = KeyNames { pk: names_of(&s.columns, &s.key_columns), uniques: s.unique_keys.iter().map(|u| names_of(&s.columns, u)).collect() };
+                // The key chosen may have been a unique key rather than the PK; a PK drop below
+                // clears it either way.
+                let mut renamed = None;
+                for op in &at.operations {
+                    match op {
+                        AlterTableOperation::AddColumn { column_def, .. } => {
+                            let mut d = column_from_sql_type(&column_def.name.value, &column_def.data_type.to_string());
+                            let opts: Vec<ColumnOption> = column_def.options.iter().map(|o| o.option.clone()).collect();
+                            apply_column_options(&mut d, &opts, &mut keys.pk, &mut keys.uniques);
+                            s.columns.push(d);
+                        }
+                        AlterTableOperation::DropColumn { column_names, .. } => {
+                            for n in column_names {
+                                s.columns.retain(|c| !c.name.eq_ignore_ascii_case(&n.value));
+                                keys.pk.retain(|c| !c.eq_ignore_ascii_case(&n.value));
+                                keys.uniques.retain(|u| !u.iter().any(|c| c.eq_ignore_ascii_case(&n.value)));
+                            }
+                        }
+                        AlterTableOperation::ModifyColumn { col_name, data_type, options, .. } => {
+                            let mut d = column_from_sql_type(&col_name.value, &data_type.to_string());
+                            apply_column_options(&mut d, options, &mut keys.pk, &mut keys.uniques);
+                            if let Some(c) = s.columns.iter_mut().find(|c| c.name.eq_ignore_ascii_case(&col_name.value)) {
+                                *c = d;
+                            }
+                        }
+                        AlterTableOperation::ChangeColumn { old_name, new_name, data_type, options, .. } => {
+                            let mut d = column_from_sql_type(&new_name.value, &data_type.to_string());
+                            apply_column_options(&mut d, options, &mut keys.pk, &mut keys.uniques);
+                            if let Some(c) = s.columns.iter_mut().find(|c| c.name.eq_ignore_ascii_case(&old_name.value)) {
+                                *c = d;
+                            }
+                            rename_key_column(&mut keys, &old_name.value, &new_name.value);
+                        }
+                        AlterTableOperation::RenameColumn { old_column_name, new_column_name } => {
+                            if let Some(c) = s.columns.iter_mut().find(|c| c.name.eq_ignore_ascii_case(&old_column_name.value)) {
+                                c.name = new_column_name.value.clone();
+                            }
+                            rename_key_column(&mut keys, &old_column_name.value, &new_column_name.value);
+                        }
+                        AlterTableOperation::AddConstraint { constraint, .. } => apply_constraint(constraint, &mut keys, &mut s.columns),
+                        AlterTableOperation::DropPrimaryKey { .. } => keys.pk.clear(),
+                        AlterTableOperation::RenameTable { table_name } => {
+                            let n = match table_name {
+                                RenameTableNameKind::As(n) | RenameTableNameKind::To(n) => n,
+                            };
+                            let (ndb, nt) = split_name(n, &db);
+                            s.database = ndb.clone();
+                            s.name = nt.clone();
+                            renamed = Some(qualified(&ndb, &nt));
+                        }
+                        _ => {}
+                    }
+                }
+                let (key_columns, unique_keys) = choose_key(&s.columns, &keys.pk, &keys.uniques);
+                s.key_columns = key_columns;
+                s.unique_keys = unique_keys;
+                self.push_version(s, ts);
+                touched.push(id);
+                if let Some(n) = renamed {
+                    inf.renamed.push((id, n));
+                    return Ok(Some(DdlKind::RenameTable));
+                }
+                inf.trigger = false;
+                Ok(Some(DdlKind::AlterTable))
+            }
+            Statement::RenameTable(renames) => {
+                // Renames apply in sequence (RENAME TABLE a TO tmp, b TO a, tmp TO b).
+                let mut at = before;
+                for r in renames {
+                    let (odb, ot) = split_name(&r.old_name, default_db);
+                    let (ndb, nt) = split_name(&r.new_name, default_db);
+                    let id = self.find_id(&odb, &ot, at).ok_or_else(|| format!("RENAME of unknown table {odb}.{ot}"))?;
+                    let mut s = self.table_by_id_at(id, at).cloned().ok_or("no version")?;
+                    s.database = ndb.clone();
+                    s.name = nt.clone();
+                    self.push_version(s, ts);
+                    at = ts;
+                    touched.push(id);
+                    inf.renamed.retain(|(i, _)| *i != id);
+                    inf.renamed.push((id, qualified(&ndb, &nt)));
+                }
+                Ok(Some(DdlKind::RenameTable))
+            }
+            Statement::Truncate(tr) => {
+                for target in &tr.table_names {
+                    let (db, t) = split_name(&target.name, default_db);
+                    let Some(old) = self.find_id(&db, &t, before) else { continue };
+                    let mut s = self.table_by_id_at(old, before).cloned().ok_or("no version")?;
+                    self.close(old, ts);
+                    s.table_id = TableId(ts);
+                    self.push_version(s, ts);
+                    inf.dropped.push(old);
+                    inf.added.push((TableId(ts), qualified(&db, &t)));
+                    touched.push(old);
+                }
+                Ok(Some(DdlKind::TruncateTable))
+            }
+            Statement::CreateView(_) => {
+                inf.scope = InfluenceScope::All;
+                Ok(Some(DdlKind::CreateView))
+            }
+            Statement::CreateIndex(ci) => {
+                let (db, t) = split_name(&ci.table_name, default_db);
+                let Some(id) = self.find_id(&db, &t, before) else { return Ok(None) };
+                let Some(mut s) = self.table_by_id_at(id, before).cloned() else { return Ok(None) };
+                if ci.unique {
+                    let cols: Vec<String> = ci.columns.iter().map(|c| ident_of_index_expr(&c.column.expr)).collect();
+                    let mut keys = KeyNames { pk: if s.key_columns.is_empty() { vec![] } else { names_of(&s.columns, &s.key_columns) }, uniques: s.unique_keys.iter().map(|u| names_of(&s.columns, u)).collect() };
+                    keys.uniques.push(cols);
+                    let (k, u) = choose_key(&s.columns, &keys.pk, &keys.uniques);
+                    s.key_columns = k;
+                    s.unique_keys = u;
+                }
+                self.push_version(s, ts);
+                touched.push(id);
+                inf.trigger = false;
+                Ok(Some(DdlKind::AlterTable))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn create_database(&mut self, db: &str, ts: Ts, _if_not_exists: bool) {
+        if self.database_exists(db, ts - 1) {
+            return;
+        }
+        self.databases.entry(db.to_string()).or_default().push((ts, None));
+    }
+}
+
+fn rename_key_column(keys: &mut KeyNames, old: &str, new: &str) {
+    for c in keys.pk.iter_mut().chain(keys.uniques.iter_mut().flatten()) {
+        if c.eq_ignore_ascii_case(old) {
+            *c = new.to_string();
+        }
+    }
+}
+
+fn apply_constraint(con: &TableConstraint, keys: &mut KeyNames, columns: &mut [ColumnDef]) {
+    match con {
+        TableConstraint::PrimaryKey(pk) => {
+            keys.pk = pk.columns.iter().map(|c| ident_of_index_expr(&c.column.expr)).collect();
+            for c in columns.iter_mut() {
+                if keys.pk.iter().any(|n| n.eq_ignore_ascii_case(&c.name)) {
+                    c.nullable = false;
+                }
+            }
+        }
+        TableConstraint::Unique(u) => keys.uniques.push(u.columns.iter().map(|c| ident_of_index_expr(&c.column.expr)).collect()),
+        TableConstraint::Check(ch) => {
+            let s = ch.to_string().to_ascii_lowercase();
+            if let Some(i) = s.find("json_valid(") {
+                let col = s[i + 11..].split(')').next().unwrap_or("").trim_matches('`').to_string();
+                for c in columns.iter_mut().filter(|c| c.name.eq_ignore_ascii_case(&col)) {
+                    c.ty = ColumnType::Json;
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// True when a statement may change the tracked schema (table or database DDL). Everything
+/// else in a QUERY event (GRANT, CREATE USER, FLUSH, procedures, ...) is ignored without
+/// parsing, so an unparseable statement of that kind cannot stop capture.
+pub fn is_schema_statement(query: &str) -> bool {
+    // Strip leading comments.
+    let mut q = query.trim_start();
+    loop {
+        if let Some(rest) = q.strip_prefix("/*") {
+            match rest.find("*/") {
+                Some(e) => q = rest[e + 2..].trim_start(),
+                None => return false,
+            }
+        } else if q.starts_with("--") || q.starts_with('#') {
+            match q.find('\n') {
+                Some(e) => q = q[e + 1..].trim_start(),
+                None => return false,
+            }
+        } else {
+            break;
+        }
+    }
+    let words: Vec<String> = q.split_whitespace().take(6).map(|w| w.to_ascii_uppercase()).collect();
+    let first = words.first().map(String::as_str).unwrap_or("");
+    let rest: Vec<&str> = words
+        .iter()
+        .skip(1)
+        .map(String::as_str)
+        .filter(|w| !matches!(*w, "OR" | "REPLACE" | "IF" | "NOT" | "EXISTS" | "ONLINE" | "OFFLINE" | "IGNORE" | "UNIQUE" | "FULLTEXT" | "SPATIAL"))
+        .collect();
+    let object = rest.first().copied().unwrap_or("");
+    match first {
+        "RENAME" | "TRUNCATE" => object == "TABLE" || first == "TRUNCATE",
+        "CREATE" | "DROP" | "ALTER" => {
+            matches!(object, "TABLE" | "DATABASE" | "SCHEMA" | "VIEW" | "INDEX")
+                || (object.starts_with("ALGORITHM") || object.starts_with("DEFINER") || object.starts_with("SQL"))
+                    && words.iter().any(|w| w == "VIEW")
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const F: u64 = 1 << 32;
+
+    fn h() -> SchemaHistory {
+        SchemaHistory::empty(BinlogPos::new("mysql-bin.000001", 4))
+    }
+
+    fn apply(h: &mut SchemaHistory, ts: u64, q: &str) -> DdlEvent {
+        h.apply(F + ts, 0, "d", q).expect("apply").expect("a ddl event")
+    }
+
+    #[test]
+    fn ids_versions_and_influence() {
+        let mut h = h();
+        let e = apply(&mut h, 100, "CREATE DATABASE d");
+        assert_eq!(e.kind, DdlKind::CreateDatabase);
+        let e = apply(&mut h, 200, "CREATE TABLE t (id INT NOT NULL, name VARCHAR(10), PRIMARY KEY (id))");
+        let t = TableId(F + 200);
+        assert_eq!(e.influence.added, vec![(t, "d.t".to_string())]);
+        assert!(e.influence.trigger);
+        assert_eq!(h.table_at("d", "t", F + 200).expect("t").key_columns, vec![0]);
+        assert!(h.table_at("d", "t", F + 199).is_none(), "not visible before its CREATE");
+        let e = apply(&mut h, 300, "ALTER TABLE t ADD COLUMN j JSON, MODIFY name VARCHAR(20) NOT NULL");
+        assert_eq!(e.kind, DdlKind::AlterTable);
+        assert_eq!(e.influence.scope, InfluenceScope::Tables(vec![t]));
+        assert!(!e.influence.trigger);
+        let s = h.table_at("d", "t", F + 300).expect("t");
+        assert_eq!(s.columns.len(), 3);
+        assert_eq!(s.columns[2].ty, ColumnType::Json);
+        assert_eq!(s.version, F + 300);
+        assert_eq!(h.table_at("d", "t", F + 250).expect("old").columns.len(), 2, "old rows use the old schema");
+        let e = apply(&mut h, 400, "RENAME TABLE t TO u");
+        assert_eq!(e.influence.renamed, vec![(t, "d.u".to_string())]);
+        assert_eq!(h.table_at("d", "u", F + 400).expect("u").table_id, t, "RENAME keeps the id");
+        let e = apply(&mut h, 500, "TRUNCATE TABLE u");
+        let t2 = TableId(F + 500);
+        assert_eq!(e.influence.dropped, vec![t]);
+        assert_eq!(e.influence.added, vec![(t2, "d.u".to_string())]);
+        apply(&mut h, 600, "CREATE TABLE v LIKE u");
+        let e = apply(&mut h, 700, "DROP TABLE `u` /* generated by server */");
+        assert_eq!(e.influence.dropped, vec![t2]);
+        let e = apply(&mut h, 800, "DROP DATABASE d");
+        assert_eq!(e.influence.scope, InfluenceScope::Database("d".into()));
+        assert_eq!(e.influence.dropped, vec![TableId(F + 600)]);
+        assert!(h.tables_at(F + 800).is_empty());
+        assert_eq!(h.tables_at(F + 650).len(), 2);
+        assert_eq!(h.ddls_after(F + 500).len(), 3);
+        // Idempotent by commit ts: a second reader applying the same DDL gets the same event.
+        let again = h.apply(F + 400, 0, "d", "RENAME TABLE t TO u").expect("apply").expect("event");
+        assert_eq!(again.influence.renamed, vec![(t, "d.u".to_string())]);
+        // Persisted and loaded: identical.
+        let back = SchemaHistory::from_json(&h.to_json().expect("json")).expect("parse");
+        assert_eq!(back, h);
+    }
+
+    #[test]
+    fn unique_not_null_key_and_non_schema_statements() {
+        let mut h = h();
+        apply(&mut h, 10, "CREATE TABLE t (a INT, b VARCHAR(5) NOT NULL, c INT NOT NULL, UNIQUE KEY (a), UNIQUE KEY uc (b, c))");
+        let s = h.table_at("d", "t", F + 10).expect("t");
+        assert_eq!(s.key_columns, vec![1, 2], "the not-null unique key routes");
+        assert_eq!(s.unique_keys, vec![vec![0]]);
+        assert!(h.apply(F + 20, 0, "d", "GRANT SELECT ON *.* TO 'x'@'%'").expect("ok").is_none());
+        assert!(h.apply(F + 30, 0, "d", "FLUSH PRIVILEGES").expect("ok").is_none());
+        assert!(h.apply(F + 40, 0, "d", "CREATE PROCEDURE p() BEGIN SELECT 1; END").expect("ok").is_none());
+    }
+
+    #[test]
+    fn unparseable_ddl_is_an_error_unless_skipped() {
+        let mut h = h();
+        let q = "ALTER TABLE t PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10))";
+        apply(&mut h, 10, "CREATE TABLE t (id INT PRIMARY KEY)");
+        let before = h.clone();
+        let e = h.apply(F + 20, 0, "d", q).expect_err("must fail");
+        assert!(matches!(e, CaptureError::Ddl { .. }));
+        assert!(e.to_string().contains("skip_unparseable_ddl"), "{e}");
+        assert_eq!(h, before, "a failed DDL leaves the history unchanged");
+        h.skip_unparseable_ddl = true;
+        assert!(h.apply(F + 20, 0, "d", q).expect("skipped").is_none());
+        assert_eq!(h.skipped.len(), 1);
+    }
+
+    #[test]
+    fn elements_and_types_parse() {
+        let c = column_from_sql_type("e", "enum('a','b''c','d,e')");
+        assert_eq!(c.elements, vec!["a", "b'c", "d,e"]);
+        let c = column_from_sql_type("x", "decimal(10,2) unsigned");
+        assert_eq!((c.ty, c.decimals, c.unsigned), (ColumnType::Decimal, 2, true));
+        assert!(is_schema_statement("/* x */ CREATE OR REPLACE TABLE t (a int)"));
+        assert!(!is_schema_statement("CREATE USER x"));
+    }
+}
