@@ -1,0 +1,124 @@
+//! Schema snapshot, DDL in the middle of a stream, keys, and two readers agreeing.
+
+mod common;
+use common::*;
+use sluice_capture::capture::{Capture, Captured};
+use sluice_capture::schema::{SchemaHistory, SNAPSHOT_FIRST_TABLE_ID};
+use sluice_capture::BinlogPos;
+use sluice_testkit::mariadb::MariaDb;
+use sluice_types::{DdlKind, Key, RowKind, TableId, Ts, Value};
+
+/// Runs a capture until a DDL whose query contains `marker`; returns every item.
+async fn capture_until(c: &mut Capture, marker: &str) -> Vec<Captured> {
+    let mut out = Vec::new();
+    let fut = async {
+        loop {
+            let item = c.next().await.expect("capture");
+            let done = matches!(&item, Captured::Ddl(d) if d.query.contains(marker));
+            if !matches!(item, Captured::Resolved(_)) {
+                out.push(item);
+            }
+            if done {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), fut).await.expect("timeout");
+    out
+}
+
+fn triples(items: &[Captured]) -> Vec<(TableId, Key, Ts, RowKind)> {
+    items
+        .iter()
+        .flat_map(|i| match i {
+            Captured::Rows { rows, .. } => rows.iter().map(|r| (r.table_id, r.key.clone(), r.commit_ts, r.kind)).collect(),
+            _ => vec![],
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_ddl_mid_stream_and_two_readers_agree() {
+    let db = MariaDb::start().expect("mariadb");
+    db.exec(
+        "CREATE DATABASE d; CREATE TABLE d.b (id INT PRIMARY KEY, v INT); CREATE TABLE d.a (k VARCHAR(10) PRIMARY KEY, v INT); \
+         INSERT INTO d.a VALUES ('x', 1)",
+    )
+    .expect("sql");
+    let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
+    let (file, pos) = db.master_status().expect("status");
+    assert_eq!(history.snapshot_pos, BinlogPos::new(file, pos));
+    // Snapshot ids in (db, name) order from SNAPSHOT_FIRST_TABLE_ID.
+    let a = history.table_at("d", "a", history.snapshot_ts).expect("a").table_id;
+    let b = history.table_at("d", "b", history.snapshot_ts).expect("b").table_id;
+    assert_eq!((a, b), (TableId(SNAPSHOT_FIRST_TABLE_ID), TableId(SNAPSHOT_FIRST_TABLE_ID + 1)));
+
+    // Workload after the snapshot: rows, a key change, case/pad-equal keys, DDL in the middle.
+    db.exec(
+        "INSERT INTO d.b VALUES (1, 1), (2, 2); UPDATE d.b SET id = 3 WHERE id = 1; \
+         UPDATE d.a SET v = 2 WHERE k = 'x'; INSERT INTO d.a VALUES ('Y', 1); \
+         ALTER TABLE d.b ADD COLUMN w VARCHAR(5) DEFAULT 'z'; INSERT INTO d.b VALUES (4, 4, 'q'); \
+         CREATE TABLE d.c (id BIGINT UNSIGNED PRIMARY KEY); INSERT INTO d.c VALUES (18446744073709551615); \
+         RENAME TABLE d.c TO d.c2; INSERT INTO d.c2 VALUES (7); TRUNCATE TABLE d.b; INSERT INTO d.b VALUES (9, 9, 'r'); \
+         DELETE FROM d.a WHERE k = 'y '; CREATE TABLE d.marker1 (id INT PRIMARY KEY); \
+         INSERT INTO d.b VALUES (10, 10, 's'); CREATE TABLE d.marker2 (id INT PRIMARY KEY)",
+    )
+    .expect("workload");
+
+    let mut c1 = Capture::new(reader(&db.url(), 201, history.snapshot_pos.clone()), history.clone());
+    let items = capture_until(&mut c1, "marker2").await;
+    let rows: Vec<_> = items
+        .iter()
+        .flat_map(|i| match i {
+            Captured::Rows { rows, .. } => rows.clone(),
+            _ => vec![],
+        })
+        .collect();
+    let ddls: Vec<_> = items.iter().filter_map(|i| if let Captured::Ddl(d) = i { Some(d.clone()) } else { None }).collect();
+    assert_eq!(
+        ddls.iter().map(|d| d.kind).collect::<Vec<_>>(),
+        vec![DdlKind::AlterTable, DdlKind::CreateTable, DdlKind::RenameTable, DdlKind::TruncateTable, DdlKind::CreateTable, DdlKind::CreateTable]
+    );
+    // Key change → delete(1) + insert(3).
+    assert_eq!(rows[2].kind, RowKind::Delete);
+    assert_eq!(rows[3].kind, RowKind::Insert);
+    assert_eq!(rows[2].commit_ts, rows[3].commit_ts);
+    assert_eq!(rows[2].before.as_ref().expect("before")[0], Value::Int(1));
+    assert_eq!(rows[3].after.as_ref().expect("after")[0], Value::Int(3));
+    // Same key for 'Y' inserted and 'y ' deleted (case-insensitive, pad-space collation).
+    let ins_y = rows.iter().find(|r| r.kind == RowKind::Insert && r.table_id == a).expect("insert Y");
+    let del_y = rows.iter().find(|r| r.kind == RowKind::Delete && r.table_id == a).expect("delete y");
+    assert_eq!(ins_y.key, del_y.key);
+    // Rows after ALTER carry the new column; the new table's id is its CREATE commit ts.
+    let create_c = &ddls[1];
+    let c_id = TableId(create_c.commit_ts);
+    assert_eq!(create_c.influence.added, vec![(c_id, "d.c".to_string())]);
+    let c_rows: Vec<_> = rows.iter().filter(|r| r.table_id == c_id).collect();
+    assert_eq!(c_rows.len(), 2, "RENAME keeps the id");
+    assert_eq!(c_rows[0].after, Some(vec![Value::UInt(u64::MAX)]));
+    let trunc = &ddls[3];
+    assert_eq!(trunc.influence.dropped, vec![b]);
+    let nine = rows.iter().find(|r| r.after.as_ref().is_some_and(|a| a[0] == Value::Int(9))).expect("row 9");
+    assert_eq!(nine.table_id, TableId(trunc.commit_ts), "TRUNCATE gives a new id");
+    assert_eq!(nine.after.as_ref().expect("after").len(), 3);
+    assert!(rows.iter().all(|r| Key::table_start(r.table_id) <= r.key && r.key < Key::table_end(r.table_id)));
+
+    // A second reader (another node) from a later start point, with the history persisted and
+    // loaded: identical (table id, key, commit ts) where the streams overlap.
+    let marker1 = ddls[4].commit_ts;
+    let mid = items
+        .iter()
+        .find_map(|i| match i {
+            Captured::Ddl(d) if d.kind == DdlKind::CreateTable => Some(d.commit_ts),
+            _ => None,
+        })
+        .expect("create c");
+    let persisted = SchemaHistory::from_json(&c1.history.to_json().expect("json")).expect("load");
+    let start = BinlogPos::from_ts("mysql-bin", mid);
+    let mut c2 = Capture::new(reader(&db.url(), 202, start), persisted);
+    let items2 = capture_until(&mut c2, "marker2").await;
+    let t1: Vec<_> = triples(&items).into_iter().filter(|t| t.2 > mid).collect();
+    let t2 = triples(&items2);
+    assert!(!t2.is_empty() && t2.iter().any(|t| t.2 > marker1));
+    assert_eq!(t1, t2);
+}
