@@ -148,6 +148,16 @@ fn parse_records(data: &str, cfg: &CsvConfig) -> Result<Vec<Vec<Field>>> {
             field_started = true;
             continue;
         }
+        if !field_started && q.is_none() && !cfg.null.is_empty() && rest.starts_with(cfg.null.as_str()) {
+            // Unquoted mode: the null string is matched before escapes (it may start with '\').
+            let after = &rest[cfg.null.len()..];
+            if after.is_empty() || after.starts_with(delim) || after.starts_with('\r') || after.starts_with('\n') {
+                cur.push_str(&cfg.null);
+                rest = after;
+                field_started = true;
+                continue;
+            }
+        }
         if rest.starts_with(delim) {
             fields.push(Field { text: std::mem::take(&mut cur), quoted });
             quoted = false;
