@@ -3,4 +3,28 @@
 //! synchronous state machines that take `(now, input)` and return effects.
 //!
 //! No IO, no async, no wall clock, no thread RNG and no `HashMap` iteration: the server's async
-//! shell and the simulator drive this very code.
+//! shell and the simulator drive this very code through [`node::NodeState`].
+//!
+//! The invariants this crate keeps, and where:
+//! - one writer per key range: [`dispatcher`] refuses overlapping dispatchers on a node and
+//!   closes before it reopens; [`maintainer`] never requests a dispatcher over keys that a
+//!   dispatcher it knows of may still write;
+//! - epoch fencing: [`dispatcher::DispatcherManager`] admits scheduling messages only from its
+//!   current `(maintainer node, epoch)`, and a maintainer drops reports of other epochs;
+//! - the checkpoint never goes backwards and never passes unflushed data
+//!   ([`maintainer`] computes it, [`coordinator`] persists it with a leadership-fenced write).
+
+pub mod config;
+pub mod coordinator;
+pub mod dispatcher;
+pub mod hold;
+pub mod io;
+pub mod maintainer;
+pub mod meta;
+pub mod msg;
+#[cfg(feature = "mutations")]
+pub mod mutations;
+pub mod node;
+
+pub use io::{Effect, Input, SinkCommand, StreamItem, TraceEvent};
+

@@ -1,0 +1,58 @@
+//! Changefeed and control-plane settings that the state machines read. Every timer period and
+//! every bound is a named constant here.
+
+use serde::{Deserialize, Serialize};
+use sluice_types::{Millis, NodeId, Ts};
+
+/// How often a component resends a request or report that has not been answered.
+pub const RESEND_MS: Millis = 500;
+/// How often a dispatcher manager reports its dispatchers to the maintainer.
+pub const HEARTBEAT_MS: Millis = 200;
+/// How often a maintainer reports to the coordinator.
+pub const MAINTAINER_STATUS_MS: Millis = 200;
+/// How often the balance, split and merge schedulers run.
+pub const BALANCE_INTERVAL_MS: Millis = 2_000;
+/// At most this many operators are started per scheduler round.
+pub const MAX_OPERATORS_PER_ROUND: usize = 64;
+/// At most this many unconsumed stream items a dispatcher buffers.
+pub const MAX_BUFFERED_ITEMS: usize = 4096;
+/// At most this many rows go into one sink write.
+pub const MAX_ROWS_PER_WRITE: usize = 512;
+/// At most this many user requests queue in a maintainer.
+pub const MAX_PENDING_REQUESTS: usize = 1024;
+/// Backoff after a changefeed error, doubled up to `MAX_ERROR_BACKOFF_MS`.
+pub const MIN_ERROR_BACKOFF_MS: Millis = 1_000;
+pub const MAX_ERROR_BACKOFF_MS: Millis = 60_000;
+/// After this many consecutive errors without progress the changefeed is failed.
+pub const MAX_ERROR_RETRIES: u32 = 20;
+
+/// The `[scheduler]` settings of a changefeed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", default, deny_unknown_fields)]
+pub struct SchedulerConfig {
+    pub enable_table_across_nodes: bool,
+    pub region_threshold: u64,
+    pub region_count_per_span: u64,
+    pub balance: bool,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            enable_table_across_nodes: false,
+            region_threshold: 10_000,
+            region_count_per_span: 100,
+            balance: true,
+        }
+    }
+}
+
+/// What the coordinator keeps per changefeed and hands to its maintainer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangefeedConfig {
+    pub sink_uri: String,
+    pub start_ts: Ts,
+    pub scheduler: SchedulerConfig,
+    /// Where to place the first maintainer, if that node is alive.
+    pub preferred_node: Option<NodeId>,
+}

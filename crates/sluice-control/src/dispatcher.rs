@@ -1,0 +1,1002 @@
+//! The dispatcher manager (one per changefeed per node) and its dispatchers (one per span).
+//!
+//! Invariants kept here:
+//! - **fencing**: scheduling messages (create, remove, merge, barrier, close) are applied only
+//!   when they come from the current owner `(maintainer node, epoch)`; a bootstrap is admitted
+//!   only with a newer epoch (or the same epoch from the same node). Everything else is dropped
+//!   and counted.
+//! - **one writer per key range**: the manager never runs two dispatchers whose spans overlap,
+//!   except a merge target whose sources are closing; a merge target starts only after every
+//!   source is closed, so their writes never overlap in time.
+//! - **close before reopen**: a dispatcher is reported `Stopped` only after the sink confirmed
+//!   that none of its writes can still land.
+//! - **intent survives failover**: a closing dispatcher keeps why it closes (remove, move with its
+//!   destination, split with its points, merge with its target); bootstrap reports it.
+//! - **barrier**: a dispatcher at a blocking DDL reports `Waiting` only once everything before the
+//!   DDL is durable; the writer reports `Written` only once the DDL is durable; a duplicate or
+//!   stale Write/Pass/Proceed is answered idempotently.
+//! - **checkpoint**: a dispatcher's checkpoint never exceeds what the sink acknowledged as
+//!   durable (or its start point), and is capped below a blocking DDL it has not passed.
+
+use crate::config::{ChangefeedConfig, HEARTBEAT_MS, MAX_BUFFERED_ITEMS, MAX_ROWS_PER_WRITE, RESEND_MS};
+use crate::hold::{HoldPoint, Holds};
+use crate::io::{Effect, SinkCommand, StreamItem, TraceEvent};
+use crate::msg::{
+    BarrierCommand, BlockReport, BlockStage, ClosePurpose, DispatcherPhase, DispatcherReport, Message, RejectReason,
+};
+use sluice_types::{ChangefeedId, DdlEvent, DispatcherId, Epoch, InfluenceScope, Millis, NodeId, Span, TableId, Ts};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Ids of removed dispatchers remembered so a create that arrives after its remove is refused.
+pub const MAX_TOMBSTONES: usize = 8192;
+
+/// The span the table trigger is registered under (it carries no rows).
+pub fn trigger_span() -> Span {
+    Span::whole_table(TableId(0))
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Phase {
+    /// Accepted but not started: held at `create_dispatcher`, or a merge target whose sources
+    /// are still closing.
+    Creating,
+    Working,
+    /// Closing; `sink_closed` once the sink confirmed.
+    Closing { purpose: ClosePurpose, sink_closed: bool },
+    /// A retryable sink error: the sink session is being closed, then the dispatcher restarts
+    /// from its own checkpoint.
+    Recovering { sink_closed: bool },
+}
+
+#[derive(Clone, Debug)]
+struct Block {
+    ddl: DdlEvent,
+    stage: Stage,
+    last_report: Option<Millis>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Waiting for earlier writes to become durable.
+    Flushing,
+    Waiting,
+    /// Told to write but held at `ddl_before_write`.
+    WriteHeld,
+    Writing,
+    Written,
+}
+
+#[derive(Clone, Debug)]
+struct Dispatcher {
+    id: DispatcherId,
+    span: Span,
+    is_trigger: bool,
+    start_ts: Ts,
+    phase: Phase,
+    buffer: VecDeque<StreamItem>,
+    received_upto: Ts,
+    consumed_upto: Ts,
+    written_ts: Ts,
+    flushed_ts: Ts,
+    /// A flush acknowledgement that arrived while `sink_flush` was held.
+    held_flush: Option<Ts>,
+    flush_requested: bool,
+    block: Option<Block>,
+    pass_held: Option<Ts>,
+    /// A passed DDL whose report is held at `ddl_after_pass`, or not yet sent.
+    passed_report: Option<Ts>,
+    merge_sources: Vec<DispatcherId>,
+    /// Final checkpoints of merge sources that already closed.
+    merge_closed: BTreeMap<DispatcherId, Ts>,
+    remove_after_merge: bool,
+}
+
+impl Dispatcher {
+    fn new(id: DispatcherId, span: Span, is_trigger: bool, start_ts: Ts, phase: Phase) -> Self {
+        Dispatcher {
+            id,
+            span,
+            is_trigger,
+            start_ts,
+            phase,
+            buffer: VecDeque::new(),
+            received_upto: start_ts,
+            consumed_upto: start_ts,
+            written_ts: start_ts,
+            flushed_ts: start_ts,
+            held_flush: None,
+            flush_requested: false,
+            block: None,
+            pass_held: None,
+            passed_report: None,
+            merge_sources: Vec::new(),
+            merge_closed: BTreeMap::new(),
+            remove_after_merge: false,
+        }
+    }
+
+    fn checkpoint(&self) -> Ts {
+        let cp = if self.written_ts > self.flushed_ts {
+            self.flushed_ts
+        } else {
+            self.consumed_upto
+        };
+        let cp = cp.max(self.start_ts);
+        match &self.block {
+            Some(b) => cp.min(b.ddl.commit_ts.saturating_sub(1)),
+            None => cp,
+        }
+    }
+
+    fn is_blocking(&self, ddl: &DdlEvent) -> bool {
+        if self.is_trigger || ddl.influence.trigger {
+            return true;
+        }
+        match &ddl.influence.scope {
+            InfluenceScope::Tables(ts) => !(ts.len() == 1 && ts[0] == self.span.table && self.span.is_whole_table()),
+            InfluenceScope::Database(_) | InfluenceScope::All => true,
+        }
+    }
+
+    fn report(&self) -> DispatcherReport {
+        let phase = match &self.phase {
+            Phase::Creating => DispatcherPhase::Creating,
+            Phase::Working | Phase::Recovering { .. } => DispatcherPhase::Working,
+            Phase::Closing { purpose, .. } => DispatcherPhase::Closing(purpose.clone()),
+        };
+        let block = self.block.as_ref().and_then(|b| {
+            let stage = match b.stage {
+                Stage::Flushing => return None,
+                Stage::Waiting | Stage::WriteHeld => BlockStage::Waiting,
+                Stage::Writing => BlockStage::Writing,
+                Stage::Written => BlockStage::Written,
+            };
+            Some(BlockReport { ddl_ts: b.ddl.commit_ts, stage, ddl: Some(b.ddl.influence.clone()) })
+        });
+        DispatcherReport {
+            id: self.id,
+            span: self.span.clone(),
+            is_trigger: self.is_trigger,
+            phase,
+            checkpoint: self.checkpoint(),
+            block,
+            merge_sources: self.merge_sources.clone(),
+        }
+    }
+}
+
+/// One changefeed's dispatchers on one node.
+#[derive(Debug)]
+pub struct DispatcherManager {
+    cf: ChangefeedId,
+    node: NodeId,
+    incarnation: u64,
+    owner: Option<(NodeId, Epoch)>,
+    config: Option<ChangefeedConfig>,
+    dispatchers: BTreeMap<DispatcherId, Dispatcher>,
+    tombstones: BTreeSet<DispatcherId>,
+    tombstone_order: VecDeque<DispatcherId>,
+    /// Stopped dispatchers not yet reported (reported once in the next heartbeat, and again in
+    /// later heartbeats until the owner changes or the bound is hit).
+    stopped: BTreeMap<DispatcherId, (Span, Ts)>,
+    held_bootstrap: Option<(NodeId, Epoch, Option<(DispatcherId, Ts)>, ChangefeedConfig)>,
+    closing_all: Option<(NodeId, Epoch)>,
+    closed: bool,
+    hb_seq: u64,
+    last_hb: Option<Millis>,
+    pub stale_dropped: u64,
+}
+
+/// What the simulator and the API see of held work.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldWork {
+    pub point: HoldPoint,
+    pub table: TableId,
+    pub id: DispatcherId,
+}
+
+/// A dispatcher as observers (API `/dispatchers`, simulator checks) see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DispatcherView {
+    pub id: DispatcherId,
+    pub span: Span,
+    pub is_trigger: bool,
+    pub state: &'static str,
+    pub checkpoint: Ts,
+}
+
+impl DispatcherManager {
+    pub fn new(cf: ChangefeedId, node: NodeId, incarnation: u64) -> Self {
+        DispatcherManager {
+            cf,
+            node,
+            incarnation,
+            owner: None,
+            config: None,
+            dispatchers: BTreeMap::new(),
+            tombstones: BTreeSet::new(),
+            tombstone_order: VecDeque::new(),
+            stopped: BTreeMap::new(),
+            held_bootstrap: None,
+            closing_all: None,
+            closed: false,
+            hb_seq: 0,
+            last_hb: None,
+            stale_dropped: 0,
+        }
+    }
+
+    pub fn owner(&self) -> Option<&(NodeId, Epoch)> {
+        self.owner.as_ref()
+    }
+
+    /// True once a cascade close finished; the node then drops this manager.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    pub fn dispatchers(&self) -> Vec<DispatcherView> {
+        self.dispatchers
+            .values()
+            .map(|d| DispatcherView {
+                id: d.id,
+                span: d.span.clone(),
+                is_trigger: d.is_trigger,
+                state: match d.phase {
+                    Phase::Creating => "creating",
+                    Phase::Working => "working",
+                    Phase::Closing { .. } => "closing",
+                    Phase::Recovering { .. } => "recovering",
+                },
+                checkpoint: d.checkpoint(),
+            })
+            .collect()
+    }
+
+    /// Work waiting at a hold point now.
+    pub fn held(&self, holds: &Holds) -> Vec<HeldWork> {
+        let mut out = Vec::new();
+        for d in self.dispatchers.values() {
+            let mut push = |point| out.push(HeldWork { point, table: d.span.table, id: d.id });
+            if d.phase == Phase::Creating && d.merge_sources.is_empty() && holds.is_on(HoldPoint::CreateDispatcher) {
+                push(HoldPoint::CreateDispatcher);
+            }
+            if let Phase::Closing { sink_closed: true, .. } = d.phase {
+                if holds.is_on(HoldPoint::CloseDispatcher) {
+                    push(HoldPoint::CloseDispatcher);
+                }
+            }
+            if let Some(b) = &d.block {
+                if b.stage == Stage::WriteHeld {
+                    push(HoldPoint::DdlBeforeWrite);
+                }
+                if b.stage == Stage::Written && holds.is_on(HoldPoint::DdlAfterWrite) {
+                    push(HoldPoint::DdlAfterWrite);
+                }
+            }
+            if d.pass_held.is_some() {
+                push(HoldPoint::DdlBeforePass);
+            }
+            if d.passed_report.is_some() && holds.is_on(HoldPoint::DdlAfterPass) {
+                push(HoldPoint::DdlAfterPass);
+            }
+            if d.held_flush.is_some() && holds.is_on(HoldPoint::SinkFlush) {
+                push(HoldPoint::SinkFlush);
+            }
+        }
+        if self.held_bootstrap.is_some() {
+            out.push(HeldWork { point: HoldPoint::BootstrapResponse, table: TableId(0), id: DispatcherId { epoch: 0, seq: 0 } });
+        }
+        out
+    }
+
+    /// The blocking DDL the given dispatcher is stopped at, with its stage.
+    pub fn block_of(&self, id: DispatcherId) -> Option<(Ts, BlockStage)> {
+        let b = self.dispatchers.get(&id)?.block.as_ref()?;
+        let stage = match b.stage {
+            Stage::Flushing => return None,
+            Stage::Waiting | Stage::WriteHeld => BlockStage::Waiting,
+            Stage::Writing => BlockStage::Writing,
+            Stage::Written => BlockStage::Written,
+        };
+        Some((b.ddl.commit_ts, stage))
+    }
+
+    fn send_owner(&self, out: &mut Vec<Effect>, msg: Message) {
+        if let Some((node, _)) = &self.owner {
+            out.push(Effect::Send { to: node.clone(), msg });
+        }
+    }
+
+    fn owner_epoch(&self) -> Epoch {
+        self.owner.as_ref().map(|o| o.1).unwrap_or_default()
+    }
+
+    fn admits(&mut self, from: &NodeId, epoch: Epoch, kind: &'static str, out: &mut Vec<Effect>) -> bool {
+        let ok = matches!(&self.owner, Some((n, e)) if n == from && *e == epoch);
+        if ok {
+            out.push(Effect::Trace(TraceEvent::Applied { cf: self.cf.clone(), kind, epoch }));
+        } else {
+            self.stale_dropped += 1;
+            out.push(Effect::Trace(TraceEvent::Stale { kind, reason: "not from the current (maintainer, epoch)" }));
+        }
+        ok
+    }
+
+    fn tombstone(&mut self, id: DispatcherId) {
+        if self.tombstones.insert(id) {
+            self.tombstone_order.push_back(id);
+            while self.tombstone_order.len() > MAX_TOMBSTONES {
+                if let Some(old) = self.tombstone_order.pop_front() {
+                    self.tombstones.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// Handle a message addressed to this changefeed's dispatcher manager.
+    pub fn on_message(&mut self, now: Millis, from: &NodeId, msg: Message, holds: &Holds, out: &mut Vec<Effect>) {
+        match msg {
+            Message::Bootstrap { epoch, trigger, config, .. } => {
+                if holds.is_on(HoldPoint::BootstrapResponse) {
+                    let newer = match &self.held_bootstrap {
+                        Some((_, e, _, _)) => epoch >= *e,
+                        None => true,
+                    };
+                    if newer {
+                        self.held_bootstrap = Some((from.clone(), epoch, trigger, config));
+                    }
+                    return;
+                }
+                self.bootstrap(now, from, epoch, trigger, config, holds, out);
+            }
+            Message::Create { epoch, id, span, start_ts, .. } => {
+                if self.admits(from, epoch, "create", out) {
+                    self.create(id, span, start_ts, holds, out);
+                }
+            }
+            Message::Remove { epoch, id, purpose, .. } => {
+                if self.admits(from, epoch, "remove", out) {
+                    self.remove(id, purpose, holds, out);
+                }
+            }
+            Message::Merge { epoch, sources, target, span, .. } => {
+                if self.admits(from, epoch, "merge", out) {
+                    self.merge(sources, target, span, holds, out);
+                }
+            }
+            Message::Barrier { epoch, id, ddl_ts, command, .. } => {
+                if self.admits(from, epoch, "barrier_action", out) {
+                    self.barrier(now, id, ddl_ts, command, holds, out);
+                }
+            }
+            Message::CloseChangefeed { epoch, .. } => {
+                // A cascade close comes from the coordinator with an epoch newer than (or equal
+                // to) every maintainer's: admit any epoch at least the owner's.
+                let newer = self.owner.as_ref().map(|o| epoch >= o.1).unwrap_or(true);
+                if newer {
+                    out.push(Effect::Trace(TraceEvent::Applied { cf: self.cf.clone(), kind: "close_changefeed", epoch }));
+                    self.owner = Some((from.clone(), epoch));
+                    self.closing_all = Some((from.clone(), epoch));
+                    let ids: Vec<_> = self.dispatchers.keys().copied().collect();
+                    for id in ids {
+                        self.remove(id, ClosePurpose::Remove, holds, out);
+                    }
+                    self.maybe_finish_close(out);
+                } else {
+                    self.stale_dropped += 1;
+                    out.push(Effect::Trace(TraceEvent::Stale { kind: "close_changefeed", reason: "older epoch" }));
+                }
+            }
+            other => {
+                out.push(Effect::Trace(TraceEvent::Stale { kind: other.kind(), reason: "not for a dispatcher manager" }));
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn bootstrap(
+        &mut self,
+        now: Millis,
+        from: &NodeId,
+        epoch: Epoch,
+        trigger: Option<(DispatcherId, Ts)>,
+        config: ChangefeedConfig,
+        holds: &Holds,
+        out: &mut Vec<Effect>,
+    ) {
+        if let Some((n, e)) = &self.owner {
+            if epoch < *e || (epoch == *e && n != from) {
+                self.stale_dropped += 1;
+                out.push(Effect::Trace(TraceEvent::Stale { kind: "bootstrap", reason: "older epoch" }));
+                return;
+            }
+        }
+        if self.closing_all.is_some() {
+            // A cascade close is under way; the maintainer of this epoch re-bootstraps later.
+            return;
+        }
+        out.push(Effect::Trace(TraceEvent::Applied { cf: self.cf.clone(), kind: "bootstrap", epoch }));
+        self.owner = Some((from.clone(), epoch));
+        self.config = Some(config);
+        // The table trigger lives only on the maintainer's node, with the id it asks for.
+        let triggers: Vec<DispatcherId> =
+            self.dispatchers.values().filter(|d| d.is_trigger && !matches!(d.phase, Phase::Closing { .. })).map(|d| d.id).collect();
+        for tid in triggers {
+            if trigger.map(|t| t.0) != Some(tid) {
+                self.remove(tid, ClosePurpose::Remove, holds, out);
+            }
+        }
+        if let Some((tid, start)) = trigger {
+            if !self.dispatchers.contains_key(&tid) && !self.tombstones.contains(&tid) {
+                self.start_dispatcher(Dispatcher::new(tid, trigger_span(), true, start, Phase::Working), out);
+            }
+        }
+        let mut reports: Vec<DispatcherReport> = self.dispatchers.values().map(|d| d.report()).collect();
+        for (id, (span, cp)) in &self.stopped {
+            reports.push(stopped_report(*id, span.clone(), *cp));
+        }
+        self.send_owner(out, Message::BootstrapResponse { cf: self.cf.clone(), epoch, dispatchers: reports });
+        self.last_hb = Some(now);
+    }
+
+    fn start_dispatcher(&mut self, mut d: Dispatcher, out: &mut Vec<Effect>) {
+        d.phase = Phase::Working;
+        out.push(Effect::Subscribe {
+            cf: self.cf.clone(),
+            id: d.id,
+            span: d.span.clone(),
+            is_trigger: d.is_trigger,
+            start_ts: d.start_ts,
+        });
+        out.push(Effect::Trace(TraceEvent::DispatcherStarted {
+            cf: self.cf.clone(),
+            id: d.id,
+            span: d.span.clone(),
+            start_ts: d.start_ts,
+        }));
+        self.dispatchers.insert(d.id, d);
+    }
+
+    fn overlapping(&self, span: &Span, except: &[DispatcherId]) -> Option<DispatcherId> {
+        self.dispatchers
+            .values()
+            .find(|d| !d.is_trigger && !except.contains(&d.id) && d.span.overlaps(span))
+            .map(|d| d.id)
+    }
+
+    fn create(&mut self, id: DispatcherId, span: Span, start_ts: Ts, holds: &Holds, out: &mut Vec<Effect>) {
+        if self.dispatchers.contains_key(&id) {
+            return; // duplicate: the next heartbeat reports it
+        }
+        if self.tombstones.contains(&id) {
+            // Removed before it was created: it stays removed.
+            self.stopped.entry(id).or_insert((span, start_ts));
+            return;
+        }
+        if self.closing_all.is_some() {
+            self.send_owner(out, Message::Rejected { cf: self.cf.clone(), epoch: self.owner_epoch(), id, reason: RejectReason::Closing });
+            return;
+        }
+        if let Some(with) = self.overlapping(&span, &[]) {
+            #[cfg(feature = "mutations")]
+            if crate::mutations::on("dm-admits-overlap") {
+                self.start_dispatcher(Dispatcher::new(id, span, false, start_ts, Phase::Working), out);
+                return;
+            }
+            self.send_owner(
+                out,
+                Message::Rejected { cf: self.cf.clone(), epoch: self.owner_epoch(), id, reason: RejectReason::Overlap { with } },
+            );
+            return;
+        }
+        let d = Dispatcher::new(id, span, false, start_ts, Phase::Creating);
+        if holds.is_on(HoldPoint::CreateDispatcher) {
+            self.dispatchers.insert(id, d);
+        } else {
+            self.start_dispatcher(d, out);
+        }
+    }
+
+    fn remove(&mut self, id: DispatcherId, purpose: ClosePurpose, holds: &Holds, out: &mut Vec<Effect>) {
+        self.tombstone(id);
+        let Some(d) = self.dispatchers.get_mut(&id) else {
+            if !self.stopped.contains_key(&id) {
+                self.stopped.insert(id, (trigger_span(), 0));
+            }
+            return;
+        };
+        match &mut d.phase {
+            Phase::Creating if !d.merge_sources.is_empty() => {
+                // A merge target waiting for its sources: it will not start.
+                d.remove_after_merge = true;
+            }
+            Phase::Creating => {
+                // Never started, never wrote.
+                let cp = d.checkpoint();
+                let span = d.span.clone();
+                self.dispatchers.remove(&id);
+                self.stopped.insert(id, (span, cp));
+                out.push(Effect::Trace(TraceEvent::DispatcherClosed { cf: self.cf.clone(), id }));
+            }
+            Phase::Closing { purpose: p, .. } => {
+                if !matches!(p, ClosePurpose::MergeInto { .. }) {
+                    *p = purpose;
+                }
+            }
+            Phase::Working | Phase::Recovering { .. } => {
+                let was_recovering = matches!(d.phase, Phase::Recovering { sink_closed: false });
+                let sink_closed = matches!(d.phase, Phase::Recovering { sink_closed: true });
+                d.phase = Phase::Closing { purpose, sink_closed };
+                d.buffer.clear();
+                d.block = None;
+                if !was_recovering && !sink_closed {
+                    out.push(Effect::Unsubscribe { cf: self.cf.clone(), id });
+                    out.push(Effect::Sink(SinkCommand::Close { cf: self.cf.clone(), id }));
+                }
+            }
+        }
+        self.finish_closing(id, holds, out);
+    }
+
+    /// A closing dispatcher whose sink is closed becomes stopped (unless held).
+    fn finish_closing(&mut self, id: DispatcherId, holds: &Holds, out: &mut Vec<Effect>) {
+        let Some(d) = self.dispatchers.get(&id) else { return };
+        let Phase::Closing { sink_closed: true, purpose } = &d.phase else { return };
+        if holds.is_on(HoldPoint::CloseDispatcher) {
+            return;
+        }
+        let purpose = purpose.clone();
+        let cp = d.checkpoint();
+        let span = d.span.clone();
+        self.dispatchers.remove(&id);
+        self.stopped.insert(id, (span, cp));
+        out.push(Effect::Trace(TraceEvent::DispatcherClosed { cf: self.cf.clone(), id }));
+        if let ClosePurpose::MergeInto { target } = purpose {
+            self.merge_source_closed(target, id, cp, holds, out);
+        }
+        self.maybe_finish_close(out);
+    }
+
+    fn maybe_finish_close(&mut self, out: &mut Vec<Effect>) {
+        if let Some((node, epoch)) = self.closing_all.clone() {
+            if self.dispatchers.is_empty() {
+                self.closed = true;
+                out.push(Effect::Send { to: node, msg: Message::CloseChangefeedResponse { cf: self.cf.clone(), epoch } });
+            }
+        }
+    }
+
+    fn merge(&mut self, sources: Vec<DispatcherId>, target: DispatcherId, span: Span, holds: &Holds, out: &mut Vec<Effect>) {
+        if self.dispatchers.contains_key(&target) {
+            return; // already merging: duplicate request
+        }
+        if self.tombstones.contains(&target) {
+            self.stopped.entry(target).or_insert((span, 0));
+            return;
+        }
+        // Validate: every source working here, same table, adjacent, exactly covering `span`.
+        let mut spans = Vec::new();
+        for s in &sources {
+            match self.dispatchers.get(s) {
+                Some(d) if d.phase == Phase::Working && d.block.is_none() && !d.is_trigger => spans.push(d.span.clone()),
+                _ => {
+                    self.send_owner(
+                        out,
+                        Message::Rejected {
+                            cf: self.cf.clone(),
+                            epoch: self.owner_epoch(),
+                            id: target,
+                            reason: RejectReason::MergeSources,
+                        },
+                    );
+                    return;
+                }
+            }
+        }
+        spans.sort_by(|a, b| a.start.cmp(&b.start));
+        let refs: Vec<&Span> = spans.iter().collect();
+        if sources.len() < 2 || !sluice_types::spans_partition(&span, &refs) || self.overlapping(&span, &sources).is_some() {
+            self.send_owner(
+                out,
+                Message::Rejected { cf: self.cf.clone(), epoch: self.owner_epoch(), id: target, reason: RejectReason::MergeSources },
+            );
+            return;
+        }
+        let mut t = Dispatcher::new(target, span, false, 0, Phase::Creating);
+        t.merge_sources = sources.clone();
+        self.dispatchers.insert(target, t);
+        for s in sources {
+            self.remove(s, ClosePurpose::MergeInto { target }, holds, out);
+        }
+    }
+
+    fn merge_source_closed(&mut self, target: DispatcherId, source: DispatcherId, cp: Ts, _holds: &Holds, out: &mut Vec<Effect>) {
+        let Some(t) = self.dispatchers.get_mut(&target) else { return };
+        t.merge_closed.insert(source, cp);
+        if t.merge_sources.iter().all(|s| t.merge_closed.contains_key(s)) && t.phase == Phase::Creating {
+            let start = t.merge_closed.values().copied().min().unwrap_or(0);
+            if t.remove_after_merge {
+                let span = t.span.clone();
+                self.dispatchers.remove(&target);
+                self.stopped.insert(target, (span, start));
+                return;
+            }
+            let Some(mut t) = self.dispatchers.remove(&target) else { return };
+            t.start_ts = start;
+            t.received_upto = start;
+            t.consumed_upto = start;
+            t.written_ts = start;
+            t.flushed_ts = start;
+            self.start_dispatcher(t, out);
+        }
+    }
+
+    fn barrier(&mut self, now: Millis, id: DispatcherId, ddl_ts: Ts, command: BarrierCommand, holds: &Holds, out: &mut Vec<Effect>) {
+        let cf = self.cf.clone();
+        let epoch = self.owner_epoch();
+        let Some(d) = self.dispatchers.get_mut(&id) else { return };
+        if !matches!(d.phase, Phase::Working) {
+            return;
+        }
+        let Some(b) = d.block.as_mut() else { return };
+        if b.ddl.commit_ts != ddl_ts {
+            return; // a stale action for an event already passed, or one not reached yet
+        }
+        match (command, b.stage) {
+            (BarrierCommand::Write, Stage::Waiting) => {
+                if holds.is_on(HoldPoint::DdlBeforeWrite) {
+                    b.stage = Stage::WriteHeld;
+                } else {
+                    do_write(&cf, d, out);
+                }
+            }
+            (BarrierCommand::Write, Stage::Written) => {
+                b.last_report = None; // duplicate Write: report Written again
+            }
+            (BarrierCommand::Pass, Stage::Waiting) => {
+                if holds.is_on(HoldPoint::DdlBeforePass) {
+                    d.pass_held = Some(ddl_ts);
+                } else {
+                    pass(d);
+                }
+            }
+            (BarrierCommand::Proceed, Stage::Written) => {
+                d.block = None;
+                d.buffer.pop_front();
+                d.consumed_upto = d.consumed_upto.max(ddl_ts);
+            }
+            _ => {}
+        }
+        let _ = (now, epoch);
+        self.pump(id, now, holds, out);
+    }
+
+    /// Events for a dispatcher from the event source.
+    pub fn on_events(&mut self, now: Millis, id: DispatcherId, items: Vec<StreamItem>, resolved_ts: Ts, holds: &Holds, out: &mut Vec<Effect>) {
+        let cf = self.cf.clone();
+        let Some(d) = self.dispatchers.get_mut(&id) else { return };
+        if d.phase != Phase::Working {
+            return;
+        }
+        let mut resubscribe_from = None;
+        for item in items {
+            let ts = item.commit_ts();
+            if ts <= d.received_upto {
+                continue; // a repeat from before the cursor
+            }
+            if d.buffer.len() >= MAX_BUFFERED_ITEMS {
+                // Full: keep whole transactions only and ask again from the last complete one.
+                while d.buffer.back().map(|b| b.commit_ts() == ts).unwrap_or(false) {
+                    d.buffer.pop_back();
+                }
+                d.received_upto = ts.saturating_sub(1);
+                resubscribe_from = Some(d.received_upto);
+                break;
+            }
+            d.buffer.push_back(item);
+            d.received_upto = d.received_upto.max(ts.saturating_sub(1));
+        }
+        match resubscribe_from {
+            Some(from) => out.push(Effect::Subscribe { cf, id, span: d.span.clone(), is_trigger: d.is_trigger, start_ts: from }),
+            None => d.received_upto = d.received_upto.max(resolved_ts),
+        }
+        self.pump(id, now, holds, out);
+    }
+
+    pub fn on_sink_flushed(&mut self, now: Millis, id: DispatcherId, ts: Ts, holds: &Holds, out: &mut Vec<Effect>) {
+        let Some(d) = self.dispatchers.get_mut(&id) else { return };
+        if holds.is_on(HoldPoint::SinkFlush) {
+            d.held_flush = Some(d.held_flush.unwrap_or(0).max(ts));
+            return;
+        }
+        d.flushed_ts = d.flushed_ts.max(ts.min(d.written_ts));
+        d.flush_requested = false;
+        self.pump(id, now, holds, out);
+    }
+
+    pub fn on_sink_closed(&mut self, now: Millis, id: DispatcherId, holds: &Holds, out: &mut Vec<Effect>) {
+        let Some(d) = self.dispatchers.get_mut(&id) else { return };
+        match &mut d.phase {
+            Phase::Closing { sink_closed, .. } => {
+                *sink_closed = true;
+                self.finish_closing(id, holds, out);
+            }
+            Phase::Recovering { .. } => {
+                // Restart from the dispatcher's own checkpoint.
+                let cp = d.checkpoint();
+                let mut fresh = Dispatcher::new(d.id, d.span.clone(), d.is_trigger, cp, Phase::Working);
+                fresh.merge_sources = d.merge_sources.clone();
+                self.dispatchers.remove(&id);
+                self.start_dispatcher(fresh, out);
+                self.pump(id, now, holds, out);
+            }
+            _ => {}
+        }
+    }
+
+    pub fn on_sink_error(&mut self, id: DispatcherId, retryable: bool, message: String, out: &mut Vec<Effect>) {
+        let cf = self.cf.clone();
+        let epoch = self.owner_epoch();
+        let Some(d) = self.dispatchers.get_mut(&id) else { return };
+        if !retryable {
+            self.send_owner(out, Message::DispatcherError { cf, epoch, id, message });
+            return;
+        }
+        if d.phase == Phase::Working {
+            #[cfg(feature = "mutations")]
+            if crate::mutations::on("sink-error-restarts-changefeed") {
+                self.send_owner(out, Message::DispatcherError { cf, epoch, id, message });
+                return;
+            }
+            d.phase = Phase::Recovering { sink_closed: false };
+            d.buffer.clear();
+            d.block = None;
+            out.push(Effect::Unsubscribe { cf: cf.clone(), id });
+            out.push(Effect::Sink(SinkCommand::Close { cf, id }));
+            out.push(Effect::Trace(TraceEvent::Log(format!("dispatcher {id:?}: retryable sink error, restarting it alone: {message}"))));
+        }
+    }
+
+    /// A hold point was switched on this node.
+    pub fn on_hold(&mut self, now: Millis, point: HoldPoint, on: bool, holds: &Holds, out: &mut Vec<Effect>) {
+        if on {
+            return;
+        }
+        match point {
+            HoldPoint::CreateDispatcher => {
+                let held: Vec<DispatcherId> = self
+                    .dispatchers
+                    .values()
+                    .filter(|d| d.phase == Phase::Creating && d.merge_sources.is_empty())
+                    .map(|d| d.id)
+                    .collect();
+                for id in held {
+                    if let Some(d) = self.dispatchers.remove(&id) {
+                        self.start_dispatcher(d, out);
+                    }
+                }
+            }
+            HoldPoint::CloseDispatcher => {
+                let ids: Vec<DispatcherId> = self.dispatchers.keys().copied().collect();
+                for id in ids {
+                    self.finish_closing(id, holds, out);
+                }
+            }
+            HoldPoint::BootstrapResponse => {
+                if let Some((from, epoch, trigger, config)) = self.held_bootstrap.take() {
+                    self.bootstrap(now, &from, epoch, trigger, config, holds, out);
+                }
+            }
+            HoldPoint::SinkFlush => {
+                let ids: Vec<(DispatcherId, Ts)> =
+                    self.dispatchers.values_mut().filter_map(|d| d.held_flush.take().map(|t| (d.id, t))).collect();
+                for (id, ts) in ids {
+                    self.on_sink_flushed(now, id, ts, holds, out);
+                }
+            }
+            HoldPoint::DdlBeforeWrite => {
+                let cf = self.cf.clone();
+                for d in self.dispatchers.values_mut() {
+                    if d.block.as_ref().map(|b| b.stage == Stage::WriteHeld).unwrap_or(false) {
+                        do_write(&cf, d, out);
+                    }
+                }
+            }
+            HoldPoint::DdlBeforePass => {
+                for d in self.dispatchers.values_mut() {
+                    if d.pass_held.take().is_some() {
+                        pass(d);
+                    }
+                }
+            }
+            HoldPoint::DdlAfterWrite | HoldPoint::DdlAfterPass => {}
+        }
+        let ids: Vec<DispatcherId> = self.dispatchers.keys().copied().collect();
+        for id in ids {
+            self.pump(id, now, holds, out);
+        }
+    }
+
+    /// Move a dispatcher's stream forward as far as it can go.
+    fn pump(&mut self, id: DispatcherId, now: Millis, holds: &Holds, out: &mut Vec<Effect>) {
+        let cf = self.cf.clone();
+        let epoch = self.owner_epoch();
+        let owner = self.owner.as_ref().map(|o| o.0.clone());
+        let Some(d) = self.dispatchers.get_mut(&id) else { return };
+        if d.phase != Phase::Working {
+            return;
+        }
+        let mut rows: Vec<(Ts, sluice_types::Key, u64)> = Vec::new();
+        loop {
+            if d.block.is_some() {
+                break;
+            }
+            let Some(front) = d.buffer.front() else { break };
+            match front {
+                StreamItem::Row { commit_ts, key, handle } => {
+                    rows.push((*commit_ts, key.clone(), *handle));
+                    d.written_ts = d.written_ts.max(*commit_ts);
+                    d.buffer.pop_front();
+                    if rows.len() >= MAX_ROWS_PER_WRITE {
+                        out.push(Effect::Sink(SinkCommand::WriteRows {
+                            cf: cf.clone(),
+                            id,
+                            span: d.span.clone(),
+                            rows: std::mem::take(&mut rows),
+                        }));
+                    }
+                }
+                StreamItem::Ddl { ddl, handle } => {
+                    let ddl = ddl.clone();
+                    let handle = *handle;
+                    if d.is_blocking(&ddl) {
+                        d.block = Some(Block { ddl, stage: Stage::Flushing, last_report: None });
+                    } else {
+                        if !rows.is_empty() {
+                            out.push(Effect::Sink(SinkCommand::WriteRows {
+                                cf: cf.clone(),
+                                id,
+                                span: d.span.clone(),
+                                rows: std::mem::take(&mut rows),
+                            }));
+                        }
+                        d.written_ts = d.written_ts.max(ddl.commit_ts);
+                        out.push(Effect::Sink(SinkCommand::WriteDdl { cf: cf.clone(), id, ddl, handle }));
+                        d.buffer.pop_front();
+                    }
+                }
+            }
+        }
+        if !rows.is_empty() {
+            out.push(Effect::Sink(SinkCommand::WriteRows { cf: cf.clone(), id, span: d.span.clone(), rows }));
+        }
+        d.consumed_upto = match d.buffer.front() {
+            Some(item) => d.consumed_upto.max(item.commit_ts().saturating_sub(1)),
+            None => d.consumed_upto.max(d.received_upto),
+        };
+        // Blocking DDL progress.
+        let mut report = None;
+        if let Some(b) = d.block.as_mut() {
+            match b.stage {
+                Stage::Flushing => {
+                    if d.flushed_ts >= d.written_ts {
+                        b.stage = Stage::Waiting;
+                    } else if !d.flush_requested {
+                        d.flush_requested = true;
+                        out.push(Effect::Sink(SinkCommand::Flush { cf: cf.clone(), id }));
+                    }
+                }
+                Stage::Writing => {
+                    if d.flushed_ts >= b.ddl.commit_ts {
+                        b.stage = Stage::Written;
+                        b.last_report = None;
+                    } else if !d.flush_requested {
+                        d.flush_requested = true;
+                        out.push(Effect::Sink(SinkCommand::Flush { cf: cf.clone(), id }));
+                    }
+                }
+                _ => {}
+            }
+            let due = b.last_report.map(|t| now >= t + RESEND_MS).unwrap_or(true);
+            let reportable = match b.stage {
+                Stage::Waiting => true,
+                Stage::Written => !holds.is_on(HoldPoint::DdlAfterWrite),
+                _ => false,
+            };
+            if due && reportable {
+                b.last_report = Some(now);
+                let stage = if b.stage == Stage::Written { BlockStage::Written } else { BlockStage::Waiting };
+                report = Some(BlockReport { ddl_ts: b.ddl.commit_ts, stage, ddl: Some(b.ddl.influence.clone()) });
+            }
+        }
+        if let Some(ts) = d.passed_report {
+            if !holds.is_on(HoldPoint::DdlAfterPass) {
+                d.passed_report = None;
+                if let Some(owner) = &owner {
+                    out.push(Effect::Send {
+                        to: owner.clone(),
+                        msg: Message::BlockStatus {
+                            cf: cf.clone(),
+                            epoch,
+                            id,
+                            span: d.span.clone(),
+                            report: BlockReport { ddl_ts: ts, stage: BlockStage::Passed, ddl: None },
+                        },
+                    });
+                }
+            }
+        }
+        if let (Some(report), Some(owner)) = (report, owner) {
+            out.push(Effect::Send { to: owner, msg: Message::BlockStatus { cf, epoch, id, span: d.span.clone(), report } });
+        }
+    }
+
+    /// Periodic work: heartbeats, resends.
+    pub fn on_tick(&mut self, now: Millis, holds: &Holds, out: &mut Vec<Effect>) {
+        let ids: Vec<DispatcherId> = self.dispatchers.keys().copied().collect();
+        for id in ids {
+            self.pump(id, now, holds, out);
+        }
+        if self.owner.is_none() || self.held_bootstrap.is_some() {
+            return;
+        }
+        if self.last_hb.map(|t| now >= t + HEARTBEAT_MS).unwrap_or(true) {
+            self.last_hb = Some(now);
+            self.hb_seq += 1;
+            let mut reports: Vec<DispatcherReport> = self.dispatchers.values().map(|d| d.report()).collect();
+            for (id, (span, cp)) in &self.stopped {
+                reports.push(stopped_report(*id, span.clone(), *cp));
+            }
+            // Stopped dispatchers are reported a bounded number of times, then forgotten; the
+            // maintainer also learns from complete heartbeats that they are gone.
+            self.stopped.clear();
+            let msg = Message::Heartbeat {
+                cf: self.cf.clone(),
+                epoch: self.owner_epoch(),
+                incarnation: self.incarnation,
+                seq: self.hb_seq,
+                complete: true,
+                dispatchers: reports,
+            };
+            self.send_owner(out, msg);
+        }
+    }
+
+    pub fn node(&self) -> &NodeId {
+        &self.node
+    }
+}
+
+fn stopped_report(id: DispatcherId, span: Span, cp: Ts) -> DispatcherReport {
+    DispatcherReport {
+        id,
+        span,
+        is_trigger: false,
+        phase: DispatcherPhase::Stopped,
+        checkpoint: cp,
+        block: None,
+        merge_sources: Vec::new(),
+    }
+}
+
+fn do_write(cf: &ChangefeedId, d: &mut Dispatcher, out: &mut Vec<Effect>) {
+    let Some(b) = d.block.as_mut() else { return };
+    let handle = match d.buffer.front() {
+        Some(StreamItem::Ddl { handle, .. }) => *handle,
+        _ => 0,
+    };
+    b.stage = Stage::Writing;
+    d.written_ts = d.written_ts.max(b.ddl.commit_ts);
+    out.push(Effect::Sink(SinkCommand::WriteDdl { cf: cf.clone(), id: d.id, ddl: b.ddl.clone(), handle }));
+    d.flush_requested = true;
+    out.push(Effect::Sink(SinkCommand::Flush { cf: cf.clone(), id: d.id }));
+}
+
+fn pass(d: &mut Dispatcher) {
+    if let Some(b) = d.block.take() {
+        d.buffer.pop_front();
+        d.consumed_upto = d.consumed_upto.max(b.ddl.commit_ts);
+        d.passed_report = Some(b.ddl.commit_ts);
+    }
+}

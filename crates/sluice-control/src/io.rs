@@ -1,0 +1,119 @@
+//! The inputs a node's state machines take and the effects they return. The shell (server or
+//! simulator) turns effects into IO and IO results back into inputs; nothing else crosses.
+
+use crate::config::ChangefeedConfig;
+use crate::hold::HoldPoint;
+use crate::meta::{MetaOp, MetaResult};
+use crate::msg::{Message, TableRequest};
+use sluice_types::{ChangefeedId, DdlEvent, DispatcherId, Epoch, Key, NodeId, Span, TableId, Ts};
+use std::collections::BTreeMap;
+
+/// One item of a dispatcher's event stream. Rows are opaque handles: the shell keeps the data.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StreamItem {
+    Row { commit_ts: Ts, key: Key, handle: u64 },
+    Ddl { ddl: DdlEvent, handle: u64 },
+}
+
+impl StreamItem {
+    pub fn commit_ts(&self) -> Ts {
+        match self {
+            StreamItem::Row { commit_ts, .. } => *commit_ts,
+            StreamItem::Ddl { ddl, .. } => ddl.commit_ts,
+        }
+    }
+}
+
+/// A table as the maintainer needs it to build spans.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableInfo {
+    pub id: TableId,
+    /// `db.table`
+    pub name: String,
+    /// Interior region boundaries (sorted); empty means one region.
+    pub regions: Vec<Key>,
+    /// False for tables without a primary or not-null unique key: one unsplittable span.
+    pub splittable: bool,
+}
+
+/// The schema history a maintainer bootstraps from: the tables at its start point plus every
+/// DDL after it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchemaSnapshot {
+    pub at_ts: Ts,
+    pub tables: Vec<TableInfo>,
+    pub ddls_after: Vec<DdlEvent>,
+}
+
+/// Requests from users (API, CLI, scenario steps).
+#[derive(Clone, Debug, PartialEq)]
+pub enum UserRequest {
+    CreateChangefeed { cf: ChangefeedId, config: ChangefeedConfig },
+    PauseChangefeed { cf: ChangefeedId },
+    ResumeChangefeed { cf: ChangefeedId },
+    RemoveChangefeed { cf: ChangefeedId },
+    MoveMaintainer { cf: ChangefeedId, to: NodeId },
+    Cordon { node: NodeId, on: bool },
+    Drain { node: NodeId },
+    Table { cf: ChangefeedId, req: TableRequest },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    /// Time passes; periodic work (resends, heartbeats, schedulers) runs.
+    Tick,
+    Message { from: NodeId, msg: Message },
+    /// The nodes whose lease is alive, with their incarnation (a restarted node is a new
+    /// incarnation), from the meta store's membership watch.
+    NodesChanged { alive: BTreeMap<NodeId, u64> },
+    /// Who holds the coordinator election key, and the key's revision.
+    Leader { node: Option<NodeId>, rev: u64 },
+    MetaResult { req: u64, result: MetaResult },
+    Schema { cf: ChangefeedId, epoch: Epoch, snapshot: SchemaSnapshot },
+    Regions { table: TableId, regions: Vec<Key> },
+    Events { cf: ChangefeedId, id: DispatcherId, items: Vec<StreamItem>, resolved_ts: Ts },
+    /// Every write of this dispatcher at or below `ts` is durable.
+    SinkFlushed { cf: ChangefeedId, id: DispatcherId, ts: Ts },
+    /// No write of this dispatcher can land any more.
+    SinkClosed { cf: ChangefeedId, id: DispatcherId },
+    SinkError { cf: ChangefeedId, id: DispatcherId, retryable: bool, message: String },
+    Hold { point: HoldPoint, on: bool },
+    Request(UserRequest),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum SinkCommand {
+    WriteRows { cf: ChangefeedId, id: DispatcherId, span: Span, rows: Vec<(Ts, Key, u64)> },
+    WriteDdl { cf: ChangefeedId, id: DispatcherId, ddl: DdlEvent, handle: u64 },
+    /// Make everything written so far durable and acknowledge it.
+    Flush { cf: ChangefeedId, id: DispatcherId },
+    /// Stop accepting writes of this dispatcher and answer `SinkClosed` once none can land.
+    Close { cf: ChangefeedId, id: DispatcherId },
+}
+
+/// Facts the state machines announce for observers (simulator checkers, logs, metrics).
+#[derive(Clone, Debug, PartialEq)]
+pub enum TraceEvent {
+    /// A dispatcher manager applied a scheduling message of this epoch.
+    Applied { cf: ChangefeedId, kind: &'static str, epoch: Epoch },
+    /// A message was dropped as stale (old epoch, old revision, wrong sender).
+    Stale { kind: &'static str, reason: &'static str },
+    DispatcherStarted { cf: ChangefeedId, id: DispatcherId, span: Span, start_ts: Ts },
+    DispatcherClosed { cf: ChangefeedId, id: DispatcherId },
+    MaintainerCheckpoint { cf: ChangefeedId, epoch: Epoch, checkpoint: Ts },
+    MaintainerBootstrapped { cf: ChangefeedId, epoch: Epoch },
+    RequestDone { cf: ChangefeedId, req: TableRequest, outcome: String },
+    ChangefeedRestarted { cf: ChangefeedId, reason: String },
+    Log(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    Send { to: NodeId, msg: Message },
+    Meta { req: u64, op: MetaOp },
+    LoadSchema { cf: ChangefeedId, epoch: Epoch, at_ts: Ts },
+    Subscribe { cf: ChangefeedId, id: DispatcherId, span: Span, is_trigger: bool, start_ts: Ts },
+    Unsubscribe { cf: ChangefeedId, id: DispatcherId },
+    Sink(SinkCommand),
+    Trace(TraceEvent),
+}

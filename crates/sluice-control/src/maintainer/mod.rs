@@ -1,0 +1,1709 @@
+//! The maintainer: one per changefeed, placed by the coordinator with a fresh epoch. It owns the
+//! changefeed's span map (absent / scheduling / replicating per span), the table trigger, the
+//! operators, the schedulers, the barrier and the changefeed checkpoint.
+//!
+//! Invariants kept here:
+//! - **bootstrap adopts, never ignores**: the table set is the schema at the start point plus
+//!   every DDL after it; every dispatcher any node reports is tracked and either adopted by span,
+//!   kept to finish the operator it was part of (with its intent), or removed; a create for a table
+//!   that no longer exists becomes a cleanup.
+//! - **one writer per key range across nodes**: a create (or merge) is sent only when no other
+//!   dispatcher the maintainer knows of, on any node, overlaps the span ([`Maintainer::can_create`]);
+//!   a dispatcher is forgotten only when its node confirmed it stopped, or the node is gone.
+//! - **at most one operator per span**; requested operators queue behind operators in flight.
+//! - **checkpoint** = minimum over every span (whatever its state) and the table trigger, never
+//!   backwards; a span's checkpoint only moves forward, from its own dispatcher's reports.
+//! - **stale traffic** (other epochs, other incarnations, regressed heartbeat sequence, reports from
+//!   a node a span is not bound to) is dropped and counted.
+//! - a retryable dispatcher error never reaches here; a fatal one is reported to the coordinator.
+
+pub mod barrier;
+pub mod operator;
+
+use crate::config::{ChangefeedConfig, BALANCE_INTERVAL_MS, MAINTAINER_STATUS_MS, MAX_OPERATORS_PER_ROUND, MAX_PENDING_REQUESTS, RESEND_MS};
+use crate::io::{Effect, SchemaSnapshot, TraceEvent};
+use crate::msg::{
+    BarrierCommand, BlockReport, BlockStage, ClosePurpose, DispatcherPhase, DispatcherReport, MaintainerState,
+    MaintainerStatus, Message, RejectReason, TableRequest,
+};
+use barrier::{Barrier, BarrierEvent};
+use operator::{span_key, OpKind, OpPhase, Operator, SpanKey};
+use sluice_types::{
+    ChangefeedId, DdlInfluence, DispatcherId, Epoch, InfluenceScope, Key, Millis, NodeId, Span, TableId, Ts,
+};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// What a maintainer reads of its node's world on every call.
+pub struct Ctx<'a> {
+    pub now: Millis,
+    /// Alive nodes and their incarnations (from the meta store's membership).
+    pub alive: &'a BTreeMap<NodeId, u64>,
+    pub cordoned: &'a BTreeSet<NodeId>,
+    pub draining: &'a BTreeSet<NodeId>,
+    pub regions: &'a BTreeMap<TableId, Vec<Key>>,
+    pub coordinator: Option<&'a NodeId>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SpanState {
+    Absent,
+    /// An operator is in flight.
+    Scheduling,
+    Replicating,
+}
+
+#[derive(Clone, Debug)]
+pub struct SpanEntry {
+    pub span: Span,
+    pub state: SpanState,
+    /// The node and dispatcher serving it (replicating), or whose progress counts (scheduling).
+    pub node: Option<NodeId>,
+    pub dispatcher: Option<DispatcherId>,
+    pub checkpoint: Ts,
+    pub op: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tracked {
+    /// Create or merge sent (or reported creating); not confirmed working.
+    Requested,
+    Working,
+    /// Closing (remove sent or reported closing).
+    Removing,
+}
+
+#[derive(Clone, Debug)]
+struct TrackedDispatcher {
+    node: NodeId,
+    span: Span,
+    phase: Tracked,
+    checkpoint: Ts,
+}
+
+#[derive(Clone, Debug)]
+struct TableState {
+    name: String,
+    splittable: bool,
+    /// Split by a user request: the merge scheduler leaves it alone.
+    user_split: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Phase {
+    Bootstrapping { responses: BTreeMap<NodeId, Vec<DispatcherReport>>, schema: Option<SchemaSnapshot> },
+    Working,
+    Closing { pending: BTreeSet<NodeId> },
+    Stopped,
+}
+
+#[derive(Clone, Debug)]
+struct PendingRequest {
+    req: TableRequest,
+    accepted_at: Millis,
+}
+
+/// A maintainer's view of one span, for the API and the simulator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpanView {
+    pub span: Span,
+    pub table_name: String,
+    pub state: &'static str,
+    pub node: Option<NodeId>,
+    pub checkpoint: Ts,
+    pub operator: Option<String>,
+}
+
+pub struct Maintainer {
+    cf: ChangefeedId,
+    epoch: Epoch,
+    node: NodeId,
+    config: ChangefeedConfig,
+    phase: Phase,
+    start_checkpoint: Ts,
+    committed: Ts,
+    resolved: Ts,
+    /// Nodes (with the incarnation) whose dispatcher manager answered this maintainer's bootstrap.
+    ready: BTreeMap<NodeId, u64>,
+    /// Bootstrap requests sent and not answered: node -> (incarnation, last send).
+    bootstrapping: BTreeMap<NodeId, (u64, Millis)>,
+    tables: BTreeMap<TableId, TableState>,
+    spans: BTreeMap<SpanKey, SpanEntry>,
+    tracked: BTreeMap<DispatcherId, TrackedDispatcher>,
+    ops: BTreeMap<u64, Operator>,
+    next_op: u64,
+    next_seq: u64,
+    trigger: DispatcherId,
+    trigger_cp: Ts,
+    barrier: Barrier,
+    requests: VecDeque<PendingRequest>,
+    hb_seen: BTreeMap<NodeId, (u64, u64)>,
+    last_status: Option<Millis>,
+    last_balance: Millis,
+    error: Option<String>,
+    pub stale_dropped: u64,
+    /// Operator phases entered, by (kind, phase), for coverage reports.
+    pub phase_counts: BTreeMap<(OpKind, OpPhase), u64>,
+}
+
+impl Maintainer {
+    /// A new maintainer of epoch `epoch` starting from `checkpoint`: asks for the schema history
+    /// and bootstraps every alive node.
+    pub fn new(
+        ctx: &Ctx,
+        cf: ChangefeedId,
+        epoch: Epoch,
+        node: NodeId,
+        checkpoint: Ts,
+        config: ChangefeedConfig,
+        out: &mut Vec<Effect>,
+    ) -> Self {
+        let trigger = DispatcherId { epoch: epoch.0, seq: 0 };
+        let mut m = Maintainer {
+            cf: cf.clone(),
+            epoch,
+            node,
+            config,
+            phase: Phase::Bootstrapping { responses: BTreeMap::new(), schema: None },
+            start_checkpoint: checkpoint,
+            committed: checkpoint,
+            resolved: checkpoint,
+            ready: BTreeMap::new(),
+            bootstrapping: BTreeMap::new(),
+            tables: BTreeMap::new(),
+            spans: BTreeMap::new(),
+            tracked: BTreeMap::new(),
+            ops: BTreeMap::new(),
+            next_op: 1,
+            next_seq: 1,
+            trigger,
+            trigger_cp: checkpoint,
+            barrier: Barrier::default(),
+            requests: VecDeque::new(),
+            hb_seen: BTreeMap::new(),
+            last_status: None,
+            last_balance: ctx.now,
+            error: None,
+            stale_dropped: 0,
+            phase_counts: BTreeMap::new(),
+        };
+        out.push(Effect::LoadSchema { cf, epoch, at_ts: checkpoint });
+        for (n, inc) in ctx.alive {
+            m.send_bootstrap(ctx.now, n, *inc, out);
+        }
+        m
+    }
+
+    // ------------------------------------------------------------------ views
+
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+    pub fn cf(&self) -> &ChangefeedId {
+        &self.cf
+    }
+    pub fn checkpoint(&self) -> Ts {
+        self.committed
+    }
+    pub fn is_bootstrapped(&self) -> bool {
+        matches!(self.phase, Phase::Working)
+    }
+    pub fn is_stopped(&self) -> bool {
+        matches!(self.phase, Phase::Stopped)
+    }
+    pub fn state(&self) -> MaintainerState {
+        match self.phase {
+            Phase::Bootstrapping { .. } => MaintainerState::Bootstrapping,
+            Phase::Working => MaintainerState::Working,
+            Phase::Closing { .. } => MaintainerState::Closing,
+            Phase::Stopped => MaintainerState::Stopped,
+        }
+    }
+    pub fn status(&self) -> MaintainerStatus {
+        MaintainerStatus {
+            cf: self.cf.clone(),
+            epoch: self.epoch,
+            state: self.state(),
+            checkpoint: self.committed,
+            resolved: self.resolved,
+            error: self.error.clone(),
+        }
+    }
+    pub fn trigger_id(&self) -> DispatcherId {
+        self.trigger
+    }
+    /// Live tables with their names.
+    pub fn tables(&self) -> Vec<(TableId, String)> {
+        self.tables.iter().map(|(t, s)| (*t, s.name.clone())).collect()
+    }
+    pub fn spans(&self) -> Vec<SpanView> {
+        self.spans
+            .values()
+            .map(|e| SpanView {
+                span: e.span.clone(),
+                table_name: self.tables.get(&e.span.table).map(|t| t.name.clone()).unwrap_or_default(),
+                state: match e.state {
+                    SpanState::Absent => "absent",
+                    SpanState::Scheduling => "scheduling",
+                    SpanState::Replicating => "replicating",
+                },
+                node: e.node.clone(),
+                checkpoint: e.checkpoint,
+                operator: e.op.and_then(|id| self.ops.get(&id)).map(|o| format!("{}:{}", o.kind.name(), o.phase)),
+            })
+            .collect()
+    }
+    /// Operators in flight: (kind, phase, table).
+    pub fn operators(&self) -> Vec<(OpKind, OpPhase, TableId)> {
+        self.ops.values().map(|o| (o.kind, o.phase, o.table)).collect()
+    }
+    pub fn requests_in_flight(&self) -> Vec<TableRequest> {
+        self.requests.iter().map(|r| r.req.clone()).collect()
+    }
+    pub fn table_busy(&self, table: TableId) -> bool {
+        self.ops.values().any(|o| o.table == table) || self.requests.iter().any(|r| request_table(&r.req) == table)
+    }
+    /// The node of the writer chosen for the oldest blocking DDL still pending.
+    pub fn pending_ddl_writer(&self) -> Option<NodeId> {
+        self.barrier.events.values().find(|e| !e.written).and_then(|e| e.writer.as_ref().map(|w| w.1.clone()))
+    }
+    pub fn pending_barrier_events(&self) -> usize {
+        self.barrier.events.len()
+    }
+
+    // ------------------------------------------------------------------ plumbing
+
+    fn mint(&mut self) -> DispatcherId {
+        let id = DispatcherId { epoch: self.epoch.0, seq: self.next_seq };
+        self.next_seq += 1;
+        id
+    }
+
+    fn send(&self, out: &mut Vec<Effect>, to: &NodeId, msg: Message) {
+        out.push(Effect::Send { to: to.clone(), msg });
+    }
+
+    fn log(&self, out: &mut Vec<Effect>, s: String) {
+        out.push(Effect::Trace(TraceEvent::Log(format!("maintainer {} {:?}: {s}", self.cf, self.epoch))));
+    }
+
+    fn send_bootstrap(&mut self, now: Millis, node: &NodeId, inc: u64, out: &mut Vec<Effect>) {
+        let trigger = if *node == self.node { Some((self.trigger, self.start_checkpoint)) } else { None };
+        self.send(
+            out,
+            node,
+            Message::Bootstrap { cf: self.cf.clone(), epoch: self.epoch, trigger, config: self.config.clone() },
+        );
+        self.bootstrapping.insert(node.clone(), (inc, now));
+    }
+
+    fn new_op(&mut self, kind: OpKind, table: TableId, key: Option<SpanKey>) -> Operator {
+        let id = self.next_op;
+        self.next_op += 1;
+        Operator::new(id, kind, table, key)
+    }
+
+    fn insert_op(&mut self, op: Operator) {
+        *self.phase_counts.entry((op.kind, op.phase)).or_default() += 1;
+        if let Some(k) = &op.key {
+            if let Some(e) = self.spans.get_mut(k) {
+                e.op = Some(op.id);
+                if op.kind != OpKind::Remove || !op.drop_entry {
+                    e.state = SpanState::Scheduling;
+                }
+            }
+        }
+        self.ops.insert(op.id, op);
+    }
+
+    /// No dispatcher the maintainer knows of, other than `except`, may write keys of `span`.
+    fn can_create(&self, span: &Span, except: &[DispatcherId]) -> bool {
+        #[cfg(feature = "mutations")]
+        if crate::mutations::on("maintainer-ignores-overlap") {
+            return true;
+        }
+        !self.tracked.iter().any(|(id, t)| !except.contains(id) && t.span.overlaps(span))
+    }
+
+    fn schedulable(&self, ctx: &Ctx, node: &NodeId) -> bool {
+        self.ready.contains_key(node) && ctx.alive.contains_key(node) && !ctx.cordoned.contains(node) && !ctx.draining.contains(node)
+    }
+
+    fn load(&self, node: &NodeId) -> usize {
+        self.spans.values().filter(|e| e.node.as_ref() == Some(node)).count()
+            + self.ops.values().filter(|o| o.dest.as_ref() == Some(node) && o.kind != OpKind::Merge && o.phase == OpPhase::Creating).count()
+    }
+
+    fn least_loaded(&self, ctx: &Ctx) -> Option<NodeId> {
+        self.ready
+            .keys()
+            .filter(|n| self.schedulable(ctx, n))
+            .min_by_key(|n| (self.load(n), (*n).clone()))
+            .cloned()
+    }
+
+    /// Split points for `span` from the table's regions: about `per_span` regions per piece, or
+    /// exactly `pieces` pieces when asked.
+    fn split_points(&self, ctx: &Ctx, span: &Span, pieces: Option<usize>) -> Vec<Key> {
+        let Some(regions) = ctx.regions.get(&span.table) else { return Vec::new() };
+        let inner: Vec<&Key> = regions.iter().filter(|k| **k > span.start && **k < span.end).collect();
+        let count = inner.len() + 1;
+        let want = match pieces {
+            Some(p) => p,
+            None => {
+                let per = self.config.scheduler.region_count_per_span.max(1) as usize;
+                count.div_ceil(per)
+            }
+        };
+        if want < 2 || want > count {
+            return Vec::new();
+        }
+        (1..want).map(|i| inner[i * count / want - 1].clone()).collect()
+    }
+
+    /// Absent span entries for a whole table (split by regions when the settings say so).
+    fn add_table_spans(&mut self, ctx: &Ctx, table: TableId, checkpoint: Ts) {
+        let whole = Span::whole_table(table);
+        self.add_hole_spans(ctx, &whole, checkpoint, true);
+    }
+
+    fn add_hole_spans(&mut self, ctx: &Ctx, hole: &Span, checkpoint: Ts, may_split: bool) {
+        let splittable = self.tables.get(&hole.table).map(|t| t.splittable).unwrap_or(false);
+        let sched = &self.config.scheduler;
+        let regions = ctx.regions.get(&hole.table).map(|r| r.len() as u64 + 1).unwrap_or(1);
+        let points = if may_split && splittable && sched.enable_table_across_nodes && regions > sched.region_threshold {
+            self.split_points(ctx, hole, None)
+        } else {
+            Vec::new()
+        };
+        for s in hole.split_at(&points) {
+            self.spans.insert(
+                span_key(&s),
+                SpanEntry { span: s, state: SpanState::Absent, node: None, dispatcher: None, checkpoint, op: None },
+            );
+        }
+    }
+
+    /// Key ranges of `table` not covered by the given spans.
+    fn holes(table: TableId, covered: &[Span]) -> Vec<Span> {
+        let whole = Span::whole_table(table);
+        let mut v: Vec<&Span> = covered.iter().filter(|s| s.table == table).collect();
+        v.sort_by(|a, b| a.start.cmp(&b.start));
+        let mut at = whole.start.clone();
+        let mut out = Vec::new();
+        for s in v {
+            if s.start > at {
+                out.push(Span::new(table, at.clone(), s.start.clone()));
+            }
+            if s.end > at {
+                at = s.end.clone();
+            }
+        }
+        if at < whole.end {
+            out.push(Span::new(table, at, whole.end));
+        }
+        out
+    }
+
+    // ------------------------------------------------------------------ inputs
+
+    pub fn on_schema(&mut self, ctx: &Ctx, snapshot: SchemaSnapshot, out: &mut Vec<Effect>) {
+        if let Phase::Bootstrapping { schema, .. } = &mut self.phase {
+            if schema.is_none() {
+                *schema = Some(snapshot);
+            }
+        }
+        self.try_finish_bootstrap(ctx, out);
+    }
+
+    pub fn on_message(&mut self, ctx: &Ctx, from: &NodeId, msg: Message, out: &mut Vec<Effect>) {
+        if let Some(e) = msg.epoch() {
+            if e != self.epoch {
+                self.stale_dropped += 1;
+                out.push(Effect::Trace(TraceEvent::Stale { kind: msg.kind(), reason: "other maintainer epoch" }));
+                return;
+            }
+        }
+        match msg {
+            Message::BootstrapResponse { dispatchers, .. } => self.on_bootstrap_response(ctx, from, dispatchers, out),
+            Message::Heartbeat { incarnation, seq, complete, dispatchers, .. } => {
+                if ctx.alive.get(from) != Some(&incarnation) || self.ready.get(from) != Some(&incarnation) {
+                    self.stale_dropped += 1;
+                    return;
+                }
+                match self.hb_seen.get(from) {
+                    Some((inc, s)) if *inc == incarnation && *s >= seq => {
+                        self.stale_dropped += 1;
+                        out.push(Effect::Trace(TraceEvent::Stale { kind: "heartbeat", reason: "sequence regressed" }));
+                        return;
+                    }
+                    _ => {}
+                }
+                self.hb_seen.insert(from.clone(), (incarnation, seq));
+                self.on_reports(ctx, from, &dispatchers, complete, out);
+            }
+            Message::Rejected { id, reason, .. } => self.on_rejected(ctx, from, id, reason, out),
+            Message::BlockStatus { id, span, report, .. } => {
+                if matches!(self.phase, Phase::Working) {
+                    self.on_block_status(ctx, from, id, &span, &report, out);
+                }
+            }
+            Message::CloseChangefeedResponse { .. } => {
+                if let Phase::Closing { pending } = &mut self.phase {
+                    pending.remove(from);
+                    if pending.is_empty() {
+                        self.phase = Phase::Stopped;
+                    }
+                }
+            }
+            Message::DispatcherError { id, message, .. } => {
+                self.error = Some(format!("dispatcher {id} on {from}: {message}"));
+            }
+            Message::TableRequest { req, .. } => self.on_request(ctx, req, out),
+            other => out.push(Effect::Trace(TraceEvent::Stale { kind: other.kind(), reason: "not for a maintainer" })),
+        }
+    }
+
+    fn on_bootstrap_response(&mut self, ctx: &Ctx, from: &NodeId, dispatchers: Vec<DispatcherReport>, out: &mut Vec<Effect>) {
+        let Some((inc, _)) = self.bootstrapping.get(from).cloned() else { return };
+        if ctx.alive.get(from) != Some(&inc) {
+            return;
+        }
+        self.bootstrapping.remove(from);
+        self.ready.insert(from.clone(), inc);
+        match &mut self.phase {
+            Phase::Bootstrapping { responses, .. } => {
+                responses.insert(from.clone(), dispatchers);
+                self.try_finish_bootstrap(ctx, out);
+            }
+            Phase::Working => {
+                // A node that joined (or restarted) after the bootstrap: reconcile what it runs.
+                self.on_reports(ctx, from, &dispatchers, true, out);
+            }
+            _ => {}
+        }
+    }
+
+    fn try_finish_bootstrap(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
+        let ready = match &self.phase {
+            Phase::Bootstrapping { responses, schema: Some(_) } => {
+                ctx.alive.keys().all(|n| responses.contains_key(n) || !self.bootstrapping.contains_key(n) && self.ready.contains_key(n))
+                    && self.bootstrapping.keys().all(|n| !ctx.alive.contains_key(n))
+                    && responses.contains_key(&self.node)
+            }
+            _ => false,
+        };
+        if !ready {
+            return;
+        }
+        let Phase::Bootstrapping { responses, schema: Some(schema) } = std::mem::replace(&mut self.phase, Phase::Working) else {
+            return;
+        };
+        self.finish_bootstrap(ctx, responses, schema, out);
+    }
+
+    /// Build the span map from the schema history and what every node runs.
+    fn finish_bootstrap(
+        &mut self,
+        ctx: &Ctx,
+        responses: BTreeMap<NodeId, Vec<DispatcherReport>>,
+        schema: SchemaSnapshot,
+        out: &mut Vec<Effect>,
+    ) {
+        let cp = self.start_checkpoint;
+        // 1. Tables live at the start point, and what the DDLs after it do.
+        let mut at_cp: BTreeSet<TableId> = BTreeSet::new();
+        for t in &schema.tables {
+            at_cp.insert(t.id);
+            self.tables.insert(t.id, TableState { name: t.name.clone(), splittable: t.splittable, user_split: false });
+        }
+        let mut created_after: BTreeMap<TableId, (Ts, String)> = BTreeMap::new();
+        for ddl in &schema.ddls_after {
+            for (t, name) in &ddl.influence.added {
+                created_after.entry(*t).or_insert((ddl.commit_ts, name.clone()));
+            }
+        }
+        #[cfg(feature = "mutations")]
+        let ignore_unknown = crate::mutations::on("bootstrap-ignores-unknown-tables");
+        #[cfg(not(feature = "mutations"))]
+        let ignore_unknown = false;
+
+        // 2. Track every dispatcher reported anywhere (the table trigger aside).
+        let mut reports: Vec<(NodeId, DispatcherReport)> = Vec::new();
+        for (node, list) in responses {
+            for r in list {
+                if r.is_trigger || r.phase == DispatcherPhase::Stopped {
+                    continue;
+                }
+                if ignore_unknown && !at_cp.contains(&r.span.table) {
+                    self.log(out, format!("found a working table that is not in initial table map, just ignore it: {:?}", r.span.table));
+                    continue;
+                }
+                self.tracked.insert(
+                    r.id,
+                    TrackedDispatcher {
+                        node: node.clone(),
+                        span: r.span.clone(),
+                        phase: match r.phase {
+                            DispatcherPhase::Creating => Tracked::Requested,
+                            DispatcherPhase::Working => Tracked::Working,
+                            _ => Tracked::Removing,
+                        },
+                        checkpoint: r.checkpoint,
+                    },
+                );
+                reports.push((node.clone(), r));
+            }
+        }
+        let mut by_table: BTreeMap<TableId, Vec<(NodeId, DispatcherReport)>> = BTreeMap::new();
+        for (n, r) in reports {
+            by_table.entry(r.span.table).or_default().push((n, r));
+        }
+        let mut all_tables: BTreeSet<TableId> = at_cp.clone();
+        all_tables.extend(created_after.keys().copied());
+        all_tables.extend(by_table.keys().copied());
+
+        for table in all_tables {
+            let list = by_table.remove(&table).unwrap_or_default();
+            let known = at_cp.contains(&table) || created_after.contains_key(&table);
+            if !known {
+                // Dropped before the start point (or never existed): clean up, never re-create.
+                for (n, r) in &list {
+                    self.start_cleanup(table, vec![(r.id, n.clone())], None);
+                }
+                continue;
+            }
+            if !self.tables.contains_key(&table) {
+                let name = created_after.get(&table).map(|c| c.1.clone()).unwrap_or_default();
+                self.tables.insert(table, TableState { name, splittable: true, user_split: false });
+            }
+            // Alive candidates: working first, then creating ones; accept non-overlapping ones.
+            let mut cands: Vec<&(NodeId, DispatcherReport)> =
+                list.iter().filter(|(_, r)| matches!(r.phase, DispatcherPhase::Working | DispatcherPhase::Creating)).collect();
+            cands.sort_by(|a, b| {
+                let rank = |r: &DispatcherReport| if r.phase == DispatcherPhase::Working { 0 } else { 1 };
+                (rank(&a.1), &a.1.span.start, a.1.id).cmp(&(rank(&b.1), &b.1.span.start, b.1.id))
+            });
+            let mut covered: Vec<Span> = Vec::new();
+            for (n, r) in cands {
+                if covered.iter().any(|c| c.overlaps(&r.span)) {
+                    self.log(out, format!("bootstrap: {:?} on {n} overlaps an adopted dispatcher; removing it", r.id));
+                    self.start_cleanup(table, vec![(r.id, n.clone())], None);
+                    continue;
+                }
+                covered.push(r.span.clone());
+                let key = span_key(&r.span);
+                let mut entry = SpanEntry {
+                    span: r.span.clone(),
+                    state: SpanState::Replicating,
+                    node: Some(n.clone()),
+                    dispatcher: Some(r.id),
+                    checkpoint: r.checkpoint.max(cp.min(r.checkpoint)),
+                    op: None,
+                };
+                if r.phase == DispatcherPhase::Working {
+                    self.spans.insert(key, entry);
+                } else if !r.merge_sources.is_empty() {
+                    // A merge in progress: keep its target; the sources are closing into it.
+                    entry.state = SpanState::Scheduling;
+                    self.spans.insert(key.clone(), entry);
+                    let mut op = self.new_op(OpKind::Merge, table, Some(key));
+                    op.dest = Some(n.clone());
+                    op.creating = Some(r.id);
+                    op.restored = true;
+                    for s in &r.merge_sources {
+                        if let Some(t) = self.tracked.get(s) {
+                            op.sources.push((*s, t.span.clone(), t.checkpoint));
+                        }
+                    }
+                    self.insert_op(op);
+                } else {
+                    // A create held on that node: finish it there.
+                    entry.state = SpanState::Scheduling;
+                    self.spans.insert(key.clone(), entry);
+                    let mut op = self.new_op(OpKind::Add, table, Some(key));
+                    op.dest = Some(n.clone());
+                    op.creating = Some(r.id);
+                    op.restored = true;
+                    self.insert_op(op);
+                }
+            }
+            // Closing dispatchers keep their intent when their range is not otherwise covered.
+            for (n, r) in list.iter().filter(|(_, r)| matches!(r.phase, DispatcherPhase::Closing(_))) {
+                let DispatcherPhase::Closing(purpose) = &r.phase else { continue };
+                let free = !covered.iter().any(|c| c.overlaps(&r.span));
+                match purpose {
+                    ClosePurpose::MergeInto { target } if self.tracked.contains_key(target) => {
+                        // Part of a restored merge: the target's operator waits for it.
+                    }
+                    ClosePurpose::Move { dest } if free => {
+                        covered.push(r.span.clone());
+                        let key = span_key(&r.span);
+                        self.spans.insert(
+                            key.clone(),
+                            SpanEntry {
+                                span: r.span.clone(),
+                                state: SpanState::Scheduling,
+                                node: Some(n.clone()),
+                                dispatcher: Some(r.id),
+                                checkpoint: r.checkpoint,
+                                op: None,
+                            },
+                        );
+                        let mut op = self.new_op(OpKind::Move, table, Some(key));
+                        op.removing = vec![(r.id, n.clone())];
+                        op.dest = Some(dest.clone());
+                        op.restored = true;
+                        self.insert_op(op);
+                    }
+                    ClosePurpose::Split { points } if free => {
+                        covered.push(r.span.clone());
+                        let key = span_key(&r.span);
+                        self.spans.insert(
+                            key.clone(),
+                            SpanEntry {
+                                span: r.span.clone(),
+                                state: SpanState::Scheduling,
+                                node: Some(n.clone()),
+                                dispatcher: Some(r.id),
+                                checkpoint: r.checkpoint,
+                                op: None,
+                            },
+                        );
+                        let mut op = self.new_op(OpKind::Split, table, Some(key));
+                        op.removing = vec![(r.id, n.clone())];
+                        op.points = points.clone();
+                        op.restored = true;
+                        self.insert_op(op);
+                    }
+                    _ => {
+                        self.start_cleanup(table, vec![(r.id, n.clone())], None);
+                    }
+                }
+            }
+            // Holes: a table live at the start point is covered from the start point; a table
+            // created after it only if something of it already runs (else the trigger's replay
+            // of its CREATE adds it).
+            let holes = Self::holes(table, &covered);
+            if at_cp.contains(&table) {
+                let whole = covered.is_empty();
+                for h in holes {
+                    self.add_hole_spans(ctx, &h, cp, whole);
+                }
+            } else if let Some((created_ts, _)) = created_after.get(&table) {
+                if !covered.is_empty() {
+                    for h in holes {
+                        self.add_hole_spans(ctx, &h, (*created_ts).max(cp), false);
+                    }
+                }
+            }
+        }
+        // The table trigger.
+        self.tracked.insert(
+            self.trigger,
+            TrackedDispatcher { node: self.node.clone(), span: crate::dispatcher::trigger_span(), phase: Tracked::Requested, checkpoint: cp },
+        );
+        out.push(Effect::Trace(TraceEvent::MaintainerBootstrapped { cf: self.cf.clone(), epoch: self.epoch }));
+        self.log(out, format!("bootstrapped at checkpoint {cp}: {} tables, {} spans, {} operators restored", self.tables.len(), self.spans.len(), self.ops.len()));
+        // Rebuild the barrier from the block states the nodes reported.
+        // (Dispatchers re-report Waiting themselves; Written must be handled now.)
+        let mut blocks: Vec<(NodeId, DispatcherId, Span, BlockReport)> = Vec::new();
+        for (id, t) in &self.tracked {
+            let _ = (id, t);
+        }
+        let _ = &mut blocks;
+        self.drive(ctx, out);
+    }
+
+    /// A remove of the given dispatchers that deletes the span entry `key` (if any) at the end.
+    fn start_cleanup(&mut self, table: TableId, ids: Vec<(DispatcherId, NodeId)>, key: Option<SpanKey>) {
+        let mut op = self.new_op(OpKind::Remove, table, key);
+        op.removing = ids;
+        op.drop_entry = true;
+        self.insert_op(op);
+    }
+
+    fn on_reports(&mut self, ctx: &Ctx, from: &NodeId, reports: &[DispatcherReport], complete: bool, out: &mut Vec<Effect>) {
+        let mut seen: BTreeSet<DispatcherId> = BTreeSet::new();
+        for r in reports {
+            seen.insert(r.id);
+            if r.is_trigger {
+                if r.id == self.trigger && *from == self.node {
+                    self.trigger_cp = self.trigger_cp.max(r.checkpoint);
+                    if let Some(t) = self.tracked.get_mut(&r.id) {
+                        t.phase = Tracked::Working;
+                    }
+                    if let Some(b) = &r.block {
+                        if matches!(self.phase, Phase::Working) {
+                            self.on_block_status(ctx, from, r.id, &r.span, b, out);
+                        }
+                    }
+                }
+                continue;
+            }
+            match self.tracked.get_mut(&r.id) {
+                Some(t) if t.node == *from => {
+                    t.checkpoint = t.checkpoint.max(r.checkpoint);
+                    match r.phase {
+                        DispatcherPhase::Stopped => {
+                            self.tracked.remove(&r.id);
+                        }
+                        DispatcherPhase::Working => {
+                            if t.phase == Tracked::Requested {
+                                t.phase = Tracked::Working;
+                            }
+                        }
+                        DispatcherPhase::Closing(_) => t.phase = Tracked::Removing,
+                        DispatcherPhase::Creating => {}
+                    }
+                    for e in self.spans.values_mut() {
+                        if e.dispatcher == Some(r.id) && e.node.as_ref() == Some(from) {
+                            e.checkpoint = e.checkpoint.max(r.checkpoint);
+                        }
+                    }
+                    if let (Some(b), DispatcherPhase::Working) = (&r.block, &r.phase) {
+                        if matches!(self.phase, Phase::Working) {
+                            self.on_block_status(ctx, from, r.id, &r.span, b, out);
+                        }
+                    }
+                }
+                Some(_) => {
+                    self.stale_dropped += 1; // a report from a node the dispatcher is not on
+                }
+                None => self.on_unknown_dispatcher(ctx, from, r, out),
+            }
+        }
+        if complete {
+            let gone: Vec<DispatcherId> = self
+                .tracked
+                .iter()
+                .filter(|(id, t)| t.node == *from && t.phase != Tracked::Requested && !seen.contains(id) && **id != self.trigger)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in gone {
+                self.tracked.remove(&id);
+                for e in self.spans.values_mut() {
+                    if e.dispatcher == Some(id) && e.state == SpanState::Replicating {
+                        e.state = SpanState::Absent;
+                        e.node = None;
+                        e.dispatcher = None;
+                    }
+                }
+            }
+        }
+        self.drive(ctx, out);
+    }
+
+    /// A dispatcher this maintainer did not know of: adopt it by span if it exactly fills an
+    /// absent span of a live table, else remove it.
+    fn on_unknown_dispatcher(&mut self, _ctx: &Ctx, from: &NodeId, r: &DispatcherReport, out: &mut Vec<Effect>) {
+        if r.phase == DispatcherPhase::Stopped || !matches!(self.phase, Phase::Working) {
+            return;
+        }
+        let key = span_key(&r.span);
+        let adoptable = r.phase == DispatcherPhase::Working
+            && self.tables.contains_key(&r.span.table)
+            && self.spans.get(&key).map(|e| e.span == r.span && e.state == SpanState::Absent && e.op.is_none()).unwrap_or(false)
+            && self.can_create(&r.span, &[]);
+        self.tracked.insert(
+            r.id,
+            TrackedDispatcher {
+                node: from.clone(),
+                span: r.span.clone(),
+                phase: match r.phase {
+                    DispatcherPhase::Working => Tracked::Working,
+                    DispatcherPhase::Creating => Tracked::Requested,
+                    _ => Tracked::Removing,
+                },
+                checkpoint: r.checkpoint,
+            },
+        );
+        if adoptable {
+            if let Some(e) = self.spans.get_mut(&key) {
+                e.state = SpanState::Replicating;
+                e.node = Some(from.clone());
+                e.dispatcher = Some(r.id);
+                e.checkpoint = e.checkpoint.max(r.checkpoint);
+            }
+            self.log(out, format!("adopted {:?} on {from} for {:?} by span", r.id, r.span));
+        } else {
+            self.log(out, format!("removing unknown dispatcher {:?} on {from} ({:?})", r.id, r.span));
+            self.start_cleanup(r.span.table, vec![(r.id, from.clone())], None);
+        }
+    }
+
+    fn on_rejected(&mut self, ctx: &Ctx, from: &NodeId, id: DispatcherId, reason: RejectReason, out: &mut Vec<Effect>) {
+        if self.tracked.get(&id).map(|t| t.node != *from || t.phase != Tracked::Requested).unwrap_or(true) {
+            return;
+        }
+        self.tracked.remove(&id);
+        self.log(out, format!("{from} refused {id:?}: {reason:?}"));
+        let op_id = self.ops.values().find(|o| o.creating == Some(id)).map(|o| o.id);
+        if let Some(op_id) = op_id {
+            if let Some(mut op) = self.ops.remove(&op_id) {
+                if op.kind == OpKind::Merge {
+                    // Nothing changed on the node: the sources still run there.
+                    if let Some(k) = &op.key {
+                        self.spans.remove(k);
+                    }
+                    for (sid, span, cp) in &op.sources {
+                        if let Some(t) = self.tracked.get_mut(sid) {
+                            t.phase = Tracked::Working;
+                        }
+                        self.spans.insert(
+                            span_key(span),
+                            SpanEntry {
+                                span: span.clone(),
+                                state: SpanState::Replicating,
+                                node: Some(from.clone()),
+                                dispatcher: Some(*sid),
+                                checkpoint: *cp,
+                                op: None,
+                            },
+                        );
+                    }
+                } else if let Some(k) = &op.key {
+                    if let Some(e) = self.spans.get_mut(k) {
+                        e.state = SpanState::Absent;
+                        e.node = None;
+                        e.dispatcher = None;
+                        e.op = None;
+                    }
+                }
+                op.transition(OpPhase::Aborted);
+                *self.phase_counts.entry((op.kind, OpPhase::Aborted)).or_default() += 1;
+            }
+        }
+        if let RejectReason::Overlap { with } = reason {
+            if !self.tracked.contains_key(&with) {
+                // The node runs something this maintainer does not know: learn it at the next
+                // heartbeat (it is reported there and reconciled by span).
+                let _ = with;
+            }
+        }
+        self.drive(ctx, out);
+    }
+
+    // ------------------------------------------------------------------ barrier
+
+    fn participant_tables(&self, influence: &DdlInfluence) -> Vec<TableId> {
+        match &influence.scope {
+            InfluenceScope::Tables(ts) => ts.iter().copied().filter(|t| self.tables.contains_key(t)).collect(),
+            InfluenceScope::Database(db) => {
+                let prefix = format!("{db}.");
+                self.tables.iter().filter(|(_, s)| s.name.starts_with(&prefix)).map(|(t, _)| *t).collect()
+            }
+            InfluenceScope::All => self.tables.keys().copied().collect(),
+        }
+    }
+
+    /// Is `id` on `from` the current dispatcher of a span of a table this event concerns (or the
+    /// trigger)?
+    fn is_participant(&self, from: &NodeId, id: DispatcherId, influence: &DdlInfluence) -> bool {
+        if id == self.trigger {
+            return *from == self.node && influence.trigger;
+        }
+        let tables = self.participant_tables(influence);
+        self.spans.values().any(|e| {
+            e.dispatcher == Some(id) && e.node.as_ref() == Some(from) && e.state == SpanState::Replicating && tables.contains(&e.span.table)
+        })
+    }
+
+    fn on_block_status(&mut self, ctx: &Ctx, from: &NodeId, id: DispatcherId, _span: &Span, report: &BlockReport, out: &mut Vec<Effect>) {
+        let d = report.ddl_ts;
+        if d <= self.committed {
+            // Already below the checkpoint: every participant passed it, so it was written.
+            if report.stage == BlockStage::Waiting {
+                self.barrier_cmd(out, from, id, d, BarrierCommand::Pass);
+            } else if report.stage == BlockStage::Written {
+                self.barrier_cmd(out, from, id, d, BarrierCommand::Proceed);
+            }
+            return;
+        }
+        if !self.barrier.events.contains_key(&d) {
+            let Some(influence) = report.ddl.clone() else { return };
+            self.barrier.events.insert(d, BarrierEvent::new(d, influence));
+        }
+        let influence = match self.barrier.events.get(&d) {
+            Some(e) => e.influence.clone(),
+            None => return,
+        };
+        if !self.is_participant(from, id, &influence) {
+            self.stale_dropped += 1;
+            return;
+        }
+        match report.stage {
+            BlockStage::Passed => {
+                if let Some(e) = self.barrier.events.get_mut(&d) {
+                    e.passed.insert(id);
+                    e.waiting.remove(&id);
+                }
+            }
+            BlockStage::Written => {
+                self.mark_written(ctx, d, out);
+                self.barrier_cmd(out, from, id, d, BarrierCommand::Proceed);
+            }
+            BlockStage::Writing => {
+                if let Some(e) = self.barrier.events.get_mut(&d) {
+                    if e.writer.is_none() {
+                        e.writer = Some((id, from.clone()));
+                    }
+                }
+            }
+            BlockStage::Waiting => {
+                // Someone already past the DDL proves it was written.
+                let tables = self.participant_tables(&influence);
+                let someone_past = self
+                    .spans
+                    .values()
+                    .any(|e| tables.contains(&e.span.table) && e.checkpoint >= d && e.state == SpanState::Replicating);
+                if someone_past {
+                    self.mark_written(ctx, d, out);
+                }
+                let Some(e) = self.barrier.events.get_mut(&d) else { return };
+                if e.written {
+                    let cmd = if e.writer.as_ref().map(|w| w.0) == Some(id) { BarrierCommand::Write } else { BarrierCommand::Pass };
+                    self.barrier_cmd(out, from, id, d, cmd);
+                    return;
+                }
+                e.waiting.insert(id, from.clone());
+                if let Some((w, wn)) = e.writer.clone() {
+                    if w == id {
+                        self.barrier_cmd(out, &wn, w, d, BarrierCommand::Write);
+                    }
+                    return;
+                }
+                self.try_select_writer(d, out);
+            }
+        }
+    }
+
+    fn try_select_writer(&mut self, d: Ts, out: &mut Vec<Effect>) {
+        let Some(e) = self.barrier.events.get(&d) else { return };
+        let influence = e.influence.clone();
+        // Drop reporters that are no longer participants (moved, split, merged away).
+        let stale: Vec<DispatcherId> =
+            e.waiting.iter().filter(|(id, n)| !self.is_participant(n, **id, &influence)).map(|(id, _)| *id).collect();
+        let tables = self.participant_tables(&influence);
+        let mut participants: Vec<(DispatcherId, NodeId)> = Vec::new();
+        let mut complete = true;
+        for entry in self.spans.values().filter(|en| tables.contains(&en.span.table)) {
+            match (&entry.state, entry.dispatcher, &entry.node) {
+                (SpanState::Replicating, Some(id), Some(n)) if e.waiting.contains_key(&id) => participants.push((id, n.clone())),
+                _ => complete = false,
+            }
+        }
+        if influence.trigger && !e.waiting.contains_key(&self.trigger) {
+            complete = false;
+        }
+        let writer = if influence.trigger { Some((self.trigger, self.node.clone())) } else { participants.first().cloned() };
+        let Some(e) = self.barrier.events.get_mut(&d) else { return };
+        for id in stale {
+            e.waiting.remove(&id);
+        }
+        if !complete {
+            return;
+        }
+        let Some((w, wn)) = writer else {
+            // Nobody takes part (every table concerned is gone): nothing to write.
+            e.written = true;
+            return;
+        };
+        e.writer = Some((w, wn.clone()));
+        #[cfg(feature = "mutations")]
+        if crate::mutations::on("pass-before-write") {
+            let others: Vec<(DispatcherId, NodeId)> = e.waiting.iter().filter(|(i, _)| **i != w).map(|(i, n)| (*i, n.clone())).collect();
+            for (i, n) in others {
+                self.barrier_cmd(out, &n, i, d, BarrierCommand::Pass);
+            }
+        }
+        self.barrier_cmd(out, &wn, w, d, BarrierCommand::Write);
+    }
+
+    fn barrier_cmd(&self, out: &mut Vec<Effect>, to: &NodeId, id: DispatcherId, ddl_ts: Ts, command: BarrierCommand) {
+        self.send(out, to, Message::Barrier { cf: self.cf.clone(), epoch: self.epoch, id, ddl_ts, command });
+    }
+
+    /// The DDL at `d` is durable: apply its effects once and let every waiting participant pass.
+    fn mark_written(&mut self, ctx: &Ctx, d: Ts, out: &mut Vec<Effect>) {
+        let Some(e) = self.barrier.events.get_mut(&d) else { return };
+        e.written = true;
+        if !e.applied {
+            e.applied = true;
+            let influence = e.influence.clone();
+            self.apply_ddl(ctx, d, &influence, out);
+        }
+        let Some(e) = self.barrier.events.get(&d) else { return };
+        let writer = e.writer.as_ref().map(|w| w.0);
+        let waiting: Vec<(DispatcherId, NodeId)> =
+            e.waiting.iter().filter(|(id, _)| Some(**id) != writer).map(|(i, n)| (*i, n.clone())).collect();
+        for (id, n) in waiting {
+            self.barrier_cmd(out, &n, id, d, BarrierCommand::Pass);
+        }
+    }
+
+    /// A DDL's effects on the table set and span map, applied once it is durable.
+    fn apply_ddl(&mut self, ctx: &Ctx, d: Ts, influence: &DdlInfluence, out: &mut Vec<Effect>) {
+        #[cfg(feature = "mutations")]
+        let buggy = crate::mutations::on("create-dropped-table");
+        #[cfg(not(feature = "mutations"))]
+        let buggy = false;
+        for t in &influence.dropped {
+            if buggy {
+                break;
+            }
+            self.drop_table(*t, out);
+        }
+        for (t, name) in &influence.added {
+            let exists = self.spans.keys().any(|(tt, _)| tt == t);
+            if exists && !buggy {
+                self.log(out, format!("table {t:?} created at {d} is already covered by adopted dispatchers"));
+                continue;
+            }
+            self.tables.insert(*t, TableState { name: name.clone(), splittable: true, user_split: false });
+            self.add_table_spans(ctx, *t, d);
+        }
+        for (t, name) in &influence.renamed {
+            if let Some(s) = self.tables.get_mut(t) {
+                s.name = name.clone();
+            }
+        }
+    }
+
+    fn drop_table(&mut self, table: TableId, out: &mut Vec<Effect>) {
+        self.tables.remove(&table);
+        // Cancel its operators; every dispatcher of the table that may exist gets removed.
+        let ops: Vec<u64> = self.ops.values().filter(|o| o.table == table).map(|o| o.id).collect();
+        for id in ops {
+            if let Some(mut op) = self.ops.remove(&id) {
+                if op.kind.legal(op.phase, OpPhase::Aborted) {
+                    op.transition(OpPhase::Aborted);
+                }
+            }
+        }
+        self.spans.retain(|(t, _), _| *t != table);
+        let ids: Vec<(DispatcherId, NodeId)> =
+            self.tracked.iter().filter(|(_, t)| t.span.table == table).map(|(id, t)| (*id, t.node.clone())).collect();
+        if !ids.is_empty() {
+            self.start_cleanup(table, ids, None);
+        }
+        let before = self.requests.len();
+        self.requests.retain(|r| request_table(&r.req) != table);
+        if self.requests.len() != before {
+            self.log(out, format!("requests for dropped table {table:?} rejected"));
+        }
+    }
+
+    // ------------------------------------------------------------------ operators
+
+    /// Drive every operator one step, then the schedulers.
+    fn drive(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
+        if !matches!(self.phase, Phase::Working) {
+            return;
+        }
+        let ids: Vec<u64> = self.ops.keys().copied().collect();
+        for id in ids {
+            self.drive_op(ctx, id, out);
+        }
+    }
+
+    fn drive_op(&mut self, ctx: &Ctx, op_id: u64, out: &mut Vec<Effect>) {
+        let Some(mut op) = self.ops.remove(&op_id) else { return };
+        let before = op.phase;
+        self.step_op(ctx, &mut op, out);
+        if op.phase != before {
+            *self.phase_counts.entry((op.kind, op.phase)).or_default() += 1;
+        }
+        if op.is_finished() {
+            if let Some(k) = &op.key {
+                if let Some(e) = self.spans.get_mut(k) {
+                    if e.op == Some(op.id) {
+                        e.op = None;
+                    }
+                }
+            }
+            self.log(out, format!("operator {} {:?} on {:?} {}", op.id, op.kind, op.table, op.phase));
+        } else {
+            self.ops.insert(op.id, op);
+        }
+    }
+
+    fn step_op(&mut self, ctx: &Ctx, op: &mut Operator, out: &mut Vec<Effect>) {
+        let now = ctx.now;
+        match op.phase {
+            OpPhase::Removing => {
+                // Forget removals that are done (untracked: confirmed stopped or node gone).
+                op.removing.retain(|(id, _)| self.tracked.contains_key(id));
+                if !op.removing.is_empty() {
+                    if op.due(now, RESEND_MS) {
+                        op.last_sent = Some(now);
+                        let purpose = match op.kind {
+                            OpKind::Move => ClosePurpose::Move { dest: op.dest.clone().unwrap_or_else(|| self.node.clone()) },
+                            OpKind::Split => ClosePurpose::Split { points: op.points.clone() },
+                            _ => ClosePurpose::Remove,
+                        };
+                        for (id, n) in &op.removing {
+                            if let Some(t) = self.tracked.get_mut(id) {
+                                t.phase = Tracked::Removing;
+                            }
+                            self.send(out, n, Message::Remove { cf: self.cf.clone(), epoch: self.epoch, id: *id, purpose: purpose.clone() });
+                        }
+                    }
+                    return;
+                }
+                // Everything it closes is closed.
+                match op.kind {
+                    OpKind::Remove => {
+                        if let Some(k) = &op.key {
+                            if op.drop_entry {
+                                self.spans.remove(k);
+                            } else if let Some(e) = self.spans.get_mut(k) {
+                                e.state = SpanState::Absent;
+                                e.node = None;
+                                e.dispatcher = None;
+                            }
+                        }
+                        op.transition(OpPhase::Done);
+                    }
+                    OpKind::Move => {
+                        let dest_ok = op.dest.as_ref().map(|d| self.ready.contains_key(d) && ctx.alive.contains_key(d)).unwrap_or(false);
+                        if dest_ok {
+                            let id = self.mint();
+                            op.creating = Some(id);
+                            op.transition(OpPhase::Creating);
+                            self.step_op(ctx, op, out);
+                        } else {
+                            self.set_absent(op.key.as_ref());
+                            op.transition(OpPhase::Aborted);
+                        }
+                    }
+                    OpKind::Split => {
+                        let Some(k) = op.key.clone() else {
+                            op.transition(OpPhase::Aborted);
+                            return;
+                        };
+                        let Some(e) = self.spans.remove(&k) else {
+                            op.transition(OpPhase::Aborted);
+                            return;
+                        };
+                        let cp = e.checkpoint;
+                        for s in e.span.split_at(&op.points) {
+                            self.spans.insert(
+                                span_key(&s),
+                                SpanEntry { span: s, state: SpanState::Absent, node: None, dispatcher: None, checkpoint: cp, op: None },
+                            );
+                        }
+                        op.key = None;
+                        op.transition(OpPhase::Done);
+                    }
+                    OpKind::Add | OpKind::Merge => {}
+                }
+            }
+            OpPhase::Creating => {
+                let (Some(dest), Some(id), Some(k)) = (op.dest.clone(), op.creating, op.key.clone()) else {
+                    op.transition(OpPhase::Aborted);
+                    return;
+                };
+                if !ctx.alive.contains_key(&dest) || !self.ready.contains_key(&dest) {
+                    self.tracked.remove(&id);
+                    self.set_absent(Some(&k));
+                    op.transition(OpPhase::Aborted);
+                    return;
+                }
+                if self.tracked.get(&id).map(|t| t.phase == Tracked::Working).unwrap_or(false) {
+                    if let Some(e) = self.spans.get_mut(&k) {
+                        e.state = SpanState::Replicating;
+                        e.node = Some(dest);
+                        e.dispatcher = Some(id);
+                    }
+                    op.transition(OpPhase::Done);
+                    return;
+                }
+                let Some(entry) = self.spans.get(&k) else {
+                    op.transition(OpPhase::Aborted);
+                    return;
+                };
+                let span = entry.span.clone();
+                if !self.can_create(&span, &[id]) {
+                    return; // wait until every overlapping dispatcher is confirmed closed
+                }
+                if op.due(now, RESEND_MS) {
+                    op.last_sent = Some(now);
+                    let start_ts = entry.checkpoint.max(self.committed.min(entry.checkpoint.max(self.committed)));
+                    let start_ts = start_ts.max(self.committed);
+                    self.tracked.entry(id).or_insert(TrackedDispatcher {
+                        node: dest.clone(),
+                        span: span.clone(),
+                        phase: Tracked::Requested,
+                        checkpoint: start_ts,
+                    });
+                    if let Some(e) = self.spans.get_mut(&k) {
+                        e.node = Some(dest.clone());
+                        e.dispatcher = Some(id);
+                        e.state = SpanState::Scheduling;
+                    }
+                    self.send(out, &dest, Message::Create { cf: self.cf.clone(), epoch: self.epoch, id, span, start_ts });
+                }
+            }
+            OpPhase::Merging => {
+                let (Some(node), Some(target), Some(k)) = (op.dest.clone(), op.creating, op.key.clone()) else {
+                    op.transition(OpPhase::Aborted);
+                    return;
+                };
+                if !ctx.alive.contains_key(&node) || !self.ready.contains_key(&node) {
+                    // The node is gone with the sources and the target: the whole range is absent.
+                    self.tracked.remove(&target);
+                    self.set_absent(Some(&k));
+                    op.transition(OpPhase::Aborted);
+                    return;
+                }
+                if self.tracked.get(&target).map(|t| t.phase == Tracked::Working).unwrap_or(false) {
+                    if let Some(e) = self.spans.get_mut(&k) {
+                        e.state = SpanState::Replicating;
+                        e.node = Some(node);
+                        e.dispatcher = Some(target);
+                    }
+                    op.transition(OpPhase::Done);
+                    return;
+                }
+                if op.due(now, RESEND_MS) {
+                    op.last_sent = Some(now);
+                    let sources: Vec<DispatcherId> = op.sources.iter().map(|s| s.0).collect();
+                    let span = self.spans.get(&k).map(|e| e.span.clone());
+                    if let Some(span) = span {
+                        self.send(out, &node, Message::Merge { cf: self.cf.clone(), epoch: self.epoch, sources, target, span });
+                    }
+                }
+            }
+            OpPhase::Done | OpPhase::Aborted => {}
+        }
+    }
+
+    fn set_absent(&mut self, key: Option<&SpanKey>) {
+        if let Some(k) = key {
+            if let Some(e) = self.spans.get_mut(k) {
+                e.state = SpanState::Absent;
+                e.node = None;
+                e.dispatcher = None;
+                e.op = None;
+            }
+        }
+    }
+
+    /// Start an add of an absent span on `dest`.
+    fn start_add(&mut self, key: SpanKey, dest: NodeId) {
+        let Some(table) = self.spans.get(&key).map(|e| e.span.table) else { return };
+        let id = self.mint();
+        let mut op = self.new_op(OpKind::Add, table, Some(key));
+        op.dest = Some(dest);
+        op.creating = Some(id);
+        self.insert_op(op);
+    }
+
+    fn start_move(&mut self, key: SpanKey, dest: NodeId) -> bool {
+        let Some(e) = self.spans.get(&key) else { return false };
+        if e.op.is_some() || e.state != SpanState::Replicating {
+            return false;
+        }
+        let (Some(id), Some(n)) = (e.dispatcher, e.node.clone()) else { return false };
+        if n == dest {
+            return false;
+        }
+        let table = e.span.table;
+        let mut op = self.new_op(OpKind::Move, table, Some(key));
+        op.removing = vec![(id, n)];
+        op.dest = Some(dest);
+        self.insert_op(op);
+        true
+    }
+
+    fn start_split(&mut self, key: SpanKey, points: Vec<Key>) -> bool {
+        let Some(e) = self.spans.get(&key) else { return false };
+        if e.op.is_some() || e.state != SpanState::Replicating || points.is_empty() {
+            return false;
+        }
+        let (Some(id), Some(n)) = (e.dispatcher, e.node.clone()) else { return false };
+        let table = e.span.table;
+        let mut op = self.new_op(OpKind::Split, table, Some(key));
+        op.removing = vec![(id, n)];
+        op.points = points;
+        self.insert_op(op);
+        true
+    }
+
+    /// Merge every span of `table` (all replicating on one node) into one.
+    fn start_merge(&mut self, table: TableId) -> bool {
+        let entries: Vec<SpanEntry> = self.spans.values().filter(|e| e.span.table == table).cloned().collect();
+        if entries.len() < 2 || entries.iter().any(|e| e.op.is_some() || e.state != SpanState::Replicating) {
+            return false;
+        }
+        let node = entries[0].node.clone();
+        if node.is_none() || entries.iter().any(|e| e.node != node) {
+            return false;
+        }
+        let Some(node) = node else { return false };
+        let whole = Span::whole_table(table);
+        let target = self.mint();
+        let cp = entries.iter().map(|e| e.checkpoint).min().unwrap_or(self.committed);
+        let mut op = self.new_op(OpKind::Merge, table, Some(span_key(&whole)));
+        for e in &entries {
+            if let Some(id) = e.dispatcher {
+                op.sources.push((id, e.span.clone(), e.checkpoint));
+                if let Some(t) = self.tracked.get_mut(&id) {
+                    t.phase = Tracked::Removing;
+                }
+            }
+            self.spans.remove(&span_key(&e.span));
+        }
+        op.dest = Some(node.clone());
+        op.creating = Some(target);
+        self.tracked.insert(target, TrackedDispatcher { node: node.clone(), span: whole.clone(), phase: Tracked::Requested, checkpoint: cp });
+        self.spans.insert(
+            span_key(&whole),
+            SpanEntry { span: whole, state: SpanState::Scheduling, node: Some(node), dispatcher: Some(target), checkpoint: cp, op: None },
+        );
+        self.insert_op(op);
+        true
+    }
+
+    // ------------------------------------------------------------------ requests and schedulers
+
+    pub fn on_request(&mut self, ctx: &Ctx, req: TableRequest, out: &mut Vec<Effect>) {
+        if self.requests.len() >= MAX_PENDING_REQUESTS {
+            out.push(Effect::Trace(TraceEvent::RequestDone { cf: self.cf.clone(), req, outcome: "rejected: too many requests queued".into() }));
+            return;
+        }
+        self.requests.push_back(PendingRequest { req, accepted_at: ctx.now });
+        self.run_requests(ctx, out);
+    }
+
+    fn finish_request(&mut self, idx: usize, outcome: String, out: &mut Vec<Effect>) {
+        if let Some(r) = self.requests.remove(idx) {
+            out.push(Effect::Trace(TraceEvent::RequestDone { cf: self.cf.clone(), req: r.req, outcome }));
+        }
+    }
+
+    fn run_requests(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
+        if !matches!(self.phase, Phase::Working) {
+            return;
+        }
+        let mut i = 0;
+        let mut busy_tables: BTreeSet<TableId> = BTreeSet::new();
+        while i < self.requests.len() {
+            let req = self.requests[i].req.clone();
+            let _ = self.requests[i].accepted_at;
+            let table = request_table(&req);
+            if busy_tables.contains(&table) {
+                i += 1;
+                continue;
+            }
+            busy_tables.insert(table);
+            if !self.tables.contains_key(&table) {
+                self.finish_request(i, "rejected: no such table".into(), out);
+                continue;
+            }
+            if self.ops.values().any(|o| o.table == table) {
+                i += 1;
+                continue;
+            }
+            let entries: Vec<SpanEntry> = self.spans.values().filter(|e| e.span.table == table).cloned().collect();
+            if entries.iter().any(|e| e.state != SpanState::Replicating) {
+                i += 1;
+                continue; // wait until every span of it is placed
+            }
+            match req {
+                TableRequest::Move { to, .. } => {
+                    if !ctx.alive.contains_key(&to) || ctx.cordoned.contains(&to) || ctx.draining.contains(&to) {
+                        self.finish_request(i, format!("rejected: node {to} is not available (gone, cordoned or draining)"), out);
+                        continue;
+                    }
+                    if !self.ready.contains_key(&to) {
+                        i += 1;
+                        continue;
+                    }
+                    if entries.iter().all(|e| e.node.as_ref() == Some(&to)) {
+                        self.finish_request(i, "done".into(), out);
+                        continue;
+                    }
+                    for e in entries {
+                        self.start_move(span_key(&e.span), to.clone());
+                    }
+                    i += 1;
+                }
+                TableRequest::Split { spans: n, .. } => {
+                    if entries.len() >= n.max(1) {
+                        let outcome = if entries.len() == n { "done".to_string() } else { format!("rejected: already {} spans", entries.len()) };
+                        self.finish_request(i, outcome, out);
+                        continue;
+                    }
+                    let splittable = self.tables.get(&table).map(|t| t.splittable).unwrap_or(false);
+                    if entries.len() != 1 || !splittable {
+                        self.finish_request(i, "rejected: only a table in one span, with a key, can be split".into(), out);
+                        continue;
+                    }
+                    let points = self.split_points(ctx, &entries[0].span, Some(n));
+                    if points.is_empty() {
+                        self.finish_request(i, format!("rejected: the table has fewer than {n} regions"), out);
+                        continue;
+                    }
+                    if let Some(t) = self.tables.get_mut(&table) {
+                        t.user_split = true;
+                    }
+                    self.start_split(span_key(&entries[0].span), points);
+                    // Completed when the pieces are placed (next rounds see `entries.len() == n`).
+                    i += 1;
+                }
+                TableRequest::Merge { .. } => {
+                    if entries.len() <= 1 {
+                        if let Some(t) = self.tables.get_mut(&table) {
+                            t.user_split = false;
+                        }
+                        self.finish_request(i, "done".into(), out);
+                        continue;
+                    }
+                    // Bring the spans together on the node that has most of them, then merge.
+                    let mut count: BTreeMap<NodeId, usize> = BTreeMap::new();
+                    for e in &entries {
+                        if let Some(n) = &e.node {
+                            *count.entry(n.clone()).or_default() += 1;
+                        }
+                    }
+                    let target = count
+                        .iter()
+                        .filter(|(n, _)| ctx.alive.contains_key(*n))
+                        .max_by_key(|(n, c)| (**c, std::cmp::Reverse((*n).clone())))
+                        .map(|(n, _)| n.clone());
+                    let Some(target) = target else {
+                        i += 1;
+                        continue;
+                    };
+                    if entries.iter().all(|e| e.node.as_ref() == Some(&target)) {
+                        self.start_merge(table);
+                    } else {
+                        for e in entries {
+                            if e.node.as_ref() != Some(&target) {
+                                self.start_move(span_key(&e.span), target.clone());
+                            }
+                        }
+                    }
+                    i += 1;
+                }
+            }
+        }
+    }
+
+    fn schedule(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
+        // Basic: absent spans go to the least loaded schedulable node.
+        let absent: Vec<SpanKey> =
+            self.spans.iter().filter(|(_, e)| e.state == SpanState::Absent && e.op.is_none()).map(|(k, _)| k.clone()).collect();
+        let mut started = 0;
+        for k in absent {
+            if started >= MAX_OPERATORS_PER_ROUND {
+                break;
+            }
+            let Some(dest) = self.least_loaded(ctx) else { break };
+            self.start_add(k, dest);
+            started += 1;
+        }
+        // Drain: move spans off draining nodes.
+        if !ctx.draining.is_empty() {
+            let moves: Vec<SpanKey> = self
+                .spans
+                .iter()
+                .filter(|(_, e)| e.op.is_none() && e.state == SpanState::Replicating && e.node.as_ref().map(|n| ctx.draining.contains(n)).unwrap_or(false))
+                .map(|(k, _)| k.clone())
+                .take(MAX_OPERATORS_PER_ROUND)
+                .collect();
+            for k in moves {
+                if let Some(dest) = self.least_loaded(ctx) {
+                    self.start_move(k, dest);
+                }
+            }
+        }
+        if !self.config.scheduler.balance || ctx.now < self.last_balance + BALANCE_INTERVAL_MS {
+            return;
+        }
+        self.last_balance = ctx.now;
+        if !self.ops.is_empty() || !self.requests.is_empty() || self.spans.values().any(|e| e.state != SpanState::Replicating) {
+            return;
+        }
+        // Split: a table in one span with more regions than the threshold.
+        let sched = self.config.scheduler.clone();
+        if sched.enable_table_across_nodes {
+            let single: Vec<(TableId, SpanKey, Span)> = self
+                .tables
+                .iter()
+                .filter(|(_, s)| s.splittable)
+                .filter_map(|(t, _)| {
+                    let es: Vec<&SpanEntry> = self.spans.values().filter(|e| e.span.table == *t).collect();
+                    (es.len() == 1).then(|| (*t, span_key(&es[0].span), es[0].span.clone()))
+                })
+                .collect();
+            for (t, k, span) in single {
+                let regions = ctx.regions.get(&t).map(|r| r.len() as u64 + 1).unwrap_or(1);
+                if regions > sched.region_threshold {
+                    let points = self.split_points(ctx, &span, None);
+                    if self.start_split(k, points) {
+                        return;
+                    }
+                }
+            }
+            // Merge (hysteresis: only at or below half the split threshold).
+            let merge: Vec<TableId> = self
+                .tables
+                .iter()
+                .filter(|(t, s)| {
+                    !s.user_split
+                        && self.spans.values().filter(|e| e.span.table == **t).count() > 1
+                        && ctx.regions.get(t).map(|r| r.len() as u64 + 1).unwrap_or(1) * 2 <= sched.region_threshold
+                })
+                .map(|(t, _)| *t)
+                .collect();
+            if let Some(t) = merge.first() {
+                self.requests.push_back(PendingRequest { req: TableRequest::Merge { table: *t }, accepted_at: ctx.now });
+                return;
+            }
+        }
+        // Balance: move one span from the most to the least loaded node when they differ by 2+.
+        let nodes: Vec<NodeId> = self.ready.keys().filter(|n| self.schedulable(ctx, n)).cloned().collect();
+        if nodes.len() < 2 {
+            return;
+        }
+        let max = nodes.iter().max_by_key(|n| (self.load(n), std::cmp::Reverse((*n).clone()))).cloned();
+        let min = nodes.iter().min_by_key(|n| (self.load(n), (*n).clone())).cloned();
+        if let (Some(max), Some(min)) = (max, min) {
+            if self.load(&max) >= self.load(&min) + 2 {
+                let k = self.spans.iter().find(|(_, e)| e.node.as_ref() == Some(&max) && e.op.is_none()).map(|(k, _)| k.clone());
+                if let Some(k) = k {
+                    self.start_move(k, min);
+                    self.log(out, format!("balance: moving a span from {max}"));
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ checkpoint
+
+    fn compute_checkpoint(&mut self, out: &mut Vec<Effect>) {
+        if !matches!(self.phase, Phase::Working) {
+            return;
+        }
+        let mut min = self.trigger_cp;
+        for e in self.spans.values() {
+            #[cfg(feature = "mutations")]
+            if crate::mutations::on("checkpoint-ignores-absent") && e.state != SpanState::Replicating {
+                continue;
+            }
+            min = min.min(e.checkpoint);
+        }
+        if min > self.committed {
+            self.committed = min;
+            self.barrier.gc(min);
+            out.push(Effect::Trace(TraceEvent::MaintainerCheckpoint { cf: self.cf.clone(), epoch: self.epoch, checkpoint: min }));
+        }
+        self.resolved = self.resolved.max(self.committed);
+    }
+
+    // ------------------------------------------------------------------ lifecycle
+
+    pub fn on_nodes_changed(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
+        // Nodes gone (or back as a new incarnation): what ran there is gone.
+        let gone: Vec<NodeId> = self
+            .ready
+            .iter()
+            .filter(|(n, inc)| ctx.alive.get(*n) != Some(*inc))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in gone {
+            self.ready.remove(&n);
+            self.hb_seen.remove(&n);
+            self.tracked.retain(|_, t| t.node != n);
+            for e in self.spans.values_mut() {
+                if e.node.as_ref() == Some(&n) && e.op.is_none() {
+                    e.state = SpanState::Absent;
+                    e.node = None;
+                    e.dispatcher = None;
+                }
+            }
+            self.log(out, format!("node {n} left"));
+        }
+        self.bootstrapping.retain(|n, (inc, _)| ctx.alive.get(n) == Some(inc));
+        let joined: Vec<(NodeId, u64)> = ctx
+            .alive
+            .iter()
+            .filter(|(n, inc)| self.ready.get(*n) != Some(*inc) && self.bootstrapping.get(*n).map(|b| b.0) != Some(**inc))
+            .map(|(n, i)| (n.clone(), *i))
+            .collect();
+        if matches!(self.phase, Phase::Bootstrapping { .. } | Phase::Working) {
+            for (n, inc) in joined {
+                if let Phase::Bootstrapping { responses, .. } = &mut self.phase {
+                    responses.remove(&n);
+                }
+                self.send_bootstrap(ctx.now, &n, inc, out);
+            }
+        }
+        if let Phase::Closing { pending } = &mut self.phase {
+            pending.retain(|n| ctx.alive.contains_key(n));
+            if pending.is_empty() {
+                self.phase = Phase::Stopped;
+            }
+        }
+        self.try_finish_bootstrap(ctx, out);
+        self.drive(ctx, out);
+    }
+
+    /// Stop. `cascade` closes every dispatcher of the changefeed first.
+    pub fn stop(&mut self, ctx: &Ctx, cascade: bool, out: &mut Vec<Effect>) {
+        if !cascade {
+            self.phase = Phase::Stopped;
+            return;
+        }
+        let pending: BTreeSet<NodeId> = ctx.alive.keys().cloned().collect();
+        for n in &pending {
+            self.send(out, n, Message::CloseChangefeed { cf: self.cf.clone(), epoch: self.epoch });
+        }
+        self.phase = Phase::Closing { pending };
+    }
+
+    pub fn on_tick(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
+        match &self.phase {
+            Phase::Bootstrapping { .. } | Phase::Working => {
+                let resend: Vec<(NodeId, u64)> = self
+                    .bootstrapping
+                    .iter()
+                    .filter(|(_, (_, t))| ctx.now >= *t + RESEND_MS)
+                    .map(|(n, (inc, _))| (n.clone(), *inc))
+                    .collect();
+                for (n, inc) in resend {
+                    self.send_bootstrap(ctx.now, &n, inc, out);
+                }
+            }
+            Phase::Closing { pending } => {
+                if self.last_status.map(|t| ctx.now >= t + RESEND_MS).unwrap_or(true) {
+                    for n in pending.clone() {
+                        self.send(out, &n, Message::CloseChangefeed { cf: self.cf.clone(), epoch: self.epoch });
+                    }
+                }
+            }
+            Phase::Stopped => {}
+        }
+        if matches!(self.phase, Phase::Working) {
+            self.drive(ctx, out);
+            self.run_requests(ctx, out);
+            self.schedule(ctx, out);
+            self.drive(ctx, out);
+            self.compute_checkpoint(out);
+        }
+        if self.last_status.map(|t| ctx.now >= t + MAINTAINER_STATUS_MS).unwrap_or(true) {
+            self.last_status = Some(ctx.now);
+            if let Some(c) = ctx.coordinator {
+                self.send(out, c, Message::MaintainerStatusReport { status: self.status() });
+            }
+        }
+    }
+}
+
+fn request_table(req: &TableRequest) -> TableId {
+    match req {
+        TableRequest::Move { table, .. } | TableRequest::Split { table, .. } | TableRequest::Merge { table } => *table,
+    }
+}

@@ -1,0 +1,201 @@
+//! Control messages exchanged between nodes. Every scheduling message carries the maintainer
+//! epoch; every coordinator message carries the coordinator's leadership revision. Delivery is
+//! best effort: every protocol here is idempotent and resent until observed.
+
+use crate::config::ChangefeedConfig;
+use serde::{Deserialize, Serialize};
+use sluice_types::{ChangefeedId, DispatcherId, Epoch, Key, NodeId, Span, Ts};
+
+/// Why a dispatcher is being closed: the intent survives a maintainer failover because the
+/// dispatcher manager keeps it and reports it at bootstrap.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClosePurpose {
+    Remove,
+    Move { dest: NodeId },
+    Split { points: Vec<Key> },
+    /// A merge source; the target is the dispatcher with this id.
+    MergeInto { target: DispatcherId },
+}
+
+/// A dispatcher's lifecycle as its manager reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DispatcherPhase {
+    /// Accepted, not started (held at `create_dispatcher`, or a merge target waiting for its
+    /// sources to close).
+    Creating,
+    Working,
+    /// Closing; it may still have writes in flight.
+    Closing(ClosePurpose),
+    /// Closed: no write of it can land any more. Reported once, then forgotten.
+    Stopped,
+}
+
+/// A dispatcher's position at a blocking DDL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum BlockStage {
+    /// Flushed everything before the DDL and waits for Write or Pass.
+    Waiting,
+    /// Told to write; the write is under way.
+    Writing,
+    /// Written and durable; waits for the maintainer's Proceed.
+    Written,
+    /// Passed (told to skip it); reported once, for bookkeeping.
+    Passed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockReport {
+    pub ddl_ts: Ts,
+    pub stage: BlockStage,
+    pub ddl: Option<sluice_types::DdlInfluence>,
+}
+
+/// One dispatcher as its manager sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatcherReport {
+    pub id: DispatcherId,
+    pub span: Span,
+    pub is_trigger: bool,
+    pub phase: DispatcherPhase,
+    /// Everything of this span at or below this ts is durable in the sink.
+    pub checkpoint: Ts,
+    pub block: Option<BlockReport>,
+    /// For a merge target: the sources it replaces.
+    pub merge_sources: Vec<DispatcherId>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BarrierCommand {
+    /// Write the DDL at `ddl_ts` (the writer).
+    Write,
+    /// Skip the DDL at `ddl_ts` and go on.
+    Pass,
+    /// The writer's DONE was applied: go on.
+    Proceed,
+}
+
+/// What a rejected create or merge says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RejectReason {
+    /// Another dispatcher of the changefeed on this node overlaps the span.
+    Overlap { with: DispatcherId },
+    /// A merge source is missing, not working, or not adjacent.
+    MergeSources,
+    /// The dispatcher manager is closing.
+    Closing,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Message {
+    // ---- coordinator -> node (fenced by the coordinator's leadership revision) ----
+    AddMaintainer { cf: ChangefeedId, epoch: Epoch, rev: u64, checkpoint: Ts, config: ChangefeedConfig },
+    /// Stop the maintainer of that epoch. `cascade` also closes every dispatcher of the
+    /// changefeed (pause, remove, error restart); otherwise they stay for the next maintainer.
+    RemoveMaintainer { cf: ChangefeedId, epoch: Epoch, rev: u64, cascade: bool },
+    /// A new coordinator asks every node which maintainers it runs.
+    CoordinatorBootstrap { rev: u64 },
+    /// A table-level request forwarded to the maintainer.
+    TableRequest { cf: ChangefeedId, req: TableRequest },
+    /// Cluster-wide node settings, broadcast by the coordinator (kept in the meta store).
+    NodeSettings { rev: u64, cordoned: Vec<NodeId>, draining: Vec<NodeId> },
+
+    // ---- node -> coordinator ----
+    CoordinatorBootstrapResponse { rev: u64, maintainers: Vec<MaintainerStatus> },
+    MaintainerStatusReport { status: MaintainerStatus },
+
+    // ---- maintainer -> dispatcher manager (fenced by epoch) ----
+    Bootstrap { cf: ChangefeedId, epoch: Epoch, trigger: Option<(DispatcherId, Ts)>, config: ChangefeedConfig },
+    Create { cf: ChangefeedId, epoch: Epoch, id: DispatcherId, span: Span, start_ts: Ts },
+    Remove { cf: ChangefeedId, epoch: Epoch, id: DispatcherId, purpose: ClosePurpose },
+    Merge { cf: ChangefeedId, epoch: Epoch, sources: Vec<DispatcherId>, target: DispatcherId, span: Span },
+    Barrier { cf: ChangefeedId, epoch: Epoch, id: DispatcherId, ddl_ts: Ts, command: BarrierCommand },
+    /// Close every dispatcher of the changefeed on this node (cascade stop).
+    CloseChangefeed { cf: ChangefeedId, epoch: Epoch },
+
+    // ---- dispatcher manager -> maintainer (carry the manager's admitted epoch) ----
+    BootstrapResponse { cf: ChangefeedId, epoch: Epoch, dispatchers: Vec<DispatcherReport> },
+    /// Statuses that changed plus, periodically, all of them. `seq` grows with every heartbeat
+    /// of this manager incarnation; a maintainer ignores regressions.
+    Heartbeat { cf: ChangefeedId, epoch: Epoch, incarnation: u64, seq: u64, complete: bool, dispatchers: Vec<DispatcherReport> },
+    Rejected { cf: ChangefeedId, epoch: Epoch, id: DispatcherId, reason: RejectReason },
+    BlockStatus { cf: ChangefeedId, epoch: Epoch, id: DispatcherId, span: Span, report: BlockReport },
+    CloseChangefeedResponse { cf: ChangefeedId, epoch: Epoch },
+    /// A fatal dispatcher error the dispatcher manager cannot handle itself.
+    DispatcherError { cf: ChangefeedId, epoch: Epoch, id: DispatcherId, message: String },
+}
+
+impl Message {
+    /// A short kind name (used by traces, metrics and fault injection).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Message::AddMaintainer { .. } => "add_maintainer",
+            Message::RemoveMaintainer { .. } => "remove_maintainer",
+            Message::CoordinatorBootstrap { .. } => "coordinator_bootstrap",
+            Message::TableRequest { .. } => "table_request",
+            Message::NodeSettings { .. } => "node_settings",
+            Message::CoordinatorBootstrapResponse { .. } => "coordinator_bootstrap_response",
+            Message::MaintainerStatusReport { .. } => "maintainer_status",
+            Message::Bootstrap { .. } => "bootstrap",
+            Message::Create { .. } => "create",
+            Message::Remove { .. } => "remove",
+            Message::Merge { .. } => "merge",
+            Message::Barrier { .. } => "barrier_action",
+            Message::CloseChangefeed { .. } => "close_changefeed",
+            Message::BootstrapResponse { .. } => "bootstrap_response",
+            Message::Heartbeat { .. } => "heartbeat",
+            Message::Rejected { .. } => "rejected",
+            Message::BlockStatus { .. } => "block_status",
+            Message::CloseChangefeedResponse { .. } => "close_changefeed_response",
+            Message::DispatcherError { .. } => "dispatcher_error",
+        }
+    }
+
+    /// The maintainer epoch the message carries, if it is a scheduling message.
+    pub fn epoch(&self) -> Option<Epoch> {
+        match self {
+            Message::AddMaintainer { epoch, .. }
+            | Message::RemoveMaintainer { epoch, .. }
+            | Message::Bootstrap { epoch, .. }
+            | Message::Create { epoch, .. }
+            | Message::Remove { epoch, .. }
+            | Message::Merge { epoch, .. }
+            | Message::Barrier { epoch, .. }
+            | Message::CloseChangefeed { epoch, .. }
+            | Message::BootstrapResponse { epoch, .. }
+            | Message::Heartbeat { epoch, .. }
+            | Message::Rejected { epoch, .. }
+            | Message::BlockStatus { epoch, .. }
+            | Message::CloseChangefeedResponse { epoch, .. }
+            | Message::DispatcherError { epoch, .. } => Some(*epoch),
+            Message::MaintainerStatusReport { status } => Some(status.epoch),
+            _ => None,
+        }
+    }
+}
+
+/// A user's table-level request, executed by the maintainer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TableRequest {
+    Move { table: sluice_types::TableId, to: NodeId },
+    Split { table: sluice_types::TableId, spans: usize },
+    Merge { table: sluice_types::TableId },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MaintainerState {
+    Bootstrapping,
+    Working,
+    /// Closing the changefeed's dispatchers (cascade stop).
+    Closing,
+    Stopped,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MaintainerStatus {
+    pub cf: ChangefeedId,
+    pub epoch: Epoch,
+    pub state: MaintainerState,
+    pub checkpoint: Ts,
+    pub resolved: Ts,
+    pub error: Option<String>,
+}

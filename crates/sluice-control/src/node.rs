@@ -1,0 +1,402 @@
+//! One node's control plane: routes every input to the coordinator (when this node leads), the
+//! maintainers placed here and the dispatcher managers here, and collects their effects. This is
+//! the whole surface the server's async shell and the simulator drive.
+//!
+//! Invariants kept here: coordinator messages older than the newest coordinator revision seen are
+//! dropped; a maintainer is replaced only by one of a strictly newer epoch; a dispatcher manager
+//! closed by a cascade stop is not recreated by a bootstrap of an epoch at or below the close.
+
+use crate::config::MAINTAINER_STATUS_MS;
+use crate::coordinator::Coordinator;
+use crate::dispatcher::DispatcherManager;
+use crate::hold::Holds;
+use crate::io::{Effect, Input, TraceEvent, UserRequest};
+use crate::maintainer::{Ctx, Maintainer};
+use crate::msg::{MaintainerState, MaintainerStatus, Message};
+use sluice_types::{ChangefeedId, Epoch, Key, Millis, NodeId, TableId};
+use std::collections::{BTreeMap, BTreeSet};
+
+pub struct NodeState {
+    id: NodeId,
+    incarnation: u64,
+    alive: BTreeMap<NodeId, u64>,
+    leader: Option<(NodeId, u64)>,
+    max_coordinator_rev: u64,
+    cordoned: BTreeSet<NodeId>,
+    draining: BTreeSet<NodeId>,
+    regions: BTreeMap<TableId, Vec<Key>>,
+    holds: Holds,
+    coordinator: Option<Coordinator>,
+    maintainers: BTreeMap<ChangefeedId, Maintainer>,
+    stopped_maintainers: BTreeMap<ChangefeedId, MaintainerStatus>,
+    dms: BTreeMap<ChangefeedId, DispatcherManager>,
+    closed_epochs: BTreeMap<ChangefeedId, Epoch>,
+    last_stopped_report: Millis,
+    pub stale_dropped: u64,
+}
+
+impl NodeState {
+    pub fn new(id: NodeId, incarnation: u64) -> Self {
+        NodeState {
+            id,
+            incarnation,
+            alive: BTreeMap::new(),
+            leader: None,
+            max_coordinator_rev: 0,
+            cordoned: BTreeSet::new(),
+            draining: BTreeSet::new(),
+            regions: BTreeMap::new(),
+            holds: Holds::default(),
+            coordinator: None,
+            maintainers: BTreeMap::new(),
+            stopped_maintainers: BTreeMap::new(),
+            dms: BTreeMap::new(),
+            closed_epochs: BTreeMap::new(),
+            last_stopped_report: 0,
+            stale_dropped: 0,
+        }
+    }
+
+    pub fn id(&self) -> &NodeId {
+        &self.id
+    }
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+    pub fn coordinator(&self) -> Option<&Coordinator> {
+        self.coordinator.as_ref()
+    }
+    pub fn maintainer(&self, cf: &ChangefeedId) -> Option<&Maintainer> {
+        self.maintainers.get(cf)
+    }
+    pub fn maintainers(&self) -> impl Iterator<Item = &Maintainer> {
+        self.maintainers.values()
+    }
+    pub fn dispatcher_manager(&self, cf: &ChangefeedId) -> Option<&DispatcherManager> {
+        self.dms.get(cf)
+    }
+    pub fn dispatcher_managers(&self) -> impl Iterator<Item = (&ChangefeedId, &DispatcherManager)> {
+        self.dms.iter()
+    }
+    pub fn holds(&self) -> &Holds {
+        &self.holds
+    }
+    pub fn leader(&self) -> Option<&NodeId> {
+        self.leader.as_ref().map(|l| &l.0)
+    }
+
+    fn ctx(&self, now: Millis) -> Ctx<'_> {
+        Ctx {
+            now,
+            alive: &self.alive,
+            cordoned: &self.cordoned,
+            draining: &self.draining,
+            regions: &self.regions,
+            coordinator: self.leader.as_ref().map(|l| &l.0),
+        }
+    }
+
+    /// Handle one input at time `now`; returns the effects to carry out.
+    pub fn handle(&mut self, now: Millis, input: Input) -> Vec<Effect> {
+        let mut out = Vec::new();
+        match input {
+            Input::Tick => self.tick(now, &mut out),
+            Input::Message { from, msg } => self.on_message(now, from, msg, &mut out),
+            Input::NodesChanged { alive } => {
+                self.alive = alive;
+                let ctx = Ctx {
+                    now,
+                    alive: &self.alive,
+                    cordoned: &self.cordoned,
+                    draining: &self.draining,
+                    regions: &self.regions,
+                    coordinator: self.leader.as_ref().map(|l| &l.0),
+                };
+                for m in self.maintainers.values_mut() {
+                    m.on_nodes_changed(&ctx, &mut out);
+                }
+                if let Some(c) = &mut self.coordinator {
+                    c.on_tick(now, &self.alive, &mut out);
+                }
+            }
+            Input::Leader { node, rev } => {
+                match node {
+                    Some(n) if n == self.id => {
+                        if self.coordinator.as_ref().map(|c| c.rev()) != Some(rev) {
+                            self.coordinator = Some(Coordinator::new(self.id.clone(), rev, &mut out));
+                        }
+                        self.leader = Some((n, rev));
+                    }
+                    Some(n) => {
+                        self.coordinator = None;
+                        self.leader = Some((n, rev));
+                    }
+                    None => {
+                        self.coordinator = None;
+                        self.leader = None;
+                    }
+                }
+                self.max_coordinator_rev = self.max_coordinator_rev.max(rev);
+            }
+            Input::MetaResult { req, result } => {
+                if let Some(c) = &mut self.coordinator {
+                    c.on_meta_result(now, &self.alive, req, result, &mut out);
+                }
+            }
+            Input::Schema { cf, epoch, snapshot } => {
+                let ctx = Ctx {
+                    now,
+                    alive: &self.alive,
+                    cordoned: &self.cordoned,
+                    draining: &self.draining,
+                    regions: &self.regions,
+                    coordinator: self.leader.as_ref().map(|l| &l.0),
+                };
+                if let Some(m) = self.maintainers.get_mut(&cf) {
+                    if m.epoch() == epoch {
+                        m.on_schema(&ctx, snapshot, &mut out);
+                    }
+                }
+            }
+            Input::Regions { table, regions } => {
+                self.regions.insert(table, regions);
+            }
+            Input::Events { cf, id, items, resolved_ts } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_events(now, id, items, resolved_ts, &self.holds, &mut out);
+                }
+            }
+            Input::SinkFlushed { cf, id, ts } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_sink_flushed(now, id, ts, &self.holds, &mut out);
+                }
+            }
+            Input::SinkClosed { cf, id } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_sink_closed(now, id, &self.holds, &mut out);
+                }
+                self.reap_closed(&mut out);
+            }
+            Input::SinkError { cf, id, retryable, message } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_sink_error(id, retryable, message, &mut out);
+                }
+            }
+            Input::Hold { point, on } => {
+                self.holds.set(point, on);
+                for dm in self.dms.values_mut() {
+                    dm.on_hold(now, point, on, &self.holds, &mut out);
+                }
+                self.reap_closed(&mut out);
+            }
+            Input::Request(req) => self.on_request(now, req, &mut out),
+        }
+        out
+    }
+
+    fn on_request(&mut self, now: Millis, req: UserRequest, out: &mut Vec<Effect>) {
+        if let UserRequest::Table { cf, req } = &req {
+            if self.maintainers.get(cf).map(|m| m.is_bootstrapped()).unwrap_or(false) {
+                let ctx = Ctx {
+                    now,
+                    alive: &self.alive,
+                    cordoned: &self.cordoned,
+                    draining: &self.draining,
+                    regions: &self.regions,
+                    coordinator: self.leader.as_ref().map(|l| &l.0),
+                };
+                if let Some(m) = self.maintainers.get_mut(cf) {
+                    m.on_request(&ctx, req.clone(), out);
+                }
+                return;
+            }
+        }
+        match &mut self.coordinator {
+            Some(c) => c.on_request(now, &self.alive, req, out),
+            None => out.push(Effect::Trace(TraceEvent::Log(format!("node {}: request dropped, not the coordinator: {req:?}", self.id)))),
+        }
+    }
+
+    fn on_message(&mut self, now: Millis, from: NodeId, msg: Message, out: &mut Vec<Effect>) {
+        match msg {
+            Message::AddMaintainer { cf, epoch, rev, checkpoint, config } => {
+                if rev < self.max_coordinator_rev {
+                    self.stale_dropped += 1;
+                    out.push(Effect::Trace(TraceEvent::Stale { kind: "add_maintainer", reason: "deposed coordinator" }));
+                    return;
+                }
+                self.max_coordinator_rev = rev;
+                if let Some(m) = self.maintainers.get(&cf) {
+                    if m.epoch() >= epoch {
+                        return;
+                    }
+                }
+                if self.stopped_maintainers.get(&cf).map(|s| s.epoch >= epoch).unwrap_or(false) {
+                    return;
+                }
+                self.stopped_maintainers.remove(&cf);
+                let ctx = self.ctx(now);
+                let m = Maintainer::new(&ctx, cf.clone(), epoch, self.id.clone(), checkpoint, config, out);
+                self.maintainers.insert(cf, m);
+            }
+            Message::RemoveMaintainer { cf, epoch, rev, cascade: _ } => {
+                if rev < self.max_coordinator_rev {
+                    self.stale_dropped += 1;
+                    return;
+                }
+                if self.maintainers.get(&cf).map(|m| m.epoch() == epoch).unwrap_or(false) {
+                    if let Some(mut m) = self.maintainers.remove(&cf) {
+                        let ctx = self.ctx(now);
+                        m.stop(&ctx, false, out);
+                        let mut st = m.status();
+                        st.state = MaintainerState::Stopped;
+                        self.stopped_maintainers.insert(cf, st);
+                    }
+                }
+                self.report_stopped(out);
+            }
+            Message::CoordinatorBootstrap { rev } => {
+                if rev < self.max_coordinator_rev {
+                    self.stale_dropped += 1;
+                    return;
+                }
+                self.max_coordinator_rev = rev;
+                let mut maintainers: Vec<MaintainerStatus> = self.maintainers.values().map(|m| m.status()).collect();
+                maintainers.extend(self.stopped_maintainers.values().cloned());
+                out.push(Effect::Send { to: from, msg: Message::CoordinatorBootstrapResponse { rev, maintainers } });
+            }
+            Message::NodeSettings { rev, cordoned, draining } => {
+                if rev >= self.max_coordinator_rev {
+                    self.cordoned = cordoned.into_iter().collect();
+                    self.draining = draining.into_iter().collect();
+                }
+            }
+            Message::TableRequest { cf, req } => {
+                let ctx = Ctx {
+                    now,
+                    alive: &self.alive,
+                    cordoned: &self.cordoned,
+                    draining: &self.draining,
+                    regions: &self.regions,
+                    coordinator: self.leader.as_ref().map(|l| &l.0),
+                };
+                if let Some(m) = self.maintainers.get_mut(&cf) {
+                    m.on_request(&ctx, req, out);
+                }
+            }
+            Message::CoordinatorBootstrapResponse { .. } | Message::MaintainerStatusReport { .. } | Message::CloseChangefeedResponse { .. } => {
+                if let Some(c) = &mut self.coordinator {
+                    c.on_message(now, &self.alive, &from, msg, out);
+                }
+            }
+            Message::Bootstrap { ref cf, epoch, .. } => {
+                if !self.dms.contains_key(cf) {
+                    if self.closed_epochs.get(cf).map(|e| epoch <= *e).unwrap_or(false) {
+                        self.stale_dropped += 1;
+                        out.push(Effect::Trace(TraceEvent::Stale { kind: "bootstrap", reason: "changefeed closed at a newer epoch" }));
+                        return;
+                    }
+                    self.dms.insert(cf.clone(), DispatcherManager::new(cf.clone(), self.id.clone(), self.incarnation));
+                }
+                let cf = cf.clone();
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_message(now, &from, msg, &self.holds, out);
+                }
+            }
+            Message::CloseChangefeed { ref cf, epoch } => {
+                let cf = cf.clone();
+                match self.dms.get_mut(&cf) {
+                    Some(dm) => {
+                        dm.on_message(now, &from, msg, &self.holds, out);
+                        self.reap_closed(out);
+                    }
+                    None => {
+                        let e = self.closed_epochs.entry(cf.clone()).or_default();
+                        *e = (*e).max(epoch);
+                        out.push(Effect::Send { to: from, msg: Message::CloseChangefeedResponse { cf, epoch } });
+                    }
+                }
+            }
+            Message::Create { ref cf, .. } | Message::Remove { ref cf, .. } | Message::Merge { ref cf, .. } | Message::Barrier { ref cf, .. } => {
+                let cf = cf.clone();
+                match self.dms.get_mut(&cf) {
+                    Some(dm) => {
+                        dm.on_message(now, &from, msg, &self.holds, out);
+                        self.reap_closed(out);
+                    }
+                    None => {
+                        self.stale_dropped += 1;
+                        out.push(Effect::Trace(TraceEvent::Stale { kind: msg.kind(), reason: "no dispatcher manager (not bootstrapped)" }));
+                    }
+                }
+            }
+            Message::BootstrapResponse { ref cf, .. }
+            | Message::Heartbeat { ref cf, .. }
+            | Message::Rejected { ref cf, .. }
+            | Message::BlockStatus { ref cf, .. }
+            | Message::DispatcherError { ref cf, .. } => {
+                let cf = cf.clone();
+                let ctx = Ctx {
+                    now,
+                    alive: &self.alive,
+                    cordoned: &self.cordoned,
+                    draining: &self.draining,
+                    regions: &self.regions,
+                    coordinator: self.leader.as_ref().map(|l| &l.0),
+                };
+                match self.maintainers.get_mut(&cf) {
+                    Some(m) => m.on_message(&ctx, &from, msg, out),
+                    None => {
+                        self.stale_dropped += 1;
+                        out.push(Effect::Trace(TraceEvent::Stale { kind: msg.kind(), reason: "no maintainer here" }));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drop dispatcher managers whose cascade close finished.
+    fn reap_closed(&mut self, _out: &mut [Effect]) {
+        let closed: Vec<ChangefeedId> = self.dms.iter().filter(|(_, d)| d.is_closed()).map(|(c, _)| c.clone()).collect();
+        for cf in closed {
+            if let Some(dm) = self.dms.remove(&cf) {
+                let e = dm.owner().map(|o| o.1).unwrap_or_default();
+                let slot = self.closed_epochs.entry(cf).or_default();
+                *slot = (*slot).max(e);
+            }
+        }
+    }
+
+    fn report_stopped(&mut self, out: &mut Vec<Effect>) {
+        if let Some((leader, _)) = &self.leader {
+            for st in self.stopped_maintainers.values() {
+                out.push(Effect::Send { to: leader.clone(), msg: Message::MaintainerStatusReport { status: st.clone() } });
+            }
+        }
+    }
+
+    fn tick(&mut self, now: Millis, out: &mut Vec<Effect>) {
+        if let Some(c) = &mut self.coordinator {
+            c.on_tick(now, &self.alive, out);
+        }
+        let ctx = Ctx {
+            now,
+            alive: &self.alive,
+            cordoned: &self.cordoned,
+            draining: &self.draining,
+            regions: &self.regions,
+            coordinator: self.leader.as_ref().map(|l| &l.0),
+        };
+        for m in self.maintainers.values_mut() {
+            m.on_tick(&ctx, out);
+        }
+        for dm in self.dms.values_mut() {
+            dm.on_tick(now, &self.holds, out);
+        }
+        self.reap_closed(out);
+        if now >= self.last_stopped_report + MAINTAINER_STATUS_MS * 5 {
+            self.last_stopped_report = now;
+            self.report_stopped(out);
+        }
+    }
+}
