@@ -18,6 +18,7 @@ pub mod error;
 pub mod keys;
 pub mod pos;
 pub mod schema;
+pub mod store;
 
 pub use binlog::{BinlogReader, ReaderConfig, ReaderEvent, Transaction};
 pub use check::check_upstream;

@@ -1,0 +1,341 @@
+//! The per-node event store: every captured row of one upstream, on local disk (redb), ordered
+//! by `(table id, commit ts, seq)` where `seq` is the row's position in its transaction; DDL
+//! events by commit ts. One reader per upstream per node feeds it; the dispatchers of every
+//! changefeed on the node read spans from it.
+//!
+//! Invariants:
+//! - the store holds only whole transactions with commit ts `<= resolved()`: rows are appended
+//!   a transaction at a time, `resolved` is advanced after them, and opening a store drops
+//!   whatever lies above the last durable `resolved` (a crash mid-append leaves no partial
+//!   transaction visible). The reader restarts from `resolved()` (see
+//!   [`crate::pos::BinlogPos::from_ts`]), so nothing is lost or duplicated;
+//! - [`EventStore::persist`] makes everything appended so far durable (one fsync); appends in
+//!   between are not fsynced (faster; a crash loses them, and the reader re-reads them);
+//! - [`EventStore::scan`] serves any span from any start ts `>= gc_ts()`; a start below it is
+//!   [`StoreError::Collected`], never a silent gap;
+//! - memory: the page cache is bounded by [`StoreConfig::cache_bytes`]; appends are written in
+//!   write transactions of at most [`MAX_WRITE_BATCH_BYTES`], so a large transaction streams to
+//!   disk instead of growing a write buffer.
+
+use crate::error::CaptureError;
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use sluice_types::{DdlEvent, Key, RowEvent, Span, TableId, Ts};
+use std::path::Path;
+use std::sync::Mutex;
+
+const ROWS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("rows");
+const DDLS: TableDefinition<u64, &[u8]> = TableDefinition::new("ddls");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// Largest amount of row data written in one redb write transaction.
+pub const MAX_WRITE_BATCH_BYTES: usize = 16 << 20;
+/// Default page cache bound.
+pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("event store: {0}")]
+    Db(String),
+    #[error("start ts {start} is below the event store's gc ts {gc}: those events were collected")]
+    Collected { start: Ts, gc: Ts },
+    #[error("event store: corrupt record: {0}")]
+    Corrupt(String),
+}
+
+impl From<StoreError> for CaptureError {
+    fn from(e: StoreError) -> Self {
+        CaptureError::Storage(e.to_string())
+    }
+}
+
+fn db_err(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Db(e.to_string())
+}
+
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    pub cache_bytes: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig { cache_bytes: DEFAULT_CACHE_BYTES }
+    }
+}
+
+/// Position of a row in the store, for resuming a scan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Cursor {
+    pub ts: Ts,
+    pub seq: u32,
+}
+
+/// One batch of a scan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScanBatch {
+    pub rows: Vec<RowEvent>,
+    /// Resume after this cursor; `None` when the scan reached `upto`.
+    pub next: Option<Cursor>,
+}
+
+fn row_key(table: TableId, ts: Ts, seq: u32) -> [u8; 20] {
+    let mut k = [0u8; 20];
+    k[..8].copy_from_slice(&table.0.to_be_bytes());
+    k[8..16].copy_from_slice(&ts.to_be_bytes());
+    k[16..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+fn parse_key(k: &[u8]) -> Option<(TableId, Ts, u32)> {
+    if k.len() != 20 {
+        return None;
+    }
+    let t = u64::from_be_bytes(k[..8].try_into().ok()?);
+    let ts = u64::from_be_bytes(k[8..16].try_into().ok()?);
+    let seq = u32::from_be_bytes(k[16..].try_into().ok()?);
+    Some((TableId(t), ts, seq))
+}
+
+/// Value layout: row key length (u32 BE), row key bytes, JSON of the event. The key comes
+/// first so span filtering does not decode rows outside the span.
+fn encode_value(ev: &RowEvent) -> Result<Vec<u8>, StoreError> {
+    let body = serde_json::to_vec(ev).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let mut v = Vec::with_capacity(4 + ev.key.0.len() + body.len());
+    v.extend_from_slice(&(ev.key.0.len() as u32).to_be_bytes());
+    v.extend_from_slice(&ev.key.0);
+    v.extend_from_slice(&body);
+    Ok(v)
+}
+
+fn value_key(v: &[u8]) -> Option<&[u8]> {
+    let n = u32::from_be_bytes(v.get(..4)?.try_into().ok()?) as usize;
+    v.get(4..4 + n)
+}
+
+fn decode_value(v: &[u8]) -> Result<RowEvent, StoreError> {
+    let n = value_key(v).ok_or_else(|| StoreError::Corrupt("short value".into()))?.len();
+    serde_json::from_slice(&v[4 + n..]).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// See the module docs.
+pub struct EventStore {
+    db: Database,
+    /// In-memory `resolved` (advanced by appends; durable after `persist`).
+    state: Mutex<(Ts, Ts)>, // (resolved, gc)
+}
+
+impl EventStore {
+    /// Opens (or creates) the store at `path`, dropping anything above the durable `resolved`.
+    pub fn open(path: &Path, cfg: StoreConfig) -> Result<EventStore, StoreError> {
+        let db = Database::builder().set_cache_size(cfg.cache_bytes).create(path).map_err(db_err)?;
+        let (resolved, gc);
+        {
+            let w = db.begin_write().map_err(db_err)?;
+            {
+                let meta = w.open_table(META).map_err(db_err)?;
+                resolved = meta.get("resolved").map_err(db_err)?.map(|g| g.value()).unwrap_or(0);
+                gc = meta.get("gc").map_err(db_err)?.map(|g| g.value()).unwrap_or(0);
+                let mut rows = w.open_table(ROWS).map_err(db_err)?;
+                // Drop rows above resolved (an append not followed by persist before a crash).
+                let mut stale: Vec<Vec<u8>> = Vec::new();
+                for item in rows.iter().map_err(db_err)? {
+                    let (k, _) = item.map_err(db_err)?;
+                    if parse_key(k.value()).is_some_and(|(_, ts, _)| ts > resolved) {
+                        stale.push(k.value().to_vec());
+                    }
+                }
+                for k in stale {
+                    rows.remove(k.as_slice()).map_err(db_err)?;
+                }
+                let mut ddls = w.open_table(DDLS).map_err(db_err)?;
+                ddls.retain(|ts, _| ts <= resolved).map_err(db_err)?;
+            }
+            w.commit().map_err(db_err)?;
+        }
+        Ok(EventStore { db, state: Mutex::new((resolved, gc)) })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, (Ts, Ts)> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Everything with commit ts `<= resolved()` is in the store.
+    pub fn resolved(&self) -> Ts {
+        self.state().0
+    }
+
+    /// Events with commit ts `<= gc_ts()` may have been collected.
+    pub fn gc_ts(&self) -> Ts {
+        self.state().1
+    }
+
+    /// Appends the rows of one transaction (all with `commit_ts`) and advances `resolved` to it.
+    /// Transactions must come in commit-ts order; one at or below `resolved()` is ignored
+    /// (a reader re-delivering after a restart).
+    pub fn append_txn(&self, commit_ts: Ts, rows: &[RowEvent]) -> Result<(), StoreError> {
+        if commit_ts <= self.resolved() {
+            return Ok(());
+        }
+        let mut i = 0;
+        while i < rows.len() {
+            let mut w = self.db.begin_write().map_err(db_err)?;
+            w.set_durability(Durability::None).map_err(db_err)?;
+            {
+                let mut t = w.open_table(ROWS).map_err(db_err)?;
+                let mut bytes = 0;
+                while i < rows.len() && bytes < MAX_WRITE_BATCH_BYTES {
+                    let r = &rows[i];
+                    let v = encode_value(r)?;
+                    bytes += v.len() + 20;
+                    t.insert(row_key(r.table_id, commit_ts, i as u32).as_slice(), v.as_slice()).map_err(db_err)?;
+                    i += 1;
+                }
+            }
+            w.commit().map_err(db_err)?;
+        }
+        self.state().0 = commit_ts;
+        Ok(())
+    }
+
+    /// Stores a DDL event and advances `resolved` to its commit ts.
+    pub fn append_ddl(&self, ddl: &DdlEvent) -> Result<(), StoreError> {
+        if ddl.commit_ts <= self.resolved() {
+            return Ok(());
+        }
+        let mut w = self.db.begin_write().map_err(db_err)?;
+        w.set_durability(Durability::None).map_err(db_err)?;
+        {
+            let mut t = w.open_table(DDLS).map_err(db_err)?;
+            let v = serde_json::to_vec(ddl).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            t.insert(ddl.commit_ts, v.as_slice()).map_err(db_err)?;
+        }
+        w.commit().map_err(db_err)?;
+        self.state().0 = ddl.commit_ts;
+        Ok(())
+    }
+
+    /// Advances `resolved` without data (the reader is idle at `ts`).
+    pub fn advance(&self, ts: Ts) {
+        let mut s = self.state();
+        if ts > s.0 {
+            s.0 = ts;
+        }
+    }
+
+    /// Makes everything appended so far durable, including `resolved` (one fsync).
+    pub fn persist(&self) -> Result<Ts, StoreError> {
+        let resolved = self.resolved();
+        let w = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut meta = w.open_table(META).map_err(db_err)?;
+            meta.insert("resolved", resolved).map_err(db_err)?;
+        }
+        w.commit().map_err(db_err)?;
+        Ok(resolved)
+    }
+
+    /// Rows of `span` with `after < commit ts <= upto`, in (commit ts, seq) order, at most `limit`
+    /// rows; `next` says where to resume when the limit was hit.
+    pub fn scan(&self, span: &Span, after: Ts, upto: Ts, limit: usize) -> Result<ScanBatch, StoreError> {
+        self.scan_from(span, Cursor { ts: after, seq: u32::MAX }, upto, limit)
+    }
+
+    /// Like [`EventStore::scan`], resuming strictly after `from`.
+    pub fn scan_from(&self, span: &Span, from: Cursor, upto: Ts, limit: usize) -> Result<ScanBatch, StoreError> {
+        let gc = self.gc_ts();
+        if from.ts < gc {
+            return Err(StoreError::Collected { start: from.ts, gc });
+        }
+        let upto = upto.min(self.resolved());
+        let r = self.db.begin_read().map_err(db_err)?;
+        let t = match r.open_table(ROWS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(ScanBatch { rows: vec![], next: None }),
+            Err(e) => return Err(db_err(e)),
+        };
+        let start = match from.seq.checked_add(1) {
+            Some(s) => row_key(span.table, from.ts, s),
+            None => row_key(span.table, from.ts.saturating_add(1), 0),
+        };
+        let end = row_key(span.table, upto, u32::MAX);
+        let mut rows = Vec::new();
+        for item in t.range(start.as_slice()..=end.as_slice()).map_err(db_err)? {
+            let (k, v) = item.map_err(db_err)?;
+            let (_, ts, seq) = parse_key(k.value()).ok_or_else(|| StoreError::Corrupt("bad key".into()))?;
+            let val = v.value();
+            let key = Key(value_key(val).ok_or_else(|| StoreError::Corrupt("short value".into()))?.to_vec());
+            if !span.contains(&key) {
+                continue;
+            }
+            if rows.len() >= limit {
+                // Resume exactly at the first row not returned.
+                let next = if seq == 0 { Cursor { ts: ts - 1, seq: u32::MAX } } else { Cursor { ts, seq: seq - 1 } };
+                return Ok(ScanBatch { rows, next: Some(next) });
+            }
+            rows.push(decode_value(val)?);
+        }
+        Ok(ScanBatch { rows, next: None })
+    }
+
+    /// DDL events with `after < commit ts <= upto`.
+    pub fn ddls(&self, after: Ts, upto: Ts) -> Result<Vec<DdlEvent>, StoreError> {
+        let r = self.db.begin_read().map_err(db_err)?;
+        let t = match r.open_table(DDLS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(vec![]),
+            Err(e) => return Err(db_err(e)),
+        };
+        let mut out = Vec::new();
+        if after >= upto {
+            return Ok(out);
+        }
+        for item in t.range(after + 1..=upto).map_err(db_err)? {
+            let (_, v) = item.map_err(db_err)?;
+            out.push(serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+        }
+        Ok(out)
+    }
+
+    /// Removes every event with commit ts `<= upto` (the minimum checkpoint of the node's
+    /// changefeeds); scans must then start at or above `upto`. Returns the rows removed.
+    pub fn gc(&self, upto: Ts) -> Result<u64, StoreError> {
+        if upto <= self.gc_ts() {
+            return Ok(0);
+        }
+        let mut removed = 0u64;
+        let w = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut t = w.open_table(ROWS).map_err(db_err)?;
+            let mut table = 0u64;
+            loop {
+                // The next table with any rows.
+                let first = {
+                    let mut it = t.range(row_key(TableId(table), 0, 0).as_slice()..).map_err(db_err)?;
+                    match it.next() {
+                        Some(item) => parse_key(item.map_err(db_err)?.0.value()),
+                        None => None,
+                    }
+                };
+                let Some((tid, _, _)) = first else { break };
+                let lo = row_key(tid, 0, 0);
+                let hi = row_key(tid, upto, u32::MAX);
+                t.retain_in(lo.as_slice()..=hi.as_slice(), |_, _| {
+                    removed += 1;
+                    false
+                })
+                .map_err(db_err)?;
+                match tid.0.checked_add(1) {
+                    Some(n) => table = n,
+                    None => break,
+                }
+            }
+            let mut d = w.open_table(DDLS).map_err(db_err)?;
+            d.retain_in(0..=upto, |_, _| false).map_err(db_err)?;
+            let mut meta = w.open_table(META).map_err(db_err)?;
+            meta.insert("gc", upto).map_err(db_err)?;
+        }
+        w.commit().map_err(db_err)?;
+        self.state().1 = upto;
+        Ok(removed)
+    }
+}
