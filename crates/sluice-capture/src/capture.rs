@@ -16,7 +16,7 @@ use crate::binlog::{BinlogReader, ReaderEvent, RowChange, Transaction};
 use crate::error::{CaptureError, Result};
 use crate::keys::row_key;
 use crate::schema::{is_system_schema, SchemaHistory};
-use sluice_types::{DdlEvent, Key, RowEvent, RowKind, TableSchema, Ts};
+use sluice_types::{ColumnType, DdlEvent, Key, RowEvent, RowKind, TableSchema, Ts, Value};
 
 /// What one transaction becomes.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,6 +56,24 @@ pub fn convert(history: &mut SchemaHistory, txn: &Transaction) -> Result<Capture
             .table_at(db, name, txn.commit_ts)
             .ok_or_else(|| CaptureError::UnknownTable(format!("{db}.{name}"), txn.commit_ts))?;
         let spec = key_spec(schema, change);
+        // MariaDB logs JSON as LONGTEXT: the history knows which columns are JSON.
+        let json_cols: Vec<usize> = if schema.columns.len() == change.table.columns.len() {
+            schema.columns.iter().enumerate().filter(|(_, c)| c.ty == ColumnType::Json).map(|(i, _)| i).collect()
+        } else {
+            Vec::new()
+        };
+        let fix = |img: Option<Vec<Value>>| -> Option<Vec<Value>> {
+            let mut img = img?;
+            for i in &json_cols {
+                if let Some(v) = img.get_mut(*i) {
+                    if let Value::Text(t) = v {
+                        *v = Value::Json(std::mem::take(t));
+                    }
+                }
+            }
+            Some(img)
+        };
+        let change = &RowChange { before: fix(change.before.clone()), after: fix(change.after.clone()), ..change.clone() };
         let id = schema.table_id;
         let ev = |kind: RowKind, key: Key, before: Option<Vec<_>>, after: Option<Vec<_>>| RowEvent {
             table_id: id,

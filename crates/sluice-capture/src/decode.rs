@@ -249,6 +249,16 @@ impl ColumnMeta {
         }
     }
 
+    /// The declared byte length of a CHAR/BINARY column (from the TABLE_MAP metadata).
+    pub fn string_length(&self) -> usize {
+        let (b0, b1) = (self.meta.first().copied().unwrap_or(0) as usize, self.meta.get(1).copied().unwrap_or(0) as usize);
+        if (b0 & 0x30) != 0x30 {
+            b1 | (((b0 & 0x30) ^ 0x30) << 4)
+        } else {
+            b1
+        }
+    }
+
     pub fn to_def(&self) -> ColumnDef {
         let ty = self.column_type();
         let cs = charset_of(self.collation);
@@ -303,6 +313,8 @@ impl ColumnMeta {
                         Value::UInt(u)
                     }
                     V::UInt(u) if self.unsigned => Value::UInt(u),
+                    // mysql_common does not sign-extend 24-bit values: do it here.
+                    V::Int(i) if width == 24 => Value::Int(((i & 0xff_ffff) << 40) >> 40),
                     V::Int(i) => Value::Int(i),
                     V::UInt(u) => Value::Int(u as i64),
                     other => return Err(bad(name, format!("unexpected integer value {other:?}"))),
@@ -376,7 +388,19 @@ impl ColumnMeta {
                 MYSQL_TYPE_STRING | MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING | MYSQL_TYPE_BLOB | MYSQL_TYPE_TINY_BLOB
                 | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB,
                 V::Bytes(b),
-            ) => decode_text(self.collation, b),
+            ) => {
+                if self.my_type == MYSQL_TYPE_STRING && self.is_binary() {
+                    // BINARY(n) is logged without its trailing 0x00 padding: restore it.
+                    let mut b = b;
+                    let n = self.string_length();
+                    if b.len() < n {
+                        b.resize(n, 0);
+                    }
+                    Value::Bytes(b)
+                } else {
+                    decode_text(self.collation, b)
+                }
+            }
             (t, v) => return Err(bad(name, format!("unexpected value {v:?} for type {t:?}"))),
         };
         Ok(out)

@@ -390,7 +390,8 @@ impl MariaDb {
             .arg("-uroot")
             .arg("--batch")
             .arg("--skip-column-names")
-            .arg("--raw");
+            .arg("--raw")
+            .arg("--default-character-set=utf8mb4");
         c
     }
 
