@@ -90,6 +90,6 @@ pub async fn open_sink(uri: &str) -> Result<Arc<dyn Sink>> {
     match parsed.config {
         SinkConfig::Blackhole => Ok(Arc::new(blackhole::BlackholeSink::new_blackhole())),
         SinkConfig::Storage(cfg) => Ok(Arc::new(storage::StorageSink::open_storage(cfg)?)),
-        SinkConfig::Mysql(_) => Err(SinkError::invalid_uri(&uri, "todo")),
+        SinkConfig::Mysql(cfg) => Ok(Arc::new(mysql::MysqlSink::connect(cfg).await?)),
     }
 }
