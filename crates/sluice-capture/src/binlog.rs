@@ -92,7 +92,9 @@ impl ReaderConfig {
 }
 
 /// A MariaDB GTID `domain-server-seq`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Gtid {
     pub domain: u32,
     pub server: u32,
@@ -110,7 +112,14 @@ pub fn parse_gtid_body(body: &[u8], server_id: u32) -> Option<(Gtid, u8)> {
     let seq = u64::from_le_bytes(body.get(0..8)?.try_into().ok()?);
     let domain = u32::from_le_bytes(body.get(8..12)?.try_into().ok()?);
     let flags = *body.get(12)?;
-    Some((Gtid { domain, server: server_id, seq }, flags))
+    Some((
+        Gtid {
+            domain,
+            server: server_id,
+            seq,
+        },
+        flags,
+    ))
 }
 
 /// One decoded row change (table identity by name; ids come from the schema history).
@@ -215,14 +224,23 @@ impl BinlogReader {
     async fn connect(&mut self) -> Result<()> {
         let opts = mysql_async::Opts::from_url(&self.cfg.url)
             .map_err(|e| CaptureError::Connection(format!("bad url: {e}")))?;
-        let mut conn = mysql_async::Conn::new(opts).await.map_err(CaptureError::from_mysql)?;
-        conn.query_drop("SET @mariadb_slave_capability=4").await.map_err(CaptureError::from_mysql)?;
+        let mut conn = mysql_async::Conn::new(opts)
+            .await
+            .map_err(CaptureError::from_mysql)?;
+        conn.query_drop("SET @mariadb_slave_capability=4")
+            .await
+            .map_err(CaptureError::from_mysql)?;
         let hb_ns = self.cfg.heartbeat.as_nanos().min(u64::MAX as u128) as u64;
-        conn.query_drop(format!("SET @master_heartbeat_period={hb_ns}")).await.map_err(CaptureError::from_mysql)?;
+        conn.query_drop(format!("SET @master_heartbeat_period={hb_ns}"))
+            .await
+            .map_err(CaptureError::from_mysql)?;
         let req = BinlogStreamRequest::new(self.cfg.server_id)
             .with_filename(self.committed.file.as_bytes())
             .with_pos(self.committed.pos);
-        let stream = conn.get_binlog_stream(req).await.map_err(|e| self.classify(e))?;
+        let stream = conn
+            .get_binlog_stream(req)
+            .await
+            .map_err(|e| self.classify(e))?;
         self.stream = Some(stream);
         self.file = self.committed.file.clone();
         self.pending = None;
@@ -257,7 +275,11 @@ impl BinlogReader {
             }
         }
         let exp = self.failures.saturating_sub(1).min(16);
-        let delay = self.cfg.backoff_initial.saturating_mul(1u32 << exp).min(self.cfg.backoff_max);
+        let delay = self
+            .cfg
+            .backoff_initial
+            .saturating_mul(1u32 << exp)
+            .min(self.cfg.backoff_max);
         tokio::time::sleep(delay).await;
         Ok(())
     }
@@ -273,10 +295,16 @@ impl BinlogReader {
                 }
             }
             let idle = self.cfg.heartbeat.saturating_mul(4);
-            let Some(stream) = self.stream.as_mut() else { continue };
+            let Some(stream) = self.stream.as_mut() else {
+                continue;
+            };
             let item = match tokio::time::timeout(idle, stream.next()).await {
-                Err(_) => Err(CaptureError::Connection(format!("no event or heartbeat for {idle:?}"))),
-                Ok(None) => Err(CaptureError::Connection("binlog stream closed by the upstream".into())),
+                Err(_) => Err(CaptureError::Connection(format!(
+                    "no event or heartbeat for {idle:?}"
+                ))),
+                Ok(None) => Err(CaptureError::Connection(
+                    "binlog stream closed by the upstream".into(),
+                )),
                 Ok(Some(Err(e))) => Err(self.classify(e)),
                 Ok(Some(Ok(ev))) => Ok(ev),
             };
@@ -302,7 +330,11 @@ impl BinlogReader {
     }
 
     fn decode_err(&self, pos: u64, e: impl std::fmt::Display) -> CaptureError {
-        CaptureError::Decode { file: self.file.clone(), pos, message: e.to_string() }
+        CaptureError::Decode {
+            file: self.file.clone(),
+            pos,
+            message: e.to_string(),
+        }
     }
 
     fn handle(&mut self, ev: Event) -> Result<Option<ReaderEvent>> {
@@ -315,7 +347,12 @@ impl BinlogReader {
             let expected = u32::from_le_bytes(sum);
             let computed = ev.calc_checksum(alg);
             if expected != computed {
-                return Err(CaptureError::Checksum { file: self.file.clone(), pos: start_pos, expected, computed });
+                return Err(CaptureError::Checksum {
+                    file: self.file.clone(),
+                    pos: start_pos,
+                    expected,
+                    computed,
+                });
             }
             self.stats.checksums_verified += 1;
         }
@@ -443,7 +480,9 @@ impl BinlogReader {
     }
 
     fn rows_event(&mut self, ev: &Event, start_pos: u64) -> Result<()> {
-        let Some(EventData::RowsEvent(rows)) = ev.read_data().map_err(|e| self.decode_err(start_pos, e))? else {
+        let Some(EventData::RowsEvent(rows)) =
+            ev.read_data().map_err(|e| self.decode_err(start_pos, e))?
+        else {
             return Ok(());
         };
         let Some(pending) = self.pending.as_mut() else {
@@ -454,9 +493,10 @@ impl BinlogReader {
             });
         };
         let table_id = rows.table_id();
-        let (Some(meta), Some(tme)) =
-            (self.tables.get(&table_id), self.stream.as_ref().and_then(|s| s.get_tme(table_id)))
-        else {
+        let (Some(meta), Some(tme)) = (
+            self.tables.get(&table_id),
+            self.stream.as_ref().and_then(|s| s.get_tme(table_id)),
+        ) else {
             return Err(CaptureError::Decode {
                 file: self.file.clone(),
                 pos: start_pos,
@@ -464,8 +504,12 @@ impl BinlogReader {
             });
         };
         let kind = match rows {
-            RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => RowKind::Insert,
-            RowsEventData::UpdateRowsEventV1(_) | RowsEventData::UpdateRowsEvent(_) => RowKind::Update,
+            RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => {
+                RowKind::Insert
+            }
+            RowsEventData::UpdateRowsEventV1(_) | RowsEventData::UpdateRowsEvent(_) => {
+                RowKind::Update
+            }
             _ => RowKind::Delete,
         };
         pending.bytes += ev.data().len();
@@ -492,15 +536,37 @@ impl BinlogReader {
             vals.into_iter().zip(meta.columns.iter()).map(|(v, c)| c.decode(v)).collect::<std::result::Result<Vec<_>, _>>().map(Some)
         };
         for r in rows.rows(tme) {
-            let (before, after) = r.map_err(|e| CaptureError::Decode { file: file.clone(), pos: start_pos, message: e.to_string() })?;
-            let before = conv(before).map_err(|e| CaptureError::Decode { file: file.clone(), pos: start_pos, message: e.to_string() })?;
-            let after = conv(after).map_err(|e| CaptureError::Decode { file: file.clone(), pos: start_pos, message: e.to_string() })?;
-            pending.rows.push(RowChange { table: meta.clone(), kind, before, after });
+            let (before, after) = r.map_err(|e| CaptureError::Decode {
+                file: file.clone(),
+                pos: start_pos,
+                message: e.to_string(),
+            })?;
+            let before = conv(before).map_err(|e| CaptureError::Decode {
+                file: file.clone(),
+                pos: start_pos,
+                message: e.to_string(),
+            })?;
+            let after = conv(after).map_err(|e| CaptureError::Decode {
+                file: file.clone(),
+                pos: start_pos,
+                message: e.to_string(),
+            })?;
+            pending.rows.push(RowChange {
+                table: meta.clone(),
+                kind,
+                before,
+                after,
+            });
         }
         Ok(())
     }
 
-    fn finish(&mut self, end: u64, timestamp: u32, statement: Option<Statement>) -> Result<ReaderEvent> {
+    fn finish(
+        &mut self,
+        end: u64,
+        timestamp: u32,
+        statement: Option<Statement>,
+    ) -> Result<ReaderEvent> {
         let p = self.pending.take().unwrap_or(Pending {
             start: self.committed.clone(),
             gtid: None,
@@ -530,12 +596,19 @@ impl BinlogReader {
 
 /// Reads `SHOW MASTER STATUS` (the current end of the binlog).
 pub async fn master_position(conn: &mut mysql_async::Conn) -> Result<BinlogPos> {
-    let row: Option<mysql_async::Row> = conn.query_first("SHOW MASTER STATUS").await.map_err(CaptureError::from_mysql)?;
-    let row = row.ok_or_else(|| CaptureError::Sql("SHOW MASTER STATUS returned nothing: is log_bin on?".into()))?;
+    let row: Option<mysql_async::Row> = conn
+        .query_first("SHOW MASTER STATUS")
+        .await
+        .map_err(CaptureError::from_mysql)?;
+    let row = row.ok_or_else(|| {
+        CaptureError::Sql("SHOW MASTER STATUS returned nothing: is log_bin on?".into())
+    })?;
     let file: Option<String> = row.get(0);
     let pos: Option<u64> = row.get(1);
     match (file, pos) {
         (Some(f), Some(p)) => Ok(BinlogPos::new(f, p)),
-        _ => Err(CaptureError::Sql("SHOW MASTER STATUS: unexpected columns".into())),
+        _ => Err(CaptureError::Sql(
+            "SHOW MASTER STATUS: unexpected columns".into(),
+        )),
     }
 }

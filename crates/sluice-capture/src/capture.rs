@@ -22,7 +22,10 @@ use sluice_types::{ColumnType, DdlEvent, Key, RowEvent, RowKind, TableSchema, Ts
 #[derive(Clone, Debug, PartialEq)]
 pub enum Captured {
     /// The row changes of one transaction (possibly empty: e.g. only system tables).
-    Rows { commit_ts: Ts, rows: Vec<RowEvent> },
+    Rows {
+        commit_ts: Ts,
+        rows: Vec<RowEvent>,
+    },
     Ddl(DdlEvent),
     /// Everything with commit ts `<= ts` has been captured.
     Resolved(Ts),
@@ -35,16 +38,29 @@ fn key_spec(schema: &TableSchema, change: &RowChange) -> Vec<(usize, u16)> {
     } else {
         change.table.primary_key.clone()
     };
-    idx.into_iter().filter(|i| *i < cols.len()).map(|i| (i, cols[i].collation)).collect()
+    idx.into_iter()
+        .filter(|i| *i < cols.len())
+        .map(|i| (i, cols[i].collation))
+        .collect()
 }
 
 /// Converts one transaction, applying its DDL (if any) to `history`.
 pub fn convert(history: &mut SchemaHistory, txn: &Transaction) -> Result<Captured> {
     if let Some(stmt) = &txn.statement {
-        return Ok(match history.apply(txn.commit_ts, txn.commit_time_ms, &stmt.database, &stmt.query)? {
-            Some(ddl) => Captured::Ddl(ddl),
-            None => Captured::Rows { commit_ts: txn.commit_ts, rows: Vec::new() },
-        });
+        return Ok(
+            match history.apply(
+                txn.commit_ts,
+                txn.commit_time_ms,
+                &stmt.database,
+                &stmt.query,
+            )? {
+                Some(ddl) => Captured::Ddl(ddl),
+                None => Captured::Rows {
+                    commit_ts: txn.commit_ts,
+                    rows: Vec::new(),
+                },
+            },
+        );
     }
     let mut rows = Vec::with_capacity(txn.rows.len());
     for change in &txn.rows {
@@ -58,7 +74,13 @@ pub fn convert(history: &mut SchemaHistory, txn: &Transaction) -> Result<Capture
         let spec = key_spec(schema, change);
         // MariaDB logs JSON as LONGTEXT: the history knows which columns are JSON.
         let json_cols: Vec<usize> = if schema.columns.len() == change.table.columns.len() {
-            schema.columns.iter().enumerate().filter(|(_, c)| c.ty == ColumnType::Json).map(|(i, _)| i).collect()
+            schema
+                .columns
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.ty == ColumnType::Json)
+                .map(|(i, _)| i)
+                .collect()
         } else {
             Vec::new()
         };
@@ -73,26 +95,41 @@ pub fn convert(history: &mut SchemaHistory, txn: &Transaction) -> Result<Capture
             }
             Some(img)
         };
-        let change = &RowChange { before: fix(change.before.clone()), after: fix(change.after.clone()), ..change.clone() };
-        let id = schema.table_id;
-        let ev = |kind: RowKind, key: Key, before: Option<Vec<_>>, after: Option<Vec<_>>| RowEvent {
-            table_id: id,
-            schema_version: schema.version,
-            commit_ts: txn.commit_ts,
-            commit_time_ms: txn.commit_time_ms,
-            kind,
-            key,
-            before,
-            after,
+        let change = &RowChange {
+            before: fix(change.before.clone()),
+            after: fix(change.after.clone()),
+            ..change.clone()
         };
+        let id = schema.table_id;
+        let ev =
+            |kind: RowKind, key: Key, before: Option<Vec<_>>, after: Option<Vec<_>>| RowEvent {
+                table_id: id,
+                schema_version: schema.version,
+                commit_ts: txn.commit_ts,
+                commit_time_ms: txn.commit_time_ms,
+                kind,
+                key,
+                before,
+                after,
+            };
         match change.kind {
             RowKind::Insert => {
                 let after = change.after.clone().unwrap_or_default();
-                rows.push(ev(RowKind::Insert, row_key(id, &after, &spec), None, Some(after)));
+                rows.push(ev(
+                    RowKind::Insert,
+                    row_key(id, &after, &spec),
+                    None,
+                    Some(after),
+                ));
             }
             RowKind::Delete => {
                 let before = change.before.clone().unwrap_or_default();
-                rows.push(ev(RowKind::Delete, row_key(id, &before, &spec), Some(before), None));
+                rows.push(ev(
+                    RowKind::Delete,
+                    row_key(id, &before, &spec),
+                    Some(before),
+                    None,
+                ));
             }
             RowKind::Update => {
                 let before = change.before.clone().unwrap_or_default();
@@ -108,7 +145,10 @@ pub fn convert(history: &mut SchemaHistory, txn: &Transaction) -> Result<Capture
             }
         }
     }
-    Ok(Captured::Rows { commit_ts: txn.commit_ts, rows })
+    Ok(Captured::Rows {
+        commit_ts: txn.commit_ts,
+        rows,
+    })
 }
 
 /// A reader plus the history it keeps current: the unit a node runs per upstream.

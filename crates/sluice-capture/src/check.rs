@@ -30,13 +30,21 @@ async fn var(conn: &mut mysql_async::Conn, name: &str) -> Result<Option<String>>
 }
 
 fn problem(setting: &str, actual: &str, expected: &str, fix: &str) -> SettingProblem {
-    SettingProblem { setting: setting.into(), actual: actual.into(), expected: expected.into(), fix: fix.into() }
+    SettingProblem {
+        setting: setting.into(),
+        actual: actual.into(),
+        expected: expected.into(),
+        fix: fix.into(),
+    }
 }
 
 /// Connects to `url` (`mysql://user:pass@host:port`) and checks every setting capture needs.
 pub async fn check_upstream(url: &str) -> Result<UpstreamInfo> {
-    let opts = mysql_async::Opts::from_url(url).map_err(|e| CaptureError::Connection(format!("bad url: {e}")))?;
-    let mut conn = mysql_async::Conn::new(opts).await.map_err(CaptureError::from_mysql)?;
+    let opts = mysql_async::Opts::from_url(url)
+        .map_err(|e| CaptureError::Connection(format!("bad url: {e}")))?;
+    let mut conn = mysql_async::Conn::new(opts)
+        .await
+        .map_err(CaptureError::from_mysql)?;
     let r = check_conn(&mut conn).await;
     let _ = conn.disconnect().await;
     r
@@ -47,15 +55,25 @@ pub async fn check_conn(conn: &mut mysql_async::Conn) -> Result<UpstreamInfo> {
     let version = var(conn, "version").await?.unwrap_or_default();
     let is_mariadb = version.to_ascii_lowercase().contains("mariadb");
     let mut problems = Vec::new();
-    let cnf = if is_mariadb { "the [mariadbd] section of my.cnf" } else { "the [mysqld] section of my.cnf" };
+    let cnf = if is_mariadb {
+        "the [mariadbd] section of my.cnf"
+    } else {
+        "the [mysqld] section of my.cnf"
+    };
 
     let log_bin = var(conn, "log_bin").await?.unwrap_or_default();
     if !matches!(log_bin.as_str(), "1" | "ON") {
         problems.push(problem(
             "log_bin",
-            if log_bin.is_empty() { "unknown" } else { &log_bin },
+            if log_bin.is_empty() {
+                "unknown"
+            } else {
+                &log_bin
+            },
             "ON",
-            &format!("add log_bin=mysql-bin (and a unique server_id) to {cnf} and restart the server"),
+            &format!(
+                "add log_bin=mysql-bin (and a unique server_id) to {cnf} and restart the server"
+            ),
         ));
     }
     let format = var(conn, "binlog_format").await?.unwrap_or_default();
@@ -80,9 +98,13 @@ pub async fn check_conn(conn: &mut mysql_async::Conn) -> Result<UpstreamInfo> {
         Some(m) if m.eq_ignore_ascii_case("FULL") => {}
         other => problems.push(problem(
             "binlog_row_metadata",
-            other.as_deref().unwrap_or("not supported (MariaDB < 10.5 / MySQL < 8.0.1)"),
+            other
+                .as_deref()
+                .unwrap_or("not supported (MariaDB < 10.5 / MySQL < 8.0.1)"),
             "FULL",
-            &format!("SET GLOBAL binlog_row_metadata=FULL and add binlog_row_metadata=FULL to {cnf}"),
+            &format!(
+                "SET GLOBAL binlog_row_metadata=FULL and add binlog_row_metadata=FULL to {cnf}"
+            ),
         )),
     }
     // Compression: MariaDB log_bin_compress, MySQL binlog_transaction_compression.
@@ -98,7 +120,10 @@ pub async fn check_conn(conn: &mut mysql_async::Conn) -> Result<UpstreamInfo> {
             }
         }
     }
-    let checksum = var(conn, "binlog_checksum").await?.unwrap_or_else(|| "NONE".into()).to_ascii_uppercase();
+    let checksum = var(conn, "binlog_checksum")
+        .await?
+        .unwrap_or_else(|| "NONE".into())
+        .to_ascii_uppercase();
     if checksum != "NONE" && checksum != "CRC32" {
         problems.push(problem(
             "binlog_checksum",
@@ -107,15 +132,24 @@ pub async fn check_conn(conn: &mut mysql_async::Conn) -> Result<UpstreamInfo> {
             &format!("SET GLOBAL binlog_checksum=CRC32 and add binlog_checksum=CRC32 to {cnf}"),
         ));
     }
-    let server_id: u64 = var(conn, "server_id").await?.and_then(|s| s.parse().ok()).unwrap_or(0);
+    let server_id: u64 = var(conn, "server_id")
+        .await?
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
 
     // Privileges of the connected account.
-    let current: Option<String> = conn.query_first("SELECT CURRENT_USER()").await.map_err(CaptureError::from_mysql)?;
+    let current: Option<String> = conn
+        .query_first("SELECT CURRENT_USER()")
+        .await
+        .map_err(CaptureError::from_mysql)?;
     let current = current.unwrap_or_default();
     let (user, host) = current.rsplit_once('@').unwrap_or((current.as_str(), "%"));
     let grantee = format!("'{user}'@'{host}'");
     let privs: Vec<String> = conn
-        .exec("SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = ?", (grantee.clone(),))
+        .exec(
+            "SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = ?",
+            (grantee.clone(),),
+        )
         .await
         .map_err(CaptureError::from_mysql)?;
     let has = |p: &str| privs.iter().any(|x| x.eq_ignore_ascii_case(p));
@@ -145,7 +179,12 @@ pub async fn check_conn(conn: &mut mysql_async::Conn) -> Result<UpstreamInfo> {
     }
 
     if problems.is_empty() {
-        Ok(UpstreamInfo { version, is_mariadb, checksum, server_id })
+        Ok(UpstreamInfo {
+            version,
+            is_mariadb,
+            checksum,
+            server_id,
+        })
     } else {
         Err(CaptureError::Upstream(problems))
     }

@@ -52,7 +52,10 @@ pub struct TableMeta {
 }
 
 fn bad(column: &str, message: impl Into<String>) -> DecodeError {
-    DecodeError { column: column.to_string(), message: message.into() }
+    DecodeError {
+        column: column.to_string(),
+        message: message.into(),
+    }
 }
 
 impl TableMeta {
@@ -92,7 +95,9 @@ impl TableMeta {
         let e = |x: std::io::Error| bad(&table, format!("optional metadata: {x}"));
         for field in tme.iter_optional_meta() {
             match field.map_err(e)? {
-                OptionalMetadataField::Signedness(bits) => signedness = bits.iter().map(|b| *b).collect(),
+                OptionalMetadataField::Signedness(bits) => {
+                    signedness = bits.iter().map(|b| *b).collect()
+                }
                 OptionalMetadataField::DefaultCharset(d) => {
                     let mut nd = Vec::new();
                     for x in d.iter_non_default() {
@@ -102,7 +107,11 @@ impl TableMeta {
                     default_charset = Some((d.default_charset(), nd));
                 }
                 OptionalMetadataField::ColumnCharset(c) => {
-                    column_charsets = Some(c.iter_charsets().collect::<Result<Vec<_>, _>>().map_err(e)?)
+                    column_charsets = Some(
+                        c.iter_charsets()
+                            .collect::<Result<Vec<_>, _>>()
+                            .map_err(e)?,
+                    )
                 }
                 OptionalMetadataField::EnumAndSetDefaultCharset(d) => {
                     let mut nd = Vec::new();
@@ -113,7 +122,11 @@ impl TableMeta {
                     es_default = Some((d.default_charset(), nd));
                 }
                 OptionalMetadataField::EnumAndSetColumnCharset(c) => {
-                    es_column = Some(c.iter_charsets().collect::<Result<Vec<_>, _>>().map_err(e)?)
+                    es_column = Some(
+                        c.iter_charsets()
+                            .collect::<Result<Vec<_>, _>>()
+                            .map_err(e)?,
+                    )
                 }
                 OptionalMetadataField::ColumnName(c) => {
                     for x in c.iter_names() {
@@ -122,12 +135,24 @@ impl TableMeta {
                 }
                 OptionalMetadataField::EnumStrValue(v) => {
                     for x in v.iter_values() {
-                        enum_values.push(x.map_err(e)?.values().iter().map(|s| s.value().into_owned()).collect());
+                        enum_values.push(
+                            x.map_err(e)?
+                                .values()
+                                .iter()
+                                .map(|s| s.value().into_owned())
+                                .collect(),
+                        );
                     }
                 }
                 OptionalMetadataField::SetStrValue(v) => {
                     for x in v.iter_values() {
-                        set_values.push(x.map_err(e)?.values().iter().map(|s| s.value().into_owned()).collect());
+                        set_values.push(
+                            x.map_err(e)?
+                                .values()
+                                .iter()
+                                .map(|s| s.value().into_owned())
+                                .collect(),
+                        );
                     }
                 }
                 OptionalMetadataField::SimplePrimaryKey(k) => {
@@ -152,7 +177,8 @@ impl TableMeta {
                 ),
             ));
         }
-        let (mut num_i, mut chr_i, mut es_i, mut enum_i, mut set_i) = (0usize, 0usize, 0usize, 0usize, 0usize);
+        let (mut num_i, mut chr_i, mut es_i, mut enum_i, mut set_i) =
+            (0usize, 0usize, 0usize, 0usize, 0usize);
         for (i, c) in columns.iter_mut().enumerate() {
             c.name = std::mem::take(&mut names[i]);
             if c.my_type.is_numeric_type() {
@@ -162,14 +188,22 @@ impl TableMeta {
             if c.my_type.is_character_type() {
                 c.collation = match (&column_charsets, &default_charset) {
                     (Some(v), _) => v.get(chr_i).copied().unwrap_or(0),
-                    (None, Some((d, nd))) => nd.iter().find(|(ci, _)| *ci == chr_i).map(|x| x.1).unwrap_or(*d),
+                    (None, Some((d, nd))) => nd
+                        .iter()
+                        .find(|(ci, _)| *ci == chr_i)
+                        .map(|x| x.1)
+                        .unwrap_or(*d),
                     _ => 0,
                 };
                 chr_i += 1;
             } else if c.my_type.is_enum_or_set_type() {
                 c.collation = match (&es_column, &es_default) {
                     (Some(v), _) => v.get(es_i).copied().unwrap_or(0),
-                    (None, Some((d, nd))) => nd.iter().find(|(ci, _)| *ci == es_i).map(|x| x.1).unwrap_or(*d),
+                    (None, Some((d, nd))) => nd
+                        .iter()
+                        .find(|(ci, _)| *ci == es_i)
+                        .map(|x| x.1)
+                        .unwrap_or(*d),
                     _ => 0,
                 };
                 es_i += 1;
@@ -219,12 +253,18 @@ impl ColumnMeta {
             MYSQL_TYPE_STRING => ColumnType::Char,
             MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING if self.is_binary() => ColumnType::VarBinary,
             MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING => ColumnType::VarChar,
-            MYSQL_TYPE_BLOB | MYSQL_TYPE_TINY_BLOB | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB
+            MYSQL_TYPE_BLOB
+            | MYSQL_TYPE_TINY_BLOB
+            | MYSQL_TYPE_MEDIUM_BLOB
+            | MYSQL_TYPE_LONG_BLOB
                 if self.is_binary() =>
             {
                 ColumnType::Blob
             }
-            MYSQL_TYPE_BLOB | MYSQL_TYPE_TINY_BLOB | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB => ColumnType::Text,
+            MYSQL_TYPE_BLOB
+            | MYSQL_TYPE_TINY_BLOB
+            | MYSQL_TYPE_MEDIUM_BLOB
+            | MYSQL_TYPE_LONG_BLOB => ColumnType::Text,
             MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => ColumnType::Date,
             MYSQL_TYPE_TIME | MYSQL_TYPE_TIME2 => ColumnType::Time,
             MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2 => ColumnType::DateTime,
@@ -243,7 +283,9 @@ impl ColumnMeta {
     pub fn decimals(&self) -> u8 {
         use MyType::*;
         match self.my_type {
-            MYSQL_TYPE_TIME2 | MYSQL_TYPE_DATETIME2 | MYSQL_TYPE_TIMESTAMP2 => self.meta.first().copied().unwrap_or(0),
+            MYSQL_TYPE_TIME2 | MYSQL_TYPE_DATETIME2 | MYSQL_TYPE_TIMESTAMP2 => {
+                self.meta.first().copied().unwrap_or(0)
+            }
             MYSQL_TYPE_NEWDECIMAL => self.meta.get(1).copied().unwrap_or(0),
             _ => 0,
         }
@@ -251,7 +293,10 @@ impl ColumnMeta {
 
     /// The declared byte length of a CHAR/BINARY column (from the TABLE_MAP metadata).
     pub fn string_length(&self) -> usize {
-        let (b0, b1) = (self.meta.first().copied().unwrap_or(0) as usize, self.meta.get(1).copied().unwrap_or(0) as usize);
+        let (b0, b1) = (
+            self.meta.first().copied().unwrap_or(0) as usize,
+            self.meta.get(1).copied().unwrap_or(0) as usize,
+        );
         if (b0 & 0x30) != 0x30 {
             b1 | (((b0 & 0x30) ^ 0x30) << 4)
         } else {
@@ -283,14 +328,20 @@ impl ColumnMeta {
         let v = match v {
             BinlogValue::Value(v) => v,
             BinlogValue::Jsonb(_) => {
-                let v = mysql_async::Value::try_from(v).map_err(|e| bad(&self.name, e.to_string()))?;
+                let v =
+                    mysql_async::Value::try_from(v).map_err(|e| bad(&self.name, e.to_string()))?;
                 return match v {
-                    V::Bytes(b) => Ok(Value::Json(String::from_utf8(b).map_err(|e| bad(&self.name, e.to_string()))?)),
+                    V::Bytes(b) => Ok(Value::Json(
+                        String::from_utf8(b).map_err(|e| bad(&self.name, e.to_string()))?,
+                    )),
                     _ => Err(bad(&self.name, "JSON did not convert to text")),
                 };
             }
             BinlogValue::JsonDiff(_) => {
-                return Err(bad(&self.name, "partial JSON update (set binlog_row_value_options='' upstream)"))
+                return Err(bad(
+                    &self.name,
+                    "partial JSON update (set binlog_row_value_options='' upstream)",
+                ))
             }
         };
         if v == V::NULL {
@@ -298,7 +349,11 @@ impl ColumnMeta {
         }
         let name = &self.name;
         let out = match (self.my_type, v) {
-            (MYSQL_TYPE_TINY | MYSQL_TYPE_SHORT | MYSQL_TYPE_INT24 | MYSQL_TYPE_LONG | MYSQL_TYPE_LONGLONG, v) => {
+            (
+                MYSQL_TYPE_TINY | MYSQL_TYPE_SHORT | MYSQL_TYPE_INT24 | MYSQL_TYPE_LONG
+                | MYSQL_TYPE_LONGLONG,
+                v,
+            ) => {
                 let width = match self.my_type {
                     MYSQL_TYPE_TINY => 8,
                     MYSQL_TYPE_SHORT => 16,
@@ -309,7 +364,11 @@ impl ColumnMeta {
                 match v {
                     V::Int(i) if self.unsigned => {
                         // Narrow unsigned values may arrive sign-extended: mask to the width.
-                        let u = if width == 64 { i as u64 } else { (i as u64) & ((1u64 << width) - 1) };
+                        let u = if width == 64 {
+                            i as u64
+                        } else {
+                            (i as u64) & ((1u64 << width) - 1)
+                        };
                         Value::UInt(u)
                     }
                     V::UInt(u) if self.unsigned => Value::UInt(u),
@@ -334,27 +393,56 @@ impl ColumnMeta {
                 // The binlog stores YEAR as (year - 1900); 0 is the zero year 0000.
                 Value::Year(if y == 1900 { 0 } else { y })
             }
-            (MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE, V::Date(year, month, day, ..)) => Value::Date { year, month, day },
-            (MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2, V::Date(year, month, day, hour, minute, second, micros)) => {
-                Value::DateTime { year, month, day, hour, minute, second, micros }
+            (MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE, V::Date(year, month, day, ..)) => {
+                Value::Date { year, month, day }
             }
-            (MYSQL_TYPE_TIME | MYSQL_TYPE_TIME2, V::Time(negative, days, h, minutes, seconds, micros)) => {
-                Value::Time { negative, hours: days * 24 + h as u32, minutes, seconds, micros }
-            }
-            (MYSQL_TYPE_TIMESTAMP, V::Int(sec)) => Value::Timestamp { micros: sec * 1_000_000 },
+            (
+                MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2,
+                V::Date(year, month, day, hour, minute, second, micros),
+            ) => Value::DateTime {
+                year,
+                month,
+                day,
+                hour,
+                minute,
+                second,
+                micros,
+            },
+            (
+                MYSQL_TYPE_TIME | MYSQL_TYPE_TIME2,
+                V::Time(negative, days, h, minutes, seconds, micros),
+            ) => Value::Time {
+                negative,
+                hours: days * 24 + h as u32,
+                minutes,
+                seconds,
+                micros,
+            },
+            (MYSQL_TYPE_TIMESTAMP, V::Int(sec)) => Value::Timestamp {
+                micros: sec * 1_000_000,
+            },
             (MYSQL_TYPE_TIMESTAMP2, V::Bytes(b)) => {
                 let s = std::str::from_utf8(&b).map_err(|e| bad(name, e.to_string()))?;
                 let (sec, frac) = s.split_once('.').unwrap_or((s, "0"));
-                let sec: i64 = sec.parse().map_err(|_| bad(name, format!("bad TIMESTAMP {s}")))?;
-                let us: i64 = frac.parse().map_err(|_| bad(name, format!("bad TIMESTAMP {s}")))?;
-                Value::Timestamp { micros: sec * 1_000_000 + us }
+                let sec: i64 = sec
+                    .parse()
+                    .map_err(|_| bad(name, format!("bad TIMESTAMP {s}")))?;
+                let us: i64 = frac
+                    .parse()
+                    .map_err(|_| bad(name, format!("bad TIMESTAMP {s}")))?;
+                Value::Timestamp {
+                    micros: sec * 1_000_000 + us,
+                }
             }
             (MYSQL_TYPE_ENUM, V::Int(i)) => {
                 let index = u16::try_from(i).map_err(|_| bad(name, format!("ENUM index {i}")))?;
                 let name = if index == 0 {
                     String::new()
                 } else {
-                    self.elements.get(index as usize - 1).cloned().unwrap_or_default()
+                    self.elements
+                        .get(index as usize - 1)
+                        .cloned()
+                        .unwrap_or_default()
                 };
                 Value::Enum { index, name }
             }
@@ -373,7 +461,8 @@ impl ColumnMeta {
                 Value::Set { bits, names }
             }
             (MYSQL_TYPE_BIT, V::Bytes(b)) => {
-                let width = self.meta.get(1).copied().unwrap_or(0) as u16 * 8 + self.meta.first().copied().unwrap_or(0) as u16;
+                let width = self.meta.get(1).copied().unwrap_or(0) as u16 * 8
+                    + self.meta.first().copied().unwrap_or(0) as u16;
                 let mut bits = 0u64;
                 for byte in b.iter().rev().take(8).rev() {
                     bits = (bits << 8) | *byte as u64;
@@ -385,8 +474,13 @@ impl ColumnMeta {
                 Value::Json(String::from_utf8(b).map_err(|e| bad(name, e.to_string()))?)
             }
             (
-                MYSQL_TYPE_STRING | MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING | MYSQL_TYPE_BLOB | MYSQL_TYPE_TINY_BLOB
-                | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB,
+                MYSQL_TYPE_STRING
+                | MYSQL_TYPE_VARCHAR
+                | MYSQL_TYPE_VAR_STRING
+                | MYSQL_TYPE_BLOB
+                | MYSQL_TYPE_TINY_BLOB
+                | MYSQL_TYPE_MEDIUM_BLOB
+                | MYSQL_TYPE_LONG_BLOB,
                 V::Bytes(b),
             ) => {
                 if self.my_type == MYSQL_TYPE_STRING && self.is_binary() {
@@ -433,7 +527,11 @@ impl Charset {
 /// The charset of a collation id (MariaDB/MySQL numbering; MariaDB NO PAD collations are the
 /// base id + 1024).
 pub fn charset_of(collation: u16) -> Charset {
-    let base = if (1024..2048).contains(&collation) { collation - 1024 } else { collation };
+    let base = if (1024..2048).contains(&collation) {
+        collation - 1024
+    } else {
+        collation
+    };
     match base {
         63 => Charset::Binary,
         5 | 8 | 15 | 31 | 47 | 48 | 49 | 94 => Charset::Latin1,
@@ -448,21 +546,27 @@ pub fn charset_of(collation: u16) -> Charset {
 /// Whether a collation compares case- and accent-sensitively (binary and `_bin`/`_cs`
 /// collations); everything else is treated as case-insensitive.
 pub fn is_case_sensitive(collation: u16) -> bool {
-    let base = if (1024..2048).contains(&collation) { collation - 1024 } else { collation };
+    let base = if (1024..2048).contains(&collation) {
+        collation - 1024
+    } else {
+        collation
+    };
     matches!(base, 0 | 46 | 47 | 49 | 63 | 65 | 83 | 278 | 309)
 }
 
 /// Whether a collation ignores trailing spaces (PAD SPACE): every MariaDB collation except the
 /// NO PAD ones (ids 1024..2047) and MySQL 8's `_0900_` collations (255..=323); never binary.
 pub fn is_pad_space(collation: u16) -> bool {
-    !(collation == BINARY_COLLATION || (1024..2048).contains(&collation) || (255..=323).contains(&collation))
+    !(collation == BINARY_COLLATION
+        || (1024..2048).contains(&collation)
+        || (255..=323).contains(&collation))
 }
 
 /// MySQL's latin1 is Windows-1252; the five unassigned code points map to C1 controls.
 const CP1252_80_9F: [u16; 32] = [
-    0x20AC, 0x0081, 0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021, 0x02C6, 0x2030, 0x0160, 0x2039, 0x0152,
-    0x008D, 0x017D, 0x008F, 0x0090, 0x2018, 0x2019, 0x201C, 0x201D, 0x2022, 0x2013, 0x2014, 0x02DC, 0x2122,
-    0x0161, 0x203A, 0x0153, 0x009D, 0x017E, 0x0178,
+    0x20AC, 0x0081, 0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021, 0x02C6, 0x2030, 0x0160, 0x2039,
+    0x0152, 0x008D, 0x017D, 0x008F, 0x0090, 0x2018, 0x2019, 0x201C, 0x201D, 0x2022, 0x2013, 0x2014,
+    0x02DC, 0x2122, 0x0161, 0x203A, 0x0153, 0x009D, 0x017E, 0x0178,
 ];
 
 /// Decodes character data in the given collation's charset.
@@ -472,7 +576,8 @@ pub fn decode_text(collation: u16, b: Vec<u8>) -> Value {
         Charset::Latin1 => Value::Text(
             b.iter()
                 .map(|&c| match c {
-                    0x80..=0x9f => char::from_u32(CP1252_80_9F[(c - 0x80) as usize] as u32).unwrap_or('\u{fffd}'),
+                    0x80..=0x9f => char::from_u32(CP1252_80_9F[(c - 0x80) as usize] as u32)
+                        .unwrap_or('\u{fffd}'),
                     _ => c as char,
                 })
                 .collect(),

@@ -29,7 +29,11 @@ pub struct SettingProblem {
 
 impl fmt::Display for SettingProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} is {} but Sluice needs {}; fix: {}", self.setting, self.actual, self.expected, self.fix)
+        write!(
+            f,
+            "{} is {} but Sluice needs {}; fix: {}",
+            self.setting, self.actual, self.expected, self.fix
+        )
     }
 }
 
@@ -46,19 +50,37 @@ pub enum CaptureError {
         "binlog file {file} (position {pos}) is no longer available upstream ({message}); the changefeed \
          lagged longer than binlog_expire_logs_seconds allows and must be recreated from a new snapshot"
     )]
-    BinlogPurged { file: String, pos: u64, message: String },
+    BinlogPurged {
+        file: String,
+        pos: u64,
+        message: String,
+    },
     /// An event failed its CRC32 check.
     #[error("binlog event at {file}:{pos} failed its checksum (expected {expected:08x}, computed {computed:08x})")]
-    Checksum { file: String, pos: u64, expected: u32, computed: u32 },
+    Checksum {
+        file: String,
+        pos: u64,
+        expected: u32,
+        computed: u32,
+    },
     /// The binlog contains something Sluice cannot decode (fatal).
     #[error("cannot decode binlog event at {file}:{pos}: {message}")]
-    Decode { file: String, pos: u64, message: String },
+    Decode {
+        file: String,
+        pos: u64,
+        message: String,
+    },
     /// A DDL statement could not be parsed or applied (fatal unless configured to skip).
     #[error(
         "cannot apply DDL at commit ts {commit_ts} (database `{database}`): {message}; statement: {query}. \
          Set skip_unparseable_ddl to skip such statements (the schema of the tables they touch may then be wrong)"
     )]
-    Ddl { commit_ts: u64, database: String, query: String, message: String },
+    Ddl {
+        commit_ts: u64,
+        database: String,
+        query: String,
+        message: String,
+    },
     /// A row references a table the schema history does not know (fatal).
     #[error("schema history has no table `{0}` at commit ts {1}")]
     UnknownTable(String, u64),
@@ -89,7 +111,9 @@ impl CaptureError {
             mysql_async::Error::Server(ref s) => match s.code {
                 // ER_SERVER_SHUTDOWN, ER_CONNECTION_KILLED, ER_QUERY_INTERRUPTED, ER_CON_COUNT_ERROR,
                 // ER_NET_READ_ERROR..., ER_LOCK_WAIT_TIMEOUT (retry later)
-                1053 | 1927 | 1317 | 1040 | 1158..=1161 | 2013 | 1205 => CaptureError::Connection(e.to_string()),
+                1053 | 1927 | 1317 | 1040 | 1158..=1161 | 2013 | 1205 => {
+                    CaptureError::Connection(e.to_string())
+                }
                 _ => CaptureError::Sql(e.to_string()),
             },
             _ => CaptureError::Connection(e.to_string()),

@@ -57,15 +57,30 @@ pub fn encode_value(out: &mut Vec<u8>, v: &Value, collation: u16) {
             out.extend_from_slice(&year.to_be_bytes());
             out.extend_from_slice(&[*month, *day]);
         }
-        Value::DateTime { year, month, day, hour, minute, second, micros } => {
+        Value::DateTime {
+            year,
+            month,
+            day,
+            hour,
+            minute,
+            second,
+            micros,
+        } => {
             out.push(0x07);
             out.extend_from_slice(&year.to_be_bytes());
             out.extend_from_slice(&[*month, *day, *hour, *minute, *second]);
             out.extend_from_slice(&micros.to_be_bytes());
         }
-        Value::Time { negative, hours, minutes, seconds, micros } => {
+        Value::Time {
+            negative,
+            hours,
+            minutes,
+            seconds,
+            micros,
+        } => {
             out.push(0x07);
-            let total = ((*hours as i64 * 60 + *minutes as i64) * 60 + *seconds as i64) * 1_000_000 + *micros as i64;
+            let total = ((*hours as i64 * 60 + *minutes as i64) * 60 + *seconds as i64) * 1_000_000
+                + *micros as i64;
             let signed = if *negative { -total } else { total };
             out.extend_from_slice(&((signed as u64) ^ (1 << 63)).to_be_bytes());
         }
@@ -100,7 +115,11 @@ pub fn row_key(table: TableId, row: &[Value], columns: &[(usize, u16)]) -> Key {
 
 /// The collation weight string of a text value.
 pub fn weight(s: &str, collation: u16) -> String {
-    let s = if is_pad_space(collation) { s.trim_end_matches(' ') } else { s };
+    let s = if is_pad_space(collation) {
+        s.trim_end_matches(' ')
+    } else {
+        s
+    };
     if is_case_sensitive(collation) {
         return s.to_string();
     }
@@ -187,9 +206,15 @@ mod tests {
         assert_eq!(a, enc(Value::Text("a ".into()), c));
         assert_ne!(a, enc(Value::Text("b".into()), c));
         // binary collation keeps them apart
-        assert_ne!(enc(Value::Text("a".into()), 46), enc(Value::Text("A".into()), 46));
+        assert_ne!(
+            enc(Value::Text("a".into()), 46),
+            enc(Value::Text("A".into()), 46)
+        );
         // NO PAD keeps trailing spaces
-        assert_ne!(enc(Value::Text("a".into()), 1024 + 45), enc(Value::Text("a ".into()), 1024 + 45));
+        assert_ne!(
+            enc(Value::Text("a".into()), 1024 + 45),
+            enc(Value::Text("a ".into()), 1024 + 45)
+        );
     }
 
     #[test]
@@ -198,9 +223,15 @@ mod tests {
         for w in ints.windows(2) {
             assert!(enc(Value::Int(w[0]), 0) < enc(Value::Int(w[1]), 0));
         }
-        let decs = ["-100.5", "-100", "-2.25", "-0.001", "0", "0.000", "0.0001", "0.5", "1", "1.05", "1.5", "10", "99.99"];
+        let decs = [
+            "-100.5", "-100", "-2.25", "-0.001", "0", "0.000", "0.0001", "0.5", "1", "1.05", "1.5",
+            "10", "99.99",
+        ];
         for w in decs.windows(2) {
-            let (a, b) = (enc(Value::Decimal(w[0].into()), 0), enc(Value::Decimal(w[1].into()), 0));
+            let (a, b) = (
+                enc(Value::Decimal(w[0].into()), 0),
+                enc(Value::Decimal(w[1].into()), 0),
+            );
             if w[0] == "0" {
                 assert_eq!(a, b);
             } else {
@@ -216,8 +247,16 @@ mod tests {
             assert!(enc(Value::Double(w[0]), 0) < enc(Value::Double(w[1]), 0));
         }
         // composite keys: (1, "b") < (2, "a")
-        let k1 = row_key(TableId(1), &[Value::Int(1), Value::Text("b".into())], &[(0, 0), (1, 45)]);
-        let k2 = row_key(TableId(1), &[Value::Int(2), Value::Text("a".into())], &[(0, 0), (1, 45)]);
+        let k1 = row_key(
+            TableId(1),
+            &[Value::Int(1), Value::Text("b".into())],
+            &[(0, 0), (1, 45)],
+        );
+        let k2 = row_key(
+            TableId(1),
+            &[Value::Int(2), Value::Text("a".into())],
+            &[(0, 0), (1, 45)],
+        );
         assert!(k1 < k2);
     }
 }

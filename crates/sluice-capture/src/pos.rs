@@ -52,7 +52,10 @@ pub fn commit_ts(index: u64, end_pos: u64) -> Ts {
 
 impl BinlogPos {
     pub fn new(file: impl Into<String>, pos: u64) -> Self {
-        BinlogPos { file: file.into(), pos }
+        BinlogPos {
+            file: file.into(),
+            pos,
+        }
     }
 
     /// The ts of "everything up to this position" (the commit ts of a transaction ending here).
@@ -63,12 +66,18 @@ impl BinlogPos {
     /// The position right after the transaction with commit ts `ts`, in the binlog whose files are
     /// named `base.NNNNNN` (six digits, MariaDB's format).
     pub fn from_ts(base: &str, ts: Ts) -> BinlogPos {
-        BinlogPos { file: format!("{base}.{:06}", ts >> 32), pos: ts & 0xffff_ffff }
+        BinlogPos {
+            file: format!("{base}.{:06}", ts >> 32),
+            pos: ts & 0xffff_ffff,
+        }
     }
 
     /// The file's base name (`mysql-bin.000042` → `mysql-bin`).
     pub fn base(&self) -> &str {
-        self.file.rsplit_once('.').map(|(b, _)| b).unwrap_or(&self.file)
+        self.file
+            .rsplit_once('.')
+            .map(|(b, _)| b)
+            .unwrap_or(&self.file)
     }
 }
 

@@ -24,11 +24,12 @@ use crate::pos::BinlogPos;
 use mysql_async::prelude::Queryable;
 use serde::{Deserialize, Serialize};
 use sluice_types::{
-    ColumnDef, ColumnType, DdlEvent, DdlInfluence, DdlKind, InfluenceScope, TableId, TableSchema, Ts,
+    ColumnDef, ColumnType, DdlEvent, DdlInfluence, DdlKind, InfluenceScope, TableId, TableSchema,
+    Ts,
 };
 use sqlparser::ast::{
-    AlterTableOperation, ColumnOption, CreateTableLikeKind, ObjectName, ObjectType, RenameTableNameKind,
-    SchemaName, Statement, TableConstraint,
+    AlterTableOperation, ColumnOption, CreateTableLikeKind, ObjectName, ObjectType,
+    RenameTableNameKind, SchemaName, Statement, TableConstraint,
 };
 use sqlparser::dialect::MySqlDialect;
 use std::collections::BTreeMap;
@@ -97,14 +98,19 @@ impl SchemaStore for FileSchemaStore {
         match std::fs::read(&self.0) {
             Ok(b) => SchemaHistory::from_json(&b).map(Some),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(CaptureError::Storage(format!("reading {}: {e}", self.0.display()))),
+            Err(e) => Err(CaptureError::Storage(format!(
+                "reading {}: {e}",
+                self.0.display()
+            ))),
         }
     }
     fn save(&self, history: &SchemaHistory) -> Result<()> {
         let tmp = self.0.with_extension("tmp");
         let data = history.to_json()?;
-        std::fs::write(&tmp, data).map_err(|e| CaptureError::Storage(format!("writing {}: {e}", tmp.display())))?;
-        std::fs::rename(&tmp, &self.0).map_err(|e| CaptureError::Storage(format!("renaming to {}: {e}", self.0.display())))
+        std::fs::write(&tmp, data)
+            .map_err(|e| CaptureError::Storage(format!("writing {}: {e}", tmp.display())))?;
+        std::fs::rename(&tmp, &self.0)
+            .map_err(|e| CaptureError::Storage(format!("renaming to {}: {e}", self.0.display())))
     }
 }
 
@@ -125,7 +131,10 @@ fn split_name(name: &ObjectName, default_db: &str) -> (String, String) {
     match parts.as_slice() {
         [db, t] => (db.clone(), t.clone()),
         [t] => (default_db.to_string(), t.clone()),
-        _ => (default_db.to_string(), parts.last().cloned().unwrap_or_default()),
+        _ => (
+            default_db.to_string(),
+            parts.last().cloned().unwrap_or_default(),
+        ),
     }
 }
 
@@ -133,10 +142,17 @@ fn split_name(name: &ObjectName, default_db: &str) -> (String, String) {
 /// `decimal(10,2)`, `datetime(6)`, `longtext`, `json`, ...).
 pub fn column_from_sql_type(name: &str, sql_type: &str) -> ColumnDef {
     let lower = sql_type.trim().to_ascii_lowercase();
-    let word: String = lower.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    let word: String = lower
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
     let args: Vec<String> = lower
         .find('(')
-        .and_then(|s| lower[s + 1..].find(')').map(|e| lower[s + 1..s + 1 + e].to_string()))
+        .and_then(|s| {
+            lower[s + 1..]
+                .find(')')
+                .map(|e| lower[s + 1..s + 1 + e].to_string())
+        })
         .map(|a| a.split(',').map(|x| x.trim().to_string()).collect())
         .unwrap_or_default();
     let num = |i: usize| args.get(i).and_then(|a| a.parse::<u64>().ok());
@@ -166,10 +182,16 @@ pub fn column_from_sql_type(name: &str, sql_type: &str) -> ColumnDef {
         "json" => ColumnType::Json,
         _ => ColumnType::Geometry,
     };
-    let elements = if matches!(ty, ColumnType::Enum | ColumnType::Set) { parse_elements(sql_type) } else { Vec::new() };
+    let elements = if matches!(ty, ColumnType::Enum | ColumnType::Set) {
+        parse_elements(sql_type)
+    } else {
+        Vec::new()
+    };
     let decimals = match ty {
         ColumnType::Decimal => num(1).unwrap_or(0) as u8,
-        ColumnType::Time | ColumnType::DateTime | ColumnType::Timestamp => num(0).unwrap_or(0) as u8,
+        ColumnType::Time | ColumnType::DateTime | ColumnType::Timestamp => {
+            num(0).unwrap_or(0) as u8
+        }
         _ => 0,
     };
     ColumnDef {
@@ -182,14 +204,20 @@ pub fn column_from_sql_type(name: &str, sql_type: &str) -> ColumnDef {
         collation: None,
         elements,
         decimals,
-        length: if matches!(ty, ColumnType::Enum | ColumnType::Set) { 0 } else { num(0).unwrap_or(0) },
+        length: if matches!(ty, ColumnType::Enum | ColumnType::Set) {
+            0
+        } else {
+            num(0).unwrap_or(0)
+        },
     }
 }
 
 /// `enum('a','b''c')` → `["a", "b'c"]`.
 fn parse_elements(sql_type: &str) -> Vec<String> {
-    let Some(start) = sql_type.find('(') else { return Vec::new() };
-    let b = sql_type[start + 1..].as_bytes();
+    let Some(start) = sql_type.find('(') else {
+        return Vec::new();
+    };
+    let b = &sql_type.as_bytes()[start + 1..];
     let mut out = Vec::new();
     let mut i = 0;
     while i < b.len() {
@@ -225,7 +253,12 @@ fn ident_of_index_expr(e: &impl std::fmt::Display) -> String {
     s.trim_matches('`').trim_matches('"').to_string()
 }
 
-fn apply_column_options(c: &mut ColumnDef, options: &[ColumnOption], pk: &mut Vec<String>, uniques: &mut Vec<Vec<String>>) {
+fn apply_column_options(
+    c: &mut ColumnDef,
+    options: &[ColumnOption],
+    pk: &mut Vec<String>,
+    uniques: &mut Vec<Vec<String>>,
+) {
     for o in options {
         match o {
             ColumnOption::NotNull => c.nullable = false,
@@ -237,10 +270,10 @@ fn apply_column_options(c: &mut ColumnDef, options: &[ColumnOption], pk: &mut Ve
             ColumnOption::Unique(_) => uniques.push(vec![c.name.clone()]),
             ColumnOption::CharacterSet(cs) => c.charset = Some(cs.to_string()),
             ColumnOption::Collation(co) => c.collation = Some(co.to_string()),
-            ColumnOption::Check(ch) => {
-                if ch.to_string().to_ascii_lowercase().contains("json_valid") {
-                    c.ty = ColumnType::Json;
-                }
+            ColumnOption::Check(ch)
+                if ch.to_string().to_ascii_lowercase().contains("json_valid") =>
+            {
+                c.ty = ColumnType::Json;
             }
             _ => {}
         }
@@ -249,9 +282,16 @@ fn apply_column_options(c: &mut ColumnDef, options: &[ColumnOption], pk: &mut Ve
 
 /// Chooses the routing key: the primary key, else the first unique key whose columns are all
 /// NOT NULL. Returns column indexes.
-fn choose_key(columns: &[ColumnDef], pk: &[String], uniques: &[Vec<String>]) -> (Vec<usize>, Vec<Vec<usize>>) {
+fn choose_key(
+    columns: &[ColumnDef],
+    pk: &[String],
+    uniques: &[Vec<String>],
+) -> (Vec<usize>, Vec<Vec<usize>>) {
     let idx = |names: &[String]| -> Option<Vec<usize>> {
-        names.iter().map(|n| columns.iter().position(|c| c.name.eq_ignore_ascii_case(n))).collect()
+        names
+            .iter()
+            .map(|n| columns.iter().position(|c| c.name.eq_ignore_ascii_case(n)))
+            .collect()
     };
     let uk: Vec<Vec<usize>> = uniques.iter().filter_map(|u| idx(u)).collect();
     if let Some(k) = idx(pk).filter(|k| !k.is_empty()) {
@@ -267,7 +307,9 @@ fn choose_key(columns: &[ColumnDef], pk: &[String], uniques: &[Vec<String>]) -> 
 }
 
 fn names_of(columns: &[ColumnDef], idx: &[usize]) -> Vec<String> {
-    idx.iter().filter_map(|i| columns.get(*i).map(|c| c.name.clone())).collect()
+    idx.iter()
+        .filter_map(|i| columns.get(*i).map(|c| c.name.clone()))
+        .collect()
 }
 
 /// Mutable key description while applying an ALTER.
@@ -295,8 +337,11 @@ impl SchemaHistory {
     /// Takes a snapshot of `information_schema` at a known binlog position: reads the position,
     /// the schema, the position again, and retries while they differ.
     pub async fn snapshot(url: &str) -> Result<SchemaHistory> {
-        let opts = mysql_async::Opts::from_url(url).map_err(|e| CaptureError::Connection(format!("bad url: {e}")))?;
-        let mut conn = mysql_async::Conn::new(opts).await.map_err(CaptureError::from_mysql)?;
+        let opts = mysql_async::Opts::from_url(url)
+            .map_err(|e| CaptureError::Connection(format!("bad url: {e}")))?;
+        let mut conn = mysql_async::Conn::new(opts)
+            .await
+            .map_err(CaptureError::from_mysql)?;
         for _ in 0..SNAPSHOT_RETRIES {
             let before = master_position(&mut conn).await?;
             let h = Self::read_schema(&mut conn, before.clone()).await?;
@@ -306,13 +351,18 @@ impl SchemaHistory {
                 return Ok(h);
             }
         }
-        Err(CaptureError::Sql(format!("the binlog kept moving during {SNAPSHOT_RETRIES} schema snapshots")))
+        Err(CaptureError::Sql(format!(
+            "the binlog kept moving during {SNAPSHOT_RETRIES} schema snapshots"
+        )))
     }
 
     async fn read_schema(conn: &mut mysql_async::Conn, pos: BinlogPos) -> Result<SchemaHistory> {
         let e = CaptureError::from_mysql;
         let mut h = SchemaHistory::empty(pos);
-        let dbs: Vec<String> = conn.query("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA").await.map_err(e)?;
+        let dbs: Vec<String> = conn
+            .query("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
+            .await
+            .map_err(e)?;
         for d in dbs.into_iter().filter(|d| !is_system_schema(d)) {
             h.databases.insert(d, vec![(0, None)]);
         }
@@ -322,7 +372,15 @@ impl SchemaHistory {
             .map_err(e)?;
         tables.retain(|(d, _)| !is_system_schema(d));
         tables.sort();
-        type ColRow = (String, String, String, String, String, Option<String>, Option<String>);
+        type ColRow = (
+            String,
+            String,
+            String,
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+        );
         let cols: Vec<ColRow> = conn
             .query(
                 "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, COLLATION_NAME \
@@ -358,14 +416,18 @@ impl SchemaHistory {
                 let cl = clause.to_ascii_lowercase();
                 if let Some(rest) = cl.strip_prefix("json_valid(") {
                     let col = rest.trim_end_matches(')').trim_matches('`');
-                    for c in columns.iter_mut().filter(|c| c.name.eq_ignore_ascii_case(col)) {
+                    for c in columns
+                        .iter_mut()
+                        .filter(|c| c.name.eq_ignore_ascii_case(col))
+                    {
                         c.ty = ColumnType::Json;
                     }
                 }
             }
             let mut pk = Vec::new();
             let mut uniques: BTreeMap<String, Vec<String>> = BTreeMap::new();
-            for (_, _, index, non_unique, col) in idx.iter().filter(|x| &x.0 == db && &x.1 == name) {
+            for (_, _, index, non_unique, col) in idx.iter().filter(|x| &x.0 == db && &x.1 == name)
+            {
                 if index == "PRIMARY" {
                     pk.push(col.clone());
                 } else if *non_unique == 0 {
@@ -396,11 +458,13 @@ impl SchemaHistory {
     }
 
     pub fn to_json(&self) -> Result<Vec<u8>> {
-        serde_json::to_vec(self).map_err(|e| CaptureError::Storage(format!("serializing the schema history: {e}")))
+        serde_json::to_vec(self)
+            .map_err(|e| CaptureError::Storage(format!("serializing the schema history: {e}")))
     }
 
     pub fn from_json(b: &[u8]) -> Result<SchemaHistory> {
-        serde_json::from_slice(b).map_err(|e| CaptureError::Storage(format!("parsing the schema history: {e}")))
+        serde_json::from_slice(b)
+            .map_err(|e| CaptureError::Storage(format!("parsing the schema history: {e}")))
     }
 
     /// Loads from a file written by [`FileSchemaStore`].
@@ -410,11 +474,18 @@ impl SchemaHistory {
 
     /// Every table that exists at `ts` (after all DDLs with commit ts `<= ts`).
     pub fn tables_at(&self, ts: Ts) -> Vec<&TableSchema> {
-        self.tables.values().filter_map(|v| Self::version_at(v, ts)).collect()
+        self.tables
+            .values()
+            .filter_map(|v| Self::version_at(v, ts))
+            .collect()
     }
 
     fn version_at(versions: &[TableVersion], ts: Ts) -> Option<&TableSchema> {
-        versions.iter().rev().find(|v| v.from <= ts && v.to.is_none_or(|to| ts < to)).map(|v| &v.schema)
+        versions
+            .iter()
+            .rev()
+            .find(|v| v.from <= ts && v.to.is_none_or(|to| ts < to))
+            .map(|v| &v.schema)
     }
 
     /// The table named `db.name` at `ts`.
@@ -437,7 +508,10 @@ impl SchemaHistory {
     }
 
     fn database_exists(&self, db: &str, ts: Ts) -> bool {
-        self.databases.get(db).is_some_and(|v| v.iter().any(|(from, to)| *from <= ts && to.is_none_or(|t| ts < t)))
+        self.databases.get(db).is_some_and(|v| {
+            v.iter()
+                .any(|(from, to)| *from <= ts && to.is_none_or(|t| ts < t))
+        })
     }
 
     fn close(&mut self, id: TableId, ts: Ts) {
@@ -452,13 +526,23 @@ impl SchemaHistory {
         schema.version = ts;
         let id = schema.table_id;
         self.close(id, ts);
-        self.tables.entry(id).or_default().push(TableVersion { from: ts, to: None, schema });
+        self.tables.entry(id).or_default().push(TableVersion {
+            from: ts,
+            to: None,
+            schema,
+        });
     }
 
     /// Applies one statement read from the binlog at `commit_ts`. Returns the DDL event for
     /// table/database DDLs, `None` for statements that do not change the schema. See the module
     /// docs for idempotence and unparseable statements.
-    pub fn apply(&mut self, commit_ts: Ts, commit_time_ms: u64, database: &str, query: &str) -> Result<Option<DdlEvent>> {
+    pub fn apply(
+        &mut self,
+        commit_ts: Ts,
+        commit_time_ms: u64,
+        database: &str,
+        query: &str,
+    ) -> Result<Option<DdlEvent>> {
         if commit_ts <= self.head {
             return Ok(self.ddls.iter().find(|d| d.commit_ts == commit_ts).cloned());
         }
@@ -471,7 +555,13 @@ impl SchemaHistory {
         };
         let mut work = self.clone();
         let mut kind = DdlKind::Other;
-        let mut influence = DdlInfluence { scope: InfluenceScope::Tables(Vec::new()), trigger: true, dropped: vec![], added: vec![], renamed: vec![] };
+        let mut influence = DdlInfluence {
+            scope: InfluenceScope::Tables(Vec::new()),
+            trigger: true,
+            dropped: vec![],
+            added: vec![],
+            renamed: vec![],
+        };
         let mut touched: Vec<TableId> = Vec::new();
         for stmt in &stmts {
             match work.apply_stmt(commit_ts, database, stmt, &mut influence, &mut touched) {
@@ -480,7 +570,11 @@ impl SchemaHistory {
                 Err(msg) => return self.unparseable(commit_ts, database, query, msg),
             }
         }
-        if kind == DdlKind::Other && touched.is_empty() && influence.added.is_empty() && influence.dropped.is_empty() {
+        if kind == DdlKind::Other
+            && touched.is_empty()
+            && influence.added.is_empty()
+            && influence.dropped.is_empty()
+        {
             // Parsed, but nothing Sluice tracks (e.g. CREATE TEMPORARY TABLE, CREATE INDEX on an
             // untracked table): no event.
             if !matches!(kind, DdlKind::Other) {
@@ -506,13 +600,29 @@ impl SchemaHistory {
         Ok(Some(ev))
     }
 
-    fn unparseable(&mut self, commit_ts: Ts, database: &str, query: &str, message: String) -> Result<Option<DdlEvent>> {
+    fn unparseable(
+        &mut self,
+        commit_ts: Ts,
+        database: &str,
+        query: &str,
+        message: String,
+    ) -> Result<Option<DdlEvent>> {
         if self.skip_unparseable_ddl {
-            self.skipped.push(SkippedDdl { commit_ts, database: database.into(), query: query.into(), error: message });
+            self.skipped.push(SkippedDdl {
+                commit_ts,
+                database: database.into(),
+                query: query.into(),
+                error: message,
+            });
             self.head = commit_ts;
             return Ok(None);
         }
-        Err(CaptureError::Ddl { commit_ts, database: database.into(), query: query.into(), message })
+        Err(CaptureError::Ddl {
+            commit_ts,
+            database: database.into(),
+            query: query.into(),
+            message,
+        })
     }
 
     fn find_id(&self, db: &str, name: &str, ts: Ts) -> Option<TableId> {
@@ -531,20 +641,35 @@ impl SchemaHistory {
         // State before this DDL.
         let before = ts - 1;
         match stmt {
-            Statement::CreateDatabase { db_name, if_not_exists, .. } => {
+            Statement::CreateDatabase {
+                db_name,
+                if_not_exists,
+                ..
+            } => {
                 let (_, db) = split_name(db_name, default_db);
                 self.create_database(&db, ts, *if_not_exists);
                 Ok(Some(DdlKind::CreateDatabase))
             }
-            Statement::CreateSchema { schema_name, if_not_exists, .. } => {
+            Statement::CreateSchema {
+                schema_name,
+                if_not_exists,
+                ..
+            } => {
                 let db = match schema_name {
-                    SchemaName::Simple(n) | SchemaName::NamedAuthorization(n, _) => split_name(n, default_db).1,
+                    SchemaName::Simple(n) | SchemaName::NamedAuthorization(n, _) => {
+                        split_name(n, default_db).1
+                    }
                     SchemaName::UnnamedAuthorization(i) => i.value.clone(),
                 };
                 self.create_database(&db, ts, *if_not_exists);
                 Ok(Some(DdlKind::CreateDatabase))
             }
-            Statement::Drop { object_type, names, temporary, .. } => {
+            Statement::Drop {
+                object_type,
+                names,
+                temporary,
+                ..
+            } => {
                 if *temporary {
                     return Ok(None);
                 }
@@ -552,12 +677,18 @@ impl SchemaHistory {
                     ObjectType::Schema | ObjectType::Database => {
                         for n in names {
                             let db = split_name(n, default_db).1;
-                            let ids: Vec<TableId> = self.tables_at(before).iter().filter(|t| t.database == db).map(|t| t.table_id).collect();
+                            let ids: Vec<TableId> = self
+                                .tables_at(before)
+                                .iter()
+                                .filter(|t| t.database == db)
+                                .map(|t| t.table_id)
+                                .collect();
                             for id in ids {
                                 self.close(id, ts);
                                 inf.dropped.push(id);
                             }
-                            if let Some(v) = self.databases.get_mut(&db).and_then(|v| v.last_mut()) {
+                            if let Some(v) = self.databases.get_mut(&db).and_then(|v| v.last_mut())
+                            {
                                 if v.1.is_none() {
                                     v.1 = Some(ts);
                                 }
@@ -599,10 +730,15 @@ impl SchemaHistory {
                 let id = TableId(ts);
                 let schema = if let Some(like) = &ct.like {
                     let src = match like {
-                        CreateTableLikeKind::Parenthesized(l) | CreateTableLikeKind::Plain(l) => &l.name,
+                        CreateTableLikeKind::Parenthesized(l) | CreateTableLikeKind::Plain(l) => {
+                            &l.name
+                        }
                     };
                     let (sdb, st) = split_name(src, default_db);
-                    let mut s = self.table_at(&sdb, &st, before).cloned().ok_or_else(|| format!("LIKE source {sdb}.{st} is unknown"))?;
+                    let mut s = self
+                        .table_at(&sdb, &st, before)
+                        .cloned()
+                        .ok_or_else(|| format!("LIKE source {sdb}.{st} is unknown"))?;
                     s.table_id = id;
                     s.database = db.clone();
                     s.name = t.clone();
@@ -613,7 +749,8 @@ impl SchemaHistory {
                     let mut columns = Vec::new();
                     for c in &ct.columns {
                         let mut d = column_from_sql_type(&c.name.value, &c.data_type.to_string());
-                        let opts: Vec<ColumnOption> = c.options.iter().map(|o| o.option.clone()).collect();
+                        let opts: Vec<ColumnOption> =
+                            c.options.iter().map(|o| o.option.clone()).collect();
                         apply_column_options(&mut d, &opts, &mut pk, &mut uniques);
                         columns.push(d);
                     }
@@ -622,7 +759,15 @@ impl SchemaHistory {
                         apply_constraint(con, &mut keys, &mut columns);
                     }
                     let (key_columns, unique_keys) = choose_key(&columns, &keys.pk, &keys.uniques);
-                    TableSchema { table_id: id, database: db.clone(), name: t.clone(), columns, key_columns, unique_keys, version: ts }
+                    TableSchema {
+                        table_id: id,
+                        database: db.clone(),
+                        name: t.clone(),
+                        columns,
+                        key_columns,
+                        unique_keys,
+                        version: ts,
+                    }
                 };
                 self.push_version(schema, ts);
                 inf.added.push((id, qualified(&db, &t)));
@@ -631,18 +776,38 @@ impl SchemaHistory {
             Statement::AlterTable(at) => {
                 let (db, t) = split_name(&at.name, default_db);
                 let Some(id) = self.find_id(&db, &t, before) else {
-                    return if at.if_exists { Ok(None) } else { Err(format!("ALTER of unknown table {db}.{t}")) };
+                    return if at.if_exists {
+                        Ok(None)
+                    } else {
+                        Err(format!("ALTER of unknown table {db}.{t}"))
+                    };
                 };
-                let Some(mut s) = self.table_by_id_at(id, before).cloned() else { return Ok(None) };
-                let mut keys = KeyNames { pk: names_of(&s.columns, &s.key_columns), uniques: s.unique_keys.iter().map(|u| names_of(&s.columns, u)).collect() };
+                let Some(mut s) = self.table_by_id_at(id, before).cloned() else {
+                    return Ok(None);
+                };
+                let mut keys = KeyNames {
+                    pk: names_of(&s.columns, &s.key_columns),
+                    uniques: s
+                        .unique_keys
+                        .iter()
+                        .map(|u| names_of(&s.columns, u))
+                        .collect(),
+                };
                 // The key chosen may have been a unique key rather than the PK; a PK drop below
                 // clears it either way.
                 let mut renamed = None;
                 for op in &at.operations {
                     match op {
                         AlterTableOperation::AddColumn { column_def, .. } => {
-                            let mut d = column_from_sql_type(&column_def.name.value, &column_def.data_type.to_string());
-                            let opts: Vec<ColumnOption> = column_def.options.iter().map(|o| o.option.clone()).collect();
+                            let mut d = column_from_sql_type(
+                                &column_def.name.value,
+                                &column_def.data_type.to_string(),
+                            );
+                            let opts: Vec<ColumnOption> = column_def
+                                .options
+                                .iter()
+                                .map(|o| o.option.clone())
+                                .collect();
                             apply_column_options(&mut d, &opts, &mut keys.pk, &mut keys.uniques);
                             s.columns.push(d);
                         }
@@ -650,31 +815,67 @@ impl SchemaHistory {
                             for n in column_names {
                                 s.columns.retain(|c| !c.name.eq_ignore_ascii_case(&n.value));
                                 keys.pk.retain(|c| !c.eq_ignore_ascii_case(&n.value));
-                                keys.uniques.retain(|u| !u.iter().any(|c| c.eq_ignore_ascii_case(&n.value)));
+                                keys.uniques.retain(|u| {
+                                    !u.iter().any(|c| c.eq_ignore_ascii_case(&n.value))
+                                });
                             }
                         }
-                        AlterTableOperation::ModifyColumn { col_name, data_type, options, .. } => {
-                            let mut d = column_from_sql_type(&col_name.value, &data_type.to_string());
+                        AlterTableOperation::ModifyColumn {
+                            col_name,
+                            data_type,
+                            options,
+                            ..
+                        } => {
+                            let mut d =
+                                column_from_sql_type(&col_name.value, &data_type.to_string());
                             apply_column_options(&mut d, options, &mut keys.pk, &mut keys.uniques);
-                            if let Some(c) = s.columns.iter_mut().find(|c| c.name.eq_ignore_ascii_case(&col_name.value)) {
+                            if let Some(c) = s
+                                .columns
+                                .iter_mut()
+                                .find(|c| c.name.eq_ignore_ascii_case(&col_name.value))
+                            {
                                 *c = d;
                             }
                         }
-                        AlterTableOperation::ChangeColumn { old_name, new_name, data_type, options, .. } => {
-                            let mut d = column_from_sql_type(&new_name.value, &data_type.to_string());
+                        AlterTableOperation::ChangeColumn {
+                            old_name,
+                            new_name,
+                            data_type,
+                            options,
+                            ..
+                        } => {
+                            let mut d =
+                                column_from_sql_type(&new_name.value, &data_type.to_string());
                             apply_column_options(&mut d, options, &mut keys.pk, &mut keys.uniques);
-                            if let Some(c) = s.columns.iter_mut().find(|c| c.name.eq_ignore_ascii_case(&old_name.value)) {
+                            if let Some(c) = s
+                                .columns
+                                .iter_mut()
+                                .find(|c| c.name.eq_ignore_ascii_case(&old_name.value))
+                            {
                                 *c = d;
                             }
                             rename_key_column(&mut keys, &old_name.value, &new_name.value);
                         }
-                        AlterTableOperation::RenameColumn { old_column_name, new_column_name } => {
-                            if let Some(c) = s.columns.iter_mut().find(|c| c.name.eq_ignore_ascii_case(&old_column_name.value)) {
+                        AlterTableOperation::RenameColumn {
+                            old_column_name,
+                            new_column_name,
+                        } => {
+                            if let Some(c) = s
+                                .columns
+                                .iter_mut()
+                                .find(|c| c.name.eq_ignore_ascii_case(&old_column_name.value))
+                            {
                                 c.name = new_column_name.value.clone();
                             }
-                            rename_key_column(&mut keys, &old_column_name.value, &new_column_name.value);
+                            rename_key_column(
+                                &mut keys,
+                                &old_column_name.value,
+                                &new_column_name.value,
+                            );
                         }
-                        AlterTableOperation::AddConstraint { constraint, .. } => apply_constraint(constraint, &mut keys, &mut s.columns),
+                        AlterTableOperation::AddConstraint { constraint, .. } => {
+                            apply_constraint(constraint, &mut keys, &mut s.columns)
+                        }
                         AlterTableOperation::DropPrimaryKey { .. } => keys.pk.clear(),
                         AlterTableOperation::RenameTable { table_name } => {
                             let n = match table_name {
@@ -706,7 +907,9 @@ impl SchemaHistory {
                 for r in renames {
                     let (odb, ot) = split_name(&r.old_name, default_db);
                     let (ndb, nt) = split_name(&r.new_name, default_db);
-                    let id = self.find_id(&odb, &ot, at).ok_or_else(|| format!("RENAME of unknown table {odb}.{ot}"))?;
+                    let id = self
+                        .find_id(&odb, &ot, at)
+                        .ok_or_else(|| format!("RENAME of unknown table {odb}.{ot}"))?;
                     let mut s = self.table_by_id_at(id, at).cloned().ok_or("no version")?;
                     s.database = ndb.clone();
                     s.name = nt.clone();
@@ -721,8 +924,13 @@ impl SchemaHistory {
             Statement::Truncate(tr) => {
                 for target in &tr.table_names {
                     let (db, t) = split_name(&target.name, default_db);
-                    let Some(old) = self.find_id(&db, &t, before) else { continue };
-                    let mut s = self.table_by_id_at(old, before).cloned().ok_or("no version")?;
+                    let Some(old) = self.find_id(&db, &t, before) else {
+                        continue;
+                    };
+                    let mut s = self
+                        .table_by_id_at(old, before)
+                        .cloned()
+                        .ok_or("no version")?;
                     self.close(old, ts);
                     s.table_id = TableId(ts);
                     self.push_version(s, ts);
@@ -738,11 +946,30 @@ impl SchemaHistory {
             }
             Statement::CreateIndex(ci) => {
                 let (db, t) = split_name(&ci.table_name, default_db);
-                let Some(id) = self.find_id(&db, &t, before) else { return Ok(None) };
-                let Some(mut s) = self.table_by_id_at(id, before).cloned() else { return Ok(None) };
+                let Some(id) = self.find_id(&db, &t, before) else {
+                    return Ok(None);
+                };
+                let Some(mut s) = self.table_by_id_at(id, before).cloned() else {
+                    return Ok(None);
+                };
                 if ci.unique {
-                    let cols: Vec<String> = ci.columns.iter().map(|c| ident_of_index_expr(&c.column.expr)).collect();
-                    let mut keys = KeyNames { pk: if s.key_columns.is_empty() { vec![] } else { names_of(&s.columns, &s.key_columns) }, uniques: s.unique_keys.iter().map(|u| names_of(&s.columns, u)).collect() };
+                    let cols: Vec<String> = ci
+                        .columns
+                        .iter()
+                        .map(|c| ident_of_index_expr(&c.column.expr))
+                        .collect();
+                    let mut keys = KeyNames {
+                        pk: if s.key_columns.is_empty() {
+                            vec![]
+                        } else {
+                            names_of(&s.columns, &s.key_columns)
+                        },
+                        uniques: s
+                            .unique_keys
+                            .iter()
+                            .map(|u| names_of(&s.columns, u))
+                            .collect(),
+                    };
                     keys.uniques.push(cols);
                     let (k, u) = choose_key(&s.columns, &keys.pk, &keys.uniques);
                     s.key_columns = k;
@@ -761,7 +988,10 @@ impl SchemaHistory {
         if self.database_exists(db, ts - 1) {
             return;
         }
-        self.databases.entry(db.to_string()).or_default().push((ts, None));
+        self.databases
+            .entry(db.to_string())
+            .or_default()
+            .push((ts, None));
     }
 }
 
@@ -776,19 +1006,36 @@ fn rename_key_column(keys: &mut KeyNames, old: &str, new: &str) {
 fn apply_constraint(con: &TableConstraint, keys: &mut KeyNames, columns: &mut [ColumnDef]) {
     match con {
         TableConstraint::PrimaryKey(pk) => {
-            keys.pk = pk.columns.iter().map(|c| ident_of_index_expr(&c.column.expr)).collect();
+            keys.pk = pk
+                .columns
+                .iter()
+                .map(|c| ident_of_index_expr(&c.column.expr))
+                .collect();
             for c in columns.iter_mut() {
                 if keys.pk.iter().any(|n| n.eq_ignore_ascii_case(&c.name)) {
                     c.nullable = false;
                 }
             }
         }
-        TableConstraint::Unique(u) => keys.uniques.push(u.columns.iter().map(|c| ident_of_index_expr(&c.column.expr)).collect()),
+        TableConstraint::Unique(u) => keys.uniques.push(
+            u.columns
+                .iter()
+                .map(|c| ident_of_index_expr(&c.column.expr))
+                .collect(),
+        ),
         TableConstraint::Check(ch) => {
             let s = ch.to_string().to_ascii_lowercase();
             if let Some(i) = s.find("json_valid(") {
-                let col = s[i + 11..].split(')').next().unwrap_or("").trim_matches('`').to_string();
-                for c in columns.iter_mut().filter(|c| c.name.eq_ignore_ascii_case(&col)) {
+                let col = s[i + 11..]
+                    .split(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_matches('`')
+                    .to_string();
+                for c in columns
+                    .iter_mut()
+                    .filter(|c| c.name.eq_ignore_ascii_case(&col))
+                {
                     c.ty = ColumnType::Json;
                 }
             }
@@ -818,20 +1065,40 @@ pub fn is_schema_statement(query: &str) -> bool {
             break;
         }
     }
-    let words: Vec<String> = q.split_whitespace().take(6).map(|w| w.to_ascii_uppercase()).collect();
+    let words: Vec<String> = q
+        .split_whitespace()
+        .take(6)
+        .map(|w| w.to_ascii_uppercase())
+        .collect();
     let first = words.first().map(String::as_str).unwrap_or("");
     let rest: Vec<&str> = words
         .iter()
         .skip(1)
         .map(String::as_str)
-        .filter(|w| !matches!(*w, "OR" | "REPLACE" | "IF" | "NOT" | "EXISTS" | "ONLINE" | "OFFLINE" | "IGNORE" | "UNIQUE" | "FULLTEXT" | "SPATIAL"))
+        .filter(|w| {
+            !matches!(
+                *w,
+                "OR" | "REPLACE"
+                    | "IF"
+                    | "NOT"
+                    | "EXISTS"
+                    | "ONLINE"
+                    | "OFFLINE"
+                    | "IGNORE"
+                    | "UNIQUE"
+                    | "FULLTEXT"
+                    | "SPATIAL"
+            )
+        })
         .collect();
     let object = rest.first().copied().unwrap_or("");
     match first {
         "RENAME" | "TRUNCATE" => object == "TABLE" || first == "TRUNCATE",
         "CREATE" | "DROP" | "ALTER" => {
             matches!(object, "TABLE" | "DATABASE" | "SCHEMA" | "VIEW" | "INDEX")
-                || (object.starts_with("ALGORITHM") || object.starts_with("DEFINER") || object.starts_with("SQL"))
+                || (object.starts_with("ALGORITHM")
+                    || object.starts_with("DEFINER")
+                    || object.starts_with("SQL"))
                     && words.iter().any(|w| w == "VIEW")
         }
         _ => false,
@@ -849,7 +1116,9 @@ mod tests {
     }
 
     fn apply(h: &mut SchemaHistory, ts: u64, q: &str) -> DdlEvent {
-        h.apply(F + ts, 0, "d", q).expect("apply").expect("a ddl event")
+        h.apply(F + ts, 0, "d", q)
+            .expect("apply")
+            .expect("a ddl event")
     }
 
     #[test]
@@ -857,13 +1126,27 @@ mod tests {
         let mut h = h();
         let e = apply(&mut h, 100, "CREATE DATABASE d");
         assert_eq!(e.kind, DdlKind::CreateDatabase);
-        let e = apply(&mut h, 200, "CREATE TABLE t (id INT NOT NULL, name VARCHAR(10), PRIMARY KEY (id))");
+        let e = apply(
+            &mut h,
+            200,
+            "CREATE TABLE t (id INT NOT NULL, name VARCHAR(10), PRIMARY KEY (id))",
+        );
         let t = TableId(F + 200);
         assert_eq!(e.influence.added, vec![(t, "d.t".to_string())]);
         assert!(e.influence.trigger);
-        assert_eq!(h.table_at("d", "t", F + 200).expect("t").key_columns, vec![0]);
-        assert!(h.table_at("d", "t", F + 199).is_none(), "not visible before its CREATE");
-        let e = apply(&mut h, 300, "ALTER TABLE t ADD COLUMN j JSON, MODIFY name VARCHAR(20) NOT NULL");
+        assert_eq!(
+            h.table_at("d", "t", F + 200).expect("t").key_columns,
+            vec![0]
+        );
+        assert!(
+            h.table_at("d", "t", F + 199).is_none(),
+            "not visible before its CREATE"
+        );
+        let e = apply(
+            &mut h,
+            300,
+            "ALTER TABLE t ADD COLUMN j JSON, MODIFY name VARCHAR(20) NOT NULL",
+        );
         assert_eq!(e.kind, DdlKind::AlterTable);
         assert_eq!(e.influence.scope, InfluenceScope::Tables(vec![t]));
         assert!(!e.influence.trigger);
@@ -871,10 +1154,18 @@ mod tests {
         assert_eq!(s.columns.len(), 3);
         assert_eq!(s.columns[2].ty, ColumnType::Json);
         assert_eq!(s.version, F + 300);
-        assert_eq!(h.table_at("d", "t", F + 250).expect("old").columns.len(), 2, "old rows use the old schema");
+        assert_eq!(
+            h.table_at("d", "t", F + 250).expect("old").columns.len(),
+            2,
+            "old rows use the old schema"
+        );
         let e = apply(&mut h, 400, "RENAME TABLE t TO u");
         assert_eq!(e.influence.renamed, vec![(t, "d.u".to_string())]);
-        assert_eq!(h.table_at("d", "u", F + 400).expect("u").table_id, t, "RENAME keeps the id");
+        assert_eq!(
+            h.table_at("d", "u", F + 400).expect("u").table_id,
+            t,
+            "RENAME keeps the id"
+        );
         let e = apply(&mut h, 500, "TRUNCATE TABLE u");
         let t2 = TableId(F + 500);
         assert_eq!(e.influence.dropped, vec![t]);
@@ -889,7 +1180,10 @@ mod tests {
         assert_eq!(h.tables_at(F + 650).len(), 2);
         assert_eq!(h.ddls_after(F + 500).len(), 3);
         // Idempotent by commit ts: a second reader applying the same DDL gets the same event.
-        let again = h.apply(F + 400, 0, "d", "RENAME TABLE t TO u").expect("apply").expect("event");
+        let again = h
+            .apply(F + 400, 0, "d", "RENAME TABLE t TO u")
+            .expect("apply")
+            .expect("event");
         assert_eq!(again.influence.renamed, vec![(t, "d.u".to_string())]);
         // Persisted and loaded: identical.
         let back = SchemaHistory::from_json(&h.to_json().expect("json")).expect("parse");
@@ -903,9 +1197,18 @@ mod tests {
         let s = h.table_at("d", "t", F + 10).expect("t");
         assert_eq!(s.key_columns, vec![1, 2], "the not-null unique key routes");
         assert_eq!(s.unique_keys, vec![vec![0]]);
-        assert!(h.apply(F + 20, 0, "d", "GRANT SELECT ON *.* TO 'x'@'%'").expect("ok").is_none());
-        assert!(h.apply(F + 30, 0, "d", "FLUSH PRIVILEGES").expect("ok").is_none());
-        assert!(h.apply(F + 40, 0, "d", "CREATE PROCEDURE p() BEGIN SELECT 1; END").expect("ok").is_none());
+        assert!(h
+            .apply(F + 20, 0, "d", "GRANT SELECT ON *.* TO 'x'@'%'")
+            .expect("ok")
+            .is_none());
+        assert!(h
+            .apply(F + 30, 0, "d", "FLUSH PRIVILEGES")
+            .expect("ok")
+            .is_none());
+        assert!(h
+            .apply(F + 40, 0, "d", "CREATE PROCEDURE p() BEGIN SELECT 1; END")
+            .expect("ok")
+            .is_none());
     }
 
     #[test]
@@ -928,8 +1231,13 @@ mod tests {
         let c = column_from_sql_type("e", "enum('a','b''c','d,e')");
         assert_eq!(c.elements, vec!["a", "b'c", "d,e"]);
         let c = column_from_sql_type("x", "decimal(10,2) unsigned");
-        assert_eq!((c.ty, c.decimals, c.unsigned), (ColumnType::Decimal, 2, true));
-        assert!(is_schema_statement("/* x */ CREATE OR REPLACE TABLE t (a int)"));
+        assert_eq!(
+            (c.ty, c.decimals, c.unsigned),
+            (ColumnType::Decimal, 2, true)
+        );
+        assert!(is_schema_statement(
+            "/* x */ CREATE OR REPLACE TABLE t (a int)"
+        ));
         assert!(!is_schema_statement("CREATE USER x"));
     }
 }

@@ -59,7 +59,9 @@ pub struct StoreConfig {
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        StoreConfig { cache_bytes: DEFAULT_CACHE_BYTES }
+        StoreConfig {
+            cache_bytes: DEFAULT_CACHE_BYTES,
+        }
     }
 }
 
@@ -113,7 +115,9 @@ fn value_key(v: &[u8]) -> Option<&[u8]> {
 }
 
 fn decode_value(v: &[u8]) -> Result<RowEvent, StoreError> {
-    let n = value_key(v).ok_or_else(|| StoreError::Corrupt("short value".into()))?.len();
+    let n = value_key(v)
+        .ok_or_else(|| StoreError::Corrupt("short value".into()))?
+        .len();
     serde_json::from_slice(&v[4 + n..]).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
@@ -127,14 +131,25 @@ pub struct EventStore {
 impl EventStore {
     /// Opens (or creates) the store at `path`, dropping anything above the durable `resolved`.
     pub fn open(path: &Path, cfg: StoreConfig) -> Result<EventStore, StoreError> {
-        let db = Database::builder().set_cache_size(cfg.cache_bytes).create(path).map_err(db_err)?;
+        let db = Database::builder()
+            .set_cache_size(cfg.cache_bytes)
+            .create(path)
+            .map_err(db_err)?;
         let (resolved, gc);
         {
             let w = db.begin_write().map_err(db_err)?;
             {
                 let meta = w.open_table(META).map_err(db_err)?;
-                resolved = meta.get("resolved").map_err(db_err)?.map(|g| g.value()).unwrap_or(0);
-                gc = meta.get("gc").map_err(db_err)?.map(|g| g.value()).unwrap_or(0);
+                resolved = meta
+                    .get("resolved")
+                    .map_err(db_err)?
+                    .map(|g| g.value())
+                    .unwrap_or(0);
+                gc = meta
+                    .get("gc")
+                    .map_err(db_err)?
+                    .map(|g| g.value())
+                    .unwrap_or(0);
                 let mut rows = w.open_table(ROWS).map_err(db_err)?;
                 // Drop rows above resolved (an append not followed by persist before a crash).
                 let mut stale: Vec<Vec<u8>> = Vec::new();
@@ -152,7 +167,10 @@ impl EventStore {
             }
             w.commit().map_err(db_err)?;
         }
-        Ok(EventStore { db, state: Mutex::new((resolved, gc)) })
+        Ok(EventStore {
+            db,
+            state: Mutex::new((resolved, gc)),
+        })
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, (Ts, Ts)> {
@@ -187,7 +205,11 @@ impl EventStore {
                     let r = &rows[i];
                     let v = encode_value(r)?;
                     bytes += v.len() + 20;
-                    t.insert(row_key(r.table_id, commit_ts, i as u32).as_slice(), v.as_slice()).map_err(db_err)?;
+                    t.insert(
+                        row_key(r.table_id, commit_ts, i as u32).as_slice(),
+                        v.as_slice(),
+                    )
+                    .map_err(db_err)?;
                     i += 1;
                 }
             }
@@ -236,12 +258,32 @@ impl EventStore {
 
     /// Rows of `span` with `after < commit ts <= upto`, in (commit ts, seq) order, at most `limit`
     /// rows; `next` says where to resume when the limit was hit.
-    pub fn scan(&self, span: &Span, after: Ts, upto: Ts, limit: usize) -> Result<ScanBatch, StoreError> {
-        self.scan_from(span, Cursor { ts: after, seq: u32::MAX }, upto, limit)
+    pub fn scan(
+        &self,
+        span: &Span,
+        after: Ts,
+        upto: Ts,
+        limit: usize,
+    ) -> Result<ScanBatch, StoreError> {
+        self.scan_from(
+            span,
+            Cursor {
+                ts: after,
+                seq: u32::MAX,
+            },
+            upto,
+            limit,
+        )
     }
 
     /// Like [`EventStore::scan`], resuming strictly after `from`.
-    pub fn scan_from(&self, span: &Span, from: Cursor, upto: Ts, limit: usize) -> Result<ScanBatch, StoreError> {
+    pub fn scan_from(
+        &self,
+        span: &Span,
+        from: Cursor,
+        upto: Ts,
+        limit: usize,
+    ) -> Result<ScanBatch, StoreError> {
         let gc = self.gc_ts();
         if from.ts < gc {
             return Err(StoreError::Collected { start: from.ts, gc });
@@ -250,7 +292,12 @@ impl EventStore {
         let r = self.db.begin_read().map_err(db_err)?;
         let t = match r.open_table(ROWS) {
             Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(ScanBatch { rows: vec![], next: None }),
+            Err(redb::TableError::TableDoesNotExist(_)) => {
+                return Ok(ScanBatch {
+                    rows: vec![],
+                    next: None,
+                })
+            }
             Err(e) => return Err(db_err(e)),
         };
         let start = match from.seq.checked_add(1) {
@@ -261,16 +308,29 @@ impl EventStore {
         let mut rows = Vec::new();
         for item in t.range(start.as_slice()..=end.as_slice()).map_err(db_err)? {
             let (k, v) = item.map_err(db_err)?;
-            let (_, ts, seq) = parse_key(k.value()).ok_or_else(|| StoreError::Corrupt("bad key".into()))?;
+            let (_, ts, seq) =
+                parse_key(k.value()).ok_or_else(|| StoreError::Corrupt("bad key".into()))?;
             let val = v.value();
-            let key = Key(value_key(val).ok_or_else(|| StoreError::Corrupt("short value".into()))?.to_vec());
+            let key = Key(value_key(val)
+                .ok_or_else(|| StoreError::Corrupt("short value".into()))?
+                .to_vec());
             if !span.contains(&key) {
                 continue;
             }
             if rows.len() >= limit {
                 // Resume exactly at the first row not returned.
-                let next = if seq == 0 { Cursor { ts: ts - 1, seq: u32::MAX } } else { Cursor { ts, seq: seq - 1 } };
-                return Ok(ScanBatch { rows, next: Some(next) });
+                let next = if seq == 0 {
+                    Cursor {
+                        ts: ts - 1,
+                        seq: u32::MAX,
+                    }
+                } else {
+                    Cursor { ts, seq: seq - 1 }
+                };
+                return Ok(ScanBatch {
+                    rows,
+                    next: Some(next),
+                });
             }
             rows.push(decode_value(val)?);
         }
@@ -291,7 +351,10 @@ impl EventStore {
         }
         for item in t.range(after + 1..=upto).map_err(db_err)? {
             let (_, v) = item.map_err(db_err)?;
-            out.push(serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+            out.push(
+                serde_json::from_slice(v.value())
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            );
         }
         Ok(out)
     }
@@ -310,7 +373,9 @@ impl EventStore {
             loop {
                 // The next table with any rows.
                 let first = {
-                    let mut it = t.range(row_key(TableId(table), 0, 0).as_slice()..).map_err(db_err)?;
+                    let mut it = t
+                        .range(row_key(TableId(table), 0, 0).as_slice()..)
+                        .map_err(db_err)?;
                     match it.next() {
                         Some(item) => parse_key(item.map_err(db_err)?.0.value()),
                         None => None,

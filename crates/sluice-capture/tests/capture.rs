@@ -23,7 +23,9 @@ async fn capture_until(c: &mut Capture, marker: &str) -> Vec<Captured> {
             }
         }
     };
-    tokio::time::timeout(std::time::Duration::from_secs(60), fut).await.expect("timeout");
+    tokio::time::timeout(std::time::Duration::from_secs(60), fut)
+        .await
+        .expect("timeout");
     out
 }
 
@@ -31,7 +33,10 @@ fn triples(items: &[Captured]) -> Vec<(TableId, Key, Ts, RowKind)> {
     items
         .iter()
         .flat_map(|i| match i {
-            Captured::Rows { rows, .. } => rows.iter().map(|r| (r.table_id, r.key.clone(), r.commit_ts, r.kind)).collect(),
+            Captured::Rows { rows, .. } => rows
+                .iter()
+                .map(|r| (r.table_id, r.key.clone(), r.commit_ts, r.kind))
+                .collect(),
             _ => vec![],
         })
         .collect()
@@ -49,9 +54,21 @@ async fn snapshot_ddl_mid_stream_and_two_readers_agree() {
     let (file, pos) = db.master_status().expect("status");
     assert_eq!(history.snapshot_pos, BinlogPos::new(file, pos));
     // Snapshot ids in (db, name) order from SNAPSHOT_FIRST_TABLE_ID.
-    let a = history.table_at("d", "a", history.snapshot_ts).expect("a").table_id;
-    let b = history.table_at("d", "b", history.snapshot_ts).expect("b").table_id;
-    assert_eq!((a, b), (TableId(SNAPSHOT_FIRST_TABLE_ID), TableId(SNAPSHOT_FIRST_TABLE_ID + 1)));
+    let a = history
+        .table_at("d", "a", history.snapshot_ts)
+        .expect("a")
+        .table_id;
+    let b = history
+        .table_at("d", "b", history.snapshot_ts)
+        .expect("b")
+        .table_id;
+    assert_eq!(
+        (a, b),
+        (
+            TableId(SNAPSHOT_FIRST_TABLE_ID),
+            TableId(SNAPSHOT_FIRST_TABLE_ID + 1)
+        )
+    );
 
     // Workload after the snapshot: rows, a key change, case/pad-equal keys, DDL in the middle.
     db.exec(
@@ -65,7 +82,10 @@ async fn snapshot_ddl_mid_stream_and_two_readers_agree() {
     )
     .expect("workload");
 
-    let mut c1 = Capture::new(reader(&db.url(), 201, history.snapshot_pos.clone()), history.clone());
+    let mut c1 = Capture::new(
+        reader(&db.url(), 201, history.snapshot_pos.clone()),
+        history.clone(),
+    );
     let items = capture_until(&mut c1, "marker2").await;
     let rows: Vec<_> = items
         .iter()
@@ -74,10 +94,26 @@ async fn snapshot_ddl_mid_stream_and_two_readers_agree() {
             _ => vec![],
         })
         .collect();
-    let ddls: Vec<_> = items.iter().filter_map(|i| if let Captured::Ddl(d) = i { Some(d.clone()) } else { None }).collect();
+    let ddls: Vec<_> = items
+        .iter()
+        .filter_map(|i| {
+            if let Captured::Ddl(d) = i {
+                Some(d.clone())
+            } else {
+                None
+            }
+        })
+        .collect();
     assert_eq!(
         ddls.iter().map(|d| d.kind).collect::<Vec<_>>(),
-        vec![DdlKind::AlterTable, DdlKind::CreateTable, DdlKind::RenameTable, DdlKind::TruncateTable, DdlKind::CreateTable, DdlKind::CreateTable]
+        vec![
+            DdlKind::AlterTable,
+            DdlKind::CreateTable,
+            DdlKind::RenameTable,
+            DdlKind::TruncateTable,
+            DdlKind::CreateTable,
+            DdlKind::CreateTable
+        ]
     );
     // Key change → delete(1) + insert(3).
     assert_eq!(rows[2].kind, RowKind::Delete);
@@ -86,8 +122,14 @@ async fn snapshot_ddl_mid_stream_and_two_readers_agree() {
     assert_eq!(rows[2].before.as_ref().expect("before")[0], Value::Int(1));
     assert_eq!(rows[3].after.as_ref().expect("after")[0], Value::Int(3));
     // Same key for 'Y' inserted and 'y ' deleted (case-insensitive, pad-space collation).
-    let ins_y = rows.iter().find(|r| r.kind == RowKind::Insert && r.table_id == a).expect("insert Y");
-    let del_y = rows.iter().find(|r| r.kind == RowKind::Delete && r.table_id == a).expect("delete y");
+    let ins_y = rows
+        .iter()
+        .find(|r| r.kind == RowKind::Insert && r.table_id == a)
+        .expect("insert Y");
+    let del_y = rows
+        .iter()
+        .find(|r| r.kind == RowKind::Delete && r.table_id == a)
+        .expect("delete y");
     assert_eq!(ins_y.key, del_y.key);
     // Rows after ALTER carry the new column; the new table's id is its CREATE commit ts.
     let create_c = &ddls[1];
@@ -98,10 +140,19 @@ async fn snapshot_ddl_mid_stream_and_two_readers_agree() {
     assert_eq!(c_rows[0].after, Some(vec![Value::UInt(u64::MAX)]));
     let trunc = &ddls[3];
     assert_eq!(trunc.influence.dropped, vec![b]);
-    let nine = rows.iter().find(|r| r.after.as_ref().is_some_and(|a| a[0] == Value::Int(9))).expect("row 9");
-    assert_eq!(nine.table_id, TableId(trunc.commit_ts), "TRUNCATE gives a new id");
+    let nine = rows
+        .iter()
+        .find(|r| r.after.as_ref().is_some_and(|a| a[0] == Value::Int(9)))
+        .expect("row 9");
+    assert_eq!(
+        nine.table_id,
+        TableId(trunc.commit_ts),
+        "TRUNCATE gives a new id"
+    );
     assert_eq!(nine.after.as_ref().expect("after").len(), 3);
-    assert!(rows.iter().all(|r| Key::table_start(r.table_id) <= r.key && r.key < Key::table_end(r.table_id)));
+    assert!(rows
+        .iter()
+        .all(|r| Key::table_start(r.table_id) <= r.key && r.key < Key::table_end(r.table_id)));
 
     // A second reader (another node) from a later start point, with the history persisted and
     // loaded: identical (table id, key, commit ts) where the streams overlap.

@@ -20,7 +20,11 @@ async fn good_upstream_passes() {
 
 #[tokio::test]
 async fn binlog_off_is_reported_with_a_fix() {
-    let db = MariaDb::start_with(Options { binlog: BinlogMode::Off, ..Options::default() }).expect("mariadb");
+    let db = MariaDb::start_with(Options {
+        binlog: BinlogMode::Off,
+        ..Options::default()
+    })
+    .expect("mariadb");
     let e = check_upstream(&db.url()).await.expect_err("must fail");
     let msg = e.to_string();
     assert!(msg.contains("log_bin is OFF but Sluice needs ON"), "{msg}");
@@ -40,18 +44,36 @@ async fn statement_format_minimal_image_and_compression_are_reported() {
     .expect("mariadb");
     let e = check_upstream(&db.url()).await.expect_err("must fail");
     let msg = e.to_string();
-    assert_eq!(settings(e), vec!["binlog_format", "binlog_row_image", "binlog_row_metadata", "log_bin_compress"]);
-    assert!(msg.contains("binlog_format is STATEMENT but Sluice needs ROW; fix: SET GLOBAL binlog_format=ROW"), "{msg}");
+    assert_eq!(
+        settings(e),
+        vec![
+            "binlog_format",
+            "binlog_row_image",
+            "binlog_row_metadata",
+            "log_bin_compress"
+        ]
+    );
+    assert!(
+        msg.contains(
+            "binlog_format is STATEMENT but Sluice needs ROW; fix: SET GLOBAL binlog_format=ROW"
+        ),
+        "{msg}"
+    );
 }
 
 #[tokio::test]
 async fn missing_replication_privileges_are_named() {
     let db = MariaDb::start().expect("mariadb");
-    db.exec("CREATE USER 'cdc'@'127.0.0.1'; GRANT SELECT ON *.* TO 'cdc'@'127.0.0.1'").expect("user");
+    db.exec("CREATE USER 'cdc'@'127.0.0.1'; GRANT SELECT ON *.* TO 'cdc'@'127.0.0.1'")
+        .expect("user");
     let url = format!("mysql://cdc@127.0.0.1:{}", db.port());
     let e = check_upstream(&url).await.expect_err("must fail");
     let msg = e.to_string();
-    assert!(msg.contains("GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'cdc'@'127.0.0.1'"), "{msg}");
-    db.exec("GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'cdc'@'127.0.0.1'").expect("grant");
+    assert!(
+        msg.contains("GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'cdc'@'127.0.0.1'"),
+        "{msg}"
+    );
+    db.exec("GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'cdc'@'127.0.0.1'")
+        .expect("grant");
     check_upstream(&url).await.expect("passes after the grant");
 }

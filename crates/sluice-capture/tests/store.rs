@@ -1,14 +1,20 @@
 //! The event store: order, spans, cursors, GC, crash safety (including a real `kill -9`).
 
 use sluice_capture::store::{Cursor, EventStore, StoreConfig, StoreError};
-use sluice_types::{DdlEvent, DdlInfluence, DdlKind, InfluenceScope, Key, RowEvent, RowKind, Span, TableId, Value};
+use sluice_types::{
+    DdlEvent, DdlInfluence, DdlKind, InfluenceScope, Key, RowEvent, RowKind, Span, TableId, Value,
+};
 use std::path::PathBuf;
 
 struct TempDir(PathBuf);
 impl TempDir {
     fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        let p = std::env::temp_dir().join(format!("sluice-store-{tag}-{}-{nanos}", std::process::id()));
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let p =
+            std::env::temp_dir().join(format!("sluice-store-{tag}-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&p).expect("mkdir");
         TempDir(p)
     }
@@ -37,33 +43,64 @@ fn ordered_by_table_ts_seq_with_spans_cursors_and_gc() {
     let dir = TempDir::new("order");
     let s = EventStore::open(&dir.0.join("db"), StoreConfig::default()).expect("open");
     // Three transactions touching two tables.
-    s.append_txn(10, &[row(1, 5, 10), row(2, 1, 10), row(1, 3, 10)]).expect("t10");
+    s.append_txn(10, &[row(1, 5, 10), row(2, 1, 10), row(1, 3, 10)])
+        .expect("t10");
     s.append_txn(20, &[row(1, 7, 20)]).expect("t20");
-    s.append_txn(30, &[row(1, 1, 30), row(1, 9, 30)]).expect("t30");
+    s.append_txn(30, &[row(1, 1, 30), row(1, 9, 30)])
+        .expect("t30");
     let ddl = DdlEvent {
         commit_ts: 40,
         commit_time_ms: 0,
         kind: DdlKind::AlterTable,
         database: "d".into(),
         query: "ALTER TABLE t ADD c INT".into(),
-        influence: DdlInfluence { scope: InfluenceScope::Tables(vec![TableId(1)]), trigger: false, dropped: vec![], added: vec![], renamed: vec![] },
+        influence: DdlInfluence {
+            scope: InfluenceScope::Tables(vec![TableId(1)]),
+            trigger: false,
+            dropped: vec![],
+            added: vec![],
+            renamed: vec![],
+        },
     };
     s.append_ddl(&ddl).expect("ddl");
     assert_eq!(s.resolved(), 40);
     let whole = Span::whole_table(TableId(1));
     let all = s.scan(&whole, 0, u64::MAX, 100).expect("scan");
-    let got: Vec<(u64, Value)> = all.rows.iter().map(|r| (r.commit_ts, r.after.as_ref().expect("after")[0].clone())).collect();
+    let got: Vec<(u64, Value)> = all
+        .rows
+        .iter()
+        .map(|r| (r.commit_ts, r.after.as_ref().expect("after")[0].clone()))
+        .collect();
     // Commit-ts order, then position in the transaction (not key order).
-    assert_eq!(got, vec![(10, Value::UInt(5)), (10, Value::UInt(3)), (20, Value::UInt(7)), (30, Value::UInt(1)), (30, Value::UInt(9))]);
+    assert_eq!(
+        got,
+        vec![
+            (10, Value::UInt(5)),
+            (10, Value::UInt(3)),
+            (20, Value::UInt(7)),
+            (30, Value::UInt(1)),
+            (30, Value::UInt(9))
+        ]
+    );
     assert_eq!(all.next, None);
     // A sub-span only sees its keys.
-    let sub = Span::new(TableId(1), Key::row_u64(TableId(1), 4), Key::row_u64(TableId(1), 8));
+    let sub = Span::new(
+        TableId(1),
+        Key::row_u64(TableId(1), 4),
+        Key::row_u64(TableId(1), 8),
+    );
     let part = s.scan(&sub, 0, 40, 100).expect("scan sub");
-    assert_eq!(part.rows.iter().map(|r| r.key.clone()).collect::<Vec<_>>(), vec![Key::row_u64(TableId(1), 5), Key::row_u64(TableId(1), 7)]);
+    assert_eq!(
+        part.rows.iter().map(|r| r.key.clone()).collect::<Vec<_>>(),
+        vec![Key::row_u64(TableId(1), 5), Key::row_u64(TableId(1), 7)]
+    );
     // From a start ts and up to an end ts.
     assert_eq!(s.scan(&whole, 10, 20, 100).expect("scan").rows.len(), 1);
     // Limits and cursors page through without loss or repeat.
-    let mut cursor = Cursor { ts: 0, seq: u32::MAX };
+    let mut cursor = Cursor {
+        ts: 0,
+        seq: u32::MAX,
+    };
     let mut paged = Vec::new();
     loop {
         let b = s.scan_from(&whole, cursor, 40, 2).expect("page");
@@ -78,9 +115,18 @@ fn ordered_by_table_ts_seq_with_spans_cursors_and_gc() {
     // GC below 20: rows at 10 and 20 go; starting below is an error, not a gap.
     let removed = s.gc(20).expect("gc");
     assert_eq!(removed, 3 + 1);
-    assert!(matches!(s.scan(&whole, 10, 40, 100), Err(StoreError::Collected { .. })));
+    assert!(matches!(
+        s.scan(&whole, 10, 40, 100),
+        Err(StoreError::Collected { .. })
+    ));
     assert_eq!(s.scan(&whole, 20, 40, 100).expect("scan").rows.len(), 2);
-    assert_eq!(s.scan(&Span::whole_table(TableId(2)), 20, 40, 100).expect("t2").rows.len(), 0);
+    assert_eq!(
+        s.scan(&Span::whole_table(TableId(2)), 20, 40, 100)
+            .expect("t2")
+            .rows
+            .len(),
+        0
+    );
     // Re-delivered transactions (reader restart) are ignored.
     s.append_txn(30, &[row(1, 100, 30)]).expect("dup");
     assert_eq!(s.scan(&whole, 20, 40, 100).expect("scan").rows.len(), 2);
@@ -98,10 +144,19 @@ fn reopen_drops_what_was_not_persisted() {
     }
     let s = EventStore::open(&path, StoreConfig::default()).expect("reopen");
     assert_eq!(s.resolved(), 10);
-    let rows = s.scan(&Span::whole_table(TableId(1)), 0, u64::MAX, 100).expect("scan").rows;
+    let rows = s
+        .scan(&Span::whole_table(TableId(1)), 0, u64::MAX, 100)
+        .expect("scan")
+        .rows;
     assert_eq!(rows, vec![row(1, 1, 10)]);
     s.append_txn(20, &[row(1, 2, 20)]).expect("t20 again");
-    assert_eq!(s.scan(&Span::whole_table(TableId(1)), 0, u64::MAX, 100).expect("scan").rows.len(), 2);
+    assert_eq!(
+        s.scan(&Span::whole_table(TableId(1)), 0, u64::MAX, 100)
+            .expect("scan")
+            .rows
+            .len(),
+        2
+    );
 }
 
 const CHILD_ENV: &str = "SLUICE_STORE_KILL_CHILD";
@@ -110,14 +165,16 @@ const CHILD_ENV: &str = "SLUICE_STORE_KILL_CHILD";
 /// persisting every 10 and printing the persisted ts.
 #[test]
 fn kill_9_child_writer() {
-    let Ok(path) = std::env::var(CHILD_ENV) else { return };
+    let Ok(path) = std::env::var(CHILD_ENV) else {
+        return;
+    };
     let s = EventStore::open(std::path::Path::new(&path), StoreConfig::default()).expect("open");
     let mut ts = s.resolved();
     loop {
         ts += 1;
         let rows: Vec<RowEvent> = (0..50).map(|i| row(1 + i % 3, ts * 100 + i, ts)).collect();
         s.append_txn(ts, &rows).expect("append");
-        if ts % 10 == 0 {
+        if ts.is_multiple_of(10) {
             println!("persisted {}", s.persist().expect("persist"));
         }
     }
@@ -129,7 +186,12 @@ fn kill_9_then_serve_from_an_old_start_ts() {
     let dir = TempDir::new("kill");
     let path = dir.0.join("db");
     let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
-        .args(["--exact", "kill_9_child_writer", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "kill_9_child_writer",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, &path)
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -138,7 +200,10 @@ fn kill_9_then_serve_from_an_old_start_ts() {
     let mut last = 0u64;
     for line in std::io::BufReader::new(out).lines() {
         let line = line.expect("line");
-        if let Some(ts) = line.strip_prefix("persisted ").and_then(|t| t.trim().parse::<u64>().ok()) {
+        if let Some(ts) = line
+            .strip_prefix("persisted ")
+            .and_then(|t| t.trim().parse::<u64>().ok())
+        {
             last = ts;
             if ts >= 200 {
                 break;
@@ -150,13 +215,21 @@ fn kill_9_then_serve_from_an_old_start_ts() {
     assert!(last >= 200);
     let s = EventStore::open(&path, StoreConfig::default()).expect("reopen after kill");
     let resolved = s.resolved();
-    assert!(resolved >= last, "everything persisted survives ({resolved} >= {last})");
+    assert!(
+        resolved >= last,
+        "everything persisted survives ({resolved} >= {last})"
+    );
     // Serve every table from a start ts older than the restart: complete transactions only,
     // each with all of its rows, nothing above resolved.
     let mut total = 0;
     for t in 1..=3u64 {
-        let b = s.scan(&Span::whole_table(TableId(t)), 5, u64::MAX, usize::MAX).expect("scan");
-        assert!(b.rows.iter().all(|r| r.commit_ts > 5 && r.commit_ts <= resolved));
+        let b = s
+            .scan(&Span::whole_table(TableId(t)), 5, u64::MAX, usize::MAX)
+            .expect("scan");
+        assert!(b
+            .rows
+            .iter()
+            .all(|r| r.commit_ts > 5 && r.commit_ts <= resolved));
         total += b.rows.len();
     }
     assert_eq!(total as u64, (resolved - 5) * 50);

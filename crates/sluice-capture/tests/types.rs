@@ -20,17 +20,29 @@ const DDL: &str = "CREATE TABLE d.t (
 ) DEFAULT CHARSET=utf8mb4";
 
 fn dt(year: u16, month: u8, day: u8, hour: u8, minute: u8, second: u8, micros: u32) -> Value {
-    Value::DateTime { year, month, day, hour, minute, second, micros }
+    Value::DateTime {
+        year,
+        month,
+        day,
+        hour,
+        minute,
+        second,
+        micros,
+    }
 }
 
 fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex")).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
 }
 
 #[tokio::test]
 async fn every_type_null_min_max() {
     let db = MariaDb::start().expect("mariadb");
-    db.exec(&format!("CREATE DATABASE d; {DDL}")).expect("create");
+    db.exec(&format!("CREATE DATABASE d; {DDL}"))
+        .expect("create");
     // Through the whole capture path: the schema history marks the JSON column.
     let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
     db.exec(
@@ -50,9 +62,18 @@ async fn every_type_null_min_max() {
          CREATE TABLE d.marker (id INT PRIMARY KEY)",
     )
     .expect("insert");
-    let geo0 = unhex(&db.query_one("SELECT HEX(g) FROM d.t WHERE id = 2").expect("hex"));
-    let geo1 = unhex(&db.query_one("SELECT HEX(g) FROM d.t WHERE id = 3").expect("hex"));
-    let mut c = Capture::new(reader(&db.url(), 301, history.snapshot_pos.clone()), history);
+    let geo0 = unhex(
+        &db.query_one("SELECT HEX(g) FROM d.t WHERE id = 2")
+            .expect("hex"),
+    );
+    let geo1 = unhex(
+        &db.query_one("SELECT HEX(g) FROM d.t WHERE id = 3")
+            .expect("hex"),
+    );
+    let mut c = Capture::new(
+        reader(&db.url(), 301, history.snapshot_pos.clone()),
+        history,
+    );
     let mut rows: Vec<Vec<Value>> = Vec::new();
     loop {
         match c.next().await.expect("capture") {
@@ -62,10 +83,18 @@ async fn every_type_null_min_max() {
         }
     }
     assert_eq!(rows.len(), 3);
-    let names: Vec<String> =
-        c.history.table_at("d", "t", c.history.head).expect("t").columns.iter().map(|c| c.name.clone()).collect();
+    let names: Vec<String> = c
+        .history
+        .table_at("d", "t", c.history.head)
+        .expect("t")
+        .columns
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
 
-    let null_row: Vec<Value> = std::iter::once(Value::Int(1)).chain(std::iter::repeat_n(Value::Null, names.len() - 1)).collect();
+    let null_row: Vec<Value> = std::iter::once(Value::Int(1))
+        .chain(std::iter::repeat_n(Value::Null, names.len() - 1))
+        .collect();
     let min_row = vec![
         Value::Int(2),
         Value::Int(-128),
@@ -90,13 +119,29 @@ async fn every_type_null_min_max() {
         Value::Bytes(vec![0, 0, 0, 0]),
         Value::Bytes(vec![]),
         Value::Bytes(vec![]),
-        Value::Date { year: 1000, month: 1, day: 1 },
-        Value::Time { negative: true, hours: 838, minutes: 59, seconds: 59, micros: 0 },
+        Value::Date {
+            year: 1000,
+            month: 1,
+            day: 1,
+        },
+        Value::Time {
+            negative: true,
+            hours: 838,
+            minutes: 59,
+            seconds: 59,
+            micros: 0,
+        },
         dt(1000, 1, 1, 0, 0, 0, 0),
         Value::Timestamp { micros: 1_000_000 },
         Value::Year(1901),
-        Value::Enum { index: 1, name: "a".into() },
-        Value::Set { bits: 0, names: vec![] },
+        Value::Enum {
+            index: 1,
+            name: "a".into(),
+        },
+        Value::Set {
+            bits: 0,
+            names: vec![],
+        },
         Value::Bit { bits: 0, width: 10 },
         Value::Json("[]".into()),
         Value::Geometry(geo0),
@@ -125,18 +170,43 @@ async fn every_type_null_min_max() {
         Value::Bytes(vec![0xff; 4]),
         Value::Bytes(vec![0x00, 0xff]),
         Value::Bytes(vec![0xde, 0xad, 0xbe, 0xef]),
-        Value::Date { year: 9999, month: 12, day: 31 },
-        Value::Time { negative: false, hours: 838, minutes: 59, seconds: 59, micros: 999_000 },
+        Value::Date {
+            year: 9999,
+            month: 12,
+            day: 31,
+        },
+        Value::Time {
+            negative: false,
+            hours: 838,
+            minutes: 59,
+            seconds: 59,
+            micros: 999_000,
+        },
         dt(9999, 12, 31, 23, 59, 59, 999_999),
-        Value::Timestamp { micros: 2_147_483_647_999_999 },
+        Value::Timestamp {
+            micros: 2_147_483_647_999_999,
+        },
         Value::Year(2155),
-        Value::Enum { index: 3, name: "c".into() },
-        Value::Set { bits: 0b101, names: vec!["x".into(), "z".into()] },
-        Value::Bit { bits: 1023, width: 10 },
+        Value::Enum {
+            index: 3,
+            name: "c".into(),
+        },
+        Value::Set {
+            bits: 0b101,
+            names: vec!["x".into(), "z".into()],
+        },
+        Value::Bit {
+            bits: 1023,
+            width: 10,
+        },
         Value::Json("{\"a\": [1, 2]}".into()),
         Value::Geometry(geo1),
     ];
-    for (want, got) in [(&null_row, &rows[0]), (&min_row, &rows[1]), (&max_row, &rows[2])] {
+    for (want, got) in [
+        (&null_row, &rows[0]),
+        (&min_row, &rows[1]),
+        (&max_row, &rows[2]),
+    ] {
         assert_eq!(got.len(), names.len());
         for (i, name) in names.iter().enumerate() {
             assert_eq!(&got[i], &want[i], "column {name} of row {:?}", got[0]);
@@ -156,5 +226,12 @@ async fn latin1_table_default_charset_and_invalid_utf8_fall_back_to_bytes() {
     let mut r = reader(&db.url(), 302, start_pos());
     let txns = read_until(&mut r, |t| is_stmt(t, "marker")).await;
     let row = txns.iter().flat_map(|t| t.rows.iter()).next().expect("row");
-    assert_eq!(row.after, Some(vec![Value::Int(1), Value::Text("éèÿ".into()), Value::Bytes(vec![0xe9])]));
+    assert_eq!(
+        row.after,
+        Some(vec![
+            Value::Int(1),
+            Value::Text("éèÿ".into()),
+            Value::Bytes(vec![0xe9])
+        ])
+    );
 }

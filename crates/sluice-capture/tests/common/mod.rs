@@ -19,7 +19,10 @@ pub fn reader(url: &str, server_id: u32, start: BinlogPos) -> BinlogReader {
 }
 
 /// Reads transactions until one satisfies `stop` (inclusive). Panics after 60 s.
-pub async fn read_until(r: &mut BinlogReader, mut stop: impl FnMut(&Transaction) -> bool) -> Vec<Transaction> {
+pub async fn read_until(
+    r: &mut BinlogReader,
+    mut stop: impl FnMut(&Transaction) -> bool,
+) -> Vec<Transaction> {
     let mut out = Vec::new();
     let fut = async {
         loop {
@@ -35,11 +38,15 @@ pub async fn read_until(r: &mut BinlogReader, mut stop: impl FnMut(&Transaction)
             }
         }
     };
-    tokio::time::timeout(Duration::from_secs(60), fut).await.expect("timed out reading the binlog");
+    tokio::time::timeout(Duration::from_secs(60), fut)
+        .await
+        .expect("timed out reading the binlog");
     out
 }
 
 /// True when the transaction is the statement containing `needle`.
 pub fn is_stmt(t: &Transaction, needle: &str) -> bool {
-    t.statement.as_ref().is_some_and(|s| s.query.contains(needle))
+    t.statement
+        .as_ref()
+        .is_some_and(|s| s.query.contains(needle))
 }
