@@ -15,7 +15,9 @@
 use crate::binlog::{BinlogReader, ReaderEvent, RowChange, Transaction};
 use crate::error::{CaptureError, Result};
 use crate::keys::row_key;
-use crate::schema::{is_system_schema, SchemaHistory};
+use crate::pos::BinlogPos;
+use crate::schema::{is_system_schema, SchemaHistory, SchemaStore};
+use crate::store::EventStore;
 use sluice_types::{ColumnType, DdlEvent, Key, RowEvent, RowKind, TableSchema, Ts, Value};
 
 /// What one transaction becomes.
@@ -169,5 +171,71 @@ impl Capture {
             ReaderEvent::Resolved(ts) => Ok(Captured::Resolved(ts)),
             ReaderEvent::Transaction(t) => convert(&mut self.history, &t),
         }
+    }
+}
+
+/// Feeds one [`Capture`] into one [`EventStore`]: the loop a node runs per upstream.
+///
+/// Invariants: the store's `resolved` only advances past a DDL after the history containing
+/// that DDL was saved through the [`SchemaStore`]; a restart resumes the reader at the store's
+/// durable `resolved` ([`Pump::resume_position`]), so the history is never behind the store.
+pub struct Pump<'a> {
+    pub capture: Capture,
+    pub store: &'a EventStore,
+    pub history_store: &'a dyn SchemaStore,
+    /// Call [`EventStore::persist`] after this many transactions (and on every DDL).
+    pub persist_every: u64,
+    since_persist: u64,
+}
+
+impl<'a> Pump<'a> {
+    pub fn new(
+        capture: Capture,
+        store: &'a EventStore,
+        history_store: &'a dyn SchemaStore,
+    ) -> Self {
+        Pump {
+            capture,
+            store,
+            history_store,
+            persist_every: 1000,
+            since_persist: 0,
+        }
+    }
+
+    /// Where a reader feeding `store` must start: right after the store's resolved ts, or the
+    /// history's snapshot position for an empty store.
+    pub fn resume_position(store: &EventStore, history: &SchemaHistory) -> BinlogPos {
+        let r = store.resolved();
+        if r <= history.snapshot_ts {
+            history.snapshot_pos.clone()
+        } else {
+            BinlogPos::from_ts(history.snapshot_pos.base(), r)
+        }
+    }
+
+    /// Captures one item into the store and returns it.
+    pub async fn step(&mut self) -> Result<Captured> {
+        let item = self.capture.next().await?;
+        match &item {
+            Captured::Rows { commit_ts, rows } => {
+                self.store.append_txn(*commit_ts, rows)?;
+                self.since_persist += 1;
+            }
+            Captured::Ddl(ddl) => {
+                self.history_store.save(&self.capture.history)?;
+                self.store.append_ddl(ddl)?;
+                self.since_persist = self.persist_every;
+            }
+            Captured::Resolved(ts) => {
+                self.store.advance(*ts);
+                self.since_persist = self.persist_every;
+            }
+        }
+        if self.since_persist >= self.persist_every {
+            self.store.persist()?;
+            self.since_persist = 0;
+        }
+        Ok(item)
     }
 }

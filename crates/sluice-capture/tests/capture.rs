@@ -173,3 +173,83 @@ async fn snapshot_ddl_mid_stream_and_two_readers_agree() {
     assert!(!t2.is_empty() && t2.iter().any(|t| t.2 > marker1));
     assert_eq!(t1, t2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pump_into_store_and_resume_from_the_persisted_position() {
+    use sluice_capture::capture::Pump;
+    use sluice_capture::schema::{FileSchemaStore, SchemaStore};
+    use sluice_capture::store::{EventStore, StoreConfig};
+    let db = MariaDb::start().expect("mariadb");
+    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id INT PRIMARY KEY)")
+        .expect("sql");
+    let dir = db.dir().join("node");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let hs = FileSchemaStore(dir.join("history.json"));
+    let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
+    hs.save(&history).expect("save");
+    let t = history
+        .table_at("d", "t", history.head)
+        .expect("t")
+        .table_id;
+    db.exec("INSERT INTO d.t VALUES (1),(2); ALTER TABLE d.t ADD COLUMN v INT; INSERT INTO d.t VALUES (3, 3)")
+        .expect("sql");
+    let (_, end1) = db.master_status().expect("status");
+    {
+        let store = EventStore::open(&dir.join("events"), StoreConfig::default()).expect("store");
+        let pos = Pump::resume_position(&store, &history);
+        let mut pump = Pump::new(
+            Capture::new(reader(&db.url(), 401, pos), history),
+            &store,
+            &hs,
+        );
+        pump.persist_every = 1;
+        while store.resolved() & 0xffff_ffff < end1 {
+            pump.step().await.expect("step");
+        }
+    }
+    // "Restart the node": reload history and store, resume where the store ended.
+    db.exec("INSERT INTO d.t VALUES (4, 4); UPDATE d.t SET v = 5 WHERE id = 1")
+        .expect("sql");
+    let (_, end2) = db.master_status().expect("status");
+    let history = hs.load().expect("load").expect("history");
+    let store = EventStore::open(&dir.join("events"), StoreConfig::default()).expect("reopen");
+    let pos = Pump::resume_position(&store, &history);
+    assert_eq!(pos.pos, end1, "resumes at the persisted position");
+    let mut pump = Pump::new(
+        Capture::new(reader(&db.url(), 402, pos), history),
+        &store,
+        &hs,
+    );
+    while store.resolved() & 0xffff_ffff < end2 {
+        pump.step().await.expect("step");
+    }
+    let rows = store
+        .scan(&sluice_types::Span::whole_table(t), 0, u64::MAX, 1000)
+        .expect("scan")
+        .rows;
+    let got: Vec<(RowKind, Value)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.kind,
+                r.after.clone().or(r.before.clone()).expect("image")[0].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (RowKind::Insert, Value::Int(1)),
+            (RowKind::Insert, Value::Int(2)),
+            (RowKind::Insert, Value::Int(3)),
+            (RowKind::Insert, Value::Int(4)),
+            (RowKind::Update, Value::Int(1)),
+        ]
+    );
+    assert_eq!(
+        rows[4].after,
+        Some(vec![Value::Int(1), Value::Int(5)]),
+        "decoded with the post-ALTER schema"
+    );
+    assert_eq!(store.ddls(0, u64::MAX).expect("ddls").len(), 1);
+}
