@@ -609,6 +609,7 @@ impl Maintainer {
                     let mut op = self.new_op(OpKind::Merge, table, Some(key));
                     op.dest = Some(n.clone());
                     op.creating = Some(r.id);
+                    op.target = Some(r.span.clone());
                     op.restored = true;
                     for s in &r.merge_sources {
                         if let Some(t) = self.tracked.get(s) {
@@ -842,24 +843,15 @@ impl Maintainer {
             if let Some(mut op) = self.ops.remove(&op_id) {
                 if op.kind == OpKind::Merge {
                     // Nothing changed on the node: the sources still run there.
-                    if let Some(k) = &op.key {
-                        self.spans.remove(k);
+                    let id = op.id;
+                    for e in self.spans.values_mut().filter(|e| e.op == Some(id)) {
+                        e.state = SpanState::Replicating;
+                        e.op = None;
                     }
-                    for (sid, span, cp) in &op.sources {
+                    for (sid, _, _) in &op.sources {
                         if let Some(t) = self.tracked.get_mut(sid) {
                             t.phase = Tracked::Working;
                         }
-                        self.spans.insert(
-                            span_key(span),
-                            SpanEntry {
-                                span: span.clone(),
-                                state: SpanState::Replicating,
-                                node: Some(from.clone()),
-                                dispatcher: Some(*sid),
-                                checkpoint: *cp,
-                                op: None,
-                            },
-                        );
                     }
                 } else if let Some(k) = &op.key {
                     if let Some(e) = self.spans.get_mut(k) {
@@ -1228,8 +1220,8 @@ impl Maintainer {
                 }
                 if op.due(now, RESEND_MS) {
                     op.last_sent = Some(now);
-                    let start_ts = entry.checkpoint.max(self.committed.min(entry.checkpoint.max(self.committed)));
-                    let start_ts = start_ts.max(self.committed);
+                    // Never below the changefeed checkpoint, never above the span's own.
+                    let start_ts = entry.checkpoint.max(self.committed);
                     self.tracked.entry(id).or_insert(TrackedDispatcher {
                         node: dest.clone(),
                         span: span.clone(),
@@ -1245,33 +1237,41 @@ impl Maintainer {
                 }
             }
             OpPhase::Merging => {
-                let (Some(node), Some(target), Some(k)) = (op.dest.clone(), op.creating, op.key.clone()) else {
+                let (Some(node), Some(target), Some(tspan)) = (op.dest.clone(), op.creating, op.target.clone()) else {
                     op.transition(OpPhase::Aborted);
                     return;
                 };
                 if !ctx.alive.contains_key(&node) || !self.ready.contains_key(&node) {
-                    // The node is gone with the sources and the target: the whole range is absent.
+                    // The node is gone with the sources and the target: the range is absent.
                     self.tracked.remove(&target);
-                    self.set_absent(Some(&k));
+                    let id = op.id;
+                    for e in self.spans.values_mut().filter(|e| e.op == Some(id)) {
+                        e.state = SpanState::Absent;
+                        e.node = None;
+                        e.dispatcher = None;
+                        e.op = None;
+                    }
                     op.transition(OpPhase::Aborted);
                     return;
                 }
-                if self.tracked.get(&target).map(|t| t.phase == Tracked::Working).unwrap_or(false) {
-                    if let Some(e) = self.spans.get_mut(&k) {
-                        e.state = SpanState::Replicating;
-                        e.node = Some(node);
-                        e.dispatcher = Some(target);
-                    }
+                if let Some(t) = self.tracked.get(&target).filter(|t| t.phase == Tracked::Working) {
+                    let id = op.id;
+                    let min_cp = self.spans.values().filter(|e| e.op == Some(id)).map(|e| e.checkpoint).min();
+                    // Both are sound lower bounds for the whole range; keep the larger.
+                    let cp = t.checkpoint.max(min_cp.unwrap_or(0));
+                    self.spans.retain(|_, e| e.op != Some(id));
+                    self.spans.insert(
+                        span_key(&tspan),
+                        SpanEntry { span: tspan, state: SpanState::Replicating, node: Some(node), dispatcher: Some(target), checkpoint: cp, op: None },
+                    );
+                    op.key = None;
                     op.transition(OpPhase::Done);
                     return;
                 }
                 if op.due(now, RESEND_MS) {
                     op.last_sent = Some(now);
                     let sources: Vec<DispatcherId> = op.sources.iter().map(|s| s.0).collect();
-                    let span = self.spans.get(&k).map(|e| e.span.clone());
-                    if let Some(span) = span {
-                        self.send(out, &node, Message::Merge { cf: self.cf.clone(), epoch: self.epoch, sources, target, span });
-                    }
+                    self.send(out, &node, Message::Merge { cf: self.cf.clone(), epoch: self.epoch, sources, target, span: tspan });
                 }
             }
             OpPhase::Done | OpPhase::Aborted => {}
@@ -1330,7 +1330,8 @@ impl Maintainer {
         true
     }
 
-    /// Merge every span of `table` (all replicating on one node) into one.
+    /// Merge every span of `table` (all replicating on one node) into one. The sources stay in
+    /// the span map (scheduling) until the target works; the target lives in the operator.
     fn start_merge(&mut self, table: TableId) -> bool {
         let entries: Vec<SpanEntry> = self.spans.values().filter(|e| e.span.table == table).cloned().collect();
         if entries.len() < 2 || entries.iter().any(|e| e.op.is_some() || e.state != SpanState::Replicating) {
@@ -1344,24 +1345,24 @@ impl Maintainer {
         let whole = Span::whole_table(table);
         let target = self.mint();
         let cp = entries.iter().map(|e| e.checkpoint).min().unwrap_or(self.committed);
-        let mut op = self.new_op(OpKind::Merge, table, Some(span_key(&whole)));
+        let mut op = self.new_op(OpKind::Merge, table, None);
         for e in &entries {
             if let Some(id) = e.dispatcher {
                 op.sources.push((id, e.span.clone(), e.checkpoint));
-                if let Some(t) = self.tracked.get_mut(&id) {
-                    t.phase = Tracked::Removing;
-                }
             }
-            self.spans.remove(&span_key(&e.span));
         }
         op.dest = Some(node.clone());
         op.creating = Some(target);
-        self.tracked.insert(target, TrackedDispatcher { node: node.clone(), span: whole.clone(), phase: Tracked::Requested, checkpoint: cp });
-        self.spans.insert(
-            span_key(&whole),
-            SpanEntry { span: whole, state: SpanState::Scheduling, node: Some(node), dispatcher: Some(target), checkpoint: cp, op: None },
-        );
+        op.target = Some(whole.clone());
+        self.tracked.insert(target, TrackedDispatcher { node, span: whole, phase: Tracked::Requested, checkpoint: cp });
+        let id = op.id;
         self.insert_op(op);
+        for e in &entries {
+            if let Some(en) = self.spans.get_mut(&span_key(&e.span)) {
+                en.op = Some(id);
+                en.state = SpanState::Scheduling;
+            }
+        }
         true
     }
 

@@ -120,6 +120,8 @@ pub struct Operator {
     pub points: Vec<Key>,
     /// Merge sources with their spans and checkpoints, to restore them if the merge is refused.
     pub sources: Vec<(DispatcherId, Span, Ts)>,
+    /// The merge target's span.
+    pub target: Option<Span>,
     pub last_sent: Option<Millis>,
     /// Whether the span entry goes away when a remove finishes (dropped table, cleanup of an
     /// extra dispatcher) rather than becoming absent.
@@ -141,6 +143,7 @@ impl Operator {
             creating: None,
             points: Vec::new(),
             sources: Vec::new(),
+            target: None,
             last_sent: None,
             drop_entry: false,
             restored: false,

@@ -1,0 +1,273 @@
+//! Safety invariants, checked incrementally after every event. The oracle is the model upstream's
+//! history and state, never the stream being checked.
+//!
+//! | invariant | checked when |
+//! |---|---|
+//! | one writer per key range | every sink write: no other started, not confirmed closed dispatcher of the changefeed overlaps the writer's span |
+//! | stale epochs have no effect | every scheduling message a dispatcher manager applies: its epoch is the newest that manager admitted |
+//! | epochs only grow | every write of a changefeed's info key |
+//! | checkpoint monotonic | every persisted checkpoint and every maintainer checkpoint |
+//! | checkpoint sound | same moments: every upstream event at or below it was delivered |
+//! | no row invented | every write: the row exists upstream with that key and ts, inside the writer's span |
+//! | per-key order | first delivery of a version: every older version of the key was delivered first |
+//! | DDL order | first delivery of a DDL: every earlier row of its tables was delivered; first delivery of a row: every earlier DDL of its table was |
+//! | dropped tables stay dropped | every dispatcher start: its table was not dropped at or before its start ts |
+
+use crate::upstream::{UEvent, Upstream};
+use sluice_types::{ChangefeedId, DispatcherId, Epoch, Key, Span, TableId, Ts};
+use std::collections::{BTreeMap, BTreeSet};
+
+pub type WriterKey = (String, u64, DispatcherId);
+
+#[derive(Debug, Default)]
+pub struct Checker {
+    pub start_ts: Option<Ts>,
+    pub violation: Option<String>,
+    active: BTreeMap<WriterKey, Span>,
+    delivered: BTreeSet<(TableId, u64, Ts)>,
+    first_undelivered: BTreeMap<(TableId, u64), usize>,
+    undelivered_rows: BTreeMap<TableId, BTreeSet<(Ts, u64)>>,
+    undelivered_ddls: BTreeMap<TableId, BTreeSet<Ts>>,
+    undelivered_all: BTreeSet<(Ts, usize)>,
+    delivered_ddl: BTreeSet<Ts>,
+    registered: usize,
+    dm_epoch: BTreeMap<(String, u64, ChangefeedId), Epoch>,
+    persisted_epoch: BTreeMap<String, u64>,
+    pub persisted_cp: BTreeMap<String, Ts>,
+    maintainer_cp: BTreeMap<(ChangefeedId, Epoch), Ts>,
+    pub restarted: bool,
+    pub rows_written: u64,
+    pub rows_first_delivered: u64,
+    pub ddls_written: u64,
+}
+
+fn key_u64(k: &Key) -> u64 {
+    let b = &k.0;
+    if b.len() < 17 {
+        return 0;
+    }
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[9..17]);
+    u64::from_be_bytes(a)
+}
+
+impl Checker {
+    fn fail(&mut self, s: String) {
+        if self.violation.is_none() {
+            self.violation = Some(s);
+        }
+    }
+
+    pub fn ok(&self) -> bool {
+        self.violation.is_none()
+    }
+
+    pub fn set_start(&mut self, ts: Ts, up: &Upstream) {
+        if self.start_ts.is_none() {
+            self.start_ts = Some(ts);
+            self.registered = up.history.partition_point(|e| e.ts() <= ts);
+            self.register(up);
+        }
+    }
+
+    /// Record new upstream events as not yet delivered.
+    pub fn register(&mut self, up: &Upstream) {
+        if self.start_ts.is_none() {
+            return;
+        }
+        while self.registered < up.history.len() {
+            let i = self.registered;
+            self.registered += 1;
+            match &up.history[i] {
+                UEvent::Row { ts, table, key, .. } => {
+                    self.undelivered_rows.entry(*table).or_default().insert((*ts, *key));
+                    self.undelivered_all.insert((*ts, i));
+                }
+                UEvent::Ddl { ddl, affected } => {
+                    for t in affected.iter().chain(ddl.influence.added.iter().map(|a| &a.0)) {
+                        self.undelivered_ddls.entry(*t).or_default().insert(ddl.commit_ts);
+                    }
+                    self.undelivered_all.insert((ddl.commit_ts, i));
+                }
+            }
+        }
+    }
+
+    pub fn dispatcher_started(&mut self, node: &str, inc: u64, id: DispatcherId, span: &Span, start_ts: Ts, up: &Upstream) {
+        if span.table != TableId(0) {
+            if let Some(t) = up.tables.get(&span.table) {
+                if let Some(d) = t.dropped {
+                    if d <= start_ts {
+                        self.fail(format!(
+                            "dropped-table-stays-dropped: dispatcher {id:?} on {node} started for {:?} at {start_ts}, but the table was dropped at {d}",
+                            span.table
+                        ));
+                    }
+                }
+            }
+        }
+        self.active.insert((node.to_string(), inc, id), span.clone());
+    }
+
+    pub fn dispatcher_closed(&mut self, node: &str, inc: u64, id: DispatcherId) {
+        self.active.remove(&(node.to_string(), inc, id));
+    }
+
+    /// A node crashed or fenced itself: none of its dispatchers can write any more.
+    pub fn node_gone(&mut self, node: &str, inc: u64) {
+        self.active.retain(|(n, i, _), _| !(n == node && *i == inc));
+    }
+
+    fn check_one_writer(&mut self, node: &str, inc: u64, id: DispatcherId, span: &Span) {
+        if span.table == TableId(0) {
+            return; // the table trigger writes DDLs only, ordered by the barrier
+        }
+        let me = (node.to_string(), inc, id);
+        if !self.active.contains_key(&me) {
+            self.fail(format!("one-writer: {id:?} on {node} wrote {span:?} while not started or already confirmed closed"));
+            return;
+        }
+        let other = self.active.iter().find(|(k, s)| **k != me && s.overlaps(span)).map(|(k, s)| (k.clone(), s.clone()));
+        if let Some(((n, _, oid), s)) = other {
+            self.fail(format!(
+                "one-writer: {id:?} on {node} wrote {span:?} while {oid:?} on {n} ({s:?}) is started and not confirmed closed"
+            ));
+        }
+    }
+
+    pub fn on_rows(&mut self, node: &str, inc: u64, id: DispatcherId, span: &Span, rows: &[(Ts, Key, u64)], up: &Upstream) {
+        self.check_one_writer(node, inc, id, span);
+        for (ts, key, handle) in rows {
+            self.rows_written += 1;
+            let Some(UEvent::Row { ts: uts, table, key: ukey, .. }) = up.history.get(*handle as usize) else {
+                self.fail(format!("no-row-invented: {id:?} on {node} wrote a row ({ts}, {key:?}) that the upstream never had"));
+                return;
+            };
+            if uts != ts || Key::row_u64(*table, *ukey) != *key || !span.contains(key) {
+                self.fail(format!("no-row-invented: {id:?} on {node} wrote ({ts}, {key:?}) outside its span {span:?} or not as upstream"));
+                return;
+            }
+            let (table, k) = (*table, key_u64(key));
+            if !self.delivered.insert((table, k, *ts)) {
+                continue; // a re-delivery
+            }
+            self.rows_first_delivered += 1;
+            // DDL order: every DDL of this table before the row was delivered.
+            if let Some(d) = self.undelivered_ddls.get(&table).and_then(|s| s.range(..*ts).next().copied()) {
+                self.fail(format!("ddl-order: row {table:?}/{k} at {ts} delivered before the table's DDL at {d}"));
+            }
+            // Per-key order: every older version delivered.
+            let versions = up.versions.get(&(table, k)).map(|v| v.as_slice()).unwrap_or(&[]);
+            let start = self.start_ts.unwrap_or(0);
+            let first = *self.first_undelivered.entry((table, k)).or_insert_with(|| versions.partition_point(|(t, _)| *t <= start));
+            let idx = versions.partition_point(|(t, _)| t < ts);
+            if idx > first {
+                self.fail(format!(
+                    "per-key-order: {table:?}/{k} version {ts} delivered before version {} ({id:?} on {node})",
+                    versions.get(first).map(|v| v.0).unwrap_or(0)
+                ));
+            }
+            let mut f = first;
+            while f < versions.len() && self.delivered.contains(&(table, k, versions[f].0)) {
+                f += 1;
+            }
+            self.first_undelivered.insert((table, k), f);
+            if let Some(s) = self.undelivered_rows.get_mut(&table) {
+                s.remove(&(*ts, k));
+            }
+            self.undelivered_all.remove(&(*ts, *handle as usize));
+        }
+    }
+
+    pub fn on_ddl(&mut self, node: &str, inc: u64, id: DispatcherId, span: &Span, ts: Ts, handle: u64, up: &Upstream) {
+        self.check_one_writer(node, inc, id, span);
+        self.ddls_written += 1;
+        let Some(UEvent::Ddl { ddl, affected }) = up.history.get(handle as usize) else {
+            self.fail(format!("no-row-invented: {id:?} on {node} wrote a DDL at {ts} the upstream never had"));
+            return;
+        };
+        if ddl.commit_ts != ts {
+            self.fail(format!("no-row-invented: DDL handle {handle} written with ts {ts}"));
+            return;
+        }
+        if !self.delivered_ddl.insert(ts) {
+            return;
+        }
+        let tables: Vec<TableId> = affected.iter().copied().chain(ddl.influence.added.iter().map(|a| a.0)).collect();
+        for t in &tables {
+            if let Some((rts, k)) = self.undelivered_rows.get(t).and_then(|s| s.range(..(ts, 0)).next().copied()) {
+                self.fail(format!("ddl-order: DDL `{}` at {ts} delivered before row {t:?}/{k} at {rts}", ddl.query));
+            }
+            if let Some(s) = self.undelivered_ddls.get_mut(t) {
+                s.remove(&ts);
+            }
+        }
+        self.undelivered_all.remove(&(ts, handle as usize));
+    }
+
+    fn check_sound(&mut self, what: &str, cp: Ts) {
+        if let Some((ts, i)) = self.undelivered_all.iter().next().copied() {
+            if ts <= cp {
+                self.fail(format!("checkpoint-sound: {what} checkpoint {cp} passes upstream event #{i} at {ts} that no sink write delivered"));
+            }
+        }
+    }
+
+    pub fn on_maintainer_checkpoint(&mut self, cf: &ChangefeedId, epoch: Epoch, cp: Ts) {
+        let prev = self.maintainer_cp.insert((cf.clone(), epoch), cp).unwrap_or(0);
+        if cp < prev {
+            self.fail(format!("checkpoint-monotonic: maintainer {cf} {epoch:?} checkpoint went from {prev} to {cp}"));
+        }
+        self.check_sound("maintainer", cp);
+    }
+
+    pub fn on_persisted_checkpoint(&mut self, cf: &str, cp: Ts) {
+        let prev = self.persisted_cp.get(cf).copied().unwrap_or(0);
+        if cp < prev {
+            self.fail(format!("checkpoint-monotonic: persisted checkpoint of {cf} went from {prev} to {cp}"));
+        }
+        self.persisted_cp.insert(cf.to_string(), cp.max(prev));
+        self.check_sound("persisted", cp);
+    }
+
+    pub fn on_persisted_epoch(&mut self, cf: &str, epoch: u64) {
+        let prev = self.persisted_epoch.get(cf).copied().unwrap_or(0);
+        if epoch < prev {
+            self.fail(format!("epoch-monotonic: persisted epoch of {cf} went from {prev} to {epoch}"));
+        }
+        self.persisted_epoch.insert(cf.to_string(), epoch.max(prev));
+    }
+
+    pub fn on_applied(&mut self, node: &str, inc: u64, cf: &ChangefeedId, kind: &str, epoch: Epoch) {
+        let k = (node.to_string(), inc, cf.clone());
+        let max = self.dm_epoch.get(&k).copied().unwrap_or_default();
+        if epoch < max {
+            self.fail(format!("stale-epoch: {node} applied a `{kind}` of {epoch:?} after admitting {max:?}"));
+        }
+        if epoch > max {
+            self.dm_epoch.insert(k, epoch);
+        }
+    }
+
+    /// The sink replayed to `cp` equals the upstream at `cp` (for every table live at `cp`).
+    pub fn sink_matches_upstream(&self, up: &Upstream, cp: Ts) -> Result<(), String> {
+        let start = self.start_ts.unwrap_or(0);
+        for ((table, k), versions) in &up.versions {
+            let Some(t) = up.tables.get(table) else { continue };
+            if !t.live_at(cp) {
+                continue;
+            }
+            let want = versions.iter().rev().find(|(ts, _)| *ts <= cp).map(|v| v.1).unwrap_or(None);
+            let got = versions
+                .iter()
+                .rev()
+                .find(|(ts, _)| *ts <= cp && (*ts <= start || self.delivered.contains(&(*table, *k, *ts))))
+                .map(|v| v.1)
+                .unwrap_or(None);
+            if want != got {
+                return Err(format!("sink-matches-upstream: {table:?}/{k} at checkpoint {cp}: upstream {want:?}, sink {got:?}"));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,250 @@
+//! Random exploration: each seed draws a world, a workload, operators, DDLs, holds and faults (or
+//! runs a given scenario with random faults and timings). Reports failing seeds, faults injected by
+//! kind, and the coverage matrix {operator kind × phase} × {crash, partition, drop, stale epoch}.
+
+use crate::rng::Rng;
+use crate::scenario::{self, Scenario};
+use crate::world::Sim;
+use sluice_control::maintainer::operator::{OpKind, OpPhase};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Instant;
+
+/// Every cell of the coverage matrix must be hit at least this often.
+pub const MIN_COVERAGE: u64 = 5;
+pub const FAULTS: [&str; 4] = ["crash", "partition", "drop", "stale_epoch"];
+
+#[derive(Default)]
+pub struct Report {
+    pub passed: u64,
+    pub failed: Vec<(u64, String)>,
+    pub faults: BTreeMap<&'static str, u64>,
+    pub coverage: BTreeMap<(OpKind, OpPhase, &'static str), u64>,
+    pub events: u64,
+    pub simulated_ms: u64,
+    pub wall_ms: u128,
+    pub skipped_expects: u64,
+}
+
+impl Report {
+    pub fn cells() -> Vec<(OpKind, OpPhase)> {
+        let mut v = Vec::new();
+        for k in OpKind::ALL {
+            for p in k.phases() {
+                v.push((k, *p));
+            }
+        }
+        v
+    }
+
+    pub fn coverage_ok(&self, min: u64) -> bool {
+        Self::cells().iter().all(|(k, p)| FAULTS.iter().all(|f| self.coverage.get(&(*k, *p, *f)).copied().unwrap_or(0) >= min))
+    }
+
+    pub fn render(&self, min: u64) -> String {
+        let mut s = String::new();
+        for (seed, why) in &self.failed {
+            let _ = writeln!(s, "FAILED seed {seed}: {why}");
+            let _ = writeln!(s, "  replay: sluice-sim explore --start {seed} --seeds 1");
+        }
+        let secs = (self.wall_ms as f64 / 1000.0).max(0.001);
+        let _ = writeln!(s, "seeds: {}, events: {}, simulated s: {}, wall s: {:.1}", self.passed + self.failed.len() as u64, self.events, self.simulated_ms / 1000, secs);
+        let _ = writeln!(s, "rate: {:.1} seeds/min, {:.0} events/s", (self.passed + self.failed.len() as u64) as f64 * 60.0 / secs, self.events as f64 / secs);
+        let _ = writeln!(s, "faults injected by kind:");
+        for (k, v) in &self.faults {
+            let _ = writeln!(s, "  {k:<16} {v}");
+        }
+        if self.skipped_expects > 0 {
+            let _ = writeln!(s, "expect steps skipped (explore --scenario): {}", self.skipped_expects);
+        }
+        let _ = writeln!(s, "coverage (operator phase in flight when the fault hit):");
+        let _ = writeln!(s, "  {:<18} {:>8} {:>10} {:>8} {:>12}", "operator", "crash", "partition", "drop", "stale_epoch");
+        for (k, p) in Self::cells() {
+            let c = |f| self.coverage.get(&(k, p, f)).copied().unwrap_or(0);
+            let _ = writeln!(s, "  {:<18} {:>8} {:>10} {:>8} {:>12}", format!("{}:{}", k.name(), p), c("crash"), c("partition"), c("drop"), c("stale_epoch"));
+        }
+        if min > 0 && !self.coverage_ok(min) {
+            let _ = writeln!(s, "coverage: some cell was hit fewer than {min} times");
+        }
+        let _ = writeln!(s, "{} passed, {} failed", self.passed, self.failed.len());
+        s
+    }
+}
+
+/// A random world and workload for one seed, written in the scenario format itself.
+pub fn random_scenario(seed: u64) -> Scenario {
+    let mut r = Rng::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0xA5A5);
+    let nodes = r.range(2, 4);
+    let node = |i: u64| format!("n{}", i + 1);
+    let mut t = String::new();
+    let _ = writeln!(t, "name = \"explore seed {seed}\"\n[world]\nnodes = [{}]", (0..nodes).map(|i| format!("\"{}\"", node(i))).collect::<Vec<_>>().join(", "));
+    let sink = ["storage", "mysql", "storage", "blackhole"][r.range(0, 3) as usize];
+    let _ = writeln!(t, "maintainer = \"{}\"\nsink = \"{sink}\"", node(r.range(0, nodes - 1)));
+    let across = r.chance(0.7);
+    let _ = writeln!(
+        t,
+        "[world.scheduler]\nenable-table-across-nodes = {across}\nregion-threshold = {}\nregion-count-per-span = {}\nbalance = {}",
+        r.range(2, 6),
+        r.range(1, 3),
+        r.chance(0.5)
+    );
+    let ntables = r.range(2, 5);
+    let mut tables: Vec<u64> = Vec::new();
+    for i in 0..ntables {
+        let id = 10 + i;
+        tables.push(id);
+        let _ = writeln!(t, "[[world.tables]]\nid = {id}\nname = \"db{}.t{id}\"\nregions = {}\nrows = {}", i % 2, r.range(1, 12), r.range(0, 40));
+    }
+    let step = |t: &mut String, body: String| {
+        let _ = writeln!(t, "[[step]]\n{body}");
+    };
+    step(&mut t, "op = \"create_changefeed\"".into());
+    if r.chance(0.5) {
+        step(&mut t, "op = \"settle\"".into());
+    }
+    let mut next_table = 100;
+    let mut live: Vec<u64> = tables.clone();
+    let mut held: Vec<&str> = Vec::new();
+    let nsteps = r.range(8, 22);
+    for _ in 0..nsteps {
+        let pick = |r: &mut Rng, v: &Vec<u64>| v[(r.next_u64() % v.len().max(1) as u64) as usize % v.len().max(1)];
+        let n = node(r.range(0, nodes - 1));
+        match r.range(0, 19) {
+            0..=3 if !live.is_empty() => {
+                let tb = pick(&mut r, &live);
+                step(&mut t, format!("op = \"write\"\ntable = {tb}\nrows = {}\ntxn-rows = {}\ndeletes = {}", r.range(1, 40), r.range(1, 5), r.range(0, 3)));
+            }
+            4 if !live.is_empty() => {
+                let tb = pick(&mut r, &live);
+                step(&mut t, format!("op = \"move_table\"\ntable = {tb}\nto = \"{n}\""));
+            }
+            5 if !live.is_empty() && across => {
+                let tb = pick(&mut r, &live);
+                step(&mut t, format!("op = \"split_table\"\ntable = {tb}\nspans = {}", r.range(2, 3)));
+            }
+            6 if !live.is_empty() => {
+                let tb = pick(&mut r, &live);
+                step(&mut t, format!("op = \"merge_table\"\ntable = {tb}"));
+            }
+            7 => {
+                let id = next_table;
+                next_table += 1;
+                live.push(id);
+                step(&mut t, format!("op = \"ddl\"\nkind = \"create_table\"\ntable = {id}\nname = \"db1.n{id}\"\nregions = {}", r.range(1, 8)));
+            }
+            8 if live.len() > 1 => {
+                let tb = pick(&mut r, &live);
+                live.retain(|x| *x != tb);
+                step(&mut t, format!("op = \"ddl\"\nkind = \"drop_table\"\ntable = {tb}"));
+            }
+            9 if !live.is_empty() => {
+                let tb = pick(&mut r, &live);
+                let id = next_table;
+                next_table += 1;
+                live.retain(|x| *x != tb);
+                live.push(id);
+                step(&mut t, format!("op = \"ddl\"\nkind = \"truncate_table\"\ntable = {tb}\nnew-table = {id}"));
+            }
+            10 if !live.is_empty() => {
+                let tb = pick(&mut r, &live);
+                let kind = if r.chance(0.5) { "add_column".to_string() } else { format!("rename_table\"\nnew-name = \"db0.r{}", r.range(0, 999)) };
+                step(&mut t, format!("op = \"ddl\"\nkind = \"{kind}\"\ntable = {tb}"));
+            }
+            11 => {
+                let p = ["create_dispatcher", "close_dispatcher", "bootstrap_response", "sink_flush", "ddl_before_write", "ddl_after_write", "ddl_before_pass", "ddl_after_pass"][r.range(0, 7) as usize];
+                held.push(p);
+                step(&mut t, format!("op = \"hold\"\npoint = \"{p}\"\nnode = \"{n}\""));
+            }
+            12 if !held.is_empty() => {
+                let p = held.remove(0);
+                step(&mut t, format!("op = \"release\"\npoint = \"{p}\""));
+            }
+            13 => {
+                if r.chance(0.5) {
+                    step(&mut t, "op = \"crash\"\nnode = \"@maintainer\"".into());
+                    step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 4000)));
+                    step(&mut t, "op = \"restart\"\nnode = \"n1\"".into());
+                } else {
+                    step(&mut t, format!("op = \"crash\"\nnode = \"{n}\""));
+                    step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 5000)));
+                    step(&mut t, format!("op = \"restart\"\nnode = \"{n}\""));
+                }
+            }
+            14 => {
+                let meta = if r.chance(0.3) { ", \"meta\"" } else { "" };
+                step(&mut t, format!("op = \"partition\"\ngroups = [[\"{n}\"{meta}]]"));
+                step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 6000)));
+                step(&mut t, "op = \"heal\"".into());
+            }
+            15 => {
+                step(
+                    &mut t,
+                    format!(
+                        "op = \"faults\"\ndrop = {:.2}\nduplicate = {:.2}\nreorder = {}\ndelay-ms = [0, {}]",
+                        r.range(0, 30) as f64 / 100.0,
+                        r.range(0, 20) as f64 / 100.0,
+                        r.chance(0.5),
+                        r.range(0, 200)
+                    ),
+                );
+            }
+            16 => step(&mut t, "op = \"x-move_maintainer\"\nto = \"".to_string() + &n + "\""),
+            17 => step(&mut t, format!("op = \"run\"\nms = {}", r.range(50, 3000))),
+            18 => step(&mut t, "op = \"settle\"\nmax-ms = 60000".into()),
+            _ => step(&mut t, format!("op = \"run\"\nms = {}", r.range(10, 800))),
+        }
+    }
+    step(&mut t, "op = \"faults\"".into());
+    for n in 0..nodes {
+        let _ = n;
+    }
+    match scenario::parse_str(&format!("explore-{seed}.toml"), &t) {
+        Ok(sc) => sc,
+        Err(e) => panic!("generated scenario for seed {seed} is invalid: {e}\n{t}"),
+    }
+}
+
+/// Random faults and timings added to a given scenario: a `faults` step at the start.
+fn with_random_faults(base: &Scenario, seed: u64) -> Scenario {
+    let mut sc = base.clone();
+    let mut r = Rng::new(seed ^ 0x5EED);
+    sc.world.seed = seed;
+    let f = scenario::Faults {
+        drop: r.range(0, 15) as f64 / 100.0,
+        duplicate: r.range(0, 10) as f64 / 100.0,
+        reorder: r.chance(0.5),
+        delay_ms: (0, r.range(0, 100)),
+    };
+    sc.steps.insert(0, scenario::Step { number: 0, op: scenario::Op::Faults(f) });
+    sc
+}
+
+pub fn explore(start: u64, seeds: u64, base: Option<&Scenario>, verbose: bool) -> Report {
+    let mut rep = Report::default();
+    let t0 = Instant::now();
+    for seed in start..start + seeds {
+        let sc = match base {
+            Some(b) => with_random_faults(b, seed),
+            None => random_scenario(seed),
+        };
+        let mut sim = Sim::new(sc, seed);
+        sim.explore = base.is_some();
+        sim.verbose = verbose;
+        let res = sim.run();
+        rep.events += sim.events;
+        rep.simulated_ms += sim.now;
+        rep.skipped_expects += sim.skipped_expects;
+        for (k, v) in &sim.fault_counts {
+            *rep.faults.entry(k).or_default() += v;
+        }
+        for (k, v) in &sim.coverage {
+            *rep.coverage.entry(*k).or_default() += v;
+        }
+        match res {
+            Ok(()) => rep.passed += 1,
+            Err(f) => rep.failed.push((seed, format!("{}{} (trace {:016x})", f.step.map(|s| format!("step {s}: ")).unwrap_or_default(), f.message, sim.trace_hash()))),
+        }
+    }
+    rep.wall_ms = t0.elapsed().as_millis();
+    rep
+}

@@ -1,0 +1,1211 @@
+//! The simulated world: nodes running the real control plane ([`NodeState`]), and models of the
+//! network (delay, reordering, loss, duplication, partitions), the meta store (revisions, leases,
+//! compare-and-swap, election), the upstream, the event source and the sinks. One discrete-event
+//! queue ordered by (time, sequence) drives everything; the seed decides every random draw, so a
+//! file and a seed always give the same trace hash.
+//!
+//! Each node's shell keeps its lease: a node that could not renew it for nearly a lease TTL
+//! fences itself (drops every piece of state, as a crashed process would) before the store lets
+//! the lease expire, so its replacement never overlaps it.
+
+use crate::check::Checker;
+use crate::meta::{Lease, MetaModel};
+use crate::rng::Rng;
+use crate::scenario::{self, Check, Condition, NodeRef, Op, Scenario, SinkKind, SpanCount};
+use crate::upstream::{region_boundaries, Upstream};
+use sluice_control::config::{ChangefeedConfig, SchedulerConfig};
+use sluice_control::hold::HoldPoint;
+use sluice_control::io::{Effect, Input, SinkCommand, TraceEvent, UserRequest};
+use sluice_control::maintainer::operator::{OpKind, OpPhase};
+use sluice_control::meta::keys;
+use sluice_control::msg::{Message, TableRequest};
+use sluice_control::node::NodeState;
+use sluice_types::{spans_partition, ChangefeedId, DispatcherId, Millis, NodeId, Span, TableId, Ts};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt::Write as _;
+
+/// Period of every node's tick.
+pub const TICK_MS: Millis = 100;
+/// Default node lease TTL.
+pub const DEFAULT_LEASE_MS: Millis = 3_000;
+/// Items per event-source delivery.
+pub const MAX_ITEMS_PER_DELIVERY: usize = 256;
+/// How many recent events a failure report shows.
+pub const RECENT_EVENTS: usize = 40;
+/// Bound for the final liveness settle.
+pub const FINAL_SETTLE_MS: Millis = 120_000;
+
+#[derive(Clone, Debug)]
+enum Ev {
+    Tick(String),
+    Input { node: String, inc: u64, input: Input },
+    /// A sink acknowledgement for one sink session.
+    SinkAck { node: String, inc: u64, cf: ChangefeedId, id: DispatcherId, session: u64, ts: Ts },
+    SinkClosed { node: String, inc: u64, cf: ChangefeedId, id: DispatcherId, session: u64 },
+    MetaTick,
+}
+
+struct SimNode {
+    state: Option<NodeState>,
+    incarnation: u64,
+    last_keepalive: Millis,
+    paused_until: Millis,
+    /// Down because it fenced itself (restarts once it reaches the meta store again), as
+    /// opposed to crashed by a step (restarts only on a `restart` step).
+    fenced: bool,
+    known_alive: Option<BTreeMap<NodeId, u64>>,
+    known_leader: Option<(Option<String>, u64)>,
+}
+
+#[derive(Clone, Debug)]
+struct Sub {
+    span: Span,
+    is_trigger: bool,
+    cursor: Ts,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Session {
+    id: u64,
+    closed: bool,
+    max_written: Ts,
+}
+
+#[derive(Clone, Debug)]
+struct DropRule {
+    kind: &'static str,
+    from: Option<String>,
+    to: Option<String>,
+    left: u64,
+}
+
+#[derive(Clone, Debug)]
+struct SinkErrorRule {
+    node: Option<String>,
+    table: Option<TableId>,
+    left: u64,
+    retryable: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct FaultConfig {
+    pub drop: f64,
+    pub duplicate: f64,
+    pub reorder: bool,
+    pub delay: (u64, u64),
+}
+
+/// Why a run failed.
+#[derive(Debug)]
+pub struct Failure {
+    pub step: Option<usize>,
+    pub message: String,
+}
+
+pub struct Sim {
+    pub sc: Scenario,
+    pub seed: u64,
+    rng: Rng,
+    pub now: Millis,
+    seq: u64,
+    queue: BTreeMap<(Millis, u64), Ev>,
+    nodes: BTreeMap<String, SimNode>,
+    meta: MetaModel,
+    pub upstream: Upstream,
+    pub checker: Checker,
+    subs: BTreeMap<(String, u64, DispatcherId), Sub>,
+    sessions: BTreeMap<(String, u64, DispatcherId), Session>,
+    next_session: u64,
+    partition: Option<(Vec<BTreeSet<String>>, Option<usize>)>,
+    pub faults: FaultConfig,
+    drops: Vec<DropRule>,
+    sink_errors: Vec<SinkErrorRule>,
+    holds: BTreeMap<String, BTreeSet<HoldPoint>>,
+    requests: VecDeque<UserRequest>,
+    table_requests_in_flight: Vec<TableRequest>,
+    hash: u64,
+    pub events: u64,
+    recent: VecDeque<String>,
+    pub fault_counts: BTreeMap<&'static str, u64>,
+    pub coverage: BTreeMap<(OpKind, OpPhase, &'static str), u64>,
+    cf: ChangefeedId,
+    lease_ms: Millis,
+    last_cp_advanced: Ts,
+    created: bool,
+    pub skipped_expects: u64,
+    /// Explore mode: only safety, settle and the end-state checks apply.
+    pub explore: bool,
+    pub verbose: bool,
+    mysql_ddls: BTreeSet<Ts>,
+}
+
+fn fnv(h: &mut u64, bytes: &[u8]) {
+    for b in bytes {
+        *h ^= *b as u64;
+        *h = h.wrapping_mul(0x100_0000_01b3);
+    }
+}
+
+fn to_hold(p: scenario::HoldPoint) -> HoldPoint {
+    p.name().parse().unwrap_or(HoldPoint::CreateDispatcher)
+}
+
+impl Sim {
+    pub fn new(sc: Scenario, seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        let mut upstream = Upstream::new();
+        for t in &sc.world.tables {
+            upstream.add_initial_table(&mut rng, t.id, &t.name.to_string(), t.regions, t.rows);
+        }
+        let lease_ms = sc.world.x_lease_ms.unwrap_or(DEFAULT_LEASE_MS);
+        let mut sim = Sim {
+            seed,
+            rng,
+            now: 0,
+            seq: 0,
+            queue: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            meta: MetaModel::default(),
+            upstream,
+            checker: Checker::default(),
+            subs: BTreeMap::new(),
+            sessions: BTreeMap::new(),
+            next_session: 1,
+            partition: None,
+            faults: FaultConfig::default(),
+            drops: Vec::new(),
+            sink_errors: Vec::new(),
+            holds: BTreeMap::new(),
+            requests: VecDeque::new(),
+            table_requests_in_flight: Vec::new(),
+            hash: 0xcbf2_9ce4_8422_2325,
+            events: 0,
+            recent: VecDeque::new(),
+            fault_counts: BTreeMap::new(),
+            coverage: BTreeMap::new(),
+            cf: ChangefeedId::new(scenario::DEFAULT_CHANGEFEED),
+            lease_ms,
+            last_cp_advanced: 0,
+            created: false,
+            skipped_expects: 0,
+            explore: false,
+            verbose: false,
+            mysql_ddls: BTreeSet::new(),
+            sc,
+        };
+        let names: Vec<String> = sim.sc.world.nodes.clone();
+        for (i, n) in names.iter().enumerate() {
+            sim.nodes.insert(
+                n.clone(),
+                SimNode { state: None, incarnation: 0, last_keepalive: 0, paused_until: 0, fenced: false, known_alive: None, known_leader: None },
+            );
+            sim.start_node(n, (i as u64) * 7);
+        }
+        sim.push(0, Ev::MetaTick);
+        sim.meta_tick();
+        sim
+    }
+
+    pub fn trace_hash(&self) -> u64 {
+        self.hash
+    }
+
+    fn push(&mut self, at: Millis, ev: Ev) {
+        self.seq += 1;
+        self.queue.insert((at, self.seq), ev);
+    }
+
+    fn note(&mut self, s: String) {
+        fnv(&mut self.hash, s.as_bytes());
+        if self.verbose {
+            eprintln!("{s}");
+        }
+        if self.recent.len() >= RECENT_EVENTS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(s);
+    }
+
+    pub fn recent(&self) -> String {
+        let mut s = String::new();
+        for r in &self.recent {
+            let _ = writeln!(s, "    {r}");
+        }
+        s
+    }
+
+    // ------------------------------------------------------------------ nodes and meta
+
+    fn start_node(&mut self, name: &str, offset: Millis) {
+        let now = self.now;
+        let Some(n) = self.nodes.get_mut(name) else { return };
+        n.incarnation += 1;
+        let inc = n.incarnation;
+        n.state = Some(NodeState::new(NodeId::new(name), inc));
+        n.last_keepalive = now;
+        n.paused_until = 0;
+        n.fenced = false;
+        n.known_alive = None;
+        n.known_leader = None;
+        let reach = self.reaches_meta(name);
+        if reach {
+            self.meta.leases.insert(name.to_string(), Lease { incarnation: inc, expiry: now + self.lease_ms });
+        }
+        // Regions of every table, and the holds switched on for this node name.
+        let regions: Vec<(TableId, Vec<sluice_types::Key>)> =
+            self.upstream.tables.values().map(|t| (t.id, region_boundaries(t.id, t.regions))).collect();
+        for (table, r) in regions {
+            self.deliver_now(name, Input::Regions { table, regions: r });
+        }
+        let holds: Vec<HoldPoint> = self.holds.get(name).map(|h| h.iter().copied().collect()).unwrap_or_default();
+        for p in holds {
+            self.deliver_now(name, Input::Hold { point: p, on: true });
+        }
+        self.push(now + 1 + offset % TICK_MS, Ev::Tick(name.to_string()));
+        self.note(format!("{now} {name}: started incarnation {inc}"));
+    }
+
+    fn kill_node(&mut self, name: &str, why: &str) {
+        let now = self.now;
+        let Some(n) = self.nodes.get_mut(name) else { return };
+        if n.state.take().is_none() {
+            return;
+        }
+        let inc = n.incarnation;
+        self.checker.node_gone(name, inc);
+        self.subs.retain(|(n, i, _), _| !(n == name && *i == inc));
+        self.sessions.retain(|(n, i, _), _| !(n == name && *i == inc));
+        self.note(format!("{now} {name}: {why}"));
+    }
+
+    fn alive(&self, name: &str) -> bool {
+        self.nodes.get(name).map(|n| n.state.is_some()).unwrap_or(false)
+    }
+
+    fn group_of(&self, name: &str) -> Option<usize> {
+        let (groups, _) = self.partition.as_ref()?;
+        Some(groups.iter().position(|g| g.contains(name)).unwrap_or(groups.len()))
+    }
+
+    fn reaches(&self, a: &str, b: &str) -> bool {
+        self.group_of(a) == self.group_of(b)
+    }
+
+    fn reaches_meta(&self, a: &str) -> bool {
+        match &self.partition {
+            Some((_, Some(meta_group))) => self.group_of(a) == Some(*meta_group),
+            _ => true,
+        }
+    }
+
+    fn meta_tick(&mut self) {
+        let now = self.now;
+        // Keepalives of nodes that reach the store.
+        let names: Vec<String> = self.nodes.keys().cloned().collect();
+        for name in &names {
+            let (alive, inc, paused) = match self.nodes.get(name) {
+                Some(n) => (n.state.is_some(), n.incarnation, n.paused_until > now),
+                None => continue,
+            };
+            if !alive || paused {
+                continue;
+            }
+            if self.reaches_meta(name) {
+                let fresh = self.meta.leases.get(name).map(|l| l.incarnation == inc).unwrap_or(false);
+                if fresh || !self.meta.leases.contains_key(name) {
+                    self.meta.leases.insert(name.clone(), Lease { incarnation: inc, expiry: now + self.lease_ms });
+                    if let Some(n) = self.nodes.get_mut(name) {
+                        n.last_keepalive = now;
+                    }
+                }
+            }
+        }
+        // Self-fencing: a node that could not renew its lease for nearly a TTL stops everything
+        // before the store lets the lease expire.
+        for name in &names {
+            let Some(n) = self.nodes.get(name) else { continue };
+            if n.state.is_some() && n.paused_until <= now && now + 2 * TICK_MS >= n.last_keepalive + self.lease_ms {
+                self.kill_node(name, "could not renew its lease: fenced itself");
+                *self.fault_counts.entry("lease_lost").or_default() += 1;
+                if let Some(n) = self.nodes.get_mut(name) {
+                    n.fenced = true;
+                }
+            }
+        }
+        let before_leader = self.meta.leader.clone();
+        let before_alive = self.meta.alive();
+        self.meta.expire(now);
+        // Fenced nodes come back (a new incarnation) once they reach the store.
+        for name in &names {
+            let fenced = self.nodes.get(name).map(|n| n.fenced && n.state.is_none()).unwrap_or(false);
+            if fenced && self.reaches_meta(name) && !self.meta.leases.contains_key(name) {
+                self.start_node(name, 3);
+            }
+        }
+        let reach: BTreeSet<String> = names.iter().filter(|n| self.reaches_meta(n) && self.alive(n)).cloned().collect();
+        self.meta.elect(|n| reach.contains(n));
+        let alive = self.meta.alive();
+        let leader = self.meta.leader.clone();
+        if alive != before_alive || leader != before_leader {
+            self.note(format!("{now} meta: alive {alive:?} leader {leader:?}"));
+        }
+        let leader_view = leader.as_ref().map(|(n, r)| (Some(n.clone()), *r)).unwrap_or((None, 0));
+        for name in &names {
+            if !self.alive(name) || !self.reaches_meta(name) {
+                continue;
+            }
+            let (ka, kl) = match self.nodes.get(name) {
+                Some(n) => (n.known_alive.clone(), n.known_leader.clone()),
+                None => continue,
+            };
+            if ka.as_ref() != Some(&alive) {
+                if let Some(n) = self.nodes.get_mut(name) {
+                    n.known_alive = Some(alive.clone());
+                }
+                self.deliver_now(name, Input::NodesChanged { alive: alive.clone() });
+            }
+            if kl.as_ref() != Some(&leader_view) {
+                if let Some(n) = self.nodes.get_mut(name) {
+                    n.known_leader = Some(leader_view.clone());
+                }
+                let node = leader_view.0.as_ref().map(|n| NodeId::new(n.as_str()));
+                self.deliver_now(name, Input::Leader { node, rev: leader_view.1 });
+            }
+        }
+        self.push(now + TICK_MS, Ev::MetaTick);
+    }
+}
+
+impl Sim {
+    // ------------------------------------------------------------------ event loop
+
+    fn deliver_now(&mut self, name: &str, input: Input) {
+        let inc = self.nodes.get(name).map(|n| n.incarnation).unwrap_or(0);
+        let now = self.now;
+        self.push(now, Ev::Input { node: name.to_string(), inc, input });
+    }
+
+    /// Run every event up to `until`, checking invariants after each. Stops at a violation.
+    pub fn advance(&mut self, until: Millis) -> Result<(), Failure> {
+        loop {
+            let Some((&(at, seq), _)) = self.queue.iter().next() else { break };
+            if at > until {
+                break;
+            }
+            let Some(ev) = self.queue.remove(&(at, seq)) else { break };
+            self.now = at;
+            self.events += 1;
+            self.process(ev);
+            if let Some(v) = &self.checker.violation {
+                return Err(Failure { step: None, message: v.clone() });
+            }
+        }
+        self.now = self.now.max(until);
+        Ok(())
+    }
+
+    fn process(&mut self, ev: Ev) {
+        match ev {
+            Ev::MetaTick => self.meta_tick(),
+            Ev::Tick(name) => {
+                let (alive, inc, paused) = match self.nodes.get(&name) {
+                    Some(n) => (n.state.is_some(), n.incarnation, n.paused_until),
+                    None => return,
+                };
+                if !alive {
+                    return;
+                }
+                let now = self.now;
+                if paused > now {
+                    self.push(paused, Ev::Tick(name));
+                    return;
+                }
+                self.pump_requests();
+                self.feed_events(&name, inc);
+                self.handle(&name, inc, Input::Tick);
+                self.push(now + TICK_MS, Ev::Tick(name));
+            }
+            Ev::Input { node, inc, input } => {
+                let paused = self.nodes.get(&node).map(|n| n.paused_until).unwrap_or(0);
+                if paused > self.now {
+                    self.push(paused, Ev::Input { node, inc, input });
+                    return;
+                }
+                self.handle(&node, inc, input);
+            }
+            Ev::SinkAck { node, inc, cf, id, session, ts } => {
+                if self.sessions.get(&(node.clone(), inc, id)).map(|s| s.id == session && !s.closed).unwrap_or(false) {
+                    self.handle(&node, inc, Input::SinkFlushed { cf, id, ts });
+                }
+            }
+            Ev::SinkClosed { node, inc, cf, id, session } => {
+                if self.sessions.get(&(node.clone(), inc, id)).map(|s| s.id == session).unwrap_or(false) {
+                    self.sessions.remove(&(node.clone(), inc, id));
+                    self.handle(&node, inc, Input::SinkClosed { cf, id });
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, name: &str, inc: u64, input: Input) {
+        let now = self.now;
+        let effects = {
+            let Some(n) = self.nodes.get_mut(name) else { return };
+            if n.incarnation != inc {
+                return; // addressed to an earlier incarnation: lost
+            }
+            let Some(state) = n.state.as_mut() else { return };
+            state.handle(now, input.clone())
+        };
+        if !matches!(input, Input::Tick | Input::Events { .. }) || !effects.is_empty() {
+            let mut s = format!("{now} {name}: ");
+            summarize_input(&mut s, &input);
+            self.note(s);
+        }
+        for e in effects {
+            self.effect(name, inc, e);
+        }
+    }
+
+    fn effect(&mut self, name: &str, inc: u64, e: Effect) {
+        let now = self.now;
+        match e {
+            Effect::Send { to, msg } => self.send(name, to.as_str(), msg),
+            Effect::Meta { req, op } => {
+                if !self.reaches_meta(name) {
+                    let lat = self.rng.range(1, 5);
+                    self.push(now + lat, Ev::Input { node: name.to_string(), inc, input: Input::MetaResult { req, result: sluice_control::meta::MetaResult::Unavailable } });
+                    return;
+                }
+                let (result, puts) = self.meta.apply(&op);
+                for (k, v) in puts {
+                    if let Some(cf) = k.strip_prefix(keys::CHANGEFEED_STATUS) {
+                        if let Ok(st) = serde_json::from_slice::<sluice_control::coordinator::ChangefeedStatusRecord>(&v) {
+                            self.checker.on_persisted_checkpoint(cf, st.checkpoint_ts);
+                        }
+                    } else if let Some(cf) = k.strip_prefix(keys::CHANGEFEED_INFO) {
+                        if let Ok(info) = serde_json::from_slice::<sluice_control::coordinator::ChangefeedInfo>(&v) {
+                            self.checker.on_persisted_epoch(cf, info.epoch);
+                        }
+                    }
+                }
+                let lat = self.rng.range(1, 5);
+                self.push(now + lat, Ev::Input { node: name.to_string(), inc, input: Input::MetaResult { req, result } });
+            }
+            Effect::LoadSchema { cf, epoch, at_ts } => {
+                let snapshot = self.upstream.snapshot(at_ts);
+                let lat = self.rng.range(1, 10);
+                self.push(now + lat, Ev::Input { node: name.to_string(), inc, input: Input::Schema { cf, epoch, snapshot } });
+            }
+            Effect::Subscribe { cf: _, id, span, is_trigger, start_ts } => {
+                self.subs.insert((name.to_string(), inc, id), Sub { span, is_trigger, cursor: start_ts });
+            }
+            Effect::Unsubscribe { cf: _, id } => {
+                self.subs.remove(&(name.to_string(), inc, id));
+            }
+            Effect::Sink(cmd) => self.sink(name, inc, cmd),
+            Effect::Trace(t) => self.trace(name, inc, t),
+        }
+    }
+
+    fn trace(&mut self, name: &str, inc: u64, t: TraceEvent) {
+        match &t {
+            TraceEvent::Applied { cf, kind, epoch } => self.checker.on_applied(name, inc, cf, kind, *epoch),
+            TraceEvent::Stale { .. } => {
+                *self.fault_counts.entry("stale_dropped").or_default() += 1;
+                self.cover("stale_epoch");
+            }
+            TraceEvent::DispatcherStarted { id, span, start_ts, .. } => {
+                let up = &self.upstream;
+                self.checker.dispatcher_started(name, inc, *id, span, *start_ts, up);
+            }
+            TraceEvent::DispatcherClosed { id, .. } => self.checker.dispatcher_closed(name, inc, *id),
+            TraceEvent::MaintainerCheckpoint { cf, epoch, checkpoint } => self.checker.on_maintainer_checkpoint(cf, *epoch, *checkpoint),
+            TraceEvent::RequestDone { .. } => {}
+            TraceEvent::ChangefeedRestarted { .. } => self.checker.restarted = true,
+            TraceEvent::MaintainerBootstrapped { .. } | TraceEvent::Log(_) => {}
+        }
+        let now = self.now;
+        self.note(format!("{now} {name}: {t:?}"));
+    }
+
+    fn send(&mut self, from: &str, to: &str, msg: Message) {
+        let now = self.now;
+        let to_inc = self.nodes.get(to).map(|n| n.incarnation).unwrap_or(0);
+        if from == to {
+            self.push(now, Ev::Input { node: to.to_string(), inc: to_inc, input: Input::Message { from: NodeId::new(from), msg } });
+            return;
+        }
+        if !self.reaches(from, to) {
+            *self.fault_counts.entry("partition_drop").or_default() += 1;
+            return;
+        }
+        let kind = msg.kind();
+        if let Some(r) = self.drops.iter_mut().find(|r| {
+            r.left > 0 && r.kind == kind && r.from.as_deref().map(|f| f == from).unwrap_or(true) && r.to.as_deref().map(|t| t == to).unwrap_or(true)
+        }) {
+            r.left -= 1;
+            *self.fault_counts.entry("targeted_drop").or_default() += 1;
+            self.cover("drop");
+            self.note(format!("{now} net: dropped {kind} {from}->{to} (x-drop)"));
+            return;
+        }
+        if self.rng.chance(self.faults.drop) {
+            *self.fault_counts.entry("drop").or_default() += 1;
+            self.cover("drop");
+            return;
+        }
+        let copies = if self.rng.chance(self.faults.duplicate) {
+            *self.fault_counts.entry("duplicate").or_default() += 1;
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let mut lat = self.rng.range(1, 3) + self.rng.range(self.faults.delay.0, self.faults.delay.1);
+            if self.faults.reorder {
+                lat += self.rng.range(0, 300);
+                *self.fault_counts.entry("reorder").or_default() += 1;
+            }
+            self.push(now + lat, Ev::Input { node: to.to_string(), inc: to_inc, input: Input::Message { from: NodeId::new(from), msg: msg.clone() } });
+        }
+    }
+
+    fn session(&mut self, name: &str, inc: u64, id: DispatcherId) -> u64 {
+        let next = self.next_session;
+        let s = self.sessions.entry((name.to_string(), inc, id)).or_insert_with(|| Session { id: next, closed: false, max_written: 0 });
+        if s.id == next {
+            self.next_session += 1;
+        }
+        s.id
+    }
+
+    fn sink_error(&mut self, name: &str, table: TableId) -> Option<bool> {
+        let rule = self.sink_errors.iter_mut().find(|r| {
+            r.left > 0 && r.node.as_deref().map(|n| n == name).unwrap_or(true) && r.table.map(|t| t == table).unwrap_or(true)
+        })?;
+        rule.left -= 1;
+        Some(rule.retryable)
+    }
+
+    fn sink(&mut self, name: &str, inc: u64, cmd: SinkCommand) {
+        let now = self.now;
+        match cmd {
+            SinkCommand::WriteRows { cf, id, span, rows } => {
+                if let Some(retryable) = self.sink_error(name, span.table) {
+                    *self.fault_counts.entry("sink_error").or_default() += 1;
+                    let lat = self.rng.range(1, 5);
+                    self.push(now + lat, Ev::Input { node: name.to_string(), inc, input: Input::SinkError { cf, id, retryable, message: "injected sink write failure".into() } });
+                    return;
+                }
+                let session = self.session(name, inc, id);
+                #[cfg(feature = "mutations")]
+                let rows: Vec<_> = if sluice_control::mutations::on("drop-rows") {
+                    rows.into_iter().filter(|r| r.2 % 50 != 7).collect()
+                } else {
+                    rows
+                };
+                let max = rows.iter().map(|r| r.0).max().unwrap_or(0);
+                let up = &self.upstream;
+                self.checker.on_rows(name, inc, id, &span, &rows, up);
+                if let Some(s) = self.sessions.get_mut(&(name.to_string(), inc, id)) {
+                    s.max_written = s.max_written.max(max);
+                }
+                let lat = self.rng.range(5, 60);
+                self.push(now + lat, Ev::SinkAck { node: name.to_string(), inc, cf, id, session, ts: max });
+            }
+            SinkCommand::WriteDdl { cf, id, ddl, handle } => {
+                let session = self.session(name, inc, id);
+                let span = self.subs.get(&(name.to_string(), inc, id)).map(|s| s.span.clone()).unwrap_or_else(sluice_control::dispatcher::trigger_span);
+                let ts = ddl.commit_ts;
+                let apply = match self.sc.world.sink {
+                    SinkKind::Mysql => self.mysql_ddls.insert(ts),
+                    _ => true,
+                };
+                if apply {
+                    let up = &self.upstream;
+                    self.checker.on_ddl(name, inc, id, &span, ts, handle, up);
+                }
+                if let Some(s) = self.sessions.get_mut(&(name.to_string(), inc, id)) {
+                    s.max_written = s.max_written.max(ts);
+                }
+                let lat = self.rng.range(5, 60);
+                self.push(now + lat, Ev::SinkAck { node: name.to_string(), inc, cf, id, session, ts });
+            }
+            SinkCommand::Flush { cf, id } => {
+                let session = self.session(name, inc, id);
+                let ts = self.sessions.get(&(name.to_string(), inc, id)).map(|s| s.max_written).unwrap_or(0);
+                let lat = self.rng.range(1, 10);
+                self.push(now + lat, Ev::SinkAck { node: name.to_string(), inc, cf, id, session, ts });
+            }
+            SinkCommand::Close { cf, id } => {
+                let session = self.session(name, inc, id);
+                if let Some(s) = self.sessions.get_mut(&(name.to_string(), inc, id)) {
+                    s.closed = true;
+                }
+                let lat = self.rng.range(1, 20);
+                self.push(now + lat, Ev::SinkClosed { node: name.to_string(), inc, cf, id, session });
+            }
+        }
+    }
+
+    /// The event source: new upstream events for every subscription of the node.
+    fn feed_events(&mut self, name: &str, inc: u64) {
+        let keys: Vec<(String, u64, DispatcherId)> =
+            self.subs.range((name.to_string(), inc, DispatcherId { epoch: 0, seq: 0 })..).take_while(|(k, _)| k.0 == name && k.1 == inc).map(|(k, _)| k.clone()).collect();
+        for k in keys {
+            let Some(sub) = self.subs.get(&k).cloned() else { continue };
+            if sub.cursor >= self.upstream.head {
+                continue;
+            }
+            let (items, upto) = self.upstream.stream(&sub.span, sub.is_trigger, sub.cursor, MAX_ITEMS_PER_DELIVERY);
+            if let Some(s) = self.subs.get_mut(&k) {
+                s.cursor = upto;
+            }
+            self.handle(name, inc, Input::Events { cf: self.cf.clone(), id: k.2, items, resolved_ts: upto });
+        }
+    }
+
+    /// Requests go to the coordinator (changefeed and node requests) or to the node running the
+    /// changefeed's current maintainer (table requests); retried while there is none.
+    fn pump_requests(&mut self) {
+        let now = self.now;
+        let mut keep = VecDeque::new();
+        while let Some(req) = self.requests.pop_front() {
+            let target = match &req {
+                UserRequest::Table { .. } => self.current_maintainer().filter(|(_, ready)| *ready).map(|(n, _)| n),
+                _ => self.coordinator_node().filter(|n| self.node(n).and_then(|s| s.coordinator()).map(|c| c.is_ready()).unwrap_or(false)),
+            };
+            match target {
+                Some(n) => {
+                    let inc = self.nodes.get(&n).map(|x| x.incarnation).unwrap_or(0);
+                    self.push(now, Ev::Input { node: n, inc, input: Input::Request(req) });
+                }
+                None => keep.push_back(req),
+            }
+        }
+        self.requests = keep;
+    }
+
+    fn cover(&mut self, fault: &'static str) {
+        let ops: Vec<(OpKind, OpPhase)> = match self.current_maintainer_state() {
+            Some(m) => m.operators().into_iter().map(|(k, p, _)| (k, p)).collect(),
+            None => return,
+        };
+        for (k, p) in ops {
+            *self.coverage.entry((k, p, fault)).or_default() += 1;
+        }
+    }
+
+    // ------------------------------------------------------------------ views
+
+    fn node(&self, name: &str) -> Option<&NodeState> {
+        self.nodes.get(name).and_then(|n| n.state.as_ref())
+    }
+
+    pub fn coordinator_node(&self) -> Option<String> {
+        self.meta.leader.as_ref().map(|l| l.0.clone()).filter(|n| self.alive(n))
+    }
+
+    /// The node where the coordinator last placed the maintainer, and whether it is ready.
+    fn current_maintainer(&self) -> Option<(String, bool)> {
+        let c = self.coordinator_node()?;
+        let (node, epoch) = self.node(&c)?.coordinator()?.maintainer_of(&self.cf)?;
+        let ready = self.node(node.as_str()).and_then(|s| s.maintainer(&self.cf)).map(|m| m.epoch() == epoch && m.is_bootstrapped()).unwrap_or(false);
+        Some((node.as_str().to_string(), ready))
+    }
+
+    fn current_maintainer_state(&self) -> Option<&sluice_control::maintainer::Maintainer> {
+        let (n, ready) = self.current_maintainer()?;
+        if !ready {
+            return None;
+        }
+        self.node(&n)?.maintainer(&self.cf)
+    }
+
+    pub fn persisted_checkpoint(&self) -> Ts {
+        self.checker.persisted_cp.get(self.cf.as_str()).copied().unwrap_or(0)
+    }
+
+    fn resolve(&self, r: &NodeRef) -> Result<String, String> {
+        match r {
+            NodeRef::Name(n) => Ok(n.clone()),
+            NodeRef::Maintainer => self.current_maintainer().map(|m| m.0).ok_or_else(|| "@maintainer has no value now".to_string()),
+            NodeRef::Coordinator => self.coordinator_node().ok_or_else(|| "@coordinator has no value now".to_string()),
+            NodeRef::DdlWriter => self
+                .current_maintainer_state()
+                .and_then(|m| m.pending_ddl_writer())
+                .map(|n| n.as_str().to_string())
+                .ok_or_else(|| "@ddl-writer has no value now (no pending blocking DDL with a chosen writer)".to_string()),
+        }
+    }
+
+    fn dispatchers_everywhere(&self) -> Vec<(String, sluice_control::dispatcher::DispatcherView)> {
+        let mut out = Vec::new();
+        for (name, n) in &self.nodes {
+            if let Some(s) = &n.state {
+                for (_, dm) in s.dispatcher_managers() {
+                    for d in dm.dispatchers() {
+                        out.push((name.clone(), d));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn live_tables(&self) -> Vec<TableId> {
+        let cp = self.persisted_checkpoint().max(self.checker.start_ts.unwrap_or(0));
+        self.upstream.tables.values().filter(|t| t.live_at(cp)).map(|t| t.id).collect()
+    }
+
+    /// `converged`: every live table covered exactly once by working dispatchers, nothing for
+    /// dropped tables, no operator in flight.
+    pub fn converged(&self) -> Result<(), String> {
+        let Some(m) = self.current_maintainer_state() else { return Err("no ready maintainer".into()) };
+        if !m.operators().is_empty() {
+            return Err(format!("operators in flight: {:?}", m.operators()));
+        }
+        let ds = self.dispatchers_everywhere();
+        let live: BTreeSet<TableId> = self.live_tables().into_iter().collect();
+        let mut by_table: BTreeMap<TableId, Vec<Span>> = BTreeMap::new();
+        for (node, d) in &ds {
+            if d.is_trigger {
+                continue;
+            }
+            if !live.contains(&d.span.table) {
+                if self.upstream.tables.get(&d.span.table).map(|t| t.dropped.is_some()).unwrap_or(true) {
+                    return Err(format!("dispatcher {:?} on {node} for dropped table {:?}", d.id, d.span.table));
+                }
+                continue; // created after the checkpoint: not live yet
+            }
+            if d.state != "working" {
+                return Err(format!("dispatcher {:?} on {node} is {}", d.id, d.state));
+            }
+            by_table.entry(d.span.table).or_default().push(d.span.clone());
+        }
+        for t in &live {
+            let spans = by_table.remove(t).unwrap_or_default();
+            let refs: Vec<&Span> = spans.iter().collect();
+            if !spans_partition(&Span::whole_table(*t), &refs) {
+                return Err(format!("table {t:?} is not covered exactly once: {spans:?}"));
+            }
+        }
+        let triggers = ds.iter().filter(|(_, d)| d.is_trigger).count();
+        if triggers != 1 {
+            return Err(format!("{triggers} table triggers"));
+        }
+        Ok(())
+    }
+
+    fn settled(&self, target: Ts) -> Result<(), String> {
+        self.converged()?;
+        if !self.requests.is_empty() {
+            return Err("requests not yet delivered".into());
+        }
+        if let Some(m) = self.current_maintainer_state() {
+            if !m.requests_in_flight().is_empty() {
+                return Err(format!("requests in flight: {:?}", m.requests_in_flight()));
+            }
+        }
+        let cp = self.persisted_checkpoint();
+        if cp < target {
+            return Err(format!("checkpoint {cp} has not reached {target}"));
+        }
+        Ok(())
+    }
+
+    fn table_spans(&self, table: TableId) -> Option<(Vec<sluice_control::maintainer::SpanView>, bool)> {
+        let m = self.current_maintainer_state()?;
+        let spans: Vec<_> = m.spans().into_iter().filter(|s| s.span.table == table).collect();
+        Some((spans, m.table_busy(table)))
+    }
+
+    fn condition(&mut self, c: &Condition) -> Result<(), String> {
+        match c {
+            Condition::Spans { table, count } => {
+                let Some((spans, busy)) = self.table_spans(*table) else { return Err("no ready maintainer".into()) };
+                let n = spans.len() as u64;
+                match count {
+                    SpanCount::Exactly(want) => {
+                        if busy {
+                            return Err(format!("table {table:?} has an operator or request in flight ({n} spans now)"));
+                        }
+                        if n != *want {
+                            return Err(format!("table {table:?} has {n} spans, expected {want}"));
+                        }
+                    }
+                    SpanCount::AtLeast(want) if n < *want => return Err(format!("table {table:?} has {n} spans, expected at least {want}")),
+                    SpanCount::AtMost(want) if n > *want => return Err(format!("table {table:?} has {n} spans, expected at most {want}")),
+                    _ => {}
+                }
+                Ok(())
+            }
+            Condition::On { table, node } => {
+                let node = self.resolve(node)?;
+                let Some((spans, _)) = self.table_spans(*table) else { return Err("no ready maintainer".into()) };
+                if spans.is_empty() || spans.iter().any(|s| s.node.as_ref().map(|n| n.as_str()) != Some(node.as_str()) || s.state != "replicating") {
+                    return Err(format!("table {table:?} spans: {:?}", spans.iter().map(|s| (s.node.clone(), s.state)).collect::<Vec<_>>()));
+                }
+                Ok(())
+            }
+            Condition::Absent { table } => {
+                let Some((spans, _)) = self.table_spans(*table) else { return Err("no ready maintainer".into()) };
+                if !spans.is_empty() {
+                    return Err(format!("table {table:?} still has {} spans in the maintainer", spans.len()));
+                }
+                if let Some((n, d)) = self.dispatchers_everywhere().into_iter().find(|(_, d)| d.span.table == *table) {
+                    return Err(format!("table {table:?} still has dispatcher {:?} on {n}", d.id));
+                }
+                Ok(())
+            }
+            Condition::Check(Check::Converged) => self.converged(),
+            Condition::Check(Check::SinkMatchesUpstream) => {
+                if self.sc.world.sink == SinkKind::Blackhole {
+                    return Ok(());
+                }
+                let cp = self.persisted_checkpoint();
+                self.checker.sink_matches_upstream(&self.upstream, cp)
+            }
+            Condition::Check(Check::ChangefeedNormal) => {
+                if self.checker.restarted {
+                    return Err("the changefeed was stopped or restarted as a whole".into());
+                }
+                Ok(())
+            }
+            Condition::MaintainerNotOn(r) => {
+                let node = self.resolve(r)?;
+                match self.current_maintainer() {
+                    Some((m, _)) if m != node => Ok(()),
+                    other => Err(format!("maintainer is on {other:?}")),
+                }
+            }
+            Condition::MaintainerReady => match self.current_maintainer() {
+                Some((_, true)) => Ok(()),
+                other => Err(format!("maintainer not ready: {other:?}")),
+            },
+            Condition::Held { point, node, table } => {
+                let node = match node {
+                    Some(r) => Some(self.resolve(r)?),
+                    None => None,
+                };
+                let p = to_hold(*point);
+                for (name, n) in &self.nodes {
+                    if node.as_ref().map(|x| x != name).unwrap_or(false) {
+                        continue;
+                    }
+                    let Some(s) = &n.state else { continue };
+                    for (_, dm) in s.dispatcher_managers() {
+                        if dm.held(s.holds()).iter().any(|h| h.point == p && table.map(|t| t == h.table).unwrap_or(true)) {
+                            return Ok(());
+                        }
+                    }
+                }
+                Err(format!("nothing held at {}", p.name()))
+            }
+            Condition::CheckpointAdvanced => {
+                let cp = self.persisted_checkpoint();
+                if cp > self.last_cp_advanced {
+                    self.last_cp_advanced = cp;
+                    Ok(())
+                } else {
+                    Err(format!("checkpoint still {cp}"))
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ steps
+
+    fn request(&mut self, req: UserRequest) {
+        self.requests.push_back(req);
+        self.pump_requests();
+    }
+
+    fn hold(&mut self, point: scenario::HoldPoint, node: &Option<NodeRef>, on: bool) -> Result<(), String> {
+        let p = to_hold(point);
+        let names: Vec<String> = match node {
+            Some(r) => vec![self.resolve(r)?],
+            None => self.nodes.keys().cloned().collect(),
+        };
+        for n in names {
+            let set = self.holds.entry(n.clone()).or_default();
+            if on {
+                set.insert(p);
+            } else {
+                set.remove(&p);
+            }
+            self.deliver_now(&n, Input::Hold { point: p, on });
+        }
+        Ok(())
+    }
+
+    pub fn run_step(&mut self, idx: usize) -> Result<(), Failure> {
+        let step = self.sc.steps[idx].clone();
+        let fail = |m: String| Failure { step: Some(step.number), message: m };
+        let now = self.now;
+        self.note(format!("{now} step {}: {}", step.number, step.op.name()));
+        match &step.op {
+            Op::CreateChangefeed { changefeed } => {
+                self.cf = ChangefeedId::new(changefeed.as_str());
+                let start = self.upstream.head;
+                self.checker.set_start(start, &self.upstream);
+                self.created = true;
+                let w = &self.sc.world;
+                let config = ChangefeedConfig {
+                    sink_uri: format!("model://{:?}", w.sink).to_lowercase(),
+                    start_ts: start,
+                    scheduler: SchedulerConfig {
+                        enable_table_across_nodes: w.scheduler.enable_table_across_nodes,
+                        region_threshold: w.scheduler.region_threshold,
+                        region_count_per_span: w.scheduler.region_count_per_span,
+                        balance: w.scheduler.balance,
+                    },
+                    preferred_node: w.maintainer.as_ref().map(|m| NodeId::new(m.as_str())),
+                };
+                self.request(UserRequest::CreateChangefeed { cf: self.cf.clone(), config });
+            }
+            Op::Run { ms } => self.advance(now + ms).map_err(|f| Failure { step: Some(step.number), ..f })?,
+            Op::Settle { max_ms } => self.settle(*max_ms).map_err(|m| fail(m))?,
+            Op::Write { table, rows, txn_rows, deletes } => {
+                self.upstream.write(&mut self.rng, *table, *rows, *txn_rows, *deletes);
+                self.checker.register(&self.upstream);
+            }
+            Op::Ddl(d) => {
+                use scenario::Ddl;
+                let (kind, table, new_table, name, regions, db) = match d {
+                    Ddl::CreateTable { table, name, regions } => ("create_table", Some(*table), None, Some(name.to_string()), *regions, None),
+                    Ddl::DropTable { table } => ("drop_table", Some(*table), None, None, 1, None),
+                    Ddl::TruncateTable { table, new_table } => ("truncate_table", Some(*table), Some(*new_table), None, 1, None),
+                    Ddl::RenameTable { table, new_name } => ("rename_table", Some(*table), None, Some(new_name.to_string()), 1, None),
+                    Ddl::AddColumn { table } => ("add_column", Some(*table), None, None, 1, None),
+                    Ddl::CreateDatabase { database } => ("create_database", None, None, None, 1, Some(database.clone())),
+                    Ddl::DropDatabase { database } => ("drop_database", None, None, None, 1, Some(database.clone())),
+                    Ddl::XCreateView { database } => ("x-create_view", None, None, None, 1, Some(database.clone())),
+                };
+                let (_, created) = self.upstream.ddl(kind, table, new_table, name, regions, db);
+                for (t, r) in created {
+                    let names: Vec<String> = self.nodes.keys().cloned().collect();
+                    for n in names {
+                        self.deliver_now(&n, Input::Regions { table: t, regions: region_boundaries(t, r) });
+                    }
+                }
+                self.checker.register(&self.upstream);
+            }
+            Op::SplitTable { table, spans } => {
+                let req = TableRequest::Split { table: *table, spans: *spans as usize };
+                self.table_requests_in_flight.push(req.clone());
+                self.request(UserRequest::Table { cf: self.cf.clone(), req });
+            }
+            Op::MergeTable { table } => self.request(UserRequest::Table { cf: self.cf.clone(), req: TableRequest::Merge { table: *table } }),
+            Op::MoveTable { table, to } => {
+                let to = self.resolve(to).map_err(fail)?;
+                self.request(UserRequest::Table { cf: self.cf.clone(), req: TableRequest::Move { table: *table, to: NodeId::new(to) } });
+            }
+            Op::Cordon { node } | Op::Uncordon { node } => {
+                let n = self.resolve(node).map_err(fail)?;
+                let on = matches!(step.op, Op::Cordon { .. });
+                self.request(UserRequest::Cordon { node: NodeId::new(n), on });
+            }
+            Op::XDrain { node } => {
+                let n = self.resolve(node).map_err(fail)?;
+                self.request(UserRequest::Drain { node: NodeId::new(n) });
+            }
+            Op::Hold { point, node } => self.hold(*point, node, true).map_err(fail)?,
+            Op::Release { point, node } => self.hold(*point, node, false).map_err(fail)?,
+            Op::Crash { node } => {
+                let n = self.resolve(node).map_err(fail)?;
+                self.cover("crash");
+                *self.fault_counts.entry("crash").or_default() += 1;
+                self.kill_node(&n, "crashed");
+            }
+            Op::Restart { node } => {
+                let n = self.resolve(node).map_err(fail)?;
+                if !self.alive(&n) {
+                    if let Some(x) = self.nodes.get_mut(&n) {
+                        x.fenced = false;
+                    }
+                    self.start_node(&n, 5);
+                }
+            }
+            Op::Partition { groups } => {
+                let mut gs = Vec::new();
+                let mut meta = None;
+                for (i, g) in groups.iter().enumerate() {
+                    gs.push(g.nodes.iter().cloned().collect::<BTreeSet<String>>());
+                    if g.meta {
+                        meta = Some(i);
+                    }
+                }
+                // Nodes named in no group form one more group (index `gs.len()`).
+                self.partition = Some((gs, meta));
+                self.cover("partition");
+                *self.fault_counts.entry("partition").or_default() += 1;
+            }
+            Op::Heal => self.partition = None,
+            Op::Faults(f) => {
+                self.faults = FaultConfig { drop: f.drop, duplicate: f.duplicate, reorder: f.reorder, delay: f.delay_ms };
+            }
+            Op::Expect { condition, within_ms } => {
+                if self.explore && !matches!(condition, Condition::Check(_)) {
+                    self.skipped_expects += 1;
+                    return Ok(());
+                }
+                match within_ms {
+                    None => self.condition(condition).map_err(|m| fail(format!("expect failed: {m}")))?,
+                    Some(ms) => {
+                        let deadline = now + ms;
+                        loop {
+                            match self.condition(condition) {
+                                Ok(()) => break,
+                                Err(m) if self.now >= deadline => return Err(fail(format!("expect not met within {ms} ms: {m}"))),
+                                Err(_) => {
+                                    let next = (self.now + TICK_MS / 2).min(deadline);
+                                    self.advance(next).map_err(|f| Failure { step: Some(step.number), ..f })?;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Op::XMoveMaintainer { to } => {
+                let to = self.resolve(to).map_err(fail)?;
+                self.request(UserRequest::MoveMaintainer { cf: self.cf.clone(), to: NodeId::new(to) });
+            }
+            Op::XSinkError { node, table, count, retryable } => {
+                let node = match node {
+                    Some(r) => Some(self.resolve(r).map_err(fail)?),
+                    None => None,
+                };
+                self.sink_errors.push(SinkErrorRule { node, table: *table, left: *count, retryable: *retryable });
+            }
+            Op::XDrop { message, from, to, count } => {
+                let from = match from {
+                    Some(r) => Some(self.resolve(r).map_err(fail)?),
+                    None => None,
+                };
+                let to = match to {
+                    Some(r) => Some(self.resolve(r).map_err(fail)?),
+                    None => None,
+                };
+                self.drops.push(DropRule { kind: message.name(), from, to, left: *count });
+            }
+            Op::XPause { node, ms } => {
+                let n = self.resolve(node).map_err(fail)?;
+                *self.fault_counts.entry("pause").or_default() += 1;
+                if let Some(x) = self.nodes.get_mut(&n) {
+                    x.paused_until = now + ms;
+                }
+            }
+            Op::XPauseChangefeed { changefeed } => {
+                self.checker.restarted = true;
+                self.request(UserRequest::PauseChangefeed { cf: ChangefeedId::new(changefeed.as_str()) });
+            }
+            Op::XResumeChangefeed { changefeed } => self.request(UserRequest::ResumeChangefeed { cf: ChangefeedId::new(changefeed.as_str()) }),
+        }
+        Ok(())
+    }
+
+    pub fn settle(&mut self, max_ms: Millis) -> Result<(), String> {
+        let target = self.upstream.head;
+        let deadline = self.now + max_ms;
+        // Requests issued at this instant reach their component first.
+        self.advance(self.now).map_err(|f| f.message)?;
+        loop {
+            let r = self.settled(target);
+            match r {
+                Ok(()) => return Ok(()),
+                Err(m) if self.now >= deadline => return Err(format!("settle did not finish within {max_ms} ms: {m}")),
+                Err(_) => {
+                    let next = (self.now + TICK_MS).min(deadline);
+                    self.advance(next).map_err(|f| f.message)?;
+                }
+            }
+        }
+    }
+
+    /// Run the whole file, then the final liveness check.
+    pub fn run(&mut self) -> Result<(), Failure> {
+        for i in 0..self.sc.steps.len() {
+            self.run_step(i)?;
+            if let Some(v) = &self.checker.violation {
+                return Err(Failure { step: Some(self.sc.steps[i].number), message: v.clone() });
+            }
+        }
+        // End of run: release every hold, heal, faults off, settle.
+        let names: Vec<String> = self.nodes.keys().cloned().collect();
+        self.holds.clear();
+        for n in &names {
+            for p in HoldPoint::ALL {
+                self.deliver_now(n, Input::Hold { point: p, on: false });
+            }
+        }
+        self.partition = None;
+        self.faults = FaultConfig::default();
+        self.drops.clear();
+        self.sink_errors.clear();
+        for n in &names {
+            if let Some(x) = self.nodes.get_mut(n) {
+                x.paused_until = 0;
+            }
+        }
+        if self.created {
+            self.settle(FINAL_SETTLE_MS).map_err(|m| Failure { step: None, message: format!("final liveness check: {m}") })?;
+            if self.sc.world.sink != SinkKind::Blackhole {
+                let cp = self.persisted_checkpoint();
+                self.checker.sink_matches_upstream(&self.upstream, cp).map_err(|m| Failure { step: None, message: format!("final check: {m}") })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn summarize_input(s: &mut String, input: &Input) {
+    match input {
+        Input::Message { from, msg } => {
+            let _ = write!(s, "<- {from} {}", msg.kind());
+            match msg {
+                Message::Create { id, span, start_ts, epoch, .. } => {
+                    let _ = write!(s, " {id:?} {span:?} from {start_ts} {epoch:?}");
+                }
+                Message::Remove { id, purpose, epoch, .. } => {
+                    let _ = write!(s, " {id:?} {purpose:?} {epoch:?}");
+                }
+                Message::Merge { sources, target, epoch, .. } => {
+                    let _ = write!(s, " {sources:?} -> {target:?} {epoch:?}");
+                }
+                Message::Barrier { id, ddl_ts, command, epoch, .. } => {
+                    let _ = write!(s, " {id:?} {ddl_ts} {command:?} {epoch:?}");
+                }
+                Message::BlockStatus { id, report, .. } => {
+                    let _ = write!(s, " {id:?} {} {:?}", report.ddl_ts, report.stage);
+                }
+                Message::AddMaintainer { epoch, checkpoint, .. } => {
+                    let _ = write!(s, " {epoch:?} at {checkpoint}");
+                }
+                Message::Heartbeat { seq, dispatchers, .. } => {
+                    let _ = write!(s, " #{seq} ({} dispatchers)", dispatchers.len());
+                }
+                other => {
+                    if let Some(e) = other.epoch() {
+                        let _ = write!(s, " {e:?}");
+                    }
+                }
+            }
+        }
+        Input::Events { id, items, resolved_ts, .. } => {
+            let _ = write!(s, "events {id:?} {} items to {resolved_ts}", items.len());
+        }
+        Input::MetaResult { req, result } => {
+            let _ = write!(s, "meta #{req} {}", match result {
+                sluice_control::meta::MetaResult::Got { kvs, .. } => format!("got {}", kvs.len()),
+                sluice_control::meta::MetaResult::Txn { succeeded, .. } => format!("txn {succeeded}"),
+                sluice_control::meta::MetaResult::Unavailable => "unavailable".into(),
+            });
+        }
+        other => {
+            let d = format!("{other:?}");
+            s.push_str(&d[..d.len().min(160)]);
+        }
+    }
+}
