@@ -193,9 +193,13 @@ fn install_template() -> std::result::Result<PathBuf, String> {
     let _ = fs::remove_dir_all(&dir);
     let data = dir.join("data");
     fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    // A private tmpdir: servers sharing /tmp have failed on each other's temporary files.
+    let tmp = dir.join("tmp");
+    fs::create_dir_all(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
     let mut cmd = Command::new("mariadb-install-db");
     cmd.args(common_args())
         .arg(format!("--datadir={}", data.display()))
+        .arg(format!("--tmpdir={}", tmp.display()))
         .arg("--auth-root-authentication-method=normal")
         .arg("--skip-test-db")
         .stdin(Stdio::null());
@@ -213,7 +217,13 @@ fn install_template() -> std::result::Result<PathBuf, String> {
 
 fn template() -> Result<PathBuf> {
     let _g = TEMPLATE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    TEMPLATE.get_or_init(install_template).clone().map_err(MariaDbError::Install)
+    TEMPLATE
+        .get_or_init(|| {
+            // One retry: an install can fail on a transient resource problem.
+            install_template().or_else(|first| install_template().map_err(|second| format!("{first}\nretry: {second}")))
+        })
+        .clone()
+        .map_err(MariaDbError::Install)
 }
 
 fn free_port() -> Result<u16> {
@@ -251,6 +261,7 @@ impl MariaDb {
         let _ = fs::remove_dir_all(&dir);
         copy_dir(&tpl, &dir.join("data")).map_err(io_err(format!("copying the template to {}", dir.display())))?;
         let mut db = MariaDb { dir, port: 0, opts, child: None };
+        fs::create_dir_all(db.tmpdir()).map_err(io_err("creating the tmpdir"))?;
         for _ in 0..PORT_RETRIES {
             db.port = free_port()?;
             match db.spawn_and_wait()? {
@@ -268,6 +279,7 @@ impl MariaDb {
         let o = &self.opts;
         let mut v = common_args();
         v.push(format!("--datadir={}", self.datadir().display()));
+        v.push(format!("--tmpdir={}", self.tmpdir().display()));
         v.push(format!("--socket={}", self.socket().display()));
         v.push(format!("--pid-file={}", self.dir.join("mariadbd.pid").display()));
         v.push(format!("--log-error={}", self.error_log().display()));
@@ -368,6 +380,11 @@ impl MariaDb {
 
     pub fn datadir(&self) -> PathBuf {
         self.dir.join("data")
+    }
+
+    /// The server's private `tmpdir`.
+    pub fn tmpdir(&self) -> PathBuf {
+        self.dir.join("tmp")
     }
 
     pub fn error_log(&self) -> PathBuf {
