@@ -30,7 +30,9 @@ impl Backend for Blackhole {
         Ok(())
     }
     async fn buffer(&self, _: &mut (), batch: RowBatch) -> Result<bool> {
-        self.counters.rows.fetch_add(batch.rows.len() as u64, Ordering::Relaxed);
+        self.counters
+            .rows
+            .fetch_add(batch.rows.len() as u64, Ordering::Relaxed);
         Ok(false)
     }
     fn has_buffered(&self, _: &()) -> bool {
@@ -57,7 +59,9 @@ pub type BlackholeSink = Runner<Blackhole>;
 
 impl Runner<Blackhole> {
     pub fn new_blackhole() -> BlackholeSink {
-        Runner::with_backend(Blackhole { counters: Arc::new(Counters::default()) })
+        Runner::with_backend(Blackhole {
+            counters: Arc::new(Counters::default()),
+        })
     }
     pub fn counters(&self) -> Arc<Counters> {
         self.backend().counters.clone()

@@ -28,7 +28,13 @@ pub const ROW_COMPARE_MAX: usize = 64;
 /// rows compared).
 pub const MAX_LISTED_DIFFS: usize = 1000;
 /// Schemas never compared.
-pub const SYSTEM_SCHEMAS: &[&str] = &["mysql", "information_schema", "performance_schema", "sys", crate::mysql::PROGRESS_DB];
+pub const SYSTEM_SCHEMAS: &[&str] = &[
+    "mysql",
+    "information_schema",
+    "performance_schema",
+    "sys",
+    crate::mysql::PROGRESS_DB,
+];
 
 #[derive(Clone, Debug)]
 pub struct CheckArgs {
@@ -44,7 +50,12 @@ impl CheckArgs {
         CheckArgs {
             upstream: upstream.into(),
             downstream: downstream.into(),
-            tables: tables.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
+            tables: tables
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
             chunk_size: DEFAULT_CHUNK_SIZE,
         }
     }
@@ -110,12 +121,22 @@ impl fmt::Display for CheckReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for t in &self.tables {
             let state = if t.equal() { "equal" } else { "DIFFERENT" };
-            writeln!(f, "{}: {state} ({} chunks, {} upstream rows, {} downstream rows)", t.table, t.chunks, t.upstream_rows, t.downstream_rows)?;
+            writeln!(
+                f,
+                "{}: {state} ({} chunks, {} upstream rows, {} downstream rows)",
+                t.table, t.chunks, t.upstream_rows, t.downstream_rows
+            )?;
             if let Some(s) = &t.schema_difference {
                 writeln!(f, "  schema: {s}")?;
             }
             for d in &t.diffs {
-                writeln!(f, "  {:?} ({}) = ({})", d.kind, t.key_columns.join(", "), d.key.join(", "))?;
+                writeln!(
+                    f,
+                    "  {:?} ({}) = ({})",
+                    d.kind,
+                    t.key_columns.join(", "),
+                    d.key.join(", ")
+                )?;
             }
             if t.diff_count > t.diffs.len() {
                 writeln!(f, "  … and {} more", t.diff_count - t.diffs.len())?;
@@ -131,7 +152,9 @@ fn glob(pattern: &str, s: &str) -> bool {
         match p.split_first() {
             None => s.is_empty(),
             Some((b'*', rest)) => (0..=s.len()).any(|i| go(rest, &s[i..])),
-            Some((c, rest)) => s.first().is_some_and(|x| x.eq_ignore_ascii_case(c)) && go(rest, &s[1..]),
+            Some((c, rest)) => {
+                s.first().is_some_and(|x| x.eq_ignore_ascii_case(c)) && go(rest, &s[1..])
+            }
         }
     }
     go(pattern.as_bytes(), s.as_bytes())
@@ -140,12 +163,17 @@ fn glob(pattern: &str, s: &str) -> bool {
 fn connect(uri: &str, what: &str) -> Result<Pool> {
     match SinkUri::parse(uri)?.config {
         SinkConfig::Mysql(cfg) => pool(&cfg, 4),
-        _ => Err(SinkError::invalid_uri(&crate::uri::mask_uri(uri), format!("--{what} must be a mysql:// URI"))),
+        _ => Err(SinkError::invalid_uri(
+            &crate::uri::mask_uri(uri),
+            format!("--{what} must be a mysql:// URI"),
+        )),
     }
 }
 
 async fn conn(p: &Pool, what: &str) -> Result<Conn> {
-    p.get_conn().await.map_err(|e| SinkError::db(format!("connect to {what}"), e))
+    p.get_conn()
+        .await
+        .map_err(|e| SinkError::db(format!("connect to {what}"), e))
 }
 
 fn text(v: &M) -> String {
@@ -172,12 +200,23 @@ impl Table {
         format!("{}.{}", quote_ident(&self.db), quote_ident(&self.name))
     }
     fn key_list(&self) -> String {
-        self.key.iter().map(|k| quote_ident(k)).collect::<Vec<_>>().join(",")
+        self.key
+            .iter()
+            .map(|k| quote_ident(k))
+            .collect::<Vec<_>>()
+            .join(",")
     }
     /// SQL for a row's 64-bit hash over every column's bytes and NULL-ness.
     fn row_hash(&self) -> String {
-        let parts: Vec<String> = self.columns.iter().map(|c| format!("IFNULL(HEX(CAST({} AS BINARY)),'N')", quote_ident(c))).collect();
-        format!("CAST(CONV(LEFT(MD5(CONCAT_WS(',',{})),16),16,10) AS UNSIGNED)", parts.join(","))
+        let parts: Vec<String> = self
+            .columns
+            .iter()
+            .map(|c| format!("IFNULL(HEX(CAST({} AS BINARY)),'N')", quote_ident(c)))
+            .collect();
+        format!(
+            "CAST(CONV(LEFT(MD5(CONCAT_WS(',',{})),16),16,10) AS UNSIGNED)",
+            parts.join(",")
+        )
     }
     /// `WHERE` for the key range `(lo, hi]` (open ends when `None`) and its parameters.
     fn range(&self, lo: &Option<Vec<M>>, hi: &Option<Vec<M>>) -> (String, Vec<M>) {
@@ -205,11 +244,17 @@ async fn list_tables(up: &mut Conn, patterns: &[String]) -> Result<Vec<(String, 
     Ok(rows
         .into_iter()
         .filter(|(db, _)| !SYSTEM_SCHEMAS.contains(&db.as_str()))
-        .filter(|(db, t)| patterns.is_empty() || patterns.iter().any(|p| glob(p, &format!("{db}.{t}"))))
+        .filter(|(db, t)| {
+            patterns.is_empty() || patterns.iter().any(|p| glob(p, &format!("{db}.{t}")))
+        })
         .collect())
 }
 
-async fn describe(c: &mut Conn, db: &str, name: &str) -> Result<Option<(Vec<String>, Vec<String>)>> {
+async fn describe(
+    c: &mut Conn,
+    db: &str,
+    name: &str,
+) -> Result<Option<(Vec<String>, Vec<String>)>> {
     let cols: Vec<String> = c
         .exec("SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position", (db, name))
         .await
@@ -242,25 +287,64 @@ async fn describe(c: &mut Conn, db: &str, name: &str) -> Result<Option<(Vec<Stri
     Ok(Some((cols, key)))
 }
 
-async fn chunk_sum(c: &mut Conn, t: &Table, lo: &Option<Vec<M>>, hi: &Option<Vec<M>>) -> Result<(u64, u64)> {
+async fn chunk_sum(
+    c: &mut Conn,
+    t: &Table,
+    lo: &Option<Vec<M>>,
+    hi: &Option<Vec<M>>,
+) -> Result<(u64, u64)> {
     let (cond, params) = t.range(lo, hi);
-    let sql = format!("SELECT COUNT(*), IFNULL(BIT_XOR({}), 0) FROM {} WHERE {cond}", t.row_hash(), t.qualified());
-    let r: Option<(u64, u64)> = c.exec_first(sql, params).await.map_err(|e| SinkError::db(format!("checksum {}", t.qualified()), e))?;
+    let sql = format!(
+        "SELECT COUNT(*), IFNULL(BIT_XOR({}), 0) FROM {} WHERE {cond}",
+        t.row_hash(),
+        t.qualified()
+    );
+    let r: Option<(u64, u64)> = c
+        .exec_first(sql, params)
+        .await
+        .map_err(|e| SinkError::db(format!("checksum {}", t.qualified()), e))?;
     Ok(r.unwrap_or((0, 0)))
 }
 
 /// The key `offset` rows after `lo` (upstream order), if the range has that many.
-async fn key_at(c: &mut Conn, t: &Table, lo: &Option<Vec<M>>, hi: &Option<Vec<M>>, offset: usize) -> Result<Option<Vec<M>>> {
+async fn key_at(
+    c: &mut Conn,
+    t: &Table,
+    lo: &Option<Vec<M>>,
+    hi: &Option<Vec<M>>,
+    offset: usize,
+) -> Result<Option<Vec<M>>> {
     let (cond, params) = t.range(lo, hi);
-    let sql = format!("SELECT {} FROM {} WHERE {cond} ORDER BY {} LIMIT 1 OFFSET {offset}", t.key_list(), t.qualified(), t.key_list());
-    let r: Option<Row> = c.exec_first(sql, params).await.map_err(|e| SinkError::db(format!("chunk boundary {}", t.qualified()), e))?;
+    let sql = format!(
+        "SELECT {} FROM {} WHERE {cond} ORDER BY {} LIMIT 1 OFFSET {offset}",
+        t.key_list(),
+        t.qualified(),
+        t.key_list()
+    );
+    let r: Option<Row> = c
+        .exec_first(sql, params)
+        .await
+        .map_err(|e| SinkError::db(format!("chunk boundary {}", t.qualified()), e))?;
     Ok(r.map(Row::unwrap))
 }
 
-async fn rows_in(c: &mut Conn, t: &Table, lo: &Option<Vec<M>>, hi: &Option<Vec<M>>) -> Result<BTreeMap<Vec<String>, u64>> {
+async fn rows_in(
+    c: &mut Conn,
+    t: &Table,
+    lo: &Option<Vec<M>>,
+    hi: &Option<Vec<M>>,
+) -> Result<BTreeMap<Vec<String>, u64>> {
     let (cond, params) = t.range(lo, hi);
-    let sql = format!("SELECT {}, {} FROM {} WHERE {cond}", t.row_hash(), t.key_list(), t.qualified());
-    let rows: Vec<Row> = c.exec(sql, params).await.map_err(|e| SinkError::db(format!("read rows {}", t.qualified()), e))?;
+    let sql = format!(
+        "SELECT {}, {} FROM {} WHERE {cond}",
+        t.row_hash(),
+        t.key_list(),
+        t.qualified()
+    );
+    let rows: Vec<Row> = c
+        .exec(sql, params)
+        .await
+        .map_err(|e| SinkError::db(format!("read rows {}", t.qualified()), e))?;
     let mut out = BTreeMap::new();
     for r in rows {
         let mut vals = r.unwrap();
@@ -278,7 +362,14 @@ async fn rows_in(c: &mut Conn, t: &Table, lo: &Option<Vec<M>>, hi: &Option<Vec<M
     Ok(out)
 }
 
-async fn compare_range(up: &mut Conn, down: &mut Conn, t: &Table, lo: Option<Vec<M>>, hi: Option<Vec<M>>, rep: &mut TableReport) -> Result<()> {
+async fn compare_range(
+    up: &mut Conn,
+    down: &mut Conn,
+    t: &Table,
+    lo: Option<Vec<M>>,
+    hi: Option<Vec<M>>,
+    rep: &mut TableReport,
+) -> Result<()> {
     // Iterative bisection over a stack of ranges.
     let mut stack = vec![(lo, hi, None::<(u64, u64)>)];
     while let Some((lo, hi, known_up)) = stack.pop() {
@@ -298,17 +389,29 @@ async fn compare_range(up: &mut Conn, down: &mut Conn, t: &Table, lo: Option<Vec
                 continue;
             }
         }
-        let (ur, dr) = (rows_in(up, t, &lo, &hi).await?, rows_in(down, t, &lo, &hi).await?);
+        let (ur, dr) = (
+            rows_in(up, t, &lo, &hi).await?,
+            rows_in(down, t, &lo, &hi).await?,
+        );
         let mut diffs = Vec::new();
         for (k, h) in &ur {
             match dr.get(k) {
-                None => diffs.push(RowDiff { key: k.clone(), kind: DiffKind::Missing }),
-                Some(h2) if h2 != h => diffs.push(RowDiff { key: k.clone(), kind: DiffKind::Differs }),
+                None => diffs.push(RowDiff {
+                    key: k.clone(),
+                    kind: DiffKind::Missing,
+                }),
+                Some(h2) if h2 != h => diffs.push(RowDiff {
+                    key: k.clone(),
+                    kind: DiffKind::Differs,
+                }),
                 _ => {}
             }
         }
         for k in dr.keys().filter(|k| !ur.contains_key(*k)) {
-            diffs.push(RowDiff { key: k.clone(), kind: DiffKind::Extra });
+            diffs.push(RowDiff {
+                key: k.clone(),
+                kind: DiffKind::Extra,
+            });
         }
         rep.diff_count += diffs.len();
         for d in diffs {
@@ -320,8 +423,17 @@ async fn compare_range(up: &mut Conn, down: &mut Conn, t: &Table, lo: Option<Vec
     Ok(())
 }
 
-async fn check_table(up: &mut Conn, down: &mut Conn, db: &str, name: &str, chunk: usize) -> Result<TableReport> {
-    let mut rep = TableReport { table: format!("{db}.{name}"), ..Default::default() };
+async fn check_table(
+    up: &mut Conn,
+    down: &mut Conn,
+    db: &str,
+    name: &str,
+    chunk: usize,
+) -> Result<TableReport> {
+    let mut rep = TableReport {
+        table: format!("{db}.{name}"),
+        ..Default::default()
+    };
     let Some((cols, key)) = describe(up, db, name).await? else {
         rep.schema_difference = Some("table vanished upstream".into());
         return Ok(rep);
@@ -333,12 +445,19 @@ async fn check_table(up: &mut Conn, down: &mut Conn, db: &str, name: &str, chunk
             return Ok(rep);
         }
         Some((dcols, _)) if dcols != cols => {
-            rep.schema_difference = Some(format!("columns differ: upstream {cols:?}, downstream {dcols:?}"));
+            rep.schema_difference = Some(format!(
+                "columns differ: upstream {cols:?}, downstream {dcols:?}"
+            ));
             return Ok(rep);
         }
         Some(_) => {}
     }
-    let t = Table { db: db.into(), name: name.into(), columns: cols, key };
+    let t = Table {
+        db: db.into(),
+        name: name.into(),
+        columns: cols,
+        key,
+    };
     rep.upstream_rows = chunk_sum(up, &t, &None, &None).await?.0;
     rep.downstream_rows = chunk_sum(down, &t, &None, &None).await?.0;
     let mut lo: Option<Vec<M>> = None;
@@ -357,12 +476,17 @@ async fn check_table(up: &mut Conn, down: &mut Conn, db: &str, name: &str, chunk
 
 /// Compares the selected tables; `Err` only when the comparison itself failed.
 pub async fn run(args: &CheckArgs) -> Result<CheckReport> {
-    let (up_pool, down_pool) = (connect(&args.upstream, "upstream")?, connect(&args.downstream, "downstream")?);
+    let (up_pool, down_pool) = (
+        connect(&args.upstream, "upstream")?,
+        connect(&args.downstream, "downstream")?,
+    );
     let mut up = conn(&up_pool, "upstream").await?;
     let mut down = conn(&down_pool, "downstream").await?;
     let mut report = CheckReport::default();
     for (db, name) in list_tables(&mut up, &args.tables).await? {
-        report.tables.push(check_table(&mut up, &mut down, &db, &name, args.chunk_size).await?);
+        report
+            .tables
+            .push(check_table(&mut up, &mut down, &db, &name, args.chunk_size).await?);
     }
     drop((up, down));
     let _ = up_pool.disconnect().await;

@@ -14,8 +14,8 @@
 use crate::codec::{self, DecodedRow};
 use crate::error::{Result, SinkError};
 use crate::mysql::MysqlSink;
-use crate::storage::layout::{self, TableDefinition};
 use crate::storage::build_store;
+use crate::storage::layout::{self, TableDefinition};
 use crate::uri::{Protocol, SinkConfig, SinkUri, StorageConfig};
 use crate::{RowBatch, Sink};
 use futures::TryStreamExt;
@@ -71,7 +71,13 @@ fn schema_from_definition(def: &TableDefinition, table_id: TableId) -> TableSche
         .iter()
         .map(|c| {
             let up = c.ty.to_ascii_uppercase();
-            let ty = if up.contains("BLOB") || up.contains("BINARY") { ColumnType::Blob } else if up.starts_with("BIT") { ColumnType::Bit } else { ColumnType::Text };
+            let ty = if up.contains("BLOB") || up.contains("BINARY") {
+                ColumnType::Blob
+            } else if up.starts_with("BIT") {
+                ColumnType::Bit
+            } else {
+                ColumnType::Text
+            };
             ColumnDef {
                 name: c.name.clone(),
                 ty,
@@ -86,8 +92,22 @@ fn schema_from_definition(def: &TableDefinition, table_id: TableId) -> TableSche
             }
         })
         .collect();
-    let key_columns = def.columns.iter().enumerate().filter(|(_, c)| c.is_pk.as_deref() == Some("true")).map(|(i, _)| i).collect();
-    TableSchema { table_id, database: def.schema.clone(), name: def.table.clone(), columns, key_columns, unique_keys: Vec::new(), version: def.table_version }
+    let key_columns = def
+        .columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.is_pk.as_deref() == Some("true"))
+        .map(|(i, _)| i)
+        .collect();
+    TableSchema {
+        table_id,
+        database: def.schema.clone(),
+        name: def.table.clone(),
+        columns,
+        key_columns,
+        unique_keys: Vec::new(),
+        version: def.table_version,
+    }
 }
 
 fn parse_kind(s: &str) -> DdlKind {
@@ -107,44 +127,68 @@ fn parse_kind(s: &str) -> DdlKind {
 
 enum Item {
     Ddl(DdlEvent),
-    Rows { schema: Arc<TableSchema>, rows: Vec<RowEvent> },
+    Rows {
+        schema: Arc<TableSchema>,
+        rows: Vec<RowEvent>,
+    },
 }
 
 async fn read_all(store: &Arc<dyn ObjectStore>, path: &str) -> Result<Vec<u8>> {
     let p = object_store::path::Path::from(path);
-    let r = store.get(&p).await.map_err(|e| SinkError::store("get", path, e))?;
-    Ok(r.bytes().await.map_err(|e| SinkError::store("get", path, e))?.to_vec())
+    let r = store
+        .get(&p)
+        .await
+        .map_err(|e| SinkError::store("get", path, e))?;
+    Ok(r.bytes()
+        .await
+        .map_err(|e| SinkError::store("get", path, e))?
+        .to_vec())
 }
 
 /// Reads the layout and applies it. Returns what was done.
 pub async fn run(args: &ConsumeArgs) -> Result<ConsumeReport> {
     let SinkConfig::Storage(cfg) = SinkUri::parse(&args.storage)?.config else {
-        return Err(SinkError::invalid_uri(&crate::uri::mask_uri(&args.storage), "--storage must be a file:// or s3:// URI"));
+        return Err(SinkError::invalid_uri(
+            &crate::uri::mask_uri(&args.storage),
+            "--storage must be a file:// or s3:// URI",
+        ));
     };
     let SinkConfig::Mysql(mut down) = SinkUri::parse(&args.downstream)?.config else {
-        return Err(SinkError::invalid_uri(&crate::uri::mask_uri(&args.downstream), "--downstream must be a mysql:// URI"));
+        return Err(SinkError::invalid_uri(
+            &crate::uri::mask_uri(&args.downstream),
+            "--downstream must be a mysql:// URI",
+        ));
     };
     down.safe_mode = true;
     let store = build_store(&cfg)?;
     let mut report = ConsumeReport::default();
     let items = read_layout(&store, &cfg, &mut report).await?;
     let sink = MysqlSink::connect(down).await?;
-    let mut seq = 0u64;
-    for item in items {
-        seq += 1;
-        let d = DispatcherId { epoch: u64::MAX, seq };
+    for (seq, item) in items.into_iter().enumerate() {
+        let d = DispatcherId {
+            epoch: u64::MAX,
+            seq: seq as u64,
+        };
         match item {
             Item::Ddl(ddl) => {
                 let ts = ddl.commit_ts;
-                sink.open(d, Span::whole_table(TableId(0)), ts.saturating_sub(1)).await?;
+                sink.open(d, Span::whole_table(TableId(0)), ts.saturating_sub(1))
+                    .await?;
                 sink.write_ddl(d, ddl, Vec::new()).await?;
                 sink.close(d).await;
                 report.ddls_applied += 1;
             }
             Item::Rows { schema, rows } => {
-                let Some(first) = rows.first().map(|r| r.commit_ts) else { continue };
+                let Some(first) = rows.first().map(|r| r.commit_ts) else {
+                    continue;
+                };
                 report.rows_applied += rows.len();
-                sink.open(d, Span::whole_table(schema.table_id), first.saturating_sub(1)).await?;
+                sink.open(
+                    d,
+                    Span::whole_table(schema.table_id),
+                    first.saturating_sub(1),
+                )
+                .await?;
                 sink.write_rows(d, RowBatch { schema, rows }).await?;
                 sink.flush(d).await?;
                 let r = sink.close(d).await;
@@ -166,7 +210,11 @@ struct Placed {
     table: (String, String, Ts),
 }
 
-async fn read_layout(store: &Arc<dyn ObjectStore>, cfg: &StorageConfig, report: &mut ConsumeReport) -> Result<Vec<Item>> {
+async fn read_layout(
+    store: &Arc<dyn ObjectStore>,
+    cfg: &StorageConfig,
+    report: &mut ConsumeReport,
+) -> Result<Vec<Item>> {
     let mut paths: Vec<String> = store
         .list(None)
         .map_ok(|m| m.location.to_string())
@@ -185,40 +233,76 @@ async fn read_layout(store: &Arc<dyn ObjectStore>, cfg: &StorageConfig, report: 
         let name = parts.last().copied().unwrap_or_default();
         if p == layout::METADATA {
             let b = read_all(store, p).await?;
-            let v: serde_json::Value = serde_json::from_slice(&b).map_err(|e| SinkError::Layout { path: p.clone(), reason: e.to_string() })?;
+            let v: serde_json::Value =
+                serde_json::from_slice(&b).map_err(|e| SinkError::Layout {
+                    path: p.clone(),
+                    reason: e.to_string(),
+                })?;
             report.checkpoint_ts = v.get("checkpoint-ts").and_then(|t| t.as_u64());
             continue;
         }
         let is_meta = parts.len() >= 2 && parts[parts.len() - 2] == "meta";
-        if is_meta && (parts.len() == 3 || parts.len() == 4) && layout::parse_schema_name(name).is_some() {
+        if is_meta
+            && (parts.len() == 3 || parts.len() == 4)
+            && layout::parse_schema_name(name).is_some()
+        {
             report.schema_files += 1;
             let b = read_all(store, p).await?;
-            let def: TableDefinition = serde_json::from_slice(&b).map_err(|e| SinkError::Layout { path: p.clone(), reason: e.to_string() })?;
+            let def: TableDefinition =
+                serde_json::from_slice(&b).map_err(|e| SinkError::Layout {
+                    path: p.clone(),
+                    reason: e.to_string(),
+                })?;
             if !def.query.is_empty() {
-                ddls.entry((def.table_version, def.query.clone())).or_insert_with(|| DdlEvent {
-                    commit_ts: def.table_version,
-                    commit_time_ms: 0,
-                    kind: parse_kind(&def.kind),
-                    database: def.schema.clone(),
-                    query: def.query.clone(),
-                    influence: DdlInfluence { scope: InfluenceScope::All, trigger: true, dropped: vec![], added: vec![], renamed: vec![] },
-                });
+                ddls.entry((def.table_version, def.query.clone()))
+                    .or_insert_with(|| DdlEvent {
+                        commit_ts: def.table_version,
+                        commit_time_ms: 0,
+                        kind: parse_kind(&def.kind),
+                        database: def.schema.clone(),
+                        query: def.query.clone(),
+                        influence: DdlInfluence {
+                            scope: InfluenceScope::All,
+                            trigger: true,
+                            dropped: vec![],
+                            added: vec![],
+                            renamed: vec![],
+                        },
+                    });
             }
             if !def.table.is_empty() {
                 let n = table_ids.len() as u64 + 1;
-                let id = *table_ids.entry((def.schema.clone(), def.table.clone())).or_insert(TableId(n));
-                let mut schema = def.sluice_schema.clone().unwrap_or_else(|| schema_from_definition(&def, id));
+                let id = *table_ids
+                    .entry((def.schema.clone(), def.table.clone()))
+                    .or_insert(TableId(n));
+                let mut schema = def
+                    .sluice_schema
+                    .clone()
+                    .unwrap_or_else(|| schema_from_definition(&def, id));
                 schema.table_id = id;
                 schema.version = def.table_version;
-                schemas.insert((def.schema.clone(), def.table.clone(), def.table_version), Arc::new(schema));
+                schemas.insert(
+                    (def.schema.clone(), def.table.clone(), def.table_version),
+                    Arc::new(schema),
+                );
             }
             continue;
         }
         match layout::parse_data_name(name) {
             Some(dn) if dn.ext == ext && (parts.len() == 4 || parts.len() == 5) => {
-                let version: Ts = parts[2].parse().map_err(|_| SinkError::Layout { path: p.clone(), reason: "version directory is not a number".into() })?;
+                let version: Ts = parts[2].parse().map_err(|_| SinkError::Layout {
+                    path: p.clone(),
+                    reason: "version directory is not a number".into(),
+                })?;
                 let date = (parts.len() == 5).then(|| parts[3].to_string());
-                data.push((p.clone(), parts[0].to_string(), parts[1].to_string(), version, date, dn));
+                data.push((
+                    p.clone(),
+                    parts[0].to_string(),
+                    parts[1].to_string(),
+                    version,
+                    date,
+                    dn,
+                ));
             }
             _ => report.ignored_files.push(p.clone()),
         }
@@ -226,23 +310,39 @@ async fn read_layout(store: &Arc<dyn ObjectStore>, cfg: &StorageConfig, report: 
     let mut placed: Vec<Placed> = Vec::new();
     for (path, db, table, version, date, dn) in data {
         let key = (db.clone(), table.clone(), version);
-        let schema = schemas.get(&key).ok_or_else(|| SinkError::Layout { path: path.clone(), reason: format!("no schema file for {db}.{table} version {version}") })?;
+        let schema = schemas.get(&key).ok_or_else(|| SinkError::Layout {
+            path: path.clone(),
+            reason: format!("no schema file for {db}.{table} version {version}"),
+        })?;
         let bytes = read_all(store, &path).await?;
-        let text = String::from_utf8(bytes).map_err(|_| SinkError::Layout { path: path.clone(), reason: "not UTF-8".into() })?;
+        let text = String::from_utf8(bytes).map_err(|_| SinkError::Layout {
+            path: path.clone(),
+            reason: "not UTF-8".into(),
+        })?;
         let rows = match cfg.protocol {
             Protocol::Csv => codec::csv::decode_file(&text, &cfg.csv, schema),
             Protocol::CanalJson => codec::canal::decode_file(&text, schema),
         }
-        .map_err(|e| SinkError::Layout { path: path.clone(), reason: e.to_string() })?;
+        .map_err(|e| SinkError::Layout {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
         report.data_files += 1;
         report.rows_read += rows.len();
         if report.rows_read > MAX_ROWS {
-            return Err(SinkError::Layout { path, reason: format!("more than {MAX_ROWS} rows: consume in parts") });
+            return Err(SinkError::Layout {
+                path,
+                reason: format!("more than {MAX_ROWS} rows: consume in parts"),
+            });
         }
         for (line, row) in rows.into_iter().enumerate() {
             placed.push(Placed {
                 ts: row.commit_ts.unwrap_or(version),
-                file: (date.clone().unwrap_or_default(), dn.dispatcher.clone(), dn.index),
+                file: (
+                    date.clone().unwrap_or_default(),
+                    dn.dispatcher.clone(),
+                    dn.index,
+                ),
                 line,
                 row,
                 table: key.clone(),
@@ -256,21 +356,32 @@ async fn read_layout(store: &Arc<dyn ObjectStore>, cfg: &StorageConfig, report: 
     let mut items: Vec<Item> = Vec::new();
     let mut ddl_iter = ddls.into_values().peekable();
     let mut segment: BTreeMap<(String, String, Ts), Vec<RowEvent>> = BTreeMap::new();
-    let flush_segment = |segment: &mut BTreeMap<(String, String, Ts), Vec<RowEvent>>, items: &mut Vec<Item>| -> Result<()> {
+    let flush_segment = |segment: &mut BTreeMap<(String, String, Ts), Vec<RowEvent>>,
+                         items: &mut Vec<Item>|
+     -> Result<()> {
         for (key, rows) in std::mem::take(segment) {
-            let schema = schemas.get(&key).cloned().ok_or_else(|| SinkError::Layout { path: key.0.clone(), reason: "schema vanished".into() })?;
+            let schema = schemas
+                .get(&key)
+                .cloned()
+                .ok_or_else(|| SinkError::Layout {
+                    path: key.0.clone(),
+                    reason: "schema vanished".into(),
+                })?;
             items.push(Item::Rows { schema, rows });
         }
         Ok(())
     };
     for p in placed {
-        while ddl_iter.peek().is_some_and(|d| d.commit_ts < p.ts) {
+        while ddl_iter.peek().is_some_and(|d| d.commit_ts <= p.ts) {
             if let Some(d) = ddl_iter.next() {
                 flush_segment(&mut segment, &mut items)?;
                 items.push(Item::Ddl(d));
             }
         }
-        let schema = schemas.get(&p.table).ok_or_else(|| SinkError::Layout { path: p.table.0.clone(), reason: "schema vanished".into() })?;
+        let schema = schemas.get(&p.table).ok_or_else(|| SinkError::Layout {
+            path: p.table.0.clone(),
+            reason: "schema vanished".into(),
+        })?;
         let ev = p.row.into_event(schema, p.ts);
         segment.entry(p.table).or_default().push(ev);
     }

@@ -83,14 +83,24 @@ impl SinkError {
     }
 
     pub(crate) fn invalid_uri(uri: &impl fmt::Display, reason: impl Into<String>) -> SinkError {
-        SinkError::InvalidUri { uri: uri.to_string(), reason: reason.into() }
+        SinkError::InvalidUri {
+            uri: uri.to_string(),
+            reason: reason.into(),
+        }
     }
 
     pub(crate) fn contract(d: impl fmt::Display, reason: impl Into<String>) -> SinkError {
-        SinkError::Contract { dispatcher: d.to_string(), reason: reason.into() }
+        SinkError::Contract {
+            dispatcher: d.to_string(),
+            reason: reason.into(),
+        }
     }
 
-    pub(crate) fn store(op: &'static str, path: impl Into<String>, e: object_store::Error) -> SinkError {
+    pub(crate) fn store(
+        op: &'static str,
+        path: impl Into<String>,
+        e: object_store::Error,
+    ) -> SinkError {
         use object_store::Error as E;
         let retryable = !matches!(
             e,
@@ -101,18 +111,31 @@ impl SinkError {
                 | E::PermissionDenied { .. }
                 | E::Unauthenticated { .. }
         );
-        SinkError::Store { op, path: path.into(), retryable, source: Box::new(e) }
+        SinkError::Store {
+            op,
+            path: path.into(),
+            retryable,
+            source: Box::new(e),
+        }
     }
 
     pub(crate) fn db(what: impl Into<String>, e: mysql_async::Error) -> SinkError {
         let (code, retryable) = classify_mysql(&e);
-        SinkError::Db { what: what.into(), code, retryable, source: Box::new(e) }
+        SinkError::Db {
+            what: what.into(),
+            code,
+            retryable,
+            source: Box::new(e),
+        }
     }
 }
 
 /// MariaDB/MySQL server error codes that retrying can fix: deadlock, lock wait timeout, lost
 /// connection, server shutdown, too many connections, query interrupted, read-only failover.
-pub const RETRYABLE_SERVER_CODES: &[u16] = &[1205, 1213, 1040, 1053, 1077, 1078, 1079, 1080, 1152, 1153, 1158, 1159, 1160, 1161, 1317, 2006, 2013, 1927, 1290];
+pub const RETRYABLE_SERVER_CODES: &[u16] = &[
+    1205, 1213, 1040, 1053, 1077, 1078, 1079, 1080, 1152, 1153, 1158, 1159, 1160, 1161, 1317, 2006,
+    2013, 1927, 1290,
+];
 
 fn classify_mysql(e: &mysql_async::Error) -> (Option<u16>, bool) {
     match e {

@@ -63,7 +63,8 @@ pub struct CloseReport {
 pub trait Sink: Send + Sync {
     /// Registers a dispatcher serving `span`, resuming after `start_ts` (its checkpoint). Rows must
     /// have commit ts greater than `start_ts`. Re-opening an open dispatcher is a contract error.
-    async fn open(&self, dispatcher: DispatcherId, span: Span, start_ts: Ts) -> Result<AckReceiver>;
+    async fn open(&self, dispatcher: DispatcherId, span: Span, start_ts: Ts)
+        -> Result<AckReceiver>;
     /// Writes rows (buffered; durable only once acknowledged).
     async fn write_rows(&self, dispatcher: DispatcherId, batch: RowBatch) -> Result<()>;
     /// Declares that no row with commit ts `<= ts` will follow, so the ack may reach `ts` when
@@ -73,7 +74,12 @@ pub trait Sink: Send + Sync {
     async fn flush(&self, dispatcher: DispatcherId) -> Result<Ts>;
     /// Barrier flush then the DDL (`tables`: the table versions the DDL produces, empty for a
     /// database-level DDL). Returns the ack, which is `ddl.commit_ts`.
-    async fn write_ddl(&self, dispatcher: DispatcherId, ddl: DdlEvent, tables: Vec<Arc<TableSchema>>) -> Result<Ts>;
+    async fn write_ddl(
+        &self,
+        dispatcher: DispatcherId,
+        ddl: DdlEvent,
+        tables: Vec<Arc<TableSchema>>,
+    ) -> Result<Ts>;
     /// Records the changefeed checkpoint where the sink keeps one (storage: the root `metadata`
     /// file); never moves it backwards.
     async fn write_checkpoint(&self, ts: Ts) -> Result<()>;

@@ -26,7 +26,9 @@ use crate::RowBatch;
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, TxOpts};
-use sluice_types::{DdlEvent, DdlKind, DispatcherId, RowEvent, RowKind, Span, TableSchema, Ts, Value};
+use sluice_types::{
+    DdlEvent, DdlKind, DispatcherId, RowEvent, RowKind, Span, TableSchema, Ts, Value,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,7 +57,10 @@ pub fn pool(cfg: &MysqlConfig, max_conns: usize) -> Result<Pool> {
         .user(Some(cfg.user.clone()))
         .pass(Some(cfg.password.expose().to_string()))
         .prefer_socket(false)
-        .init(vec!["SET time_zone = '+00:00'", "SET foreign_key_checks = 0"])
+        .init(vec![
+            "SET time_zone = '+00:00'",
+            "SET foreign_key_checks = 0",
+        ])
         .pool_opts(PoolOpts::default().with_constraints(constraints));
     Ok(Pool::new(opts))
 }
@@ -72,12 +77,29 @@ pub fn to_param(v: &Value) -> mysql_async::Value {
         Value::Decimal(s) | Value::Text(s) | Value::Json(s) => M::Bytes(s.clone().into_bytes()),
         Value::Bytes(b) | Value::Geometry(b) => M::Bytes(b.clone()),
         Value::Date { year, month, day } => M::Date(*year, *month, *day, 0, 0, 0, 0),
-        Value::Time { negative, hours, minutes, seconds, micros } => {
-            M::Time(*negative, hours / 24, (hours % 24) as u8, *minutes, *seconds, *micros)
-        }
-        Value::DateTime { year, month, day, hour, minute, second, micros } => {
-            M::Date(*year, *month, *day, *hour, *minute, *second, *micros)
-        }
+        Value::Time {
+            negative,
+            hours,
+            minutes,
+            seconds,
+            micros,
+        } => M::Time(
+            *negative,
+            hours / 24,
+            (hours % 24) as u8,
+            *minutes,
+            *seconds,
+            *micros,
+        ),
+        Value::DateTime {
+            year,
+            month,
+            day,
+            hour,
+            minute,
+            second,
+            micros,
+        } => M::Date(*year, *month, *day, *hour, *minute, *second, *micros),
         Value::Timestamp { micros } => {
             let (y, m, d, h, mi, s, us) = crate::codec::utc_parts(*micros);
             M::Date(y as u16, m as u8, d as u8, h as u8, mi as u8, s as u8, us)
@@ -101,8 +123,19 @@ pub fn idempotent_ddl(query: &str) -> String {
         let prev = if i > 0 { up[i - 1].as_str() } else { "" };
         let cur = up[i].as_str();
         let insert = match (prev, cur) {
-            ("CREATE", "TABLE") | ("CREATE", "DATABASE") | ("CREATE", "SCHEMA") | ("ADD", "COLUMN") | ("ADD", "INDEX") | ("ADD", "KEY") => Some("IF NOT EXISTS"),
-            ("DROP", "TABLE") | ("DROP", "DATABASE") | ("DROP", "SCHEMA") | ("DROP", "COLUMN") | ("DROP", "INDEX") | ("DROP", "KEY") | ("DROP", "VIEW") => Some("IF EXISTS"),
+            ("CREATE", "TABLE")
+            | ("CREATE", "DATABASE")
+            | ("CREATE", "SCHEMA")
+            | ("ADD", "COLUMN")
+            | ("ADD", "INDEX")
+            | ("ADD", "KEY") => Some("IF NOT EXISTS"),
+            ("DROP", "TABLE")
+            | ("DROP", "DATABASE")
+            | ("DROP", "SCHEMA")
+            | ("DROP", "COLUMN")
+            | ("DROP", "INDEX")
+            | ("DROP", "KEY")
+            | ("DROP", "VIEW") => Some("IF EXISTS"),
             _ => None,
         };
         if let Some(s) = insert {
@@ -137,7 +170,12 @@ impl Runner<Mysql> {
     /// Connects, creates the progress tables, and starts the flush ticker.
     pub async fn connect(cfg: MysqlConfig) -> Result<MysqlSink> {
         let pool = pool(&cfg, cfg.worker_count + 2)?;
-        let m = Mysql { cfg, pool, changefeed: "default".into(), ddl_lock: tokio::sync::Mutex::new(()) };
+        let m = Mysql {
+            cfg,
+            pool,
+            changefeed: "default".into(),
+            ddl_lock: tokio::sync::Mutex::new(()),
+        };
         m.with_retry("create progress tables", |mut c| async move {
             c.query_drop(format!("CREATE DATABASE IF NOT EXISTS {PROGRESS_DB}")).await?;
             c.query_drop(format!(
@@ -207,7 +245,11 @@ fn table_ref(s: &TableSchema) -> String {
 }
 
 fn col_list(s: &TableSchema) -> String {
-    s.columns.iter().map(|c| quote_ident(&c.name)).collect::<Vec<_>>().join(",")
+    s.columns
+        .iter()
+        .map(|c| quote_ident(&c.name))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn placeholders(n: usize) -> String {
@@ -234,10 +276,25 @@ fn build_statements(rows: &[&Pending], safe_mode: bool, max_rows: usize) -> Resu
         }
     };
     let image = |p: &Pending, after: bool| -> Result<Vec<Value>> {
-        let v = if after { p.row.after.clone() } else { p.row.before.clone() };
-        let v = v.ok_or_else(|| SinkError::Codec(format!("{}: {:?} row without its image", p.schema.qualified_name(), p.row.kind)))?;
+        let v = if after {
+            p.row.after.clone()
+        } else {
+            p.row.before.clone()
+        };
+        let v = v.ok_or_else(|| {
+            SinkError::Codec(format!(
+                "{}: {:?} row without its image",
+                p.schema.qualified_name(),
+                p.row.kind
+            ))
+        })?;
         if v.len() != p.schema.columns.len() {
-            return Err(SinkError::Codec(format!("{}: row has {} values for {} columns", p.schema.qualified_name(), v.len(), p.schema.columns.len())));
+            return Err(SinkError::Codec(format!(
+                "{}: row has {} values for {} columns",
+                p.schema.qualified_name(),
+                v.len(),
+                p.schema.columns.len()
+            )));
         }
         Ok(v)
     };
@@ -248,23 +305,42 @@ fn build_statements(rows: &[&Pending], safe_mode: bool, max_rows: usize) -> Resu
         let c = class(first);
         let mut j = i + 1;
         if c != Class::Single {
-            while j < rows.len() && j - i < max_rows && class(rows[j]) == c && Arc::ptr_eq(&rows[j].schema, &first.schema) {
+            while j < rows.len()
+                && j - i < max_rows
+                && class(rows[j]) == c
+                && Arc::ptr_eq(&rows[j].schema, &first.schema)
+            {
                 j += 1;
             }
         }
         let s = &first.schema;
         match c {
             Class::Upsert | Class::Insert => {
-                let verb = if c == Class::Upsert { "REPLACE" } else { "INSERT" };
+                let verb = if c == Class::Upsert {
+                    "REPLACE"
+                } else {
+                    "INSERT"
+                };
                 let mut params = Vec::new();
                 for p in &rows[i..j] {
                     params.extend(image(p, true)?.iter().map(to_param));
                 }
                 let vals = vec![placeholders(s.columns.len()); j - i].join(",");
-                out.push((format!("{verb} INTO {} ({}) VALUES {vals}", table_ref(s), col_list(s)), params));
+                out.push((
+                    format!(
+                        "{verb} INTO {} ({}) VALUES {vals}",
+                        table_ref(s),
+                        col_list(s)
+                    ),
+                    params,
+                ));
             }
             Class::Delete => {
-                let keys: Vec<String> = s.key_columns.iter().map(|k| quote_ident(&s.columns[*k].name)).collect();
+                let keys: Vec<String> = s
+                    .key_columns
+                    .iter()
+                    .map(|k| quote_ident(&s.columns[*k].name))
+                    .collect();
                 let mut params = Vec::new();
                 for p in &rows[i..j] {
                     let b = image(p, false)?;
@@ -282,25 +358,52 @@ fn build_statements(rows: &[&Pending], safe_mode: bool, max_rows: usize) -> Resu
             Class::Single => {
                 // Updates outside safe mode, and keyless tables: one statement per row.
                 let keyed = !s.key_columns.is_empty();
-                let where_cols: Vec<usize> = if keyed { s.key_columns.clone() } else { (0..s.columns.len()).collect() };
-                let cond = where_cols.iter().map(|k| format!("{} <=> ?", quote_ident(&s.columns[*k].name))).collect::<Vec<_>>().join(" AND ");
+                let where_cols: Vec<usize> = if keyed {
+                    s.key_columns.clone()
+                } else {
+                    (0..s.columns.len()).collect()
+                };
+                let cond = where_cols
+                    .iter()
+                    .map(|k| format!("{} <=> ?", quote_ident(&s.columns[*k].name)))
+                    .collect::<Vec<_>>()
+                    .join(" AND ");
                 let limit = if keyed { "" } else { " LIMIT 1" };
                 match first.row.kind {
                     RowKind::Update => {
                         let (b, a) = (image(first, false)?, image(first, true)?);
-                        let set = s.columns.iter().map(|c| format!("{} = ?", quote_ident(&c.name))).collect::<Vec<_>>().join(",");
+                        let set = s
+                            .columns
+                            .iter()
+                            .map(|c| format!("{} = ?", quote_ident(&c.name)))
+                            .collect::<Vec<_>>()
+                            .join(",");
                         let mut params: Vec<_> = a.iter().map(to_param).collect();
                         params.extend(where_cols.iter().map(|k| to_param(&b[*k])));
-                        out.push((format!("UPDATE {} SET {set} WHERE {cond}{limit}", table_ref(s)), params));
+                        out.push((
+                            format!("UPDATE {} SET {set} WHERE {cond}{limit}", table_ref(s)),
+                            params,
+                        ));
                     }
                     RowKind::Delete => {
                         let b = image(first, false)?;
                         let params = where_cols.iter().map(|k| to_param(&b[*k])).collect();
-                        out.push((format!("DELETE FROM {} WHERE {cond}{limit}", table_ref(s)), params));
+                        out.push((
+                            format!("DELETE FROM {} WHERE {cond}{limit}", table_ref(s)),
+                            params,
+                        ));
                     }
                     RowKind::Insert => {
                         let a = image(first, true)?;
-                        out.push((format!("INSERT INTO {} ({}) VALUES {}", table_ref(s), col_list(s), placeholders(s.columns.len())), a.iter().map(to_param).collect()));
+                        out.push((
+                            format!(
+                                "INSERT INTO {} ({}) VALUES {}",
+                                table_ref(s),
+                                col_list(s),
+                                placeholders(s.columns.len())
+                            ),
+                            a.iter().map(to_param).collect(),
+                        ));
                     }
                 }
             }
@@ -341,7 +444,11 @@ fn partition(rows: &[Pending], workers: usize) -> Vec<Vec<&Pending>> {
                 if vals.iter().any(|v| matches!(v, Value::Null)) && !s.key_columns.is_empty() {
                     continue; // NULLs never conflict in a unique key.
                 }
-                let h = if s.key_columns.is_empty() { format!("{}", s.table_id) } else { format!("{}|{ki}|{vals:?}", s.table_id) };
+                let h = if s.key_columns.is_empty() {
+                    format!("{}", s.table_id)
+                } else {
+                    format!("{}|{ki}|{vals:?}", s.table_id)
+                };
                 match first_with.get(&h) {
                     Some(&j) => {
                         let (a, b) = (find(&mut parent, i), find(&mut parent, j));
@@ -382,7 +489,10 @@ impl Backend for Mysql {
     async fn buffer(&self, w: &mut MysqlWriter, batch: RowBatch) -> Result<bool> {
         self.check_table(&batch.schema)?;
         for row in batch.rows {
-            w.rows.push(Pending { schema: batch.schema.clone(), row });
+            w.rows.push(Pending {
+                schema: batch.schema.clone(),
+                row,
+            });
         }
         Ok(w.rows.len() >= self.cfg.worker_count * self.cfg.max_txn_row)
     }
@@ -398,7 +508,11 @@ impl Backend for Mysql {
             // One downstream transaction per max-txn-row rows of this worker.
             let mut txns = Vec::new();
             for chunk in part.chunks(self.cfg.max_txn_row) {
-                txns.push(build_statements(chunk, self.cfg.safe_mode, self.cfg.max_txn_row)?);
+                txns.push(build_statements(
+                    chunk,
+                    self.cfg.safe_mode,
+                    self.cfg.max_txn_row,
+                )?);
             }
             jobs.push(async move {
                 for stmts in txns {
@@ -426,7 +540,12 @@ impl Backend for Mysql {
         Ok(())
     }
 
-    async fn ddl(&self, _w: &mut MysqlWriter, ddl: &DdlEvent, _tables: &[Arc<TableSchema>]) -> Result<()> {
+    async fn ddl(
+        &self,
+        _w: &mut MysqlWriter,
+        ddl: &DdlEvent,
+        _tables: &[Arc<TableSchema>],
+    ) -> Result<()> {
         let _serial = self.ddl_lock.lock().await;
         let cf = self.changefeed.clone();
         let ts = ddl.commit_ts;
@@ -442,7 +561,14 @@ impl Backend for Mysql {
             return Ok(());
         }
         let replay = state.is_some();
-        let query = if matches!(ddl.kind, DdlKind::CreateView | DdlKind::DropView | DdlKind::Other) { ddl.query.clone() } else { idempotent_ddl(&ddl.query) };
+        let query = if matches!(
+            ddl.kind,
+            DdlKind::CreateView | DdlKind::DropView | DdlKind::Other
+        ) {
+            ddl.query.clone()
+        } else {
+            idempotent_ddl(&ddl.query)
+        };
         let db = ddl.database.clone();
         let orig = ddl.query.clone();
         self.with_retry("record ddl_ts", |mut c| {
@@ -470,7 +596,9 @@ impl Backend for Mysql {
             .await;
         match res {
             Ok(()) => {}
-            Err(SinkError::Db { code: Some(code), .. }) if replay && DDL_ALREADY_DONE.contains(&code) => {}
+            Err(SinkError::Db {
+                code: Some(code), ..
+            }) if replay && DDL_ALREADY_DONE.contains(&code) => {}
             Err(e) => return Err(e),
         }
         self.with_retry("finish ddl_ts", |mut c| {
@@ -510,10 +638,25 @@ mod tests {
 
     #[test]
     fn ddl_rewrites_are_idempotent_forms() {
-        assert_eq!(idempotent_ddl("CREATE TABLE t (a int)"), "CREATE TABLE IF NOT EXISTS t (a int)");
-        assert_eq!(idempotent_ddl("create table if not exists t (a int)"), "create table if not exists t (a int)");
-        assert_eq!(idempotent_ddl("DROP TABLE `t` /* generated by server */"), "DROP TABLE IF EXISTS `t` /* generated by server */");
-        assert_eq!(idempotent_ddl("ALTER TABLE t ADD COLUMN c int, DROP COLUMN d"), "ALTER TABLE t ADD COLUMN IF NOT EXISTS c int, DROP COLUMN IF EXISTS d");
-        assert_eq!(idempotent_ddl("CREATE DATABASE x"), "CREATE DATABASE IF NOT EXISTS x");
+        assert_eq!(
+            idempotent_ddl("CREATE TABLE t (a int)"),
+            "CREATE TABLE IF NOT EXISTS t (a int)"
+        );
+        assert_eq!(
+            idempotent_ddl("create table if not exists t (a int)"),
+            "create table if not exists t (a int)"
+        );
+        assert_eq!(
+            idempotent_ddl("DROP TABLE `t` /* generated by server */"),
+            "DROP TABLE IF EXISTS `t` /* generated by server */"
+        );
+        assert_eq!(
+            idempotent_ddl("ALTER TABLE t ADD COLUMN c int, DROP COLUMN d"),
+            "ALTER TABLE t ADD COLUMN IF NOT EXISTS c int, DROP COLUMN IF EXISTS d"
+        );
+        assert_eq!(
+            idempotent_ddl("CREATE DATABASE x"),
+            "CREATE DATABASE IF NOT EXISTS x"
+        );
     }
 }

@@ -36,7 +36,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Makes every buffered row durable.
     async fn flush(&self, w: &mut Self::Writer) -> Result<()>;
     /// Applies a DDL (called after a successful flush).
-    async fn ddl(&self, w: &mut Self::Writer, ddl: &DdlEvent, tables: &[Arc<TableSchema>]) -> Result<()>;
+    async fn ddl(
+        &self,
+        w: &mut Self::Writer,
+        ddl: &DdlEvent,
+        tables: &[Arc<TableSchema>],
+    ) -> Result<()>;
     async fn checkpoint(&self, ts: Ts) -> Result<()>;
     /// Drops buffered rows (closing a failed dispatcher).
     fn discard(&self, w: &mut Self::Writer);
@@ -80,10 +85,11 @@ impl<W> Slot<W> {
 }
 
 type SlotRef<W> = Arc<Mutex<Slot<W>>>;
+type SlotTable<W> = BTreeMap<DispatcherId, (SlotRef<W>, watch::Receiver<Ts>)>;
 
 struct Shared<B: Backend> {
     backend: B,
-    slots: StdMutex<BTreeMap<DispatcherId, (SlotRef<B::Writer>, watch::Receiver<Ts>)>>,
+    slots: StdMutex<SlotTable<B::Writer>>,
 }
 
 enum Op {
@@ -119,7 +125,10 @@ impl<B: Backend> Runner<B> {
     /// Must be called inside a tokio runtime when the backend has a flush interval.
     pub fn with_backend(backend: B) -> Runner<B> {
         let interval = backend.flush_interval();
-        let shared = Arc::new(Shared { backend, slots: StdMutex::new(BTreeMap::new()) });
+        let shared = Arc::new(Shared {
+            backend,
+            slots: StdMutex::new(BTreeMap::new()),
+        });
         let ticker = interval.map(|iv| tokio::spawn(tick_loop(Arc::downgrade(&shared), iv)));
         Runner { shared, ticker }
     }
@@ -129,8 +138,15 @@ impl<B: Backend> Runner<B> {
     }
 
     fn slot(&self, d: DispatcherId) -> Result<SlotRef<B::Writer>> {
-        let slots = self.shared.slots.lock().map_err(|_| SinkError::contract(d, "slot table poisoned"))?;
-        slots.get(&d).map(|(s, _)| s.clone()).ok_or_else(|| SinkError::contract(d, "dispatcher is not open"))
+        let slots = self
+            .shared
+            .slots
+            .lock()
+            .map_err(|_| SinkError::contract(d, "slot table poisoned"))?;
+        slots
+            .get(&d)
+            .map(|(s, _)| s.clone())
+            .ok_or_else(|| SinkError::contract(d, "dispatcher is not open"))
     }
 
     async fn run(&self, slot: SlotRef<B::Writer>, op: Op) -> Result<Out> {
@@ -139,7 +155,8 @@ impl<B: Backend> Runner<B> {
             let mut guard = slot.lock_owned().await;
             exec(&shared.backend, &mut guard, op).await
         });
-        task.await.map_err(|e| SinkError::contract("?", format!("sink task failed: {e}")))?
+        task.await
+            .map_err(|e| SinkError::contract("?", format!("sink task failed: {e}")))?
     }
 }
 
@@ -183,23 +200,47 @@ async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out>
             s.check_usable()?;
             let schema = &batch.schema;
             if schema.table_id != s.span.table {
-                return Err(SinkError::contract(s.id, format!("table {} is not the span's table {}", schema.table_id, s.span.table)));
+                return Err(SinkError::contract(
+                    s.id,
+                    format!(
+                        "table {} is not the span's table {}",
+                        schema.table_id, s.span.table
+                    ),
+                ));
             }
             let mut last = s.written.max(s.resolved);
             for (i, r) in batch.rows.iter().enumerate() {
                 if r.table_id != schema.table_id || r.schema_version != schema.version {
-                    return Err(SinkError::contract(s.id, format!("row {i} is of table {} version {}, batch is {} version {}", r.table_id, r.schema_version, schema.table_id, schema.version)));
+                    return Err(SinkError::contract(
+                        s.id,
+                        format!(
+                            "row {i} is of table {} version {}, batch is {} version {}",
+                            r.table_id, r.schema_version, schema.table_id, schema.version
+                        ),
+                    ));
                 }
-                let ok = if i == 0 { r.commit_ts > last } else { r.commit_ts >= last };
+                let ok = if i == 0 {
+                    r.commit_ts > last
+                } else {
+                    r.commit_ts >= last
+                };
                 if !ok {
-                    return Err(SinkError::contract(s.id, format!("row {i} has commit ts {} after {last}", r.commit_ts)));
+                    return Err(SinkError::contract(
+                        s.id,
+                        format!("row {i} has commit ts {} after {last}", r.commit_ts),
+                    ));
                 }
                 if !s.span.contains(&r.key) {
-                    return Err(SinkError::contract(s.id, format!("row {i} key {:?} outside span {:?}", r.key, s.span)));
+                    return Err(SinkError::contract(
+                        s.id,
+                        format!("row {i} key {:?} outside span {:?}", r.key, s.span),
+                    ));
                 }
                 last = r.commit_ts;
             }
-            let Some(max_ts) = batch.rows.last().map(|r| r.commit_ts) else { return Ok(Out::Unit) };
+            let Some(max_ts) = batch.rows.last().map(|r| r.commit_ts) else {
+                return Ok(Out::Unit);
+            };
             let full = b.buffer(&mut s.writer, batch).await;
             s.written = max_ts;
             match full {
@@ -232,7 +273,10 @@ async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out>
         Op::Ddl(ddl, tables) => {
             s.check_usable()?;
             if ddl.commit_ts <= s.written {
-                return Err(SinkError::contract(s.id, format!("DDL at {} after rows up to {}", ddl.commit_ts, s.written)));
+                return Err(SinkError::contract(
+                    s.id,
+                    format!("DDL at {} after rows up to {}", ddl.commit_ts, s.written),
+                ));
             }
             flush_slot(b, s).await?;
             if let Err(e) = b.ddl(&mut s.writer, &ddl, &tables).await {
@@ -245,9 +289,7 @@ async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out>
             Ok(Out::Ts(ddl.commit_ts))
         }
         Op::Close => {
-            let error = if s.closed {
-                None
-            } else if s.failed.is_some() {
+            let error = if s.closed || s.failed.is_some() {
                 None
             } else {
                 flush_slot(b, s).await.err()
@@ -262,13 +304,34 @@ async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out>
 
 #[async_trait]
 impl<B: Backend> Sink for Runner<B> {
-    async fn open(&self, dispatcher: DispatcherId, span: Span, start_ts: Ts) -> Result<AckReceiver> {
+    async fn open(
+        &self,
+        dispatcher: DispatcherId,
+        span: Span,
+        start_ts: Ts,
+    ) -> Result<AckReceiver> {
         let writer = self.shared.backend.new_writer(dispatcher, &span)?;
         let (tx, rx) = watch::channel(start_ts);
-        let slot = Slot { id: dispatcher, span, writer, written: start_ts, resolved: start_ts, ack: tx, failed: None, closed: false };
-        let mut slots = self.shared.slots.lock().map_err(|_| SinkError::contract(dispatcher, "slot table poisoned"))?;
+        let slot = Slot {
+            id: dispatcher,
+            span,
+            writer,
+            written: start_ts,
+            resolved: start_ts,
+            ack: tx,
+            failed: None,
+            closed: false,
+        };
+        let mut slots = self
+            .shared
+            .slots
+            .lock()
+            .map_err(|_| SinkError::contract(dispatcher, "slot table poisoned"))?;
         if slots.contains_key(&dispatcher) {
-            return Err(SinkError::contract(dispatcher, "dispatcher is already open"));
+            return Err(SinkError::contract(
+                dispatcher,
+                "dispatcher is already open",
+            ));
         }
         slots.insert(dispatcher, (Arc::new(Mutex::new(slot)), rx.clone()));
         Ok(rx)
@@ -292,7 +355,12 @@ impl<B: Backend> Sink for Runner<B> {
         }
     }
 
-    async fn write_ddl(&self, dispatcher: DispatcherId, ddl: DdlEvent, tables: Vec<Arc<TableSchema>>) -> Result<Ts> {
+    async fn write_ddl(
+        &self,
+        dispatcher: DispatcherId,
+        ddl: DdlEvent,
+        tables: Vec<Arc<TableSchema>>,
+    ) -> Result<Ts> {
         let slot = self.slot(dispatcher)?;
         match self.run(slot, Op::Ddl(ddl, tables)).await? {
             Out::Ts(t) => Ok(t),
@@ -310,12 +378,21 @@ impl<B: Backend> Sink for Runner<B> {
             Err(_) => None,
         };
         let Some((slot, rx)) = removed else {
-            return CloseReport { durable_ts: 0, error: Some(SinkError::contract(dispatcher, "dispatcher is not open")) };
+            return CloseReport {
+                durable_ts: 0,
+                error: Some(SinkError::contract(dispatcher, "dispatcher is not open")),
+            };
         };
         match self.run(slot, Op::Close).await {
             Ok(Out::Closed(r)) => r,
-            Ok(_) => CloseReport { durable_ts: *rx.borrow(), error: None },
-            Err(e) => CloseReport { durable_ts: *rx.borrow(), error: Some(e) },
+            Ok(_) => CloseReport {
+                durable_ts: *rx.borrow(),
+                error: None,
+            },
+            Err(e) => CloseReport {
+                durable_ts: *rx.borrow(),
+                error: Some(e),
+            },
         }
     }
 

@@ -30,7 +30,10 @@ pub fn simple_schema(db: &str, table: &str, id: u64, version: Ts) -> TableSchema
         table_id: TableId(id),
         database: db.into(),
         name: table.into(),
-        columns: vec![col("id", ColumnType::BigInt, "bigint", false), col("v", ColumnType::VarChar, "varchar(64)", true)],
+        columns: vec![
+            col("id", ColumnType::BigInt, "bigint", false),
+            col("v", ColumnType::VarChar, "varchar(64)", true),
+        ],
         key_columns: vec![0],
         unique_keys: Vec::new(),
         version,
@@ -38,7 +41,13 @@ pub fn simple_schema(db: &str, table: &str, id: u64, version: Ts) -> TableSchema
 }
 
 /// An insert into [`simple_schema`].
-pub fn simple_insert(schema: &TableSchema, id: u64, v: &str, commit_ts: Ts, commit_time_ms: u64) -> RowEvent {
+pub fn simple_insert(
+    schema: &TableSchema,
+    id: u64,
+    v: &str,
+    commit_ts: Ts,
+    commit_time_ms: u64,
+) -> RowEvent {
     RowEvent {
         table_id: schema.table_id,
         schema_version: schema.version,
@@ -56,7 +65,12 @@ pub fn all_types_schema(db: &str, version: Ts) -> TableSchema {
     let mut cols = vec![
         col("id", ColumnType::Int, "int", false),
         col("c_tinyint", ColumnType::TinyInt, "tinyint", true),
-        col("c_smallint", ColumnType::SmallInt, "smallint unsigned", true),
+        col(
+            "c_smallint",
+            ColumnType::SmallInt,
+            "smallint unsigned",
+            true,
+        ),
         col("c_mediumint", ColumnType::MediumInt, "mediumint", true),
         col("c_bigint", ColumnType::BigInt, "bigint unsigned", true),
         col("c_decimal", ColumnType::Decimal, "decimal(12,3)", true),
@@ -102,9 +116,19 @@ pub fn all_types_ddl(db: &str) -> String {
     let cols: Vec<String> = s
         .columns
         .iter()
-        .map(|c| format!("`{}` {}{}", c.name, c.sql_type, if c.nullable { " NULL" } else { " NOT NULL" }))
+        .map(|c| {
+            format!(
+                "`{}` {}{}",
+                c.name,
+                c.sql_type,
+                if c.nullable { " NULL" } else { " NOT NULL" }
+            )
+        })
         .collect();
-    format!("CREATE TABLE `{db}`.`all_types` ({}, PRIMARY KEY (`id`))", cols.join(", "))
+    format!(
+        "CREATE TABLE `{db}`.`all_types` ({}, PRIMARY KEY (`id`))",
+        cols.join(", ")
+    )
 }
 
 /// Two rows of [`all_types_schema`]: one with a value of every type (including awkward text:
@@ -129,14 +153,43 @@ pub fn all_types_rows(schema: &TableSchema, commit_ts: Ts, commit_time_ms: u64) 
         Value::Bytes(vec![0, 1, 2, 255]),
         Value::Bytes(b"\x00\"',\n\xff".to_vec()),
         Value::Bytes(vec![0xde, 0xad, 0xbe, 0xef]),
-        Value::Date { year: 2024, month: 2, day: 29 },
-        Value::Time { negative: true, hours: 838, minutes: 59, seconds: 58, micros: 999_000 },
-        Value::DateTime { year: 1999, month: 12, day: 31, hour: 23, minute: 59, second: 59, micros: 123_456 },
-        Value::Timestamp { micros: 1_700_000_000_654_321 },
+        Value::Date {
+            year: 2024,
+            month: 2,
+            day: 29,
+        },
+        Value::Time {
+            negative: true,
+            hours: 838,
+            minutes: 59,
+            seconds: 58,
+            micros: 999_000,
+        },
+        Value::DateTime {
+            year: 1999,
+            month: 12,
+            day: 31,
+            hour: 23,
+            minute: 59,
+            second: 59,
+            micros: 123_456,
+        },
+        Value::Timestamp {
+            micros: 1_700_000_000_654_321,
+        },
         Value::Year(2155),
-        Value::Enum { index: 2, name: "b".into() },
-        Value::Set { bits: 0b101, names: vec!["x".into(), "z".into()] },
-        Value::Bit { bits: 0b10_0000_0001, width: 10 },
+        Value::Enum {
+            index: 2,
+            name: "b".into(),
+        },
+        Value::Set {
+            bits: 0b101,
+            names: vec!["x".into(), "z".into()],
+        },
+        Value::Bit {
+            bits: 0b10_0000_0001,
+            width: 10,
+        },
         Value::Json("{\"k\": [1, \"two\", null]}".into()),
         Value::Geometry(point),
     ];
@@ -182,7 +235,13 @@ fn is_contract(e: &SinkError) -> bool {
 /// The sink contract suite. `db`/`table` name a table the sink may write (for a database sink it
 /// must exist downstream as `simple_schema`: `id bigint primary key, v varchar(64)`), `table_id`
 /// its id; `alter` is a DDL statement on it that the sink can apply (it must leave `id` and `v`).
-pub async fn run_contract_suite(sink: &dyn Sink, db: &str, table: &str, table_id: u64, alter: &str) {
+pub async fn run_contract_suite(
+    sink: &dyn Sink,
+    db: &str,
+    table: &str,
+    table_id: u64,
+    alter: &str,
+) {
     let schema = Arc::new(simple_schema(db, table, table_id, 1));
     let t = schema.table_id;
     let d1 = DispatcherId { epoch: 1, seq: 1 };
@@ -193,38 +252,89 @@ pub async fn run_contract_suite(sink: &dyn Sink, db: &str, table: &str, table_id
     let upper = Span::new(t, mid, whole.end.clone());
 
     // Unknown dispatchers are refused, fatally.
-    let e = sink.write_rows(d1, RowBatch { schema: schema.clone(), rows: vec![] }).await.expect_err("not open");
+    let e = sink
+        .write_rows(
+            d1,
+            RowBatch {
+                schema: schema.clone(),
+                rows: vec![],
+            },
+        )
+        .await
+        .expect_err("not open");
     assert!(is_contract(&e), "{e}");
 
     // Open at start ts 5: the ack starts there.
     let mut ack = sink.open(d1, lower.clone(), 5).await.expect("open d1");
     assert_eq!(*ack.borrow(), 5);
     assert_eq!(sink.durable_ts(d1), Some(5));
-    let e = sink.open(d1, lower.clone(), 5).await.expect_err("double open");
+    let e = sink
+        .open(d1, lower.clone(), 5)
+        .await
+        .expect_err("double open");
     assert!(is_contract(&e), "{e}");
 
     // Rows at or below the start ts, out of order, or outside the span are refused.
     for (rows, why) in [
         (vec![simple_insert(&schema, 1, "a", 5, 5)], "at start ts"),
-        (vec![simple_insert(&schema, 1, "a", 9, 9), simple_insert(&schema, 2, "b", 8, 8)], "decreasing"),
-        (vec![simple_insert(&schema, 5000, "a", 9, 9)], "outside span"),
+        (
+            vec![
+                simple_insert(&schema, 1, "a", 9, 9),
+                simple_insert(&schema, 2, "b", 8, 8),
+            ],
+            "decreasing",
+        ),
+        (
+            vec![simple_insert(&schema, 5000, "a", 9, 9)],
+            "outside span",
+        ),
     ] {
-        match sink.write_rows(d1, RowBatch { schema: schema.clone(), rows }).await {
+        match sink
+            .write_rows(
+                d1,
+                RowBatch {
+                    schema: schema.clone(),
+                    rows,
+                },
+            )
+            .await
+        {
             Err(e) => assert!(is_contract(&e), "{why}: {e}"),
             Ok(()) => panic!("{why}: accepted"),
         }
     }
 
     // Writes then flush: the ack is the greatest commit ts written, never above it.
-    let rows = vec![simple_insert(&schema, 1, "a", 10, 10), simple_insert(&schema, 2, "b", 10, 10), simple_insert(&schema, 3, "c", 20, 20)];
-    sink.write_rows(d1, RowBatch { schema: schema.clone(), rows }).await.expect("write");
+    let rows = vec![
+        simple_insert(&schema, 1, "a", 10, 10),
+        simple_insert(&schema, 2, "b", 10, 10),
+        simple_insert(&schema, 3, "c", 20, 20),
+    ];
+    sink.write_rows(
+        d1,
+        RowBatch {
+            schema: schema.clone(),
+            rows,
+        },
+    )
+    .await
+    .expect("write");
     assert!(*ack.borrow() <= 20);
     let acked = sink.flush(d1).await.expect("flush");
     assert_eq!(acked, 20);
     assert_eq!(*ack.borrow_and_update(), 20);
 
     // A later call must carry greater commit ts than everything before.
-    let e = sink.write_rows(d1, RowBatch { schema: schema.clone(), rows: vec![simple_insert(&schema, 4, "d", 20, 20)] }).await.expect_err("same ts again");
+    let e = sink
+        .write_rows(
+            d1,
+            RowBatch {
+                schema: schema.clone(),
+                rows: vec![simple_insert(&schema, 4, "d", 20, 20)],
+            },
+        )
+        .await
+        .expect_err("same ts again");
     assert!(is_contract(&e), "{e}");
 
     // Resolve moves the ack over idle time, never backwards.
@@ -235,35 +345,82 @@ pub async fn run_contract_suite(sink: &dyn Sink, db: &str, table: &str, table_id
 
     // A second dispatcher on the other half of the table, concurrently.
     let _ack2 = sink.open(d2, upper.clone(), 5).await.expect("open d2");
-    let w1 = sink.write_rows(d1, RowBatch { schema: schema.clone(), rows: vec![simple_insert(&schema, 5, "e", 30, 30)] });
-    let w2 = sink.write_rows(d2, RowBatch { schema: schema.clone(), rows: vec![simple_insert(&schema, 2000, "x", 30, 30)] });
+    let w1 = sink.write_rows(
+        d1,
+        RowBatch {
+            schema: schema.clone(),
+            rows: vec![simple_insert(&schema, 5, "e", 30, 30)],
+        },
+    );
+    let w2 = sink.write_rows(
+        d2,
+        RowBatch {
+            schema: schema.clone(),
+            rows: vec![simple_insert(&schema, 2000, "x", 30, 30)],
+        },
+    );
     let (r1, r2) = tokio::join!(w1, w2);
     r1.expect("w1");
     r2.expect("w2");
 
     // Barrier: the DDL returns after the earlier rows are durable; its ack is its commit ts.
-    let e = sink.write_ddl(d1, ddl_event(30, db, alter, t), vec![schema.clone()]).await.expect_err("DDL at a written ts");
+    let e = sink
+        .write_ddl(d1, ddl_event(30, db, alter, t), vec![schema.clone()])
+        .await
+        .expect_err("DDL at a written ts");
     assert!(is_contract(&e), "{e}");
     let mut v2 = simple_schema(db, table, table_id, 40);
     v2.version = 40;
     let v2 = Arc::new(v2);
-    let at = sink.write_ddl(d1, ddl_event(40, db, alter, t), vec![v2.clone()]).await.expect("ddl");
+    let at = sink
+        .write_ddl(d1, ddl_event(40, db, alter, t), vec![v2.clone()])
+        .await
+        .expect("ddl");
     assert_eq!(at, 40);
     assert_eq!(sink.durable_ts(d1), Some(40));
     // Rows of the new version follow; rows of the old version at a later ts are a contract error.
-    let e = sink.write_rows(d1, RowBatch { schema: v2.clone(), rows: vec![simple_insert(&schema, 6, "f", 50, 50)] }).await.expect_err("old version row");
+    let e = sink
+        .write_rows(
+            d1,
+            RowBatch {
+                schema: v2.clone(),
+                rows: vec![simple_insert(&schema, 6, "f", 50, 50)],
+            },
+        )
+        .await
+        .expect_err("old version row");
     assert!(is_contract(&e), "{e}");
-    sink.write_rows(d1, RowBatch { schema: v2.clone(), rows: vec![simple_insert(&v2, 6, "f", 50, 50)] }).await.expect("write v2");
+    sink.write_rows(
+        d1,
+        RowBatch {
+            schema: v2.clone(),
+            rows: vec![simple_insert(&v2, 6, "f", 50, 50)],
+        },
+    )
+    .await
+    .expect("write v2");
 
     // Close flushes what is buffered and returns the final ack; afterwards nothing is accepted.
     let report = sink.close(d1).await;
     assert!(report.error.is_none(), "{:?}", report.error);
     assert_eq!(report.durable_ts, 50);
     assert_eq!(sink.durable_ts(d1), None);
-    let e = sink.write_rows(d1, RowBatch { schema: v2.clone(), rows: vec![simple_insert(&v2, 7, "g", 60, 60)] }).await.expect_err("closed");
+    let e = sink
+        .write_rows(
+            d1,
+            RowBatch {
+                schema: v2.clone(),
+                rows: vec![simple_insert(&v2, 7, "g", 60, 60)],
+            },
+        )
+        .await
+        .expect_err("closed");
     assert!(is_contract(&e), "{e}");
     let again = sink.close(d1).await;
-    assert!(again.error.is_some(), "closing twice must say the dispatcher is not open");
+    assert!(
+        again.error.is_some(),
+        "closing twice must say the dispatcher is not open"
+    );
 
     // The other dispatcher is unaffected by d1's close and can be reopened after its own close.
     assert_eq!(sink.flush(d2).await.expect("flush d2"), 30);
@@ -274,5 +431,7 @@ pub async fn run_contract_suite(sink: &dyn Sink, db: &str, table: &str, table_id
 
     // The checkpoint is accepted (and ignored where the sink keeps none).
     sink.write_checkpoint(40).await.expect("checkpoint");
-    sink.write_checkpoint(30).await.expect("checkpoint backwards is ignored");
+    sink.write_checkpoint(30)
+        .await
+        .expect("checkpoint backwards is ignored");
 }

@@ -38,7 +38,12 @@ impl fmt::Display for Secret {
 }
 
 /// Query parameters whose values are secrets.
-pub const SECRET_PARAMS: &[&str] = &["secret-access-key", "access-key", "password", "session-token"];
+pub const SECRET_PARAMS: &[&str] = &[
+    "secret-access-key",
+    "access-key",
+    "password",
+    "session-token",
+];
 
 /// The URI with the userinfo password and every secret parameter replaced by `******`. Works
 /// on strings that do not parse, too (best effort), so errors can quote it.
@@ -48,7 +53,10 @@ pub fn mask_uri(raw: &str) -> String {
             if u.password().is_some() {
                 let _ = u.set_password(Some("******"));
             }
-            let pairs: Vec<(String, String)> = u.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+            let pairs: Vec<(String, String)> = u
+                .query_pairs()
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect();
             if !pairs.is_empty() {
                 let mut q = url::form_urlencoded::Serializer::new(String::new());
                 for (k, v) in &pairs {
@@ -66,7 +74,9 @@ pub fn mask_uri(raw: &str) -> String {
             // Cut everything after '?' and any userinfo: nothing secret survives.
             let no_query = raw.split('?').next().unwrap_or_default();
             match (no_query.find("://"), no_query.rfind('@')) {
-                (Some(s), Some(at)) if at > s => format!("{}://******@{}", &no_query[..s], &no_query[at + 1..]),
+                (Some(s), Some(at)) if at > s => {
+                    format!("{}://******@{}", &no_query[..s], &no_query[at + 1..])
+                }
                 _ => no_query.to_string(),
             }
         }
@@ -248,7 +258,11 @@ impl Params<'_> {
         self.map.remove(k)
     }
     fn bad(&self, k: &str, v: &str, why: &str) -> SinkError {
-        let shown = if SECRET_PARAMS.contains(&k) { "******" } else { v };
+        let shown = if SECRET_PARAMS.contains(&k) {
+            "******"
+        } else {
+            v
+        };
         SinkError::invalid_uri(&self.uri, format!("parameter {k}={shown}: {why}"))
     }
     fn bool(&mut self, k: &str, default: bool) -> Result<bool> {
@@ -265,7 +279,9 @@ impl Params<'_> {
         match self.take(k) {
             None => Ok(default),
             Some(v) => {
-                let n: u64 = v.parse().map_err(|_| self.bad(k, &v, "expected an integer"))?;
+                let n: u64 = v
+                    .parse()
+                    .map_err(|_| self.bad(k, &v, "expected an integer"))?;
                 if n < min || n > max {
                     return Err(self.bad(k, &v, &format!("must be within {min}..={max}")));
                 }
@@ -273,11 +289,18 @@ impl Params<'_> {
             }
         }
     }
-    fn duration(&mut self, k: &str, default: Duration, min: Duration, max: Duration) -> Result<Duration> {
+    fn duration(
+        &mut self,
+        k: &str,
+        default: Duration,
+        min: Duration,
+        max: Duration,
+    ) -> Result<Duration> {
         match self.take(k) {
             None => Ok(default),
             Some(v) => {
-                let d = parse_duration(&v).ok_or_else(|| self.bad(k, &v, "expected a duration like 5s, 100ms or 1m"))?;
+                let d = parse_duration(&v)
+                    .ok_or_else(|| self.bad(k, &v, "expected a duration like 5s, 100ms or 1m"))?;
                 if d < min || d > max {
                     return Err(self.bad(k, &v, &format!("must be within {min:?}..={max:?}")));
                 }
@@ -287,7 +310,10 @@ impl Params<'_> {
     }
     fn finish(self) -> Result<()> {
         if let Some(k) = self.map.keys().next() {
-            return Err(SinkError::invalid_uri(&self.uri, format!("unknown parameter {k}")));
+            return Err(SinkError::invalid_uri(
+                &self.uri,
+                format!("unknown parameter {k}"),
+            ));
         }
         Ok(())
     }
@@ -313,11 +339,15 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 impl SinkUri {
     pub fn parse(raw: &str) -> Result<SinkUri> {
         let masked = mask_uri(raw);
-        let url = Url::parse(raw).map_err(|e| SinkError::invalid_uri(&masked, format!("not a URI: {e}")))?;
+        let url = Url::parse(raw)
+            .map_err(|e| SinkError::invalid_uri(&masked, format!("not a URI: {e}")))?;
         let mut map = BTreeMap::new();
         for (k, v) in url.query_pairs() {
             if map.insert(k.to_string(), v.to_string()).is_some() {
-                return Err(SinkError::invalid_uri(&masked, format!("parameter {k} given twice")));
+                return Err(SinkError::invalid_uri(
+                    &masked,
+                    format!("parameter {k} given twice"),
+                ));
             }
         }
         let mut p = Params { map, uri: &masked };
@@ -340,7 +370,10 @@ impl SinkUri {
 fn parse_storage(url: &Url, p: &mut Params<'_>, masked: &str) -> Result<StorageConfig> {
     let location = if url.scheme() == "file" {
         if url.host_str().is_some_and(|h| !h.is_empty()) {
-            return Err(SinkError::invalid_uri(&masked, "file URIs take an absolute path: file:///path"));
+            return Err(SinkError::invalid_uri(
+                &masked,
+                "file URIs take an absolute path: file:///path",
+            ));
         }
         let path = url.path();
         if path.is_empty() || path == "/" {
@@ -350,7 +383,10 @@ fn parse_storage(url: &Url, p: &mut Params<'_>, masked: &str) -> Result<StorageC
     } else {
         let bucket = url.host_str().unwrap_or_default().to_string();
         if bucket.is_empty() {
-            return Err(SinkError::invalid_uri(&masked, "missing bucket: expected s3://bucket/prefix"));
+            return Err(SinkError::invalid_uri(
+                &masked,
+                "missing bucket: expected s3://bucket/prefix",
+            ));
         }
         StorageLocation::S3 {
             bucket,
@@ -372,7 +408,9 @@ fn parse_storage(url: &Url, p: &mut Params<'_>, masked: &str) -> Result<StorageC
         Some("none") => DateSeparator::None,
         Some("year") => DateSeparator::Year,
         Some("month") => DateSeparator::Month,
-        Some(other) => return Err(p.bad("date-separator", other, "expected none, year, month or day")),
+        Some(other) => {
+            return Err(p.bad("date-separator", other, "expected none, year, month or day"))
+        }
     };
     let file_index_width = p.uint(
         "file-index-width",
@@ -380,7 +418,12 @@ fn parse_storage(url: &Url, p: &mut Params<'_>, masked: &str) -> Result<StorageC
         MIN_FILE_INDEX_WIDTH as u64,
         MAX_FILE_INDEX_WIDTH as u64,
     )? as usize;
-    let flush_interval = p.duration("flush-interval", DEFAULT_FLUSH_INTERVAL, MIN_FLUSH_INTERVAL, MAX_FLUSH_INTERVAL)?;
+    let flush_interval = p.duration(
+        "flush-interval",
+        DEFAULT_FLUSH_INTERVAL,
+        MIN_FLUSH_INTERVAL,
+        MAX_FLUSH_INTERVAL,
+    )?;
     let file_size = p.uint("file-size", DEFAULT_FILE_SIZE, MIN_FILE_SIZE, MAX_FILE_SIZE)?;
     let table_across_nodes = p.bool("enable-table-across-nodes", false)?;
     let partition_separator = p.bool("enable-partition-separator", true)?;
@@ -394,7 +437,11 @@ fn parse_storage(url: &Url, p: &mut Params<'_>, masked: &str) -> Result<StorageC
     }
     if let Some(q) = p.take("quote") {
         if q.chars().count() > 1 || (!q.is_empty() && csv.delimiter.contains(q.as_str())) {
-            return Err(p.bad("quote", &q, "must be empty or one character not in the delimiter"));
+            return Err(p.bad(
+                "quote",
+                &q,
+                "must be empty or one character not in the delimiter",
+            ));
         }
         csv.quote = q;
     }
@@ -406,7 +453,9 @@ fn parse_storage(url: &Url, p: &mut Params<'_>, masked: &str) -> Result<StorageC
     csv.binary_encoding = match p.take("binary-encoding-method").as_deref() {
         None | Some("base64") => BinaryEncoding::Base64,
         Some("hex") => BinaryEncoding::Hex,
-        Some(other) => return Err(p.bad("binary-encoding-method", other, "expected base64 or hex")),
+        Some(other) => {
+            return Err(p.bad("binary-encoding-method", other, "expected base64 or hex"))
+        }
     };
     Ok(StorageConfig {
         location,
@@ -425,20 +474,42 @@ fn parse_storage(url: &Url, p: &mut Params<'_>, masked: &str) -> Result<StorageC
 fn parse_mysql(url: &Url, p: &mut Params<'_>, masked: &str) -> Result<MysqlConfig> {
     let host = url.host_str().unwrap_or_default().to_string();
     if host.is_empty() {
-        return Err(SinkError::invalid_uri(&masked, "missing host: expected mysql://user:pass@host:port/"));
+        return Err(SinkError::invalid_uri(
+            &masked,
+            "missing host: expected mysql://user:pass@host:port/",
+        ));
     }
-    let user = if url.username().is_empty() { "root".to_string() } else { decode(url.username()) };
+    let user = if url.username().is_empty() {
+        "root".to_string()
+    } else {
+        decode(url.username())
+    };
     Ok(MysqlConfig {
         host,
         port: url.port().unwrap_or(3306),
         user,
         password: Secret(url.password().map(decode).unwrap_or_default()),
-        worker_count: p.uint("worker-count", DEFAULT_WORKER_COUNT as u64, 1, MAX_WORKER_COUNT as u64)? as usize,
-        max_txn_row: p.uint("max-txn-row", DEFAULT_MAX_TXN_ROW as u64, 1, MAX_MAX_TXN_ROW as u64)? as usize,
+        worker_count: p.uint(
+            "worker-count",
+            DEFAULT_WORKER_COUNT as u64,
+            1,
+            MAX_WORKER_COUNT as u64,
+        )? as usize,
+        max_txn_row: p.uint(
+            "max-txn-row",
+            DEFAULT_MAX_TXN_ROW as u64,
+            1,
+            MAX_MAX_TXN_ROW as u64,
+        )? as usize,
         safe_mode: p.bool("safe-mode", true)?,
         force_replicate: p.bool("force-replicate", false)?,
         max_retries: p.uint("max-retries", 8, 0, 1000)? as u32,
-        retry_backoff: p.duration("retry-backoff", Duration::from_millis(100), Duration::from_millis(1), Duration::from_secs(60))?,
+        retry_backoff: p.duration(
+            "retry-backoff",
+            Duration::from_millis(100),
+            Duration::from_millis(1),
+            Duration::from_secs(60),
+        )?,
     })
 }
 
@@ -480,7 +551,9 @@ mod tests {
     #[test]
     fn defaults_follow_ticdc() {
         let u = SinkUri::parse("file:///tmp/out").expect("parses");
-        let SinkConfig::Storage(c) = u.config else { panic!("storage") };
+        let SinkConfig::Storage(c) = u.config else {
+            panic!("storage")
+        };
         assert_eq!(c.flush_interval, Duration::from_secs(5));
         assert_eq!(c.file_size, 64 << 20);
         assert_eq!(c.file_index_width, 20);
@@ -494,13 +567,19 @@ mod tests {
         let raw = "s3://b/p?endpoint=http://127.0.0.1:9&access-key=AKIDSECRET1&secret-access-key=TOPSECRET2&force-path-style=true";
         let u = SinkUri::parse(raw).expect("parses");
         for shown in [u.to_string(), format!("{u:?}")] {
-            assert!(!shown.contains("TOPSECRET2") && !shown.contains("AKIDSECRET1"), "{shown}");
+            assert!(
+                !shown.contains("TOPSECRET2") && !shown.contains("AKIDSECRET1"),
+                "{shown}"
+            );
         }
-        let m = SinkUri::parse("mysql://root:hunter2pw@127.0.0.1:3306/?worker-count=2").expect("parses");
+        let m = SinkUri::parse("mysql://root:hunter2pw@127.0.0.1:3306/?worker-count=2")
+            .expect("parses");
         for shown in [m.to_string(), format!("{m:?}")] {
             assert!(!shown.contains("hunter2pw"), "{shown}");
         }
-        let SinkConfig::Mysql(c) = &m.config else { panic!("mysql") };
+        let SinkConfig::Mysql(c) = &m.config else {
+            panic!("mysql")
+        };
         assert_eq!(c.password.expose(), "hunter2pw");
         assert_eq!(c.worker_count, 2);
         let e = SinkUri::parse("mysql://root:hunter2pw@127.0.0.1/?max-txn-row=x").expect_err("bad");

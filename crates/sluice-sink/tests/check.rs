@@ -13,29 +13,44 @@ const SETUP: &str = "CREATE DATABASE d; USE d; \
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finds_every_planted_difference_by_key_in_a_million_rows() {
-    let (up, down) = (MariaDb::start().expect("up"), MariaDb::start().expect("down"));
+    let (up, down) = (
+        MariaDb::start().expect("up"),
+        MariaDb::start().expect("down"),
+    );
     up.exec(SETUP).expect("setup up");
     down.exec(SETUP).expect("setup down");
 
-    let all_equal = run(&CheckArgs::new(&up.url(), &down.url(), "d.*")).await.expect("check");
+    let all_equal = run(&CheckArgs::new(&up.url(), &down.url(), "d.*"))
+        .await
+        .expect("check");
     assert!(all_equal.equal(), "{all_equal}");
     assert_eq!(all_equal.exit_code(), 0);
     assert_eq!(all_equal.tables.len(), 2);
     assert_eq!(all_equal.tables[0].upstream_rows, 1_000_000);
 
-    up.exec("UPDATE d.big SET a = NULL WHERE id = 777; UPDATE d.big SET a = 'x' WHERE id = 999999").expect("plant up");
+    up.exec("UPDATE d.big SET a = NULL WHERE id = 777; UPDATE d.big SET a = 'x' WHERE id = 999999")
+        .expect("plant up");
     down.exec(
         "UPDATE d.big SET b = b + 1 WHERE id = 123456; DELETE FROM d.big WHERE id = 500000; \
          INSERT INTO d.big VALUES (1000001, 'extra', 1); UPDATE d.big SET a = '' WHERE id = 777; \
          UPDATE d.big SET a = 'x ' WHERE id = 999999",
     )
     .expect("plant down");
-    let report = run(&CheckArgs::new(&up.url(), &down.url(), "d.*")).await.expect("check");
+    let report = run(&CheckArgs::new(&up.url(), &down.url(), "d.*"))
+        .await
+        .expect("check");
     let text = report.to_string();
     assert!(!report.equal(), "{text}");
     assert_eq!(report.exit_code(), 1);
-    let big = report.tables.iter().find(|t| t.table == "d.big").expect("d.big");
-    let d = |k: &str, kind| RowDiff { key: vec![k.to_string()], kind };
+    let big = report
+        .tables
+        .iter()
+        .find(|t| t.table == "d.big")
+        .expect("d.big");
+    let d = |k: &str, kind| RowDiff {
+        key: vec![k.to_string()],
+        kind,
+    };
     assert_eq!(
         big.diffs,
         vec![
@@ -49,22 +64,50 @@ async fn finds_every_planted_difference_by_key_in_a_million_rows() {
     );
     assert_eq!(big.diff_count, 5);
     assert!(big.chunks >= 100, "{} chunks", big.chunks);
-    let small = report.tables.iter().find(|t| t.table == "d.small").expect("d.small");
+    let small = report
+        .tables
+        .iter()
+        .find(|t| t.table == "d.small")
+        .expect("d.small");
     assert!(small.equal(), "{text}");
     assert!(text.contains("Missing (id) = (500000)"), "{text}");
 
     // Only the equal table selected: exit code 0.
-    let only_small = run(&CheckArgs::new(&up.url(), &down.url(), "d.sm*")).await.expect("check");
+    let only_small = run(&CheckArgs::new(&up.url(), &down.url(), "d.sm*"))
+        .await
+        .expect("check");
     assert_eq!(only_small.tables.len(), 1);
     assert_eq!(only_small.exit_code(), 0, "{only_small}");
 
     // A composite-key difference and a table missing downstream.
-    down.exec("UPDATE d.small SET c = 'changed' WHERE k1 = 'k3' AND k2 = 10").expect("plant small");
-    up.exec("CREATE TABLE d.only_up (id INT PRIMARY KEY)").expect("only up");
-    let r = run(&CheckArgs::new(&up.url(), &down.url(), "d.small,d.only_up")).await.expect("check");
-    let small = r.tables.iter().find(|t| t.table == "d.small").expect("small");
-    assert_eq!(small.diffs, vec![RowDiff { key: vec!["k3".into(), "10".into()], kind: DiffKind::Differs }], "{r}");
-    let only = r.tables.iter().find(|t| t.table == "d.only_up").expect("only_up");
-    assert_eq!(only.schema_difference.as_deref(), Some("missing downstream"));
+    down.exec("UPDATE d.small SET c = 'changed' WHERE k1 = 'k3' AND k2 = 10")
+        .expect("plant small");
+    up.exec("CREATE TABLE d.only_up (id INT PRIMARY KEY)")
+        .expect("only up");
+    let r = run(&CheckArgs::new(&up.url(), &down.url(), "d.small,d.only_up"))
+        .await
+        .expect("check");
+    let small = r
+        .tables
+        .iter()
+        .find(|t| t.table == "d.small")
+        .expect("small");
+    assert_eq!(
+        small.diffs,
+        vec![RowDiff {
+            key: vec!["k3".into(), "10".into()],
+            kind: DiffKind::Differs
+        }],
+        "{r}"
+    );
+    let only = r
+        .tables
+        .iter()
+        .find(|t| t.table == "d.only_up")
+        .expect("only_up");
+    assert_eq!(
+        only.schema_difference.as_deref(),
+        Some("missing downstream")
+    );
     assert_eq!(r.exit_code(), 1);
 }

@@ -7,22 +7,50 @@ use sluice_sink::{open_sink, Sink};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blackhole_keeps_the_contract() {
     let sink = open_sink("blackhole://").await.expect("blackhole");
-    run_contract_suite(sink.as_ref(), "db", "t", 1, "ALTER TABLE t ADD COLUMN x INT").await;
+    run_contract_suite(
+        sink.as_ref(),
+        "db",
+        "t",
+        1,
+        "ALTER TABLE t ADD COLUMN x INT",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_storage_csv_keeps_the_contract() {
     let dir = tempdir("contract-csv");
-    let sink = open_sink(&format!("file://{}?protocol=csv", dir.display())).await.expect("sink");
-    run_contract_suite(sink.as_ref(), "db", "t", 1, "ALTER TABLE t ADD COLUMN x INT").await;
+    let sink = open_sink(&format!("file://{}?protocol=csv", dir.display()))
+        .await
+        .expect("sink");
+    run_contract_suite(
+        sink.as_ref(),
+        "db",
+        "t",
+        1,
+        "ALTER TABLE t ADD COLUMN x INT",
+    )
+    .await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_storage_canal_json_keeps_the_contract() {
     let dir = tempdir("contract-json");
-    let sink = open_sink(&format!("file://{}?protocol=canal-json&enable-tidb-extension=true", dir.display())).await.expect("sink");
-    run_contract_suite(sink.as_ref(), "db", "t", 1, "ALTER TABLE t ADD COLUMN x INT").await;
+    let sink = open_sink(&format!(
+        "file://{}?protocol=canal-json&enable-tidb-extension=true",
+        dir.display()
+    ))
+    .await
+    .expect("sink");
+    run_contract_suite(
+        sink.as_ref(),
+        "db",
+        "t",
+        1,
+        "ALTER TABLE t ADD COLUMN x INT",
+    )
+    .await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -30,7 +58,14 @@ async fn local_storage_canal_json_keeps_the_contract() {
 async fn s3_storage_keeps_the_contract() {
     let moto = sluice_testkit::moto::Moto::start("sluice-contract").expect("moto");
     let sink: std::sync::Arc<dyn Sink> = open_sink(&moto.sink_uri("cf1")).await.expect("sink");
-    run_contract_suite(sink.as_ref(), "db", "t", 1, "ALTER TABLE t ADD COLUMN x INT").await;
+    run_contract_suite(
+        sink.as_ref(),
+        "db",
+        "t",
+        1,
+        "ALTER TABLE t ADD COLUMN x INT",
+    )
+    .await;
 }
 
 fn tempdir(tag: &str) -> std::path::PathBuf {

@@ -13,17 +13,34 @@ use std::sync::Arc;
 
 async fn sink(db: &MariaDb, params: &str) -> MysqlSink {
     let uri = format!("{}/?{params}", db.url());
-    let SinkConfig::Mysql(cfg) = SinkUri::parse(&uri).expect("uri").config else { panic!("mysql") };
+    let SinkConfig::Mysql(cfg) = SinkUri::parse(&uri).expect("uri").config else {
+        panic!("mysql")
+    };
     MysqlSink::connect(cfg).await.expect("connect")
 }
 
-fn row(schema: &TableSchema, kind: RowKind, ts: Ts, before: Option<Vec<Value>>, after: Option<Vec<Value>>) -> RowEvent {
+fn row(
+    schema: &TableSchema,
+    kind: RowKind,
+    ts: Ts,
+    before: Option<Vec<Value>>,
+    after: Option<Vec<Value>>,
+) -> RowEvent {
     let img = after.as_ref().or(before.as_ref()).expect("an image");
     let id = match img[0] {
         Value::Int(i) => i as u64,
         _ => 0,
     };
-    RowEvent { table_id: schema.table_id, schema_version: schema.version, commit_ts: ts, commit_time_ms: 0, kind, key: Key::row_u64(schema.table_id, id), before, after }
+    RowEvent {
+        table_id: schema.table_id,
+        schema_version: schema.version,
+        commit_ts: ts,
+        commit_time_ms: 0,
+        kind,
+        key: Key::row_u64(schema.table_id, id),
+        before,
+        after,
+    }
 }
 
 fn iv(id: i64, v: &str) -> Vec<Value> {
@@ -33,23 +50,39 @@ fn iv(id: i64, v: &str) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_keeps_the_contract() {
     let db = MariaDb::start().expect("mariadb");
-    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64))").expect("ddl");
+    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64))")
+        .expect("ddl");
     let s = sink(&db, "worker-count=4").await;
     run_contract_suite(&s, "d", "t", 1, "ALTER TABLE t ADD COLUMN x INT").await;
     // Rows written by the suite: ids 1,2,3 (ts 10,20), 5 (ts 30), 6 (ts 50, after the DDL) from d1; 2000 from d2.
-    assert_eq!(db.query_one("SELECT GROUP_CONCAT(id ORDER BY id) FROM d.t").expect("q"), "1,2,3,5,6,2000");
+    assert_eq!(
+        db.query_one("SELECT GROUP_CONCAT(id ORDER BY id) FROM d.t")
+            .expect("q"),
+        "1,2,3,5,6,2000"
+    );
     assert_eq!(db.query_one("SELECT COUNT(*) FROM information_schema.columns WHERE table_schema='d' AND table_name='t' AND column_name='x'").expect("q"), "1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_column_type_lands_exactly() {
     let db = MariaDb::start().expect("mariadb");
-    db.exec(&format!("CREATE DATABASE d; {}", all_types_ddl("d"))).expect("ddl");
+    db.exec(&format!("CREATE DATABASE d; {}", all_types_ddl("d")))
+        .expect("ddl");
     let s = sink(&db, "worker-count=2").await;
     let schema = Arc::new(all_types_schema("d", 1));
     let d = DispatcherId { epoch: 1, seq: 1 };
-    s.open(d, Span::whole_table(schema.table_id), 0).await.expect("open");
-    s.write_rows(d, RowBatch { schema: schema.clone(), rows: all_types_rows(&schema, 5, 0) }).await.expect("write");
+    s.open(d, Span::whole_table(schema.table_id), 0)
+        .await
+        .expect("open");
+    s.write_rows(
+        d,
+        RowBatch {
+            schema: schema.clone(),
+            rows: all_types_rows(&schema, 5, 0),
+        },
+    )
+    .await
+    .expect("write");
     assert_eq!(s.flush(d).await.expect("flush"), 5);
     db.exec("SET time_zone='+00:00'").expect("tz");
     let got = db
@@ -61,10 +94,30 @@ async fn every_column_type_lands_exactly() {
         .expect("select");
     let hex = |s: &str| s.bytes().map(|b| format!("{b:02X}")).collect::<String>();
     let expected_full = vec![
-        "1".to_string(), "-128".into(), "65535".into(), "-8388608".into(), "18446744073709551615".into(), "-123456789.125".into(), "1.5".into(), "-0.000000000225".into(),
-        hex("ab\"c"), hex("x,y\ndé \\N "), hex("\\N"), "000102FF".into(), "0022272C0AFF".into(), "DEADBEEF".into(), "2024-02-29".into(), "-838:59:58.999".into(),
-        "1999-12-31 23:59:59.123456".into(), "2023-11-14 22:13:20.654321".into(), "2155".into(), "b".into(), "x,z".into(), "513".into(),
-        "{\"k\": [1, \"two\", null]}".into(), "POINT(1 2)".into(),
+        "1".to_string(),
+        "-128".into(),
+        "65535".into(),
+        "-8388608".into(),
+        "18446744073709551615".into(),
+        "-123456789.125".into(),
+        "1.5".into(),
+        "-0.000000000225".into(),
+        hex("ab\"c"),
+        hex("x,y\ndé \\N "),
+        hex("\\N"),
+        "000102FF".into(),
+        "0022272C0AFF".into(),
+        "DEADBEEF".into(),
+        "2024-02-29".into(),
+        "-838:59:58.999".into(),
+        "1999-12-31 23:59:59.123456".into(),
+        "2023-11-14 22:13:20.654321".into(),
+        "2155".into(),
+        "b".into(),
+        "x,z".into(),
+        "513".into(),
+        "{\"k\": [1, \"two\", null]}".into(),
+        "POINT(1 2)".into(),
     ];
     assert_eq!(got[0], expected_full);
     let mut expected_null = vec!["NULL".to_string(); expected_full.len()];
@@ -75,7 +128,8 @@ async fn every_column_type_lands_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_from_an_earlier_checkpoint_converges_in_safe_mode() {
     let db = MariaDb::start().expect("mariadb");
-    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64))").expect("ddl");
+    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64))")
+        .expect("ddl");
     let schema = Arc::new(simple_schema("d", "t", 1, 1));
     // A stream of changes over 200 keys: insert all, update the even ones, delete every third, re-insert some.
     let mut stream = Vec::new();
@@ -85,7 +139,13 @@ async fn replay_from_an_earlier_checkpoint_converges_in_safe_mode() {
         ts += 1;
     }
     for id in (0..200).step_by(2) {
-        stream.push(row(&schema, RowKind::Update, ts, Some(iv(id, "v0")), Some(iv(id, "v1"))));
+        stream.push(row(
+            &schema,
+            RowKind::Update,
+            ts,
+            Some(iv(id, "v0")),
+            Some(iv(id, "v1")),
+        ));
         ts += 1;
     }
     for id in (0..200).step_by(3) {
@@ -100,32 +160,71 @@ async fn replay_from_an_earlier_checkpoint_converges_in_safe_mode() {
     let expected: Vec<String> = {
         let mut m = std::collections::BTreeMap::new();
         for r in &stream {
-            let id = match (r.after.as_ref().or(r.before.as_ref())).map(|v| v[0].clone()) { Some(Value::Int(i)) => i, _ => -1 };
+            let id = match (r.after.as_ref().or(r.before.as_ref())).map(|v| v[0].clone()) {
+                Some(Value::Int(i)) => i,
+                _ => -1,
+            };
             match r.kind {
-                RowKind::Delete => { m.remove(&id); }
-                _ => { let Some(Value::Text(v)) = r.after.as_ref().map(|a| a[1].clone()) else { panic!() }; m.insert(id, v); }
+                RowKind::Delete => {
+                    m.remove(&id);
+                }
+                _ => {
+                    let Some(Value::Text(v)) = r.after.as_ref().map(|a| a[1].clone()) else {
+                        panic!()
+                    };
+                    m.insert(id, v);
+                }
             }
         }
         m.into_iter().map(|(k, v)| format!("{k}:{v}")).collect()
     };
     let s = sink(&db, "worker-count=8&max-txn-row=16").await;
     let d1 = DispatcherId { epoch: 1, seq: 1 };
-    s.open(d1, Span::whole_table(TableId(1)), 0).await.expect("open");
+    s.open(d1, Span::whole_table(TableId(1)), 0)
+        .await
+        .expect("open");
     for chunk in stream.chunks(37) {
-        s.write_rows(d1, RowBatch { schema: schema.clone(), rows: chunk.to_vec() }).await.expect("write");
+        s.write_rows(
+            d1,
+            RowBatch {
+                schema: schema.clone(),
+                rows: chunk.to_vec(),
+            },
+        )
+        .await
+        .expect("write");
     }
     let acked = s.close(d1).await.durable_ts;
     assert_eq!(acked, ts - 1);
     // A successor restarts from an old checkpoint (ts 150) and replays everything after it, in
     // different batch sizes: the downstream must still equal the upstream.
     let d2 = DispatcherId { epoch: 2, seq: 1 };
-    s.open(d2, Span::whole_table(TableId(1)), 150).await.expect("open");
-    let replay: Vec<RowEvent> = stream.iter().filter(|r| r.commit_ts > 150).cloned().collect();
+    s.open(d2, Span::whole_table(TableId(1)), 150)
+        .await
+        .expect("open");
+    let replay: Vec<RowEvent> = stream
+        .iter()
+        .filter(|r| r.commit_ts > 150)
+        .cloned()
+        .collect();
     for chunk in replay.chunks(11) {
-        s.write_rows(d2, RowBatch { schema: schema.clone(), rows: chunk.to_vec() }).await.expect("replay");
+        s.write_rows(
+            d2,
+            RowBatch {
+                schema: schema.clone(),
+                rows: chunk.to_vec(),
+            },
+        )
+        .await
+        .expect("replay");
     }
     s.close(d2).await;
-    let got: Vec<String> = db.query("SELECT CONCAT(id, ':', v) FROM d.t ORDER BY id").expect("q").into_iter().map(|r| r[0].clone()).collect();
+    let got: Vec<String> = db
+        .query("SELECT CONCAT(id, ':', v) FROM d.t ORDER BY id")
+        .expect("q")
+        .into_iter()
+        .map(|r| r[0].clone())
+        .collect();
     assert_eq!(got, expected);
 }
 
@@ -142,26 +241,67 @@ async fn rows_sharing_a_unique_key_apply_in_order_across_workers() {
     // with a duplicate key; causality by the unique key must prevent it across 16 workers.
     let s = sink(&db, "worker-count=16&max-txn-row=4&safe-mode=false").await;
     let d = DispatcherId { epoch: 1, seq: 1 };
-    s.open(d, Span::whole_table(TableId(3)), 0).await.expect("open");
+    s.open(d, Span::whole_table(TableId(3)), 0)
+        .await
+        .expect("open");
     let mut rows = Vec::new();
     let mut ts = 1;
     let n = 300i64;
     for id in 0..n {
-        rows.push(row(&schema, RowKind::Insert, ts, None, Some(vec![Value::Int(id), Value::Int(id as i64)])));
+        rows.push(row(
+            &schema,
+            RowKind::Insert,
+            ts,
+            None,
+            Some(vec![Value::Int(id), Value::Int(id)]),
+        ));
         ts += 1;
     }
     // Each row i moves from u=i to u=i+1000; then row i+n takes u=i.
     for id in 0..n {
-        rows.push(row(&schema, RowKind::Update, ts, Some(vec![Value::Int(id), Value::Int(id)]), Some(vec![Value::Int(id), Value::Int(id + 1000)])));
+        rows.push(row(
+            &schema,
+            RowKind::Update,
+            ts,
+            Some(vec![Value::Int(id), Value::Int(id)]),
+            Some(vec![Value::Int(id), Value::Int(id + 1000)]),
+        ));
         ts += 1;
-        rows.push(row(&schema, RowKind::Insert, ts, None, Some(vec![Value::Int(id + n), Value::Int(id)])));
+        rows.push(row(
+            &schema,
+            RowKind::Insert,
+            ts,
+            None,
+            Some(vec![Value::Int(id + n), Value::Int(id)]),
+        ));
         ts += 1;
     }
-    s.write_rows(d, RowBatch { schema: schema.clone(), rows }).await.expect("write");
-    s.flush(d).await.expect("flush must not hit a duplicate key");
-    assert_eq!(db.query_one("SELECT COUNT(*) FROM d.u").expect("q"), (2 * n).to_string());
-    assert_eq!(db.query_one("SELECT COUNT(*) FROM d.u WHERE id < 300 AND u = id + 1000").expect("q"), n.to_string());
-    assert_eq!(db.query_one("SELECT COUNT(*) FROM d.u WHERE id >= 300 AND u = id - 300").expect("q"), n.to_string());
+    s.write_rows(
+        d,
+        RowBatch {
+            schema: schema.clone(),
+            rows,
+        },
+    )
+    .await
+    .expect("write");
+    s.flush(d)
+        .await
+        .expect("flush must not hit a duplicate key");
+    assert_eq!(
+        db.query_one("SELECT COUNT(*) FROM d.u").expect("q"),
+        (2 * n).to_string()
+    );
+    assert_eq!(
+        db.query_one("SELECT COUNT(*) FROM d.u WHERE id < 300 AND u = id + 1000")
+            .expect("q"),
+        n.to_string()
+    );
+    assert_eq!(
+        db.query_one("SELECT COUNT(*) FROM d.u WHERE id >= 300 AND u = id - 300")
+            .expect("q"),
+        n.to_string()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,15 +313,41 @@ async fn keyless_tables_are_refused_unless_forced_and_missing_columns_are_fatal(
     let nk = Arc::new(nk);
     let d = DispatcherId { epoch: 1, seq: 1 };
     let s = sink(&db, "").await;
-    s.open(d, Span::whole_table(TableId(4)), 0).await.expect("open");
-    let e = s.write_rows(d, RowBatch { schema: nk.clone(), rows: vec![simple_insert(&nk, 1, "a", 1, 0)] }).await.expect_err("refused");
+    s.open(d, Span::whole_table(TableId(4)), 0)
+        .await
+        .expect("open");
+    let e = s
+        .write_rows(
+            d,
+            RowBatch {
+                schema: nk.clone(),
+                rows: vec![simple_insert(&nk, 1, "a", 1, 0)],
+            },
+        )
+        .await
+        .expect_err("refused");
     assert_eq!(e.class(), ErrorClass::Fatal);
-    assert!(e.to_string().contains("d.nk") && e.to_string().contains("force-replicate"), "{e}");
+    assert!(
+        e.to_string().contains("d.nk") && e.to_string().contains("force-replicate"),
+        "{e}"
+    );
     s.close(d).await;
 
     let forced = sink(&db, "force-replicate=true").await;
-    forced.open(d, Span::whole_table(TableId(4)), 0).await.expect("open");
-    forced.write_rows(d, RowBatch { schema: nk.clone(), rows: vec![simple_insert(&nk, 1, "a", 1, 0)] }).await.expect("forced");
+    forced
+        .open(d, Span::whole_table(TableId(4)), 0)
+        .await
+        .expect("open");
+    forced
+        .write_rows(
+            d,
+            RowBatch {
+                schema: nk.clone(),
+                rows: vec![simple_insert(&nk, 1, "a", 1, 0)],
+            },
+        )
+        .await
+        .expect("forced");
     assert_eq!(forced.flush(d).await.expect("flush"), 1);
     assert_eq!(db.query_one("SELECT COUNT(*) FROM d.nk").expect("q"), "1");
 
@@ -190,15 +356,36 @@ async fn keyless_tables_are_refused_unless_forced_and_missing_columns_are_fatal(
     wide.columns[2].name = "not_downstream".into();
     let wide = Arc::new(wide);
     let d5 = DispatcherId { epoch: 1, seq: 5 };
-    s.open(d5, Span::whole_table(TableId(5)), 0).await.expect("open");
+    s.open(d5, Span::whole_table(TableId(5)), 0)
+        .await
+        .expect("open");
     let mut r = simple_insert(&wide, 1, "a", 1, 0);
     r.after = Some(vec![Value::Int(1), Value::Text("a".into()), Value::Null]);
-    s.write_rows(d5, RowBatch { schema: wide.clone(), rows: vec![r] }).await.expect("buffered");
+    s.write_rows(
+        d5,
+        RowBatch {
+            schema: wide.clone(),
+            rows: vec![r],
+        },
+    )
+    .await
+    .expect("buffered");
     let e = s.flush(d5).await.expect_err("unknown column");
     assert_eq!(e.class(), ErrorClass::Fatal, "{e}");
     assert!(e.to_string().contains("not_downstream"), "{e}");
-    let SinkError::Earlier(inner) = &e else { panic!("{e:?}") };
-    assert!(matches!(**inner, SinkError::Db { code: Some(1054), .. }), "{inner:?}");
+    let SinkError::Earlier(inner) = &e else {
+        panic!("{e:?}")
+    };
+    assert!(
+        matches!(
+            **inner,
+            SinkError::Db {
+                code: Some(1054),
+                ..
+            }
+        ),
+        "{inner:?}"
+    );
 }
 
 fn ddl(ts: Ts, kind: DdlKind, query: &str) -> DdlEvent {
@@ -208,50 +395,141 @@ fn ddl(ts: Ts, kind: DdlKind, query: &str) -> DdlEvent {
         kind,
         database: "d".into(),
         query: query.into(),
-        influence: DdlInfluence { scope: InfluenceScope::All, trigger: true, dropped: vec![], added: vec![], renamed: vec![] },
+        influence: DdlInfluence {
+            scope: InfluenceScope::All,
+            trigger: true,
+            dropped: vec![],
+            added: vec![],
+            renamed: vec![],
+        },
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_ddl_takes_effect_once_even_after_an_ambiguous_crash() {
     let db = MariaDb::start().expect("mariadb");
-    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64))").expect("ddl");
+    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64))")
+        .expect("ddl");
     let s = sink(&db, "").await;
     let trig = DispatcherId { epoch: 1, seq: 0 };
-    s.open(trig, Span::whole_table(TableId(0)), 0).await.expect("open");
-    s.write_ddl(trig, ddl(10, DdlKind::AlterTable, "ALTER TABLE t ADD COLUMN c1 INT"), vec![]).await.expect("ddl 10");
-    s.write_ddl(trig, ddl(20, DdlKind::CreateTable, "CREATE TABLE t2 (id INT PRIMARY KEY)"), vec![]).await.expect("ddl 20");
+    s.open(trig, Span::whole_table(TableId(0)), 0)
+        .await
+        .expect("open");
+    s.write_ddl(
+        trig,
+        ddl(10, DdlKind::AlterTable, "ALTER TABLE t ADD COLUMN c1 INT"),
+        vec![],
+    )
+    .await
+    .expect("ddl 10");
+    s.write_ddl(
+        trig,
+        ddl(
+            20,
+            DdlKind::CreateTable,
+            "CREATE TABLE t2 (id INT PRIMARY KEY)",
+        ),
+        vec![],
+    )
+    .await
+    .expect("ddl 20");
     s.close(trig).await;
     // A replay from checkpoint 5: both are recorded as finished and are skipped (a second ADD COLUMN
     // would fail with a duplicate column otherwise).
     let trig2 = DispatcherId { epoch: 2, seq: 0 };
-    s.open(trig2, Span::whole_table(TableId(0)), 5).await.expect("open");
-    s.write_ddl(trig2, ddl(10, DdlKind::AlterTable, "ALTER TABLE t ADD COLUMN c1 INT"), vec![]).await.expect("replayed ddl 10");
-    s.write_ddl(trig2, ddl(20, DdlKind::CreateTable, "CREATE TABLE t2 (id INT PRIMARY KEY)"), vec![]).await.expect("replayed ddl 20");
+    s.open(trig2, Span::whole_table(TableId(0)), 5)
+        .await
+        .expect("open");
+    s.write_ddl(
+        trig2,
+        ddl(10, DdlKind::AlterTable, "ALTER TABLE t ADD COLUMN c1 INT"),
+        vec![],
+    )
+    .await
+    .expect("replayed ddl 10");
+    s.write_ddl(
+        trig2,
+        ddl(
+            20,
+            DdlKind::CreateTable,
+            "CREATE TABLE t2 (id INT PRIMARY KEY)",
+        ),
+        vec![],
+    )
+    .await
+    .expect("replayed ddl 20");
     // An ambiguous crash: the DDL at 30 took effect but its record says unfinished.
     db.exec("ALTER TABLE d.t ADD COLUMN c2 INT, ADD INDEX i2 (c2); INSERT INTO sluice_sink.ddl_ts VALUES ('default', 30, 0, 'x')").expect("plant");
-    s.write_ddl(trig2, ddl(30, DdlKind::AlterTable, "ALTER TABLE t ADD COLUMN c2 INT, ADD INDEX i2 (c2)"), vec![]).await.expect("replayed ambiguous ddl 30");
+    s.write_ddl(
+        trig2,
+        ddl(
+            30,
+            DdlKind::AlterTable,
+            "ALTER TABLE t ADD COLUMN c2 INT, ADD INDEX i2 (c2)",
+        ),
+        vec![],
+    )
+    .await
+    .expect("replayed ambiguous ddl 30");
     // A fresh DDL that fails for real is fatal, with the server's message.
-    let e = s.write_ddl(trig2, ddl(40, DdlKind::AlterTable, "ALTER TABLE t MODIFY COLUMN nope INT"), vec![]).await.expect_err("bad DDL");
+    let e = s
+        .write_ddl(
+            trig2,
+            ddl(
+                40,
+                DdlKind::AlterTable,
+                "ALTER TABLE t MODIFY COLUMN nope INT",
+            ),
+            vec![],
+        )
+        .await
+        .expect_err("bad DDL");
     assert_eq!(e.class(), ErrorClass::Fatal, "{e}");
     assert!(e.to_string().contains("nope"), "{e}");
     assert_eq!(db.query_one("SELECT GROUP_CONCAT(column_name ORDER BY ordinal_position) FROM information_schema.columns WHERE table_schema='d' AND table_name='t'").expect("q"), "id,v,c1,c2");
-    assert_eq!(db.query_one("SELECT COUNT(*) FROM sluice_sink.ddl_ts WHERE finished = 1").expect("q"), "3");
+    assert_eq!(
+        db.query_one("SELECT COUNT(*) FROM sluice_sink.ddl_ts WHERE finished = 1")
+            .expect("q"),
+        "3"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retryable_errors_are_retried_across_a_downstream_crash() {
     let mut db = MariaDb::start().expect("mariadb");
-    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64))").expect("ddl");
+    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64))")
+        .expect("ddl");
     let s = sink(&db, "worker-count=2&max-retries=50&retry-backoff=100ms").await;
     let schema = Arc::new(simple_schema("d", "t", 1, 1));
     let d = DispatcherId { epoch: 1, seq: 1 };
-    s.open(d, Span::whole_table(TableId(1)), 0).await.expect("open");
-    s.write_rows(d, RowBatch { schema: schema.clone(), rows: vec![simple_insert(&schema, 1, "a", 1, 0)] }).await.expect("w");
+    s.open(d, Span::whole_table(TableId(1)), 0)
+        .await
+        .expect("open");
+    s.write_rows(
+        d,
+        RowBatch {
+            schema: schema.clone(),
+            rows: vec![simple_insert(&schema, 1, "a", 1, 0)],
+        },
+    )
+    .await
+    .expect("w");
     assert_eq!(s.flush(d).await.expect("flush"), 1);
     // kill -9 the downstream and start it again on the same port: pooled connections are dead.
     db.crash_restart().expect("crash restart");
-    s.write_rows(d, RowBatch { schema: schema.clone(), rows: vec![simple_insert(&schema, 2, "b", 2, 0)] }).await.expect("w");
+    s.write_rows(
+        d,
+        RowBatch {
+            schema: schema.clone(),
+            rows: vec![simple_insert(&schema, 2, "b", 2, 0)],
+        },
+    )
+    .await
+    .expect("w");
     assert_eq!(s.flush(d).await.expect("flush after crash is retried"), 2);
-    assert_eq!(db.query_one("SELECT GROUP_CONCAT(id ORDER BY id) FROM d.t").expect("q"), "1,2");
+    assert_eq!(
+        db.query_one("SELECT GROUP_CONCAT(id ORDER BY id) FROM d.t")
+            .expect("q"),
+        "1,2"
+    );
 }

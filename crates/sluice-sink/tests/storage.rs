@@ -31,23 +31,37 @@ fn storage_cfg(uri: &str) -> StorageConfig {
 }
 
 fn golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::write(&path, actual).expect("write golden");
         return;
     }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display()));
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display()));
     assert_eq!(actual, expected, "golden {name} differs");
 }
 
 async fn list(store: &Arc<dyn ObjectStore>) -> Vec<String> {
-    let mut v: Vec<String> = store.list(None).map_ok(|m| m.location.to_string()).try_collect().await.expect("list");
+    let mut v: Vec<String> = store
+        .list(None)
+        .map_ok(|m| m.location.to_string())
+        .try_collect()
+        .await
+        .expect("list");
     v.sort();
     v
 }
 
 async fn read(store: &Arc<dyn ObjectStore>, p: &str) -> String {
-    let b = store.get(&object_store::path::Path::from(p)).await.expect("get").bytes().await.expect("bytes");
+    let b = store
+        .get(&object_store::path::Path::from(p))
+        .await
+        .expect("get")
+        .bytes()
+        .await
+        .expect("bytes");
     String::from_utf8(b.to_vec()).expect("utf8")
 }
 
@@ -62,7 +76,13 @@ fn ddl(ts: Ts, kind: DdlKind, db: &str, query: &str) -> DdlEvent {
         kind,
         database: db.into(),
         query: query.into(),
-        influence: DdlInfluence { scope: InfluenceScope::All, trigger: true, dropped: vec![], added: vec![], renamed: vec![] },
+        influence: DdlInfluence {
+            scope: InfluenceScope::All,
+            trigger: true,
+            dropped: vec![],
+            added: vec![],
+            renamed: vec![],
+        },
     }
 }
 
@@ -71,38 +91,112 @@ fn ddl(ts: Ts, kind: DdlKind, db: &str, query: &str) -> DdlEvent {
 async fn workload(sink: &dyn Sink) {
     let orders = Arc::new(simple_schema("shop", "orders", 1, 100));
     let da = DispatcherId { epoch: 1, seq: 1 };
-    sink.open(da, Span::whole_table(TableId(1)), 99).await.expect("open");
-    let w = |rows| RowBatch { schema: orders.clone(), rows };
-    sink.write_rows(da, w(vec![simple_insert(&orders, 1, "a", 101, DEC31_2359), simple_insert(&orders, 2, "b", 102, DEC31_2359)])).await.expect("w");
+    sink.open(da, Span::whole_table(TableId(1)), 99)
+        .await
+        .expect("open");
+    let w = |rows| RowBatch {
+        schema: orders.clone(),
+        rows,
+    };
+    sink.write_rows(
+        da,
+        w(vec![
+            simple_insert(&orders, 1, "a", 101, DEC31_2359),
+            simple_insert(&orders, 2, "b", 102, DEC31_2359),
+        ]),
+    )
+    .await
+    .expect("w");
     sink.flush(da).await.expect("f");
-    sink.write_rows(da, w(vec![simple_insert(&orders, 3, "c", 103, JAN01_0001)])).await.expect("w");
+    sink.write_rows(da, w(vec![simple_insert(&orders, 3, "c", 103, JAN01_0001)]))
+        .await
+        .expect("w");
     sink.flush(da).await.expect("f");
-    sink.write_rows(da, w(vec![simple_insert(&orders, 4, "d", 104, JAN01_0001), simple_insert(&orders, 5, "e", 105, FEB01)])).await.expect("w");
+    sink.write_rows(
+        da,
+        w(vec![
+            simple_insert(&orders, 4, "d", 104, JAN01_0001),
+            simple_insert(&orders, 5, "e", 105, FEB01),
+        ]),
+    )
+    .await
+    .expect("w");
     sink.flush(da).await.expect("f");
     let v200 = Arc::new(simple_schema("shop", "orders", 1, 200));
     let mut v200_cols = (*v200).clone();
     v200_cols.columns.push(v200_cols.columns[1].clone());
     v200_cols.columns[2].name = "note".into();
     let v200 = Arc::new(v200_cols);
-    sink.write_ddl(da, ddl(200, DdlKind::AlterTable, "shop", "ALTER TABLE orders ADD COLUMN note varchar(64)"), vec![v200.clone()]).await.expect("ddl");
+    sink.write_ddl(
+        da,
+        ddl(
+            200,
+            DdlKind::AlterTable,
+            "shop",
+            "ALTER TABLE orders ADD COLUMN note varchar(64)",
+        ),
+        vec![v200.clone()],
+    )
+    .await
+    .expect("ddl");
     let mut r = simple_insert(&v200, 6, "f", 201, FEB01);
     r.after = Some(vec![Value::Int(6), Value::Text("f".into()), Value::Null]);
-    sink.write_rows(da, RowBatch { schema: v200.clone(), rows: vec![r] }).await.expect("w");
+    sink.write_rows(
+        da,
+        RowBatch {
+            schema: v200.clone(),
+            rows: vec![r],
+        },
+    )
+    .await
+    .expect("w");
     assert_eq!(sink.close(da).await.durable_ts, 201);
 
     let items = Arc::new(simple_schema("shop", "items", 2, 100));
     let whole = Span::whole_table(TableId(2));
     let mid = Key::row_u64(TableId(2), 100);
-    for (seq, span, id) in [(7, Span::new(TableId(2), whole.start.clone(), mid.clone()), 1), (8, Span::new(TableId(2), mid.clone(), whole.end.clone()), 500)] {
+    for (seq, span, id) in [
+        (
+            7,
+            Span::new(TableId(2), whole.start.clone(), mid.clone()),
+            1,
+        ),
+        (
+            8,
+            Span::new(TableId(2), mid.clone(), whole.end.clone()),
+            500,
+        ),
+    ] {
         let d = DispatcherId { epoch: 2, seq };
         sink.open(d, span, 99).await.expect("open");
-        sink.write_rows(d, RowBatch { schema: items.clone(), rows: vec![simple_insert(&items, id, "i", 150, JAN01_0001)] }).await.expect("w");
+        sink.write_rows(
+            d,
+            RowBatch {
+                schema: items.clone(),
+                rows: vec![simple_insert(&items, id, "i", 150, JAN01_0001)],
+            },
+        )
+        .await
+        .expect("w");
         assert_eq!(sink.close(d).await.durable_ts, 150);
     }
 
     let trigger = DispatcherId { epoch: 2, seq: 1 };
-    sink.open(trigger, Span::whole_table(TableId(0)), 99).await.expect("open trigger");
-    sink.write_ddl(trigger, ddl(300, DdlKind::CreateDatabase, "archive", "CREATE DATABASE archive"), vec![]).await.expect("db ddl");
+    sink.open(trigger, Span::whole_table(TableId(0)), 99)
+        .await
+        .expect("open trigger");
+    sink.write_ddl(
+        trigger,
+        ddl(
+            300,
+            DdlKind::CreateDatabase,
+            "archive",
+            "CREATE DATABASE archive",
+        ),
+        vec![],
+    )
+    .await
+    .expect("db ddl");
     sink.close(trigger).await;
     sink.write_checkpoint(250).await.expect("cp");
     sink.write_checkpoint(240).await.expect("cp");
@@ -125,7 +219,10 @@ async fn golden_paths_for_every_date_separator_local_and_s3() {
         golden(&format!("paths_{sep}.txt"), &(local.join("\n") + "\n"));
         assert_eq!(read(&store, "metadata").await, "{\"checkpoint-ts\":250}");
         let (s3, _) = paths_for(&format!("{}&{params}", moto.sink_uri(&format!("cf-{sep}")))).await;
-        assert_eq!(s3, local, "S3 and local layouts differ for date-separator={sep}");
+        assert_eq!(
+            s3, local,
+            "S3 and local layouts differ for date-separator={sep}"
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 }
@@ -133,19 +230,40 @@ async fn golden_paths_for_every_date_separator_local_and_s3() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_across_nodes_puts_dispatcher_ids_in_every_name() {
     let dir = tempdir("across");
-    let (paths, store) = paths_for(&format!("file://{}?date-separator=none&enable-table-across-nodes=true&protocol=canal-json", dir.display())).await;
+    let (paths, store) = paths_for(&format!(
+        "file://{}?date-separator=none&enable-table-across-nodes=true&protocol=canal-json",
+        dir.display()
+    ))
+    .await;
     golden("paths_across_nodes.txt", &(paths.join("\n") + "\n"));
-    let idx = read(&store, "shop/orders/100/meta/CDC_00000000000000010000000000000001.index").await;
-    assert_eq!(idx, "CDC_00000000000000010000000000000001_00000000000000000003.json\n");
+    let idx = read(
+        &store,
+        "shop/orders/100/meta/CDC_00000000000000010000000000000001.index",
+    )
+    .await;
+    assert_eq!(
+        idx,
+        "CDC_00000000000000010000000000000001_00000000000000000003.json\n"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn index_file_names_the_last_data_file() {
     let dir = tempdir("index");
-    let (_, store) = paths_for(&format!("file://{}?date-separator=day&file-index-width=6", dir.display())).await;
-    assert_eq!(read(&store, "shop/orders/100/2025-01-01/meta/CDC.index").await, "CDC000002.csv\n");
-    assert_eq!(read(&store, "shop/orders/100/2024-12-31/meta/CDC.index").await, "CDC000001.csv\n");
+    let (_, store) = paths_for(&format!(
+        "file://{}?date-separator=day&file-index-width=6",
+        dir.display()
+    ))
+    .await;
+    assert_eq!(
+        read(&store, "shop/orders/100/2025-01-01/meta/CDC.index").await,
+        "CDC000002.csv\n"
+    );
+    assert_eq!(
+        read(&store, "shop/orders/100/2024-12-31/meta/CDC.index").await,
+        "CDC000001.csv\n"
+    );
     let data = read(&store, "shop/orders/100/2025-01-01/CDC000002.csv").await;
     assert_eq!(data, "\"I\",\"orders\",\"shop\",4,\"d\"\r\n");
     let _ = std::fs::remove_dir_all(dir);
@@ -170,8 +288,12 @@ fn encode_all(cfg: &StorageConfig) -> String {
     let mut out = String::new();
     for r in &rows {
         match cfg.protocol {
-            sluice_sink::uri::Protocol::Csv => csv::encode_row(&mut out, &cfg.csv, &schema, r).expect("encode"),
-            sluice_sink::uri::Protocol::CanalJson => canal::encode_row(&mut out, cfg.tidb_extension, &schema, r).expect("encode"),
+            sluice_sink::uri::Protocol::Csv => {
+                csv::encode_row(&mut out, &cfg.csv, &schema, r).expect("encode")
+            }
+            sluice_sink::uri::Protocol::CanalJson => {
+                canal::encode_row(&mut out, cfg.tidb_extension, &schema, r).expect("encode")
+            }
         }
     }
     out
@@ -182,18 +304,30 @@ fn assert_roundtrip(cfg: &StorageConfig, data: &str) {
     let schema = all_types_schema("db", 10);
     let rows = all_types_rows(&schema, 11, 0);
     let decoded = match cfg.protocol {
-        sluice_sink::uri::Protocol::Csv => csv::decode_file(data, &cfg.csv, &schema).expect("decode"),
+        sluice_sink::uri::Protocol::Csv => {
+            csv::decode_file(data, &cfg.csv, &schema).expect("decode")
+        }
         sluice_sink::uri::Protocol::CanalJson => canal::decode_file(data, &schema).expect("decode"),
     };
     assert!(decoded.len() >= 4);
     for (orig, dec) in rows.iter().zip(&decoded) {
-        let (o, d) = (orig.after.as_ref().expect("after"), dec.after.as_ref().expect("after"));
+        let (o, d) = (
+            orig.after.as_ref().expect("after"),
+            dec.after.as_ref().expect("after"),
+        );
         for ((ov, dv), col) in o.iter().zip(d).zip(&schema.columns) {
             match (ov, dv) {
                 (Value::Null, Value::Null) => {}
-                (Value::Bytes(a) | Value::Geometry(a), Value::Bytes(b)) => assert_eq!(a, b, "{}", col.name),
+                (Value::Bytes(a) | Value::Geometry(a), Value::Bytes(b)) => {
+                    assert_eq!(a, b, "{}", col.name)
+                }
                 (Value::Bit { bits, .. }, Value::UInt(b)) => assert_eq!(bits, b, "{}", col.name),
-                (ov, Value::Text(t)) => assert_eq!(value_text(ov, col).as_deref(), Some(t.as_str()), "{}", col.name),
+                (ov, Value::Text(t)) => assert_eq!(
+                    value_text(ov, col).as_deref(),
+                    Some(t.as_str()),
+                    "{}",
+                    col.name
+                ),
                 (ov, dv) => panic!("{}: {ov:?} decoded as {dv:?}", col.name),
             }
         }
@@ -219,15 +353,28 @@ fn golden_encodings_of_every_column_type() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_size_splits_files_and_a_restart_continues_after_them() {
     let dir = tempdir("size");
-    let uri = format!("file://{}?date-separator=none&file-size=1024&file-index-width=6", dir.display());
+    let uri = format!(
+        "file://{}?date-separator=none&file-size=1024&file-index-width=6",
+        dir.display()
+    );
     let schema = Arc::new(simple_schema("db", "t", 1, 1));
     let d = DispatcherId { epoch: 1, seq: 1 };
     let long = "x".repeat(60);
     {
         let sink = StorageSink::open_storage(storage_cfg(&uri)).expect("sink");
-        sink.open(d, Span::whole_table(TableId(1)), 0).await.expect("open");
+        sink.open(d, Span::whole_table(TableId(1)), 0)
+            .await
+            .expect("open");
         for i in 0..50u64 {
-            sink.write_rows(d, RowBatch { schema: schema.clone(), rows: vec![simple_insert(&schema, i, &long, i + 1, 0)] }).await.expect("w");
+            sink.write_rows(
+                d,
+                RowBatch {
+                    schema: schema.clone(),
+                    rows: vec![simple_insert(&schema, i, &long, i + 1, 0)],
+                },
+            )
+            .await
+            .expect("w");
         }
         sink.close(d).await;
     }
@@ -235,19 +382,38 @@ async fn file_size_splits_files_and_a_restart_continues_after_them() {
     let store = sink.store();
     let before = list(&store).await;
     let data: Vec<&String> = before.iter().filter(|p| p.ends_with(".csv")).collect();
-    assert!(data.len() >= 3, "file-size=1024 must split 50 rows of ~80 bytes: {before:?}");
+    assert!(
+        data.len() >= 3,
+        "file-size=1024 must split 50 rows of ~80 bytes: {before:?}"
+    );
     // A crash between a data file and its index leaves the index behind: simulate it by writing
     // the index back to the first file. The restarted writer must not overwrite any file.
     let first = data[0].rsplit('/').next().expect("name").to_string();
-    store.put(&object_store::path::Path::from("db/t/1/meta/CDC.index"), format!("{first}\n").into()).await.expect("put");
+    store
+        .put(
+            &object_store::path::Path::from("db/t/1/meta/CDC.index"),
+            format!("{first}\n").into(),
+        )
+        .await
+        .expect("put");
     let mut contents = Vec::new();
     for p in &data {
         contents.push(read(&store, p).await);
     }
     // A successor dispatcher (new epoch) of the same whole-table span resumes from ts 50.
     let d2 = DispatcherId { epoch: 2, seq: 1 };
-    sink.open(d2, Span::whole_table(TableId(1)), 50).await.expect("open");
-    sink.write_rows(d2, RowBatch { schema: schema.clone(), rows: vec![simple_insert(&schema, 999, "after", 51, 0)] }).await.expect("w");
+    sink.open(d2, Span::whole_table(TableId(1)), 50)
+        .await
+        .expect("open");
+    sink.write_rows(
+        d2,
+        RowBatch {
+            schema: schema.clone(),
+            rows: vec![simple_insert(&schema, 999, "after", 51, 0)],
+        },
+    )
+    .await
+    .expect("w");
     assert_eq!(sink.close(d2).await.durable_ts, 51);
     let after = list(&store).await;
     for (p, c) in data.iter().zip(&contents) {
@@ -264,42 +430,83 @@ async fn file_size_splits_files_and_a_restart_continues_after_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_refuses_a_taken_name_and_the_writer_moves_on() {
     let moto = sluice_testkit::moto::Moto::start("sluice-create").expect("moto");
-    let uri = format!("{}&date-separator=none&file-index-width=6", moto.sink_uri("p"));
+    let uri = format!(
+        "{}&date-separator=none&file-index-width=6",
+        moto.sink_uri("p")
+    );
     let sink = StorageSink::open_storage(storage_cfg(&uri)).expect("sink");
     let store = sink.store();
     // Another writer (an orphan of a failover) already took CDC000001 and CDC000002.
     for n in 1..=2 {
-        store.put(&object_store::path::Path::from(format!("db/t/1/CDC{n:06}.csv")), "orphan".into()).await.expect("put");
+        store
+            .put(
+                &object_store::path::Path::from(format!("db/t/1/CDC{n:06}.csv")),
+                "orphan".into(),
+            )
+            .await
+            .expect("put");
     }
     let schema = Arc::new(simple_schema("db", "t", 1, 1));
     let d = DispatcherId { epoch: 3, seq: 1 };
-    sink.open(d, Span::whole_table(TableId(1)), 0).await.expect("open");
-    sink.write_rows(d, RowBatch { schema: schema.clone(), rows: vec![simple_insert(&schema, 1, "mine", 1, 0)] }).await.expect("w");
+    sink.open(d, Span::whole_table(TableId(1)), 0)
+        .await
+        .expect("open");
+    sink.write_rows(
+        d,
+        RowBatch {
+            schema: schema.clone(),
+            rows: vec![simple_insert(&schema, 1, "mine", 1, 0)],
+        },
+    )
+    .await
+    .expect("w");
     assert_eq!(sink.flush(d).await.expect("flush"), 1);
     assert_eq!(read(&store, "db/t/1/CDC000001.csv").await, "orphan");
     assert_eq!(read(&store, "db/t/1/CDC000002.csv").await, "orphan");
     assert!(read(&store, "db/t/1/CDC000003.csv").await.contains("mine"));
-    assert_eq!(read(&store, "db/t/1/meta/CDC.index").await, "CDC000003.csv\n");
+    assert_eq!(
+        read(&store, "db/t/1/meta/CDC.index").await,
+        "CDC000003.csv\n"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_a_dispatcher_mid_write_loses_nothing_acked_and_spares_the_others() {
     let dir = tempdir("midwrite");
-    let uri = format!("file://{}?date-separator=none&file-size=1024&flush-interval=100ms", dir.display());
+    let uri = format!(
+        "file://{}?date-separator=none&file-size=1024&flush-interval=100ms",
+        dir.display()
+    );
     let sink = Arc::new(StorageSink::open_storage(storage_cfg(&uri)).expect("sink"));
     let schema = Arc::new(simple_schema("db", "t", 1, 1));
     let t = TableId(1);
     let mid = Key::row_u64(t, 1_000_000);
-    let (a, b) = (DispatcherId { epoch: 1, seq: 1 }, DispatcherId { epoch: 1, seq: 2 });
-    let ack_a = sink.open(a, Span::new(t, Span::whole_table(t).start, mid.clone()), 0).await.expect("open");
-    sink.open(b, Span::new(t, mid, Span::whole_table(t).end), 0).await.expect("open");
+    let (a, b) = (
+        DispatcherId { epoch: 1, seq: 1 },
+        DispatcherId { epoch: 1, seq: 2 },
+    );
+    let ack_a = sink
+        .open(a, Span::new(t, Span::whole_table(t).start, mid.clone()), 0)
+        .await
+        .expect("open");
+    sink.open(b, Span::new(t, mid, Span::whole_table(t).end), 0)
+        .await
+        .expect("open");
     let writer = {
         let sink = sink.clone();
         let schema = schema.clone();
         tokio::spawn(async move {
             let mut accepted = 0u64;
             for i in 1..=2000u64 {
-                let r = sink.write_rows(a, RowBatch { schema: schema.clone(), rows: vec![simple_insert(&schema, i, "payload-of-some-length", i, 0)] }).await;
+                let r = sink
+                    .write_rows(
+                        a,
+                        RowBatch {
+                            schema: schema.clone(),
+                            rows: vec![simple_insert(&schema, i, "payload-of-some-length", i, 0)],
+                        },
+                    )
+                    .await;
                 if r.is_err() {
                     break;
                 }
@@ -310,18 +517,30 @@ async fn closing_a_dispatcher_mid_write_loses_nothing_acked_and_spares_the_other
     };
     // Close once the writer has made some progress (whatever the interleaving, the checks below hold).
     let mut ack = ack_a.clone();
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(60), ack.wait_for(|t| *t >= 10)).await;
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        ack.wait_for(|t| *t >= 10),
+    )
+    .await;
     let report = sink.close(a).await;
     let accepted = writer.await.expect("writer task");
     assert!(report.error.is_none(), "{:?}", report.error);
-    assert!(report.durable_ts <= accepted, "ack {} above what was accepted {accepted}", report.durable_ts);
+    assert!(
+        report.durable_ts <= accepted,
+        "ack {} above what was accepted {accepted}",
+        report.durable_ts
+    );
     // Nothing of `a` lands after close: the listing is stable, and holds every acked row.
     let store = sink.store();
     let snapshot = list(&store).await;
     let mut ids = std::collections::BTreeSet::new();
     for p in snapshot.iter().filter(|p| p.ends_with(".csv")) {
         for line in read(&store, p).await.lines() {
-            let id: u64 = line.split(',').nth(3).and_then(|s| s.parse().ok()).expect("id");
+            let id: u64 = line
+                .split(',')
+                .nth(3)
+                .and_then(|s| s.parse().ok())
+                .expect("id");
             ids.insert(id);
         }
     }
@@ -329,9 +548,21 @@ async fn closing_a_dispatcher_mid_write_loses_nothing_acked_and_spares_the_other
         assert!(ids.contains(&i), "acked row {i} missing");
     }
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(list(&store).await, snapshot, "files appeared after close returned");
+    assert_eq!(
+        list(&store).await,
+        snapshot,
+        "files appeared after close returned"
+    );
     // The other dispatcher goes on.
-    sink.write_rows(b, RowBatch { schema: schema.clone(), rows: vec![simple_insert(&schema, 2_000_000, "b", 5000, 0)] }).await.expect("b writes");
+    sink.write_rows(
+        b,
+        RowBatch {
+            schema: schema.clone(),
+            rows: vec![simple_insert(&schema, 2_000_000, "b", 5000, 0)],
+        },
+    )
+    .await
+    .expect("b writes");
     assert_eq!(sink.flush(b).await.expect("b flush"), 5000);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -339,14 +570,38 @@ async fn closing_a_dispatcher_mid_write_loses_nothing_acked_and_spares_the_other
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flush_interval_acks_without_being_asked() {
     let dir = tempdir("interval");
-    let sink = StorageSink::open_storage(storage_cfg(&format!("file://{}?flush-interval=100ms", dir.display()))).expect("sink");
+    let sink = StorageSink::open_storage(storage_cfg(&format!(
+        "file://{}?flush-interval=100ms",
+        dir.display()
+    )))
+    .expect("sink");
     let schema = Arc::new(simple_schema("db", "t", 1, 1));
     let d = DispatcherId { epoch: 1, seq: 1 };
-    let mut ack = sink.open(d, Span::whole_table(TableId(1)), 0).await.expect("open");
-    sink.write_rows(d, RowBatch { schema: schema.clone(), rows: vec![simple_insert(&schema, 1, "a", 7, 0)] }).await.expect("w");
-    let got = tokio::time::timeout(std::time::Duration::from_secs(60), ack.wait_for(|t| *t == 7)).await;
+    let mut ack = sink
+        .open(d, Span::whole_table(TableId(1)), 0)
+        .await
+        .expect("open");
+    sink.write_rows(
+        d,
+        RowBatch {
+            schema: schema.clone(),
+            rows: vec![simple_insert(&schema, 1, "a", 7, 0)],
+        },
+    )
+    .await
+    .expect("w");
+    let got = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        ack.wait_for(|t| *t == 7),
+    )
+    .await;
     assert!(got.is_ok(), "no ack from the interval flush");
     let paths = list(&sink.store()).await;
-    assert!(paths.iter().any(|p| p.ends_with("CDC00000000000000000001.csv")), "{paths:?}");
+    assert!(
+        paths
+            .iter()
+            .any(|p| p.ends_with("CDC00000000000000000001.csv")),
+        "{paths:?}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

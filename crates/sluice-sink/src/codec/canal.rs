@@ -47,7 +47,11 @@ fn latin1(b: &[u8]) -> String {
 
 fn from_latin1(s: &str) -> Result<Vec<u8>> {
     s.chars()
-        .map(|c| u8::try_from(u32::from(c)).map_err(|_| SinkError::Codec(format!("canal-json: binary value has char {c:?} > U+00FF"))))
+        .map(|c| {
+            u8::try_from(u32::from(c)).map_err(|_| {
+                SinkError::Codec(format!("canal-json: binary value has char {c:?} > U+00FF"))
+            })
+        })
         .collect()
 }
 
@@ -67,7 +71,11 @@ fn push_image(out: &mut String, schema: &TableSchema, values: &[Value]) -> Resul
         }
         out.push_str(&json_str(&col.name));
         out.push(':');
-        let text = if is_binary(col.ty) { value_bytes(v, col).map(|b| latin1(&b)) } else { value_text(v, col) };
+        let text = if is_binary(col.ty) {
+            value_bytes(v, col).map(|b| latin1(&b))
+        } else {
+            value_text(v, col)
+        };
         match text {
             None => out.push_str("null"),
             Some(t) => out.push_str(&json_str(&t)),
@@ -78,8 +86,19 @@ fn push_image(out: &mut String, schema: &TableSchema, values: &[Value]) -> Resul
 }
 
 /// Appends the canal-json line of one row change.
-pub fn encode_row(out: &mut String, tidb_extension: bool, schema: &TableSchema, row: &RowEvent) -> Result<()> {
-    let missing = || SinkError::Codec(format!("{}: {:?} row without its image", schema.qualified_name(), row.kind));
+pub fn encode_row(
+    out: &mut String,
+    tidb_extension: bool,
+    schema: &TableSchema,
+    row: &RowEvent,
+) -> Result<()> {
+    let missing = || {
+        SinkError::Codec(format!(
+            "{}: {:?} row without its image",
+            schema.qualified_name(),
+            row.kind
+        ))
+    };
     let ty = match row.kind {
         RowKind::Insert => "INSERT",
         RowKind::Update => "UPDATE",
@@ -94,12 +113,19 @@ pub fn encode_row(out: &mut String, tidb_extension: bool, schema: &TableSchema, 
         if i > 0 {
             out.push(',');
         }
-        let name = schema.columns.get(*k).map(|c| c.name.as_str()).unwrap_or_default();
+        let name = schema
+            .columns
+            .get(*k)
+            .map(|c| c.name.as_str())
+            .unwrap_or_default();
         out.push_str(&json_str(name));
     }
     out.push_str("],\"isDdl\":false,\"type\":\"");
     out.push_str(ty);
-    out.push_str(&format!("\",\"es\":{0},\"ts\":{0},\"sql\":\"\",\"sqlType\":{{", row.commit_time_ms));
+    out.push_str(&format!(
+        "\",\"es\":{0},\"ts\":{0},\"sql\":\"\",\"sqlType\":{{",
+        row.commit_time_ms
+    ));
     for (i, c) in schema.columns.iter().enumerate() {
         if i > 0 {
             out.push(',');
@@ -111,7 +137,11 @@ pub fn encode_row(out: &mut String, tidb_extension: bool, schema: &TableSchema, 
         if i > 0 {
             out.push(',');
         }
-        out.push_str(&format!("{}:{}", json_str(&c.name), json_str(&c.sql_type.to_ascii_lowercase())));
+        out.push_str(&format!(
+            "{}:{}",
+            json_str(&c.name),
+            json_str(&c.sql_type.to_ascii_lowercase())
+        ));
     }
     out.push_str("},\"old\":");
     match row.kind {
@@ -141,7 +171,10 @@ fn decode_image(v: &serde_json::Value, schema: &TableSchema) -> Result<Vec<Value
         .columns
         .iter()
         .map(|col| match obj.get(&col.name) {
-            None => Err(SinkError::Codec(format!("canal-json: column {} missing", col.name))),
+            None => Err(SinkError::Codec(format!(
+                "canal-json: column {} missing",
+                col.name
+            ))),
             Some(serde_json::Value::Null) => Ok(Value::Null),
             Some(serde_json::Value::String(s)) => {
                 if is_binary(col.ty) {
@@ -163,20 +196,45 @@ pub fn decode_file(data: &str, schema: &TableSchema) -> Result<Vec<DecodedRow>> 
         if line.trim().is_empty() {
             continue;
         }
-        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| SinkError::Codec(format!("canal-json: {e}")))?;
-        let commit_ts = v.get("_tidb").and_then(|t| t.get("commitTs")).and_then(|t| t.as_u64());
-        let data = v.get("data").ok_or_else(|| SinkError::Codec("canal-json: no data".into()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| SinkError::Codec(format!("canal-json: {e}")))?;
+        let commit_ts = v
+            .get("_tidb")
+            .and_then(|t| t.get("commitTs"))
+            .and_then(|t| t.as_u64());
+        let data = v
+            .get("data")
+            .ok_or_else(|| SinkError::Codec("canal-json: no data".into()))?;
         let row = match v.get("type").and_then(|t| t.as_str()) {
-            Some("INSERT") => DecodedRow { kind: RowKind::Insert, commit_ts, before: None, after: Some(decode_image(data, schema)?) },
+            Some("INSERT") => DecodedRow {
+                kind: RowKind::Insert,
+                commit_ts,
+                before: None,
+                after: Some(decode_image(data, schema)?),
+            },
             Some("UPDATE") => {
                 let before = match v.get("old") {
                     Some(o) if !o.is_null() => Some(decode_image(o, schema)?),
                     _ => None,
                 };
-                DecodedRow { kind: RowKind::Update, commit_ts, before, after: Some(decode_image(data, schema)?) }
+                DecodedRow {
+                    kind: RowKind::Update,
+                    commit_ts,
+                    before,
+                    after: Some(decode_image(data, schema)?),
+                }
             }
-            Some("DELETE") => DecodedRow { kind: RowKind::Delete, commit_ts, before: Some(decode_image(data, schema)?), after: None },
-            other => return Err(SinkError::Codec(format!("canal-json: unknown type {other:?}"))),
+            Some("DELETE") => DecodedRow {
+                kind: RowKind::Delete,
+                commit_ts,
+                before: Some(decode_image(data, schema)?),
+                after: None,
+            },
+            other => {
+                return Err(SinkError::Codec(format!(
+                    "canal-json: unknown type {other:?}"
+                )))
+            }
         };
         out.push(row);
     }

@@ -48,7 +48,14 @@ fn push_field(out: &mut String, cfg: &CsvConfig, text: &str, quoted: bool) {
     }
 }
 
-fn push_row(out: &mut String, cfg: &CsvConfig, op: &str, schema: &TableSchema, commit_ts: u64, values: &[Value]) -> Result<()> {
+fn push_row(
+    out: &mut String,
+    cfg: &CsvConfig,
+    op: &str,
+    schema: &TableSchema,
+    commit_ts: u64,
+    values: &[Value],
+) -> Result<()> {
     if values.len() != schema.columns.len() {
         return Err(SinkError::Codec(format!(
             "{}: row has {} values for {} columns",
@@ -87,15 +94,47 @@ fn push_row(out: &mut String, cfg: &CsvConfig, op: &str, schema: &TableSchema, c
 }
 
 /// Appends the csv lines of one row change.
-pub fn encode_row(out: &mut String, cfg: &CsvConfig, schema: &TableSchema, row: &RowEvent) -> Result<()> {
-    let missing = || SinkError::Codec(format!("{}: {:?} row without its image", schema.qualified_name(), row.kind));
+pub fn encode_row(
+    out: &mut String,
+    cfg: &CsvConfig,
+    schema: &TableSchema,
+    row: &RowEvent,
+) -> Result<()> {
+    let missing = || {
+        SinkError::Codec(format!(
+            "{}: {:?} row without its image",
+            schema.qualified_name(),
+            row.kind
+        ))
+    };
     match row.kind {
-        RowKind::Insert => push_row(out, cfg, "I", schema, row.commit_ts, row.after.as_deref().ok_or_else(missing)?),
-        RowKind::Delete => push_row(out, cfg, "D", schema, row.commit_ts, row.before.as_deref().ok_or_else(missing)?),
+        RowKind::Insert => push_row(
+            out,
+            cfg,
+            "I",
+            schema,
+            row.commit_ts,
+            row.after.as_deref().ok_or_else(missing)?,
+        ),
+        RowKind::Delete => push_row(
+            out,
+            cfg,
+            "D",
+            schema,
+            row.commit_ts,
+            row.before.as_deref().ok_or_else(missing)?,
+        ),
         RowKind::Update => {
             let after = row.after.as_deref().ok_or_else(missing)?;
             if cfg.output_old_value {
-                push_row(out, cfg, "D", schema, row.commit_ts, row.before.as_deref().ok_or_else(missing)?)?;
+                push_row(
+                    out,
+                    cfg,
+                    "D",
+                    schema,
+                    row.commit_ts,
+                    row.before.as_deref().ok_or_else(missing)?,
+                )?;
                 push_row(out, cfg, "I", schema, row.commit_ts, after)
             } else {
                 push_row(out, cfg, "U", schema, row.commit_ts, after)
@@ -148,10 +187,18 @@ fn parse_records(data: &str, cfg: &CsvConfig) -> Result<Vec<Vec<Field>>> {
             field_started = true;
             continue;
         }
-        if !field_started && q.is_none() && !cfg.null.is_empty() && rest.starts_with(cfg.null.as_str()) {
+        if !field_started
+            && q.is_none()
+            && !cfg.null.is_empty()
+            && rest.starts_with(cfg.null.as_str())
+        {
             // Unquoted mode: the null string is matched before escapes (it may start with '\').
             let after = &rest[cfg.null.len()..];
-            if after.is_empty() || after.starts_with(delim) || after.starts_with('\r') || after.starts_with('\n') {
+            if after.is_empty()
+                || after.starts_with(delim)
+                || after.starts_with('\r')
+                || after.starts_with('\n')
+            {
                 cur.push_str(&cfg.null);
                 rest = after;
                 field_started = true;
@@ -159,14 +206,20 @@ fn parse_records(data: &str, cfg: &CsvConfig) -> Result<Vec<Vec<Field>>> {
             }
         }
         if rest.starts_with(delim) {
-            fields.push(Field { text: std::mem::take(&mut cur), quoted });
+            fields.push(Field {
+                text: std::mem::take(&mut cur),
+                quoted,
+            });
             quoted = false;
             field_started = false;
             rest = &rest[delim.len()..];
             continue;
         }
         if rest.starts_with("\r\n") || rest.starts_with('\n') {
-            fields.push(Field { text: std::mem::take(&mut cur), quoted });
+            fields.push(Field {
+                text: std::mem::take(&mut cur),
+                quoted,
+            });
             records.push(std::mem::take(&mut fields));
             quoted = false;
             field_started = false;
@@ -176,7 +229,9 @@ fn parse_records(data: &str, cfg: &CsvConfig) -> Result<Vec<Vec<Field>>> {
         let mut chars = rest.chars();
         let c = chars.next().unwrap_or_default();
         if c == '\\' && q.is_none() {
-            let e = chars.next().ok_or_else(|| SinkError::Codec("csv: dangling escape".into()))?;
+            let e = chars
+                .next()
+                .ok_or_else(|| SinkError::Codec("csv: dangling escape".into()))?;
             match e {
                 'r' => cur.push('\r'),
                 'n' => cur.push('\n'),
@@ -214,11 +269,14 @@ pub fn decode_file(data: &str, cfg: &CsvConfig, schema: &TableSchema) -> Result<
                 )))
             }
         };
-        let commit_ts = if has_ts {
-            Some(rec[3].text.parse::<u64>().map_err(|_| SinkError::Codec(format!("csv: bad commit ts {:?}", rec[3].text)))?)
-        } else {
-            None
-        };
+        let commit_ts =
+            if has_ts {
+                Some(rec[3].text.parse::<u64>().map_err(|_| {
+                    SinkError::Codec(format!("csv: bad commit ts {:?}", rec[3].text))
+                })?)
+            } else {
+                None
+            };
         let start = if has_ts { 4 } else { 3 };
         let mut values = Vec::with_capacity(n);
         for (f, col) in rec[start..].iter().zip(&schema.columns) {
@@ -241,7 +299,12 @@ pub fn decode_file(data: &str, cfg: &CsvConfig, schema: &TableSchema) -> Result<
             "D" => (RowKind::Delete, Some(values), None),
             other => return Err(SinkError::Codec(format!("csv: unknown op {other:?}"))),
         };
-        out.push(DecodedRow { kind, commit_ts, before, after });
+        out.push(DecodedRow {
+            kind,
+            commit_ts,
+            before,
+            after,
+        });
     }
     Ok(out)
 }

@@ -50,7 +50,10 @@ fn frac(micros: u32, decimals: u8) -> String {
 /// True for column types whose values are raw bytes (encoded base64/hex in csv, ISO-8859-1 in
 /// canal-json).
 pub fn is_binary(ty: ColumnType) -> bool {
-    matches!(ty, ColumnType::Binary | ColumnType::VarBinary | ColumnType::Blob | ColumnType::Geometry)
+    matches!(
+        ty,
+        ColumnType::Binary | ColumnType::VarBinary | ColumnType::Blob | ColumnType::Geometry
+    )
 }
 
 /// The text form of a non-binary value; `None` for NULL. `Bytes` in a character column (data not
@@ -65,18 +68,35 @@ pub fn value_text(v: &Value, col: &ColumnDef) -> Option<String> {
         Value::Decimal(s) | Value::Text(s) | Value::Json(s) => s.clone(),
         Value::Bytes(b) | Value::Geometry(b) => String::from_utf8_lossy(b).into_owned(),
         Value::Date { year, month, day } => format!("{year:04}-{month:02}-{day:02}"),
-        Value::Time { negative, hours, minutes, seconds, micros } => format!(
+        Value::Time {
+            negative,
+            hours,
+            minutes,
+            seconds,
+            micros,
+        } => format!(
             "{}{hours:02}:{minutes:02}:{seconds:02}{}",
             if *negative { "-" } else { "" },
             frac(*micros, col.decimals)
         ),
-        Value::DateTime { year, month, day, hour, minute, second, micros } => format!(
+        Value::DateTime {
+            year,
+            month,
+            day,
+            hour,
+            minute,
+            second,
+            micros,
+        } => format!(
             "{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}:{second:02}{}",
             frac(*micros, col.decimals)
         ),
         Value::Timestamp { micros } => {
             let (y, m, d, h, mi, s, us) = utc_parts(*micros);
-            format!("{y:04}-{m:02}-{d:02} {h:02}:{mi:02}:{s:02}{}", frac(us, col.decimals))
+            format!(
+                "{y:04}-{m:02}-{d:02} {h:02}:{mi:02}:{s:02}{}",
+                frac(us, col.decimals)
+            )
         }
         Value::Year(y) => format!("{y:04}"),
         Value::Enum { name, .. } => name.clone(),
@@ -96,14 +116,22 @@ pub fn value_bytes(v: &Value, col: &ColumnDef) -> Option<Vec<u8>> {
 
 /// Builds the decoded value of one column from its text (consume's side): binary columns get
 /// bytes, BIT gets an integer, everything else stays text and is converted by the downstream.
-pub fn value_from_text(col: &ColumnDef, text: Option<String>, bytes: Option<Vec<u8>>) -> Result<Value> {
+pub fn value_from_text(
+    col: &ColumnDef,
+    text: Option<String>,
+    bytes: Option<Vec<u8>>,
+) -> Result<Value> {
     if let Some(b) = bytes {
         return Ok(Value::Bytes(b));
     }
-    let Some(t) = text else { return Ok(Value::Null) };
+    let Some(t) = text else {
+        return Ok(Value::Null);
+    };
     Ok(match col.ty {
         ColumnType::Bit => {
-            let bits = t.parse::<u64>().map_err(|_| SinkError::Codec(format!("column {}: bad BIT value {t:?}", col.name)))?;
+            let bits = t.parse::<u64>().map_err(|_| {
+                SinkError::Codec(format!("column {}: bad BIT value {t:?}", col.name))
+            })?;
             Value::UInt(bits)
         }
         _ => Value::Text(t),
@@ -145,8 +173,16 @@ pub fn base64_encode(b: &[u8]) -> String {
             | u32::from(*chunk.get(2).unwrap_or(&0));
         out.push(A[(n >> 18) as usize & 63] as char);
         out.push(A[(n >> 12) as usize & 63] as char);
-        out.push(if chunk.len() > 1 { A[(n >> 6) as usize & 63] as char } else { '=' });
-        out.push(if chunk.len() > 2 { A[n as usize & 63] as char } else { '=' });
+        out.push(if chunk.len() > 1 {
+            A[(n >> 6) as usize & 63] as char
+        } else {
+            '='
+        });
+        out.push(if chunk.len() > 2 {
+            A[n as usize & 63] as char
+        } else {
+            '='
+        });
     }
     out
 }
@@ -163,15 +199,22 @@ pub fn base64_decode(s: &str) -> Result<Vec<u8>> {
         } as u32)
     }
     let bytes = s.as_bytes();
-    if bytes.len() % 4 != 0 {
-        return Err(SinkError::Codec(format!("bad base64 length {}", bytes.len())));
+    if !bytes.len().is_multiple_of(4) {
+        return Err(SinkError::Codec(format!(
+            "bad base64 length {}",
+            bytes.len()
+        )));
     }
     let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
     for q in bytes.chunks(4) {
         let pad = q.iter().rev().take_while(|c| **c == b'=').count();
         let mut n = 0u32;
         for (i, c) in q.iter().enumerate() {
-            let v = if i >= 4 - pad { 0 } else { val(*c).ok_or_else(|| SinkError::Codec("bad base64 character".into()))? };
+            let v = if i >= 4 - pad {
+                0
+            } else {
+                val(*c).ok_or_else(|| SinkError::Codec("bad base64 character".into()))?
+            };
             n = (n << 6) | v;
         }
         out.push((n >> 16) as u8);
@@ -190,12 +233,15 @@ pub fn hex_encode(b: &[u8]) -> String {
 }
 
 pub fn hex_decode(s: &str) -> Result<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err(SinkError::Codec("odd hex length".into()));
     }
     (0..s.len())
         .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2).unwrap_or("zz"), 16).map_err(|_| SinkError::Codec("bad hex".into())))
+        .map(|i| {
+            u8::from_str_radix(s.get(i..i + 2).unwrap_or("zz"), 16)
+                .map_err(|_| SinkError::Codec("bad hex".into()))
+        })
         .collect()
 }
 
@@ -223,6 +269,9 @@ mod tests {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(19_723), (2024, 1, 1));
         assert_eq!(civil_from_days(-1), (1969, 12, 31));
-        assert_eq!(utc_parts(1_700_000_000_123_456), (2023, 11, 14, 22, 13, 20, 123_456));
+        assert_eq!(
+            utc_parts(1_700_000_000_123_456),
+            (2023, 11, 14, 22, 13, 20, 123_456)
+        );
     }
 }

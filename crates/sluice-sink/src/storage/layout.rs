@@ -26,7 +26,11 @@ pub fn crc32(data: &[u8]) -> u32 {
     for &b in data {
         crc ^= u32::from(b);
         for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc
@@ -39,13 +43,29 @@ pub struct ColumnDefinition {
     pub name: String,
     #[serde(rename = "ColumnType")]
     pub ty: String,
-    #[serde(rename = "ColumnNullable", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "ColumnNullable",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub nullable: Option<String>,
-    #[serde(rename = "ColumnIsPk", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "ColumnIsPk",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub is_pk: Option<String>,
-    #[serde(rename = "ColumnLength", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "ColumnLength",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub length: Option<String>,
-    #[serde(rename = "ColumnScale", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "ColumnScale",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub scale: Option<String>,
 }
 
@@ -69,12 +89,21 @@ pub struct TableDefinition {
     pub columns: Vec<ColumnDefinition>,
     #[serde(rename = "TotalColumns")]
     pub total_columns: usize,
-    #[serde(rename = "SluiceSchema", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "SluiceSchema",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub sluice_schema: Option<TableSchema>,
 }
 
 impl TableDefinition {
-    pub fn for_table(schema: &TableSchema, version: Ts, query: &str, kind: Option<DdlKind>) -> TableDefinition {
+    pub fn for_table(
+        schema: &TableSchema,
+        version: Ts,
+        query: &str,
+        kind: Option<DdlKind>,
+    ) -> TableDefinition {
         let columns = schema
             .columns
             .iter()
@@ -124,9 +153,20 @@ impl TableDefinition {
     /// Path of this definition's file.
     pub fn path(&self) -> String {
         if self.table.is_empty() {
-            format!("{}/meta/schema_{}_{:010}.json", self.schema, self.table_version, self.checksum())
+            format!(
+                "{}/meta/schema_{}_{:010}.json",
+                self.schema,
+                self.table_version,
+                self.checksum()
+            )
         } else {
-            format!("{}/{}/meta/schema_{}_{:010}.json", self.schema, self.table, self.table_version, self.checksum())
+            format!(
+                "{}/{}/meta/schema_{}_{:010}.json",
+                self.schema,
+                self.table,
+                self.table_version,
+                self.checksum()
+            )
         }
     }
 }
@@ -194,7 +234,11 @@ pub fn parse_data_name(name: &str) -> Option<DataName> {
     if digits.len() < 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    Some(DataName { dispatcher, index: digits.parse().ok()?, ext: ext.to_string() })
+    Some(DataName {
+        dispatcher,
+        index: digits.parse().ok()?,
+        ext: ext.to_string(),
+    })
 }
 
 /// Parses `schema_<ver>_<sum>.json`.
@@ -213,13 +257,36 @@ mod tests {
         let d = DispatcherId { epoch: 3, seq: 9 };
         let n = data_name(Some(d), 7, 6, "csv");
         assert_eq!(n, "CDC_00000000000000030000000000000009_000007.csv");
-        assert_eq!(parse_data_name(&n), Some(DataName { dispatcher: Some(d.to_string()), index: 7, ext: "csv".into() }));
-        assert_eq!(data_name(None, 12, 20, "json"), "CDC00000000000000000012.json");
-        assert_eq!(parse_data_name("CDC00000000000000000012.json").map(|d| d.index), Some(12));
-        for bad in ["CDC000001.csv#1", "CDC000001.csv.tmp.abc", "CDC.index", "CDC_x_000001.csv", "CDC01.csv", "schema_1_2.json"] {
+        assert_eq!(
+            parse_data_name(&n),
+            Some(DataName {
+                dispatcher: Some(d.to_string()),
+                index: 7,
+                ext: "csv".into()
+            })
+        );
+        assert_eq!(
+            data_name(None, 12, 20, "json"),
+            "CDC00000000000000000012.json"
+        );
+        assert_eq!(
+            parse_data_name("CDC00000000000000000012.json").map(|d| d.index),
+            Some(12)
+        );
+        for bad in [
+            "CDC000001.csv#1",
+            "CDC000001.csv.tmp.abc",
+            "CDC.index",
+            "CDC_x_000001.csv",
+            "CDC01.csv",
+            "schema_1_2.json",
+        ] {
             assert_eq!(parse_data_name(bad), None, "{bad}");
         }
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
-        assert_eq!(parse_schema_name("schema_42_0123456789.json"), Some((42, 123_456_789)));
+        assert_eq!(
+            parse_schema_name("schema_42_0123456789.json"),
+            Some((42, 123_456_789))
+        );
     }
 }

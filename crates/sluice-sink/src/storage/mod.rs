@@ -51,13 +51,23 @@ pub fn build_store(cfg: &StorageConfig) -> Result<Arc<dyn ObjectStore>> {
                 .with_fsync(true);
             Ok(Arc::new(fs))
         }
-        StorageLocation::S3 { bucket, prefix, endpoint, region, access_key, secret_access_key, force_path_style } => {
+        StorageLocation::S3 {
+            bucket,
+            prefix,
+            endpoint,
+            region,
+            access_key,
+            secret_access_key,
+            force_path_style,
+        } => {
             let mut b = object_store::aws::AmazonS3Builder::new()
                 .with_bucket_name(bucket)
                 .with_region(region)
                 .with_virtual_hosted_style_request(!force_path_style);
             if let Some(ep) = endpoint {
-                b = b.with_endpoint(ep).with_allow_http(ep.starts_with("http://"));
+                b = b
+                    .with_endpoint(ep)
+                    .with_allow_http(ep.starts_with("http://"));
             }
             if let Some(k) = access_key {
                 b = b.with_access_key_id(k.expose());
@@ -65,11 +75,16 @@ pub fn build_store(cfg: &StorageConfig) -> Result<Arc<dyn ObjectStore>> {
             if let Some(s) = secret_access_key {
                 b = b.with_secret_access_key(s.expose());
             }
-            let s3 = b.build().map_err(|e| SinkError::store("configure", format!("s3://{bucket}"), e))?;
+            let s3 = b
+                .build()
+                .map_err(|e| SinkError::store("configure", format!("s3://{bucket}"), e))?;
             if prefix.is_empty() {
                 Ok(Arc::new(s3))
             } else {
-                Ok(Arc::new(object_store::prefix::PrefixStore::new(s3, prefix.as_str())))
+                Ok(Arc::new(object_store::prefix::PrefixStore::new(
+                    s3,
+                    prefix.as_str(),
+                )))
             }
         }
     }
@@ -104,7 +119,12 @@ impl Runner<Storage> {
     /// Must be called inside a tokio runtime (the flush ticker).
     pub fn open_storage(cfg: StorageConfig) -> Result<StorageSink> {
         let store = build_store(&cfg)?;
-        Ok(Runner::with_backend(Storage { cfg, store, schemas: Mutex::new(BTreeSet::new()), checkpoint: tokio::sync::Mutex::new(0) }))
+        Ok(Runner::with_backend(Storage {
+            cfg,
+            store,
+            schemas: Mutex::new(BTreeSet::new()),
+            checkpoint: tokio::sync::Mutex::new(0),
+        }))
     }
     pub fn store(&self) -> Arc<dyn ObjectStore> {
         self.backend().store.clone()
@@ -116,9 +136,19 @@ fn is_already_exists(e: &object_store::Error) -> bool {
 }
 
 impl Storage {
-    async fn put_create(&self, path: &str, bytes: Vec<u8>) -> std::result::Result<(), object_store::Error> {
-        let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
-        self.store.put_opts(&Path::from(path), PutPayload::from(bytes), opts).await.map(|_| ())
+    async fn put_create(
+        &self,
+        path: &str,
+        bytes: Vec<u8>,
+    ) -> std::result::Result<(), object_store::Error> {
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        self.store
+            .put_opts(&Path::from(path), PutPayload::from(bytes), opts)
+            .await
+            .map(|_| ())
     }
 
     async fn put_overwrite(&self, path: &str, bytes: Vec<u8>) -> Result<()> {
@@ -133,7 +163,12 @@ impl Storage {
     /// the same content: the name embeds version and checksum).
     async fn ensure_definition(&self, def: &TableDefinition) -> Result<()> {
         let path = def.path();
-        if self.schemas.lock().map(|s| s.contains(&path)).unwrap_or(false) {
+        if self
+            .schemas
+            .lock()
+            .map(|s| s.contains(&path))
+            .unwrap_or(false)
+        {
             return Ok(());
         }
         let body = serde_json::to_vec_pretty(def).map_err(|e| SinkError::Codec(e.to_string()))?;
@@ -152,10 +187,15 @@ impl Storage {
         let ipath = layout::index_path(dir, id);
         match self.store.get(&Path::from(ipath.as_str())).await {
             Ok(r) => {
-                let bytes = r.bytes().await.map_err(|e| SinkError::store("get", ipath.as_str(), e))?;
+                let bytes = r
+                    .bytes()
+                    .await
+                    .map_err(|e| SinkError::store("get", ipath.as_str(), e))?;
                 let text = String::from_utf8_lossy(&bytes);
                 // A corrupt index only costs probes: start at 1 and skip taken names.
-                Ok(layout::parse_data_name(text.trim()).map(|n| n.index + 1).unwrap_or(1))
+                Ok(layout::parse_data_name(text.trim())
+                    .map(|n| n.index + 1)
+                    .unwrap_or(1))
             }
             Err(object_store::Error::NotFound { .. }) => Ok(1),
             Err(e) => Err(SinkError::store("get", ipath, e)),
@@ -189,7 +229,11 @@ impl Storage {
             }
         };
         w.next_index.insert(dir.clone(), index + 1);
-        self.put_overwrite(&layout::index_path(&dir, w.id), format!("{name}\n").into_bytes()).await
+        self.put_overwrite(
+            &layout::index_path(&dir, w.id),
+            format!("{name}\n").into_bytes(),
+        )
+        .await
     }
 }
 
@@ -199,24 +243,38 @@ impl Backend for Storage {
 
     fn new_writer(&self, dispatcher: DispatcherId, span: &Span) -> Result<StorageWriter> {
         let with_id = self.cfg.table_across_nodes || !span.is_whole_table();
-        Ok(StorageWriter { id: with_id.then_some(dispatcher), sealed: Vec::new(), cur: None, next_index: BTreeMap::new() })
+        Ok(StorageWriter {
+            id: with_id.then_some(dispatcher),
+            sealed: Vec::new(),
+            cur: None,
+            next_index: BTreeMap::new(),
+        })
     }
 
     async fn buffer(&self, w: &mut StorageWriter, batch: RowBatch) -> Result<bool> {
         let schema = batch.schema;
         for row in &batch.rows {
             let date = layout::date_dir(self.cfg.date_separator, row.commit_time_ms);
-            let same = w.cur.as_ref().is_some_and(|b| Arc::ptr_eq(&b.schema, &schema) || (b.schema.version == schema.version && b.schema.table_id == schema.table_id)) && w.cur.as_ref().is_some_and(|b| b.date == date);
+            let same = w.cur.as_ref().is_some_and(|b| {
+                Arc::ptr_eq(&b.schema, &schema)
+                    || (b.schema.version == schema.version && b.schema.table_id == schema.table_id)
+            }) && w.cur.as_ref().is_some_and(|b| b.date == date);
             if !same {
                 if let Some(b) = w.cur.take() {
                     w.sealed.push(b);
                 }
-                w.cur = Some(Buf { schema: schema.clone(), date, text: String::new() });
+                w.cur = Some(Buf {
+                    schema: schema.clone(),
+                    date,
+                    text: String::new(),
+                });
             }
             let Some(b) = w.cur.as_mut() else { continue };
             match self.cfg.protocol {
                 Protocol::Csv => codec::csv::encode_row(&mut b.text, &self.cfg.csv, &schema, row)?,
-                Protocol::CanalJson => codec::canal::encode_row(&mut b.text, self.cfg.tidb_extension, &schema, row)?,
+                Protocol::CanalJson => {
+                    codec::canal::encode_row(&mut b.text, self.cfg.tidb_extension, &schema, row)?
+                }
             }
         }
         let size = w.cur.as_ref().map(|b| b.text.len() as u64).unwrap_or(0);
@@ -237,7 +295,11 @@ impl Backend for Storage {
             if b.text.is_empty() {
                 continue;
             }
-            let keep = Buf { schema: b.schema.clone(), date: b.date.clone(), text: b.text.clone() };
+            let keep = Buf {
+                schema: b.schema.clone(),
+                date: b.date.clone(),
+                text: b.text.clone(),
+            };
             if let Err(e) = self.flush_buf(w, b).await {
                 // Keep what was not written so a retry of the same writer could resume.
                 w.sealed = std::iter::once(keep).chain(it).collect();
@@ -247,9 +309,15 @@ impl Backend for Storage {
         Ok(())
     }
 
-    async fn ddl(&self, _w: &mut StorageWriter, ddl: &DdlEvent, tables: &[Arc<TableSchema>]) -> Result<()> {
+    async fn ddl(
+        &self,
+        _w: &mut StorageWriter,
+        ddl: &DdlEvent,
+        tables: &[Arc<TableSchema>],
+    ) -> Result<()> {
         if tables.is_empty() {
-            let def = TableDefinition::for_database(&ddl.database, ddl.commit_ts, &ddl.query, ddl.kind);
+            let def =
+                TableDefinition::for_database(&ddl.database, ddl.commit_ts, &ddl.query, ddl.kind);
             return self.ensure_definition(&def).await;
         }
         for t in tables {
@@ -264,7 +332,9 @@ impl Backend for Storage {
         if ts <= *cur {
             return Ok(());
         }
-        let body = serde_json::json!({ "checkpoint-ts": ts }).to_string().into_bytes();
+        let body = serde_json::json!({ "checkpoint-ts": ts })
+            .to_string()
+            .into_bytes();
         self.put_overwrite(layout::METADATA, body).await?;
         *cur = ts;
         Ok(())
