@@ -427,7 +427,12 @@ impl Coordinator {
                         self.cordoned.remove(&node);
                     }
                 }
-                self.last_settings = None;
+                // Tell every node at once: from now on no new dispatcher goes there.
+                self.last_settings = Some(now);
+                let (cordoned, draining, rev) = (self.cordoned(), self.draining(), self.rev);
+                for n in alive.keys() {
+                    out.push(Effect::Send { to: n.clone(), msg: Message::NodeSettings { rev, cordoned: cordoned.clone(), draining: draining.clone() } });
+                }
             }
             (Pending::Cordon(..), _) => {}
         }

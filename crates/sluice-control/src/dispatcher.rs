@@ -579,7 +579,7 @@ impl DispatcherManager {
         let mut spans = Vec::new();
         for s in &sources {
             match self.dispatchers.get(s) {
-                Some(d) if d.phase == Phase::Working && d.block.is_none() && !d.is_trigger => spans.push(d.span.clone()),
+                Some(d) if d.phase == Phase::Working && !d.is_trigger => spans.push(d.span.clone()),
                 _ => {
                     self.send_owner(
                         out,

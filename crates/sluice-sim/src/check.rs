@@ -24,9 +24,11 @@ pub struct Checker {
     pub start_ts: Option<Ts>,
     pub violation: Option<String>,
     active: BTreeMap<WriterKey, Span>,
-    delivered: BTreeSet<(TableId, u64, Ts)>,
+    /// History indexes of the row events delivered at least once.
+    delivered: BTreeSet<usize>,
     first_undelivered: BTreeMap<(TableId, u64), usize>,
-    undelivered_rows: BTreeMap<TableId, BTreeSet<(Ts, u64)>>,
+    /// Per table: (ts, history index) of rows not yet delivered.
+    undelivered_rows: BTreeMap<TableId, BTreeSet<(Ts, usize)>>,
     undelivered_ddls: BTreeMap<TableId, BTreeSet<Ts>>,
     undelivered_all: BTreeSet<(Ts, usize)>,
     delivered_ddl: BTreeSet<Ts>,
@@ -79,8 +81,8 @@ impl Checker {
             let i = self.registered;
             self.registered += 1;
             match &up.history[i] {
-                UEvent::Row { ts, table, key, .. } => {
-                    self.undelivered_rows.entry(*table).or_default().insert((*ts, *key));
+                UEvent::Row { ts, table, .. } => {
+                    self.undelivered_rows.entry(*table).or_default().insert((*ts, i));
                     self.undelivered_all.insert((*ts, i));
                 }
                 UEvent::Ddl { ddl, affected } => {
@@ -148,7 +150,8 @@ impl Checker {
                 return;
             }
             let (table, k) = (*table, key_u64(key));
-            if !self.delivered.insert((table, k, *ts)) {
+            let idx = *handle as usize;
+            if !self.delivered.insert(idx) {
                 continue; // a re-delivery
             }
             self.rows_first_delivered += 1;
@@ -159,23 +162,23 @@ impl Checker {
             // Per-key order: every older version delivered.
             let versions = up.versions.get(&(table, k)).map(|v| v.as_slice()).unwrap_or(&[]);
             let start = self.start_ts.unwrap_or(0);
-            let first = *self.first_undelivered.entry((table, k)).or_insert_with(|| versions.partition_point(|(t, _)| *t <= start));
-            let idx = versions.partition_point(|(t, _)| t < ts);
-            if idx > first {
+            let first = *self.first_undelivered.entry((table, k)).or_insert_with(|| versions.partition_point(|v| v.0 <= start));
+            let pos = versions.iter().position(|v| v.2 == idx).unwrap_or(0);
+            if pos > first {
                 self.fail(format!(
                     "per-key-order: {table:?}/{k} version {ts} delivered before version {} ({id:?} on {node})",
                     versions.get(first).map(|v| v.0).unwrap_or(0)
                 ));
             }
             let mut f = first;
-            while f < versions.len() && self.delivered.contains(&(table, k, versions[f].0)) {
+            while f < versions.len() && self.delivered.contains(&versions[f].2) {
                 f += 1;
             }
             self.first_undelivered.insert((table, k), f);
             if let Some(s) = self.undelivered_rows.get_mut(&table) {
-                s.remove(&(*ts, k));
+                s.remove(&(*ts, idx));
             }
-            self.undelivered_all.remove(&(*ts, *handle as usize));
+            self.undelivered_all.remove(&(*ts, idx));
         }
     }
 
@@ -195,8 +198,8 @@ impl Checker {
         }
         let tables: Vec<TableId> = affected.iter().copied().chain(ddl.influence.added.iter().map(|a| a.0)).collect();
         for t in &tables {
-            if let Some((rts, k)) = self.undelivered_rows.get(t).and_then(|s| s.range(..(ts, 0)).next().copied()) {
-                self.fail(format!("ddl-order: DDL `{}` at {ts} delivered before row {t:?}/{k} at {rts}", ddl.query));
+            if let Some((rts, i)) = self.undelivered_rows.get(t).and_then(|s| s.range(..(ts, 0)).next().copied()) {
+                self.fail(format!("ddl-order: DDL `{}` at {ts} delivered before row event #{i} of {t:?} at {rts}", ddl.query));
             }
             if let Some(s) = self.undelivered_ddls.get_mut(t) {
                 s.remove(&ts);
@@ -257,11 +260,11 @@ impl Checker {
             if !t.live_at(cp) {
                 continue;
             }
-            let want = versions.iter().rev().find(|(ts, _)| *ts <= cp).map(|v| v.1).unwrap_or(None);
+            let want = versions.iter().rev().find(|v| v.0 <= cp).map(|v| v.1).unwrap_or(None);
             let got = versions
                 .iter()
                 .rev()
-                .find(|(ts, _)| *ts <= cp && (*ts <= start || self.delivered.contains(&(*table, *k, *ts))))
+                .find(|v| v.0 <= cp && (v.0 <= start || self.delivered.contains(&v.2)))
                 .map(|v| v.1)
                 .unwrap_or(None);
             if want != got {

@@ -62,8 +62,10 @@ pub struct Upstream {
     pub by_table: BTreeMap<TableId, Vec<usize>>,
     /// Indexes of the DDLs the table trigger sees.
     pub trigger: Vec<usize>,
-    /// Every version of every key: (table, key) -> [(ts, value)].
-    pub versions: BTreeMap<(TableId, u64), Vec<(Ts, Option<u64>)>>,
+    /// Every version of every key: (table, key) -> [(ts, value, history index)], in commit
+    /// order (one transaction may change a key more than once; the index tells them apart).
+    /// Baseline rows have the index `usize::MAX`.
+    pub versions: BTreeMap<(TableId, u64), Vec<(Ts, Option<u64>, usize)>>,
 }
 
 impl Upstream {
@@ -84,7 +86,7 @@ impl Upstream {
             t.rows.insert(k, v);
         }
         for (k, v) in &t.rows {
-            self.versions.insert((id, *k), vec![(0, Some(*v))]);
+            self.versions.insert((id, *k), vec![(0, Some(*v), usize::MAX)]);
         }
         self.tables.insert(id, t);
         self.by_table.entry(id).or_default();
@@ -142,7 +144,8 @@ impl Upstream {
                         }
                     }
                 }
-                self.versions.entry((table, *k)).or_default().push((ts, *v));
+                let idx = self.history.len();
+                self.versions.entry((table, *k)).or_default().push((ts, *v, idx));
                 self.push(UEvent::Row { ts, table, key: *k, value: *v });
             }
         }

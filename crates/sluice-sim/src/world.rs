@@ -323,18 +323,18 @@ impl Sim {
         // Self-fencing: a node that could not renew its lease for nearly a TTL stops everything
         // before the store lets the lease expire.
         for name in &names {
-            let Some(n) = self.nodes.get(name) else { continue };
-            if n.state.is_some() && n.paused_until <= now && now + 2 * TICK_MS >= n.last_keepalive + self.lease_ms {
-                self.kill_node(name, "could not renew its lease: fenced itself");
-                *self.fault_counts.entry("lease_lost").or_default() += 1;
-                if let Some(n) = self.nodes.get_mut(name) {
-                    n.fenced = true;
-                }
-            }
+            self.check_fence(name);
         }
         let before_leader = self.meta.leader.clone();
         let before_alive = self.meta.alive();
         self.meta.expire(now);
+        // A lease that expired fences that incarnation: it may write nothing from now on (its
+        // shell checks the lease before any work; a write after this is a violation).
+        for (n, inc) in &before_alive {
+            if self.meta.leases.get(n.as_str()).map(|l| l.incarnation) != Some(*inc) {
+                self.checker.node_gone(n.as_str(), *inc);
+            }
+        }
         // Fenced nodes come back (a new incarnation) once they reach the store.
         for name in &names {
             let fenced = self.nodes.get(name).map(|n| n.fenced && n.state.is_none()).unwrap_or(false);
@@ -404,7 +404,28 @@ impl Sim {
         Ok(())
     }
 
+    /// A node's shell checks its lease before doing any work: one that could not renew it for
+    /// nearly a TTL (a partition from the store, a long process pause) fences itself first.
+    fn check_fence(&mut self, name: &str) {
+        let now = self.now;
+        let Some(n) = self.nodes.get(name) else { return };
+        if n.state.is_some() && n.paused_until <= now && now + 2 * TICK_MS >= n.last_keepalive + self.lease_ms {
+            self.kill_node(name, "found its lease expired: fenced itself");
+            *self.fault_counts.entry("lease_lost").or_default() += 1;
+            if let Some(n) = self.nodes.get_mut(name) {
+                n.fenced = true;
+            }
+        }
+    }
+
     fn process(&mut self, ev: Ev) {
+        match &ev {
+            Ev::Tick(n) | Ev::Input { node: n, .. } | Ev::SinkAck { node: n, .. } | Ev::SinkClosed { node: n, .. } => {
+                let n = n.clone();
+                self.check_fence(&n);
+            }
+            Ev::MetaTick => {}
+        }
         match ev {
             Ev::MetaTick => self.meta_tick(),
             Ev::Tick(name) => {

@@ -951,7 +951,16 @@ impl Maintainer {
                 if someone_past {
                     self.mark_written(ctx, d, out);
                 }
+                // A writer that is no longer a span's current dispatcher (moved, merged, its node
+                // gone) can write nothing more: choose again once coverage is complete.
+                let stale_writer = match self.barrier.events.get(&d).and_then(|e| e.writer.clone()) {
+                    Some((w, wn)) => !self.is_participant(&wn, w, &influence),
+                    None => false,
+                };
                 let Some(e) = self.barrier.events.get_mut(&d) else { return };
+                if stale_writer && !e.written {
+                    e.writer = None;
+                }
                 if e.written {
                     let cmd = if e.writer.as_ref().map(|w| w.0) == Some(id) { BarrierCommand::Write } else { BarrierCommand::Pass };
                     self.barrier_cmd(out, from, id, d, cmd);
