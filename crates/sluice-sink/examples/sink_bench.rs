@@ -1,0 +1,130 @@
+//! Sink benchmark (not a test): rows/s and MiB/s of encoding plus writing for csv and canal-json
+//! to local files and to S3 (moto), and of the MySQL sink on an insert-only workload against a
+//! local MariaDB, side by side with MariaDB's `LOAD DATA` of the same rows (the downstream's
+//! limit). Run: `cargo run --release -p sluice-sink --example sink_bench [ROWS]`.
+//! Prints a markdown table (docs/sinks.md keeps the last measured one).
+
+use futures::TryStreamExt;
+use object_store::ObjectStore;
+use sluice_sink::mysql::MysqlSink;
+use sluice_sink::storage::StorageSink;
+use sluice_sink::uri::{SinkConfig, SinkUri};
+use sluice_sink::{RowBatch, Sink};
+use sluice_testkit::mariadb::MariaDb;
+use sluice_testkit::moto::Moto;
+use sluice_types::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+fn schema() -> TableSchema {
+    let mut s = sluice_sink::testing::simple_schema("bench", "t", 1, 1);
+    let mut c = s.columns[0].clone();
+    c.name = "n".into();
+    c.ty = ColumnType::Int;
+    c.sql_type = "int".into();
+    s.columns.push(c.clone());
+    c.name = "x".into();
+    c.ty = ColumnType::Double;
+    c.sql_type = "double".into();
+    s.columns.push(c.clone());
+    c.name = "at".into();
+    c.ty = ColumnType::DateTime;
+    c.sql_type = "datetime(6)".into();
+    c.decimals = 6;
+    s.columns.push(c);
+    s
+}
+
+const DDL: &str = "CREATE DATABASE bench; CREATE TABLE bench.t (id BIGINT PRIMARY KEY, v VARCHAR(64), n INT, x DOUBLE, at DATETIME(6))";
+
+fn rows(s: &TableSchema, n: usize) -> Vec<RowEvent> {
+    (0..n)
+        .map(|i| RowEvent {
+            table_id: s.table_id,
+            schema_version: s.version,
+            commit_ts: i as u64 / 10 + 1,
+            commit_time_ms: 1_735_689_600_000,
+            kind: RowKind::Insert,
+            key: Key::row_u64(s.table_id, i as u64),
+            before: None,
+            after: Some(vec![
+                Value::Int(i as i64),
+                Value::Text(format!("value-{i:08}-some-text")),
+                Value::Int((i % 1000) as i64),
+                Value::Double(i as f64 / 7.0),
+                Value::DateTime { year: 2025, month: 1, day: 1, hour: 12, minute: (i % 60) as u8, second: 7, micros: (i % 1_000_000) as u32 },
+            ]),
+        })
+        .collect()
+}
+
+async fn drive(sink: &dyn Sink, s: &Arc<TableSchema>, rows: &[RowEvent]) -> f64 {
+    let d = DispatcherId { epoch: 1, seq: 1 };
+    sink.open(d, Span::whole_table(s.table_id), 0).await.expect("open");
+    let t = Instant::now();
+    // Batches end on transaction boundaries (10 rows per commit ts).
+    for chunk in rows.chunks(1000) {
+        sink.write_rows(d, RowBatch { schema: s.clone(), rows: chunk.to_vec() }).await.expect("write");
+    }
+    sink.flush(d).await.expect("flush");
+    let secs = t.elapsed().as_secs_f64();
+    sink.close(d).await;
+    secs
+}
+
+async fn bytes_written(store: &Arc<dyn ObjectStore>) -> u64 {
+    let metas: Vec<object_store::ObjectMeta> = store.list(None).try_collect().await.expect("list");
+    metas.iter().filter(|m| m.location.as_ref().contains("CDC")).map(|m| m.size).sum()
+}
+
+fn line(what: &str, n: usize, secs: f64, bytes: u64) {
+    let mib = bytes as f64 / (1 << 20) as f64;
+    println!("| {what} | {n} | {secs:.2} | {:.0} | {:.1} |", n as f64 / secs, mib / secs);
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200_000);
+    let s = Arc::new(schema());
+    let data = rows(&s, n);
+    println!("| what | rows | seconds | rows/s | MiB/s |\n|---|---|---|---|---|");
+    let moto = Moto::start("sluice-bench").expect("moto");
+    for proto in ["csv", "canal-json"] {
+        for target in ["file", "s3"] {
+            let dir = std::env::temp_dir().join(format!("sluice-bench-{proto}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let uri = match target {
+                "file" => format!("file://{}?protocol={proto}&date-separator=none", dir.display()),
+                _ => format!("{}&protocol={proto}&date-separator=none", moto.sink_uri(&format!("b-{proto}"))),
+            };
+            let SinkConfig::Storage(cfg) = SinkUri::parse(&uri).expect("uri").config else { panic!() };
+            let sink = StorageSink::open_storage(cfg).expect("sink");
+            let secs = drive(&sink, &s, &data).await;
+            line(&format!("storage {proto} → {target}"), n, secs, bytes_written(&sink.store()).await);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    // MySQL sink vs LOAD DATA of the same rows, each into a fresh table on one server.
+    let db = MariaDb::start().expect("mariadb");
+    db.exec(DDL).expect("ddl");
+    let SinkConfig::Mysql(cfg) = SinkUri::parse(&format!("{}/?worker-count=8&max-txn-row=256", db.url())).expect("uri").config else { panic!() };
+    let sink = MysqlSink::connect(cfg).await.expect("connect");
+    let secs = drive(&sink, &s, &data).await;
+    line("mysql sink (safe mode, 8 workers, 256 rows/txn)", n, secs, 0);
+    let tsv = std::env::temp_dir().join(format!("sluice-bench-{}.tsv", std::process::id()));
+    let mut body = String::new();
+    for r in &data {
+        let a = r.after.as_ref().expect("after");
+        let cols: Vec<String> = a.iter().zip(&s.columns).map(|(v, c)| sluice_sink::codec::value_text(v, c).unwrap_or_else(|| "\\N".into())).collect();
+        body.push_str(&cols.join("\t"));
+        body.push('\n');
+    }
+    std::fs::write(&tsv, body).expect("write tsv");
+    db.exec("CREATE TABLE bench.t2 LIKE bench.t").expect("t2");
+    let t = Instant::now();
+    db.exec(&format!("LOAD DATA LOCAL INFILE '{}' INTO TABLE bench.t2", tsv.display())).expect("load data");
+    let load = t.elapsed().as_secs_f64();
+    line("MariaDB LOAD DATA LOCAL (same rows)", n, load, 0);
+    println!("\nmysql sink / LOAD DATA = {:.0}%", 100.0 * load / secs);
+    let _ = std::fs::remove_file(tsv);
+}
