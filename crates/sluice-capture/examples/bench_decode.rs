@@ -16,11 +16,15 @@ use std::time::Instant;
 const BATCH: u64 = 10_000;
 
 fn load(db: &MariaDb, table: &str, create: &str, select: &str, rows: u64) {
-    db.exec(&format!("CREATE TABLE sb.{table} {create}")).expect("create");
+    db.exec(&format!("CREATE TABLE sb.{table} {create}"))
+        .expect("create");
     let mut i = 0;
     while i < rows {
         let (lo, hi) = (i + 1, (i + BATCH).min(rows));
-        db.exec(&format!("INSERT INTO sb.{table} SELECT {select} FROM sb.seq_{lo}_to_{hi}")).expect("insert");
+        db.exec(&format!(
+            "INSERT INTO sb.{table} SELECT {select} FROM sb.seq_{lo}_to_{hi}"
+        ))
+        .expect("insert");
         i = hi;
     }
 }
@@ -64,7 +68,8 @@ fn mariadb_binlog(db: &MariaDb, from: &BinlogPos, to: &BinlogPos, raw: bool) -> 
         &format!("--stop-position={}", to.pos),
     ]);
     if raw {
-        c.arg("--raw").arg(format!("--result-file={}/", shm.display()));
+        c.arg("--raw")
+            .arg(format!("--result-file={}/", shm.display()));
     } else {
         c.arg("-v");
     }
@@ -79,7 +84,10 @@ fn mariadb_binlog(db: &MariaDb, from: &BinlogPos, to: &BinlogPos, raw: bool) -> 
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let n: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
     let db = MariaDb::start_with(sluice_testkit::mariadb::Options {
         max_binlog_size: 1 << 30,
         ..Default::default()
@@ -142,7 +150,10 @@ async fn main() {
                 kind: sluice_types::RowKind::Insert,
                 key: sluice_types::Key::row_u64(sluice_types::TableId(1 + i % 4), b * 1000 + i),
                 before: None,
-                after: Some(vec![sluice_types::Value::Int((b * 1000 + i) as i64), sluice_types::Value::Text("x".repeat(100))]),
+                after: Some(vec![
+                    sluice_types::Value::Int((b * 1000 + i) as i64),
+                    sluice_types::Value::Text("x".repeat(100)),
+                ]),
             })
             .collect();
         store.append_txn(ts, &rows).expect("append");
@@ -155,9 +166,14 @@ async fn main() {
     let t = Instant::now();
     let mut scanned = 0;
     let span = sluice_types::Span::whole_table(sluice_types::TableId(1));
-    let mut cursor = sluice_capture::store::Cursor { ts: 0, seq: u32::MAX };
+    let mut cursor = sluice_capture::store::Cursor {
+        ts: 0,
+        seq: u32::MAX,
+    };
     loop {
-        let b = store.scan_from(&span, cursor, u64::MAX, 10_000).expect("scan");
+        let b = store
+            .scan_from(&span, cursor, u64::MAX, 10_000)
+            .expect("scan");
         scanned += b.rows.len();
         match b.next {
             Some(c) => cursor = c,
@@ -168,7 +184,13 @@ async fn main() {
     println!();
     println!("| event store (redb) | rows | seconds | rows/s |");
     println!("|---|---|---|---|");
-    println!("| append, 1000-row txns, persist every 100 | {n} | {append:.2} | {:.0} |", n as f64 / append);
-    println!("| scan one table of 4 (span) | {scanned} | {scan:.2} | {:.0} |", scanned as f64 / scan);
+    println!(
+        "| append, 1000-row txns, persist every 100 | {n} | {append:.2} | {:.0} |",
+        n as f64 / append
+    );
+    println!(
+        "| scan one table of 4 (span) | {scanned} | {scan:.2} | {:.0} |",
+        scanned as f64 / scan
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -74,6 +74,9 @@ pub struct ReaderConfig {
     pub max_reconnects: Option<u32>,
     /// See the module invariants.
     pub max_txn_bytes: usize,
+    /// Decode rows with the fast parser ([`crate::rowimage`]); `false` forces mysql_common's
+    /// generic path (used by tests to check both agree).
+    pub fast_decode: bool,
 }
 
 impl ReaderConfig {
@@ -87,6 +90,7 @@ impl ReaderConfig {
             backoff_max: Duration::from_secs(5),
             max_reconnects: None,
             max_txn_bytes: DEFAULT_MAX_TXN_BYTES,
+            fast_decode: true,
         }
     }
 }
@@ -522,6 +526,36 @@ impl BinlogReader {
                     pending.start, self.cfg.max_txn_bytes
                 ),
             });
+        }
+        if self.cfg.fast_decode {
+            let bb: Option<Vec<bool>> = rows
+                .columns_before_image()
+                .map(|b| b.iter().map(|x| *x).collect());
+            let ab: Option<Vec<bool>> = rows
+                .columns_after_image()
+                .map(|b| b.iter().map(|x| *x).collect());
+            match crate::rowimage::decode_rows(meta, bb.as_deref(), ab.as_deref(), rows.rows_data())
+            {
+                Ok(decoded) => {
+                    for (before, after) in decoded {
+                        pending.rows.push(RowChange {
+                            table: meta.clone(),
+                            kind,
+                            before,
+                            after,
+                        });
+                    }
+                    return Ok(());
+                }
+                Err(crate::rowimage::FastPath::Error(e)) => {
+                    return Err(CaptureError::Decode {
+                        file: self.file.clone(),
+                        pos: start_pos,
+                        message: e.to_string(),
+                    })
+                }
+                Err(crate::rowimage::FastPath::Unsupported) => {}
+            }
         }
         let file = &self.file;
         let conv = |row: Option<mysql_async::binlog::row::BinlogRow>| -> std::result::Result<Option<Vec<Value>>, DecodeError> {

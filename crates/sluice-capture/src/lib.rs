@@ -17,6 +17,7 @@ pub mod decode;
 pub mod error;
 pub mod keys;
 pub mod pos;
+pub mod rowimage;
 pub mod schema;
 pub mod store;
 

@@ -3,6 +3,7 @@
 
 mod common;
 use common::*;
+use sluice_capture::binlog::{BinlogReader, ReaderConfig};
 use sluice_capture::capture::{Capture, Captured};
 use sluice_capture::schema::SchemaHistory;
 use sluice_testkit::mariadb::MariaDb;
@@ -39,7 +40,16 @@ fn unhex(s: &str) -> Vec<u8> {
 }
 
 #[tokio::test]
-async fn every_type_null_min_max() {
+async fn every_type_null_min_max_fast_path() {
+    every_type_null_min_max(true).await
+}
+
+#[tokio::test]
+async fn every_type_null_min_max_generic_path() {
+    every_type_null_min_max(false).await
+}
+
+async fn every_type_null_min_max(fast: bool) {
     let db = MariaDb::start().expect("mariadb");
     db.exec(&format!("CREATE DATABASE d; {DDL}"))
         .expect("create");
@@ -70,10 +80,9 @@ async fn every_type_null_min_max() {
         &db.query_one("SELECT HEX(g) FROM d.t WHERE id = 3")
             .expect("hex"),
     );
-    let mut c = Capture::new(
-        reader(&db.url(), 301, history.snapshot_pos.clone()),
-        history,
-    );
+    let mut cfg = ReaderConfig::new(db.url(), 301, history.snapshot_pos.clone());
+    cfg.fast_decode = fast;
+    let mut c = Capture::new(BinlogReader::new(cfg), history);
     let mut rows: Vec<Vec<Value>> = Vec::new();
     loop {
         match c.next().await.expect("capture") {
@@ -234,4 +243,82 @@ async fn latin1_table_default_charset_and_invalid_utf8_fall_back_to_bytes() {
             Value::Bytes(vec![0xe9])
         ])
     );
+}
+
+fn fmt_value(v: &Value) -> String {
+    match v {
+        Value::Decimal(s) => s.clone(),
+        Value::Time {
+            negative,
+            hours,
+            minutes,
+            seconds,
+            micros,
+        } => {
+            format!(
+                "{}{hours:02}:{minutes:02}:{seconds:02}.{micros:06}",
+                if *negative { "-" } else { "" }
+            )
+        }
+        Value::DateTime {
+            year,
+            month,
+            day,
+            hour,
+            minute,
+            second,
+            micros,
+        } => {
+            format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}:{second:02}.{micros:06}")
+        }
+        Value::Timestamp { micros } => micros.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// DECIMAL of many precisions/scales and TIME/DATETIME/TIMESTAMP of every fsp against the server's own text for the same values.
+#[tokio::test]
+async fn decimals_and_fractional_seconds_match_the_server() {
+    let db = MariaDb::start().expect("mariadb");
+    db.exec(
+        "CREATE DATABASE d; CREATE TABLE d.n (id INT PRIMARY KEY, a DECIMAL(10,4), b DECIMAL(30,15), c DECIMAL(65,30),
+           d DECIMAL(9,9), e DECIMAL(18,0), t1 TIME(1), t2 TIME(2), t3 TIME(3), t4 TIME(4), t5 TIME(5), t6 TIME(6),
+           t0 TIME, d3 DATETIME(3), s2 TIMESTAMP(2) NULL DEFAULT NULL)",
+    )
+    .expect("create");
+    let vals = [
+        "(1, 0, 0, 0, 0, 0, '00:00:00.1', '00:00:00.01', '00:00:00.001', '00:00:00.0001', '00:00:00.00001', '00:00:00.000001', '00:00:00', '2024-02-29 12:34:56.789', '2001-01-01 00:00:00.12')",
+        "(2, -0.5, -1.000000000000001, -12345678901234567890123456789012345.123456789012345678901234567890, -0.123456789, -999999999999999999, '-00:00:00.5', '-00:00:00.05', '-00:00:00.005', '-00:00:00.0005', '-00:00:00.00005', '-00:00:00.000005', '-00:00:01', '1999-12-31 23:59:59.999', '2030-06-15 08:00:00.99')",
+        "(3, 123456.7891, 999999999999999.999999999999999, 1.5, 0.000000001, 123456789012345678, '-12:34:56.7', '-838:59:59.99', '12:00:00.500', '-01:00:00.0001', '100:00:00.12345', '-838:59:59.000000', '838:59:59', '1000-01-01 00:00:00.001', '1970-01-01 00:00:01.01')",
+    ];
+    db.exec(&format!("SET time_zone='+00:00'; INSERT INTO d.n VALUES {}; CREATE TABLE d.marker (id INT PRIMARY KEY)", vals.join(",")))
+        .expect("insert");
+    let cols = "a,b,c,d,e,t1,t2,t3,t4,t5,t6,t0,d3,s2";
+    let expect: Vec<Vec<String>> = db
+        .query(&format!(
+            "SET time_zone='+00:00'; SELECT CAST(a AS CHAR), CAST(b AS CHAR), CAST(c AS CHAR), CAST(d AS CHAR), CAST(e AS CHAR), \
+             DATE_FORMAT(t1,'%H:%i:%s.%f'), DATE_FORMAT(t2,'%H:%i:%s.%f'), DATE_FORMAT(t3,'%H:%i:%s.%f'), DATE_FORMAT(t4,'%H:%i:%s.%f'), \
+             DATE_FORMAT(t5,'%H:%i:%s.%f'), DATE_FORMAT(t6,'%H:%i:%s.%f'), DATE_FORMAT(t0,'%H:%i:%s.%f'), \
+             DATE_FORMAT(d3,'%Y-%m-%d %H:%i:%s.%f'), CAST(ROUND(UNIX_TIMESTAMP(s2) * 1000000) AS CHAR) FROM d.n ORDER BY id -- {cols}"
+        ))
+        .expect("server text");
+    // Fast path only: mysql_common's generic path panics (subtract overflow) on negative TIME
+    // values with fractional seconds, one reason the fast path exists.
+    for fast in [true] {
+        let mut cfg = ReaderConfig::new(db.url(), 310 + fast as u32, common::start_pos());
+        cfg.fast_decode = fast;
+        let mut r = BinlogReader::new(cfg);
+        let txns = read_until(&mut r, |t| is_stmt(t, "marker")).await;
+        let rows: Vec<Vec<Value>> = txns
+            .iter()
+            .flat_map(|t| t.rows.iter())
+            .filter_map(|r| r.after.clone())
+            .collect();
+        assert_eq!(rows.len(), 3);
+        for (row, want) in rows.iter().zip(&expect) {
+            let got: Vec<String> = row[1..].iter().map(fmt_value).collect();
+            // DATE_FORMAT prints a negative TIME's sign and hours like we do.
+            assert_eq!(&got, want, "fast={fast}");
+        }
+    }
 }
