@@ -87,6 +87,8 @@ struct Feed {
     table_requests: Vec<TableRequest>,
     /// A close (with a bumped epoch) finished since the last state request.
     closed_once: bool,
+    /// The incarnation of the node the maintainer was placed on: a restarted node lost it.
+    placed_inc: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -158,6 +160,7 @@ fn new_feed(info: ChangefeedInfo, info_rev: u64, checkpoint: Ts) -> Feed {
         pending_state: None,
         table_requests: Vec::new(),
         closed_once: false,
+        placed_inc: 0,
     }
 }
 
@@ -340,6 +343,7 @@ impl Coordinator {
                     match std::mem::replace(&mut f.placement, Placement::None) {
                         Placement::Bumping { node, purpose: BumpPurpose::Place } => {
                             let checkpoint = f.checkpoint.max(f.reported);
+                            f.placed_inc = alive.get(&node).copied().unwrap_or(0);
                             f.placement = Placement::Added { node: node.clone(), epoch: Epoch(epoch), last_sent: now };
                             out.push(Effect::Send {
                                 to: node,
@@ -721,10 +725,10 @@ impl Coordinator {
             }
             // Maintainer on a node that is gone.
             match &f.placement {
-                Placement::Added { node, .. } | Placement::Running { node, .. } if !alive.contains_key(node) => {
+                Placement::Added { node, .. } | Placement::Running { node, .. } if alive.get(node) != Some(&f.placed_inc) => {
                     f.placement = Placement::None;
                 }
-                Placement::Moving { node, to, .. } if !alive.contains_key(node) => {
+                Placement::Moving { node, to, .. } if alive.get(node) != Some(&f.placed_inc) => {
                     let to = to.clone();
                     f.placement = Placement::None;
                     if f.info.state == FeedState::Normal && f.pending_state.is_none() {
@@ -833,6 +837,7 @@ impl Coordinator {
                 let current = self.feeds.get(&st.cf).map(|f| f.info.epoch == st.epoch.0 && f.info.state == FeedState::Normal).unwrap_or(false);
                 if current && st.state != MaintainerState::Stopped {
                     if let Some(f) = self.feeds.get_mut(&st.cf) {
+                        f.placed_inc = alive.get(&node).copied().unwrap_or(0);
                         f.reported = f.reported.max(st.checkpoint);
                         f.placement = if st.state == MaintainerState::Working {
                             Placement::Running { node: node.clone(), epoch: st.epoch }

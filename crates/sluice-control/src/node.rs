@@ -252,6 +252,15 @@ impl NodeState {
                         st.state = MaintainerState::Stopped;
                         self.stopped_maintainers.insert(cf, st);
                     }
+                } else if self.maintainers.get(&cf).map(|m| m.epoch() < epoch).unwrap_or(true)
+                    && self.stopped_maintainers.get(&cf).map(|s| s.epoch <= epoch).unwrap_or(true)
+                {
+                    // Nothing of that epoch runs here (never started, or lost with an earlier
+                    // incarnation of this node): answer that it is stopped.
+                    self.stopped_maintainers.insert(
+                        cf.clone(),
+                        MaintainerStatus { cf, epoch, state: MaintainerState::Stopped, checkpoint: 0, resolved: 0, error: None },
+                    );
                 }
                 self.report_stopped(out);
             }

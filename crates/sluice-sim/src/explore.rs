@@ -79,7 +79,8 @@ pub fn random_scenario(seed: u64) -> Scenario {
     let mut t = String::new();
     let _ = writeln!(t, "name = \"explore seed {seed}\"\n[world]\nnodes = [{}]", (0..nodes).map(|i| format!("\"{}\"", node(i))).collect::<Vec<_>>().join(", "));
     let sink = ["storage", "mysql", "storage", "blackhole"][r.range(0, 3) as usize];
-    let _ = writeln!(t, "maintainer = \"{}\"\nsink = \"{sink}\"", node(r.range(0, nodes - 1)));
+    let first_maintainer = node(r.range(0, nodes - 1));
+    let _ = writeln!(t, "maintainer = \"{first_maintainer}\"\nsink = \"{sink}\"");
     let across = r.chance(0.7);
     let _ = writeln!(
         t,
@@ -160,10 +161,13 @@ pub fn random_scenario(seed: u64) -> Scenario {
                 step(&mut t, format!("op = \"release\"\npoint = \"{p}\""));
             }
             13 => {
-                if r.chance(0.5) {
-                    step(&mut t, "op = \"crash\"\nnode = \"@maintainer\"".into());
+                if r.chance(0.3) {
+                    // The node the first maintainer was placed on.
+                    step(&mut t, format!("op = \"crash\"\nnode = \"{first_maintainer}\""));
                     step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 4000)));
-                    step(&mut t, "op = \"restart\"\nnode = \"n1\"".into());
+                    for i in 0..nodes {
+                        step(&mut t, format!("op = \"restart\"\nnode = \"{}\"", node(i)));
+                    }
                 } else {
                     step(&mut t, format!("op = \"crash\"\nnode = \"{n}\""));
                     step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 5000)));
@@ -190,7 +194,9 @@ pub fn random_scenario(seed: u64) -> Scenario {
             }
             16 => step(&mut t, "op = \"x-move_maintainer\"\nto = \"".to_string() + &n + "\""),
             17 => step(&mut t, format!("op = \"run\"\nms = {}", r.range(50, 3000))),
-            18 => step(&mut t, "op = \"settle\"\nmax-ms = 60000".into()),
+            18 if held.is_empty() => {
+                step(&mut t, "op = \"settle\"\nmax-ms = 60000".into());
+            }
             _ => step(&mut t, format!("op = \"run\"\nms = {}", r.range(10, 800))),
         }
     }

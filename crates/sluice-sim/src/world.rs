@@ -137,6 +137,8 @@ pub struct Sim {
     pub explore: bool,
     pub verbose: bool,
     mysql_ddls: BTreeSet<Ts>,
+    /// The create request, re-sent (as a user would) while the meta store has no changefeed.
+    create: Option<(UserRequest, Millis)>,
 }
 
 fn fnv(h: &mut u64, bytes: &[u8]) {
@@ -191,6 +193,7 @@ impl Sim {
             explore: false,
             verbose: false,
             mysql_ddls: BTreeSet::new(),
+            create: None,
             sc,
         };
         let names: Vec<String> = sim.sc.world.nodes.clone();
@@ -691,6 +694,15 @@ impl Sim {
     /// changefeed's current maintainer (table requests); retried while there is none.
     fn pump_requests(&mut self) {
         let now = self.now;
+        // A create that did not take (the coordinator died or lost the store) is sent again.
+        if let Some((req, at)) = self.create.clone() {
+            if self.meta.kv.contains_key(&keys::info(self.cf.as_str())) {
+                self.create = None;
+            } else if now >= at + 2_000 && !self.requests.iter().any(|r| matches!(r, UserRequest::CreateChangefeed { .. })) {
+                self.create = Some((req.clone(), now));
+                self.requests.push_back(req);
+            }
+        }
         let mut keep = VecDeque::new();
         while let Some(req) = self.requests.pop_front() {
             let target = match &req {
@@ -984,7 +996,9 @@ impl Sim {
                     },
                     preferred_node: w.maintainer.as_ref().map(|m| NodeId::new(m.as_str())),
                 };
-                self.request(UserRequest::CreateChangefeed { cf: self.cf.clone(), config });
+                let req = UserRequest::CreateChangefeed { cf: self.cf.clone(), config };
+                self.create = Some((req.clone(), now));
+                self.request(req);
             }
             Op::Run { ms } => self.advance(now + ms).map_err(|f| Failure { step: Some(step.number), ..f })?,
             Op::Settle { max_ms } => self.settle(*max_ms).map_err(|m| fail(m))?,
