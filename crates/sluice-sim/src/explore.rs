@@ -119,13 +119,35 @@ pub fn random_scenario(seed: u64) -> Scenario {
                 let tb = pick(&mut r, &live);
                 step(&mut t, format!("op = \"move_table\"\ntable = {tb}\nto = \"{n}\""));
             }
-            5 if !live.is_empty() && across => {
+            5 | 6 if !live.is_empty() => {
                 let tb = pick(&mut r, &live);
-                step(&mut t, format!("op = \"split_table\"\ntable = {tb}\nspans = {}", r.range(2, 3)));
-            }
-            6 if !live.is_empty() => {
-                let tb = pick(&mut r, &live);
-                step(&mut t, format!("op = \"merge_table\"\ntable = {tb}"));
+                if across && r.chance(0.5) {
+                    step(&mut t, format!("op = \"split_table\"\ntable = {tb}\nspans = {}", r.range(2, 3)));
+                } else {
+                    step(&mut t, format!("op = \"merge_table\"\ntable = {tb}"));
+                }
+                // Often hit the operator while it is in flight.
+                if r.chance(0.6) {
+                    step(&mut t, format!("op = \"run\"\nms = {}", r.range(0, 250)));
+                    match r.range(0, 2) {
+                        0 => {
+                            step(&mut t, format!("op = \"crash\"\nnode = \"{n}\""));
+                            step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 5000)));
+                            step(&mut t, format!("op = \"restart\"\nnode = \"{n}\""));
+                        }
+                        1 => {
+                            step(&mut t, format!("op = \"partition\"\ngroups = [[\"{n}\"]]"));
+                            step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 5000)));
+                            step(&mut t, "op = \"heal\"".into());
+                        }
+                        _ => {
+                            step(&mut t, format!("op = \"x-drop\"\nmessage = \"{}\"\ncount = {}", ["merge", "remove", "create", "heartbeat", "bootstrap"][r.range(0, 4) as usize], r.range(1, 3)));
+                            step(&mut t, format!("op = \"faults\"\ndrop = 0.2\nreorder = true"));
+                            step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 2000)));
+                            step(&mut t, "op = \"faults\"".into());
+                        }
+                    }
+                }
             }
             7 => {
                 let id = next_table;
