@@ -40,10 +40,11 @@ async fn ours(db: &MariaDb, from: BinlogPos, to: BinlogPos, history: &SchemaHist
     loop {
         match r.next().await.expect("read") {
             ReaderEvent::Transaction(txn) => {
-                if let Captured::Rows { rows: r, .. } = convert(&mut h, &txn).expect("convert") {
+                let ts = txn.commit_ts;
+                if let Captured::Rows { rows: r, .. } = convert(&mut h, txn).expect("convert") {
                     rows += r.len() as u64;
                 }
-                if txn.commit_ts >= end {
+                if ts >= end {
                     break;
                 }
             }

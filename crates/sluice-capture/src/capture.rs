@@ -19,6 +19,7 @@ use crate::pos::BinlogPos;
 use crate::schema::{is_system_schema, SchemaHistory, SchemaStore};
 use crate::store::EventStore;
 use sluice_types::{ColumnType, DdlEvent, Key, RowEvent, RowKind, TableSchema, Ts, Value};
+use std::sync::Arc;
 
 /// What one transaction becomes.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,7 +48,7 @@ fn key_spec(schema: &TableSchema, change: &RowChange) -> Vec<(usize, u16)> {
 }
 
 /// Converts one transaction, applying its DDL (if any) to `history`.
-pub fn convert(history: &mut SchemaHistory, txn: &Transaction) -> Result<Captured> {
+pub fn convert(history: &mut SchemaHistory, txn: Transaction) -> Result<Captured> {
     if let Some(stmt) = &txn.statement {
         return Ok(
             match history.apply(
@@ -64,31 +65,56 @@ pub fn convert(history: &mut SchemaHistory, txn: &Transaction) -> Result<Capture
             },
         );
     }
+    struct Resolved {
+        meta: Arc<crate::decode::TableMeta>,
+        id: sluice_types::TableId,
+        version: Ts,
+        spec: Vec<(usize, u16)>,
+        json_cols: Vec<usize>,
+    }
+    // Per transaction, each TABLE_MAP resolves once (rows of one ROWS event share its Arc).
+    let mut cache: Vec<Resolved> = Vec::new();
+    let (commit_ts, commit_time_ms) = (txn.commit_ts, txn.commit_time_ms);
     let mut rows = Vec::with_capacity(txn.rows.len());
-    for change in &txn.rows {
-        let (db, name) = (&change.table.database, &change.table.table);
-        if is_system_schema(db) {
-            continue;
-        }
-        let schema = history
-            .table_at(db, name, txn.commit_ts)
-            .ok_or_else(|| CaptureError::UnknownTable(format!("{db}.{name}"), txn.commit_ts))?;
-        let spec = key_spec(schema, change);
-        // MariaDB logs JSON as LONGTEXT: the history knows which columns are JSON.
-        let json_cols: Vec<usize> = if schema.columns.len() == change.table.columns.len() {
-            schema
-                .columns
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.ty == ColumnType::Json)
-                .map(|(i, _)| i)
-                .collect()
-        } else {
-            Vec::new()
+    for change in txn.rows {
+        let r = match cache
+            .iter()
+            .position(|r| Arc::ptr_eq(&r.meta, &change.table))
+        {
+            Some(i) => &cache[i],
+            None => {
+                let (db, name) = (&change.table.database, &change.table.table);
+                if is_system_schema(db) {
+                    continue;
+                }
+                let schema = history
+                    .table_at(db, name, commit_ts)
+                    .ok_or_else(|| CaptureError::UnknownTable(format!("{db}.{name}"), commit_ts))?;
+                // MariaDB logs JSON as LONGTEXT: the history knows which columns are JSON.
+                let json_cols = if schema.columns.len() == change.table.columns.len() {
+                    schema
+                        .columns
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, c)| c.ty == ColumnType::Json)
+                        .map(|(i, _)| i)
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                cache.push(Resolved {
+                    meta: change.table.clone(),
+                    id: schema.table_id,
+                    version: schema.version,
+                    spec: key_spec(schema, &change),
+                    json_cols,
+                });
+                &cache[cache.len() - 1]
+            }
         };
         let fix = |img: Option<Vec<Value>>| -> Option<Vec<Value>> {
             let mut img = img?;
-            for i in &json_cols {
+            for i in &r.json_cols {
                 if let Some(v) = img.get_mut(*i) {
                     if let Value::Text(t) = v {
                         *v = Value::Json(std::mem::take(t));
@@ -97,47 +123,43 @@ pub fn convert(history: &mut SchemaHistory, txn: &Transaction) -> Result<Capture
             }
             Some(img)
         };
-        let change = &RowChange {
-            before: fix(change.before.clone()),
-            after: fix(change.after.clone()),
-            ..change.clone()
-        };
-        let id = schema.table_id;
+        let (id, spec) = (r.id, &r.spec);
         let ev =
             |kind: RowKind, key: Key, before: Option<Vec<_>>, after: Option<Vec<_>>| RowEvent {
                 table_id: id,
-                schema_version: schema.version,
-                commit_ts: txn.commit_ts,
-                commit_time_ms: txn.commit_time_ms,
+                schema_version: r.version,
+                commit_ts,
+                commit_time_ms,
                 kind,
                 key,
                 before,
                 after,
             };
+        let (before, after) = (fix(change.before), fix(change.after));
         match change.kind {
             RowKind::Insert => {
-                let after = change.after.clone().unwrap_or_default();
+                let after = after.unwrap_or_default();
                 rows.push(ev(
                     RowKind::Insert,
-                    row_key(id, &after, &spec),
+                    row_key(id, &after, spec),
                     None,
                     Some(after),
                 ));
             }
             RowKind::Delete => {
-                let before = change.before.clone().unwrap_or_default();
+                let before = before.unwrap_or_default();
                 rows.push(ev(
                     RowKind::Delete,
-                    row_key(id, &before, &spec),
+                    row_key(id, &before, spec),
                     Some(before),
                     None,
                 ));
             }
             RowKind::Update => {
-                let before = change.before.clone().unwrap_or_default();
-                let after = change.after.clone().unwrap_or_default();
-                let kb = row_key(id, &before, &spec);
-                let ka = row_key(id, &after, &spec);
+                let before = before.unwrap_or_default();
+                let after = after.unwrap_or_default();
+                let kb = row_key(id, &before, spec);
+                let ka = row_key(id, &after, spec);
                 if kb == ka {
                     rows.push(ev(RowKind::Update, ka, Some(before), Some(after)));
                 } else {
@@ -147,10 +169,7 @@ pub fn convert(history: &mut SchemaHistory, txn: &Transaction) -> Result<Capture
             }
         }
     }
-    Ok(Captured::Rows {
-        commit_ts: txn.commit_ts,
-        rows,
-    })
+    Ok(Captured::Rows { commit_ts, rows })
 }
 
 /// A reader plus the history it keeps current: the unit a node runs per upstream.
@@ -169,7 +188,7 @@ impl Capture {
     pub async fn next(&mut self) -> Result<Captured> {
         match self.reader.next().await? {
             ReaderEvent::Resolved(ts) => Ok(Captured::Resolved(ts)),
-            ReaderEvent::Transaction(t) => convert(&mut self.history, &t),
+            ReaderEvent::Transaction(t) => convert(&mut self.history, t),
         }
     }
 }

@@ -82,6 +82,9 @@ pub struct SchemaHistory {
     /// Configuration: skip unparseable DDLs instead of failing.
     #[serde(default)]
     pub skip_unparseable_ddl: bool,
+    /// Index: `db.name` → every id that ever had that name (derived from `tables`).
+    #[serde(default)]
+    pub names: BTreeMap<String, Vec<TableId>>,
 }
 
 /// Persistence of a schema history (the server implements it over its meta store).
@@ -331,6 +334,7 @@ impl SchemaHistory {
             ddls: Vec::new(),
             skipped: Vec::new(),
             skip_unparseable_ddl: false,
+            names: BTreeMap::new(),
         }
     }
 
@@ -437,6 +441,7 @@ impl SchemaHistory {
             let uniques: Vec<Vec<String>> = uniques.into_values().collect();
             let (key_columns, unique_keys) = choose_key(&columns, &pk, &uniques);
             let id = TableId(SNAPSHOT_FIRST_TABLE_ID + i as u64);
+            h.index_name(id, db, name);
             h.tables.insert(
                 id,
                 vec![TableVersion {
@@ -490,10 +495,26 @@ impl SchemaHistory {
 
     /// The table named `db.name` at `ts`.
     pub fn table_at(&self, db: &str, name: &str, ts: Ts) -> Option<&TableSchema> {
-        self.tables
-            .values()
-            .filter_map(|v| Self::version_at(v, ts))
+        if self.names.is_empty() && !self.tables.is_empty() {
+            // A history persisted before the name index existed.
+            return self
+                .tables
+                .values()
+                .filter_map(|v| Self::version_at(v, ts))
+                .find(|s| s.database == db && s.name == name);
+        }
+        self.names
+            .get(&qualified(db, name))?
+            .iter()
+            .filter_map(|id| self.table_by_id_at(*id, ts))
             .find(|s| s.database == db && s.name == name)
+    }
+
+    fn index_name(&mut self, id: TableId, db: &str, name: &str) {
+        let ids = self.names.entry(qualified(db, name)).or_default();
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
     }
 
     /// The table with id `id` at `ts`.
@@ -525,6 +546,7 @@ impl SchemaHistory {
     fn push_version(&mut self, mut schema: TableSchema, ts: Ts) {
         schema.version = ts;
         let id = schema.table_id;
+        self.index_name(id, &schema.database.clone(), &schema.name.clone());
         self.close(id, ts);
         self.tables.entry(id).or_default().push(TableVersion {
             from: ts,
