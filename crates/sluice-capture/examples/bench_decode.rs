@@ -41,8 +41,10 @@ async fn ours(db: &MariaDb, from: BinlogPos, to: BinlogPos, history: &SchemaHist
         match r.next().await.expect("read") {
             ReaderEvent::Transaction(txn) => {
                 let ts = txn.commit_ts;
-                if let Captured::Rows { rows: r, .. } = convert(&mut h, txn).expect("convert") {
-                    rows += r.len() as u64;
+                for item in convert(&mut h, txn).expect("convert") {
+                    if let Captured::Rows { rows: r, .. } = item {
+                        rows += r.len() as u64;
+                    }
                 }
                 if ts >= end {
                     break;

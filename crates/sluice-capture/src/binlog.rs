@@ -173,6 +173,8 @@ struct Pending {
     standalone: bool,
     rows: Vec<RowChange>,
     bytes: usize,
+    /// A schema statement inside the transaction (CREATE TABLE ... SELECT).
+    statement: Option<Statement>,
 }
 
 /// Counters, for tests and metrics.
@@ -182,6 +184,8 @@ pub struct ReaderStats {
     pub events: u64,
     pub checksums_verified: u64,
     pub transactions: u64,
+    /// Incomplete transactions dropped because the connection ended inside them.
+    pub partial_dropped: u64,
 }
 
 /// The binlog reader. Call [`BinlogReader::next`] in a loop.
@@ -268,7 +272,9 @@ impl BinlogReader {
 
     async fn backoff(&mut self, err: CaptureError) -> Result<()> {
         self.stream = None;
-        self.pending = None;
+        if self.pending.take().is_some() {
+            self.stats.partial_dropped += 1;
+        }
         if !err.is_retryable() {
             return Err(err);
         }
@@ -393,6 +399,7 @@ impl BinlogReader {
                     standalone: flags & GTID_FL_STANDALONE != 0,
                     rows: Vec::new(),
                     bytes: 0,
+                    statement: None,
                 });
                 Ok(None)
             }
@@ -433,6 +440,7 @@ impl BinlogReader {
                             standalone: false,
                             rows: Vec::new(),
                             bytes: 0,
+                            statement: None,
                         });
                     }
                     return Ok(None);
@@ -452,9 +460,15 @@ impl BinlogReader {
                 }
                 let stmt = Statement { database: q.schema().into_owned(), query };
                 match &self.pending {
-                    Some(p) if !p.standalone => {
-                        // A statement inside a transaction (e.g. a temporary-table statement):
-                        // not a schema change of a replicated table; keep going.
+                    Some(_) if !self.pending.as_ref().is_some_and(|p| p.standalone) => {
+                        // A statement inside a transaction: CREATE TABLE ... SELECT logs its
+                        // CREATE here, followed by the rows. Other statements (temporary
+                        // tables, ...) change no replicated schema.
+                        if crate::schema::is_schema_statement(&stmt.query) {
+                            if let Some(p) = self.pending.as_mut() {
+                                p.statement = Some(stmt);
+                            }
+                        }
                         Ok(None)
                     }
                     Some(_) => self.finish(end, header.timestamp(), Some(stmt)).map(Some),
@@ -465,6 +479,7 @@ impl BinlogReader {
                             standalone: true,
                             rows: Vec::new(),
                             bytes: 0,
+                            statement: None,
                         });
                         self.finish(end, header.timestamp(), Some(stmt)).map(Some)
                     }
@@ -607,6 +622,7 @@ impl BinlogReader {
             standalone: true,
             rows: Vec::new(),
             bytes: 0,
+            statement: None,
         });
         let index = file_index(&self.file).ok_or_else(|| CaptureError::Decode {
             file: self.file.clone(),
@@ -623,7 +639,7 @@ impl BinlogReader {
             end: endpos,
             gtid: p.gtid,
             rows: p.rows,
-            statement,
+            statement: statement.or(p.statement),
         }))
     }
 }

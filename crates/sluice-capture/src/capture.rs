@@ -48,23 +48,34 @@ fn key_spec(schema: &TableSchema, change: &RowChange) -> Vec<(usize, u16)> {
 }
 
 /// Converts one transaction, applying its DDL (if any) to `history`.
-pub fn convert(history: &mut SchemaHistory, txn: Transaction) -> Result<Captured> {
+pub fn convert(history: &mut SchemaHistory, txn: Transaction) -> Result<Vec<Captured>> {
+    let mut out = Vec::with_capacity(1);
     if let Some(stmt) = &txn.statement {
-        return Ok(
-            match history.apply(
-                txn.commit_ts,
-                txn.commit_time_ms,
-                &stmt.database,
-                &stmt.query,
-            )? {
-                Some(ddl) => Captured::Ddl(ddl),
-                None => Captured::Rows {
-                    commit_ts: txn.commit_ts,
-                    rows: Vec::new(),
-                },
-            },
-        );
+        // A DDL with rows in the same transaction (CREATE TABLE ... SELECT) gets the commit ts
+        // `commit_ts - 1` (never the end of another transaction) so its rows, at `commit_ts`,
+        // come strictly after it.
+        let ddl_ts = if txn.rows.is_empty() {
+            txn.commit_ts
+        } else {
+            txn.commit_ts - 1
+        };
+        match history.apply(ddl_ts, txn.commit_time_ms, &stmt.database, &stmt.query)? {
+            Some(ddl) => out.push(Captured::Ddl(ddl)),
+            None if txn.rows.is_empty() => out.push(Captured::Rows {
+                commit_ts: txn.commit_ts,
+                rows: Vec::new(),
+            }),
+            None => {}
+        }
+        if txn.rows.is_empty() {
+            return Ok(out);
+        }
     }
+    out.push(convert_rows(history, txn)?);
+    Ok(out)
+}
+
+fn convert_rows(history: &SchemaHistory, txn: Transaction) -> Result<Captured> {
     struct Resolved {
         meta: Arc<crate::decode::TableMeta>,
         id: sluice_types::TableId,
@@ -176,19 +187,30 @@ pub fn convert(history: &mut SchemaHistory, txn: Transaction) -> Result<Captured
 pub struct Capture {
     pub reader: BinlogReader,
     pub history: SchemaHistory,
+    /// Items of the last transaction not yet returned (a CREATE ... SELECT gives two).
+    queued: std::collections::VecDeque<Captured>,
 }
 
 impl Capture {
     pub fn new(reader: BinlogReader, history: SchemaHistory) -> Self {
-        Capture { reader, history }
+        Capture {
+            reader,
+            history,
+            queued: Default::default(),
+        }
     }
 
     /// The next captured item. Fatal errors are returned; retryable ones are handled inside the
     /// reader.
     pub async fn next(&mut self) -> Result<Captured> {
-        match self.reader.next().await? {
-            ReaderEvent::Resolved(ts) => Ok(Captured::Resolved(ts)),
-            ReaderEvent::Transaction(t) => convert(&mut self.history, t),
+        loop {
+            if let Some(item) = self.queued.pop_front() {
+                return Ok(item);
+            }
+            match self.reader.next().await? {
+                ReaderEvent::Resolved(ts) => return Ok(Captured::Resolved(ts)),
+                ReaderEvent::Transaction(t) => self.queued.extend(convert(&mut self.history, t)?),
+            }
         }
     }
 }

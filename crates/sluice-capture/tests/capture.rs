@@ -253,3 +253,39 @@ async fn pump_into_store_and_resume_from_the_persisted_position() {
     );
     assert_eq!(store.ddls(0, u64::MAX).expect("ddls").len(), 1);
 }
+
+#[tokio::test]
+async fn create_table_select_yields_the_ddl_then_its_rows() {
+    let db = MariaDb::start().expect("mariadb");
+    db.exec(
+        "CREATE DATABASE d; CREATE TABLE d.a (id INT PRIMARY KEY); INSERT INTO d.a VALUES (1),(2)",
+    )
+    .expect("sql");
+    let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
+    db.exec("CREATE TABLE d.b (PRIMARY KEY (id)) SELECT id FROM d.a; CREATE TABLE d.marker (id INT PRIMARY KEY)")
+        .expect("ctas");
+    let mut c = Capture::new(
+        reader(&db.url(), 501, history.snapshot_pos.clone()),
+        history,
+    );
+    let items = capture_until(&mut c, "marker").await;
+    let Captured::Ddl(ddl) = &items[0] else {
+        panic!("expected the CREATE first, got {:?}", items[0])
+    };
+    assert_eq!(ddl.kind, DdlKind::CreateTable);
+    let Captured::Rows { commit_ts, rows } = &items[1] else {
+        panic!("expected rows, got {:?}", items[1])
+    };
+    assert_eq!(
+        ddl.commit_ts + 1,
+        *commit_ts,
+        "the DDL sorts just before its rows"
+    );
+    assert_eq!(
+        ddl.influence.added,
+        vec![(TableId(ddl.commit_ts), "d.b".to_string())]
+    );
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r.table_id == TableId(ddl.commit_ts)));
+    assert_eq!(rows[1].after, Some(vec![Value::Int(2)]));
+}

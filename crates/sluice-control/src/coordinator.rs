@@ -495,6 +495,13 @@ impl Coordinator {
         };
         if !current {
             self.stale_dropped += 1;
+            // A maintainer of an older epoch still runs there: stop it.
+            if status.epoch.0 < f.info.epoch && status.state != MaintainerState::Stopped {
+                out.push(Effect::Send {
+                    to: from.clone(),
+                    msg: Message::RemoveMaintainer { cf: status.cf.clone(), epoch: status.epoch, rev: self.rev, cascade: false },
+                });
+            }
             return;
         }
         // An error is never dropped because of a stale checkpoint in the same report.

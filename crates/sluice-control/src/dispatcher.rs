@@ -313,7 +313,12 @@ impl DispatcherManager {
     }
 
     fn admits(&mut self, from: &NodeId, epoch: Epoch, kind: &'static str, out: &mut Vec<Effect>) -> bool {
-        let ok = matches!(&self.owner, Some((n, e)) if n == from && *e == epoch);
+        #[allow(unused_mut)]
+        let mut ok = matches!(&self.owner, Some((n, e)) if n == from && *e == epoch);
+        #[cfg(feature = "mutations")]
+        if crate::mutations::on("dm-ignores-epoch") && self.owner.is_some() {
+            ok = true;
+        }
         if ok {
             out.push(Effect::Trace(TraceEvent::Applied { cf: self.cf.clone(), kind, epoch }));
         } else {
@@ -835,7 +840,20 @@ impl DispatcherManager {
             let Some(front) = d.buffer.front() else { break };
             match front {
                 StreamItem::Row { commit_ts, key, handle } => {
-                    rows.push((*commit_ts, key.clone(), *handle));
+                    #[allow(unused_mut)]
+                    let mut key = key.clone();
+                    #[cfg(feature = "mutations")]
+                    if crate::mutations::on("drop-rows") && handle % 50 == 7 {
+                        d.buffer.pop_front();
+                        continue;
+                    }
+                    #[cfg(feature = "mutations")]
+                    if crate::mutations::on("shift-key") && handle % 50 == 7 {
+                        if let Some(b) = key.0.last_mut() {
+                            *b = b.wrapping_add(1);
+                        }
+                    }
+                    rows.push((*commit_ts, key, *handle));
                     d.written_ts = d.written_ts.max(*commit_ts);
                     d.buffer.pop_front();
                     if rows.len() >= MAX_ROWS_PER_WRITE {
@@ -869,6 +887,10 @@ impl DispatcherManager {
             }
         }
         if !rows.is_empty() {
+            #[cfg(feature = "mutations")]
+            if crate::mutations::on("reverse-batch") {
+                rows.reverse();
+            }
             out.push(Effect::Sink(SinkCommand::WriteRows { cf: cf.clone(), id, span: d.span.clone(), rows }));
         }
         d.consumed_upto = match d.buffer.front() {

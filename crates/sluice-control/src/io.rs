@@ -69,7 +69,9 @@ pub enum Input {
     /// Who holds the coordinator election key, and the key's revision.
     Leader { node: Option<NodeId>, rev: u64 },
     MetaResult { req: u64, result: MetaResult },
-    Schema { cf: ChangefeedId, epoch: Epoch, snapshot: SchemaSnapshot },
+    /// The answer to `LoadSchema`, with the changefeed's epoch as the meta store has it now: a
+    /// maintainer whose epoch is not that one is stale and stops before it bootstraps anything.
+    Schema { cf: ChangefeedId, epoch: Epoch, snapshot: SchemaSnapshot, persisted_epoch: Epoch },
     Regions { table: TableId, regions: Vec<Key> },
     Events { cf: ChangefeedId, id: DispatcherId, items: Vec<StreamItem>, resolved_ts: Ts },
     /// Every write of this dispatcher at or below `ts` is durable.

@@ -2,19 +2,20 @@
 //! of the simulator fires. Compiled only with the `mutations` feature (never in a release), and
 //! switched per thread at run time so one test binary can try them one by one.
 //!
-//! | name | the bug it plants |
-//! |---|---|
-//! | `bootstrap-ignores-unknown-tables` | bootstrap takes its table set from the start-point schema only and ignores working dispatchers and journaled creates of tables outside it (TiCDC's behaviour in the seed) |
-//! | `dm-admits-overlap` | a dispatcher manager admits a dispatcher overlapping another one |
-//! | `maintainer-ignores-overlap` | the maintainer requests a dispatcher over keys another known dispatcher may still write |
-//! | `dm-ignores-epoch` | a dispatcher manager applies scheduling messages of any epoch |
-//! | `checkpoint-ignores-absent` | the checkpoint ignores spans that are not replicating |
-//! | `checkpoint-regress` | the coordinator persists a lower checkpoint |
-//! | `skip-flush-before-block` | a dispatcher reports Waiting at a DDL before its earlier rows are durable |
-//! | `pass-before-write` | the barrier sends Pass before the writer reported Written |
-//! | `create-dropped-table` | a CREATE TABLE replay re-adds a table whose spans exist, and drops are not applied |
-//! | `sink-error-restarts-changefeed` | a retryable sink error restarts the whole changefeed |
-//! | `drop-rows` | a dispatcher silently skips one row in every 50 |
+//! | name | the bug it plants | the invariant that must fire |
+//! |---|---|---|
+//! | `bootstrap-ignores-unknown-tables` | bootstrap takes its table set from the start-point schema only and ignores working dispatchers and journaled creates of tables outside it (TiCDC's behaviour in the seed) | one-writer (with `dm-admits-overlap`) |
+//! | `dm-admits-overlap` | a dispatcher manager admits a dispatcher overlapping another one | one-writer |
+//! | `maintainer-ignores-overlap` | the maintainer requests a dispatcher over keys another known dispatcher may still write | one-writer |
+//! | `dm-ignores-epoch` | a dispatcher manager applies scheduling messages of any epoch | stale-epoch |
+//! | `checkpoint-ignores-absent` | the checkpoint ignores spans that are not replicating | checkpoint-sound |
+//! | `checkpoint-regress` | the coordinator persists a lower checkpoint | checkpoint-monotonic |
+//! | `drop-rows` | a dispatcher silently skips one row in every 50 | no-row-lost |
+//! | `shift-key` | a dispatcher corrupts the key of one row in every 50 | no-row-invented |
+//! | `reverse-batch` | a dispatcher writes each batch of rows in reverse order | per-key-order |
+//! | `pass-before-write` | the barrier sends Pass before the writer reported Written | ddl-order |
+//! | `create-dropped-table` | a dropped table's spans come back, starting at the drop | dropped-table-stays-dropped |
+//! | `sink-error-restarts-changefeed` | a retryable sink error restarts the whole changefeed | changefeed-normal |
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -30,7 +31,8 @@ pub const ALL: &[&str] = &[
     "dm-ignores-epoch",
     "checkpoint-ignores-absent",
     "checkpoint-regress",
-    "skip-flush-before-block",
+    "shift-key",
+    "reverse-batch",
     "pass-before-write",
     "create-dropped-table",
     "sink-error-restarts-changefeed",

@@ -143,7 +143,7 @@ impl NodeState {
                     c.on_meta_result(now, &self.alive, req, result, &mut out);
                 }
             }
-            Input::Schema { cf, epoch, snapshot } => {
+            Input::Schema { cf, epoch, snapshot, persisted_epoch } => {
                 let ctx = Ctx {
                     now,
                     alive: &self.alive,
@@ -154,7 +154,7 @@ impl NodeState {
                 };
                 if let Some(m) = self.maintainers.get_mut(&cf) {
                     if m.epoch() == epoch {
-                        m.on_schema(&ctx, snapshot, &mut out);
+                        m.on_schema(&ctx, snapshot, persisted_epoch, &mut out);
                     }
                 }
             }

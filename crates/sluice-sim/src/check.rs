@@ -19,14 +19,20 @@ use std::collections::{BTreeMap, BTreeSet};
 
 pub type WriterKey = (String, u64, DispatcherId);
 
+/// How many undelivered rows the gap check looks at per write.
+pub const MAX_GAP_SCAN: usize = 256;
+
 #[derive(Debug, Default)]
 pub struct Checker {
     pub start_ts: Option<Ts>,
     pub violation: Option<String>,
     active: BTreeMap<WriterKey, Span>,
+    /// Start ts of every dispatcher started.
+    starts: BTreeMap<WriterKey, Ts>,
+    /// Per changefeed, the newest epoch of a maintainer that finished its bootstrap.
+    global_epoch: BTreeMap<ChangefeedId, Epoch>,
     /// History indexes of the row events delivered at least once.
     delivered: BTreeSet<usize>,
-    first_undelivered: BTreeMap<(TableId, u64), usize>,
     /// Per table: (ts, history index) of rows not yet delivered.
     undelivered_rows: BTreeMap<TableId, BTreeSet<(Ts, usize)>>,
     undelivered_ddls: BTreeMap<TableId, BTreeSet<Ts>>,
@@ -109,6 +115,7 @@ impl Checker {
             }
         }
         self.active.insert((node.to_string(), inc, id), span.clone());
+        self.starts.insert((node.to_string(), inc, id), start_ts);
     }
 
     pub fn dispatcher_closed(&mut self, node: &str, inc: u64, id: DispatcherId) {
@@ -159,26 +166,37 @@ impl Checker {
             if let Some(d) = self.undelivered_ddls.get(&table).and_then(|s| s.range(..*ts).next().copied()) {
                 self.fail(format!("ddl-order: row {table:?}/{k} at {ts} delivered before the table's DDL at {d}"));
             }
-            // Per-key order: every older version delivered.
+            // Per-key order: no newer version of the key was delivered before this one.
             let versions = up.versions.get(&(table, k)).map(|v| v.as_slice()).unwrap_or(&[]);
-            let start = self.start_ts.unwrap_or(0);
-            let first = *self.first_undelivered.entry((table, k)).or_insert_with(|| versions.partition_point(|v| v.0 <= start));
             let pos = versions.iter().position(|v| v.2 == idx).unwrap_or(0);
-            if pos > first {
+            if let Some(newer) = versions[pos + 1..].iter().find(|v| self.delivered.contains(&v.2)) {
                 self.fail(format!(
-                    "per-key-order: {table:?}/{k} version {ts} delivered before version {} ({id:?} on {node})",
-                    versions.get(first).map(|v| v.0).unwrap_or(0)
+                    "per-key-order: {table:?}/{k} version {ts} first delivered after the newer version {} ({id:?} on {node})",
+                    newer.0
                 ));
             }
-            let mut f = first;
-            while f < versions.len() && self.delivered.contains(&versions[f].2) {
-                f += 1;
-            }
-            self.first_undelivered.insert((table, k), f);
             if let Some(s) = self.undelivered_rows.get_mut(&table) {
                 s.remove(&(*ts, idx));
             }
             self.undelivered_all.remove(&(*ts, idx));
+        }
+        // No row lost: a dispatcher's stream has no gap. After this batch, every row of its span
+        // between its start and the batch's last ts was delivered.
+        let (Some(max), Some(start)) = (rows.iter().map(|r| r.0).max(), self.starts.get(&(node.to_string(), inc, id)).copied()) else {
+            return;
+        };
+        let lost = self
+            .undelivered_rows
+            .get(&span.table)
+            .map(|s| {
+                s.range((start + 1, 0)..(max, 0))
+                    .take(MAX_GAP_SCAN)
+                    .find(|(_, i)| matches!(up.history.get(*i), Some(UEvent::Row { table, key, .. }) if span.contains(&Key::row_u64(*table, *key))))
+                    .copied()
+            })
+            .unwrap_or(None);
+        if let Some((lts, li)) = lost {
+            self.fail(format!("no-row-lost: {id:?} on {node} wrote up to {max} but skipped upstream event #{li} at {lts} of its span {span:?}"));
         }
     }
 
@@ -250,6 +268,17 @@ impl Checker {
         if epoch > max {
             self.dm_epoch.insert(k, epoch);
         }
+        // One maintainer acting: once a maintainer finished its bootstrap (it acts), no manager
+        // applies a mutation of an older maintainer.
+        let acting = self.global_epoch.get(cf).copied().unwrap_or_default();
+        if epoch < acting && epoch >= max {
+            self.fail(format!("one-maintainer: {node} applied a `{kind}` of {epoch:?} while the maintainer of {acting:?} already acts"));
+        }
+    }
+
+    pub fn on_bootstrapped(&mut self, cf: &ChangefeedId, epoch: Epoch) {
+        let e = self.global_epoch.entry(cf.clone()).or_default();
+        *e = (*e).max(epoch);
     }
 
     /// The sink replayed to `cp` equals the upstream at `cp` (for every table live at `cp`).

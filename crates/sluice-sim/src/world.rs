@@ -42,6 +42,8 @@ enum Ev {
     /// A sink acknowledgement for one sink session.
     SinkAck { node: String, inc: u64, cf: ChangefeedId, id: DispatcherId, session: u64, ts: Ts },
     SinkClosed { node: String, inc: u64, cf: ChangefeedId, id: DispatcherId, session: u64 },
+    /// An effect the shell retries later.
+    Effect { node: String, inc: u64, effect: Effect },
     MetaTick,
 }
 
@@ -423,7 +425,7 @@ impl Sim {
 
     fn process(&mut self, ev: Ev) {
         match &ev {
-            Ev::Tick(n) | Ev::Input { node: n, .. } | Ev::SinkAck { node: n, .. } | Ev::SinkClosed { node: n, .. } => {
+            Ev::Tick(n) | Ev::Input { node: n, .. } | Ev::SinkAck { node: n, .. } | Ev::SinkClosed { node: n, .. } | Ev::Effect { node: n, .. } => {
                 let n = n.clone();
                 self.check_fence(&n);
             }
@@ -460,6 +462,11 @@ impl Sim {
             Ev::SinkAck { node, inc, cf, id, session, ts } => {
                 if self.sessions.get(&(node.clone(), inc, id)).map(|s| s.id == session && !s.closed).unwrap_or(false) {
                     self.handle(&node, inc, Input::SinkFlushed { cf, id, ts });
+                }
+            }
+            Ev::Effect { node, inc, effect } => {
+                if self.nodes.get(&node).map(|n| n.incarnation == inc && n.state.is_some()).unwrap_or(false) {
+                    self.effect(&node, inc, effect);
                 }
             }
             Ev::SinkClosed { node, inc, cf, id, session } => {
@@ -517,9 +524,22 @@ impl Sim {
                 self.push(now + lat, Ev::Input { node: name.to_string(), inc, input: Input::MetaResult { req, result } });
             }
             Effect::LoadSchema { cf, epoch, at_ts } => {
+                if !self.reaches_meta(name) {
+                    // The shell retries until the store answers.
+                    let lat = self.rng.range(200, 500);
+                    self.push(now + lat, Ev::Effect { node: name.to_string(), inc, effect: Effect::LoadSchema { cf, epoch, at_ts } });
+                    return;
+                }
                 let snapshot = self.upstream.snapshot(at_ts);
+                let persisted_epoch = self
+                    .meta
+                    .kv
+                    .get(&keys::info(cf.as_str()))
+                    .and_then(|(v, _)| serde_json::from_slice::<sluice_control::coordinator::ChangefeedInfo>(v).ok())
+                    .map(|i| sluice_types::Epoch(i.epoch))
+                    .unwrap_or_default();
                 let lat = self.rng.range(1, 10);
-                self.push(now + lat, Ev::Input { node: name.to_string(), inc, input: Input::Schema { cf, epoch, snapshot } });
+                self.push(now + lat, Ev::Input { node: name.to_string(), inc, input: Input::Schema { cf, epoch, snapshot, persisted_epoch } });
             }
             Effect::Subscribe { cf: _, id, span, is_trigger, start_ts } => {
                 self.subs.insert((name.to_string(), inc, id), Sub { span, is_trigger, cursor: start_ts });
@@ -547,7 +567,8 @@ impl Sim {
             TraceEvent::MaintainerCheckpoint { cf, epoch, checkpoint } => self.checker.on_maintainer_checkpoint(cf, *epoch, *checkpoint),
             TraceEvent::RequestDone { .. } => {}
             TraceEvent::ChangefeedRestarted { .. } => self.checker.restarted = true,
-            TraceEvent::MaintainerBootstrapped { .. } | TraceEvent::Log(_) => {}
+            TraceEvent::MaintainerBootstrapped { cf, epoch } => self.checker.on_bootstrapped(cf, *epoch),
+            TraceEvent::Log(_) => {}
         }
         let now = self.now;
         self.note(format!("{now} {name}: {t:?}"));

@@ -104,13 +104,14 @@ async fn main() {
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
-    // MySQL sink vs LOAD DATA of the same rows, each into a fresh table on one server.
+    // MySQL sink vs LOAD DATA of the same rows into the same empty table, alternating, best of
+    // ROUNDS each (the machine is shared: the best run is the least disturbed one).
+    const ROUNDS: usize = 3;
     let db = MariaDb::start().expect("mariadb");
     db.exec(DDL).expect("ddl");
-    let SinkConfig::Mysql(cfg) = SinkUri::parse(&format!("{}/?worker-count=8&max-txn-row=256", db.url())).expect("uri").config else { panic!() };
+    let params = std::env::var("SINK_PARAMS").unwrap_or_else(|_| "worker-count=4&max-txn-row=256".into());
+    let SinkConfig::Mysql(cfg) = SinkUri::parse(&format!("{}/?{params}", db.url())).expect("uri").config else { panic!() };
     let sink = MysqlSink::connect(cfg).await.expect("connect");
-    let secs = drive(&sink, &s, &data).await;
-    line("mysql sink (safe mode, 8 workers, 256 rows/txn)", n, secs, 0);
     let tsv = std::env::temp_dir().join(format!("sluice-bench-{}.tsv", std::process::id()));
     let mut body = String::new();
     for r in &data {
@@ -120,11 +121,25 @@ async fn main() {
         body.push('\n');
     }
     std::fs::write(&tsv, body).expect("write tsv");
-    db.exec("CREATE TABLE bench.t2 LIKE bench.t").expect("t2");
-    let t = Instant::now();
-    db.exec(&format!("LOAD DATA LOCAL INFILE '{}' INTO TABLE bench.t2", tsv.display())).expect("load data");
-    let load = t.elapsed().as_secs_f64();
-    line("MariaDB LOAD DATA LOCAL (same rows)", n, load, 0);
-    println!("\nmysql sink / LOAD DATA = {:.0}%", 100.0 * load / secs);
+    let (mut best_sink, mut best_load) = (f64::MAX, f64::MAX);
+    for round in 0..ROUNDS {
+        db.exec("TRUNCATE bench.t").expect("truncate");
+        let d = DispatcherId { epoch: 1, seq: round as u64 + 1 };
+        sink.open(d, Span::whole_table(s.table_id), 0).await.expect("open");
+        let t = Instant::now();
+        for chunk in data.chunks(1000) {
+            sink.write_rows(d, RowBatch { schema: s.clone(), rows: chunk.to_vec() }).await.expect("write");
+        }
+        sink.flush(d).await.expect("flush");
+        best_sink = best_sink.min(t.elapsed().as_secs_f64());
+        sink.close(d).await;
+        db.exec("TRUNCATE bench.t").expect("truncate");
+        let t = Instant::now();
+        db.exec(&format!("LOAD DATA LOCAL INFILE '{}' INTO TABLE bench.t", tsv.display())).expect("load data");
+        best_load = best_load.min(t.elapsed().as_secs_f64());
+    }
+    line(&format!("mysql sink ({params}), best of {ROUNDS}"), n, best_sink, 0);
+    line(&format!("MariaDB LOAD DATA LOCAL, same rows, best of {ROUNDS}"), n, best_load, 0);
+    println!("\nmysql sink at {:.0}% of LOAD DATA", 100.0 * best_load / best_sink);
     let _ = std::fs::remove_file(tsv);
 }

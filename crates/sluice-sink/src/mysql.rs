@@ -29,7 +29,9 @@ use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, TxOpts};
 use sluice_types::{
     DdlEvent, DdlKind, DispatcherId, RowEvent, RowKind, Span, TableSchema, Ts, Value,
 };
-use std::collections::BTreeMap;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +39,9 @@ use std::time::Duration;
 pub const PROGRESS_DB: &str = "sluice_sink";
 /// How often buffered rows are flushed without being asked.
 pub const MYSQL_FLUSH_INTERVAL: Duration = Duration::from_millis(200);
+/// A dispatcher buffers up to `worker-count * max-txn-row * TXNS_PER_WORKER_PER_FLUSH` rows before
+/// it flushes (so each worker gets several transactions per flush, fewer flush barriers).
+pub const TXNS_PER_WORKER_PER_FLUSH: usize = 8;
 /// Upper bound of one retry backoff step.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Server errors meaning "this DDL already took effect", accepted when replaying an unfinished DDL.
@@ -413,8 +418,31 @@ fn build_statements(rows: &[&Pending], safe_mode: bool, max_rows: usize) -> Resu
     Ok(out)
 }
 
+/// Feeds a value's identity into a hasher (floats by bit pattern; text and bytes by content).
+fn hash_value(v: &Value, h: &mut impl Hasher) {
+    std::mem::discriminant(v).hash(h);
+    match v {
+        Value::Null => {}
+        Value::Int(i) => i.hash(h),
+        Value::UInt(u) => u.hash(h),
+        Value::Float(f) => f.to_bits().hash(h),
+        Value::Double(d) => d.to_bits().hash(h),
+        Value::Decimal(s) | Value::Text(s) | Value::Json(s) => s.hash(h),
+        Value::Bytes(b) | Value::Geometry(b) => b.hash(h),
+        Value::Date { year, month, day } => (year, month, day).hash(h),
+        Value::Time { negative, hours, minutes, seconds, micros } => (negative, hours, minutes, seconds, micros).hash(h),
+        Value::DateTime { year, month, day, hour, minute, second, micros } => (year, month, day, hour, minute, second, micros).hash(h),
+        Value::Timestamp { micros } => micros.hash(h),
+        Value::Year(y) => y.hash(h),
+        Value::Enum { index, .. } => index.hash(h),
+        Value::Set { bits, .. } => bits.hash(h),
+        Value::Bit { bits, .. } => bits.hash(h),
+    }
+}
+
 /// Splits rows into per-worker lists so that rows sharing any unique-key value stay on one
-/// worker in their original order (union-find over key values).
+/// worker in their original order (union-find over key-value hashes; a hash collision only
+/// serializes two unrelated rows, never reorders related ones).
 fn partition(rows: &[Pending], workers: usize) -> Vec<Vec<&Pending>> {
     let n = rows.len();
     let mut parent: Vec<usize> = (0..n).collect();
@@ -425,46 +453,50 @@ fn partition(rows: &[Pending], workers: usize) -> Vec<Vec<&Pending>> {
         }
         x
     }
-    let mut first_with: BTreeMap<String, usize> = BTreeMap::new();
+    let mut first_with: HashMap<u64, usize> = HashMap::with_capacity(n * 2);
     for (i, p) in rows.iter().enumerate() {
         let s = &p.schema;
-        let mut keys: Vec<&Vec<usize>> = s.unique_keys.iter().collect();
-        let pk = s.key_columns.clone();
-        let all: Vec<usize> = (0..s.columns.len()).collect();
-        if !pk.is_empty() {
-            keys.push(&pk);
-        }
-        if keys.is_empty() {
+        let keyed = !s.key_columns.is_empty();
+        let mut hashes: Vec<u64> = Vec::with_capacity(4);
+        if !keyed {
             // Keyless: every row of the table is one chain.
-            keys.push(&all);
-        }
-        for img in [&p.row.before, &p.row.after].into_iter().flatten() {
-            for (ki, key) in keys.iter().enumerate() {
-                let vals: Vec<&Value> = key.iter().filter_map(|c| img.get(*c)).collect();
-                if vals.iter().any(|v| matches!(v, Value::Null)) && !s.key_columns.is_empty() {
-                    continue; // NULLs never conflict in a unique key.
-                }
-                let h = if s.key_columns.is_empty() {
-                    format!("{}", s.table_id)
-                } else {
-                    format!("{}|{ki}|{vals:?}", s.table_id)
-                };
-                match first_with.get(&h) {
-                    Some(&j) => {
-                        let (a, b) = (find(&mut parent, i), find(&mut parent, j));
-                        if a != b {
-                            parent[a.max(b)] = a.min(b);
+            let mut h = DefaultHasher::new();
+            s.table_id.hash(&mut h);
+            hashes.push(h.finish());
+        } else {
+            let keys = std::iter::once(&s.key_columns).chain(s.unique_keys.iter());
+            for (ki, key) in keys.enumerate() {
+                for img in [&p.row.before, &p.row.after].into_iter().flatten() {
+                    if key.iter().any(|c| matches!(img.get(*c), None | Some(Value::Null))) {
+                        continue; // NULLs never conflict in a unique key.
+                    }
+                    let mut h = DefaultHasher::new();
+                    (s.table_id, ki).hash(&mut h);
+                    for c in key {
+                        if let Some(v) = img.get(*c) {
+                            hash_value(v, &mut h);
                         }
                     }
-                    None => {
-                        first_with.insert(h, i);
+                    hashes.push(h.finish());
+                }
+            }
+        }
+        for h in hashes {
+            match first_with.get(&h) {
+                Some(&j) => {
+                    let (a, b) = (find(&mut parent, i), find(&mut parent, j));
+                    if a != b {
+                        parent[a.max(b)] = a.min(b);
                     }
+                }
+                None => {
+                    first_with.insert(h, i);
                 }
             }
         }
     }
     let mut out: Vec<Vec<&Pending>> = (0..workers.max(1)).map(|_| Vec::new()).collect();
-    let mut worker_of_root: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut worker_of_root: HashMap<usize, usize> = HashMap::new();
     let mut next = 0;
     for (i, p) in rows.iter().enumerate() {
         let r = find(&mut parent, i);
@@ -494,7 +526,7 @@ impl Backend for Mysql {
                 row,
             });
         }
-        Ok(w.rows.len() >= self.cfg.worker_count * self.cfg.max_txn_row)
+        Ok(w.rows.len() >= self.cfg.worker_count * self.cfg.max_txn_row * TXNS_PER_WORKER_PER_FLUSH)
     }
 
     fn has_buffered(&self, w: &MysqlWriter) -> bool {

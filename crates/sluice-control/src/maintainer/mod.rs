@@ -141,6 +141,9 @@ pub struct Maintainer {
     last_balance: Millis,
     error: Option<String>,
     pub stale_dropped: u64,
+    /// Dispatchers ignored at bootstrap (only ever filled by the `bootstrap-ignores-unknown-tables`
+    /// mutation, which reproduces TiCDC's behaviour in the seed bug).
+    ignored: BTreeSet<DispatcherId>,
     /// Operator phases entered, by (kind, phase), for coverage reports.
     pub phase_counts: BTreeMap<(OpKind, OpPhase), u64>,
 }
@@ -158,7 +161,7 @@ impl Maintainer {
         out: &mut Vec<Effect>,
     ) -> Self {
         let trigger = DispatcherId { epoch: epoch.0, seq: 0 };
-        let mut m = Maintainer {
+        let m = Maintainer {
             cf: cf.clone(),
             epoch,
             node,
@@ -184,12 +187,12 @@ impl Maintainer {
             last_balance: ctx.now,
             error: None,
             stale_dropped: 0,
+            ignored: BTreeSet::new(),
             phase_counts: BTreeMap::new(),
         };
+        // First the schema history and the persisted epoch; the bootstrap starts only once this
+        // maintainer knows it is not stale.
         out.push(Effect::LoadSchema { cf, epoch, at_ts: checkpoint });
-        for (n, inc) in ctx.alive {
-            m.send_bootstrap(ctx.now, n, *inc, out);
-        }
         m
     }
 
@@ -406,13 +409,25 @@ impl Maintainer {
 
     // ------------------------------------------------------------------ inputs
 
-    pub fn on_schema(&mut self, ctx: &Ctx, snapshot: SchemaSnapshot, out: &mut Vec<Effect>) {
-        if let Phase::Bootstrapping { schema, .. } = &mut self.phase {
-            if schema.is_none() {
-                *schema = Some(snapshot);
-            }
+    pub fn on_schema(&mut self, ctx: &Ctx, snapshot: SchemaSnapshot, persisted_epoch: Epoch, out: &mut Vec<Effect>) {
+        let Phase::Bootstrapping { schema, .. } = &mut self.phase else { return };
+        if schema.is_some() {
+            return;
+        }
+        if persisted_epoch != self.epoch {
+            self.log(out, format!("stale maintainer: the changefeed's epoch is {persisted_epoch:?}; stopping before bootstrap"));
+            self.phase = Phase::Stopped;
+            return;
+        }
+        *schema = Some(snapshot);
+        for (n, inc) in ctx.alive {
+            self.send_bootstrap(ctx.now, n, *inc, out);
         }
         self.try_finish_bootstrap(ctx, out);
+    }
+
+    fn schema_loaded(&self) -> bool {
+        matches!(self.phase, Phase::Bootstrapping { schema: Some(_), .. } | Phase::Working)
     }
 
     pub fn on_message(&mut self, ctx: &Ctx, from: &NodeId, msg: Message, out: &mut Vec<Effect>) {
@@ -536,6 +551,7 @@ impl Maintainer {
                 }
                 if ignore_unknown && !at_cp.contains(&r.span.table) {
                     self.log(out, format!("found a working table that is not in initial table map, just ignore it: {:?}", r.span.table));
+                    self.ignored.insert(r.id);
                     continue;
                 }
                 self.tracked.insert(
@@ -797,7 +813,7 @@ impl Maintainer {
     /// A dispatcher this maintainer did not know of: adopt it by span if it exactly fills an
     /// absent span of a live table, else remove it.
     fn on_unknown_dispatcher(&mut self, _ctx: &Ctx, from: &NodeId, r: &DispatcherReport, out: &mut Vec<Effect>) {
-        if r.phase == DispatcherPhase::Stopped || !matches!(self.phase, Phase::Working) {
+        if r.phase == DispatcherPhase::Stopped || !matches!(self.phase, Phase::Working) || self.ignored.contains(&r.id) {
             return;
         }
         let key = span_key(&r.span);
@@ -1049,10 +1065,13 @@ impl Maintainer {
         #[cfg(not(feature = "mutations"))]
         let buggy = false;
         for t in &influence.dropped {
-            if buggy {
-                break;
-            }
             self.drop_table(*t, out);
+            if buggy {
+                // The bug: the dropped table comes back, starting at the drop.
+                let name = format!("dropped.{t:?}");
+                self.tables.insert(*t, TableState { name, splittable: true, user_split: false });
+                self.add_table_spans(ctx, *t, d);
+            }
         }
         for (t, name) in &influence.added {
             let exists = self.spans.keys().any(|(tt, _)| tt == t);
@@ -1643,7 +1662,7 @@ impl Maintainer {
             .filter(|(n, inc)| self.ready.get(*n) != Some(*inc) && self.bootstrapping.get(*n).map(|b| b.0) != Some(**inc))
             .map(|(n, i)| (n.clone(), *i))
             .collect();
-        if matches!(self.phase, Phase::Bootstrapping { .. } | Phase::Working) {
+        if self.schema_loaded() {
             for (n, inc) in joined {
                 if let Phase::Bootstrapping { responses, .. } = &mut self.phase {
                     responses.remove(&n);
