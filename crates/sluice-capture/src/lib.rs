@@ -13,6 +13,7 @@
 pub mod binlog;
 pub mod capture;
 pub mod check;
+pub mod codec;
 pub mod decode;
 pub mod error;
 pub mod keys;

@@ -98,14 +98,13 @@ fn parse_key(k: &[u8]) -> Option<(TableId, Ts, u32)> {
     Some((TableId(t), ts, seq))
 }
 
-/// Value layout: row key length (u32 BE), row key bytes, JSON of the event. The key comes
-/// first so span filtering does not decode rows outside the span.
+/// Value layout: row key length (u32 BE), row key bytes, the event in [`crate::codec`]. The key
+/// comes first so span filtering does not decode rows outside the span.
 fn encode_value(ev: &RowEvent) -> Result<Vec<u8>, StoreError> {
-    let body = serde_json::to_vec(ev).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    let mut v = Vec::with_capacity(4 + ev.key.0.len() + body.len());
+    let mut v = Vec::with_capacity(64 + 2 * ev.key.0.len());
     v.extend_from_slice(&(ev.key.0.len() as u32).to_be_bytes());
     v.extend_from_slice(&ev.key.0);
-    v.extend_from_slice(&body);
+    crate::codec::encode(ev, &mut v);
     Ok(v)
 }
 
@@ -118,7 +117,20 @@ fn decode_value(v: &[u8]) -> Result<RowEvent, StoreError> {
     let n = value_key(v)
         .ok_or_else(|| StoreError::Corrupt("short value".into()))?
         .len();
-    serde_json::from_slice(&v[4 + n..]).map_err(|e| StoreError::Corrupt(e.to_string()))
+    crate::codec::decode(&v[4 + n..]).map_err(StoreError::Corrupt)
+}
+
+/// The first table id `>= from` that has rows.
+fn next_table(
+    t: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    from: u64,
+) -> Result<Option<TableId>, StoreError> {
+    let start = row_key(TableId(from), 0, 0);
+    let mut it = t.range(start.as_slice()..).map_err(db_err)?;
+    match it.next() {
+        Some(item) => Ok(parse_key(item.map_err(db_err)?.0.value()).map(|(t, _, _)| t)),
+        None => Ok(None),
+    }
 }
 
 /// See the module docs.
@@ -151,16 +163,20 @@ impl EventStore {
                     .map(|g| g.value())
                     .unwrap_or(0);
                 let mut rows = w.open_table(ROWS).map_err(db_err)?;
-                // Drop rows above resolved (an append not followed by persist before a crash).
-                let mut stale: Vec<Vec<u8>> = Vec::new();
-                for item in rows.iter().map_err(db_err)? {
-                    let (k, _) = item.map_err(db_err)?;
-                    if parse_key(k.value()).is_some_and(|(_, ts, _)| ts > resolved) {
-                        stale.push(k.value().to_vec());
+                // Drop rows above resolved (an append not followed by persist before a crash):
+                // one range per table, so opening costs O(tables), not O(rows).
+                if resolved < Ts::MAX {
+                    let mut from = 0u64;
+                    while let Some(tid) = next_table(&rows, from)? {
+                        let lo = row_key(tid, resolved + 1, 0);
+                        let hi = row_key(tid, Ts::MAX, u32::MAX);
+                        rows.retain_in(lo.as_slice()..=hi.as_slice(), |_, _| false)
+                            .map_err(db_err)?;
+                        match tid.0.checked_add(1) {
+                            Some(n) => from = n,
+                            None => break,
+                        }
                     }
-                }
-                for k in stale {
-                    rows.remove(k.as_slice()).map_err(db_err)?;
                 }
                 let mut ddls = w.open_table(DDLS).map_err(db_err)?;
                 ddls.retain(|ts, _| ts <= resolved).map_err(db_err)?;
@@ -369,19 +385,8 @@ impl EventStore {
         let w = self.db.begin_write().map_err(db_err)?;
         {
             let mut t = w.open_table(ROWS).map_err(db_err)?;
-            let mut table = 0u64;
-            loop {
-                // The next table with any rows.
-                let first = {
-                    let mut it = t
-                        .range(row_key(TableId(table), 0, 0).as_slice()..)
-                        .map_err(db_err)?;
-                    match it.next() {
-                        Some(item) => parse_key(item.map_err(db_err)?.0.value()),
-                        None => None,
-                    }
-                };
-                let Some((tid, _, _)) = first else { break };
+            let mut from = 0u64;
+            while let Some(tid) = next_table(&t, from)? {
                 let lo = row_key(tid, 0, 0);
                 let hi = row_key(tid, upto, u32::MAX);
                 t.retain_in(lo.as_slice()..=hi.as_slice(), |_, _| {
@@ -390,7 +395,7 @@ impl EventStore {
                 })
                 .map_err(db_err)?;
                 match tid.0.checked_add(1) {
-                    Some(n) => table = n,
+                    Some(n) => from = n,
                     None => break,
                 }
             }
