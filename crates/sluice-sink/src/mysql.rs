@@ -430,8 +430,22 @@ fn hash_value(v: &Value, h: &mut impl Hasher) {
         Value::Decimal(s) | Value::Text(s) | Value::Json(s) => s.hash(h),
         Value::Bytes(b) | Value::Geometry(b) => b.hash(h),
         Value::Date { year, month, day } => (year, month, day).hash(h),
-        Value::Time { negative, hours, minutes, seconds, micros } => (negative, hours, minutes, seconds, micros).hash(h),
-        Value::DateTime { year, month, day, hour, minute, second, micros } => (year, month, day, hour, minute, second, micros).hash(h),
+        Value::Time {
+            negative,
+            hours,
+            minutes,
+            seconds,
+            micros,
+        } => (negative, hours, minutes, seconds, micros).hash(h),
+        Value::DateTime {
+            year,
+            month,
+            day,
+            hour,
+            minute,
+            second,
+            micros,
+        } => (year, month, day, hour, minute, second, micros).hash(h),
         Value::Timestamp { micros } => micros.hash(h),
         Value::Year(y) => y.hash(h),
         Value::Enum { index, .. } => index.hash(h),
@@ -467,7 +481,10 @@ fn partition(rows: &[Pending], workers: usize) -> Vec<Vec<&Pending>> {
             let keys = std::iter::once(&s.key_columns).chain(s.unique_keys.iter());
             for (ki, key) in keys.enumerate() {
                 for img in [&p.row.before, &p.row.after].into_iter().flatten() {
-                    if key.iter().any(|c| matches!(img.get(*c), None | Some(Value::Null))) {
+                    if key
+                        .iter()
+                        .any(|c| matches!(img.get(*c), None | Some(Value::Null)))
+                    {
                         continue; // NULLs never conflict in a unique key.
                     }
                     let mut h = DefaultHasher::new();
@@ -526,7 +543,10 @@ impl Backend for Mysql {
                 row,
             });
         }
-        Ok(w.rows.len() >= self.cfg.worker_count * self.cfg.max_txn_row * TXNS_PER_WORKER_PER_FLUSH)
+        Ok(
+            w.rows.len()
+                >= self.cfg.worker_count * self.cfg.max_txn_row * TXNS_PER_WORKER_PER_FLUSH,
+        )
     }
 
     fn has_buffered(&self, w: &MysqlWriter) -> bool {

@@ -44,7 +44,7 @@ fn workload() -> (Vec<RowEvent>, Vec<String>) {
                 state.insert(id, v.clone());
                 (RowKind::Insert, None, Some(img(id, &v)))
             }
-            Some(old) if x % 4 == 0 => {
+            Some(old) if x.is_multiple_of(4) => {
                 sql.push(format!("DELETE FROM d.t WHERE id = {id}"));
                 state.remove(&id);
                 (RowKind::Delete, Some(img(id, &old)), None)
