@@ -168,13 +168,20 @@ async fn tick_loop<B: Backend>(shared: Weak<Shared<B>>, every: Duration) {
             Ok(m) => m.values().map(|(v, _)| v.clone()).collect(),
             Err(_) => return,
         };
-        for slot in slots {
-            let s2 = s.clone();
-            // Spawned so a flush finishes even if the runner is dropped meanwhile.
-            let t = tokio::spawn(async move {
-                let mut g = slot.lock_owned().await;
-                let _ = exec(&s2.backend, &mut g, Op::Tick).await;
-            });
+        // One task per dispatcher (a slow one does not delay the others); spawned so a flush
+        // finishes even if the runner is dropped meanwhile.
+        let ticks: Vec<_> = slots
+            .into_iter()
+            .map(|slot| {
+                let s2 = s.clone();
+                tokio::spawn(async move {
+                    let mut g = slot.lock_owned().await;
+                    let _ = exec(&s2.backend, &mut g, Op::Tick).await;
+                })
+            })
+            .collect();
+        drop(s);
+        for t in ticks {
             let _ = t.await;
         }
     }
