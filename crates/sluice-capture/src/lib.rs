@@ -18,6 +18,7 @@ pub mod decode;
 pub mod error;
 pub mod keys;
 pub mod pos;
+pub mod regions;
 pub mod rowimage;
 pub mod schema;
 pub mod store;

@@ -289,3 +289,56 @@ async fn create_table_select_yields_the_ddl_then_its_rows() {
     assert!(rows.iter().all(|r| r.table_id == TableId(ddl.commit_ts)));
     assert_eq!(rows[1].after, Some(vec![Value::Int(2)]));
 }
+
+#[tokio::test]
+async fn regions_from_statistics_partition_the_table_evenly() {
+    use sluice_capture::keys::row_key;
+    use sluice_capture::regions::{table_regions, RegionConfig};
+    let db = MariaDb::start().expect("mariadb");
+    db.exec(
+        "CREATE DATABASE d; CREATE TABLE d.r (id BIGINT PRIMARY KEY, pad VARCHAR(200)); \
+         INSERT INTO d.r SELECT seq * 3, REPEAT('x', 200) FROM d.seq_1_to_20000; ANALYZE TABLE d.r",
+    )
+    .expect("sql");
+    let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
+    let t = history.table_at("d", "r", history.head).expect("r").clone();
+    let bytes: u64 = db
+        .query_one("SELECT DATA_LENGTH FROM information_schema.TABLES WHERE TABLE_NAME = 'r'")
+        .expect("stats")
+        .parse()
+        .expect("number");
+    let cfg = RegionConfig {
+        region_size: bytes.div_ceil(8),
+        max_regions: 100,
+    };
+    let mut conn = mysql_async::Conn::from_url(db.url()).await.expect("conn");
+    let bounds = table_regions(&mut conn, &t, &cfg).await.expect("regions");
+    assert_eq!(bounds.len(), 7, "8 regions → 7 interior boundaries");
+    let spans = sluice_types::Span::whole_table(t.table_id).split_at(&bounds);
+    assert_eq!(spans.len(), 8);
+    // Every row falls in exactly one span, and the spans are balanced.
+    let mut counts = vec![0usize; spans.len()];
+    for id in 1..=20000i64 {
+        let k = row_key(t.table_id, &[Value::Int(id * 3), Value::Null], &[(0, 0)]);
+        let hits: Vec<usize> = spans
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.contains(&k))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(hits.len(), 1);
+        counts[hits[0]] += 1;
+    }
+    assert!(
+        counts.iter().all(|c| (1500..=3500).contains(c)),
+        "balanced regions: {counts:?}"
+    );
+    // A keyless table is one span.
+    db.exec("CREATE TABLE d.nokey (a INT)").expect("nokey");
+    let h2 = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
+    let nk = h2.table_at("d", "nokey", h2.head).expect("nokey");
+    assert!(table_regions(&mut conn, nk, &cfg)
+        .await
+        .expect("regions")
+        .is_empty());
+}
