@@ -49,7 +49,7 @@ impl Backend for Blackhole {
         self.counters.checkpoint.fetch_max(ts, Ordering::Relaxed);
         Ok(())
     }
-    fn discard(&self, _: &mut ()) {}
+    async fn discard(&self, _: &mut ()) {}
     fn flush_interval(&self) -> Option<Duration> {
         None
     }

@@ -160,13 +160,21 @@ struct Pending {
 
 pub struct MysqlWriter {
     rows: Vec<Pending>,
+    /// The previous full batch, being applied while this one fills (at most one).
+    in_flight: Option<tokio::task::JoinHandle<Result<()>>>,
 }
 
+async fn join(h: tokio::task::JoinHandle<Result<()>>) -> Result<()> {
+    h.await
+        .map_err(|e| SinkError::contract("?", format!("apply task failed: {e}")))?
+}
+
+#[derive(Clone)]
 pub struct Mysql {
     cfg: MysqlConfig,
     pool: Pool,
     changefeed: String,
-    ddl_lock: tokio::sync::Mutex<()>,
+    ddl_lock: Arc<tokio::sync::Mutex<()>>,
 }
 
 pub type MysqlSink = Runner<Mysql>;
@@ -179,7 +187,7 @@ impl Runner<Mysql> {
             cfg,
             pool,
             changefeed: "default".into(),
-            ddl_lock: tokio::sync::Mutex::new(()),
+            ddl_lock: Arc::new(tokio::sync::Mutex::new(())),
         };
         m.with_retry("create progress tables", |mut c| async move {
             c.query_drop(format!("CREATE DATABASE IF NOT EXISTS {PROGRESS_DB}")).await?;
@@ -203,6 +211,45 @@ impl Runner<Mysql> {
 }
 
 impl Mysql {
+    /// Applies rows (one flush's worth) with every worker, in causality order.
+    async fn apply_rows(&self, rows: &[Pending]) -> Result<()> {
+        let parts = partition(rows, self.cfg.worker_count);
+        let mut jobs = Vec::new();
+        for part in parts.into_iter().filter(|p| !p.is_empty()) {
+            // One downstream transaction per max-txn-row rows of this worker.
+            let mut txns = Vec::new();
+            for chunk in part.chunks(self.cfg.max_txn_row) {
+                txns.push(build_statements(
+                    chunk,
+                    self.cfg.safe_mode,
+                    self.cfg.max_txn_row,
+                )?);
+            }
+            jobs.push(async move {
+                for stmts in txns {
+                    let stmts = Arc::new(stmts);
+                    self.with_retry("apply rows", |mut c| {
+                        let stmts = stmts.clone();
+                        async move {
+                            let mut tx = c.start_transaction(TxOpts::default()).await?;
+                            for (sql, params) in stmts.iter() {
+                                tx.exec_drop(sql.as_str(), params.clone()).await?;
+                            }
+                            tx.commit().await
+                        }
+                    })
+                    .await?;
+                }
+                Ok::<(), SinkError>(())
+            });
+        }
+        let results = futures::future::join_all(jobs).await;
+        for r in results {
+            r?;
+        }
+        Ok(())
+    }
+
     /// Runs `f` on a fresh pooled connection, retrying retryable errors with backoff.
     async fn with_retry<F, Fut, T>(&self, what: &str, f: F) -> Result<T>
     where
@@ -532,7 +579,10 @@ impl Backend for Mysql {
     type Writer = MysqlWriter;
 
     fn new_writer(&self, _: DispatcherId, _: &Span) -> Result<MysqlWriter> {
-        Ok(MysqlWriter { rows: Vec::new() })
+        Ok(MysqlWriter {
+            rows: Vec::new(),
+            in_flight: None,
+        })
     }
 
     async fn buffer(&self, w: &mut MysqlWriter, batch: RowBatch) -> Result<bool> {
@@ -543,52 +593,32 @@ impl Backend for Mysql {
                 row,
             });
         }
-        Ok(
-            w.rows.len()
-                >= self.cfg.worker_count * self.cfg.max_txn_row * TXNS_PER_WORKER_PER_FLUSH,
-        )
+        if w.rows.len() >= self.cfg.worker_count * self.cfg.max_txn_row * TXNS_PER_WORKER_PER_FLUSH
+        {
+            // Apply the full batch in the background while the next one fills; the previous
+            // background batch must be done first (order), and its error surfaces here.
+            if let Some(h) = w.in_flight.take() {
+                join(h).await?;
+            }
+            let rows = std::mem::take(&mut w.rows);
+            let me = self.clone();
+            w.in_flight = Some(tokio::spawn(async move { me.apply_rows(&rows).await }));
+        }
+        Ok(false)
     }
 
     fn has_buffered(&self, w: &MysqlWriter) -> bool {
-        !w.rows.is_empty()
+        !w.rows.is_empty() || w.in_flight.is_some()
     }
 
     async fn flush(&self, w: &mut MysqlWriter) -> Result<()> {
-        let parts = partition(&w.rows, self.cfg.worker_count);
-        let mut jobs = Vec::new();
-        for part in parts.into_iter().filter(|p| !p.is_empty()) {
-            // One downstream transaction per max-txn-row rows of this worker.
-            let mut txns = Vec::new();
-            for chunk in part.chunks(self.cfg.max_txn_row) {
-                txns.push(build_statements(
-                    chunk,
-                    self.cfg.safe_mode,
-                    self.cfg.max_txn_row,
-                )?);
-            }
-            jobs.push(async move {
-                for stmts in txns {
-                    let stmts = Arc::new(stmts);
-                    self.with_retry("apply rows", |mut c| {
-                        let stmts = stmts.clone();
-                        async move {
-                            let mut tx = c.start_transaction(TxOpts::default()).await?;
-                            for (sql, params) in stmts.iter() {
-                                tx.exec_drop(sql.as_str(), params.clone()).await?;
-                            }
-                            tx.commit().await
-                        }
-                    })
-                    .await?;
-                }
-                Ok::<(), SinkError>(())
-            });
+        if let Some(h) = w.in_flight.take() {
+            join(h).await?;
         }
-        let results = futures::future::join_all(jobs).await;
-        for r in results {
-            r?;
+        if !w.rows.is_empty() {
+            self.apply_rows(&w.rows).await?;
+            w.rows.clear();
         }
-        w.rows.clear();
         Ok(())
     }
 
@@ -675,7 +705,10 @@ impl Backend for Mysql {
         .await
     }
 
-    fn discard(&self, w: &mut MysqlWriter) {
+    async fn discard(&self, w: &mut MysqlWriter) {
+        if let Some(h) = w.in_flight.take() {
+            let _ = h.await;
+        }
         w.rows.clear();
     }
 

@@ -43,8 +43,8 @@ pub trait Backend: Send + Sync + 'static {
         tables: &[Arc<TableSchema>],
     ) -> Result<()>;
     async fn checkpoint(&self, ts: Ts) -> Result<()>;
-    /// Drops buffered rows (closing a failed dispatcher).
-    fn discard(&self, w: &mut Self::Writer);
+    /// Drops buffered rows (closing a failed dispatcher); waits for any write still in flight.
+    async fn discard(&self, w: &mut Self::Writer);
     /// How often buffered rows are flushed without being asked; `None`: never.
     fn flush_interval(&self) -> Option<Duration>;
 }
@@ -301,7 +301,7 @@ async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out>
             } else {
                 flush_slot(b, s).await.err()
             };
-            b.discard(&mut s.writer);
+            b.discard(&mut s.writer).await;
             s.closed = true;
             let durable_ts = *s.ack.borrow();
             Ok(Out::Closed(CloseReport { durable_ts, error }))

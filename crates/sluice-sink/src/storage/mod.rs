@@ -340,7 +340,7 @@ impl Backend for Storage {
         Ok(())
     }
 
-    fn discard(&self, w: &mut StorageWriter) {
+    async fn discard(&self, w: &mut StorageWriter) {
         w.sealed.clear();
         w.cur = None;
     }
