@@ -51,7 +51,8 @@ async fn ours(db: &MariaDb, from: BinlogPos, to: BinlogPos, history: &SchemaHist
                 }
             }
             ReaderEvent::Resolved(ts) if ts >= end => break,
-            ReaderEvent::Resolved(_) => {}
+            ReaderEvent::Chunk(c) => rows += c.rows.len() as u64,
+            ReaderEvent::Resolved(_) | ReaderEvent::Abort(_) => {}
         }
     }
     (rows, t.elapsed().as_secs_f64())

@@ -19,8 +19,14 @@
 //!   re-reads from `committed` (a corrupt event is never decoded);
 //! - error 1236 (the requested file is purged or missing) is the fatal
 //!   [`CaptureError::BinlogPurged`] naming the file;
-//! - memory: a transaction is buffered until its end, bounded by
-//!   [`ReaderConfig::max_txn_bytes`] (a bigger one is a fatal error, never an OOM).
+//! - memory: the rows of a transaction are buffered until its end, except that every
+//!   [`ReaderConfig::chunk_bytes`] of row events they are handed out early as a
+//!   [`ReaderEvent::Chunk`] (commit ts not known yet), so a multi-GiB transaction streams
+//!   through bounded memory. If the connection drops after chunks of a transaction were handed
+//!   out, the next event is [`ReaderEvent::Abort`]: the consumer discards those chunks (the
+//!   transaction is read again from its start). A transaction carrying a statement
+//!   (`CREATE TABLE ... SELECT`) is never chunked; it is bounded by
+//!   [`ReaderConfig::max_txn_bytes`] instead (a bigger one is a fatal error, never an OOM).
 
 use crate::decode::{DecodeError, TableMeta};
 use crate::error::{CaptureError, Result};
@@ -51,7 +57,10 @@ pub mod mariadb_event {
 /// GTID flag: the transaction is one statement without BEGIN/COMMIT (DDL, non-transactional).
 pub const GTID_FL_STANDALONE: u8 = 1;
 
-/// Default bound on the bytes of row events buffered for one transaction.
+/// Default size of the chunks a large transaction is handed out in.
+pub const DEFAULT_CHUNK_BYTES: usize = 32 << 20;
+
+/// Default bound on the bytes of row events buffered for one unchunkable transaction.
 pub const DEFAULT_MAX_TXN_BYTES: usize = 512 << 20;
 
 /// Reader configuration.
@@ -74,6 +83,8 @@ pub struct ReaderConfig {
     pub max_reconnects: Option<u32>,
     /// See the module invariants.
     pub max_txn_bytes: usize,
+    /// Hand out the rows of a transaction in chunks of about this many bytes of row events.
+    pub chunk_bytes: usize,
     /// Decode rows with the fast parser ([`crate::rowimage`]); `false` forces mysql_common's
     /// generic path (used by tests to check both agree).
     pub fast_decode: bool,
@@ -90,6 +101,7 @@ impl ReaderConfig {
             backoff_max: Duration::from_secs(5),
             max_reconnects: None,
             max_txn_bytes: DEFAULT_MAX_TXN_BYTES,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
             fast_decode: true,
         }
     }
@@ -156,6 +168,19 @@ pub struct Transaction {
     pub gtid: Option<Gtid>,
     pub rows: Vec<RowChange>,
     pub statement: Option<Statement>,
+    /// Rows of this transaction handed out before in [`ReaderEvent::Chunk`]s (they precede
+    /// `rows` in transaction order).
+    pub chunked_rows: usize,
+}
+
+/// Rows of a transaction not finished yet.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TxnChunk {
+    /// Where the transaction begins (identifies it until its commit).
+    pub start: BinlogPos,
+    /// Position in the transaction of the first row of this chunk.
+    pub first_seq: usize,
+    pub rows: Vec<RowChange>,
 }
 
 /// What the reader yields.
@@ -165,6 +190,10 @@ pub enum ReaderEvent {
     /// The reader is idle at a transaction boundary: every transaction with commit ts `<= ts`
     /// has been yielded.
     Resolved(Ts),
+    /// Early rows of a large transaction (see the module invariants).
+    Chunk(TxnChunk),
+    /// The transaction starting at this position will be read again: discard its chunks.
+    Abort(BinlogPos),
 }
 
 struct Pending {
@@ -173,6 +202,8 @@ struct Pending {
     standalone: bool,
     rows: Vec<RowChange>,
     bytes: usize,
+    /// Rows already handed out in chunks.
+    chunked: usize,
     /// A schema statement inside the transaction (CREATE TABLE ... SELECT).
     statement: Option<Statement>,
 }
@@ -186,6 +217,8 @@ pub struct ReaderStats {
     pub transactions: u64,
     /// Incomplete transactions dropped because the connection ended inside them.
     pub partial_dropped: u64,
+    /// Chunks of large transactions handed out.
+    pub chunks: u64,
 }
 
 /// The binlog reader. Call [`BinlogReader::next`] in a loop.
@@ -199,6 +232,8 @@ pub struct BinlogReader {
     pending: Option<Pending>,
     tables: HashMap<u64, Arc<TableMeta>>,
     failures: u32,
+    /// Start of a transaction whose chunks were handed out and must be discarded.
+    abort: Option<BinlogPos>,
     pub stats: ReaderStats,
 }
 
@@ -214,6 +249,7 @@ impl BinlogReader {
             pending: None,
             tables: HashMap::new(),
             failures: 0,
+            abort: None,
             stats: ReaderStats::default(),
         }
     }
@@ -272,8 +308,11 @@ impl BinlogReader {
 
     async fn backoff(&mut self, err: CaptureError) -> Result<()> {
         self.stream = None;
-        if self.pending.take().is_some() {
+        if let Some(p) = self.pending.take() {
             self.stats.partial_dropped += 1;
+            if p.chunked > 0 {
+                self.abort = Some(p.start);
+            }
         }
         if !err.is_retryable() {
             return Err(err);
@@ -298,6 +337,12 @@ impl BinlogReader {
     /// returns only fatal errors (or a retryable one after `max_reconnects`).
     pub async fn next(&mut self) -> Result<ReaderEvent> {
         loop {
+            if let Some(start) = self.abort.take() {
+                return Ok(ReaderEvent::Abort(start));
+            }
+            if let Some(chunk) = self.take_chunk() {
+                return Ok(ReaderEvent::Chunk(chunk));
+            }
             if self.stream.is_none() {
                 if let Err(e) = self.connect().await {
                     self.backoff(e).await?;
@@ -337,6 +382,20 @@ impl BinlogReader {
                 }
             }
         }
+    }
+
+    /// Hands out the buffered rows of the open transaction once they exceed `chunk_bytes`.
+    fn take_chunk(&mut self) -> Option<TxnChunk> {
+        let p = self.pending.as_mut()?;
+        if p.bytes < self.cfg.chunk_bytes || p.rows.is_empty() || p.statement.is_some() {
+            return None;
+        }
+        let rows = std::mem::take(&mut p.rows);
+        let first_seq = p.chunked;
+        p.chunked += rows.len();
+        p.bytes = 0;
+        self.stats.chunks += 1;
+        Some(TxnChunk { start: p.start.clone(), first_seq, rows })
     }
 
     fn decode_err(&self, pos: u64, e: impl std::fmt::Display) -> CaptureError {
@@ -399,6 +458,7 @@ impl BinlogReader {
                     standalone: flags & GTID_FL_STANDALONE != 0,
                     rows: Vec::new(),
                     bytes: 0,
+chunked: 0,
                     statement: None,
                 });
                 Ok(None)
@@ -440,6 +500,7 @@ impl BinlogReader {
                             standalone: false,
                             rows: Vec::new(),
                             bytes: 0,
+chunked: 0,
                             statement: None,
                         });
                     }
@@ -479,6 +540,7 @@ impl BinlogReader {
                             standalone: true,
                             rows: Vec::new(),
                             bytes: 0,
+chunked: 0,
                             statement: None,
                         });
                         self.finish(end, header.timestamp(), Some(stmt)).map(Some)
@@ -532,7 +594,7 @@ impl BinlogReader {
             _ => RowKind::Delete,
         };
         pending.bytes += ev.data().len();
-        if pending.bytes > self.cfg.max_txn_bytes {
+        if pending.bytes > self.cfg.max_txn_bytes.max(self.cfg.chunk_bytes) && pending.statement.is_some() {
             return Err(CaptureError::Decode {
                 file: self.file.clone(),
                 pos: start_pos,
@@ -622,6 +684,7 @@ impl BinlogReader {
             standalone: true,
             rows: Vec::new(),
             bytes: 0,
+chunked: 0,
             statement: None,
         });
         let index = file_index(&self.file).ok_or_else(|| CaptureError::Decode {
@@ -640,6 +703,7 @@ impl BinlogReader {
             gtid: p.gtid,
             rows: p.rows,
             statement: statement.or(p.statement),
+            chunked_rows: p.chunked,
         }))
     }
 }

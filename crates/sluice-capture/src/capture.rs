@@ -12,7 +12,7 @@
 //! - rows of system schemas (`mysql`, ...) are dropped; rows of a table unknown to the history
 //!   are a fatal [`CaptureError::UnknownTable`] (never silently dropped).
 
-use crate::binlog::{BinlogReader, ReaderEvent, RowChange, Transaction};
+use crate::binlog::{BinlogReader, ReaderEvent, RowChange, Transaction, TxnChunk};
 use crate::error::{CaptureError, Result};
 use crate::keys::row_key;
 use crate::pos::BinlogPos;
@@ -32,6 +32,13 @@ pub enum Captured {
     Ddl(DdlEvent),
     /// Everything with commit ts `<= ts` has been captured.
     Resolved(Ts),
+    /// Early rows of a large transaction, to be staged until its commit (their `commit_ts` is 0).
+    Chunk { start: BinlogPos, first_seq: usize, rows: Vec<RowEvent> },
+    /// The commit of a transaction whose first `staged_rows` rows came as [`Captured::Chunk`]s
+    /// (all with this `start`); `rows` are the rest.
+    CommitStaged { commit_ts: Ts, start: BinlogPos, staged_rows: usize, rows: Vec<RowEvent> },
+    /// Discard the chunks staged for the transaction starting here (it will be read again).
+    Abort(BinlogPos),
 }
 
 fn key_spec(schema: &TableSchema, change: &RowChange) -> Vec<(usize, u16)> {
@@ -71,11 +78,33 @@ pub fn convert(history: &mut SchemaHistory, txn: Transaction) -> Result<Vec<Capt
             return Ok(out);
         }
     }
-    out.push(convert_rows(history, txn)?);
+    let (ts, ms) = (txn.commit_ts, txn.commit_time_ms);
+    let rows = convert_rows(history, ts, ts, ms, txn.rows)?;
+    if txn.chunked_rows > 0 {
+        out.push(Captured::CommitStaged { commit_ts: ts, start: txn.start, staged_rows: txn.chunked_rows, rows });
+    } else {
+        out.push(Captured::Rows { commit_ts: ts, rows });
+    }
     Ok(out)
 }
 
-fn convert_rows(history: &SchemaHistory, txn: Transaction) -> Result<Captured> {
+/// Converts an early chunk of a large transaction (rows carry commit ts 0 until the commit).
+pub fn convert_chunk(history: &SchemaHistory, chunk: TxnChunk) -> Result<Captured> {
+    // No DDL lies between the transaction's start and its commit, so the schema at its start
+    // is the schema at its commit.
+    let at = chunk.start.ts().unwrap_or(history.head);
+    let rows = convert_rows(history, at, 0, 0, chunk.rows)?;
+    Ok(Captured::Chunk { start: chunk.start, first_seq: chunk.first_seq, rows })
+}
+
+/// Converts rows of one transaction; tables are looked up in `history` at `lookup_ts`.
+fn convert_rows(
+    history: &SchemaHistory,
+    lookup_ts: Ts,
+    commit_ts: Ts,
+    commit_time_ms: u64,
+    changes: Vec<RowChange>,
+) -> Result<Vec<RowEvent>> {
     struct Resolved {
         meta: Arc<crate::decode::TableMeta>,
         id: sluice_types::TableId,
@@ -85,9 +114,8 @@ fn convert_rows(history: &SchemaHistory, txn: Transaction) -> Result<Captured> {
     }
     // Per transaction, each TABLE_MAP resolves once (rows of one ROWS event share its Arc).
     let mut cache: Vec<Resolved> = Vec::new();
-    let (commit_ts, commit_time_ms) = (txn.commit_ts, txn.commit_time_ms);
-    let mut rows = Vec::with_capacity(txn.rows.len());
-    for change in txn.rows {
+    let mut rows = Vec::with_capacity(changes.len());
+    for change in changes {
         let r = match cache
             .iter()
             .position(|r| Arc::ptr_eq(&r.meta, &change.table))
@@ -99,8 +127,8 @@ fn convert_rows(history: &SchemaHistory, txn: Transaction) -> Result<Captured> {
                     continue;
                 }
                 let schema = history
-                    .table_at(db, name, commit_ts)
-                    .ok_or_else(|| CaptureError::UnknownTable(format!("{db}.{name}"), commit_ts))?;
+                    .table_at(db, name, lookup_ts)
+                    .ok_or_else(|| CaptureError::UnknownTable(format!("{db}.{name}"), lookup_ts))?;
                 // MariaDB logs JSON as LONGTEXT: the history knows which columns are JSON.
                 let json_cols = if schema.columns.len() == change.table.columns.len() {
                     schema
@@ -180,7 +208,7 @@ fn convert_rows(history: &SchemaHistory, txn: Transaction) -> Result<Captured> {
             }
         }
     }
-    Ok(Captured::Rows { commit_ts, rows })
+    Ok(rows)
 }
 
 /// A reader plus the history it keeps current: the unit a node runs per upstream.
@@ -209,6 +237,8 @@ impl Capture {
             }
             match self.reader.next().await? {
                 ReaderEvent::Resolved(ts) => return Ok(Captured::Resolved(ts)),
+                ReaderEvent::Chunk(c) => return convert_chunk(&self.history, c),
+                ReaderEvent::Abort(start) => return Ok(Captured::Abort(start)),
                 ReaderEvent::Transaction(t) => self.queued.extend(convert(&mut self.history, t)?),
             }
         }
@@ -272,6 +302,14 @@ impl<'a> Pump<'a> {
                 self.store.advance(*ts);
                 self.since_persist = self.persist_every;
             }
+            Captured::Chunk { start, first_seq, rows } => {
+                self.store.stage(start.ts().unwrap_or(0), *first_seq, rows)?;
+            }
+            Captured::CommitStaged { commit_ts, start, staged_rows, rows } => {
+                self.store.commit_staged(*commit_ts, start.ts().unwrap_or(0), *staged_rows, rows)?;
+                self.since_persist += 1;
+            }
+            Captured::Abort(_) => self.store.abort_staged()?,
         }
         if self.since_persist >= self.persist_every {
             self.store.persist()?;

@@ -14,8 +14,9 @@
 //! - [`EventStore::scan`] serves any span from any start ts `>= gc_ts()`; a start below it is
 //!   [`StoreError::Collected`], never a silent gap;
 //! - memory: the page cache is bounded by [`StoreConfig::cache_bytes`]; appends are written in
-//!   write transactions of at most [`MAX_WRITE_BATCH_BYTES`], so a large transaction streams to
-//!   disk instead of growing a write buffer.
+//!   write transactions of at most [`MAX_WRITE_BATCH_BYTES`]; a large transaction arrives in
+//!   chunks that are staged on disk ([`EventStore::stage`]) and moved into place at its commit
+//!   in bounded batches ([`EventStore::commit_staged`]), so it streams through disk.
 
 use crate::error::CaptureError;
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
@@ -26,6 +27,8 @@ use std::sync::Mutex;
 const ROWS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("rows");
 const DDLS: TableDefinition<u64, &[u8]> = TableDefinition::new("ddls");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Rows of large transactions not committed yet: key (start ts u64 BE, seq u32 BE).
+const STAGE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("stage");
 
 /// Largest amount of row data written in one redb write transaction.
 pub const MAX_WRITE_BATCH_BYTES: usize = 16 << 20;
@@ -85,6 +88,13 @@ fn row_key(table: TableId, ts: Ts, seq: u32) -> [u8; 20] {
     k[..8].copy_from_slice(&table.0.to_be_bytes());
     k[8..16].copy_from_slice(&ts.to_be_bytes());
     k[16..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+fn stage_key(start_ts: Ts, seq: u32) -> [u8; 12] {
+    let mut k = [0u8; 12];
+    k[..8].copy_from_slice(&start_ts.to_be_bytes());
+    k[8..].copy_from_slice(&seq.to_be_bytes());
     k
 }
 
@@ -178,6 +188,9 @@ impl EventStore {
                         }
                     }
                 }
+                // Staged rows belong to transactions that will be read again.
+                let mut stage = w.open_table(STAGE).map_err(db_err)?;
+                stage.retain(|_, _| false).map_err(db_err)?;
                 let mut ddls = w.open_table(DDLS).map_err(db_err)?;
                 ddls.retain(|ts, _| ts <= resolved).map_err(db_err)?;
             }
@@ -210,6 +223,13 @@ impl EventStore {
         if commit_ts <= self.resolved() {
             return Ok(());
         }
+        self.write_rows(commit_ts, 0, rows)?;
+        self.state().0 = commit_ts;
+        Ok(())
+    }
+
+    /// Writes rows at `commit_ts` with positions from `first_seq`, in bounded write batches.
+    fn write_rows(&self, commit_ts: Ts, first_seq: usize, rows: &[RowEvent]) -> Result<(), StoreError> {
         let mut i = 0;
         while i < rows.len() {
             let mut w = self.db.begin_write().map_err(db_err)?;
@@ -219,20 +239,116 @@ impl EventStore {
                 let mut bytes = 0;
                 while i < rows.len() && bytes < MAX_WRITE_BATCH_BYTES {
                     let r = &rows[i];
-                    let v = encode_value(r)?;
+                    let v = if r.commit_ts == commit_ts {
+                        encode_value(r)?
+                    } else {
+                        encode_value(&RowEvent { commit_ts, ..r.clone() })?
+                    };
                     bytes += v.len() + 20;
-                    t.insert(
-                        row_key(r.table_id, commit_ts, i as u32).as_slice(),
-                        v.as_slice(),
-                    )
-                    .map_err(db_err)?;
+                    let seq = u32::try_from(first_seq + i)
+                        .map_err(|_| StoreError::Db("more than 2^32 rows in one transaction".into()))?;
+                    t.insert(row_key(r.table_id, commit_ts, seq).as_slice(), v.as_slice()).map_err(db_err)?;
                     i += 1;
                 }
             }
             w.commit().map_err(db_err)?;
         }
+        Ok(())
+    }
+
+    /// Stages early rows of a large transaction (identified by the ts of its start position) at
+    /// positions `first_seq..`. Nothing staged is visible to scans until
+    /// [`EventStore::commit_staged`]; a reopened store drops whatever was staged.
+    pub fn stage(&self, start_ts: Ts, first_seq: usize, rows: &[RowEvent]) -> Result<(), StoreError> {
+        let mut i = 0;
+        while i < rows.len() {
+            let mut w = self.db.begin_write().map_err(db_err)?;
+            w.set_durability(Durability::None).map_err(db_err)?;
+            {
+                let mut t = w.open_table(STAGE).map_err(db_err)?;
+                let mut bytes = 0;
+                while i < rows.len() && bytes < MAX_WRITE_BATCH_BYTES {
+                    let v = encode_value(&rows[i])?;
+                    bytes += v.len() + 12;
+                    let seq = u32::try_from(first_seq + i)
+                        .map_err(|_| StoreError::Db("more than 2^32 rows in one transaction".into()))?;
+                    t.insert(stage_key(start_ts, seq).as_slice(), v.as_slice()).map_err(db_err)?;
+                    i += 1;
+                }
+            }
+            w.commit().map_err(db_err)?;
+        }
+        Ok(())
+    }
+
+    /// Commits a large transaction: moves its `staged_rows` staged rows into place at
+    /// `commit_ts` (bounded batches), appends the remaining `rows` after them, then advances
+    /// `resolved` to `commit_ts`.
+    pub fn commit_staged(
+        &self,
+        commit_ts: Ts,
+        start_ts: Ts,
+        staged_rows: usize,
+        rows: &[RowEvent],
+    ) -> Result<(), StoreError> {
+        if commit_ts <= self.resolved() {
+            return self.abort_staged();
+        }
+        let mut moved = 0usize;
+        loop {
+            let w = self.db.begin_write().map_err(db_err)?;
+            let mut batch_done = true;
+            {
+                let mut stage = w.open_table(STAGE).map_err(db_err)?;
+                let mut dst = w.open_table(ROWS).map_err(db_err)?;
+                let lo = stage_key(start_ts, 0);
+                let hi = stage_key(start_ts, u32::MAX);
+                let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+                let mut bytes = 0;
+                for item in stage.range(lo.as_slice()..=hi.as_slice()).map_err(db_err)? {
+                    let (k, v) = item.map_err(db_err)?;
+                    bytes += v.value().len();
+                    batch.push((k.value().to_vec(), v.value().to_vec()));
+                    if bytes >= MAX_WRITE_BATCH_BYTES {
+                        batch_done = false;
+                        break;
+                    }
+                }
+                for (k, v) in &batch {
+                    let seq = u32::from_be_bytes(
+                        k.get(8..12).and_then(|s| s.try_into().ok()).ok_or_else(|| StoreError::Corrupt("stage key".into()))?,
+                    );
+                    let mut ev = decode_value(v)?;
+                    ev.commit_ts = commit_ts;
+                    dst.insert(row_key(ev.table_id, commit_ts, seq).as_slice(), encode_value(&ev)?.as_slice())
+                        .map_err(db_err)?;
+                    stage.remove(k.as_slice()).map_err(db_err)?;
+                }
+                moved += batch.len();
+            }
+            w.commit().map_err(db_err)?;
+            if batch_done {
+                break;
+            }
+        }
+        if moved != staged_rows {
+            return Err(StoreError::Corrupt(format!(
+                "transaction at {start_ts} had {staged_rows} staged rows, found {moved}"
+            )));
+        }
+        self.write_rows(commit_ts, staged_rows, rows)?;
         self.state().0 = commit_ts;
         Ok(())
+    }
+
+    /// Drops every staged row (the reader will deliver the transaction again).
+    pub fn abort_staged(&self) -> Result<(), StoreError> {
+        let w = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut stage = w.open_table(STAGE).map_err(db_err)?;
+            stage.retain(|_, _| false).map_err(db_err)?;
+        }
+        w.commit().map_err(db_err)
     }
 
     /// Stores a DDL event and advances `resolved` to its commit ts.

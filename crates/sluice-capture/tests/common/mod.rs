@@ -18,16 +18,29 @@ pub fn reader(url: &str, server_id: u32, start: BinlogPos) -> BinlogReader {
     BinlogReader::new(cfg)
 }
 
-/// Reads transactions until one satisfies `stop` (inclusive). Panics after 60 s.
+/// Reads transactions until one satisfies `stop` (inclusive), reassembling chunked ones (their
+/// chunks prepended, `chunked_rows` reset). Panics after 60 s.
 pub async fn read_until(
     r: &mut BinlogReader,
     mut stop: impl FnMut(&Transaction) -> bool,
 ) -> Vec<Transaction> {
     let mut out = Vec::new();
+    let mut staged = Vec::new();
     let fut = async {
         loop {
             match r.next().await.expect("reader") {
-                ReaderEvent::Transaction(t) => {
+                ReaderEvent::Chunk(c) => {
+                    assert_eq!(c.first_seq, staged.len(), "chunks are contiguous");
+                    staged.extend(c.rows);
+                }
+                ReaderEvent::Abort(_) => staged.clear(),
+                ReaderEvent::Transaction(mut t) => {
+                    assert_eq!(t.chunked_rows, staged.len(), "commit matches its chunks");
+                    if !staged.is_empty() {
+                        staged.append(&mut t.rows);
+                        t.rows = std::mem::take(&mut staged);
+                        t.chunked_rows = 0;
+                    }
                     let done = stop(&t);
                     out.push(t);
                     if done {
