@@ -213,12 +213,14 @@ impl Runner<Mysql> {
 impl Mysql {
     /// Applies rows (one flush's worth) with every worker, in causality order.
     async fn apply_rows(&self, rows: &[Pending]) -> Result<()> {
-        let parts = partition(rows, self.cfg.worker_count);
+        let atomic = self.cfg.table_atomicity;
+        let parts = partition(rows, self.cfg.worker_count, atomic);
         let mut jobs = Vec::new();
         for part in parts.into_iter().filter(|p| !p.is_empty()) {
-            // One downstream transaction per max-txn-row rows of this worker.
+            // One downstream transaction per max-txn-row rows of this worker (never splitting an
+            // upstream transaction with transaction-atomicity=table).
             let mut txns = Vec::new();
-            for chunk in part.chunks(self.cfg.max_txn_row) {
+            for chunk in txn_chunks(&part, self.cfg.max_txn_row, atomic) {
                 txns.push(build_statements(
                     chunk,
                     self.cfg.safe_mode,
@@ -465,6 +467,25 @@ fn build_statements(rows: &[&Pending], safe_mode: bool, max_rows: usize) -> Resu
     Ok(out)
 }
 
+/// Splits one worker's rows into downstream transactions of at most `max` rows; with `atomic`,
+/// a split happens only between two commit ts (an upstream transaction larger than `max` stays
+/// whole).
+fn txn_chunks<'a, 'b>(rows: &'b [&'a Pending], max: usize, atomic: bool) -> Vec<&'b [&'a Pending]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < rows.len() {
+        let mut end = (start + max.max(1)).min(rows.len());
+        if atomic {
+            while end < rows.len() && rows[end].row.commit_ts == rows[end - 1].row.commit_ts {
+                end += 1;
+            }
+        }
+        out.push(&rows[start..end]);
+        start = end;
+    }
+    out
+}
+
 /// Feeds a value's identity into a hasher (floats by bit pattern; text and bytes by content).
 fn hash_value(v: &Value, h: &mut impl Hasher) {
     std::mem::discriminant(v).hash(h);
@@ -504,7 +525,7 @@ fn hash_value(v: &Value, h: &mut impl Hasher) {
 /// Splits rows into per-worker lists so that rows sharing any unique-key value stay on one
 /// worker in their original order (union-find over key-value hashes; a hash collision only
 /// serializes two unrelated rows, never reorders related ones).
-fn partition(rows: &[Pending], workers: usize) -> Vec<Vec<&Pending>> {
+fn partition(rows: &[Pending], workers: usize, atomic: bool) -> Vec<Vec<&Pending>> {
     let n = rows.len();
     let mut parent: Vec<usize> = (0..n).collect();
     fn find(p: &mut [usize], mut x: usize) -> usize {
@@ -519,6 +540,12 @@ fn partition(rows: &[Pending], workers: usize) -> Vec<Vec<&Pending>> {
         let s = &p.schema;
         let keyed = !s.key_columns.is_empty();
         let mut hashes: Vec<u64> = Vec::with_capacity(4);
+        if atomic {
+            // Every row of one upstream transaction goes to the same worker.
+            let mut h = DefaultHasher::new();
+            ("txn", p.row.commit_ts).hash(&mut h);
+            hashes.push(h.finish());
+        }
         if !keyed {
             // Keyless: every row of the table is one chain.
             let mut h = DefaultHasher::new();
@@ -720,6 +747,43 @@ impl Backend for Mysql {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn atomic_chunks_never_split_an_upstream_transaction() {
+        let schema = Arc::new(crate::testing::simple_schema("d", "t", 1, 1));
+        let rows: Vec<Pending> = [1, 1, 1, 2, 3, 3, 3, 3, 4]
+            .iter()
+            .enumerate()
+            .map(|(i, ts)| Pending {
+                schema: schema.clone(),
+                row: crate::testing::simple_insert(&schema, i as u64, "x", *ts, 0),
+            })
+            .collect();
+        let refs: Vec<&Pending> = rows.iter().collect();
+        let sizes = |atomic| {
+            txn_chunks(&refs, 2, atomic)
+                .iter()
+                .map(|c| c.len())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(sizes(false), vec![2, 2, 2, 2, 1]);
+        assert_eq!(sizes(true), vec![3, 5, 1]);
+        // With atomicity, one worker gets every row of a transaction even with distinct keys.
+        let parts = partition(&rows, 4, true);
+        for part in parts.iter().filter(|p| !p.is_empty()) {
+            for ts in [1, 3] {
+                let here = part.iter().filter(|p| p.row.commit_ts == ts).count();
+                assert!(here == 0 || here == rows.iter().filter(|p| p.row.commit_ts == ts).count());
+            }
+        }
+        assert!(
+            partition(&rows, 4, false)
+                .iter()
+                .filter(|p| !p.is_empty())
+                .count()
+                > 1
+        );
+    }
 
     #[test]
     fn ddl_rewrites_are_idempotent_forms() {

@@ -214,6 +214,9 @@ pub struct MysqlConfig {
     /// `safe-mode` (default true in Sluice): inserts and updates are written as `REPLACE`, so a
     /// replay from the checkpoint converges to the upstream state.
     pub safe_mode: bool,
+    /// `transaction-atomicity` (`none` | `table`; default none): with `table`, the rows of one
+    /// upstream transaction in one span are applied in one downstream transaction (on one worker).
+    pub table_atomicity: bool,
     /// `force-replicate` (default false): accept tables without a primary or not-null unique key
     /// (replays may then duplicate rows; see docs/sinks.md).
     pub force_replicate: bool,
@@ -502,6 +505,13 @@ fn parse_mysql(url: &Url, p: &mut Params<'_>, masked: &str) -> Result<MysqlConfi
             MAX_MAX_TXN_ROW as u64,
         )? as usize,
         safe_mode: p.bool("safe-mode", true)?,
+        table_atomicity: match p.take("transaction-atomicity").as_deref() {
+            None | Some("none") => false,
+            Some("table") => true,
+            Some(other) => {
+                return Err(p.bad("transaction-atomicity", other, "expected none or table"))
+            }
+        },
         force_replicate: p.bool("force-replicate", false)?,
         max_retries: p.uint("max-retries", 8, 0, 1000)? as u32,
         retry_backoff: p.duration(

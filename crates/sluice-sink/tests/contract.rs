@@ -77,8 +77,14 @@ fn tempdir(tag: &str) -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_through_open_sink_keeps_the_contract() {
     let db = sluice_testkit::mariadb::MariaDb::start().expect("mariadb");
-    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64))").expect("ddl");
-    let sink = open_sink(&format!("{}/?worker-count=2&max-txn-row=2", db.url())).await.expect("sink");
+    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64))")
+        .expect("ddl");
+    let sink = open_sink(&format!(
+        "{}/?worker-count=2&max-txn-row=2&transaction-atomicity=table",
+        db.url()
+    ))
+    .await
+    .expect("sink");
     run_contract_suite(sink.as_ref(), "d", "t", 1, "ALTER TABLE t ADD COLUMN x INT").await;
 }
 
@@ -88,7 +94,10 @@ async fn open_sink_refuses_bad_uris_fatally_and_masks_secrets() {
         ("kafka://broker/topic", "unknown scheme"),
         ("s3:///p?secret-access-key=SECRETVALUE", "missing bucket"),
         ("file:///tmp/x?file-size=1", "file-size=1"),
-        ("mysql://root:PASSWORDVALUE@127.0.0.1:1/?safe-mode=maybe", "safe-mode=maybe"),
+        (
+            "mysql://root:PASSWORDVALUE@127.0.0.1:1/?safe-mode=maybe",
+            "safe-mode=maybe",
+        ),
     ] {
         let e = match open_sink(uri).await {
             Ok(_) => panic!("{uri} accepted"),
@@ -97,6 +106,9 @@ async fn open_sink_refuses_bad_uris_fatally_and_masks_secrets() {
         assert!(!e.is_retryable(), "{e}");
         let shown = format!("{e} {e:?}");
         assert!(shown.contains(needle), "{shown}");
-        assert!(!shown.contains("SECRETVALUE") && !shown.contains("PASSWORDVALUE"), "{shown}");
+        assert!(
+            !shown.contains("SECRETVALUE") && !shown.contains("PASSWORDVALUE"),
+            "{shown}"
+        );
     }
 }
