@@ -189,6 +189,9 @@ fn text(v: &M) -> String {
 }
 
 struct Table {
+    /// No primary or not-null unique key: `key` is every column, the table is one chunk (range
+    /// conditions would drop rows with NULLs) and rows are compared as a multiset.
+    keyless: bool,
     db: String,
     name: String,
     columns: Vec<String>,
@@ -283,7 +286,7 @@ async fn describe(
         .into_iter()
         .find(|(_, cols)| cols.iter().all(|(_, n)| n == "NO"))
         .map(|(_, cols)| cols.into_iter().map(|(c, _)| c).collect())
-        .unwrap_or_else(|| cols.clone());
+        .unwrap_or_default();
     Ok(Some((cols, key)))
 }
 
@@ -333,7 +336,7 @@ async fn rows_in(
     t: &Table,
     lo: &Option<Vec<M>>,
     hi: &Option<Vec<M>>,
-) -> Result<BTreeMap<Vec<String>, u64>> {
+) -> Result<BTreeMap<Vec<String>, Vec<u64>>> {
     let (cond, params) = t.range(lo, hi);
     let sql = format!(
         "SELECT {}, {} FROM {} WHERE {cond}",
@@ -345,7 +348,7 @@ async fn rows_in(
         .exec(sql, params)
         .await
         .map_err(|e| SinkError::db(format!("read rows {}", t.qualified()), e))?;
-    let mut out = BTreeMap::new();
+    let mut out: BTreeMap<Vec<String>, Vec<u64>> = BTreeMap::new();
     for r in rows {
         let mut vals = r.unwrap();
         if vals.is_empty() {
@@ -357,7 +360,9 @@ async fn rows_in(
             M::Bytes(b) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
             _ => 0,
         };
-        out.insert(vals.iter().map(text).collect(), h);
+        out.entry(vals.iter().map(text).collect())
+            .or_default()
+            .push(h);
     }
     Ok(out)
 }
@@ -382,7 +387,7 @@ async fn compare_range(
             continue;
         }
         let n = u.0 as usize;
-        if n > ROW_COMPARE_MAX {
+        if n > ROW_COMPARE_MAX && !t.keyless {
             if let Some(mid) = key_at(up, t, &lo, &hi, n / 2 - 1).await? {
                 stack.push((Some(mid.clone()), hi.clone(), None));
                 stack.push((lo, Some(mid), None));
@@ -393,24 +398,30 @@ async fn compare_range(
             rows_in(up, t, &lo, &hi).await?,
             rows_in(down, t, &lo, &hi).await?,
         );
+        // Per key, a multiset of row hashes (keyless tables can hold duplicates).
         let mut diffs = Vec::new();
-        for (k, h) in &ur {
-            match dr.get(k) {
-                None => diffs.push(RowDiff {
-                    key: k.clone(),
-                    kind: DiffKind::Missing,
-                }),
-                Some(h2) if h2 != h => diffs.push(RowDiff {
-                    key: k.clone(),
-                    kind: DiffKind::Differs,
-                }),
-                _ => {}
+        let empty = Vec::new();
+        let keys: std::collections::BTreeSet<&Vec<String>> = ur.keys().chain(dr.keys()).collect();
+        for k in keys {
+            let (mut a, mut b) = (
+                ur.get(k).unwrap_or(&empty).clone(),
+                dr.get(k).unwrap_or(&empty).clone(),
+            );
+            a.sort_unstable();
+            b.sort_unstable();
+            if a == b {
+                continue;
             }
-        }
-        for k in dr.keys().filter(|k| !ur.contains_key(*k)) {
+            let kind = if a.len() > b.len() {
+                DiffKind::Missing
+            } else if a.len() < b.len() {
+                DiffKind::Extra
+            } else {
+                DiffKind::Differs
+            };
             diffs.push(RowDiff {
                 key: k.clone(),
-                kind: DiffKind::Extra,
+                kind,
             });
         }
         rep.diff_count += diffs.len();
@@ -438,7 +449,6 @@ async fn check_table(
         rep.schema_difference = Some("table vanished upstream".into());
         return Ok(rep);
     };
-    rep.key_columns = key.clone();
     match describe(down, db, name).await? {
         None => {
             rep.schema_difference = Some("missing downstream".into());
@@ -452,7 +462,11 @@ async fn check_table(
         }
         Some(_) => {}
     }
+    let keyless = key.is_empty();
+    let key = if keyless { cols.clone() } else { key };
+    rep.key_columns = key.clone();
     let t = Table {
+        keyless,
         db: db.into(),
         name: name.into(),
         columns: cols,
@@ -462,7 +476,11 @@ async fn check_table(
     rep.downstream_rows = chunk_sum(down, &t, &None, &None).await?.0;
     let mut lo: Option<Vec<M>> = None;
     loop {
-        let hi = key_at(up, &t, &lo, &None, chunk.max(1) - 1).await?;
+        let hi = if t.keyless {
+            None
+        } else {
+            key_at(up, &t, &lo, &None, chunk.max(1) - 1).await?
+        };
         rep.chunks += 1;
         compare_range(up, down, &t, lo.clone(), hi.clone(), &mut rep).await?;
         match hi {

@@ -110,4 +110,34 @@ async fn finds_every_planted_difference_by_key_in_a_million_rows() {
         Some("missing downstream")
     );
     assert_eq!(r.exit_code(), 1);
+
+    // A table without a usable key is compared as a multiset of rows: a duplicated row (what
+    // force-replicate can leave behind) and a missing row with a NULL are reported.
+    let nk = "CREATE TABLE d.nk (a INT NULL, b VARCHAR(8) NULL); INSERT INTO d.nk VALUES (1, 'x'), (NULL, 'y'), (2, NULL);";
+    up.exec(nk).expect("nk up");
+    down.exec(nk).expect("nk down");
+    let r = run(&CheckArgs::new(&up.url(), &down.url(), "d.nk"))
+        .await
+        .expect("check");
+    assert!(r.equal(), "{r}");
+    down.exec("INSERT INTO d.nk VALUES (1, 'x'); DELETE FROM d.nk WHERE a IS NULL")
+        .expect("plant nk");
+    let r = run(&CheckArgs::new(&up.url(), &down.url(), "d.nk"))
+        .await
+        .expect("check");
+    let t = &r.tables[0];
+    assert_eq!(
+        t.diffs,
+        vec![
+            RowDiff {
+                key: vec!["1".into(), "x".into()],
+                kind: DiffKind::Extra
+            },
+            RowDiff {
+                key: vec!["NULL".into(), "y".into()],
+                kind: DiffKind::Missing
+            },
+        ],
+        "{r}"
+    );
 }
