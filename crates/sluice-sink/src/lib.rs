@@ -89,13 +89,23 @@ pub trait Sink: Send + Sync {
     fn durable_ts(&self, dispatcher: DispatcherId) -> Option<Ts>;
 }
 
-/// Builds the sink a URI names (`file://`, `s3://`, `mysql://`, `blackhole://`). Must be called
-/// inside a tokio runtime with the time driver (sinks run a flush ticker).
+/// Builds the sink a URI names (`file://`, `s3://`, `mysql://`, `blackhole://`) for changefeed
+/// `"default"`. Must be called inside a tokio runtime with the time driver (sinks run a flush
+/// ticker). See [`open_sink_for`].
 pub async fn open_sink(uri: &str) -> Result<Arc<dyn Sink>> {
+    open_sink_for("default", uri).await
+}
+
+/// Builds the sink of one changefeed. The changefeed id keys what the sink records downstream
+/// (the MySQL sink's `ddl_ts` and checkpoint rows), so changefeeds sharing a downstream never
+/// skip each other's DDLs.
+pub async fn open_sink_for(changefeed: &str, uri: &str) -> Result<Arc<dyn Sink>> {
     let parsed = SinkUri::parse(uri)?;
     match parsed.config {
         SinkConfig::Blackhole => Ok(Arc::new(blackhole::BlackholeSink::new_blackhole())),
         SinkConfig::Storage(cfg) => Ok(Arc::new(storage::StorageSink::open_storage(cfg)?)),
-        SinkConfig::Mysql(cfg) => Ok(Arc::new(mysql::MysqlSink::connect(cfg).await?)),
+        SinkConfig::Mysql(cfg) => Ok(Arc::new(
+            mysql::MysqlSink::connect_for(changefeed, cfg).await?,
+        )),
     }
 }

@@ -180,13 +180,19 @@ pub struct Mysql {
 pub type MysqlSink = Runner<Mysql>;
 
 impl Runner<Mysql> {
-    /// Connects, creates the progress tables, and starts the flush ticker.
+    /// Connects for changefeed `"default"` (see [`Runner::connect_for`]).
     pub async fn connect(cfg: MysqlConfig) -> Result<MysqlSink> {
+        Self::connect_for("default", cfg).await
+    }
+
+    /// Connects, creates the progress tables, and starts the flush ticker. `changefeed` keys the
+    /// rows of `sluice_sink.ddl_ts` and `sluice_sink.checkpoint`.
+    pub async fn connect_for(changefeed: &str, cfg: MysqlConfig) -> Result<MysqlSink> {
         let pool = pool(&cfg, cfg.worker_count + 2)?;
         let m = Mysql {
             cfg,
             pool,
-            changefeed: "default".into(),
+            changefeed: changefeed.to_string(),
             ddl_lock: Arc::new(tokio::sync::Mutex::new(())),
         };
         m.with_retry("create progress tables", |mut c| async move {
