@@ -347,7 +347,14 @@ impl Coordinator {
                             f.placement = Placement::Added { node: node.clone(), epoch: Epoch(epoch), last_sent: now };
                             out.push(Effect::Send {
                                 to: node,
-                                msg: Message::AddMaintainer { cf: cf.clone(), epoch: Epoch(epoch), rev, checkpoint, config: f.info.config.clone() },
+                                msg: Message::AddMaintainer {
+                                    cf: cf.clone(),
+                                    epoch: Epoch(epoch),
+                                    rev,
+                                    incarnation: f.placed_inc,
+                                    checkpoint,
+                                    config: f.info.config.clone(),
+                                },
                             });
                         }
                         Placement::Bumping { purpose: BumpPurpose::Close, .. } => {
@@ -613,7 +620,12 @@ impl Coordinator {
 
     fn bump(&mut self, cf: &ChangefeedId, placement: Placement, out: &mut Vec<Effect>) {
         let Some(f) = self.feeds.get_mut(cf) else { return };
-        let epoch = f.info.epoch + 1;
+        #[allow(unused_mut)]
+        let mut epoch = f.info.epoch + 1;
+        #[cfg(feature = "mutations")]
+        if crate::mutations::on("epoch-no-bump") && f.info.epoch > 0 {
+            epoch = f.info.epoch;
+        }
         let mut info = f.info.clone();
         info.epoch = epoch;
         let rev = f.info_rev;
@@ -881,7 +893,14 @@ impl Coordinator {
                     let checkpoint = f.checkpoint.max(f.reported);
                     out.push(Effect::Send {
                         to: node.clone(),
-                        msg: Message::AddMaintainer { cf: cf.clone(), epoch: *epoch, rev, checkpoint, config: f.info.config.clone() },
+                        msg: Message::AddMaintainer {
+                            cf: cf.clone(),
+                            epoch: *epoch,
+                            rev,
+                            incarnation: f.placed_inc,
+                            checkpoint,
+                            config: f.info.config.clone(),
+                        },
                     });
                 }
                 Placement::Moving { node, epoch, last_sent, .. } if now >= *last_sent + RESEND_MS => {

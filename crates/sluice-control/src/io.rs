@@ -103,6 +103,8 @@ pub enum TraceEvent {
     DispatcherStarted { cf: ChangefeedId, id: DispatcherId, span: Span, start_ts: Ts },
     DispatcherClosed { cf: ChangefeedId, id: DispatcherId },
     MaintainerCheckpoint { cf: ChangefeedId, epoch: Epoch, checkpoint: Ts },
+    /// A maintainer confirmed its epoch is the persisted one and starts bootstrapping: it acts.
+    MaintainerStarted { cf: ChangefeedId, epoch: Epoch },
     MaintainerBootstrapped { cf: ChangefeedId, epoch: Epoch },
     RequestDone { cf: ChangefeedId, req: TableRequest, outcome: String },
     ChangefeedRestarted { cf: ChangefeedId, reason: String },

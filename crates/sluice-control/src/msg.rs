@@ -88,7 +88,9 @@ pub enum RejectReason {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Message {
     // ---- coordinator -> node (fenced by the coordinator's leadership revision) ----
-    AddMaintainer { cf: ChangefeedId, epoch: Epoch, rev: u64, checkpoint: Ts, config: ChangefeedConfig },
+    /// Place the maintainer of `epoch` on the node incarnation `incarnation` (a restarted node
+    /// refuses a placement meant for its earlier life).
+    AddMaintainer { cf: ChangefeedId, epoch: Epoch, rev: u64, incarnation: u64, checkpoint: Ts, config: ChangefeedConfig },
     /// Stop the maintainer of that epoch. `cascade` also closes every dispatcher of the
     /// changefeed (pause, remove, error restart); otherwise they stay for the next maintainer.
     RemoveMaintainer { cf: ChangefeedId, epoch: Epoch, rev: u64, cascade: bool },

@@ -6,7 +6,6 @@
 //! |---|---|---|
 //! | `bootstrap-ignores-unknown-tables` | bootstrap takes its table set from the start-point schema only and ignores working dispatchers and journaled creates of tables outside it (TiCDC's behaviour in the seed) | one-writer (with `dm-admits-overlap`) |
 //! | `dm-admits-overlap` | a dispatcher manager admits a dispatcher overlapping another one | one-writer |
-//! | `maintainer-ignores-overlap` | the maintainer requests a dispatcher over keys another known dispatcher may still write | one-writer |
 //! | `dm-ignores-epoch` | a dispatcher manager applies scheduling messages of any epoch | stale-epoch |
 //! | `checkpoint-ignores-absent` | the checkpoint ignores spans that are not replicating | checkpoint-sound |
 //! | `checkpoint-regress` | the coordinator persists a lower checkpoint | checkpoint-monotonic |
@@ -15,6 +14,8 @@
 //! | `reverse-batch` | a dispatcher writes each batch of rows in reverse order | per-key-order |
 //! | `pass-before-write` | the barrier sends Pass before the writer reported Written | ddl-order |
 //! | `create-dropped-table` | a dropped table's spans come back, starting at the drop | dropped-table-stays-dropped |
+//! | `epoch-no-bump` | the coordinator places a new maintainer without bumping the epoch | epoch-monotonic |
+//! | `bootstrap-without-all-nodes` | a maintainer finishes its bootstrap before every alive node answered | one-maintainer |
 //! | `sink-error-restarts-changefeed` | a retryable sink error restarts the whole changefeed | changefeed-normal |
 
 use std::cell::RefCell;
@@ -27,7 +28,6 @@ thread_local! {
 pub const ALL: &[&str] = &[
     "bootstrap-ignores-unknown-tables",
     "dm-admits-overlap",
-    "maintainer-ignores-overlap",
     "dm-ignores-epoch",
     "checkpoint-ignores-absent",
     "checkpoint-regress",
@@ -35,6 +35,8 @@ pub const ALL: &[&str] = &[
     "reverse-batch",
     "pass-before-write",
     "create-dropped-table",
+    "epoch-no-bump",
+    "bootstrap-without-all-nodes",
     "sink-error-restarts-changefeed",
     "drop-rows",
 ];

@@ -219,10 +219,15 @@ impl NodeState {
 
     fn on_message(&mut self, now: Millis, from: NodeId, msg: Message, out: &mut Vec<Effect>) {
         match msg {
-            Message::AddMaintainer { cf, epoch, rev, checkpoint, config } => {
+            Message::AddMaintainer { cf, epoch, rev, incarnation, checkpoint, config } => {
                 if rev < self.max_coordinator_rev {
                     self.stale_dropped += 1;
                     out.push(Effect::Trace(TraceEvent::Stale { kind: "add_maintainer", reason: "deposed coordinator" }));
+                    return;
+                }
+                if incarnation != self.incarnation {
+                    self.stale_dropped += 1;
+                    out.push(Effect::Trace(TraceEvent::Stale { kind: "add_maintainer", reason: "meant for an earlier incarnation of this node" }));
                     return;
                 }
                 self.max_coordinator_rev = rev;

@@ -29,6 +29,8 @@ pub struct Checker {
     active: BTreeMap<WriterKey, Span>,
     /// Start ts of every dispatcher started.
     starts: BTreeMap<WriterKey, Ts>,
+    /// Per changefeed, the newest epoch a maintainer instance started with.
+    started_epoch: BTreeMap<ChangefeedId, Epoch>,
     /// Per changefeed, the newest epoch of a maintainer that finished its bootstrap.
     global_epoch: BTreeMap<ChangefeedId, Epoch>,
     /// History indexes of the row events delivered at least once.
@@ -273,6 +275,19 @@ impl Checker {
         let acting = self.global_epoch.get(cf).copied().unwrap_or_default();
         if epoch < acting && epoch >= max {
             self.fail(format!("one-maintainer: {node} applied a `{kind}` of {epoch:?} while the maintainer of {acting:?} already acts"));
+        }
+    }
+
+    /// A maintainer starts acting: its epoch must exceed every earlier acting one's.
+    pub fn on_maintainer_started(&mut self, cf: &ChangefeedId, epoch: Epoch) {
+        let prev = self.started_epoch.get(cf).copied();
+        if let Some(p) = prev {
+            if epoch <= p {
+                self.fail(format!("epoch-monotonic: a maintainer of {cf} started with {epoch:?}, not above the earlier {p:?}"));
+            }
+        }
+        if prev.map(|p| epoch > p).unwrap_or(true) {
+            self.started_epoch.insert(cf.clone(), epoch);
         }
     }
 

@@ -55,7 +55,7 @@ impl Report {
             let _ = writeln!(s, "  {k:<16} {v}");
         }
         if self.skipped_expects > 0 {
-            let _ = writeln!(s, "expect steps skipped (explore --scenario): {}", self.skipped_expects);
+            let _ = writeln!(s, "steps skipped (expects other than checks, aliases without a value): {}", self.skipped_expects);
         }
         let _ = writeln!(s, "coverage (operator phase in flight when the fault hit):");
         let _ = writeln!(s, "  {:<18} {:>8} {:>10} {:>8} {:>12}", "operator", "crash", "partition", "drop", "stale_epoch");

@@ -320,10 +320,6 @@ impl Maintainer {
 
     /// No dispatcher the maintainer knows of, other than `except`, may write keys of `span`.
     fn can_create(&self, span: &Span, except: &[DispatcherId]) -> bool {
-        #[cfg(feature = "mutations")]
-        if crate::mutations::on("maintainer-ignores-overlap") {
-            return true;
-        }
         !self.tracked.iter().any(|(id, t)| !except.contains(id) && t.span.overlaps(span))
     }
 
@@ -420,6 +416,7 @@ impl Maintainer {
             return;
         }
         *schema = Some(snapshot);
+        out.push(Effect::Trace(TraceEvent::MaintainerStarted { cf: self.cf.clone(), epoch: self.epoch }));
         for (n, inc) in ctx.alive {
             self.send_bootstrap(ctx.now, n, *inc, out);
         }
@@ -498,9 +495,26 @@ impl Maintainer {
         }
     }
 
+    /// The `bootstrap-without-all-nodes` mutation: finish as soon as the own node answered.
+    #[cfg(feature = "mutations")]
+    fn finish_early(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
+        let ok = matches!(&self.phase, Phase::Bootstrapping { responses, schema: Some(_) } if responses.contains_key(&self.node));
+        if !ok {
+            return;
+        }
+        let Phase::Bootstrapping { responses, schema: Some(schema) } = std::mem::replace(&mut self.phase, Phase::Working) else {
+            return;
+        };
+        self.finish_bootstrap(ctx, responses, schema, out);
+    }
+
     fn try_finish_bootstrap(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
         let ready = match &self.phase {
             Phase::Bootstrapping { responses, schema: Some(_) } => {
+                #[cfg(feature = "mutations")]
+                if crate::mutations::on("bootstrap-without-all-nodes") {
+                    return self.finish_early(ctx, out);
+                }
                 ctx.alive.keys().all(|n| responses.contains_key(n) || !self.bootstrapping.contains_key(n) && self.ready.contains_key(n))
                     && self.bootstrapping.keys().all(|n| !ctx.alive.contains_key(n))
                     && responses.contains_key(&self.node)
