@@ -8,8 +8,13 @@ cd "$(dirname "$0")/.."
 scripts/install-test-deps.sh
 
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+status=0
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --no-fail-fast
+  cargo nextest run --workspace --no-fail-fast || status=1
+  # Every simulator invariant must fire under its named mutation (feature off everywhere else).
+  cargo nextest run -p sluice-sim --features mutations --test mutations --no-fail-fast || status=1
 else
-  cargo test --workspace --no-fail-fast
+  cargo test --workspace --no-fail-fast || status=1
+  cargo test -p sluice-sim --features mutations --test mutations --no-fail-fast || status=1
 fi
+exit $status
