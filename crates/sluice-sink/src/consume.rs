@@ -24,6 +24,8 @@ use sluice_types::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// The changefeed id consume records its DDLs under in the downstream's `ddl_ts`.
+pub const CONSUME_CHANGEFEED: &str = "sluice-consume";
 /// The most rows one run holds in memory.
 pub const MAX_ROWS: usize = 20_000_000;
 
@@ -163,7 +165,7 @@ pub async fn run(args: &ConsumeArgs) -> Result<ConsumeReport> {
     let store = build_store(&cfg)?;
     let mut report = ConsumeReport::default();
     let items = read_layout(&store, &cfg, &mut report).await?;
-    let sink = MysqlSink::connect(down).await?;
+    let sink = MysqlSink::connect_for(CONSUME_CHANGEFEED, down).await?;
     for (seq, item) in items.into_iter().enumerate() {
         let d = DispatcherId {
             epoch: u64::MAX,
