@@ -261,8 +261,19 @@ impl BinlogReader {
 
     /// Drops the current connection (tests; the next call reconnects from the resume point).
     pub fn disconnect(&mut self) {
+        self.drop_connection();
+    }
+
+    /// Forgets the connection and the open transaction; chunks already handed out for it are
+    /// to be aborted (the next event is [`ReaderEvent::Abort`]).
+    fn drop_connection(&mut self) {
         self.stream = None;
-        self.pending = None;
+        if let Some(p) = self.pending.take() {
+            self.stats.partial_dropped += 1;
+            if p.chunked > 0 {
+                self.abort = Some(p.start);
+            }
+        }
     }
 
     async fn connect(&mut self) -> Result<()> {
@@ -307,13 +318,7 @@ impl BinlogReader {
     }
 
     async fn backoff(&mut self, err: CaptureError) -> Result<()> {
-        self.stream = None;
-        if let Some(p) = self.pending.take() {
-            self.stats.partial_dropped += 1;
-            if p.chunked > 0 {
-                self.abort = Some(p.start);
-            }
-        }
+        self.drop_connection();
         if !err.is_retryable() {
             return Err(err);
         }
@@ -395,7 +400,11 @@ impl BinlogReader {
         p.chunked += rows.len();
         p.bytes = 0;
         self.stats.chunks += 1;
-        Some(TxnChunk { start: p.start.clone(), first_seq, rows })
+        Some(TxnChunk {
+            start: p.start.clone(),
+            first_seq,
+            rows,
+        })
     }
 
     fn decode_err(&self, pos: u64, e: impl std::fmt::Display) -> CaptureError {
@@ -594,7 +603,9 @@ chunked: 0,
             _ => RowKind::Delete,
         };
         pending.bytes += ev.data().len();
-        if pending.bytes > self.cfg.max_txn_bytes.max(self.cfg.chunk_bytes) && pending.statement.is_some() {
+        if pending.bytes > self.cfg.max_txn_bytes.max(self.cfg.chunk_bytes)
+            && pending.statement.is_some()
+        {
             return Err(CaptureError::Decode {
                 file: self.file.clone(),
                 pos: start_pos,
@@ -684,7 +695,7 @@ chunked: 0,
             standalone: true,
             rows: Vec::new(),
             bytes: 0,
-chunked: 0,
+            chunked: 0,
             statement: None,
         });
         let index = file_index(&self.file).ok_or_else(|| CaptureError::Decode {

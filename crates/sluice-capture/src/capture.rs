@@ -33,10 +33,19 @@ pub enum Captured {
     /// Everything with commit ts `<= ts` has been captured.
     Resolved(Ts),
     /// Early rows of a large transaction, to be staged until its commit (their `commit_ts` is 0).
-    Chunk { start: BinlogPos, first_seq: usize, rows: Vec<RowEvent> },
+    Chunk {
+        start: BinlogPos,
+        first_seq: usize,
+        rows: Vec<RowEvent>,
+    },
     /// The commit of a transaction whose first `staged_rows` rows came as [`Captured::Chunk`]s
     /// (all with this `start`); `rows` are the rest.
-    CommitStaged { commit_ts: Ts, start: BinlogPos, staged_rows: usize, rows: Vec<RowEvent> },
+    CommitStaged {
+        commit_ts: Ts,
+        start: BinlogPos,
+        staged_rows: usize,
+        rows: Vec<RowEvent>,
+    },
     /// Discard the chunks staged for the transaction starting here (it will be read again).
     Abort(BinlogPos),
 }
@@ -81,9 +90,17 @@ pub fn convert(history: &mut SchemaHistory, txn: Transaction) -> Result<Vec<Capt
     let (ts, ms) = (txn.commit_ts, txn.commit_time_ms);
     let rows = convert_rows(history, ts, ts, ms, txn.rows)?;
     if txn.chunked_rows > 0 {
-        out.push(Captured::CommitStaged { commit_ts: ts, start: txn.start, staged_rows: txn.chunked_rows, rows });
+        out.push(Captured::CommitStaged {
+            commit_ts: ts,
+            start: txn.start,
+            staged_rows: txn.chunked_rows,
+            rows,
+        });
     } else {
-        out.push(Captured::Rows { commit_ts: ts, rows });
+        out.push(Captured::Rows {
+            commit_ts: ts,
+            rows,
+        });
     }
     Ok(out)
 }
@@ -94,7 +111,11 @@ pub fn convert_chunk(history: &SchemaHistory, chunk: TxnChunk) -> Result<Capture
     // is the schema at its commit.
     let at = chunk.start.ts().unwrap_or(history.head);
     let rows = convert_rows(history, at, 0, 0, chunk.rows)?;
-    Ok(Captured::Chunk { start: chunk.start, first_seq: chunk.first_seq, rows })
+    Ok(Captured::Chunk {
+        start: chunk.start,
+        first_seq: chunk.first_seq,
+        rows,
+    })
 }
 
 /// Converts rows of one transaction; tables are looked up in `history` at `lookup_ts`.
@@ -302,11 +323,26 @@ impl<'a> Pump<'a> {
                 self.store.advance(*ts);
                 self.since_persist = self.persist_every;
             }
-            Captured::Chunk { start, first_seq, rows } => {
-                self.store.stage(start.ts().unwrap_or(0), *first_seq, rows)?;
+            Captured::Chunk {
+                start,
+                first_seq,
+                rows,
+            } => {
+                self.store
+                    .stage(start.ts().unwrap_or(0), *first_seq, rows)?;
             }
-            Captured::CommitStaged { commit_ts, start, staged_rows, rows } => {
-                self.store.commit_staged(*commit_ts, start.ts().unwrap_or(0), *staged_rows, rows)?;
+            Captured::CommitStaged {
+                commit_ts,
+                start,
+                staged_rows,
+                rows,
+            } => {
+                self.store.commit_staged(
+                    *commit_ts,
+                    start.ts().unwrap_or(0),
+                    *staged_rows,
+                    rows,
+                )?;
                 self.since_persist += 1;
             }
             Captured::Abort(_) => self.store.abort_staged()?,

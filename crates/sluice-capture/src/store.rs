@@ -229,7 +229,12 @@ impl EventStore {
     }
 
     /// Writes rows at `commit_ts` with positions from `first_seq`, in bounded write batches.
-    fn write_rows(&self, commit_ts: Ts, first_seq: usize, rows: &[RowEvent]) -> Result<(), StoreError> {
+    fn write_rows(
+        &self,
+        commit_ts: Ts,
+        first_seq: usize,
+        rows: &[RowEvent],
+    ) -> Result<(), StoreError> {
         let mut i = 0;
         while i < rows.len() {
             let mut w = self.db.begin_write().map_err(db_err)?;
@@ -242,12 +247,17 @@ impl EventStore {
                     let v = if r.commit_ts == commit_ts {
                         encode_value(r)?
                     } else {
-                        encode_value(&RowEvent { commit_ts, ..r.clone() })?
+                        encode_value(&RowEvent {
+                            commit_ts,
+                            ..r.clone()
+                        })?
                     };
                     bytes += v.len() + 20;
-                    let seq = u32::try_from(first_seq + i)
-                        .map_err(|_| StoreError::Db("more than 2^32 rows in one transaction".into()))?;
-                    t.insert(row_key(r.table_id, commit_ts, seq).as_slice(), v.as_slice()).map_err(db_err)?;
+                    let seq = u32::try_from(first_seq + i).map_err(|_| {
+                        StoreError::Db("more than 2^32 rows in one transaction".into())
+                    })?;
+                    t.insert(row_key(r.table_id, commit_ts, seq).as_slice(), v.as_slice())
+                        .map_err(db_err)?;
                     i += 1;
                 }
             }
@@ -259,7 +269,12 @@ impl EventStore {
     /// Stages early rows of a large transaction (identified by the ts of its start position) at
     /// positions `first_seq..`. Nothing staged is visible to scans until
     /// [`EventStore::commit_staged`]; a reopened store drops whatever was staged.
-    pub fn stage(&self, start_ts: Ts, first_seq: usize, rows: &[RowEvent]) -> Result<(), StoreError> {
+    pub fn stage(
+        &self,
+        start_ts: Ts,
+        first_seq: usize,
+        rows: &[RowEvent],
+    ) -> Result<(), StoreError> {
         let mut i = 0;
         while i < rows.len() {
             let mut w = self.db.begin_write().map_err(db_err)?;
@@ -270,9 +285,11 @@ impl EventStore {
                 while i < rows.len() && bytes < MAX_WRITE_BATCH_BYTES {
                     let v = encode_value(&rows[i])?;
                     bytes += v.len() + 12;
-                    let seq = u32::try_from(first_seq + i)
-                        .map_err(|_| StoreError::Db("more than 2^32 rows in one transaction".into()))?;
-                    t.insert(stage_key(start_ts, seq).as_slice(), v.as_slice()).map_err(db_err)?;
+                    let seq = u32::try_from(first_seq + i).map_err(|_| {
+                        StoreError::Db("more than 2^32 rows in one transaction".into())
+                    })?;
+                    t.insert(stage_key(start_ts, seq).as_slice(), v.as_slice())
+                        .map_err(db_err)?;
                     i += 1;
                 }
             }
@@ -316,12 +333,17 @@ impl EventStore {
                 }
                 for (k, v) in &batch {
                     let seq = u32::from_be_bytes(
-                        k.get(8..12).and_then(|s| s.try_into().ok()).ok_or_else(|| StoreError::Corrupt("stage key".into()))?,
+                        k.get(8..12)
+                            .and_then(|s| s.try_into().ok())
+                            .ok_or_else(|| StoreError::Corrupt("stage key".into()))?,
                     );
                     let mut ev = decode_value(v)?;
                     ev.commit_ts = commit_ts;
-                    dst.insert(row_key(ev.table_id, commit_ts, seq).as_slice(), encode_value(&ev)?.as_slice())
-                        .map_err(db_err)?;
+                    dst.insert(
+                        row_key(ev.table_id, commit_ts, seq).as_slice(),
+                        encode_value(&ev)?.as_slice(),
+                    )
+                    .map_err(db_err)?;
                     stage.remove(k.as_slice()).map_err(db_err)?;
                 }
                 moved += batch.len();

@@ -1,0 +1,181 @@
+//! Large transactions stream through bounded memory: the reader hands out chunks, the store
+//! stages them on disk and moves them into place at the commit; a dropped connection in the
+//! middle aborts the staged chunks and the transaction is read again.
+
+mod common;
+use sluice_capture::binlog::{BinlogReader, ReaderConfig};
+use sluice_capture::capture::{Capture, Pump};
+use sluice_capture::schema::{FileSchemaStore, SchemaHistory, SchemaStore};
+use sluice_capture::store::{EventStore, StoreConfig};
+use sluice_testkit::mariadb::MariaDb;
+use sluice_types::{Span, Value};
+use std::path::Path;
+
+const CHILD_ENV: &str = "SLUICE_BIGTXN_CHILD";
+
+/// Checks the store holds `n` rows of table `t` in one transaction, in order.
+fn assert_one_txn(store: &EventStore, t: sluice_types::TableId, n: usize) {
+    let mut cursor = sluice_capture::store::Cursor {
+        ts: 0,
+        seq: u32::MAX,
+    };
+    let (mut count, mut ts) = (0usize, None);
+    loop {
+        let b = store
+            .scan_from(&Span::whole_table(t), cursor, u64::MAX, 50_000)
+            .expect("scan");
+        for r in &b.rows {
+            count += 1;
+            assert_eq!(
+                r.after.as_ref().expect("after")[0],
+                Value::Int(count as i64),
+                "rows in order"
+            );
+            assert_eq!(*ts.get_or_insert(r.commit_ts), r.commit_ts, "one commit ts");
+        }
+        match b.next {
+            Some(c) => cursor = c,
+            None => break,
+        }
+    }
+    assert_eq!(count, n);
+}
+
+/// Child half of `big_transaction_streams_under_a_memory_quota`: pumps the upstream into a store
+/// with a 64 MiB budget (8 MiB chunks, 32 MiB page cache) and prints its peak RSS.
+#[tokio::test]
+async fn big_transaction_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let mut it = spec.split('|');
+    let (url, dir, end) = (
+        it.next().expect("url"),
+        it.next().expect("dir"),
+        it.next().expect("end"),
+    );
+    let end: u64 = end.parse().expect("end");
+    let hs = FileSchemaStore(Path::new(dir).join("history.json"));
+    let history = hs.load().expect("load").expect("history");
+    let store = EventStore::open(
+        &Path::new(dir).join("events"),
+        StoreConfig {
+            cache_bytes: 32 << 20,
+        },
+    )
+    .expect("store");
+    let mut cfg = ReaderConfig::new(url, 601, Pump::resume_position(&store, &history));
+    cfg.chunk_bytes = 8 << 20;
+    let mut pump = Pump::new(Capture::new(BinlogReader::new(cfg), history), &store, &hs);
+    while store.resolved() < end {
+        pump.step().await.expect("step");
+    }
+    store.persist().expect("persist");
+    let status = std::fs::read_to_string("/proc/self/status").expect("status");
+    let hwm: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    println!("\nSLUICE-RESULT {} {hwm}", pump.capture.reader.stats.chunks);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_transaction_streams_under_a_memory_quota() {
+    const ROWS: usize = 1_000_000; // ~1 GiB of row events in one transaction
+    let db = MariaDb::start().expect("mariadb");
+    db.exec("CREATE DATABASE d; CREATE TABLE d.big (id INT PRIMARY KEY, pad VARCHAR(1000))")
+        .expect("sql");
+    let dir = db.dir().join("node");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
+    let t = history
+        .table_at("d", "big", history.head)
+        .expect("t")
+        .table_id;
+    FileSchemaStore(dir.join("history.json"))
+        .save(&history)
+        .expect("save");
+    db.exec(&format!(
+        "INSERT INTO d.big SELECT seq, REPEAT('x', 1000) FROM d.seq_1_to_{ROWS}"
+    ))
+    .expect("big insert");
+    let (file, pos) = db.master_status().expect("status");
+    let end = sluice_capture::BinlogPos::new(file, pos).ts().expect("ts");
+    let out = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args([
+            "--exact",
+            "big_transaction_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, format!("{}|{}|{end}", db.url(), dir.display()))
+        .output()
+        .expect("child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: Vec<u64> = stdout
+        .lines()
+        .find_map(|l| l.split("SLUICE-RESULT ").nth(1))
+        .unwrap_or_else(|| panic!("no result line in: {stdout}"))
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let (chunks, hwm_kb) = (result[0], result[1]);
+    println!("chunks {chunks}, peak RSS {hwm_kb} kB");
+    assert!(chunks >= 50, "the transaction came in chunks ({chunks})");
+    assert!(
+        hwm_kb < 256 * 1024,
+        "peak RSS {hwm_kb} kB stays under 256 MiB"
+    );
+    let store = EventStore::open(&dir.join("events"), StoreConfig::default()).expect("reopen");
+    assert_one_txn(&store, t, ROWS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_lost_inside_a_chunked_transaction_aborts_and_rereads() {
+    const ROWS: usize = 30_000;
+    let db = MariaDb::start().expect("mariadb");
+    db.exec("CREATE DATABASE d; CREATE TABLE d.big (id INT PRIMARY KEY, pad VARCHAR(1000))")
+        .expect("sql");
+    let dir = db.dir().join("node");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let hs = FileSchemaStore(dir.join("history.json"));
+    let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
+    let t = history
+        .table_at("d", "big", history.head)
+        .expect("t")
+        .table_id;
+    db.exec(&format!(
+        "INSERT INTO d.big SELECT seq, REPEAT('x', 1000) FROM d.seq_1_to_{ROWS}"
+    ))
+    .expect("insert");
+    let (file, pos) = db.master_status().expect("status");
+    let end = sluice_capture::BinlogPos::new(file, pos).ts().expect("ts");
+    let store = EventStore::open(&dir.join("events"), StoreConfig::default()).expect("store");
+    let mut cfg = ReaderConfig::new(db.url(), 602, history.snapshot_pos.clone());
+    cfg.chunk_bytes = 1 << 20;
+    cfg.backoff_initial = std::time::Duration::from_millis(20);
+    let mut pump = Pump::new(Capture::new(BinlogReader::new(cfg), history), &store, &hs);
+    // Drop the connection right after the first chunk was staged.
+    let mut aborted = false;
+    while store.resolved() < end {
+        let item = pump.step().await.expect("step");
+        match item {
+            sluice_capture::capture::Captured::Chunk { .. }
+                if !aborted && pump.capture.reader.stats.connects == 1 =>
+            {
+                pump.capture.reader.disconnect();
+            }
+            sluice_capture::capture::Captured::Abort(_) => aborted = true,
+            _ => {}
+        }
+    }
+    assert!(aborted, "the staged chunks were aborted");
+    assert!(pump.capture.reader.stats.connects >= 2);
+    assert_one_txn(&store, t, ROWS);
+}
