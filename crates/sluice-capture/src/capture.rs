@@ -144,7 +144,7 @@ fn convert_rows(
             Some(i) => &cache[i],
             None => {
                 let (db, name) = (&change.table.database, &change.table.table);
-                if is_system_schema(db) {
+                if is_system_schema(db) || is_heartbeat(db, name) {
                     continue;
                 }
                 let schema = history
@@ -236,15 +236,49 @@ fn convert_rows(
 pub struct Capture {
     pub reader: BinlogReader,
     pub history: SchemaHistory,
+    /// The last heartbeat row seen (see [`crate::heartbeat`]).
+    pub last_heartbeat: Option<HeartbeatSample>,
     /// Items of the last transaction not yet returned (a CREATE ... SELECT gives two).
     queued: std::collections::VecDeque<Captured>,
 }
 
+/// One heartbeat row as captured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeartbeatSample {
+    pub node: String,
+    pub commit_ts: Ts,
+    /// When the writing node wrote the heartbeat (its clock, ms since the Unix epoch).
+    pub written_ms: u64,
+    /// Local time of capture minus `written_ms`: the capture lag (clocks assumed in sync).
+    pub lag_ms: u64,
+}
+
+fn is_heartbeat(db: &str, table: &str) -> bool {
+    db == crate::heartbeat::HEARTBEAT_DB && table == crate::heartbeat::HEARTBEAT_TABLE
+}
+
 impl Capture {
+    fn sample_heartbeat(&mut self, t: &Transaction) {
+        for r in &t.rows {
+            if !is_heartbeat(&r.table.database, &r.table.table) {
+                continue;
+            }
+            if let Some([Value::Text(node), Value::UInt(ms)]) = r.after.as_deref() {
+                self.last_heartbeat = Some(HeartbeatSample {
+                    node: node.clone(),
+                    commit_ts: t.commit_ts,
+                    written_ms: *ms,
+                    lag_ms: crate::heartbeat::now_ms().saturating_sub(*ms),
+                });
+            }
+        }
+    }
+
     pub fn new(reader: BinlogReader, history: SchemaHistory) -> Self {
         Capture {
             reader,
             history,
+            last_heartbeat: None,
             queued: Default::default(),
         }
     }
@@ -260,7 +294,10 @@ impl Capture {
                 ReaderEvent::Resolved(ts) => return Ok(Captured::Resolved(ts)),
                 ReaderEvent::Chunk(c) => return convert_chunk(&self.history, c),
                 ReaderEvent::Abort(start) => return Ok(Captured::Abort(start)),
-                ReaderEvent::Transaction(t) => self.queued.extend(convert(&mut self.history, t)?),
+                ReaderEvent::Transaction(t) => {
+                    self.sample_heartbeat(&t);
+                    self.queued.extend(convert(&mut self.history, t)?)
+                }
             }
         }
     }

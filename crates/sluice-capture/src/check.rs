@@ -136,6 +136,14 @@ pub async fn check_conn(conn: &mut mysql_async::Conn) -> Result<UpstreamInfo> {
         .await?
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
+    if server_id == 0 {
+        problems.push(problem(
+            "server_id",
+            "0",
+            "a non-zero id unique among the upstream's replicas",
+            &format!("add server_id=1 (any unique non-zero value) to {cnf} and restart the server"),
+        ));
+    }
 
     // Privileges of the connected account.
     let current: Option<String> = conn

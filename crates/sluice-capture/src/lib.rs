@@ -16,6 +16,7 @@ pub mod check;
 pub mod codec;
 pub mod decode;
 pub mod error;
+pub mod heartbeat;
 pub mod keys;
 pub mod pos;
 pub mod regions;
