@@ -10,6 +10,9 @@ pub const RESEND_MS: Millis = 500;
 pub const HEARTBEAT_MS: Millis = 200;
 /// How often a maintainer reports to the coordinator.
 pub const MAINTAINER_STATUS_MS: Millis = 200;
+/// A placed maintainer that has not reported for this long (while its node stays alive) is
+/// considered lost and placed again with a new epoch.
+pub const MAINTAINER_LOST_MS: Millis = 10_000;
 /// How often the balance, split and merge schedulers run.
 pub const BALANCE_INTERVAL_MS: Millis = 2_000;
 /// At most this many operators are started per scheduler round.

@@ -13,7 +13,7 @@
 //! - **cascade stops are fenced too**: pausing, removing or restarting a changefeed bumps the
 //!   epoch and closes dispatchers with that newer epoch, so the old maintainer can do nothing more.
 
-use crate::config::{ChangefeedConfig, MAX_ERROR_BACKOFF_MS, MAX_ERROR_RETRIES, MIN_ERROR_BACKOFF_MS, RESEND_MS};
+use crate::config::{ChangefeedConfig, MAINTAINER_LOST_MS, MAX_ERROR_BACKOFF_MS, MAX_ERROR_RETRIES, MIN_ERROR_BACKOFF_MS, RESEND_MS};
 use crate::io::{Effect, TraceEvent, UserRequest};
 use crate::meta::{keys, Compare, Kv, MetaOp, MetaResult};
 use crate::msg::{MaintainerState, MaintainerStatus, Message, TableRequest};
@@ -89,6 +89,8 @@ struct Feed {
     closed_once: bool,
     /// The incarnation of the node the maintainer was placed on: a restarted node lost it.
     placed_inc: u64,
+    /// When the placed maintainer last reported (or was placed).
+    last_report: Millis,
 }
 
 #[derive(Clone, Debug)]
@@ -133,7 +135,7 @@ pub struct Coordinator {
     phase: Phase,
     feeds: BTreeMap<ChangefeedId, Feed>,
     /// Maintainers the nodes reported at this coordinator's bootstrap.
-    reported: BTreeMap<NodeId, Vec<MaintainerStatus>>,
+    reported: BTreeMap<NodeId, (u64, Vec<MaintainerStatus>)>,
     cordoned: BTreeMap<NodeId, &'static str>,
     pending: BTreeMap<u64, Pending>,
     next_req: u64,
@@ -161,6 +163,7 @@ fn new_feed(info: ChangefeedInfo, info_rev: u64, checkpoint: Ts) -> Feed {
         table_requests: Vec::new(),
         closed_once: false,
         placed_inc: 0,
+        last_report: 0,
     }
 }
 
@@ -344,6 +347,7 @@ impl Coordinator {
                         Placement::Bumping { node, purpose: BumpPurpose::Place } => {
                             let checkpoint = f.checkpoint.max(f.reported);
                             f.placed_inc = alive.get(&node).copied().unwrap_or(0);
+                            f.last_report = now;
                             f.placement = Placement::Added { node: node.clone(), epoch: Epoch(epoch), last_sent: now };
                             out.push(Effect::Send {
                                 to: node,
@@ -461,14 +465,14 @@ impl Coordinator {
 
     pub fn on_message(&mut self, now: Millis, alive: &BTreeMap<NodeId, u64>, from: &NodeId, msg: Message, out: &mut Vec<Effect>) {
         match msg {
-            Message::CoordinatorBootstrapResponse { rev, maintainers } => {
+            Message::CoordinatorBootstrapResponse { rev, incarnation, maintainers } => {
                 if rev != self.rev {
                     self.stale_dropped += 1;
                     return;
                 }
                 if let Phase::Bootstrapping { pending, .. } = &mut self.phase {
                     if pending.remove(from) {
-                        self.reported.insert(from.clone(), maintainers);
+                        self.reported.insert(from.clone(), (incarnation, maintainers));
                     }
                 }
                 self.progress(now, alive, out);
@@ -521,6 +525,7 @@ impl Coordinator {
                 return;
             }
         }
+        f.last_report = now;
         if status.checkpoint > f.reported {
             f.reported = status.checkpoint;
             if f.errors_in_row > 0 {
@@ -727,7 +732,7 @@ impl Coordinator {
                 if !pending.is_empty() {
                     return;
                 }
-                self.adopt_reported(alive, out);
+                self.adopt_reported(now, alive, out);
                 self.phase = Phase::Working;
                 for req in std::mem::take(&mut self.queued) {
                     self.on_request(now, alive, req, out);
@@ -745,6 +750,12 @@ impl Coordinator {
             // Maintainer on a node that is gone.
             match &f.placement {
                 Placement::Added { node, .. } | Placement::Running { node, .. } if alive.get(node) != Some(&f.placed_inc) => {
+                    f.placement = Placement::None;
+                }
+                Placement::Added { node, epoch, .. } | Placement::Running { node, epoch } if now >= f.last_report + MAINTAINER_LOST_MS => {
+                    // Silent for too long on a live node: place it again (the new epoch fences
+                    // the old one wherever it still runs) and tell the old one to stop.
+                    out.push(Effect::Send { to: node.clone(), msg: Message::RemoveMaintainer { cf: cf.clone(), epoch: *epoch, rev, cascade: false } });
                     f.placement = Placement::None;
                 }
                 Placement::Moving { node, to, .. } if alive.get(node) != Some(&f.placed_inc) => {
@@ -845,18 +856,19 @@ impl Coordinator {
     }
 
     /// After the coordinator bootstrap: keep maintainers of the persisted epoch, stop the others.
-    fn adopt_reported(&mut self, alive: &BTreeMap<NodeId, u64>, out: &mut Vec<Effect>) {
+    fn adopt_reported(&mut self, now: Millis, alive: &BTreeMap<NodeId, u64>, out: &mut Vec<Effect>) {
         let rev = self.rev;
         let reported = std::mem::take(&mut self.reported);
-        for (node, list) in reported {
-            if !alive.contains_key(&node) {
-                continue;
+        for (node, (inc, list)) in reported {
+            if alive.get(&node) != Some(&inc) {
+                continue; // that incarnation is gone, and its maintainers with it
             }
             for st in list {
                 let current = self.feeds.get(&st.cf).map(|f| f.info.epoch == st.epoch.0 && f.info.state == FeedState::Normal).unwrap_or(false);
                 if current && st.state != MaintainerState::Stopped {
                     if let Some(f) = self.feeds.get_mut(&st.cf) {
-                        f.placed_inc = alive.get(&node).copied().unwrap_or(0);
+                        f.last_report = now;
+                        f.placed_inc = inc;
                         f.reported = f.reported.max(st.checkpoint);
                         f.placement = if st.state == MaintainerState::Working {
                             Placement::Running { node: node.clone(), epoch: st.epoch }

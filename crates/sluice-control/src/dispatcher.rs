@@ -659,6 +659,10 @@ impl DispatcherManager {
             (BarrierCommand::Write, Stage::Written) => {
                 b.last_report = None; // duplicate Write: report Written again
             }
+            (BarrierCommand::Pass, Stage::Waiting) if b.ddl.influence.dropped.contains(&d.span.table) => {
+                // The DDL drops this dispatcher's table: there is nothing after it to replicate;
+                // stay here until removed (never let the checkpoint pass the drop).
+            }
             (BarrierCommand::Pass, Stage::Waiting) => {
                 if holds.is_on(HoldPoint::DdlBeforePass) {
                     d.pass_held = Some(ddl_ts);

@@ -102,7 +102,7 @@ pub enum Message {
     NodeSettings { rev: u64, cordoned: Vec<NodeId>, draining: Vec<NodeId> },
 
     // ---- node -> coordinator ----
-    CoordinatorBootstrapResponse { rev: u64, maintainers: Vec<MaintainerStatus> },
+    CoordinatorBootstrapResponse { rev: u64, incarnation: u64, maintainers: Vec<MaintainerStatus> },
     MaintainerStatusReport { status: MaintainerStatus },
 
     // ---- maintainer -> dispatcher manager (fenced by epoch) ----

@@ -277,7 +277,7 @@ impl NodeState {
                 self.max_coordinator_rev = rev;
                 let mut maintainers: Vec<MaintainerStatus> = self.maintainers.values().map(|m| m.status()).collect();
                 maintainers.extend(self.stopped_maintainers.values().cloned());
-                out.push(Effect::Send { to: from, msg: Message::CoordinatorBootstrapResponse { rev, maintainers } });
+                out.push(Effect::Send { to: from, msg: Message::CoordinatorBootstrapResponse { rev, incarnation: self.incarnation, maintainers } });
             }
             Message::NodeSettings { rev, cordoned, draining } => {
                 if rev >= self.max_coordinator_rev {

@@ -73,6 +73,15 @@ impl Report {
 
 /// A random world and workload for one seed, written in the scenario format itself.
 pub fn random_scenario(seed: u64) -> Scenario {
+    let t = random_scenario_text(seed);
+    match scenario::parse_str(&format!("explore-{seed}.toml"), &t) {
+        Ok(sc) => sc,
+        Err(e) => panic!("generated scenario for seed {seed} is invalid: {e}\n{t}"),
+    }
+}
+
+/// The scenario file `explore` runs for a seed (`sluice-sim explore --print --start S`).
+pub fn random_scenario_text(seed: u64) -> String {
     let mut r = Rng::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0xA5A5);
     let nodes = r.range(2, 4);
     let node = |i: u64| format!("n{}", i + 1);
@@ -91,9 +100,11 @@ pub fn random_scenario(seed: u64) -> Scenario {
     );
     let ntables = r.range(2, 5);
     let mut tables: Vec<u64> = Vec::new();
+    let mut tables_db: std::collections::BTreeMap<u64, String> = std::collections::BTreeMap::new();
     for i in 0..ntables {
         let id = 10 + i;
         tables.push(id);
+        tables_db.insert(id, format!("db{}", i % 2));
         let _ = writeln!(t, "[[world.tables]]\nid = {id}\nname = \"db{}.t{id}\"\nregions = {}\nrows = {}", i % 2, r.range(1, 12), r.range(0, 40));
     }
     let step = |t: &mut String, body: String| {
@@ -110,7 +121,7 @@ pub fn random_scenario(seed: u64) -> Scenario {
     for _ in 0..nsteps {
         let pick = |r: &mut Rng, v: &Vec<u64>| v[(r.next_u64() % v.len().max(1) as u64) as usize % v.len().max(1)];
         let n = node(r.range(0, nodes - 1));
-        match r.range(0, 19) {
+        match r.range(0, 23) {
             0..=3 if !live.is_empty() => {
                 let tb = pick(&mut r, &live);
                 step(&mut t, format!("op = \"write\"\ntable = {tb}\nrows = {}\ntxn-rows = {}\ndeletes = {}", r.range(1, 40), r.range(1, 5), r.range(0, 3)));
@@ -153,6 +164,7 @@ pub fn random_scenario(seed: u64) -> Scenario {
                 let id = next_table;
                 next_table += 1;
                 live.push(id);
+                tables_db.insert(id, "db1".into());
                 step(&mut t, format!("op = \"ddl\"\nkind = \"create_table\"\ntable = {id}\nname = \"db1.n{id}\"\nregions = {}", r.range(1, 8)));
             }
             8 if live.len() > 1 => {
@@ -166,11 +178,18 @@ pub fn random_scenario(seed: u64) -> Scenario {
                 next_table += 1;
                 live.retain(|x| *x != tb);
                 live.push(id);
+                let db = tables_db.get(&tb).cloned().unwrap_or_default();
+                tables_db.insert(id, db);
                 step(&mut t, format!("op = \"ddl\"\nkind = \"truncate_table\"\ntable = {tb}\nnew-table = {id}"));
             }
             10 if !live.is_empty() => {
                 let tb = pick(&mut r, &live);
-                let kind = if r.chance(0.5) { "add_column".to_string() } else { format!("rename_table\"\nnew-name = \"db0.r{}", r.range(0, 999)) };
+                let kind = if r.chance(0.5) {
+                    "add_column".to_string()
+                } else {
+                    tables_db.insert(tb, "db0".into());
+                    format!("rename_table\"\nnew-name = \"db0.r{}", r.range(0, 999))
+                };
                 step(&mut t, format!("op = \"ddl\"\nkind = \"{kind}\"\ntable = {tb}"));
             }
             11 => {
@@ -219,17 +238,35 @@ pub fn random_scenario(seed: u64) -> Scenario {
             18 if held.is_empty() => {
                 step(&mut t, "op = \"settle\"\nmax-ms = 60000".into());
             }
+            19 if r.chance(0.3) => {
+                // Database-level and cluster-level DDLs.
+                match r.range(0, 2) {
+                    0 => {
+                        let db = format!("db{}", r.range(0, 1));
+                        let gone: Vec<u64> = live.iter().copied().filter(|t| tables_db.get(t).map(|d| *d == db).unwrap_or(false)).collect();
+                        if gone.len() < live.len() {
+                            live.retain(|t| !gone.contains(t));
+                            step(&mut t, format!("op = \"ddl\"\nkind = \"drop_database\"\ndatabase = \"{db}\""));
+                        }
+                    }
+                    1 => step(&mut t, format!("op = \"ddl\"\nkind = \"create_database\"\ndatabase = \"db{}\"", r.range(2, 9))),
+                    _ => step(&mut t, "op = \"ddl\"\nkind = \"x-create_view\"\ndatabase = \"db0\"".into()),
+                }
+            }
+            20 => {
+                step(&mut t, format!("op = \"cordon\"\nnode = \"{n}\""));
+                step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 2000)));
+                step(&mut t, format!("op = \"uncordon\"\nnode = \"{n}\""));
+            }
+            21 if !live.is_empty() => {
+                let tb = pick(&mut r, &live);
+                step(&mut t, format!("op = \"write\"\ntable = {tb}\nrows = {}\ntxn-rows = 600", r.range(600, 1500)));
+            }
             _ => step(&mut t, format!("op = \"run\"\nms = {}", r.range(10, 800))),
         }
     }
     step(&mut t, "op = \"faults\"".into());
-    for n in 0..nodes {
-        let _ = n;
-    }
-    match scenario::parse_str(&format!("explore-{seed}.toml"), &t) {
-        Ok(sc) => sc,
-        Err(e) => panic!("generated scenario for seed {seed} is invalid: {e}\n{t}"),
-    }
+    t
 }
 
 /// Random faults and timings added to a given scenario: a `faults` step at the start.

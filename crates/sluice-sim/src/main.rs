@@ -47,6 +47,9 @@ enum Command {
         verbose: bool,
         #[arg(long)]
         mutation: Vec<String>,
+        /// Print the scenario file each seed runs instead of running it.
+        #[arg(long)]
+        print: bool,
     },
 }
 
@@ -110,7 +113,13 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Explore { seeds, start, scenario, min_coverage, verbose, mutation } => {
+        Command::Explore { seeds, start, scenario, min_coverage, verbose, mutation, print } => {
+            if print {
+                for seed in start..start + seeds {
+                    println!("# seed {seed}\n{}", explore::random_scenario_text(seed));
+                }
+                return ExitCode::SUCCESS;
+            }
             if let Err(e) = enable_mutations(&mutation) {
                 eprintln!("sluice-sim: {e}");
                 return ExitCode::from(2);

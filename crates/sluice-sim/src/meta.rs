@@ -18,6 +18,8 @@ pub struct MetaModel {
     pub leases: BTreeMap<String, Lease>,
     /// (node, revision of the election key)
     pub leader: Option<(String, u64)>,
+    /// The incarnation whose lease holds the election key.
+    pub leader_incarnation: u64,
 }
 
 impl MetaModel {
@@ -57,7 +59,8 @@ impl MetaModel {
         self.leases.retain(|_, l| l.expiry > now);
         let mut changed = before != self.leases.len();
         if let Some((n, _)) = &self.leader {
-            if !self.leases.contains_key(n) {
+            // The election key lives with the lease of the incarnation that won it.
+            if self.leases.get(n).map(|l| l.incarnation) != Some(self.leader_incarnation) {
                 self.leader = None;
                 self.kv.remove(keys::COORDINATOR);
                 changed = true;
@@ -74,6 +77,7 @@ impl MetaModel {
         let Some(n) = self.leases.keys().find(|n| can_reach(n)).cloned() else { return false };
         self.revision += 1;
         self.kv.insert(keys::COORDINATOR.to_string(), (n.clone().into_bytes(), self.revision));
+        self.leader_incarnation = self.leases.get(&n).map(|l| l.incarnation).unwrap_or(0);
         self.leader = Some((n, self.revision));
         true
     }

@@ -141,6 +141,9 @@ pub struct Sim {
     mysql_ddls: BTreeSet<Ts>,
     /// The create request, re-sent (as a user would) while the meta store has no changefeed.
     create: Option<(UserRequest, Millis)>,
+    /// Cordon / drain states asked for, re-sent while the meta store does not show them:
+    /// node -> (wanted value of its cordon key, last send).
+    cordons: BTreeMap<String, (Option<&'static str>, Millis)>,
 }
 
 fn fnv(h: &mut u64, bytes: &[u8]) {
@@ -196,6 +199,7 @@ impl Sim {
             verbose: false,
             mysql_ddls: BTreeSet::new(),
             create: None,
+            cordons: BTreeMap::new(),
             sc,
         };
         let names: Vec<String> = sim.sc.world.nodes.clone();
@@ -716,6 +720,25 @@ impl Sim {
     /// changefeed's current maintainer (table requests); retried while there is none.
     fn pump_requests(&mut self) {
         let now = self.now;
+        // Cordons that did not take are asked again.
+        let resend: Vec<(String, Option<&'static str>)> = self
+            .cordons
+            .iter()
+            .filter(|(n, (want, at))| {
+                let have = self.meta.kv.get(&keys::cordon(n)).map(|(v, _)| if v.as_slice() == b"drain" { "drain" } else { "cordon" });
+                have != *want && now >= at + 2_000
+            })
+            .map(|(n, (w, _))| (n.clone(), *w))
+            .collect();
+        for (n, want) in resend {
+            self.cordons.insert(n.clone(), (want, now));
+            let req = match want {
+                Some("drain") => UserRequest::Drain { node: NodeId::new(n.as_str()) },
+                Some(_) => UserRequest::Cordon { node: NodeId::new(n.as_str()), on: true },
+                None => UserRequest::Cordon { node: NodeId::new(n.as_str()), on: false },
+            };
+            self.requests.push_back(req);
+        }
         // A create that did not take (the coordinator died or lost the store) is sent again.
         if let Some((req, at)) = self.create.clone() {
             if self.meta.kv.contains_key(&keys::info(self.cf.as_str())) {
@@ -1073,10 +1096,12 @@ impl Sim {
             Op::Cordon { node } | Op::Uncordon { node } => {
                 let n = self.resolve(node).map_err(fail)?;
                 let on = matches!(step.op, Op::Cordon { .. });
+                self.cordons.insert(n.clone(), (on.then_some("cordon"), now));
                 self.request(UserRequest::Cordon { node: NodeId::new(n), on });
             }
             Op::XDrain { node } => {
                 let n = self.resolve(node).map_err(fail)?;
+                self.cordons.insert(n.clone(), (Some("drain"), now));
                 self.request(UserRequest::Drain { node: NodeId::new(n) });
             }
             Op::Hold { point, node } => self.hold(*point, node, true).map_err(fail)?,

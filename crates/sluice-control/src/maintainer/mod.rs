@@ -83,6 +83,9 @@ struct TrackedDispatcher {
 #[derive(Clone, Debug)]
 struct TableState {
     name: String,
+    /// Commit ts of the DDL that created it (0: it existed at the start point). A table takes
+    /// part only in DDLs after its creation.
+    created: Ts,
     splittable: bool,
     /// Split by a user request: the merge scheduler leaves it alone.
     user_split: bool,
@@ -543,7 +546,7 @@ impl Maintainer {
         let mut at_cp: BTreeSet<TableId> = BTreeSet::new();
         for t in &schema.tables {
             at_cp.insert(t.id);
-            self.tables.insert(t.id, TableState { name: t.name.clone(), splittable: t.splittable, user_split: false });
+            self.tables.insert(t.id, TableState { name: t.name.clone(), created: 0, splittable: t.splittable, user_split: false });
         }
         let mut created_after: BTreeMap<TableId, (Ts, String)> = BTreeMap::new();
         for ddl in &schema.ddls_after {
@@ -603,8 +606,8 @@ impl Maintainer {
                 continue;
             }
             if !self.tables.contains_key(&table) {
-                let name = created_after.get(&table).map(|c| c.1.clone()).unwrap_or_default();
-                self.tables.insert(table, TableState { name, splittable: true, user_split: false });
+                let (created, name) = created_after.get(&table).cloned().unwrap_or_default();
+                self.tables.insert(table, TableState { name, created, splittable: true, user_split: false });
             }
             // Alive candidates: working first, then creating ones; accept non-overlapping ones.
             let mut cands: Vec<&(NodeId, DispatcherReport)> =
@@ -907,30 +910,33 @@ impl Maintainer {
 
     // ------------------------------------------------------------------ barrier
 
-    fn participant_tables(&self, influence: &DdlInfluence) -> Vec<TableId> {
+    /// The tables a DDL at `d` concerns: those it names (or of its database, or all), among the
+    /// tables that existed before it.
+    fn participant_tables(&self, influence: &DdlInfluence, d: Ts) -> Vec<TableId> {
+        let before = |s: &TableState| s.created < d;
         match &influence.scope {
-            InfluenceScope::Tables(ts) => ts.iter().copied().filter(|t| self.tables.contains_key(t)).collect(),
+            InfluenceScope::Tables(ts) => ts.iter().copied().filter(|t| self.tables.get(t).map(before).unwrap_or(false)).collect(),
             InfluenceScope::Database(db) => {
                 let prefix = format!("{db}.");
-                self.tables.iter().filter(|(_, s)| s.name.starts_with(&prefix)).map(|(t, _)| *t).collect()
+                self.tables.iter().filter(|(_, s)| before(s) && s.name.starts_with(&prefix)).map(|(t, _)| *t).collect()
             }
-            InfluenceScope::All => self.tables.keys().copied().collect(),
+            InfluenceScope::All => self.tables.iter().filter(|(_, s)| before(s)).map(|(t, _)| *t).collect(),
         }
     }
 
     /// Is `id` on `from` the current dispatcher of a span of a table this event concerns (or the
     /// trigger)?
-    fn is_participant(&self, from: &NodeId, id: DispatcherId, influence: &DdlInfluence) -> bool {
+    fn is_participant(&self, from: &NodeId, id: DispatcherId, influence: &DdlInfluence, d: Ts) -> bool {
         if id == self.trigger {
             return *from == self.node && influence.trigger;
         }
-        let tables = self.participant_tables(influence);
+        let tables = self.participant_tables(influence, d);
         self.spans.values().any(|e| {
             e.dispatcher == Some(id) && e.node.as_ref() == Some(from) && e.state == SpanState::Replicating && tables.contains(&e.span.table)
         })
     }
 
-    fn on_block_status(&mut self, ctx: &Ctx, from: &NodeId, id: DispatcherId, _span: &Span, report: &BlockReport, out: &mut Vec<Effect>) {
+    fn on_block_status(&mut self, ctx: &Ctx, from: &NodeId, id: DispatcherId, span: &Span, report: &BlockReport, out: &mut Vec<Effect>) {
         let d = report.ddl_ts;
         if d <= self.committed {
             // Already below the checkpoint: every participant passed it, so it was written.
@@ -949,7 +955,7 @@ impl Maintainer {
             Some(e) => e.influence.clone(),
             None => return,
         };
-        if !self.is_participant(from, id, &influence) {
+        if !self.is_participant(from, id, &influence, d) {
             self.stale_dropped += 1;
             return;
         }
@@ -973,23 +979,29 @@ impl Maintainer {
             }
             BlockStage::Waiting => {
                 // Someone already past the DDL proves it was written.
-                let tables = self.participant_tables(&influence);
+                let tables = self.participant_tables(&influence, d);
                 let someone_past = self
                     .spans
                     .values()
-                    .any(|e| tables.contains(&e.span.table) && e.checkpoint >= d && e.state == SpanState::Replicating);
-                if someone_past {
+                    .find(|e| tables.contains(&e.span.table) && e.checkpoint >= d && e.state == SpanState::Replicating)
+                    .map(|e| (e.span.clone(), e.checkpoint, e.dispatcher));
+                if let Some(past) = someone_past {
+                    self.log(out, format!("DDL at {d} already passed by {past:?}: it was written"));
                     self.mark_written(ctx, d, out);
                 }
                 // A writer that is no longer a span's current dispatcher (moved, merged, its node
                 // gone) can write nothing more: choose again once coverage is complete.
                 let stale_writer = match self.barrier.events.get(&d).and_then(|e| e.writer.clone()) {
-                    Some((w, wn)) => !self.is_participant(&wn, w, &influence),
+                    Some((w, wn)) => !self.is_participant(&wn, w, &influence, d),
                     None => false,
                 };
                 let Some(e) = self.barrier.events.get_mut(&d) else { return };
                 if stale_writer && !e.written {
                     e.writer = None;
+                }
+                if e.written && influence.dropped.contains(&span.table) {
+                    // Its table ends at this DDL: it stays blocked until it is removed.
+                    return;
                 }
                 if e.written {
                     let cmd = if e.writer.as_ref().map(|w| w.0) == Some(id) { BarrierCommand::Write } else { BarrierCommand::Pass };
@@ -1013,8 +1025,8 @@ impl Maintainer {
         let influence = e.influence.clone();
         // Drop reporters that are no longer participants (moved, split, merged away).
         let stale: Vec<DispatcherId> =
-            e.waiting.iter().filter(|(id, n)| !self.is_participant(n, **id, &influence)).map(|(id, _)| *id).collect();
-        let tables = self.participant_tables(&influence);
+            e.waiting.iter().filter(|(id, n)| !self.is_participant(n, **id, &influence, d)).map(|(id, _)| *id).collect();
+        let tables = self.participant_tables(&influence, d);
         let mut participants: Vec<(DispatcherId, NodeId)> = Vec::new();
         let mut complete = true;
         for entry in self.spans.values().filter(|en| tables.contains(&en.span.table)) {
@@ -1065,8 +1077,11 @@ impl Maintainer {
         }
         let Some(e) = self.barrier.events.get(&d) else { return };
         let writer = e.writer.as_ref().map(|w| w.0);
+        // Dispatchers of tables this DDL drops never pass it: they wait there until removed, so
+        // their progress never suggests anything about later DDLs.
+        let ends = |id: &DispatcherId| self.tracked.get(id).map(|t| e.influence.dropped.contains(&t.span.table)).unwrap_or(false);
         let waiting: Vec<(DispatcherId, NodeId)> =
-            e.waiting.iter().filter(|(id, _)| Some(**id) != writer).map(|(i, n)| (*i, n.clone())).collect();
+            e.waiting.iter().filter(|(id, _)| Some(**id) != writer && !ends(id)).map(|(i, n)| (*i, n.clone())).collect();
         for (id, n) in waiting {
             self.barrier_cmd(out, &n, id, d, BarrierCommand::Pass);
         }
@@ -1083,7 +1098,7 @@ impl Maintainer {
             if buggy {
                 // The bug: the dropped table comes back, starting at the drop.
                 let name = format!("dropped.{t:?}");
-                self.tables.insert(*t, TableState { name, splittable: true, user_split: false });
+                self.tables.insert(*t, TableState { name, created: d, splittable: true, user_split: false });
                 self.add_table_spans(ctx, *t, d);
             }
         }
@@ -1093,7 +1108,7 @@ impl Maintainer {
                 self.log(out, format!("table {t:?} created at {d} is already covered by adopted dispatchers"));
                 continue;
             }
-            self.tables.insert(*t, TableState { name: name.clone(), splittable: true, user_split: false });
+            self.tables.insert(*t, TableState { name: name.clone(), created: d, splittable: true, user_split: false });
             self.add_table_spans(ctx, *t, d);
         }
         for (t, name) in &influence.renamed {
