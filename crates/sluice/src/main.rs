@@ -1,7 +1,15 @@
-//! The `sluice` binary. Each subcommand lives in its own module; the issues that own them fill
-//! them in (`server`, `cli`, `check`, `consume`).
+//! The `sluice` binary: `server` (one node, [`sluice_server`]), `cli` (the HTTP API's client,
+//! [`cli`]), `check` and `consume` (the tools of `sluice-sink`).
+//!
+//! Exit codes: 0 success; 1 a difference found (`check`) or a request refused by the server;
+//! 2 bad usage, bad configuration or an error. No output carries a password: URLs are masked
+//! and every line passes through `sluice_server::mask::scrub`.
 
-use clap::{Parser, Subcommand};
+mod cli;
+
+use clap::{Args as ClapArgs, Parser, Subcommand};
+use sluice_server::mask::{mask_url, register_url, scrub, ScrubWriter};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -14,23 +22,160 @@ struct Args {
 #[derive(Subcommand)]
 enum Command {
     /// Run one node (HTTP API, coordinator candidate, maintainers and dispatchers).
-    Server,
+    Server(ServerArgs),
     /// Talk to a running server's HTTP API.
-    Cli,
+    Cli(cli::CliArgs),
     /// Compare an upstream and a downstream table by table.
-    Check,
+    Check(CheckArgs),
     /// Apply a cloud-storage changefeed output to a MySQL-compatible downstream.
-    Consume,
+    Consume(ConsumeArgs),
+}
+
+#[derive(ClapArgs)]
+struct ServerArgs {
+    /// HTTP address for the API and node-to-node messages.
+    #[arg(long)]
+    addr: Option<String>,
+    /// Address other nodes and clients reach this node at (default: --addr).
+    #[arg(long)]
+    advertise_addr: Option<String>,
+    /// Directory for the event store, schema history and (single node) the meta store.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// The upstream: mysql://user:pass@host:port
+    #[arg(long)]
+    upstream: Option<String>,
+    /// etcd endpoints (comma-separated); without it the node runs alone on an embedded store.
+    #[arg(long)]
+    etcd: Option<String>,
+    /// This node's id (default: the advertised address).
+    #[arg(long)]
+    node_id: Option<String>,
+    /// Server TOML (kebab-case keys; see docs/configuration.md).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+#[derive(ClapArgs)]
+struct CheckArgs {
+    /// mysql://user:pass@host:port of the upstream.
+    #[arg(long)]
+    upstream: String,
+    /// mysql://user:pass@host:port of the downstream.
+    #[arg(long)]
+    downstream: String,
+    /// Comma-separated `db.table` patterns with `*` (default: every non-system table).
+    #[arg(long, default_value = "")]
+    tables: String,
+    /// Rows per compared chunk.
+    #[arg(long)]
+    chunk_size: Option<usize>,
+}
+
+#[derive(ClapArgs)]
+struct ConsumeArgs {
+    /// The storage sink URI the changefeed wrote to (file://… or s3://…, with its protocol).
+    #[arg(long)]
+    storage: String,
+    /// The downstream MySQL sink URI (mysql://user:pass@host:port/).
+    #[arg(long)]
+    downstream: String,
+}
+
+fn init_logs(level: &str) {
+    let level = match level {
+        "error" => tracing::Level::ERROR,
+        "warn" => tracing::Level::WARN,
+        "debug" => tracing::Level::DEBUG,
+        "trace" => tracing::Level::TRACE,
+        _ => tracing::Level::INFO,
+    };
+    let _ = tracing_subscriber::fmt().with_max_level(level).with_ansi(false).with_writer(|| ScrubWriter).try_init();
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| format!("cannot start the runtime: {e}"))
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {}", scrub(&msg.to_string()));
+    ExitCode::from(2)
+}
+
+fn server(a: ServerArgs) -> ExitCode {
+    if let Some(u) = &a.upstream {
+        register_url(u);
+    }
+    let flags = sluice_server::config::Flags {
+        addr: a.addr,
+        advertise_addr: a.advertise_addr,
+        data_dir: a.data_dir,
+        upstream: a.upstream,
+        etcd: a.etcd,
+        node_id: a.node_id,
+        config: a.config,
+    };
+    let cfg = match sluice_server::config::ServerConfig::resolve(flags) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    init_logs(&cfg.log_level);
+    let rt = match runtime() {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    match rt.block_on(sluice_server::run(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{}", scrub(&e.to_string()));
+            fail(e)
+        }
+    }
+}
+
+fn check(a: CheckArgs) -> ExitCode {
+    register_url(&a.upstream);
+    register_url(&a.downstream);
+    let mut args = sluice_sink::check::CheckArgs::new(&a.upstream, &a.downstream, &a.tables);
+    if let Some(c) = a.chunk_size {
+        args.chunk_size = c.max(1);
+    }
+    let rt = match runtime() {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    match rt.block_on(sluice_sink::check::run(&args)) {
+        Ok(report) => {
+            println!("{}", scrub(&report.to_string()));
+            ExitCode::from(report.exit_code() as u8)
+        }
+        Err(e) => fail(format!("check {} against {}: {e}", mask_url(&a.upstream), mask_url(&a.downstream))),
+    }
+}
+
+fn consume(a: ConsumeArgs) -> ExitCode {
+    register_url(&a.storage);
+    register_url(&a.downstream);
+    let args = sluice_sink::consume::ConsumeArgs { storage: a.storage.clone(), downstream: a.downstream.clone() };
+    let rt = match runtime() {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    match rt.block_on(sluice_sink::consume::run(&args)) {
+        Ok(report) => {
+            println!("{}", scrub(&report.to_string()));
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(format!("consume {} into {}: {e}", mask_url(&a.storage), mask_url(&a.downstream))),
+    }
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let name = match args.command {
-        Command::Server => "server",
-        Command::Cli => "cli",
-        Command::Check => "check",
-        Command::Consume => "consume",
-    };
-    eprintln!("sluice {name}: not available in this build yet");
-    ExitCode::from(2)
+    match args.command {
+        Command::Server(a) => server(a),
+        Command::Cli(a) => cli::run(a),
+        Command::Check(a) => check(a),
+        Command::Consume(a) => consume(a),
+    }
 }

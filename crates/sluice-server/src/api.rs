@@ -1,0 +1,773 @@
+//! The HTTP API (TiCDC v2 names) and the node-to-node endpoint, on one port.
+//!
+//! Invariants:
+//! - every response body passes through [`crate::mask::scrub`]; sink URIs are masked
+//!   structurally too: no password leaves the process;
+//! - errors are JSON `{"error_code", "error_msg"}` with a stable code and a message that says
+//!   what to do ([`ServerError`]);
+//! - a request that fails validation changes nothing: every check (id, sink URI and its
+//!   reachability, upstream settings, start point, changefeed TOML) runs before the request
+//!   reaches the coordinator;
+//! - requests that need the coordinator are forwarded to the leader's address when this node
+//!   does not lead; table views are answered where the maintainer runs.
+
+use crate::config::parse_changefeed_toml;
+use crate::error::ServerError;
+use crate::mask::{mask_url, scrub};
+use crate::net::Envelope;
+use crate::shell::{Shell, ShellMsg};
+use crate::upstream::CaptureShared;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+use serde_json::{json, Value as Json};
+use sluice_capture::BinlogPos;
+use sluice_control::config::{ChangefeedConfig, SchedulerConfig};
+use sluice_control::coordinator::FeedState;
+use sluice_control::io::UserRequest;
+use sluice_control::msg::TableRequest;
+use sluice_control::Input;
+use sluice_types::{ChangefeedId, NodeId, TableId, Ts};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// How long a request waits for the coordinator to take a change before answering "accepted".
+pub const ACCEPT_WAIT: Duration = Duration::from_secs(10);
+/// The largest request body accepted.
+pub const MAX_BODY_BYTES: usize = 4 << 20;
+/// Timeout of forwarded calls and of the sink probe at create.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Clone)]
+pub struct AppState {
+    pub tx: mpsc::Sender<ShellMsg>,
+    pub capture: Arc<CaptureShared>,
+    pub upstream: Arc<String>,
+    pub node_id: NodeId,
+    pub addr: String,
+}
+
+pub struct ApiError(pub ServerError);
+
+impl From<ServerError> for ApiError {
+    fn from(e: ServerError) -> Self {
+        ApiError(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({ "error_code": self.0.code(), "error_msg": scrub(&self.0.to_string()) });
+        json_response(self.0.status(), &body)
+    }
+}
+
+fn json_response(status: StatusCode, v: &Json) -> Response {
+    let text = scrub(&v.to_string());
+    let mut r = (status, text).into_response();
+    r.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    r
+}
+
+fn ok(v: Json) -> Result<Response, ApiError> {
+    Ok(json_response(StatusCode::OK, &v))
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+impl AppState {
+    pub async fn query<T: Send + 'static>(&self, f: impl FnOnce(&mut Shell) -> T + Send + 'static) -> Result<T, ServerError> {
+        let (tx, rx) = oneshot::channel();
+        let q: crate::shell::QueryFn = Box::new(move |s: &mut Shell| {
+            let _ = tx.send(f(s));
+        });
+        self.tx
+            .send_timeout(ShellMsg::Query(q), Duration::from_secs(5))
+            .await
+            .map_err(|_| ServerError::NotReady("the node is busy or shutting down".into()))?;
+        rx.await.map_err(|_| ServerError::NotReady("the node is shutting down".into()))
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/api/v2/health", get(health))
+        .route("/api/v2/status", get(status))
+        .route("/api/v2/captures", get(captures))
+        .route("/api/v2/captures/{id}/cordon", post(cordon))
+        .route("/api/v2/captures/{id}/uncordon", post(uncordon))
+        .route("/api/v2/captures/{id}/drain", post(drain))
+        .route("/api/v2/changefeeds", get(list_changefeeds).post(create_changefeed))
+        .route("/api/v2/changefeeds/{id}", get(get_changefeed).put(update_changefeed).delete(remove_changefeed))
+        .route("/api/v2/changefeeds/{id}/pause", post(pause_changefeed))
+        .route("/api/v2/changefeeds/{id}/resume", post(resume_changefeed))
+        .route("/api/v2/changefeeds/{id}/tables", get(tables))
+        .route("/api/v2/changefeeds/{id}/spans", get(spans))
+        .route("/api/v2/changefeeds/{id}/dispatchers", get(dispatchers))
+        .route("/api/v2/changefeeds/{id}/move_table", post(move_table))
+        .route("/api/v2/changefeeds/{id}/split_table", post(split_table))
+        .route("/api/v2/changefeeds/{id}/merge_table", post(merge_table))
+        .route("/metrics", get(metrics))
+        .route("/internal/v1/message", post(message))
+        .route("/internal/v1/dispatchers/{id}", get(local_dispatchers))
+        .fallback(not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+async fn not_found(uri: Uri) -> ApiResult {
+    Err(ServerError::BadRequest(format!("no route {}; see docs/api.md for the routes", uri.path())).into())
+}
+
+// ---------------------------------------------------------------------- forwarding
+
+enum Where {
+    Here,
+    There(String),
+}
+
+/// Where the coordinator runs: here, at another node's address, or nowhere yet.
+async fn coordinator_at(st: &AppState) -> Result<Where, ServerError> {
+    st.query(|s| {
+        if s.node.coordinator().is_some() {
+            return Ok(Where::Here);
+        }
+        match s.node.leader() {
+            Some(l) => Ok(Where::There(s.net.addrs.get(l).cloned().unwrap_or_else(|| l.as_str().to_string()))),
+            None => Err(ServerError::NotReady("no coordinator is elected yet".into())),
+        }
+    })
+    .await?
+}
+
+async fn forward(addr: &str, method: &Method, uri: &Uri, body: &[u8]) -> ApiResult {
+    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let r = crate::client::request(addr, method.as_str(), path, Some(body), FORWARD_TIMEOUT)
+        .await
+        .map_err(|e| ServerError::NotReady(format!("forwarding to {addr}: {e}")))?;
+    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut resp = (status, r.body).into_response();
+    resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    Ok(resp)
+}
+
+macro_rules! at_coordinator {
+    ($st:expr, $method:expr, $uri:expr, $body:expr) => {
+        if let Where::There(addr) = coordinator_at(&$st).await? {
+            return forward(&addr, &$method, &$uri, &$body).await;
+        }
+    };
+}
+
+// ---------------------------------------------------------------------- views
+
+fn rfc3339_ms(ms: u64) -> String {
+    let secs = (ms / 1000) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z", rem / 3600, (rem % 3600) / 60, rem % 60, ms % 1000)
+}
+
+fn state_name(s: FeedState) -> &'static str {
+    match s {
+        FeedState::Normal => "normal",
+        FeedState::Paused => "stopped",
+        FeedState::Error => "warning",
+        FeedState::Failed => "failed",
+        FeedState::Removed => "removed",
+    }
+}
+
+fn feed_json(s: &Shell, f: &sluice_control::coordinator::FeedView) -> Json {
+    let time = s.capture.time_of(f.checkpoint).map(rfc3339_ms);
+    let resolved = s.node.maintainer(&f.id).map(|m| m.status().resolved).unwrap_or(f.checkpoint).max(f.checkpoint);
+    let maintainer_addr = f.maintainer.as_ref().map(|n| s.net.addrs.get(n).cloned().unwrap_or_else(|| n.as_str().to_string()));
+    json!({
+        "id": f.id.as_str(),
+        "state": state_name(f.state),
+        "checkpoint_ts": f.checkpoint,
+        "checkpoint_time": time,
+        "resolved_ts": resolved,
+        "maintainer_addr": maintainer_addr,
+        "error": f.error.as_ref().map(|e| json!({"message": scrub(e)})),
+        "restarts": f.restarts,
+        "sink_uri": mask_url(&f.sink_uri),
+        "epoch": f.epoch.0,
+    })
+}
+
+async fn health(State(st): State<AppState>) -> ApiResult {
+    let (ready, capture_error) = st.query(|s| (s.node.leader().is_some(), s.capture.error())).await?;
+    if !ready {
+        return Err(ServerError::NotReady("no coordinator elected yet".into()).into());
+    }
+    ok(json!({"status": "ok", "capture_error": capture_error}))
+}
+
+async fn status(State(st): State<AppState>) -> ApiResult {
+    let v = st
+        .query(|s| {
+            json!({
+                "version": env!("CARGO_PKG_VERSION"),
+                "id": s.node_id.as_str(),
+                "address": s.advertise_addr,
+                "pid": std::process::id(),
+                "is_owner": s.node.coordinator().is_some(),
+                "liveness": if s.stopping { 1 } else { 0 },
+                "upstream": mask_url(&s.upstream_masked),
+                "meta_store": if s.meta.is_cluster() { "etcd" } else { "embedded" },
+                "captured_ts": s.capture.captured(),
+                "capture_error": s.capture.error(),
+                "dispatchers": s.dispatcher_count(),
+                "inflight_bytes": s.inflight_bytes,
+                "memory_quota_bytes": s.quota_bytes,
+            })
+        })
+        .await?;
+    ok(v)
+}
+
+async fn captures(State(st): State<AppState>) -> ApiResult {
+    let v = st
+        .query(|s| {
+            let (cordoned, draining) = match s.node.coordinator() {
+                Some(c) => (c.cordoned(), c.draining()),
+                None => (Vec::new(), Vec::new()),
+            };
+            let leader = s.node.leader().cloned();
+            let items: Vec<Json> = s
+                .members
+                .iter()
+                .map(|(n, addr)| {
+                    json!({
+                        "id": n.as_str(),
+                        "address": addr,
+                        "is_owner": leader.as_ref() == Some(n),
+                        "cordoned": cordoned.contains(n) || draining.contains(n),
+                        "draining": draining.contains(n),
+                    })
+                })
+                .collect();
+            json!({"items": items, "total": items.len()})
+        })
+        .await?;
+    ok(v)
+}
+
+async fn capture_request(st: AppState, method: Method, uri: Uri, id: String, req: fn(NodeId) -> UserRequest) -> ApiResult {
+    at_coordinator!(st, method, uri, Bytes::new());
+    let node = NodeId::new(id.clone());
+    let known = st.query({
+        let node = node.clone();
+        move |s| s.members.contains_key(&node)
+    })
+    .await?;
+    if !known {
+        return Err(ServerError::CaptureNotFound(id).into());
+    }
+    let r = req(node);
+    st.query(move |s| s.deliver(Input::Request(r))).await?;
+    ok(json!({}))
+}
+
+async fn cordon(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+    capture_request(st, method, uri, id, |node| UserRequest::Cordon { node, on: true }).await
+}
+async fn uncordon(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+    capture_request(st, method, uri, id, |node| UserRequest::Cordon { node, on: false }).await
+}
+async fn drain(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+    capture_request(st, method, uri, id, |node| UserRequest::Drain { node }).await
+}
+
+async fn list_changefeeds(State(st): State<AppState>, method: Method, uri: Uri) -> ApiResult {
+    at_coordinator!(st, method, uri, Bytes::new());
+    let v = st
+        .query(|s| {
+            let c = s.node.coordinator().ok_or_else(|| ServerError::NotReady("the coordinator is starting".into()))?;
+            if !c.is_ready() {
+                return Err(ServerError::NotReady("the coordinator is loading".into()));
+            }
+            let items: Vec<Json> = c.feeds().iter().filter(|f| f.state != FeedState::Removed).map(|f| feed_json(s, f)).collect();
+            Ok(json!({"items": items, "total": items.len()}))
+        })
+        .await??;
+    ok(v)
+}
+
+/// The changefeed's view, or not found / not ready.
+async fn feed_view(st: &AppState, id: &str) -> Result<Json, ServerError> {
+    let cf = ChangefeedId::new(id);
+    st.query(move |s| {
+        let c = s.node.coordinator().ok_or_else(|| ServerError::NotReady("the coordinator is starting".into()))?;
+        if !c.is_ready() {
+            return Err(ServerError::NotReady("the coordinator is loading".into()));
+        }
+        match c.feeds().into_iter().find(|f| f.id == cf && f.state != FeedState::Removed) {
+            Some(f) => Ok(feed_json(s, &f)),
+            None => Err(ServerError::ChangefeedNotFound(cf.to_string())),
+        }
+    })
+    .await?
+}
+
+async fn get_changefeed(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+    at_coordinator!(st, method, uri, Bytes::new());
+    ok(feed_view(&st, &id).await?)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    #[serde(alias = "id")]
+    changefeed_id: Option<String>,
+    sink_uri: Option<String>,
+    start_ts: Option<u64>,
+    start_position: Option<String>,
+    start_gtid: Option<String>,
+    /// The changefeed TOML (same keys as the `--config` file).
+    config: Option<String>,
+}
+
+fn parse_body<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, ServerError> {
+    if body.iter().all(|b| b.is_ascii_whitespace()) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| ServerError::BadRequest(format!("request body: {e}")))
+}
+
+fn valid_id(id: &str) -> Result<(), ServerError> {
+    let ok = !id.is_empty() && id.len() <= 128 && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(ServerError::BadRequest(format!(
+            "changefeed id {id:?} is invalid: use 1 to 128 characters among letters, digits, '-' and '_'"
+        )))
+    }
+}
+
+async fn upstream_conn(url: &str) -> Result<mysql_async::Conn, ServerError> {
+    let opts = mysql_async::Opts::from_url(url).map_err(|e| ServerError::Upstream(scrub(&format!("bad upstream URL: {e}"))))?;
+    mysql_async::Conn::new(opts).await.map_err(|e| ServerError::Upstream(scrub(&format!("cannot connect: {e}"))))
+}
+
+/// Resolves the start point to a commit ts and checks the upstream still has it and this node's
+/// schema history and event store reach back to it.
+async fn resolve_start(st: &AppState, body: &CreateBody) -> Result<Ts, ServerError> {
+    use mysql_async::prelude::Queryable;
+    let given = [body.start_ts.is_some(), body.start_position.is_some(), body.start_gtid.is_some()].iter().filter(|x| **x).count();
+    if given > 1 {
+        return Err(ServerError::InvalidStartPoint("give at most one of start_ts, start_position and start_gtid".into()));
+    }
+    let mut conn = upstream_conn(&st.upstream).await?;
+    let head = sluice_capture::binlog::master_position(&mut conn).await.map_err(|e| ServerError::Upstream(scrub(&e.to_string())))?;
+    let logs: Vec<(String, u64)> = conn
+        .query::<(String, u64), _>("SHOW BINARY LOGS")
+        .await
+        .or_else(|_| Ok::<_, ServerError>(Vec::new()))?
+        .into_iter()
+        .collect();
+    let pos: BinlogPos = if let Some(ts) = body.start_ts {
+        BinlogPos::from_ts(head.base(), ts)
+    } else if let Some(p) = &body.start_position {
+        let (file, off) = p
+            .rsplit_once(':')
+            .ok_or_else(|| ServerError::InvalidStartPoint(format!("{p:?} is not FILE:POS (e.g. mysql-bin.000003:4)")))?;
+        let off: u64 = off.parse().map_err(|_| ServerError::InvalidStartPoint(format!("position {off:?} in {p:?} is not a number")))?;
+        BinlogPos::new(file, off)
+    } else if let Some(g) = &body.start_gtid {
+        gtid_position(&mut conn, g, &logs).await?
+    } else {
+        head.clone()
+    };
+    let _ = conn.disconnect().await;
+    let ts = pos.ts().ok_or_else(|| ServerError::InvalidStartPoint(format!("{pos} is not a binlog position of this upstream")))?;
+    if !logs.is_empty() && !logs.iter().any(|(f, _)| *f == pos.file) {
+        let first = logs.first().map(|l| l.0.clone()).unwrap_or_default();
+        let in_range = sluice_capture::pos::file_index(&pos.file) > sluice_capture::pos::file_index(&first);
+        if !in_range {
+            return Err(ServerError::InvalidStartPoint(format!(
+                "binlog file {} was already purged upstream (the oldest is {first}); start at or after {first}:4, or omit the start point to start now",
+                pos.file
+            )));
+        }
+        return Err(ServerError::InvalidStartPoint(format!("binlog file {} does not exist upstream", pos.file)));
+    }
+    let head_ts = head.ts().unwrap_or(u64::MAX);
+    if ts > head_ts {
+        return Err(ServerError::InvalidStartPoint(format!("{pos} is after the upstream's current position {head}; omit the start point to start now")));
+    }
+    let history = st.capture.history();
+    let floor = history.snapshot_ts.max(st.capture.store.gc_ts());
+    if ts < floor {
+        return Err(ServerError::InvalidStartPoint(format!(
+            "{pos} is older than this server's schema history and event store, which start at {}; start at or after it, or omit the start point to start now",
+            BinlogPos::from_ts(head.base(), floor)
+        )));
+    }
+    Ok(ts)
+}
+
+/// The position right after the transaction of MariaDB GTID `gtid` (`domain-server-seq`).
+async fn gtid_position(conn: &mut mysql_async::Conn, gtid: &str, logs: &[(String, u64)]) -> Result<BinlogPos, ServerError> {
+    use mysql_async::prelude::Queryable;
+    let parts: Vec<&str> = gtid.split('-').collect();
+    if parts.len() != 3 || parts.iter().any(|p| p.parse::<u64>().is_err()) {
+        return Err(ServerError::InvalidStartPoint(format!("{gtid:?} is not a MariaDB GTID domain-server-seq (e.g. 0-1-42)")));
+    }
+    for (file, _) in logs {
+        let rows: Vec<mysql_async::Row> = conn
+            .query(format!("SHOW BINLOG EVENTS IN '{}'", file.replace('\'', "")))
+            .await
+            .map_err(|e| ServerError::Upstream(scrub(&e.to_string())))?;
+        let mut inside = false;
+        for r in rows {
+            let ty: String = r.get("Event_type").unwrap_or_default();
+            let info: String = r.get("Info").unwrap_or_default();
+            let end: u64 = r.get("End_log_pos").unwrap_or_default();
+            if ty == "Gtid" {
+                if inside {
+                    break;
+                }
+                inside = info.split_whitespace().any(|w| w == gtid);
+            } else if inside && (ty == "Xid" || ty == "Query" && !info.eq_ignore_ascii_case("BEGIN") || ty == "Query" && info.eq_ignore_ascii_case("COMMIT")) {
+                return Ok(BinlogPos::new(file.clone(), end));
+            }
+        }
+    }
+    Err(ServerError::InvalidStartPoint(format!("GTID {gtid} is not in the upstream's binlog (purged or not yet written)")))
+}
+
+async fn create_changefeed(State(st): State<AppState>, method: Method, uri: Uri, body: Bytes) -> ApiResult {
+    at_coordinator!(st, method, uri, body);
+    let b: CreateBody = parse_body(&body)?;
+    let id = b.changefeed_id.clone().ok_or_else(|| ServerError::BadRequest("changefeed_id is required".into()))?;
+    valid_id(&id)?;
+    let sink_uri = b.sink_uri.clone().ok_or_else(|| ServerError::BadRequest("sink_uri is required".into()))?;
+    crate::mask::register_url(&sink_uri);
+    let cfg_toml = match &b.config {
+        Some(t) => parse_changefeed_toml(t)?,
+        None => Default::default(),
+    };
+    if cfg_toml.filter.is_some() {
+        return Err(ServerError::BadRequest("changefeed config: [filter] is not supported by this version yet; remove the section".into()).into());
+    }
+    // Exists already?
+    let cf = ChangefeedId::new(id.clone());
+    match feed_view(&st, &id).await {
+        Ok(_) => return Err(ServerError::ChangefeedExists(id).into()),
+        Err(ServerError::ChangefeedNotFound(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    // Sink URI: parse, then open once (reachability, credentials).
+    sluice_sink::SinkUri::parse(&sink_uri).map_err(|e| ServerError::InvalidSinkUri(scrub(&e.to_string())))?;
+    match tokio::time::timeout(FORWARD_TIMEOUT, sluice_sink::open_sink(&sink_uri)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return Err(ServerError::InvalidSinkUri(scrub(&e.to_string())).into()),
+        Err(_) => return Err(ServerError::InvalidSinkUri(format!("{} did not answer within {} s", mask_url(&sink_uri), FORWARD_TIMEOUT.as_secs())).into()),
+    }
+    // Upstream settings.
+    sluice_capture::check_upstream(&st.upstream).await.map_err(|e| ServerError::Upstream(scrub(&e.to_string())))?;
+    let start_ts = resolve_start(&st, &b).await?;
+    let scheduler = cfg_toml.scheduler.unwrap_or_else(SchedulerConfig::default);
+    let config = ChangefeedConfig { sink_uri, start_ts, scheduler, preferred_node: None };
+    let req = UserRequest::CreateChangefeed { cf: cf.clone(), config };
+    st.query(move |s| s.deliver(Input::Request(req))).await?;
+    let deadline = tokio::time::Instant::now() + ACCEPT_WAIT;
+    loop {
+        match feed_view(&st, &id).await {
+            Ok(v) => return ok(v),
+            Err(ServerError::ChangefeedNotFound(_)) if tokio::time::Instant::now() < deadline => {}
+            Err(ServerError::ChangefeedNotFound(_)) => {
+                return Err(ServerError::NotReady(format!("changefeed {id} was not created within {} s", ACCEPT_WAIT.as_secs())).into())
+            }
+            Err(e) => return Err(e.into()),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct UpdateBody {
+    sink_uri: Option<String>,
+    config: Option<String>,
+}
+
+async fn update_changefeed(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>, body: Bytes) -> ApiResult {
+    at_coordinator!(st, method, uri, body);
+    let b: UpdateBody = parse_body(&body)?;
+    let v = feed_view(&st, &id).await?;
+    if v["state"] != "stopped" {
+        return Err(ServerError::Conflict(format!("changefeed {id} must be paused before it is updated: run `sluice cli changefeed pause -c {id}` first")).into());
+    }
+    if let Some(u) = &b.sink_uri {
+        crate::mask::register_url(u);
+        sluice_sink::SinkUri::parse(u).map_err(|e| ServerError::InvalidSinkUri(scrub(&e.to_string())))?;
+    }
+    if let Some(t) = &b.config {
+        let c = parse_changefeed_toml(t)?;
+        if c.filter.is_some() {
+            return Err(ServerError::BadRequest("changefeed config: [filter] is not supported by this version yet; remove the section".into()).into());
+        }
+    }
+    Err(ServerError::Conflict("updating a changefeed is not supported by this version yet; remove it and create it again from its checkpoint (--start-ts)".into()).into())
+}
+
+async fn state_request(st: &AppState, id: &str, req: UserRequest, want: &'static [&'static str]) -> ApiResult {
+    feed_view(st, id).await?;
+    st.query(move |s| s.deliver(Input::Request(req))).await?;
+    let deadline = tokio::time::Instant::now() + ACCEPT_WAIT;
+    loop {
+        match feed_view(st, id).await {
+            Ok(v) if want.iter().any(|w| v["state"] == *w) => return ok(v),
+            Err(ServerError::ChangefeedNotFound(_)) if want.contains(&"removed") => return ok(json!({})),
+            Err(e) if !matches!(e, ServerError::ChangefeedNotFound(_)) => return Err(e.into()),
+            _ => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(json_response(StatusCode::ACCEPTED, &json!({"accepted": true})));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn pause_changefeed(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+    at_coordinator!(st, method, uri, Bytes::new());
+    state_request(&st, &id, UserRequest::PauseChangefeed { cf: ChangefeedId::new(id.clone()) }, &["stopped"]).await
+}
+async fn resume_changefeed(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+    at_coordinator!(st, method, uri, Bytes::new());
+    state_request(&st, &id, UserRequest::ResumeChangefeed { cf: ChangefeedId::new(id.clone()) }, &["normal"]).await
+}
+async fn remove_changefeed(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+    at_coordinator!(st, method, uri, Bytes::new());
+    state_request(&st, &id, UserRequest::RemoveChangefeed { cf: ChangefeedId::new(id.clone()) }, &["removed"]).await
+}
+
+// ---------------------------------------------------------------------- table views and requests
+
+/// Where the changefeed's maintainer runs: here, there, or not placed.
+async fn maintainer_at(st: &AppState, id: &str) -> Result<Where, ServerError> {
+    let cf = ChangefeedId::new(id);
+    let here = {
+        let cf = cf.clone();
+        st.query(move |s| s.node.maintainer(&cf).map(|m| m.is_bootstrapped()).unwrap_or(false)).await?
+    };
+    if here {
+        return Ok(Where::Here);
+    }
+    let v = match coordinator_at(st).await? {
+        Where::Here => feed_view(st, id).await?,
+        Where::There(addr) => {
+            let r = crate::client::request(&addr, "GET", &format!("/api/v2/changefeeds/{id}"), None, FORWARD_TIMEOUT)
+                .await
+                .map_err(|e| ServerError::NotReady(e.to_string()))?;
+            if r.status == 404 {
+                return Err(ServerError::ChangefeedNotFound(id.to_string()));
+            }
+            serde_json::from_slice(&r.body).map_err(|e| ServerError::Internal(e.to_string()))?
+        }
+    };
+    match v["maintainer_addr"].as_str() {
+        Some(a) if a != st.addr => Ok(Where::There(a.to_string())),
+        _ => Err(ServerError::NotReady(format!("the maintainer of changefeed {id} is not ready (state {})", v["state"]))),
+    }
+}
+
+macro_rules! at_maintainer {
+    ($st:expr, $id:expr, $method:expr, $uri:expr, $body:expr) => {
+        if let Where::There(addr) = maintainer_at(&$st, &$id).await? {
+            return forward(&addr, &$method, &$uri, &$body).await;
+        }
+    };
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+async fn tables(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+    at_maintainer!(st, id, method, uri, Bytes::new());
+    let cf = ChangefeedId::new(id.clone());
+    let v = st
+        .query(move |s| {
+            let m = s.node.maintainer(&cf).ok_or_else(|| ServerError::ChangefeedNotFound(cf.to_string()))?;
+            let mut by: std::collections::BTreeMap<Option<String>, Vec<u64>> = Default::default();
+            for sp in m.spans() {
+                by.entry(sp.node.map(|n| n.to_string())).or_default().push(sp.span.table.0);
+            }
+            let items: Vec<Json> = by.into_iter().map(|(n, t)| json!({"node_id": n, "table_ids": t})).collect();
+            Ok::<_, ServerError>(json!({"items": items, "total": items.len()}))
+        })
+        .await??;
+    ok(v)
+}
+
+async fn spans(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+    at_maintainer!(st, id, method, uri, Bytes::new());
+    let cf = ChangefeedId::new(id.clone());
+    let v = st
+        .query(move |s| {
+            let m = s.node.maintainer(&cf).ok_or_else(|| ServerError::ChangefeedNotFound(cf.to_string()))?;
+            let items: Vec<Json> = m
+                .spans()
+                .into_iter()
+                .map(|sp| {
+                    json!({
+                        "table_id": sp.span.table.0,
+                        "table_name": sp.table_name,
+                        "start_key": hex(&sp.span.start.0),
+                        "end_key": hex(&sp.span.end.0),
+                        "node_id": sp.node.map(|n| n.to_string()),
+                        "state": sp.state,
+                        "checkpoint_ts": sp.checkpoint,
+                        "operator": sp.operator,
+                    })
+                })
+                .collect();
+            Ok::<_, ServerError>(json!({"items": items, "total": items.len()}))
+        })
+        .await??;
+    ok(v)
+}
+
+fn local_dispatcher_items(s: &Shell, cf: &ChangefeedId) -> Vec<Json> {
+    s.node
+        .dispatcher_manager(cf)
+        .map(|dm| {
+            dm.dispatchers()
+                .into_iter()
+                .map(|d| {
+                    json!({
+                        "node_id": s.node_id.as_str(),
+                        "dispatcher_id": d.id.to_string(),
+                        "table_id": d.span.table.0,
+                        "start_key": hex(&d.span.start.0),
+                        "end_key": hex(&d.span.end.0),
+                        "is_trigger": d.is_trigger,
+                        "state": d.state,
+                        "checkpoint_ts": d.checkpoint,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn local_dispatchers(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let cf = ChangefeedId::new(id);
+    let items = st.query(move |s| local_dispatcher_items(s, &cf)).await?;
+    ok(json!({"items": items}))
+}
+
+async fn dispatchers(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+    at_coordinator!(st, method, uri, Bytes::new());
+    feed_view(&st, &id).await?;
+    let cf = ChangefeedId::new(id.clone());
+    let (mut items, others) = st
+        .query(move |s| {
+            let others: Vec<String> = s.members.iter().filter(|(n, _)| **n != s.node_id).map(|(_, a)| a.clone()).collect();
+            (local_dispatcher_items(s, &cf), others)
+        })
+        .await?;
+    let mut unreachable = Vec::new();
+    for addr in others {
+        match crate::client::request(&addr, "GET", &format!("/internal/v1/dispatchers/{id}"), None, Duration::from_secs(5)).await {
+            Ok(r) if r.status == 200 => {
+                if let Ok(v) = serde_json::from_slice::<Json>(&r.body) {
+                    if let Some(a) = v["items"].as_array() {
+                        items.extend(a.iter().cloned());
+                    }
+                }
+            }
+            _ => unreachable.push(addr),
+        }
+    }
+    ok(json!({"items": items, "total": items.len(), "unreachable": unreachable}))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct TableBody {
+    table_id: Option<u64>,
+    target_node_id: Option<String>,
+    spans: Option<usize>,
+}
+
+async fn table_request(st: AppState, method: Method, uri: Uri, id: String, body: Bytes, kind: &'static str) -> ApiResult {
+    let b: TableBody = parse_body(&body)?;
+    at_maintainer!(st, id, method, uri, body);
+    let table = TableId(b.table_id.ok_or_else(|| ServerError::BadRequest("table_id is required".into()))?);
+    let req = match kind {
+        "move" => {
+            let to = b.target_node_id.clone().ok_or_else(|| ServerError::BadRequest("target_node_id is required".into()))?;
+            TableRequest::Move { table, to: NodeId::new(to) }
+        }
+        "split" => {
+            let n = b.spans.unwrap_or(2);
+            if !(2..=1024).contains(&n) {
+                return Err(ServerError::BadRequest(format!("spans must be within 2..=1024, got {n}")).into());
+            }
+            TableRequest::Split { table, spans: n }
+        }
+        _ => TableRequest::Merge { table },
+    };
+    let cf = ChangefeedId::new(id.clone());
+    st.query(move |s| {
+        let m = s.node.maintainer(&cf).ok_or_else(|| ServerError::ChangefeedNotFound(cf.to_string()))?;
+        if !m.spans().iter().any(|sp| sp.span.table == table) {
+            return Err(ServerError::BadRequest(format!("table {} is not replicated by changefeed {cf}; list its tables with `sluice cli changefeed tables -c {cf}`", table.0)));
+        }
+        if let TableRequest::Move { to, .. } = &req {
+            if !s.members.contains_key(to) {
+                return Err(ServerError::CaptureNotFound(to.to_string()));
+            }
+        }
+        s.deliver(Input::Request(UserRequest::Table { cf, req }));
+        Ok(())
+    })
+    .await??;
+    Ok(json_response(StatusCode::ACCEPTED, &json!({"accepted": true})))
+}
+
+async fn move_table(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>, body: Bytes) -> ApiResult {
+    table_request(st, method, uri, id, body, "move").await
+}
+async fn split_table(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>, body: Bytes) -> ApiResult {
+    table_request(st, method, uri, id, body, "split").await
+}
+async fn merge_table(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>, body: Bytes) -> ApiResult {
+    table_request(st, method, uri, id, body, "merge").await
+}
+
+async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
+    let text = st.query(|s| crate::metrics::render(s)).await?;
+    let mut r = (StatusCode::OK, scrub(&text)).into_response();
+    r.headers_mut().insert("content-type", HeaderValue::from_static("text/plain; version=0.0.4"));
+    Ok(r)
+}
+
+async fn message(State(st): State<AppState>, body: Bytes) -> ApiResult {
+    let env: Envelope = serde_json::from_slice(&body).map_err(|e| ServerError::BadRequest(format!("message: {e}")))?;
+    match st.tx.try_send(ShellMsg::Input(Input::Message { from: env.from, msg: env.msg })) {
+        Ok(()) => Ok(json_response(StatusCode::ACCEPTED, &json!({}))),
+        Err(_) => Err(ServerError::NotReady("the node's input queue is full".into()).into()),
+    }
+}

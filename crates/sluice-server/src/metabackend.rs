@@ -1,0 +1,94 @@
+//! Where the meta store lives and how membership and leadership reach the node: the embedded
+//! store of a single node (this node is the only member and always the leader, with a fixed
+//! lease), or etcd in a cluster (see [`crate::etcdmeta`] when built in).
+//!
+//! Invariants:
+//! - `Input::NodesChanged` is delivered before the first `Input::Leader`, and each only when
+//!   it changed;
+//! - the leader revision handed to the control plane is the mod revision of the election key
+//!   (`/sluice/coordinator`) in the store the coordinator writes to, so its leadership-fenced
+//!   transactions compare against the very key that elected it. On the embedded store the key is
+//!   rewritten at every start, so a restarted node is a new coordinator with a newer revision.
+
+use crate::error::ServerError;
+use crate::meta::EmbeddedMeta;
+use crate::shell::Shell;
+use sluice_control::coordinator::ChangefeedInfo;
+use sluice_control::meta::{keys, MetaOp, MetaResult};
+use sluice_control::Input;
+use sluice_types::{ChangefeedId, Epoch, NodeId};
+use std::collections::BTreeMap;
+
+pub enum MetaBackend {
+    Embedded { store: EmbeddedMeta, announced: bool, leader_rev: u64 },
+}
+
+impl MetaBackend {
+    /// Opens the embedded store and takes the election key.
+    pub fn embedded(dir: &std::path::Path, node: &NodeId, addr: &str) -> Result<MetaBackend, ServerError> {
+        let mut store = EmbeddedMeta::open(dir)?;
+        let leader_rev = store.put(keys::COORDINATOR, node.as_str().as_bytes().to_vec())?;
+        store.put(&format!("{}{}", keys::NODE, node.as_str()), addr.as_bytes().to_vec())?;
+        Ok(MetaBackend::Embedded { store, announced: false, leader_rev })
+    }
+
+    /// Applies an operation now when the backend is synchronous.
+    pub fn apply_now(&mut self, op: &MetaOp) -> Option<MetaResult> {
+        match self {
+            MetaBackend::Embedded { store, .. } => Some(match store.apply(op) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!("meta store: {e}");
+                    MetaResult::Unavailable
+                }
+            }),
+        }
+    }
+
+    /// Starts an operation whose result arrives later as `Input::MetaResult`.
+    pub fn apply_async(&mut self, _req: u64, _op: MetaOp) {}
+
+    /// The changefeed's epoch as the store has it now (`None`: cannot tell now).
+    pub fn persisted_epoch(&self, cf: &ChangefeedId) -> Option<Epoch> {
+        match self {
+            MetaBackend::Embedded { store, .. } => Some(
+                store
+                    .get(&keys::info(cf.as_str()))
+                    .and_then(|(v, _)| serde_json::from_slice::<ChangefeedInfo>(&v).ok())
+                    .map(|i| Epoch(i.epoch))
+                    .unwrap_or_default(),
+            ),
+        }
+    }
+
+    /// Reads keys under a prefix (for views), when the backend can answer synchronously.
+    pub fn read_prefix(&mut self, prefix: &str) -> Option<Vec<(String, Vec<u8>)>> {
+        match self.apply_now(&MetaOp::Get { prefix: prefix.to_string() })? {
+            MetaResult::Got { kvs, .. } => Some(kvs.into_iter().map(|kv| (kv.key, kv.value)).collect()),
+            _ => None,
+        }
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        false
+    }
+}
+
+/// Membership and leadership, delivered on every tick when they changed.
+pub fn on_tick(shell: &mut Shell) {
+    let mut inputs = Vec::new();
+    match &mut shell.meta {
+        MetaBackend::Embedded { announced, leader_rev, .. } => {
+            if !*announced {
+                *announced = true;
+                shell.members.insert(shell.node_id.clone(), shell.advertise_addr.clone());
+                let alive: BTreeMap<NodeId, u64> = [(shell.node_id.clone(), shell.incarnation)].into_iter().collect();
+                inputs.push(Input::NodesChanged { alive });
+                inputs.push(Input::Leader { node: Some(shell.node_id.clone()), rev: *leader_rev });
+            }
+        }
+    }
+    for i in inputs {
+        shell.deliver(i);
+    }
+}

@@ -1,0 +1,203 @@
+//! The sink side of the data path: one sink per changefeed per node (opened lazily from the
+//! changefeed's sink URI) and one worker task per dispatcher that carries out that
+//! dispatcher's [`SinkCommand`](sluice_control::SinkCommand)s in order and reports back
+//! `SinkFlushed` / `SinkClosed` / `SinkError`.
+//!
+//! Invariants:
+//! - the commands of one dispatcher run one at a time, in the order the control plane emitted
+//!   them (one FIFO per dispatcher, one task draining it);
+//! - an acknowledgement is only ever what the sink acknowledged (the return of `flush` /
+//!   `write_ddl`, or the sink's ack channel) — the shell never invents one;
+//! - `SinkClosed` is reported only after `Sink::close` returned (no write of the dispatcher can
+//!   land any more);
+//! - every job's rows are reported back as done (`done_rows`/`done_bytes`), success or not, so
+//!   the shell's in-flight accounting (the memory quota) never leaks.
+
+use crate::mask::{mask_url, scrub};
+use sluice_control::Input;
+use sluice_sink::{open_sink, RowBatch, Sink};
+use sluice_types::{ChangefeedId, DdlEvent, DispatcherId, Span, TableSchema, Ts};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::{mpsc, Mutex};
+
+pub enum SinkJob {
+    Open { span: Span, start_ts: Ts },
+    Rows { batches: Vec<RowBatch>, rows: usize, bytes: usize },
+    Ddl { ddl: DdlEvent, tables: Vec<Arc<TableSchema>> },
+    Flush,
+    Close,
+}
+
+/// What a worker reports to the shell.
+pub struct SinkReport {
+    pub input: Option<Input>,
+    pub cf: ChangefeedId,
+    pub id: DispatcherId,
+    pub done_rows: usize,
+    pub done_bytes: usize,
+    /// Rows written to the sink (for metrics).
+    pub written_rows: usize,
+    pub finished: bool,
+}
+
+/// The sinks of this node, one per changefeed.
+#[derive(Default)]
+pub struct SinkRegistry {
+    sinks: Mutex<BTreeMap<ChangefeedId, (String, Arc<dyn Sink>)>>,
+}
+
+impl SinkRegistry {
+    pub async fn get(&self, cf: &ChangefeedId, uri: &str) -> Result<Arc<dyn Sink>, sluice_sink::SinkError> {
+        let mut s = self.sinks.lock().await;
+        if let Some((u, sink)) = s.get(cf) {
+            if u == uri {
+                return Ok(sink.clone());
+            }
+        }
+        let sink = open_sink(uri).await?;
+        tracing::info!(changefeed = %cf, sink = %mask_url(uri), "sink opened");
+        s.insert(cf.clone(), (uri.to_string(), sink.clone()));
+        Ok(sink)
+    }
+
+    /// Forget the sink of a changefeed no dispatcher of this node uses any more.
+    pub async fn drop_sink(&self, cf: &ChangefeedId) {
+        self.sinks.lock().await.remove(cf);
+    }
+
+    pub async fn existing(&self, cf: &ChangefeedId) -> Option<Arc<dyn Sink>> {
+        self.sinks.lock().await.get(cf).map(|(_, s)| s.clone())
+    }
+}
+
+/// Spawns the worker of one dispatcher. Jobs go in through the returned sender.
+pub fn spawn_worker(
+    registry: Arc<SinkRegistry>,
+    cf: ChangefeedId,
+    id: DispatcherId,
+    uri: String,
+    report: mpsc::UnboundedSender<SinkReport>,
+) -> mpsc::UnboundedSender<SinkJob> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(worker(registry, cf, id, uri, rx, report));
+    tx
+}
+
+async fn worker(
+    registry: Arc<SinkRegistry>,
+    cf: ChangefeedId,
+    id: DispatcherId,
+    uri: String,
+    mut rx: mpsc::UnboundedReceiver<SinkJob>,
+    report: mpsc::UnboundedSender<SinkReport>,
+) {
+    let send = |input: Option<Input>, done_rows: usize, done_bytes: usize, written_rows: usize, finished: bool| {
+        let _ = report.send(SinkReport { input, cf: cf.clone(), id, done_rows, done_bytes, written_rows, finished });
+    };
+    let err = |e: &sluice_sink::SinkError| Input::SinkError {
+        cf: cf.clone(),
+        id,
+        retryable: e.is_retryable(),
+        message: scrub(&e.to_string()),
+    };
+    let mut sink: Option<Arc<dyn Sink>> = None;
+    let mut ack: Option<sluice_sink::AckReceiver> = None;
+    let mut opened = false;
+    loop {
+        let job = tokio::select! {
+            j = rx.recv() => match j { Some(j) => j, None => break },
+            changed = async {
+                match ack.as_mut() {
+                    Some(a) => a.changed().await.map(|_| *a.borrow_and_update()),
+                    None => std::future::pending().await,
+                }
+            } => {
+                match changed {
+                    Ok(ts) => send(Some(Input::SinkFlushed { cf: cf.clone(), id, ts }), 0, 0, 0, false),
+                    Err(_) => ack = None,
+                }
+                continue;
+            }
+        };
+        // The sink, opened on first use.
+        if sink.is_none() && !matches!(job, SinkJob::Close) {
+            match registry.get(&cf, &uri).await {
+                Ok(s) => sink = Some(s),
+                Err(e) => {
+                    let (r, b) = match &job {
+                        SinkJob::Rows { rows, bytes, .. } => (*rows, *bytes),
+                        _ => (0, 0),
+                    };
+                    tracing::warn!(changefeed = %cf, "cannot open sink: {}", scrub(&e.to_string()));
+                    send(Some(err(&e)), r, b, 0, false);
+                    continue;
+                }
+            }
+        }
+        match job {
+            SinkJob::Open { span, start_ts } => {
+                if opened {
+                    continue;
+                }
+                let Some(s) = &sink else { continue };
+                match s.open(id, span, start_ts).await {
+                    Ok(a) => {
+                        ack = Some(a);
+                        opened = true;
+                    }
+                    Err(e) => send(Some(err(&e)), 0, 0, 0, false),
+                }
+            }
+            SinkJob::Rows { batches, rows, bytes } => {
+                let Some(s) = &sink else {
+                    send(None, rows, bytes, 0, false);
+                    continue;
+                };
+                let mut failed = None;
+                for b in batches {
+                    if let Err(e) = s.write_rows(id, b).await {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+                match failed {
+                    None => send(None, rows, bytes, rows, false),
+                    Some(e) => send(Some(err(&e)), rows, bytes, 0, false),
+                }
+            }
+            SinkJob::Ddl { ddl, tables } => {
+                let Some(s) = &sink else { continue };
+                match s.write_ddl(id, ddl, tables).await {
+                    Ok(ts) => send(Some(Input::SinkFlushed { cf: cf.clone(), id, ts }), 0, 0, 0, false),
+                    Err(e) => send(Some(err(&e)), 0, 0, 0, false),
+                }
+            }
+            SinkJob::Flush => {
+                let Some(s) = &sink else { continue };
+                match s.flush(id).await {
+                    Ok(ts) => send(Some(Input::SinkFlushed { cf: cf.clone(), id, ts }), 0, 0, 0, false),
+                    Err(e) => send(Some(err(&e)), 0, 0, 0, false),
+                }
+            }
+            SinkJob::Close => {
+                if let (Some(s), true) = (&sink, opened) {
+                    let rep = s.close(id).await;
+                    if let Some(e) = rep.error {
+                        tracing::warn!(changefeed = %cf, dispatcher = ?id, "closing: {}", scrub(&e.to_string()));
+                    }
+                }
+                // Drain what is left (rows are only accounted, never written).
+                rx.close();
+                while let Ok(j) = rx.try_recv() {
+                    if let SinkJob::Rows { rows, bytes, .. } = j {
+                        send(None, rows, bytes, 0, false);
+                    }
+                }
+                send(Some(Input::SinkClosed { cf: cf.clone(), id }), 0, 0, 0, true);
+                return;
+            }
+        }
+    }
+    send(None, 0, 0, 0, true);
+}

@@ -1,0 +1,193 @@
+//! Capture on this node: one binlog reader per upstream feeding the node's event store, run on a
+//! thread of its own (redb writes are blocking), and the shared view the shell reads: the schema
+//! history, how far the store is complete (`captured`), commit times of recent commit ts, and
+//! the last capture error.
+//!
+//! Invariants:
+//! - `captured` is published only after the history that covers it is published, so the shell
+//!   never hands out a DDL or a row whose schema it cannot look up;
+//! - the reader always resumes from what the event store and the persisted history say
+//!   ([`Pump::resume_position`]): after a crash or a fatal error nothing is lost or duplicated;
+//! - the commit-time samples are bounded by [`MAX_TIME_SAMPLES`].
+
+use crate::error::ServerError;
+use crate::mask::scrub;
+use sluice_capture::capture::{Capture, Captured, Pump};
+use sluice_capture::schema::{FileSchemaStore, SchemaHistory, SchemaStore};
+use sluice_capture::store::{EventStore, StoreConfig};
+use sluice_capture::{BinlogReader, ReaderConfig};
+use sluice_types::Ts;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// At most this many (commit ts → commit time) samples are kept for `checkpoint_time` and lag.
+pub const MAX_TIME_SAMPLES: usize = 65_536;
+/// Wait this long before rebuilding the reader after a fatal capture error.
+pub const FATAL_RETRY: Duration = Duration::from_secs(5);
+
+pub struct CaptureShared {
+    pub store: Arc<EventStore>,
+    pub history: RwLock<Arc<SchemaHistory>>,
+    pub captured: watch::Sender<Ts>,
+    pub error: Mutex<Option<String>>,
+    times: Mutex<BTreeMap<Ts, u64>>,
+    pub rows_captured: AtomicU64,
+    pub txns_captured: AtomicU64,
+    pub ddls_captured: AtomicU64,
+}
+
+impl CaptureShared {
+    pub fn history(&self) -> Arc<SchemaHistory> {
+        self.history.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    pub fn captured(&self) -> Ts {
+        *self.captured.borrow()
+    }
+    pub fn error(&self) -> Option<String> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    fn set_error(&self, e: Option<String>) {
+        *self.error.lock().unwrap_or_else(|p| p.into_inner()) = e;
+    }
+    fn sample(&self, ts: Ts, ms: u64) {
+        let mut t = self.times.lock().unwrap_or_else(|p| p.into_inner());
+        t.insert(ts, ms);
+        while t.len() > MAX_TIME_SAMPLES {
+            let Some(first) = t.keys().next().copied() else { break };
+            t.remove(&first);
+        }
+    }
+    /// The commit time (ms since the epoch) of the greatest sampled ts at or below `ts`.
+    pub fn time_of(&self, ts: Ts) -> Option<u64> {
+        let t = self.times.lock().unwrap_or_else(|p| p.into_inner());
+        t.range(..=ts).next_back().map(|(_, ms)| *ms)
+    }
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn history_path(dir: &Path) -> PathBuf {
+    dir.join("schema-history.json")
+}
+
+/// Opens the event store and the schema history (taking a snapshot on the first start).
+pub async fn open(data_dir: &Path, upstream: &str, cache_bytes: u64, skip_unparseable: bool) -> Result<Arc<CaptureShared>, ServerError> {
+    let store = EventStore::open(&data_dir.join("events.redb"), StoreConfig { cache_bytes: cache_bytes as usize })
+        .map_err(|e| ServerError::Internal(format!("event store: {e}")))?;
+    let hs = FileSchemaStore(history_path(data_dir));
+    let mut history = match hs.load().map_err(|e| ServerError::Internal(scrub(&e.to_string())))? {
+        Some(h) => h,
+        None => {
+            let h = SchemaHistory::snapshot(upstream)
+                .await
+                .map_err(|e| ServerError::Upstream(format!("schema snapshot failed: {}", scrub(&e.to_string()))))?;
+            hs.save(&h).map_err(|e| ServerError::Internal(e.to_string()))?;
+            h
+        }
+    };
+    history.skip_unparseable_ddl = skip_unparseable;
+    let captured = Pump::resume_position(&store, &history).ts().unwrap_or(history.snapshot_ts);
+    let (tx, _) = watch::channel(captured.max(store.resolved()));
+    Ok(Arc::new(CaptureShared {
+        store: Arc::new(store),
+        history: RwLock::new(Arc::new(history)),
+        captured: tx,
+        error: Mutex::new(None),
+        times: Mutex::new(BTreeMap::new()),
+        rows_captured: AtomicU64::new(0),
+        txns_captured: AtomicU64::new(0),
+        ddls_captured: AtomicU64::new(0),
+    }))
+}
+
+/// Starts the capture thread. It stops when `stop` turns true.
+pub fn spawn(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, server_id: u32, stop: watch::Receiver<bool>) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("sluice-capture".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    shared.set_error(Some(format!("cannot start the capture runtime: {e}")));
+                    return;
+                }
+            };
+            rt.block_on(run(shared, data_dir, upstream, server_id, stop));
+        })
+        .unwrap_or_else(|e| panic!("cannot spawn the capture thread: {e}"))
+}
+
+async fn run(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, server_id: u32, mut stop: watch::Receiver<bool>) {
+    let hs = FileSchemaStore(history_path(&data_dir));
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        let history = (*shared.history()).clone();
+        let start = Pump::resume_position(&shared.store, &history);
+        tracing::info!(position = %start, "capture: reading the binlog");
+        let reader = BinlogReader::new(ReaderConfig::new(upstream.clone(), server_id, start));
+        let mut pump = Pump::new(Capture::new(reader, history), &shared.store, &hs);
+        let err = loop {
+            let step = tokio::select! {
+                r = pump.step() => r,
+                _ = stop.changed() => break None,
+            };
+            match step {
+                Ok(item) => {
+                    shared.set_error(None);
+                    match &item {
+                        Captured::Rows { commit_ts, rows } => {
+                            shared.rows_captured.fetch_add(rows.len() as u64, Ordering::Relaxed);
+                            shared.txns_captured.fetch_add(1, Ordering::Relaxed);
+                            let ms = rows.first().map(|r| r.commit_time_ms).unwrap_or_else(now_ms);
+                            shared.sample(*commit_ts, ms);
+                        }
+                        Captured::Ddl(d) => {
+                            shared.ddls_captured.fetch_add(1, Ordering::Relaxed);
+                            shared.sample(d.commit_ts, d.commit_time_ms);
+                            *shared.history.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(pump.capture.history.clone());
+                        }
+                        Captured::CommitStaged { commit_ts, staged_rows, rows, .. } => {
+                            shared.rows_captured.fetch_add((rows.len() + staged_rows) as u64, Ordering::Relaxed);
+                            shared.txns_captured.fetch_add(1, Ordering::Relaxed);
+                            let ms = rows.first().map(|r| r.commit_time_ms).unwrap_or_else(now_ms);
+                            shared.sample(*commit_ts, ms);
+                        }
+                        Captured::Resolved(ts) => shared.sample(*ts, now_ms()),
+                        Captured::Chunk { .. } | Captured::Abort(_) => {}
+                    }
+                    let r = shared.store.resolved();
+                    shared.captured.send_if_modified(|c| {
+                        if r > *c {
+                            *c = r;
+                            true
+                        } else {
+                            false
+                        }
+                    });
+                }
+                Err(e) => break Some(e),
+            }
+        };
+        let _ = shared.store.persist();
+        match err {
+            None => break,
+            Some(e) => {
+                let msg = scrub(&e.to_string());
+                tracing::error!(retryable = e.is_retryable(), "capture stopped: {msg}");
+                shared.set_error(Some(msg));
+                tokio::select! {
+                    _ = tokio::time::sleep(FATAL_RETRY) => {}
+                    _ = stop.changed() => break,
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! `sluice cli`: the HTTP API's client. Human-readable tables by default, the API's JSON with
+//! `--output json`. Exit codes: 0 done, 1 the server refused (its JSON error is printed with its
+//! code), 2 bad usage or the server could not be reached. Nothing printed carries a password
+//! (the server masks; the client scrubs what it was given too).
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{json, Value};
+use sluice_server::client;
+use sluice_server::mask::{register_url, scrub};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// How long one API call may take (create probes the sink and the upstream).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Args)]
+pub struct CliArgs {
+    /// The server's API address.
+    #[arg(long, global = true, default_value = "http://127.0.0.1:8300")]
+    server: String,
+    /// Output format.
+    #[arg(long, global = true, value_enum, default_value = "table")]
+    output: Output,
+    #[command(subcommand)]
+    command: CliCommand,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum CliCommand {
+    /// Changefeeds: create, list, query, pause, resume, update, remove, and their tables.
+    #[command(subcommand)]
+    Changefeed(Changefeed),
+    /// Captures (nodes): list, cordon, uncordon, drain.
+    #[command(subcommand)]
+    Capture(Capture),
+}
+
+#[derive(Args)]
+struct CfId {
+    /// The changefeed id.
+    #[arg(short = 'c', long = "changefeed-id")]
+    changefeed_id: String,
+}
+
+#[derive(Subcommand)]
+enum Changefeed {
+    /// Create a changefeed.
+    Create {
+        #[command(flatten)]
+        id: CfId,
+        /// Where to write: file:///dir?protocol=canal-json, s3://bucket/prefix?…, mysql://user:pass@host:port/
+        #[arg(long)]
+        sink_uri: String,
+        /// Start after this commit ts (default: now).
+        #[arg(long, conflicts_with_all = ["start_position", "start_gtid"])]
+        start_ts: Option<u64>,
+        /// Start at this binlog position, FILE:POS.
+        #[arg(long, conflicts_with = "start_gtid")]
+        start_position: Option<String>,
+        /// Start after this MariaDB GTID (domain-server-seq).
+        #[arg(long)]
+        start_gtid: Option<String>,
+        /// Changefeed TOML ([scheduler] …; see docs/configuration.md).
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+    },
+    /// List changefeeds.
+    List,
+    /// Show one changefeed.
+    Query(CfId),
+    /// Pause a changefeed.
+    Pause(CfId),
+    /// Resume a paused or failed changefeed.
+    Resume(CfId),
+    /// Update a paused changefeed.
+    Update {
+        #[command(flatten)]
+        id: CfId,
+        #[arg(long)]
+        sink_uri: Option<String>,
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+    },
+    /// Remove a changefeed.
+    Remove(CfId),
+    /// Which node replicates which table.
+    Tables(CfId),
+    /// Every span of the changefeed (table, key range, node, state, operator).
+    Spans(CfId),
+    /// The dispatchers the nodes report running.
+    Dispatchers(CfId),
+    /// Move a table to another node.
+    MoveTable {
+        #[command(flatten)]
+        id: CfId,
+        #[arg(long)]
+        table_id: u64,
+        #[arg(long)]
+        target_node_id: String,
+    },
+    /// Split a table into several spans.
+    SplitTable {
+        #[command(flatten)]
+        id: CfId,
+        #[arg(long)]
+        table_id: u64,
+        #[arg(long, default_value_t = 2)]
+        spans: usize,
+    },
+    /// Merge a table's spans back into one.
+    MergeTable {
+        #[command(flatten)]
+        id: CfId,
+        #[arg(long)]
+        table_id: u64,
+    },
+}
+
+#[derive(Subcommand)]
+enum Capture {
+    /// List the nodes.
+    List,
+    /// Place no new work on a node.
+    Cordon { capture_id: String },
+    /// Undo cordon or drain.
+    Uncordon { capture_id: String },
+    /// Move every piece of work off a node.
+    Drain { capture_id: String },
+}
+
+enum CliError {
+    Usage(String),
+    Refused(Value),
+}
+
+fn read_config(p: &Option<std::path::PathBuf>) -> Result<Option<String>, CliError> {
+    match p {
+        None => Ok(None),
+        Some(p) => std::fs::read_to_string(p).map(Some).map_err(|e| CliError::Usage(format!("cannot read {}: {e}", p.display()))),
+    }
+}
+
+fn call(server: &str, method: &str, path: &str, body: Option<Value>) -> Result<Value, CliError> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| CliError::Usage(e.to_string()))?;
+    let body = body.map(|b| b.to_string().into_bytes());
+    let r = rt
+        .block_on(client::request(server, method, path, body.as_deref(), CALL_TIMEOUT))
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let v: Value = if r.body.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_slice(&r.body).unwrap_or_else(|_| json!({"error_msg": String::from_utf8_lossy(&r.body)}))
+    };
+    if r.status >= 400 {
+        return Err(CliError::Refused(v));
+    }
+    Ok(v)
+}
+
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        Value::Array(a) => a.iter().map(cell).collect::<Vec<_>>().join(","),
+        Value::Object(o) if o.contains_key("message") => cell(&o["message"]),
+        other => other.to_string(),
+    }
+}
+
+fn table(rows: &[Value], cols: &[&str]) -> String {
+    let mut grid: Vec<Vec<String>> = vec![cols.iter().map(|c| c.to_uppercase()).collect()];
+    for r in rows {
+        grid.push(cols.iter().map(|c| cell(&r[*c])).collect());
+    }
+    let widths: Vec<usize> = (0..cols.len()).map(|i| grid.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for r in grid {
+        let line: Vec<String> = r.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths[i])).collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+const FEED_COLS: &[&str] = &["id", "state", "checkpoint_ts", "checkpoint_time", "resolved_ts", "maintainer_addr", "restarts", "error"];
+
+fn render(v: &Value, cols: &[&str]) -> String {
+    if let Some(items) = v["items"].as_array() {
+        return table(items, cols);
+    }
+    if v.as_object().map(|o| o.is_empty()).unwrap_or(true) {
+        return "ok\n".into();
+    }
+    if v.get("accepted").is_some() {
+        return "accepted\n".into();
+    }
+    if v.get("id").is_some() && cols == FEED_COLS {
+        let mut out = table(std::slice::from_ref(v), cols);
+        if let Some(s) = v["sink_uri"].as_str() {
+            out.push_str(&format!("sink: {s}\n"));
+        }
+        return out;
+    }
+    table(std::slice::from_ref(v), cols)
+}
+
+pub fn run(a: CliArgs) -> ExitCode {
+    let s = a.server.clone();
+    let id_path = |id: &CfId, tail: &str| format!("/api/v2/changefeeds/{}{tail}", id.changefeed_id);
+    let result: Result<(Value, &[&str]), CliError> = (|| match a.command {
+        CliCommand::Changefeed(c) => match c {
+            Changefeed::Create { id, sink_uri, start_ts, start_position, start_gtid, config } => {
+                register_url(&sink_uri);
+                let cfg = read_config(&config)?;
+                let body = json!({
+                    "changefeed_id": id.changefeed_id, "sink_uri": sink_uri, "start_ts": start_ts,
+                    "start_position": start_position, "start_gtid": start_gtid, "config": cfg,
+                });
+                Ok((call(&s, "POST", "/api/v2/changefeeds", Some(body))?, FEED_COLS))
+            }
+            Changefeed::List => Ok((call(&s, "GET", "/api/v2/changefeeds", None)?, FEED_COLS)),
+            Changefeed::Query(id) => Ok((call(&s, "GET", &id_path(&id, ""), None)?, FEED_COLS)),
+            Changefeed::Pause(id) => Ok((call(&s, "POST", &id_path(&id, "/pause"), None)?, FEED_COLS)),
+            Changefeed::Resume(id) => Ok((call(&s, "POST", &id_path(&id, "/resume"), None)?, FEED_COLS)),
+            Changefeed::Remove(id) => Ok((call(&s, "DELETE", &id_path(&id, ""), None)?, FEED_COLS)),
+            Changefeed::Update { id, sink_uri, config } => {
+                if let Some(u) = &sink_uri {
+                    register_url(u);
+                }
+                let cfg = read_config(&config)?;
+                let body = json!({"sink_uri": sink_uri, "config": cfg});
+                Ok((call(&s, "PUT", &id_path(&id, ""), Some(body))?, FEED_COLS))
+            }
+            Changefeed::Tables(id) => Ok((call(&s, "GET", &id_path(&id, "/tables"), None)?, &["node_id", "table_ids"][..])),
+            Changefeed::Spans(id) => Ok((
+                call(&s, "GET", &id_path(&id, "/spans"), None)?,
+                &["table_id", "table_name", "node_id", "state", "checkpoint_ts", "operator", "start_key", "end_key"][..],
+            )),
+            Changefeed::Dispatchers(id) => Ok((
+                call(&s, "GET", &id_path(&id, "/dispatchers"), None)?,
+                &["node_id", "dispatcher_id", "table_id", "state", "checkpoint_ts", "is_trigger"][..],
+            )),
+            Changefeed::MoveTable { id, table_id, target_node_id } => Ok((
+                call(&s, "POST", &id_path(&id, "/move_table"), Some(json!({"table_id": table_id, "target_node_id": target_node_id})))?,
+                &[][..],
+            )),
+            Changefeed::SplitTable { id, table_id, spans } => Ok((
+                call(&s, "POST", &id_path(&id, "/split_table"), Some(json!({"table_id": table_id, "spans": spans})))?,
+                &[][..],
+            )),
+            Changefeed::MergeTable { id, table_id } => {
+                Ok((call(&s, "POST", &id_path(&id, "/merge_table"), Some(json!({"table_id": table_id})))?, &[][..]))
+            }
+        },
+        CliCommand::Capture(c) => {
+            let cols: &[&str] = &["id", "address", "is_owner", "cordoned", "draining"];
+            match c {
+                Capture::List => Ok((call(&s, "GET", "/api/v2/captures", None)?, cols)),
+                Capture::Cordon { capture_id } => Ok((call(&s, "POST", &format!("/api/v2/captures/{capture_id}/cordon"), None)?, cols)),
+                Capture::Uncordon { capture_id } => Ok((call(&s, "POST", &format!("/api/v2/captures/{capture_id}/uncordon"), None)?, cols)),
+                Capture::Drain { capture_id } => Ok((call(&s, "POST", &format!("/api/v2/captures/{capture_id}/drain"), None)?, cols)),
+            }
+        }
+    })();
+    match result {
+        Ok((v, cols)) => {
+            let text = if a.output == Output::Json { format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()) } else { render(&v, cols) };
+            print!("{}", scrub(&text));
+            ExitCode::SUCCESS
+        }
+        Err(CliError::Refused(v)) => {
+            if a.output == Output::Json {
+                println!("{}", scrub(&serde_json::to_string_pretty(&v).unwrap_or_default()));
+            }
+            eprintln!("error: {} ({})", scrub(&cell(&v["error_msg"])), cell(&v["error_code"]));
+            ExitCode::from(1)
+        }
+        Err(CliError::Usage(m)) => {
+            eprintln!("error: {}", scrub(&m));
+            ExitCode::from(2)
+        }
+    }
+}
