@@ -10,7 +10,9 @@ out=${2:-docs/figures/explore-soak.txt}
 chunk=${CHUNK:-2000}
 mkdir -p "$(dirname "$out")"
 cargo build --release -q -p sluice-sim
-bin=${CARGO_TARGET_DIR:-target}/release/sluice-sim
+# A private copy, so rebuilding the workspace meanwhile does not change what runs.
+bin=$(mktemp -d)/sluice-sim
+cp "${CARGO_TARGET_DIR:-target}/release/sluice-sim" "$bin"
 end=$(( $(date +%s) + minutes * 60 ))
 start=0
 {
