@@ -147,6 +147,9 @@ fn convert_rows(
                 if is_system_schema(db) || is_heartbeat(db, name) {
                     continue;
                 }
+                if history.is_sequence(db, name) {
+                    continue;
+                }
                 let schema = history
                     .table_at(db, name, lookup_ts)
                     .ok_or_else(|| CaptureError::UnknownTable(format!("{db}.{name}"), lookup_ts))?;

@@ -85,6 +85,9 @@ pub struct SchemaHistory {
     /// Index: `db.name` → every id that ever had that name (derived from `tables`).
     #[serde(default)]
     pub names: BTreeMap<String, Vec<TableId>>,
+    /// MariaDB sequences (`db.name`): their row events (NEXTVAL) are not captured.
+    #[serde(default)]
+    pub sequences: std::collections::BTreeSet<String>,
 }
 
 /// Persistence of a schema history (the server implements it over its meta store).
@@ -335,6 +338,7 @@ impl SchemaHistory {
             skipped: Vec::new(),
             skip_unparseable_ddl: false,
             names: BTreeMap::new(),
+            sequences: Default::default(),
         }
     }
 
@@ -370,6 +374,11 @@ impl SchemaHistory {
         for d in dbs.into_iter().filter(|d| !is_system_schema(d)) {
             h.databases.insert(d, vec![(0, None)]);
         }
+        let seqs: Vec<(String, String)> = conn
+            .query("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'SEQUENCE'")
+            .await
+            .map_err(e)?;
+        h.sequences = seqs.into_iter().map(|(d, t)| qualified(&d, &t)).collect();
         let mut tables: Vec<(String, String)> = conn
             .query("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'")
             .await
@@ -477,6 +486,11 @@ impl SchemaHistory {
         FileSchemaStore(path.to_path_buf()).load()
     }
 
+    /// True when `db.name` is a sequence (its NEXTVAL row events are not data).
+    pub fn is_sequence(&self, db: &str, name: &str) -> bool {
+        self.sequences.contains(&qualified(db, name))
+    }
+
     /// Every table that exists at `ts` (after all DDLs with commit ts `<= ts`).
     pub fn tables_at(&self, ts: Ts) -> Vec<&TableSchema> {
         self.tables
@@ -568,12 +582,53 @@ impl SchemaHistory {
         if commit_ts <= self.head {
             return Ok(self.ddls.iter().find(|d| d.commit_ts == commit_ts).cloned());
         }
+        if let Some((create, name)) = sequence_statement(query) {
+            let name = sqlparser::parser::Parser::new(&MySqlDialect {})
+                .try_with_sql(&name)
+                .and_then(|mut p| p.parse_object_name(false))
+                .map(|n| split_name(&n, database));
+            if let Ok((db, t)) = name {
+                if create {
+                    self.sequences.insert(qualified(&db, &t));
+                } else {
+                    self.sequences.remove(&qualified(&db, &t));
+                }
+            }
+            self.head = commit_ts;
+            return Ok(None);
+        }
         if !is_schema_statement(query) {
             return Ok(None);
         }
         let stmts = match sqlparser::parser::Parser::parse_sql(&MySqlDialect {}, query) {
             Ok(s) => s,
-            Err(e) => return self.unparseable(commit_ts, database, query, e.to_string()),
+            Err(e) => match strip_alter_options(query) {
+                // ALTER TABLE with table options sqlparser does not know (ENGINE=, CONVERT TO
+                // CHARACTER SET, LOCK=, ...): they change no column; parse the rest.
+                Some(stripped) if stripped.specs_left => {
+                    match sqlparser::parser::Parser::parse_sql(&MySqlDialect {}, &stripped.query) {
+                        Ok(s) => s,
+                        Err(e2) => {
+                            return self.unparseable(
+                                commit_ts,
+                                database,
+                                query,
+                                format!("{e}; without table options: {e2}"),
+                            )
+                        }
+                    }
+                }
+                Some(stripped) => {
+                    return Ok(self.options_only_alter(
+                        commit_ts,
+                        commit_time_ms,
+                        database,
+                        query,
+                        &stripped.table,
+                    ))
+                }
+                None => return self.unparseable(commit_ts, database, query, e.to_string()),
+            },
         };
         let mut work = self.clone();
         let mut kind = DdlKind::Other;
@@ -620,6 +675,40 @@ impl SchemaHistory {
         work.ddls.push(ev.clone());
         *self = work;
         Ok(Some(ev))
+    }
+
+    /// An ALTER TABLE that only sets table options: a DDL event for the table, no new version.
+    fn options_only_alter(
+        &mut self,
+        commit_ts: Ts,
+        commit_time_ms: u64,
+        database: &str,
+        query: &str,
+        table: &str,
+    ) -> Option<DdlEvent> {
+        let name = sqlparser::parser::Parser::new(&MySqlDialect {})
+            .try_with_sql(table)
+            .and_then(|mut p| p.parse_object_name(false))
+            .ok()?;
+        let (db, t) = split_name(&name, database);
+        let id = self.find_id(&db, &t, commit_ts - 1)?;
+        let ev = DdlEvent {
+            commit_ts,
+            commit_time_ms,
+            kind: DdlKind::AlterTable,
+            database: database.to_string(),
+            query: query.to_string(),
+            influence: DdlInfluence {
+                scope: InfluenceScope::Tables(vec![id]),
+                trigger: false,
+                dropped: vec![],
+                added: vec![],
+                renamed: vec![],
+            },
+        };
+        self.head = commit_ts;
+        self.ddls.push(ev.clone());
+        Some(ev)
     }
 
     fn unparseable(
@@ -743,11 +832,17 @@ impl SchemaHistory {
                     return Ok(None);
                 }
                 let (db, t) = split_name(&ct.name, default_db);
-                if self.find_id(&db, &t, before).is_some() {
+                if let Some(old) = self.find_id(&db, &t, before) {
                     if ct.if_not_exists {
                         return Ok(None);
                     }
-                    return Err(format!("table {db}.{t} already exists"));
+                    if !ct.or_replace {
+                        return Err(format!("table {db}.{t} already exists"));
+                    }
+                    // CREATE OR REPLACE: the old table is dropped, a new one (new id) made.
+                    self.close(old, ts);
+                    inf.dropped.push(old);
+                    touched.push(old);
                 }
                 let id = TableId(ts);
                 let schema = if let Some(like) = &ct.like {
@@ -820,7 +915,11 @@ impl SchemaHistory {
                 let mut renamed = None;
                 for op in &at.operations {
                     match op {
-                        AlterTableOperation::AddColumn { column_def, .. } => {
+                        AlterTableOperation::AddColumn {
+                            column_def,
+                            column_position,
+                            ..
+                        } => {
                             let mut d = column_from_sql_type(
                                 &column_def.name.value,
                                 &column_def.data_type.to_string(),
@@ -831,7 +930,7 @@ impl SchemaHistory {
                                 .map(|o| o.option.clone())
                                 .collect();
                             apply_column_options(&mut d, &opts, &mut keys.pk, &mut keys.uniques);
-                            s.columns.push(d);
+                            place_column(&mut s.columns, d, column_position.as_ref(), None);
                         }
                         AlterTableOperation::DropColumn { column_names, .. } => {
                             for n in column_names {
@@ -846,37 +945,37 @@ impl SchemaHistory {
                             col_name,
                             data_type,
                             options,
-                            ..
+                            column_position,
                         } => {
                             let mut d =
                                 column_from_sql_type(&col_name.value, &data_type.to_string());
                             apply_column_options(&mut d, options, &mut keys.pk, &mut keys.uniques);
-                            if let Some(c) = s
-                                .columns
-                                .iter_mut()
-                                .find(|c| c.name.eq_ignore_ascii_case(&col_name.value))
-                            {
-                                *c = d;
-                            }
+                            keep_key_nullability(&mut d, &keys);
+                            place_column(
+                                &mut s.columns,
+                                d,
+                                column_position.as_ref(),
+                                Some(&col_name.value),
+                            );
                         }
                         AlterTableOperation::ChangeColumn {
                             old_name,
                             new_name,
                             data_type,
                             options,
-                            ..
+                            column_position,
                         } => {
                             let mut d =
                                 column_from_sql_type(&new_name.value, &data_type.to_string());
                             apply_column_options(&mut d, options, &mut keys.pk, &mut keys.uniques);
-                            if let Some(c) = s
-                                .columns
-                                .iter_mut()
-                                .find(|c| c.name.eq_ignore_ascii_case(&old_name.value))
-                            {
-                                *c = d;
-                            }
                             rename_key_column(&mut keys, &old_name.value, &new_name.value);
+                            keep_key_nullability(&mut d, &keys);
+                            place_column(
+                                &mut s.columns,
+                                d,
+                                column_position.as_ref(),
+                                Some(&old_name.value),
+                            );
                         }
                         AlterTableOperation::RenameColumn {
                             old_column_name,
@@ -1017,6 +1116,46 @@ impl SchemaHistory {
     }
 }
 
+/// Adds `col` (or replaces the column named `replace`) at `pos`: in place when replacing
+/// without a position, at the end when adding without one.
+fn place_column(
+    columns: &mut Vec<ColumnDef>,
+    col: ColumnDef,
+    pos: Option<&sqlparser::ast::MySQLColumnPosition>,
+    replace: Option<&str>,
+) {
+    use sqlparser::ast::MySQLColumnPosition as P;
+    let old = replace.and_then(|n| columns.iter().position(|c| c.name.eq_ignore_ascii_case(n)));
+    match (old, pos) {
+        (Some(i), None) => {
+            columns[i] = col;
+            return;
+        }
+        (Some(i), Some(_)) => {
+            columns.remove(i);
+        }
+        _ => {}
+    }
+    match pos {
+        Some(P::First) => columns.insert(0, col),
+        Some(P::After(name)) => match columns
+            .iter()
+            .position(|c| c.name.eq_ignore_ascii_case(&name.value))
+        {
+            Some(i) => columns.insert(i + 1, col),
+            None => columns.push(col),
+        },
+        None => columns.push(col),
+    }
+}
+
+/// A column of the primary key stays NOT NULL when redefined.
+fn keep_key_nullability(d: &mut ColumnDef, keys: &KeyNames) {
+    if keys.pk.iter().any(|n| n.eq_ignore_ascii_case(&d.name)) {
+        d.nullable = false;
+    }
+}
+
 fn rename_key_column(keys: &mut KeyNames, old: &str, new: &str) {
     for c in keys.pk.iter_mut().chain(keys.uniques.iter_mut().flatten()) {
         if c.eq_ignore_ascii_case(old) {
@@ -1064,6 +1203,190 @@ fn apply_constraint(con: &TableConstraint, keys: &mut KeyNames, columns: &mut [C
         }
         _ => {}
     }
+}
+
+/// `CREATE [OR REPLACE] SEQUENCE [IF NOT EXISTS] name ...` → `(true, name)`,
+/// `DROP SEQUENCE [IF EXISTS] name` → `(false, name)`.
+fn sequence_statement(query: &str) -> Option<(bool, String)> {
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let toks = Tokenizer::new(&MySqlDialect {}, query).tokenize().ok()?;
+    let sig: Vec<&Token> = toks
+        .iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .collect();
+    let up = |t: &Token| match t {
+        Token::Word(w) if w.quote_style.is_none() => w.value.to_ascii_uppercase(),
+        _ => String::new(),
+    };
+    let create = match up(sig.first()?).as_str() {
+        "CREATE" => true,
+        "DROP" => false,
+        _ => return None,
+    };
+    let mut k = 1;
+    while matches!(up(sig.get(k)?).as_str(), "OR" | "REPLACE" | "TEMPORARY") {
+        k += 1;
+    }
+    if up(sig.get(k)?) != "SEQUENCE" {
+        return None;
+    }
+    k += 1;
+    while matches!(up(sig.get(k)?).as_str(), "IF" | "NOT" | "EXISTS") {
+        k += 1;
+    }
+    let mut name = sig.get(k)?.to_string();
+    if matches!(sig.get(k + 1), Some(Token::Period)) {
+        name.push('.');
+        name.push_str(&sig.get(k + 2)?.to_string());
+    }
+    Some((create, name))
+}
+
+/// An ALTER TABLE with its table-option specifications removed.
+struct StrippedAlter {
+    query: String,
+    /// The table name as written.
+    table: String,
+    specs_left: bool,
+}
+
+/// Words that start an ALTER TABLE specification which sets a table option and changes no
+/// column.
+const TABLE_OPTION_WORDS: &[&str] = &[
+    "ENGINE",
+    "CHARSET",
+    "CHARACTER",
+    "COLLATE",
+    "COMMENT",
+    "AUTO_INCREMENT",
+    "ROW_FORMAT",
+    "ALGORITHM",
+    "LOCK",
+    "FORCE",
+    "KEY_BLOCK_SIZE",
+    "STATS_PERSISTENT",
+    "STATS_AUTO_RECALC",
+    "STATS_SAMPLE_PAGES",
+    "CONVERT",
+    "ORDER",
+    "PAGE_CHECKSUM",
+    "TRANSACTIONAL",
+    "CHECKSUM",
+    "DELAY_KEY_WRITE",
+    "PACK_KEYS",
+    "AVG_ROW_LENGTH",
+    "MAX_ROWS",
+    "MIN_ROWS",
+    "INSERT_METHOD",
+    "ENCRYPTED",
+    "ENCRYPTION_KEY_ID",
+    "PAGE_COMPRESSED",
+    "PAGE_COMPRESSION_LEVEL",
+    "SEQUENCE",
+    "UNION",
+];
+
+/// Splits `ALTER [ONLINE] [IGNORE] TABLE [IF EXISTS] name spec, spec, ...` and drops the
+/// table-option specs. `None` when the statement is not such an ALTER TABLE.
+fn strip_alter_options(query: &str) -> Option<StrippedAlter> {
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let toks = Tokenizer::new(&MySqlDialect {}, query)
+        .with_unescape(false)
+        .tokenize()
+        .ok()?;
+    let sig: Vec<usize> = toks
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !matches!(t, Token::Whitespace(_)))
+        .map(|(i, _)| i)
+        .collect();
+    let word = |k: usize| -> Option<String> {
+        match toks.get(*sig.get(k)?)? {
+            Token::Word(w) if w.quote_style.is_none() => Some(w.value.to_ascii_uppercase()),
+            _ => None,
+        }
+    };
+    let mut k = 0;
+    if word(k)? != "ALTER" {
+        return None;
+    }
+    k += 1;
+    while matches!(word(k).as_deref(), Some("ONLINE" | "IGNORE")) {
+        k += 1;
+    }
+    if word(k).as_deref() != Some("TABLE") {
+        return None;
+    }
+    k += 1;
+    if word(k).as_deref() == Some("IF") {
+        k += 2;
+    }
+    let name_start = *sig.get(k)?;
+    k += 1;
+    if sig
+        .get(k)
+        .is_some_and(|i| matches!(toks[*i], Token::Period))
+    {
+        k += 2;
+    }
+    let name_end = sig.get(k).copied().unwrap_or(toks.len());
+    let mut specs: Vec<Vec<&Token>> = vec![Vec::new()];
+    let mut depth = 0i32;
+    for t in &toks[name_end..] {
+        match t {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            Token::Comma if depth == 0 => {
+                specs.push(Vec::new());
+                continue;
+            }
+            Token::SemiColon | Token::EOF => continue,
+            _ => {}
+        }
+        if let Some(last) = specs.last_mut() {
+            last.push(t);
+        }
+    }
+    let is_option = |spec: &[&Token]| -> bool {
+        let words: Vec<String> = spec
+            .iter()
+            .filter_map(|t| match t {
+                Token::Word(w) if w.quote_style.is_none() => Some(w.value.to_ascii_uppercase()),
+                _ => None,
+            })
+            .take(2)
+            .collect();
+        match words.first().map(String::as_str) {
+            Some("DEFAULT") => matches!(
+                words.get(1).map(String::as_str),
+                Some("CHARSET" | "CHARACTER" | "COLLATE")
+            ),
+            Some(w) => TABLE_OPTION_WORDS.contains(&w),
+            None => true,
+        }
+    };
+    let keep: Vec<String> = specs
+        .iter()
+        .filter(|s| !is_option(s))
+        .map(|s| {
+            s.iter()
+                .map(|t| t.to_string())
+                .collect::<String>()
+                .trim()
+                .to_string()
+        })
+        .filter(|s| !s.is_empty())
+        .collect();
+    let head: String = toks[..name_end].iter().map(|t| t.to_string()).collect();
+    let table: String = toks[name_start..name_end]
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    Some(StrippedAlter {
+        query: format!("{} {}", head.trim_end(), keep.join(", ")),
+        table: table.trim().to_string(),
+        specs_left: !keep.is_empty(),
+    })
 }
 
 /// True when a statement may change the tracked schema (table or database DDL). Everything
@@ -1116,6 +1439,8 @@ pub fn is_schema_statement(query: &str) -> bool {
     let object = rest.first().copied().unwrap_or("");
     match first {
         "RENAME" | "TRUNCATE" => object == "TABLE" || first == "TRUNCATE",
+        // ALTER DATABASE only changes defaults of tables created later: nothing tracked.
+        "ALTER" if matches!(object, "DATABASE" | "SCHEMA") => false,
         "CREATE" | "DROP" | "ALTER" => {
             matches!(object, "TABLE" | "DATABASE" | "SCHEMA" | "VIEW" | "INDEX")
                 || (object.starts_with("ALGORITHM")
