@@ -50,9 +50,20 @@ pub enum Captured {
     Abort(BinlogPos),
 }
 
+/// True when the history describes the table exactly as the TABLE_MAP does (column names in
+/// order).
+fn agrees(schema: &TableSchema, meta: &crate::decode::TableMeta) -> bool {
+    schema.columns.len() == meta.columns.len()
+        && schema
+            .columns
+            .iter()
+            .zip(&meta.columns)
+            .all(|(a, b)| a.name.eq_ignore_ascii_case(&b.name))
+}
+
 fn key_spec(schema: &TableSchema, change: &RowChange) -> Vec<(usize, u16)> {
     let cols = &change.table.columns;
-    let idx: Vec<usize> = if !schema.key_columns.is_empty() && schema.columns.len() == cols.len() {
+    let idx: Vec<usize> = if !schema.key_columns.is_empty() && agrees(schema, &change.table) {
         schema.key_columns.clone()
     } else {
         change.table.primary_key.clone()
@@ -153,8 +164,23 @@ fn convert_rows(
                 let schema = history
                     .table_at(db, name, lookup_ts)
                     .ok_or_else(|| CaptureError::UnknownTable(format!("{db}.{name}"), lookup_ts))?;
+                if !agrees(schema, &change.table) && !history.skip_unparseable_ddl {
+                    // The history is wrong about this table (a DDL it could not follow): keying
+                    // rows by the wrong columns would corrupt routing silently. With
+                    // skip_unparseable_ddl the TABLE_MAP's primary key is used instead.
+                    return Err(CaptureError::Decode {
+                        file: String::new(),
+                        pos: lookup_ts,
+                        message: format!(
+                            "schema history disagrees with the binlog about {db}.{name}: history columns {:?}, \
+                             binlog columns {:?}",
+                            schema.columns.iter().map(|c| &c.name).collect::<Vec<_>>(),
+                            change.table.columns.iter().map(|c| &c.name).collect::<Vec<_>>()
+                        ),
+                    });
+                }
                 // MariaDB logs JSON as LONGTEXT: the history knows which columns are JSON.
-                let json_cols = if schema.columns.len() == change.table.columns.len() {
+                let json_cols = if agrees(schema, &change.table) {
                     schema
                         .columns
                         .iter()

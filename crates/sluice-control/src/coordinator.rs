@@ -682,6 +682,22 @@ impl Coordinator {
                     }
                 }
             }
+            UserRequest::UpdateChangefeed { cf, config } => {
+                let Some(f) = self.feeds.get(&cf) else {
+                    self.log(out, format!("no changefeed {cf}"));
+                    return;
+                };
+                if !matches!(f.info.state, FeedState::Paused | FeedState::Failed) || f.placement != Placement::None || f.meta_busy {
+                    self.log(out, format!("changefeed {cf} can be updated only while paused"));
+                    return;
+                }
+                let mut info = f.info.clone();
+                // The start point is history: an update never moves it.
+                let start_ts = info.config.start_ts;
+                info.config = config;
+                info.config.start_ts = start_ts;
+                self.set_info(&cf, info, out);
+            }
             UserRequest::MoveMaintainer { cf, to } => {
                 let rev = self.rev;
                 if let Some(f) = self.feeds.get_mut(&cf) {

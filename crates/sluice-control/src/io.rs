@@ -52,6 +52,8 @@ pub enum UserRequest {
     PauseChangefeed { cf: ChangefeedId },
     ResumeChangefeed { cf: ChangefeedId },
     RemoveChangefeed { cf: ChangefeedId },
+    /// Replace a paused changefeed's configuration (sink, scheduler settings).
+    UpdateChangefeed { cf: ChangefeedId, config: ChangefeedConfig },
     MoveMaintainer { cf: ChangefeedId, to: NodeId },
     Cordon { node: NodeId, on: bool },
     Drain { node: NodeId },

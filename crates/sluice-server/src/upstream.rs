@@ -94,7 +94,7 @@ pub async fn open(data_dir: &Path, upstream: &str, cache_bytes: u64, skip_unpars
     history.skip_unparseable_ddl = skip_unparseable;
     let captured = Pump::resume_position(&store, &history).ts().unwrap_or(history.snapshot_ts);
     let (tx, _) = watch::channel(captured.max(store.resolved()));
-    Ok(Arc::new(CaptureShared {
+    let shared = Arc::new(CaptureShared {
         store: Arc::new(store),
         history: RwLock::new(Arc::new(history)),
         captured: tx,
@@ -103,7 +103,10 @@ pub async fn open(data_dir: &Path, upstream: &str, cache_bytes: u64, skip_unpars
         rows_captured: AtomicU64::new(0),
         txns_captured: AtomicU64::new(0),
         ddls_captured: AtomicU64::new(0),
-    }))
+    });
+    // What is captured at start is at most as old as now (refined as transactions arrive).
+    shared.sample(*shared.captured.borrow(), now_ms());
+    Ok(shared)
 }
 
 /// Starts the capture thread. It stops when `stop` turns true.

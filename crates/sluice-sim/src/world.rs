@@ -818,6 +818,11 @@ impl Sim {
         }
     }
 
+    /// How many dispatchers (any state, the table trigger included) run on all live nodes.
+    pub fn dispatcher_count(&self) -> usize {
+        self.dispatchers_everywhere().len()
+    }
+
     fn dispatchers_everywhere(&self) -> Vec<(String, sluice_control::dispatcher::DispatcherView)> {
         let mut out = Vec::new();
         for (name, n) in &self.nodes {
@@ -994,6 +999,16 @@ impl Sim {
     }
 
     // ------------------------------------------------------------------ steps
+
+    /// Send a user request (as the API would) to the coordinator or the maintainer.
+    pub fn user_request(&mut self, req: UserRequest) {
+        self.request(req);
+    }
+
+    /// The changefeed's info as the meta store has it.
+    pub fn changefeed_info(&self, cf: &str) -> Option<sluice_control::coordinator::ChangefeedInfo> {
+        self.meta.kv.get(&keys::info(cf)).and_then(|(v, _)| serde_json::from_slice(v).ok())
+    }
 
     fn request(&mut self, req: UserRequest) {
         self.requests.push_back(req);
