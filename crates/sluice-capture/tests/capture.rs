@@ -392,3 +392,52 @@ async fn heartbeat_table_advances_resolved_and_measures_lag_without_leaking_rows
     assert_eq!(hb.node, "node-a");
     assert_eq!(hb.commit_ts, *empty_txns.last().expect("last"));
 }
+
+#[tokio::test]
+async fn a_history_that_disagrees_with_the_binlog_stops_capture_unless_skipping() {
+    let db = MariaDb::start().expect("mariadb");
+    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id INT PRIMARY KEY, a INT)")
+        .expect("sql");
+    let mut history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
+    // Simulate a DDL the history could not follow: it believes `a` does not exist.
+    for versions in history.tables.values_mut() {
+        for v in versions.iter_mut() {
+            v.schema.columns.retain(|c| c.name != "a");
+        }
+    }
+    db.exec("INSERT INTO d.t VALUES (7, 1); CREATE TABLE d.marker (id INT PRIMARY KEY)")
+        .expect("sql");
+    let mut c = Capture::new(
+        reader(&db.url(), 801, history.snapshot_pos.clone()),
+        history.clone(),
+    );
+    let err = loop {
+        match c.next().await {
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        err.to_string()
+            .contains("disagrees with the binlog about d.t"),
+        "{err}"
+    );
+    assert!(!err.is_retryable());
+    // With skip_unparseable_ddl the TABLE_MAP's primary key routes the row.
+    history.skip_unparseable_ddl = true;
+    let t = history
+        .table_at("d", "t", history.head)
+        .expect("t")
+        .table_id;
+    let mut c = Capture::new(
+        reader(&db.url(), 802, history.snapshot_pos.clone()),
+        history,
+    );
+    let items = capture_until(&mut c, "marker").await;
+    let rows = triples(&items);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0].1,
+        sluice_capture::keys::row_key(t, &[Value::Int(7)], &[(0, 0)])
+    );
+}
