@@ -1525,11 +1525,14 @@ impl Maintainer {
                             *count.entry(n.clone()).or_default() += 1;
                         }
                     }
+                    // The merged dispatcher is a new one: it goes only where new dispatchers may
+                    // go (not cordoned, not draining), preferably where most spans already are.
                     let target = count
                         .iter()
-                        .filter(|(n, _)| ctx.alive.contains_key(*n))
+                        .filter(|(n, _)| self.schedulable(ctx, n))
                         .max_by_key(|(n, c)| (**c, std::cmp::Reverse((*n).clone())))
-                        .map(|(n, _)| n.clone());
+                        .map(|(n, _)| n.clone())
+                        .or_else(|| self.least_loaded(ctx));
                     let Some(target) = target else {
                         i += 1;
                         continue;
