@@ -65,10 +65,15 @@ sql -e "CREATE USER 'sluice'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
         INSERT INTO shop.customers VALUES (1,'Ada','ada@example.com'),(2,'Linus','linus@example.com');"
 echo "MariaDB $(sql -N -e 'select version()') on 127.0.0.1:$DB_PORT, row binlog on, user sluice (password masked below)"
 
-say "2/6 building sluice (cargo build --release -p sluice)"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-(cd "$ROOT" && cargo build --release -q -p sluice)
-SLUICE="$CARGO_TARGET_DIR/release/sluice"
+if [ -n "${SLUICE_BIN:-}" ]; then
+  say "2/6 using $SLUICE_BIN"
+  SLUICE="$SLUICE_BIN"
+else
+  say "2/6 building sluice (cargo build --release -p sluice)"
+  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+  (cd "$ROOT" && cargo build --release -q -p sluice)
+  SLUICE="$CARGO_TARGET_DIR/release/sluice"
+fi
 
 say "3/6 single-node sluice server (embedded meta store)"
 API_PORT="$(free_port)"
@@ -98,7 +103,7 @@ for i in $(seq 1 20); do
 done
 sql shop -e "DELETE FROM orders WHERE amount < 5; UPDATE orders SET note='big' WHERE amount > 30;"
 TARGET=$(sql -N -e 'SHOW MASTER STATUS' | awk '{print $1" "$2}')
-FILE_INDEX=$((10#${TARGET%% *##*.})); FILE_INDEX=$((10#$(echo "$TARGET" | awk '{print $1}' | sed 's/.*\.//')))
+FILE_INDEX=$((10#$(echo "$TARGET" | awk '{print $1}' | sed 's/.*\.//')))
 TARGET_TS=$(( (FILE_INDEX << 32) | $(echo "$TARGET" | awk '{print $2}') ))
 echo "  waiting for the checkpoint to reach the upstream's position ($TARGET = ts $TARGET_TS)"
 for _ in $(seq 1 120); do

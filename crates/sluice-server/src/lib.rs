@@ -67,9 +67,15 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         ));
     }
     tracing::info!(node = %cfg.node_id, addr = %cfg.addr, upstream = %mask::mask_url(&cfg.upstream), data_dir = %cfg.data_dir.display(), "starting");
-    sluice_capture::check_upstream(&cfg.upstream)
-        .await
-        .map_err(|e| ServerError::Upstream(scrub(&e.to_string())))?;
+    match sluice_capture::check_upstream(&cfg.upstream).await {
+        Ok(_) => {}
+        // A node with a schema history can start while the upstream is unreachable: capture
+        // retries. Wrong settings, or a first start (the snapshot needs the upstream), are fatal.
+        Err(e) if e.is_retryable() && cfg.data_dir.join("schema-history.json").exists() => {
+            tracing::warn!("upstream not reachable now, capture will retry: {}", scrub(&e.to_string()));
+        }
+        Err(e) => return Err(ServerError::Upstream(scrub(&e.to_string()))),
+    }
     let listener = tokio::net::TcpListener::bind(&cfg.addr)
         .await
         .map_err(|e| ServerError::Config(format!("cannot listen on {}: {e}", cfg.addr)))?;

@@ -82,6 +82,8 @@ pub struct Shell {
     subs: BTreeMap<(ChangefeedId, DispatcherId), Sub>,
     workers: BTreeMap<(ChangefeedId, DispatcherId), Worker>,
     pending: BTreeMap<(ChangefeedId, DispatcherId), BTreeMap<u64, (RowEvent, usize)>>,
+    /// Rows of the current handle() call's sink writes, per dispatcher (sent when it returns).
+    batching: BTreeMap<(ChangefeedId, DispatcherId), Vec<(RowEvent, usize)>>,
     next_handle: u64,
     pub inflight_bytes: u64,
     pub quota_bytes: u64,
@@ -156,6 +158,7 @@ impl Shell {
             subs: BTreeMap::new(),
             workers: BTreeMap::new(),
             pending: BTreeMap::new(),
+            batching: BTreeMap::new(),
             next_handle: 1,
             inflight_bytes: 0,
             quota_bytes,
@@ -195,6 +198,7 @@ impl Shell {
         self.pending.clear();
         self.inflight_bytes = 0;
         self.schema_waits.clear();
+        self.batching.clear();
         self.local.clear();
         self.incarnation = incarnation;
         self.node = NodeState::new(self.node_id.clone(), incarnation);
@@ -211,6 +215,55 @@ impl Shell {
             let effects = self.node.handle(now, input);
             for e in effects {
                 self.effect(e);
+            }
+            // The rows of one handle() call go out together: the control plane cuts sink writes
+            // at a row count, possibly inside a transaction, while a sink call must carry whole
+            // transactions. One call always emits every row of the transactions it consumed.
+            let keys: Vec<(ChangefeedId, DispatcherId)> = self.batching.keys().cloned().collect();
+            for k in keys {
+                self.send_rows(&k);
+            }
+        }
+    }
+
+    /// Hand the rows gathered for a dispatcher to its sink worker.
+    fn send_rows(&mut self, key: &(ChangefeedId, DispatcherId)) {
+        let Some(taken) = self.batching.remove(key) else { return };
+        let (cf, id) = (key.0.clone(), key.1);
+        let bytes: usize = taken.iter().map(|t| t.1).sum();
+        let n = taken.len();
+        let mut batches: Vec<RowBatch> = Vec::new();
+        let mut failed = None;
+        for (row, _) in taken {
+            let same = batches.last().map(|b| b.schema.table_id == row.table_id && b.schema.version == row.schema_version).unwrap_or(false);
+            if same {
+                if let Some(b) = batches.last_mut() {
+                    b.rows.push(row);
+                }
+                continue;
+            }
+            match self.schema_of(row.table_id, row.commit_ts) {
+                Some(schema) => batches.push(RowBatch { schema, rows: vec![row] }),
+                None => {
+                    failed = Some(format!("no schema for table {} at commit ts {}", row.table_id, row.commit_ts));
+                    break;
+                }
+            }
+        }
+        if let Some(m) = failed {
+            self.inflight_bytes = self.inflight_bytes.saturating_sub(bytes as u64);
+            self.sink_error(&cf, id, m);
+            return;
+        }
+        match self.worker(&cf, id) {
+            Some(w) => {
+                if w.tx.send(SinkJob::Rows { batches, rows: n, bytes }).is_err() {
+                    self.inflight_bytes = self.inflight_bytes.saturating_sub(bytes as u64);
+                }
+            }
+            None => {
+                self.inflight_bytes = self.inflight_bytes.saturating_sub(bytes as u64);
+                self.sink_error(&cf, id, format!("no sink URI known for changefeed {cf}"));
             }
         }
     }
@@ -233,6 +286,15 @@ impl Shell {
         self.drain();
         self.feed_all();
         self.answer_schemas();
+        let due: Vec<(ChangefeedId, Ts)> = self
+            .persisted
+            .iter()
+            .filter(|(cf, ts)| self.sink_cp_written.get(*cf).map(|(t, at)| **ts > *t && at.elapsed() >= SINK_CHECKPOINT_INTERVAL).unwrap_or(true))
+            .map(|(cf, ts)| (cf.clone(), *ts))
+            .collect();
+        for (cf, ts) in due {
+            self.on_persisted_checkpoint(cf, ts);
+        }
         if self.last_gc.elapsed() >= GC_INTERVAL {
             self.last_gc = Instant::now();
             self.gc();
@@ -402,44 +464,10 @@ impl Shell {
                     self.sink_error(&cf, id, format!("internal: {missing} rows of a sink write are no longer in the shell"));
                     return;
                 }
-                let bytes: usize = taken.iter().map(|t| t.1).sum();
-                let n = taken.len();
-                let mut batches: Vec<RowBatch> = Vec::new();
-                let mut failed = None;
-                for (row, _) in taken {
-                    let same = batches.last().map(|b| b.schema.table_id == row.table_id && b.schema.version == row.schema_version).unwrap_or(false);
-                    if same {
-                        if let Some(b) = batches.last_mut() {
-                            b.rows.push(row);
-                        }
-                        continue;
-                    }
-                    match self.schema_of(row.table_id, row.commit_ts) {
-                        Some(schema) => batches.push(RowBatch { schema, rows: vec![row] }),
-                        None => {
-                            failed = Some(format!("no schema for table {} at commit ts {}", row.table_id, row.commit_ts));
-                            break;
-                        }
-                    }
-                }
-                if let Some(m) = failed {
-                    self.inflight_bytes = self.inflight_bytes.saturating_sub(bytes as u64);
-                    self.sink_error(&cf, id, m);
-                    return;
-                }
-                match self.worker(&cf, id) {
-                    Some(w) => {
-                        if w.tx.send(SinkJob::Rows { batches, rows: n, bytes }).is_err() {
-                            self.inflight_bytes = self.inflight_bytes.saturating_sub(bytes as u64);
-                        }
-                    }
-                    None => {
-                        self.inflight_bytes = self.inflight_bytes.saturating_sub(bytes as u64);
-                        self.sink_error(&cf, id, format!("no sink URI known for changefeed {cf}"));
-                    }
-                }
+                self.batching.entry(key).or_default().extend(taken);
             }
             SinkCommand::WriteDdl { cf, id, ddl, handle: _ } => {
+                self.send_rows(&(cf.clone(), id));
                 let tables = self.ddl_tables(&ddl);
                 match self.worker(&cf, id) {
                     Some(w) => {
@@ -448,14 +476,18 @@ impl Shell {
                     None => self.sink_error(&cf, id, format!("no sink URI known for changefeed {cf}")),
                 }
             }
-            SinkCommand::Flush { cf, id } => match self.worker(&cf, id) {
-                Some(w) => {
-                    let _ = w.tx.send(SinkJob::Flush);
+            SinkCommand::Flush { cf, id } => {
+                self.send_rows(&(cf.clone(), id));
+                match self.worker(&cf, id) {
+                    Some(w) => {
+                        let _ = w.tx.send(SinkJob::Flush);
+                    }
+                    None => self.sink_error(&cf, id, format!("no sink URI known for changefeed {cf}")),
                 }
-                None => self.sink_error(&cf, id, format!("no sink URI known for changefeed {cf}")),
-            },
+            }
             SinkCommand::Close { cf, id } => {
                 let key = (cf.clone(), id);
+                self.send_rows(&key);
                 match self.workers.get(&key) {
                     Some(w) => {
                         if w.tx.send(SinkJob::Close).is_err() {

@@ -35,6 +35,8 @@ fn file_sink_then_consume_then_check() {
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
     assert!(r.stdout.contains("shop.accounts: equal") && r.stdout.contains("shop.events: equal"), "{}", r.stdout);
     out.assert_no_secret(&[&server.log]);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -55,6 +57,8 @@ fn mysql_sink_then_check() {
     assert_eq!(r.code, 0);
     assert!(r.stdout.contains("to-mysql") && r.stdout.contains("normal"), "{}", r.stdout);
     out.assert_no_secret(&[&server.log]);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -89,4 +93,6 @@ fn restart_mid_workload_resumes_from_checkpoint() {
     let r = check(&out, &up_url, &down_url, "app.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
     out.assert_no_secret(&[&server.log]);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
 }
