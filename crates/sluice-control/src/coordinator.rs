@@ -13,7 +13,10 @@
 //! - **cascade stops are fenced too**: pausing, removing or restarting a changefeed bumps the
 //!   epoch and closes dispatchers with that newer epoch, so the old maintainer can do nothing more.
 
-use crate::config::{ChangefeedConfig, MAINTAINER_LOST_MS, MAX_ERROR_BACKOFF_MS, MAX_ERROR_RETRIES, MIN_ERROR_BACKOFF_MS, RESEND_MS};
+use crate::config::{
+    ChangefeedConfig, MAINTAINER_LOST_MS, MAX_ERROR_BACKOFF_MS, MAX_ERROR_RETRIES,
+    MIN_ERROR_BACKOFF_MS, RESEND_MS,
+};
 use crate::io::{Effect, TraceEvent, UserRequest};
 use crate::meta::{keys, Compare, Kv, MetaOp, MetaResult};
 use crate::msg::{MaintainerState, MaintainerStatus, Message, TableRequest};
@@ -53,14 +56,33 @@ pub struct ChangefeedStatusRecord {
 enum Placement {
     None,
     /// Epoch bump in flight, then `AddMaintainer` to this node.
-    Bumping { node: NodeId, purpose: BumpPurpose },
+    Bumping {
+        node: NodeId,
+        purpose: BumpPurpose,
+    },
     /// `AddMaintainer` sent; waiting for a working, bootstrapped report.
-    Added { node: NodeId, epoch: Epoch, last_sent: Millis },
-    Running { node: NodeId, epoch: Epoch },
+    Added {
+        node: NodeId,
+        epoch: Epoch,
+        last_sent: Millis,
+    },
+    Running {
+        node: NodeId,
+        epoch: Epoch,
+    },
     /// Non-cascade stop of the maintainer (a move): then place on `then`.
-    Moving { node: NodeId, epoch: Epoch, to: NodeId, last_sent: Millis },
+    Moving {
+        node: NodeId,
+        epoch: Epoch,
+        to: NodeId,
+        last_sent: Millis,
+    },
     /// Closing every dispatcher with a bumped epoch (pause, remove, error).
-    Closing { epoch: Epoch, pending: BTreeSet<NodeId>, last_sent: Millis },
+    Closing {
+        epoch: Epoch,
+        pending: BTreeSet<NodeId>,
+        last_sent: Millis,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,9 +132,14 @@ enum Pending {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Phase {
     /// Reading changefeeds, statuses and cordons: how many reads are left.
-    Loading { left: u8 },
+    Loading {
+        left: u8,
+    },
     /// Asking every node which maintainers it runs.
-    Bootstrapping { pending: BTreeSet<NodeId>, last_sent: Millis },
+    Bootstrapping {
+        pending: BTreeSet<NodeId>,
+        last_sent: Millis,
+    },
     Working,
 }
 
@@ -194,9 +221,27 @@ impl Coordinator {
         self.phase = Phase::Loading { left: 3 };
         self.feeds.clear();
         self.cordoned.clear();
-        self.meta(out, Pending::LoadInfos, MetaOp::Get { prefix: keys::CHANGEFEED_INFO.to_string() });
-        self.meta(out, Pending::LoadStatuses, MetaOp::Get { prefix: keys::CHANGEFEED_STATUS.to_string() });
-        self.meta(out, Pending::LoadCordons, MetaOp::Get { prefix: keys::CORDON.to_string() });
+        self.meta(
+            out,
+            Pending::LoadInfos,
+            MetaOp::Get {
+                prefix: keys::CHANGEFEED_INFO.to_string(),
+            },
+        );
+        self.meta(
+            out,
+            Pending::LoadStatuses,
+            MetaOp::Get {
+                prefix: keys::CHANGEFEED_STATUS.to_string(),
+            },
+        );
+        self.meta(
+            out,
+            Pending::LoadCordons,
+            MetaOp::Get {
+                prefix: keys::CORDON.to_string(),
+            },
+        );
     }
 
     pub fn rev(&self) -> u64 {
@@ -226,23 +271,34 @@ impl Coordinator {
     /// Where the coordinator last placed the changefeed's maintainer.
     pub fn maintainer_of(&self, cf: &ChangefeedId) -> Option<(NodeId, Epoch)> {
         match &self.feeds.get(cf)?.placement {
-            Placement::Running { node, epoch } | Placement::Added { node, epoch, .. } | Placement::Moving { node, epoch, .. } => {
-                Some((node.clone(), *epoch))
-            }
+            Placement::Running { node, epoch }
+            | Placement::Added { node, epoch, .. }
+            | Placement::Moving { node, epoch, .. } => Some((node.clone(), *epoch)),
             _ => None,
         }
     }
 
     pub fn cordoned(&self) -> Vec<NodeId> {
-        self.cordoned.iter().filter(|(_, k)| **k == "cordon").map(|(n, _)| n.clone()).collect()
+        self.cordoned
+            .iter()
+            .filter(|(_, k)| **k == "cordon")
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     pub fn draining(&self) -> Vec<NodeId> {
-        self.cordoned.iter().filter(|(_, k)| **k == "drain").map(|(n, _)| n.clone()).collect()
+        self.cordoned
+            .iter()
+            .filter(|(_, k)| **k == "drain")
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     fn leader_compare(&self) -> Compare {
-        Compare::ModRevision { key: keys::COORDINATOR.to_string(), rev: self.rev }
+        Compare::ModRevision {
+            key: keys::COORDINATOR.to_string(),
+            rev: self.rev,
+        }
     }
 
     fn meta(&mut self, out: &mut Vec<Effect>, p: Pending, op: MetaOp) {
@@ -252,13 +308,31 @@ impl Coordinator {
         out.push(Effect::Meta { req, op });
     }
 
-    fn txn(&mut self, out: &mut Vec<Effect>, p: Pending, mut compares: Vec<Compare>, puts: Vec<(String, Vec<u8>)>, deletes: Vec<String>) {
+    fn txn(
+        &mut self,
+        out: &mut Vec<Effect>,
+        p: Pending,
+        mut compares: Vec<Compare>,
+        puts: Vec<(String, Vec<u8>)>,
+        deletes: Vec<String>,
+    ) {
         compares.insert(0, self.leader_compare());
-        self.meta(out, p, MetaOp::Txn { compares, puts, deletes });
+        self.meta(
+            out,
+            p,
+            MetaOp::Txn {
+                compares,
+                puts,
+                deletes,
+            },
+        );
     }
 
     fn log(&self, out: &mut Vec<Effect>, s: String) {
-        out.push(Effect::Trace(TraceEvent::Log(format!("coordinator {}: {s}", self.node))));
+        out.push(Effect::Trace(TraceEvent::Log(format!(
+            "coordinator {}: {s}",
+            self.node
+        ))));
     }
 
     fn loaded_one(&mut self, now: Millis, alive: &BTreeMap<NodeId, u64>, out: &mut Vec<Effect>) {
@@ -267,25 +341,53 @@ impl Coordinator {
             if *left == 0 {
                 let pending: BTreeSet<NodeId> = alive.keys().cloned().collect();
                 for n in &pending {
-                    out.push(Effect::Send { to: n.clone(), msg: Message::CoordinatorBootstrap { rev: self.rev } });
+                    out.push(Effect::Send {
+                        to: n.clone(),
+                        msg: Message::CoordinatorBootstrap { rev: self.rev },
+                    });
                 }
-                self.phase = Phase::Bootstrapping { pending, last_sent: now };
+                self.phase = Phase::Bootstrapping {
+                    pending,
+                    last_sent: now,
+                };
             }
         }
     }
 
-    pub fn on_meta_result(&mut self, now: Millis, alive: &BTreeMap<NodeId, u64>, req: u64, result: MetaResult, out: &mut Vec<Effect>) {
-        let Some(p) = self.pending.remove(&req) else { return };
+    pub fn on_meta_result(
+        &mut self,
+        now: Millis,
+        alive: &BTreeMap<NodeId, u64>,
+        req: u64,
+        result: MetaResult,
+        out: &mut Vec<Effect>,
+    ) {
+        let Some(p) = self.pending.remove(&req) else {
+            return;
+        };
         match (p, result) {
             (Pending::LoadInfos, MetaResult::Got { kvs, .. }) => {
-                for Kv { key, value, mod_revision } in kvs {
+                for Kv {
+                    key,
+                    value,
+                    mod_revision,
+                } in kvs
+                {
                     match serde_json::from_slice::<ChangefeedInfo>(&value) {
                         Ok(info) => {
-                            let cp = self.feeds.get(&info.id).map(|f| f.checkpoint).unwrap_or(info.config.start_ts);
+                            let cp = self
+                                .feeds
+                                .get(&info.id)
+                                .map(|f| f.checkpoint)
+                                .unwrap_or(info.config.start_ts);
                             let cp = cp.max(info.config.start_ts);
-                            self.feeds.insert(info.id.clone(), new_feed(info, mod_revision, cp));
+                            self.feeds
+                                .insert(info.id.clone(), new_feed(info, mod_revision, cp));
                         }
-                        Err(e) => self.log(out, format!("unreadable changefeed info at {key} ({e}); skipped")),
+                        Err(e) => self.log(
+                            out,
+                            format!("unreadable changefeed info at {key} ({e}); skipped"),
+                        ),
                     }
                 }
                 self.apply_statuses();
@@ -294,7 +396,8 @@ impl Coordinator {
             (Pending::LoadStatuses, MetaResult::Got { kvs, .. }) => {
                 for kv in kvs {
                     if let Ok(st) = serde_json::from_slice::<ChangefeedStatusRecord>(&kv.value) {
-                        let cf = ChangefeedId::new(kv.key.trim_start_matches(keys::CHANGEFEED_STATUS));
+                        let cf =
+                            ChangefeedId::new(kv.key.trim_start_matches(keys::CHANGEFEED_STATUS));
                         self.statuses.insert(cf, st.checkpoint_ts);
                     }
                 }
@@ -304,20 +407,32 @@ impl Coordinator {
             (Pending::LoadCordons, MetaResult::Got { kvs, .. }) => {
                 for kv in kvs {
                     let node = NodeId::new(kv.key.trim_start_matches(keys::CORDON));
-                    let kind = if kv.value == b"drain" { "drain" } else { "cordon" };
+                    let kind = if kv.value == b"drain" {
+                        "drain"
+                    } else {
+                        "cordon"
+                    };
                     self.cordoned.insert(node, kind);
                 }
                 self.loaded_one(now, alive, out);
             }
             (Pending::LoadInfos | Pending::LoadStatuses | Pending::LoadCordons, _) => {
                 if matches!(self.phase, Phase::Loading { .. }) {
-                    self.pending.retain(|_, p| !matches!(p, Pending::LoadInfos | Pending::LoadStatuses | Pending::LoadCordons));
+                    self.pending.retain(|_, p| {
+                        !matches!(
+                            p,
+                            Pending::LoadInfos | Pending::LoadStatuses | Pending::LoadCordons
+                        )
+                    });
                     self.statuses.clear();
                     self.load(out);
                 }
             }
             (Pending::ReloadInfo(cf), MetaResult::Got { kvs, .. }) => {
-                if let (Some(f), Some(kv)) = (self.feeds.get_mut(&cf), kvs.into_iter().find(|kv| kv.key == keys::info(cf.as_str()))) {
+                if let (Some(f), Some(kv)) = (
+                    self.feeds.get_mut(&cf),
+                    kvs.into_iter().find(|kv| kv.key == keys::info(cf.as_str())),
+                ) {
                     if let Ok(info) = serde_json::from_slice::<ChangefeedInfo>(&kv.value) {
                         f.info = info;
                         f.info_rev = kv.mod_revision;
@@ -330,25 +445,45 @@ impl Coordinator {
                     f.meta_busy = false;
                 }
             }
-            (Pending::Create(cf, info, start), MetaResult::Txn { succeeded: true, revision }) => {
-                self.feeds.insert(cf.clone(), new_feed(*info, revision, start));
+            (
+                Pending::Create(cf, info, start),
+                MetaResult::Txn {
+                    succeeded: true,
+                    revision,
+                },
+            ) => {
+                self.feeds
+                    .insert(cf.clone(), new_feed(*info, revision, start));
                 self.log(out, format!("changefeed {cf} created at {start}"));
             }
             (Pending::Create(cf, ..), _) => {
                 self.log(out, format!("creating changefeed {cf} failed (it exists, this coordinator was deposed, or the store is unavailable)"));
             }
-            (Pending::Bump(cf, epoch), MetaResult::Txn { succeeded: true, revision }) => {
+            (
+                Pending::Bump(cf, epoch),
+                MetaResult::Txn {
+                    succeeded: true,
+                    revision,
+                },
+            ) => {
                 let rev = self.rev;
                 if let Some(f) = self.feeds.get_mut(&cf) {
                     f.meta_busy = false;
                     f.info.epoch = epoch;
                     f.info_rev = revision;
                     match std::mem::replace(&mut f.placement, Placement::None) {
-                        Placement::Bumping { node, purpose: BumpPurpose::Place } => {
+                        Placement::Bumping {
+                            node,
+                            purpose: BumpPurpose::Place,
+                        } => {
                             let checkpoint = f.checkpoint.max(f.reported);
                             f.placed_inc = alive.get(&node).copied().unwrap_or(0);
                             f.last_report = now;
-                            f.placement = Placement::Added { node: node.clone(), epoch: Epoch(epoch), last_sent: now };
+                            f.placement = Placement::Added {
+                                node: node.clone(),
+                                epoch: Epoch(epoch),
+                                last_sent: now,
+                            };
                             out.push(Effect::Send {
                                 to: node,
                                 msg: Message::AddMaintainer {
@@ -361,38 +496,85 @@ impl Coordinator {
                                 },
                             });
                         }
-                        Placement::Bumping { purpose: BumpPurpose::Close, .. } => {
+                        Placement::Bumping {
+                            purpose: BumpPurpose::Close,
+                            ..
+                        } => {
                             let pending: BTreeSet<NodeId> = alive.keys().cloned().collect();
                             for n in &pending {
-                                out.push(Effect::Send { to: n.clone(), msg: Message::CloseChangefeed { cf: cf.clone(), epoch: Epoch(epoch) } });
+                                out.push(Effect::Send {
+                                    to: n.clone(),
+                                    msg: Message::CloseChangefeed {
+                                        cf: cf.clone(),
+                                        epoch: Epoch(epoch),
+                                    },
+                                });
                             }
                             if let Some((n, e)) = f.old_maintainer.take() {
-                                out.push(Effect::Send { to: n, msg: Message::RemoveMaintainer { cf: cf.clone(), epoch: e, rev, cascade: false } });
+                                out.push(Effect::Send {
+                                    to: n,
+                                    msg: Message::RemoveMaintainer {
+                                        cf: cf.clone(),
+                                        epoch: e,
+                                        rev,
+                                        cascade: false,
+                                    },
+                                });
                             }
-                            f.placement = Placement::Closing { epoch: Epoch(epoch), pending, last_sent: now };
+                            f.placement = Placement::Closing {
+                                epoch: Epoch(epoch),
+                                pending,
+                                last_sent: now,
+                            };
                         }
                         other => f.placement = other,
                     }
                 }
             }
             (Pending::Bump(cf, _), r) => {
-                let conflict = matches!(r, MetaResult::Txn { succeeded: false, .. });
+                let conflict = matches!(
+                    r,
+                    MetaResult::Txn {
+                        succeeded: false,
+                        ..
+                    }
+                );
                 if let Some(f) = self.feeds.get_mut(&cf) {
                     f.meta_busy = false;
-                    if let Placement::Bumping { purpose: BumpPurpose::Place, .. } = f.placement {
+                    if let Placement::Bumping {
+                        purpose: BumpPurpose::Place,
+                        ..
+                    } = f.placement
+                    {
                         f.placement = Placement::None;
-                    } else if let Placement::Bumping { purpose: BumpPurpose::Close, .. } = f.placement {
+                    } else if let Placement::Bumping {
+                        purpose: BumpPurpose::Close,
+                        ..
+                    } = f.placement
+                    {
                         // Retried by `progress`.
                         f.placement = Placement::None;
                         f.pending_state = f.pending_state.or(Some(f.info.state));
                     }
                     if conflict {
                         f.meta_busy = true;
-                        self.meta(out, Pending::ReloadInfo(cf.clone()), MetaOp::Get { prefix: keys::info(cf.as_str()) });
+                        self.meta(
+                            out,
+                            Pending::ReloadInfo(cf.clone()),
+                            MetaOp::Get {
+                                prefix: keys::info(cf.as_str()),
+                            },
+                        );
                     }
                 }
             }
-            (Pending::SaveInfo(cf, info), MetaResult::Txn { succeeded: true, revision }) => {
+            (
+                Pending::SaveInfo(cf, info),
+                MetaResult::Txn {
+                    succeeded: true,
+                    revision,
+                },
+            ) => {
                 if let Some(f) = self.feeds.get_mut(&cf) {
                     f.meta_busy = false;
                     f.info = *info;
@@ -400,16 +582,33 @@ impl Coordinator {
                 }
             }
             (Pending::SaveInfo(cf, _), r) => {
-                let conflict = matches!(r, MetaResult::Txn { succeeded: false, .. });
+                let conflict = matches!(
+                    r,
+                    MetaResult::Txn {
+                        succeeded: false,
+                        ..
+                    }
+                );
                 if let Some(f) = self.feeds.get_mut(&cf) {
                     f.meta_busy = false;
                     if conflict {
                         f.meta_busy = true;
-                        self.meta(out, Pending::ReloadInfo(cf.clone()), MetaOp::Get { prefix: keys::info(cf.as_str()) });
+                        self.meta(
+                            out,
+                            Pending::ReloadInfo(cf.clone()),
+                            MetaOp::Get {
+                                prefix: keys::info(cf.as_str()),
+                            },
+                        );
                     }
                 }
             }
-            (Pending::SaveCheckpoint(cf, ts), MetaResult::Txn { succeeded: true, .. }) => {
+            (
+                Pending::SaveCheckpoint(cf, ts),
+                MetaResult::Txn {
+                    succeeded: true, ..
+                },
+            ) => {
                 if let Some(f) = self.feeds.get_mut(&cf) {
                     f.writing_checkpoint = false;
                     f.checkpoint = f.checkpoint.max(ts);
@@ -424,7 +623,12 @@ impl Coordinator {
                     f.writing_checkpoint = false;
                 }
             }
-            (Pending::Delete(cf), MetaResult::Txn { succeeded: true, .. }) => {
+            (
+                Pending::Delete(cf),
+                MetaResult::Txn {
+                    succeeded: true, ..
+                },
+            ) => {
                 self.feeds.remove(&cf);
                 self.log(out, format!("changefeed {cf} removed"));
             }
@@ -433,7 +637,12 @@ impl Coordinator {
                     f.meta_busy = false;
                 }
             }
-            (Pending::Cordon(node, kind), MetaResult::Txn { succeeded: true, .. }) => {
+            (
+                Pending::Cordon(node, kind),
+                MetaResult::Txn {
+                    succeeded: true, ..
+                },
+            ) => {
                 match kind {
                     Some(k) => {
                         self.cordoned.insert(node, k);
@@ -446,7 +655,14 @@ impl Coordinator {
                 self.last_settings = Some(now);
                 let (cordoned, draining, rev) = (self.cordoned(), self.draining(), self.rev);
                 for n in alive.keys() {
-                    out.push(Effect::Send { to: n.clone(), msg: Message::NodeSettings { rev, cordoned: cordoned.clone(), draining: draining.clone() } });
+                    out.push(Effect::Send {
+                        to: n.clone(),
+                        msg: Message::NodeSettings {
+                            rev,
+                            cordoned: cordoned.clone(),
+                            draining: draining.clone(),
+                        },
+                    });
                 }
             }
             (Pending::Cordon(..), _) => {}
@@ -463,24 +679,41 @@ impl Coordinator {
         }
     }
 
-    pub fn on_message(&mut self, now: Millis, alive: &BTreeMap<NodeId, u64>, from: &NodeId, msg: Message, out: &mut Vec<Effect>) {
+    pub fn on_message(
+        &mut self,
+        now: Millis,
+        alive: &BTreeMap<NodeId, u64>,
+        from: &NodeId,
+        msg: Message,
+        out: &mut Vec<Effect>,
+    ) {
         match msg {
-            Message::CoordinatorBootstrapResponse { rev, incarnation, maintainers } => {
+            Message::CoordinatorBootstrapResponse {
+                rev,
+                incarnation,
+                maintainers,
+            } => {
                 if rev != self.rev {
                     self.stale_dropped += 1;
                     return;
                 }
                 if let Phase::Bootstrapping { pending, .. } = &mut self.phase {
                     if pending.remove(from) {
-                        self.reported.insert(from.clone(), (incarnation, maintainers));
+                        self.reported
+                            .insert(from.clone(), (incarnation, maintainers));
                     }
                 }
                 self.progress(now, alive, out);
             }
-            Message::MaintainerStatusReport { status } => self.on_status(now, alive, from, status, out),
+            Message::MaintainerStatusReport { status } => {
+                self.on_status(now, alive, from, status, out)
+            }
             Message::CloseChangefeedResponse { cf, epoch } => {
                 if let Some(f) = self.feeds.get_mut(&cf) {
-                    if let Placement::Closing { epoch: e, pending, .. } = &mut f.placement {
+                    if let Placement::Closing {
+                        epoch: e, pending, ..
+                    } = &mut f.placement
+                    {
                         if *e == epoch {
                             pending.remove(from);
                         }
@@ -490,18 +723,30 @@ impl Coordinator {
             }
             other => {
                 self.stale_dropped += 1;
-                out.push(Effect::Trace(TraceEvent::Stale { kind: other.kind(), reason: "not for the coordinator" }));
+                out.push(Effect::Trace(TraceEvent::Stale {
+                    kind: other.kind(),
+                    reason: "not for the coordinator",
+                }));
             }
         }
     }
 
-    fn on_status(&mut self, now: Millis, alive: &BTreeMap<NodeId, u64>, from: &NodeId, status: MaintainerStatus, out: &mut Vec<Effect>) {
+    fn on_status(
+        &mut self,
+        now: Millis,
+        alive: &BTreeMap<NodeId, u64>,
+        from: &NodeId,
+        status: MaintainerStatus,
+        out: &mut Vec<Effect>,
+    ) {
         let rev = self.rev;
-        let Some(f) = self.feeds.get_mut(&status.cf) else { return };
+        let Some(f) = self.feeds.get_mut(&status.cf) else {
+            return;
+        };
         let current = match &f.placement {
-            Placement::Running { node, epoch } | Placement::Added { node, epoch, .. } | Placement::Moving { node, epoch, .. } => {
-                node == from && *epoch == status.epoch
-            }
+            Placement::Running { node, epoch }
+            | Placement::Added { node, epoch, .. }
+            | Placement::Moving { node, epoch, .. } => node == from && *epoch == status.epoch,
             _ => false,
         };
         if !current {
@@ -510,7 +755,12 @@ impl Coordinator {
             if status.epoch.0 < f.info.epoch && status.state != MaintainerState::Stopped {
                 out.push(Effect::Send {
                     to: from.clone(),
-                    msg: Message::RemoveMaintainer { cf: status.cf.clone(), epoch: status.epoch, rev: self.rev, cascade: false },
+                    msg: Message::RemoveMaintainer {
+                        cf: status.cf.clone(),
+                        epoch: status.epoch,
+                        rev: self.rev,
+                        cascade: false,
+                    },
                 });
             }
             return;
@@ -534,9 +784,14 @@ impl Coordinator {
         }
         match &f.placement {
             Placement::Added { node, epoch, .. } if status.state == MaintainerState::Working => {
-                f.placement = Placement::Running { node: node.clone(), epoch: *epoch };
+                f.placement = Placement::Running {
+                    node: node.clone(),
+                    epoch: *epoch,
+                };
             }
-            Placement::Moving { node, epoch, to, .. } if status.state == MaintainerState::Stopped => {
+            Placement::Moving {
+                node, epoch, to, ..
+            } if status.state == MaintainerState::Stopped => {
                 let _ = (node, epoch);
                 let to = to.clone();
                 f.placement = Placement::None;
@@ -552,14 +807,22 @@ impl Coordinator {
     }
 
     fn save_checkpoint(&mut self, cf: &ChangefeedId, out: &mut Vec<Effect>) {
-        let Some(f) = self.feeds.get_mut(cf) else { return };
+        let Some(f) = self.feeds.get_mut(cf) else {
+            return;
+        };
         #[allow(unused_mut)]
         let mut target = f.reported;
         #[cfg(feature = "mutations")]
-        if crate::mutations::on("checkpoint-regress") && f.checkpoint > 5 && f.reported <= f.checkpoint {
+        if crate::mutations::on("checkpoint-regress")
+            && f.checkpoint > 5
+            && f.reported <= f.checkpoint
+        {
             target = f.checkpoint - 5;
         }
-        if (target <= f.checkpoint && !cfg!(feature = "mutations")) || f.writing_checkpoint || target == f.checkpoint {
+        if (target <= f.checkpoint && !cfg!(feature = "mutations"))
+            || f.writing_checkpoint
+            || target == f.checkpoint
+        {
             return;
         }
         #[cfg(feature = "mutations")]
@@ -567,29 +830,49 @@ impl Coordinator {
             return;
         }
         f.writing_checkpoint = true;
-        let value = serde_json::to_vec(&ChangefeedStatusRecord { checkpoint_ts: target }).unwrap_or_default();
-        self.txn(out, Pending::SaveCheckpoint(cf.clone(), target), vec![], vec![(keys::status(cf.as_str()), value)], vec![]);
+        let value = serde_json::to_vec(&ChangefeedStatusRecord {
+            checkpoint_ts: target,
+        })
+        .unwrap_or_default();
+        self.txn(
+            out,
+            Pending::SaveCheckpoint(cf.clone(), target),
+            vec![],
+            vec![(keys::status(cf.as_str()), value)],
+            vec![],
+        );
     }
 
     /// The changefeed hit an error: close it (fenced by a new epoch) and retry after a backoff,
     /// or fail it after too many errors in a row.
     fn fail(&mut self, now: Millis, cf: &ChangefeedId, err: String, out: &mut Vec<Effect>) {
-        let Some(f) = self.feeds.get_mut(cf) else { return };
+        let Some(f) = self.feeds.get_mut(cf) else {
+            return;
+        };
         f.errors_in_row += 1;
         let backoff = (MIN_ERROR_BACKOFF_MS << f.errors_in_row.min(16)).min(MAX_ERROR_BACKOFF_MS);
         f.backoff_until = now + backoff;
-        let state = if f.errors_in_row > MAX_ERROR_RETRIES { FeedState::Failed } else { FeedState::Error };
+        let state = if f.errors_in_row > MAX_ERROR_RETRIES {
+            FeedState::Failed
+        } else {
+            FeedState::Error
+        };
         f.pending_state = Some(state);
         let mut info = f.info.clone();
         info.state = state;
         info.error = Some(err.clone());
         info.restarts += 1;
-        out.push(Effect::Trace(TraceEvent::ChangefeedRestarted { cf: cf.clone(), reason: err }));
+        out.push(Effect::Trace(TraceEvent::ChangefeedRestarted {
+            cf: cf.clone(),
+            reason: err,
+        }));
         self.set_info(cf, info, out);
     }
 
     fn set_info(&mut self, cf: &ChangefeedId, info: ChangefeedInfo, out: &mut Vec<Effect>) {
-        let Some(f) = self.feeds.get_mut(cf) else { return };
+        let Some(f) = self.feeds.get_mut(cf) else {
+            return;
+        };
         let rev = f.info_rev;
         f.info = info.clone();
         f.meta_busy = true;
@@ -597,14 +880,24 @@ impl Coordinator {
         self.txn(
             out,
             Pending::SaveInfo(cf.clone(), Box::new(info)),
-            vec![Compare::ModRevision { key: keys::info(cf.as_str()), rev }],
+            vec![Compare::ModRevision {
+                key: keys::info(cf.as_str()),
+                rev,
+            }],
             vec![(keys::info(cf.as_str()), value)],
             vec![],
         );
     }
 
     /// Bump the epoch, then place the maintainer (on `to`, or the least loaded node).
-    fn place(&mut self, _now: Millis, alive: &BTreeMap<NodeId, u64>, cf: &ChangefeedId, to: Option<NodeId>, out: &mut Vec<Effect>) {
+    fn place(
+        &mut self,
+        _now: Millis,
+        alive: &BTreeMap<NodeId, u64>,
+        cf: &ChangefeedId,
+        to: Option<NodeId>,
+        out: &mut Vec<Effect>,
+    ) {
         let load: BTreeMap<NodeId, usize> = alive
             .keys()
             .map(|n| (n.clone(), self.feeds.values().filter(|f| matches!(&f.placement, Placement::Running{node,..}|Placement::Added{node,..} if node == n)).count()))
@@ -616,15 +909,35 @@ impl Coordinator {
         let usable = |n: &NodeId| alive.contains_key(n) && !self.cordoned.contains_key(n);
         let node = to
             .filter(|n| alive.contains_key(n))
-            .or_else(|| f.info.config.preferred_node.clone().filter(|n| usable(n) && f.info.epoch == 0))
-            .or_else(|| load.iter().filter(|(n, _)| usable(n)).min_by_key(|(n, c)| (**c, (*n).clone())).map(|(n, _)| n.clone()))
+            .or_else(|| {
+                f.info
+                    .config
+                    .preferred_node
+                    .clone()
+                    .filter(|n| usable(n) && f.info.epoch == 0)
+            })
+            .or_else(|| {
+                load.iter()
+                    .filter(|(n, _)| usable(n))
+                    .min_by_key(|(n, c)| (**c, (*n).clone()))
+                    .map(|(n, _)| n.clone())
+            })
             .or_else(|| alive.keys().next().cloned());
         let Some(node) = node else { return };
-        self.bump(cf, Placement::Bumping { node, purpose: BumpPurpose::Place }, out);
+        self.bump(
+            cf,
+            Placement::Bumping {
+                node,
+                purpose: BumpPurpose::Place,
+            },
+            out,
+        );
     }
 
     fn bump(&mut self, cf: &ChangefeedId, placement: Placement, out: &mut Vec<Effect>) {
-        let Some(f) = self.feeds.get_mut(cf) else { return };
+        let Some(f) = self.feeds.get_mut(cf) else {
+            return;
+        };
         #[allow(unused_mut)]
         let mut epoch = f.info.epoch + 1;
         #[cfg(feature = "mutations")]
@@ -640,13 +953,22 @@ impl Coordinator {
         self.txn(
             out,
             Pending::Bump(cf.clone(), epoch),
-            vec![Compare::ModRevision { key: keys::info(cf.as_str()), rev }],
+            vec![Compare::ModRevision {
+                key: keys::info(cf.as_str()),
+                rev,
+            }],
             vec![(keys::info(cf.as_str()), value)],
             vec![],
         );
     }
 
-    pub fn on_request(&mut self, now: Millis, alive: &BTreeMap<NodeId, u64>, req: UserRequest, out: &mut Vec<Effect>) {
+    pub fn on_request(
+        &mut self,
+        now: Millis,
+        alive: &BTreeMap<NodeId, u64>,
+        req: UserRequest,
+        out: &mut Vec<Effect>,
+    ) {
         if self.phase != Phase::Working {
             if self.queued.len() < MAX_QUEUED_REQUESTS {
                 self.queued.push(req);
@@ -660,22 +982,43 @@ impl Coordinator {
                     return;
                 }
                 let start = config.start_ts;
-                let info = ChangefeedInfo { id: cf.clone(), config, state: FeedState::Normal, epoch: 0, error: None, restarts: 0 };
+                let info = ChangefeedInfo {
+                    id: cf.clone(),
+                    config,
+                    state: FeedState::Normal,
+                    epoch: 0,
+                    error: None,
+                    restarts: 0,
+                };
                 let value = serde_json::to_vec(&info).unwrap_or_default();
-                let status = serde_json::to_vec(&ChangefeedStatusRecord { checkpoint_ts: start }).unwrap_or_default();
+                let status = serde_json::to_vec(&ChangefeedStatusRecord {
+                    checkpoint_ts: start,
+                })
+                .unwrap_or_default();
                 self.txn(
                     out,
                     Pending::Create(cf.clone(), Box::new(info), start),
-                    vec![Compare::ModRevision { key: keys::info(cf.as_str()), rev: 0 }],
-                    vec![(keys::info(cf.as_str()), value), (keys::status(cf.as_str()), status)],
+                    vec![Compare::ModRevision {
+                        key: keys::info(cf.as_str()),
+                        rev: 0,
+                    }],
+                    vec![
+                        (keys::info(cf.as_str()), value),
+                        (keys::status(cf.as_str()), status),
+                    ],
                     vec![],
                 );
             }
             UserRequest::PauseChangefeed { cf } => self.request_state(&cf, FeedState::Paused, out),
-            UserRequest::RemoveChangefeed { cf } => self.request_state(&cf, FeedState::Removed, out),
+            UserRequest::RemoveChangefeed { cf } => {
+                self.request_state(&cf, FeedState::Removed, out)
+            }
             UserRequest::ResumeChangefeed { cf } => {
                 if let Some(f) = self.feeds.get_mut(&cf) {
-                    if matches!(f.info.state, FeedState::Paused | FeedState::Failed | FeedState::Error) {
+                    if matches!(
+                        f.info.state,
+                        FeedState::Paused | FeedState::Failed | FeedState::Error
+                    ) {
                         f.errors_in_row = 0;
                         f.backoff_until = 0;
                         f.pending_state = Some(FeedState::Normal);
@@ -687,8 +1030,14 @@ impl Coordinator {
                     self.log(out, format!("no changefeed {cf}"));
                     return;
                 };
-                if !matches!(f.info.state, FeedState::Paused | FeedState::Failed) || f.placement != Placement::None || f.meta_busy {
-                    self.log(out, format!("changefeed {cf} can be updated only while paused"));
+                if !matches!(f.info.state, FeedState::Paused | FeedState::Failed)
+                    || f.placement != Placement::None
+                    || f.meta_busy
+                {
+                    self.log(
+                        out,
+                        format!("changefeed {cf} can be updated only while paused"),
+                    );
                     return;
                 }
                 let mut info = f.info.clone();
@@ -703,22 +1052,45 @@ impl Coordinator {
                 if let Some(f) = self.feeds.get_mut(&cf) {
                     if let Placement::Running { node, epoch } = f.placement.clone() {
                         if node != to && alive.contains_key(&to) {
-                            out.push(Effect::Send { to: node.clone(), msg: Message::RemoveMaintainer { cf: cf.clone(), epoch, rev, cascade: false } });
-                            f.placement = Placement::Moving { node, epoch, to, last_sent: now };
+                            out.push(Effect::Send {
+                                to: node.clone(),
+                                msg: Message::RemoveMaintainer {
+                                    cf: cf.clone(),
+                                    epoch,
+                                    rev,
+                                    cascade: false,
+                                },
+                            });
+                            f.placement = Placement::Moving {
+                                node,
+                                epoch,
+                                to,
+                                last_sent: now,
+                            };
                         }
                     }
                 }
             }
             UserRequest::Cordon { node, on } => {
                 let (puts, deletes, kind) = if on {
-                    (vec![(keys::cordon(node.as_str()), b"cordon".to_vec())], vec![], Some("cordon"))
+                    (
+                        vec![(keys::cordon(node.as_str()), b"cordon".to_vec())],
+                        vec![],
+                        Some("cordon"),
+                    )
                 } else {
                     (vec![], vec![keys::cordon(node.as_str())], None)
                 };
                 self.txn(out, Pending::Cordon(node, kind), vec![], puts, deletes);
             }
             UserRequest::Drain { node } => {
-                self.txn(out, Pending::Cordon(node.clone(), Some("drain")), vec![], vec![(keys::cordon(node.as_str()), b"drain".to_vec())], vec![]);
+                self.txn(
+                    out,
+                    Pending::Cordon(node.clone(), Some("drain")),
+                    vec![],
+                    vec![(keys::cordon(node.as_str()), b"drain".to_vec())],
+                    vec![],
+                );
             }
             UserRequest::Table { cf, req } => {
                 if let Some(f) = self.feeds.get_mut(&cf) {
@@ -759,19 +1131,33 @@ impl Coordinator {
         let rev = self.rev;
         let cfs: Vec<ChangefeedId> = self.feeds.keys().cloned().collect();
         for cf in cfs {
-            let Some(f) = self.feeds.get_mut(&cf) else { continue };
+            let Some(f) = self.feeds.get_mut(&cf) else {
+                continue;
+            };
             if f.meta_busy {
                 continue;
             }
             // Maintainer on a node that is gone.
             match &f.placement {
-                Placement::Added { node, .. } | Placement::Running { node, .. } if alive.get(node) != Some(&f.placed_inc) => {
+                Placement::Added { node, .. } | Placement::Running { node, .. }
+                    if alive.get(node) != Some(&f.placed_inc) =>
+                {
                     f.placement = Placement::None;
                 }
-                Placement::Added { node, epoch, .. } | Placement::Running { node, epoch } if now >= f.last_report + MAINTAINER_LOST_MS => {
+                Placement::Added { node, epoch, .. } | Placement::Running { node, epoch }
+                    if now >= f.last_report + MAINTAINER_LOST_MS =>
+                {
                     // Silent for too long on a live node: place it again (the new epoch fences
                     // the old one wherever it still runs) and tell the old one to stop.
-                    out.push(Effect::Send { to: node.clone(), msg: Message::RemoveMaintainer { cf: cf.clone(), epoch: *epoch, rev, cascade: false } });
+                    out.push(Effect::Send {
+                        to: node.clone(),
+                        msg: Message::RemoveMaintainer {
+                            cf: cf.clone(),
+                            epoch: *epoch,
+                            rev,
+                            cascade: false,
+                        },
+                    });
                     f.placement = Placement::None;
                 }
                 Placement::Moving { node, to, .. } if alive.get(node) != Some(&f.placed_inc) => {
@@ -782,14 +1168,18 @@ impl Coordinator {
                         continue;
                     }
                 }
-                Placement::Closing { pending, .. } if pending.iter().any(|n| !alive.contains_key(n)) => {
+                Placement::Closing { pending, .. }
+                    if pending.iter().any(|n| !alive.contains_key(n)) =>
+                {
                     if let Placement::Closing { pending, .. } = &mut f.placement {
                         pending.retain(|n| alive.contains_key(n));
                     }
                 }
                 _ => {}
             }
-            let Some(f) = self.feeds.get_mut(&cf) else { continue };
+            let Some(f) = self.feeds.get_mut(&cf) else {
+                continue;
+            };
             // A requested state change: stop what runs, fenced by a new epoch.
             if let Some(want) = f.pending_state {
                 let stopped = matches!(f.placement, Placement::None);
@@ -806,25 +1196,49 @@ impl Coordinator {
                     }
                     _ => {
                         match &f.placement {
-                            Placement::Running { node, epoch } | Placement::Added { node, epoch, .. } | Placement::Moving { node, epoch, .. } => {
+                            Placement::Running { node, epoch }
+                            | Placement::Added { node, epoch, .. }
+                            | Placement::Moving { node, epoch, .. } => {
                                 f.old_maintainer = Some((node.clone(), *epoch));
                                 let node = node.clone();
-                                self.bump(&cf, Placement::Bumping { node, purpose: BumpPurpose::Close }, out);
+                                self.bump(
+                                    &cf,
+                                    Placement::Bumping {
+                                        node,
+                                        purpose: BumpPurpose::Close,
+                                    },
+                                    out,
+                                );
                                 continue;
                             }
-                            Placement::None if f.info.state == FeedState::Normal || f.info.state != want => {
+                            Placement::None
+                                if f.info.state == FeedState::Normal || f.info.state != want =>
+                            {
                                 // Close whatever may still run anywhere, then record the state.
                                 if !f.closed_once {
                                     f.closed_once = true;
                                     let node = self.node.clone();
-                                    self.bump(&cf, Placement::Bumping { node, purpose: BumpPurpose::Close }, out);
+                                    self.bump(
+                                        &cf,
+                                        Placement::Bumping {
+                                            node,
+                                            purpose: BumpPurpose::Close,
+                                        },
+                                        out,
+                                    );
                                     continue;
                                 }
                                 f.closed_once = false;
                                 f.pending_state = None;
                                 if want == FeedState::Removed {
                                     f.meta_busy = true;
-                                    self.txn(out, Pending::Delete(cf.clone()), vec![], vec![], vec![keys::info(cf.as_str()), keys::status(cf.as_str())]);
+                                    self.txn(
+                                        out,
+                                        Pending::Delete(cf.clone()),
+                                        vec![],
+                                        vec![],
+                                        vec![keys::info(cf.as_str()), keys::status(cf.as_str())],
+                                    );
                                 } else {
                                     let mut info = f.info.clone();
                                     info.state = want;
@@ -843,14 +1257,17 @@ impl Coordinator {
                 }
             }
             // Normal changefeeds get a maintainer; errored ones after their backoff.
-            let Some(f) = self.feeds.get_mut(&cf) else { continue };
+            let Some(f) = self.feeds.get_mut(&cf) else {
+                continue;
+            };
             if let Placement::Closing { pending, .. } = &f.placement {
                 if pending.is_empty() {
                     f.placement = Placement::None;
                 }
                 continue;
             }
-            let runnable = f.info.state == FeedState::Normal || (f.info.state == FeedState::Error && now >= f.backoff_until);
+            let runnable = f.info.state == FeedState::Normal
+                || (f.info.state == FeedState::Error && now >= f.backoff_until);
             if runnable && f.placement == Placement::None {
                 if f.info.state == FeedState::Error {
                     let mut info = f.info.clone();
@@ -864,7 +1281,13 @@ impl Coordinator {
             // Table requests go to the running maintainer.
             if let Placement::Running { node, .. } = &f.placement {
                 for req in std::mem::take(&mut f.table_requests) {
-                    out.push(Effect::Send { to: node.clone(), msg: Message::TableRequest { cf: cf.clone(), req } });
+                    out.push(Effect::Send {
+                        to: node.clone(),
+                        msg: Message::TableRequest {
+                            cf: cf.clone(),
+                            req,
+                        },
+                    });
                 }
             }
             let _ = rev;
@@ -872,7 +1295,12 @@ impl Coordinator {
     }
 
     /// After the coordinator bootstrap: keep maintainers of the persisted epoch, stop the others.
-    fn adopt_reported(&mut self, now: Millis, alive: &BTreeMap<NodeId, u64>, out: &mut Vec<Effect>) {
+    fn adopt_reported(
+        &mut self,
+        now: Millis,
+        alive: &BTreeMap<NodeId, u64>,
+        out: &mut Vec<Effect>,
+    ) {
         let rev = self.rev;
         let reported = std::mem::take(&mut self.reported);
         for (node, (inc, list)) in reported {
@@ -880,20 +1308,39 @@ impl Coordinator {
                 continue; // that incarnation is gone, and its maintainers with it
             }
             for st in list {
-                let current = self.feeds.get(&st.cf).map(|f| f.info.epoch == st.epoch.0 && f.info.state == FeedState::Normal).unwrap_or(false);
+                let current = self
+                    .feeds
+                    .get(&st.cf)
+                    .map(|f| f.info.epoch == st.epoch.0 && f.info.state == FeedState::Normal)
+                    .unwrap_or(false);
                 if current && st.state != MaintainerState::Stopped {
                     if let Some(f) = self.feeds.get_mut(&st.cf) {
                         f.last_report = now;
                         f.placed_inc = inc;
                         f.reported = f.reported.max(st.checkpoint);
                         f.placement = if st.state == MaintainerState::Working {
-                            Placement::Running { node: node.clone(), epoch: st.epoch }
+                            Placement::Running {
+                                node: node.clone(),
+                                epoch: st.epoch,
+                            }
                         } else {
-                            Placement::Added { node: node.clone(), epoch: st.epoch, last_sent: 0 }
+                            Placement::Added {
+                                node: node.clone(),
+                                epoch: st.epoch,
+                                last_sent: 0,
+                            }
                         };
                     }
                 } else if st.state != MaintainerState::Stopped {
-                    out.push(Effect::Send { to: node.clone(), msg: Message::RemoveMaintainer { cf: st.cf.clone(), epoch: st.epoch, rev, cascade: false } });
+                    out.push(Effect::Send {
+                        to: node.clone(),
+                        msg: Message::RemoveMaintainer {
+                            cf: st.cf.clone(),
+                            epoch: st.epoch,
+                            rev,
+                            cascade: false,
+                        },
+                    });
                 }
             }
         }
@@ -905,7 +1352,10 @@ impl Coordinator {
             if now >= *last_sent + RESEND_MS {
                 *last_sent = now;
                 for n in pending.iter() {
-                    out.push(Effect::Send { to: n.clone(), msg: Message::CoordinatorBootstrap { rev } });
+                    out.push(Effect::Send {
+                        to: n.clone(),
+                        msg: Message::CoordinatorBootstrap { rev },
+                    });
                 }
             }
         }
@@ -916,7 +1366,11 @@ impl Coordinator {
         // Resends.
         for (cf, f) in self.feeds.iter_mut() {
             match &mut f.placement {
-                Placement::Added { node, epoch, last_sent } if now >= *last_sent + RESEND_MS => {
+                Placement::Added {
+                    node,
+                    epoch,
+                    last_sent,
+                } if now >= *last_sent + RESEND_MS => {
                     *last_sent = now;
                     let checkpoint = f.checkpoint.max(f.reported);
                     out.push(Effect::Send {
@@ -931,14 +1385,37 @@ impl Coordinator {
                         },
                     });
                 }
-                Placement::Moving { node, epoch, last_sent, .. } if now >= *last_sent + RESEND_MS => {
+                Placement::Moving {
+                    node,
+                    epoch,
+                    last_sent,
+                    ..
+                } if now >= *last_sent + RESEND_MS => {
                     *last_sent = now;
-                    out.push(Effect::Send { to: node.clone(), msg: Message::RemoveMaintainer { cf: cf.clone(), epoch: *epoch, rev, cascade: false } });
+                    out.push(Effect::Send {
+                        to: node.clone(),
+                        msg: Message::RemoveMaintainer {
+                            cf: cf.clone(),
+                            epoch: *epoch,
+                            rev,
+                            cascade: false,
+                        },
+                    });
                 }
-                Placement::Closing { epoch, pending, last_sent } if now >= *last_sent + RESEND_MS => {
+                Placement::Closing {
+                    epoch,
+                    pending,
+                    last_sent,
+                } if now >= *last_sent + RESEND_MS => {
                     *last_sent = now;
                     for n in pending.iter() {
-                        out.push(Effect::Send { to: n.clone(), msg: Message::CloseChangefeed { cf: cf.clone(), epoch: *epoch } });
+                        out.push(Effect::Send {
+                            to: n.clone(),
+                            msg: Message::CloseChangefeed {
+                                cf: cf.clone(),
+                                epoch: *epoch,
+                            },
+                        });
                     }
                 }
                 _ => {}
@@ -950,21 +1427,33 @@ impl Coordinator {
             .feeds
             .iter()
             .filter_map(|(cf, f)| match &f.placement {
-                Placement::Running { node, .. } if draining.contains(node) => {
-                    alive.keys().find(|n| !draining.contains(*n) && !self.cordoned.contains_key(*n)).map(|to| (cf.clone(), to.clone()))
-                }
+                Placement::Running { node, .. } if draining.contains(node) => alive
+                    .keys()
+                    .find(|n| !draining.contains(*n) && !self.cordoned.contains_key(*n))
+                    .map(|to| (cf.clone(), to.clone())),
                 _ => None,
             })
             .collect();
         for (cf, to) in moves {
             self.on_request(now, alive, UserRequest::MoveMaintainer { cf, to }, out);
         }
-        if self.last_settings.map(|t| now >= t + RESEND_MS).unwrap_or(true) {
+        if self
+            .last_settings
+            .map(|t| now >= t + RESEND_MS)
+            .unwrap_or(true)
+        {
             self.last_settings = Some(now);
             let cordoned = self.cordoned();
             let draining = self.draining();
             for n in alive.keys() {
-                out.push(Effect::Send { to: n.clone(), msg: Message::NodeSettings { rev, cordoned: cordoned.clone(), draining: draining.clone() } });
+                out.push(Effect::Send {
+                    to: n.clone(),
+                    msg: Message::NodeSettings {
+                        rev,
+                        cordoned: cordoned.clone(),
+                        draining: draining.clone(),
+                    },
+                });
             }
         }
         self.progress(now, alive, out);

@@ -18,14 +18,22 @@
 //! - **checkpoint**: a dispatcher's checkpoint never exceeds what the sink acknowledged as
 //!   durable (or its start point), and is capped below a blocking DDL it has not passed.
 
-use crate::config::{ChangefeedConfig, HEARTBEAT_MS, MAX_BUFFERED_ITEMS, MAX_ROWS_PER_WRITE, RESEND_MS};
+use crate::config::{
+    ChangefeedConfig, HEARTBEAT_MS, MAX_BUFFERED_ITEMS, MAX_ROWS_PER_WRITE, RESEND_MS,
+};
 use crate::hold::{HoldPoint, Holds};
 use crate::io::{Effect, SinkCommand, StreamItem, TraceEvent};
 use crate::msg::{
-    BarrierCommand, BlockReport, BlockStage, ClosePurpose, DispatcherPhase, DispatcherReport, Message, RejectReason,
+    BarrierCommand, BlockReport, BlockStage, ClosePurpose, DispatcherPhase, DispatcherReport,
+    Message, RejectReason,
 };
-use sluice_types::{ChangefeedId, DdlEvent, DispatcherId, Epoch, InfluenceScope, Millis, NodeId, Span, TableId, Ts};
+use sluice_types::{
+    ChangefeedId, DdlEvent, DispatcherId, Epoch, InfluenceScope, Millis, NodeId, Span, TableId, Ts,
+};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// A bootstrap request kept while `bootstrap_response` is held: (sender, epoch, trigger, config).
+type HeldBootstrap = (NodeId, Epoch, Option<(DispatcherId, Ts)>, ChangefeedConfig);
 
 /// Ids of removed dispatchers remembered so a create that arrives after its remove is refused.
 pub const MAX_TOMBSTONES: usize = 8192;
@@ -42,10 +50,15 @@ enum Phase {
     Creating,
     Working,
     /// Closing; `sink_closed` once the sink confirmed.
-    Closing { purpose: ClosePurpose, sink_closed: bool },
+    Closing {
+        purpose: ClosePurpose,
+        sink_closed: bool,
+    },
     /// A retryable sink error: the sink session is being closed, then the dispatcher restarts
     /// from its own checkpoint.
-    Recovering { sink_closed: bool },
+    Recovering {
+        sink_closed: bool,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -133,7 +146,9 @@ impl Dispatcher {
             return true;
         }
         match &ddl.influence.scope {
-            InfluenceScope::Tables(ts) => !(ts.len() == 1 && ts[0] == self.span.table && self.span.is_whole_table()),
+            InfluenceScope::Tables(ts) => {
+                !(ts.len() == 1 && ts[0] == self.span.table && self.span.is_whole_table())
+            }
             InfluenceScope::Database(_) | InfluenceScope::All => true,
         }
     }
@@ -151,7 +166,11 @@ impl Dispatcher {
                 Stage::Writing => BlockStage::Writing,
                 Stage::Written => BlockStage::Written,
             };
-            Some(BlockReport { ddl_ts: b.ddl.commit_ts, stage, ddl: Some(b.ddl.influence.clone()) })
+            Some(BlockReport {
+                ddl_ts: b.ddl.commit_ts,
+                stage,
+                ddl: Some(b.ddl.influence.clone()),
+            })
         });
         DispatcherReport {
             id: self.id,
@@ -179,7 +198,7 @@ pub struct DispatcherManager {
     /// Stopped dispatchers not yet reported (reported once in the next heartbeat, and again in
     /// later heartbeats until the owner changes or the bound is hit).
     stopped: BTreeMap<DispatcherId, (Span, Ts)>,
-    held_bootstrap: Option<(NodeId, Epoch, Option<(DispatcherId, Ts)>, ChangefeedConfig)>,
+    held_bootstrap: Option<HeldBootstrap>,
     closing_all: Option<(NodeId, Epoch)>,
     closed: bool,
     hb_seq: u64,
@@ -257,11 +276,23 @@ impl DispatcherManager {
     pub fn held(&self, holds: &Holds) -> Vec<HeldWork> {
         let mut out = Vec::new();
         for d in self.dispatchers.values() {
-            let mut push = |point| out.push(HeldWork { point, table: d.span.table, id: d.id });
-            if d.phase == Phase::Creating && d.merge_sources.is_empty() && holds.is_on(HoldPoint::CreateDispatcher) {
+            let mut push = |point| {
+                out.push(HeldWork {
+                    point,
+                    table: d.span.table,
+                    id: d.id,
+                })
+            };
+            if d.phase == Phase::Creating
+                && d.merge_sources.is_empty()
+                && holds.is_on(HoldPoint::CreateDispatcher)
+            {
                 push(HoldPoint::CreateDispatcher);
             }
-            if let Phase::Closing { sink_closed: true, .. } = d.phase {
+            if let Phase::Closing {
+                sink_closed: true, ..
+            } = d.phase
+            {
                 if holds.is_on(HoldPoint::CloseDispatcher) {
                     push(HoldPoint::CloseDispatcher);
                 }
@@ -285,7 +316,11 @@ impl DispatcherManager {
             }
         }
         if self.held_bootstrap.is_some() {
-            out.push(HeldWork { point: HoldPoint::BootstrapResponse, table: TableId(0), id: DispatcherId { epoch: 0, seq: 0 } });
+            out.push(HeldWork {
+                point: HoldPoint::BootstrapResponse,
+                table: TableId(0),
+                id: DispatcherId { epoch: 0, seq: 0 },
+            });
         }
         out
     }
@@ -304,7 +339,10 @@ impl DispatcherManager {
 
     fn send_owner(&self, out: &mut Vec<Effect>, msg: Message) {
         if let Some((node, _)) = &self.owner {
-            out.push(Effect::Send { to: node.clone(), msg });
+            out.push(Effect::Send {
+                to: node.clone(),
+                msg,
+            });
         }
     }
 
@@ -312,7 +350,13 @@ impl DispatcherManager {
         self.owner.as_ref().map(|o| o.1).unwrap_or_default()
     }
 
-    fn admits(&mut self, from: &NodeId, epoch: Epoch, kind: &'static str, out: &mut Vec<Effect>) -> bool {
+    fn admits(
+        &mut self,
+        from: &NodeId,
+        epoch: Epoch,
+        kind: &'static str,
+        out: &mut Vec<Effect>,
+    ) -> bool {
         #[allow(unused_mut)]
         let mut ok = matches!(&self.owner, Some((n, e)) if n == from && *e == epoch);
         #[cfg(feature = "mutations")]
@@ -320,10 +364,17 @@ impl DispatcherManager {
             ok = true;
         }
         if ok {
-            out.push(Effect::Trace(TraceEvent::Applied { cf: self.cf.clone(), kind, epoch }));
+            out.push(Effect::Trace(TraceEvent::Applied {
+                cf: self.cf.clone(),
+                kind,
+                epoch,
+            }));
         } else {
             self.stale_dropped += 1;
-            out.push(Effect::Trace(TraceEvent::Stale { kind, reason: "not from the current (maintainer, epoch)" }));
+            out.push(Effect::Trace(TraceEvent::Stale {
+                kind,
+                reason: "not from the current (maintainer, epoch)",
+            }));
         }
         ok
     }
@@ -340,9 +391,21 @@ impl DispatcherManager {
     }
 
     /// Handle a message addressed to this changefeed's dispatcher manager.
-    pub fn on_message(&mut self, now: Millis, from: &NodeId, msg: Message, holds: &Holds, out: &mut Vec<Effect>) {
+    pub fn on_message(
+        &mut self,
+        now: Millis,
+        from: &NodeId,
+        msg: Message,
+        holds: &Holds,
+        out: &mut Vec<Effect>,
+    ) {
         match msg {
-            Message::Bootstrap { epoch, trigger, config, .. } => {
+            Message::Bootstrap {
+                epoch,
+                trigger,
+                config,
+                ..
+            } => {
                 if holds.is_on(HoldPoint::BootstrapResponse) {
                     let newer = match &self.held_bootstrap {
                         Some((_, e, _, _)) => epoch >= *e,
@@ -355,22 +418,42 @@ impl DispatcherManager {
                 }
                 self.bootstrap(now, from, epoch, trigger, config, holds, out);
             }
-            Message::Create { epoch, id, span, start_ts, .. } => {
+            Message::Create {
+                epoch,
+                id,
+                span,
+                start_ts,
+                ..
+            } => {
                 if self.admits(from, epoch, "create", out) {
                     self.create(id, span, start_ts, holds, out);
                 }
             }
-            Message::Remove { epoch, id, purpose, .. } => {
+            Message::Remove {
+                epoch, id, purpose, ..
+            } => {
                 if self.admits(from, epoch, "remove", out) {
                     self.remove(id, purpose, holds, out);
                 }
             }
-            Message::Merge { epoch, sources, target, span, .. } => {
+            Message::Merge {
+                epoch,
+                sources,
+                target,
+                span,
+                ..
+            } => {
                 if self.admits(from, epoch, "merge", out) {
                     self.merge(sources, target, span, holds, out);
                 }
             }
-            Message::Barrier { epoch, id, ddl_ts, command, .. } => {
+            Message::Barrier {
+                epoch,
+                id,
+                ddl_ts,
+                command,
+                ..
+            } => {
                 if self.admits(from, epoch, "barrier_action", out) {
                     self.barrier(now, id, ddl_ts, command, holds, out);
                 }
@@ -380,7 +463,11 @@ impl DispatcherManager {
                 // to) every maintainer's: admit any epoch at least the owner's.
                 let newer = self.owner.as_ref().map(|o| epoch >= o.1).unwrap_or(true);
                 if newer {
-                    out.push(Effect::Trace(TraceEvent::Applied { cf: self.cf.clone(), kind: "close_changefeed", epoch }));
+                    out.push(Effect::Trace(TraceEvent::Applied {
+                        cf: self.cf.clone(),
+                        kind: "close_changefeed",
+                        epoch,
+                    }));
                     self.owner = Some((from.clone(), epoch));
                     self.closing_all = Some((from.clone(), epoch));
                     let ids: Vec<_> = self.dispatchers.keys().copied().collect();
@@ -390,11 +477,17 @@ impl DispatcherManager {
                     self.maybe_finish_close(out);
                 } else {
                     self.stale_dropped += 1;
-                    out.push(Effect::Trace(TraceEvent::Stale { kind: "close_changefeed", reason: "older epoch" }));
+                    out.push(Effect::Trace(TraceEvent::Stale {
+                        kind: "close_changefeed",
+                        reason: "older epoch",
+                    }));
                 }
             }
             other => {
-                out.push(Effect::Trace(TraceEvent::Stale { kind: other.kind(), reason: "not for a dispatcher manager" }));
+                out.push(Effect::Trace(TraceEvent::Stale {
+                    kind: other.kind(),
+                    reason: "not for a dispatcher manager",
+                }));
             }
         }
     }
@@ -413,7 +506,10 @@ impl DispatcherManager {
         if let Some((n, e)) = &self.owner {
             if epoch < *e || (epoch == *e && n != from) {
                 self.stale_dropped += 1;
-                out.push(Effect::Trace(TraceEvent::Stale { kind: "bootstrap", reason: "older epoch" }));
+                out.push(Effect::Trace(TraceEvent::Stale {
+                    kind: "bootstrap",
+                    reason: "older epoch",
+                }));
                 return;
             }
         }
@@ -421,12 +517,20 @@ impl DispatcherManager {
             // A cascade close is under way; the maintainer of this epoch re-bootstraps later.
             return;
         }
-        out.push(Effect::Trace(TraceEvent::Applied { cf: self.cf.clone(), kind: "bootstrap", epoch }));
+        out.push(Effect::Trace(TraceEvent::Applied {
+            cf: self.cf.clone(),
+            kind: "bootstrap",
+            epoch,
+        }));
         self.owner = Some((from.clone(), epoch));
         self.config = Some(config);
         // The table trigger lives only on the maintainer's node, with the id it asks for.
-        let triggers: Vec<DispatcherId> =
-            self.dispatchers.values().filter(|d| d.is_trigger && !matches!(d.phase, Phase::Closing { .. })).map(|d| d.id).collect();
+        let triggers: Vec<DispatcherId> = self
+            .dispatchers
+            .values()
+            .filter(|d| d.is_trigger && !matches!(d.phase, Phase::Closing { .. }))
+            .map(|d| d.id)
+            .collect();
         for tid in triggers {
             if trigger.map(|t| t.0) != Some(tid) {
                 self.remove(tid, ClosePurpose::Remove, holds, out);
@@ -434,14 +538,25 @@ impl DispatcherManager {
         }
         if let Some((tid, start)) = trigger {
             if !self.dispatchers.contains_key(&tid) && !self.tombstones.contains(&tid) {
-                self.start_dispatcher(Dispatcher::new(tid, trigger_span(), true, start, Phase::Working), out);
+                self.start_dispatcher(
+                    Dispatcher::new(tid, trigger_span(), true, start, Phase::Working),
+                    out,
+                );
             }
         }
-        let mut reports: Vec<DispatcherReport> = self.dispatchers.values().map(|d| d.report()).collect();
+        let mut reports: Vec<DispatcherReport> =
+            self.dispatchers.values().map(|d| d.report()).collect();
         for (id, (span, cp)) in &self.stopped {
             reports.push(stopped_report(*id, span.clone(), *cp));
         }
-        self.send_owner(out, Message::BootstrapResponse { cf: self.cf.clone(), epoch, dispatchers: reports });
+        self.send_owner(
+            out,
+            Message::BootstrapResponse {
+                cf: self.cf.clone(),
+                epoch,
+                dispatchers: reports,
+            },
+        );
         self.last_hb = Some(now);
     }
 
@@ -470,7 +585,14 @@ impl DispatcherManager {
             .map(|d| d.id)
     }
 
-    fn create(&mut self, id: DispatcherId, span: Span, start_ts: Ts, holds: &Holds, out: &mut Vec<Effect>) {
+    fn create(
+        &mut self,
+        id: DispatcherId,
+        span: Span,
+        start_ts: Ts,
+        holds: &Holds,
+        out: &mut Vec<Effect>,
+    ) {
         if self.dispatchers.contains_key(&id) {
             return; // duplicate: the next heartbeat reports it
         }
@@ -480,18 +602,34 @@ impl DispatcherManager {
             return;
         }
         if self.closing_all.is_some() {
-            self.send_owner(out, Message::Rejected { cf: self.cf.clone(), epoch: self.owner_epoch(), id, reason: RejectReason::Closing });
+            self.send_owner(
+                out,
+                Message::Rejected {
+                    cf: self.cf.clone(),
+                    epoch: self.owner_epoch(),
+                    id,
+                    reason: RejectReason::Closing,
+                },
+            );
             return;
         }
         if let Some(with) = self.overlapping(&span, &[]) {
             #[cfg(feature = "mutations")]
             if crate::mutations::on("dm-admits-overlap") {
-                self.start_dispatcher(Dispatcher::new(id, span, false, start_ts, Phase::Working), out);
+                self.start_dispatcher(
+                    Dispatcher::new(id, span, false, start_ts, Phase::Working),
+                    out,
+                );
                 return;
             }
             self.send_owner(
                 out,
-                Message::Rejected { cf: self.cf.clone(), epoch: self.owner_epoch(), id, reason: RejectReason::Overlap { with } },
+                Message::Rejected {
+                    cf: self.cf.clone(),
+                    epoch: self.owner_epoch(),
+                    id,
+                    reason: RejectReason::Overlap { with },
+                },
             );
             return;
         }
@@ -503,12 +641,16 @@ impl DispatcherManager {
         }
     }
 
-    fn remove(&mut self, id: DispatcherId, purpose: ClosePurpose, holds: &Holds, out: &mut Vec<Effect>) {
+    fn remove(
+        &mut self,
+        id: DispatcherId,
+        purpose: ClosePurpose,
+        holds: &Holds,
+        out: &mut Vec<Effect>,
+    ) {
         self.tombstone(id);
         let Some(d) = self.dispatchers.get_mut(&id) else {
-            if !self.stopped.contains_key(&id) {
-                self.stopped.insert(id, (trigger_span(), 0));
-            }
+            self.stopped.entry(id).or_insert((trigger_span(), 0));
             return;
         };
         match &mut d.phase {
@@ -522,7 +664,10 @@ impl DispatcherManager {
                 let span = d.span.clone();
                 self.dispatchers.remove(&id);
                 self.stopped.insert(id, (span, cp));
-                out.push(Effect::Trace(TraceEvent::DispatcherClosed { cf: self.cf.clone(), id }));
+                out.push(Effect::Trace(TraceEvent::DispatcherClosed {
+                    cf: self.cf.clone(),
+                    id,
+                }));
             }
             Phase::Closing { purpose: p, .. } => {
                 if !matches!(p, ClosePurpose::MergeInto { .. }) {
@@ -532,12 +677,21 @@ impl DispatcherManager {
             Phase::Working | Phase::Recovering { .. } => {
                 let was_recovering = matches!(d.phase, Phase::Recovering { sink_closed: false });
                 let sink_closed = matches!(d.phase, Phase::Recovering { sink_closed: true });
-                d.phase = Phase::Closing { purpose, sink_closed };
+                d.phase = Phase::Closing {
+                    purpose,
+                    sink_closed,
+                };
                 d.buffer.clear();
                 d.block = None;
                 if !was_recovering && !sink_closed {
-                    out.push(Effect::Unsubscribe { cf: self.cf.clone(), id });
-                    out.push(Effect::Sink(SinkCommand::Close { cf: self.cf.clone(), id }));
+                    out.push(Effect::Unsubscribe {
+                        cf: self.cf.clone(),
+                        id,
+                    });
+                    out.push(Effect::Sink(SinkCommand::Close {
+                        cf: self.cf.clone(),
+                        id,
+                    }));
                 }
             }
         }
@@ -546,8 +700,16 @@ impl DispatcherManager {
 
     /// A closing dispatcher whose sink is closed becomes stopped (unless held).
     fn finish_closing(&mut self, id: DispatcherId, holds: &Holds, out: &mut Vec<Effect>) {
-        let Some(d) = self.dispatchers.get(&id) else { return };
-        let Phase::Closing { sink_closed: true, purpose } = &d.phase else { return };
+        let Some(d) = self.dispatchers.get(&id) else {
+            return;
+        };
+        let Phase::Closing {
+            sink_closed: true,
+            purpose,
+        } = &d.phase
+        else {
+            return;
+        };
         if holds.is_on(HoldPoint::CloseDispatcher) {
             return;
         }
@@ -556,7 +718,10 @@ impl DispatcherManager {
         let span = d.span.clone();
         self.dispatchers.remove(&id);
         self.stopped.insert(id, (span, cp));
-        out.push(Effect::Trace(TraceEvent::DispatcherClosed { cf: self.cf.clone(), id }));
+        out.push(Effect::Trace(TraceEvent::DispatcherClosed {
+            cf: self.cf.clone(),
+            id,
+        }));
         if let ClosePurpose::MergeInto { target } = purpose {
             self.merge_source_closed(target, id, cp, holds, out);
         }
@@ -567,12 +732,25 @@ impl DispatcherManager {
         if let Some((node, epoch)) = self.closing_all.clone() {
             if self.dispatchers.is_empty() {
                 self.closed = true;
-                out.push(Effect::Send { to: node, msg: Message::CloseChangefeedResponse { cf: self.cf.clone(), epoch } });
+                out.push(Effect::Send {
+                    to: node,
+                    msg: Message::CloseChangefeedResponse {
+                        cf: self.cf.clone(),
+                        epoch,
+                    },
+                });
             }
         }
     }
 
-    fn merge(&mut self, sources: Vec<DispatcherId>, target: DispatcherId, span: Span, holds: &Holds, out: &mut Vec<Effect>) {
+    fn merge(
+        &mut self,
+        sources: Vec<DispatcherId>,
+        target: DispatcherId,
+        span: Span,
+        holds: &Holds,
+        out: &mut Vec<Effect>,
+    ) {
         if self.dispatchers.contains_key(&target) {
             return; // already merging: duplicate request
         }
@@ -601,10 +779,18 @@ impl DispatcherManager {
         }
         spans.sort_by(|a, b| a.start.cmp(&b.start));
         let refs: Vec<&Span> = spans.iter().collect();
-        if sources.len() < 2 || !sluice_types::spans_partition(&span, &refs) || self.overlapping(&span, &sources).is_some() {
+        if sources.len() < 2
+            || !sluice_types::spans_partition(&span, &refs)
+            || self.overlapping(&span, &sources).is_some()
+        {
             self.send_owner(
                 out,
-                Message::Rejected { cf: self.cf.clone(), epoch: self.owner_epoch(), id: target, reason: RejectReason::MergeSources },
+                Message::Rejected {
+                    cf: self.cf.clone(),
+                    epoch: self.owner_epoch(),
+                    id: target,
+                    reason: RejectReason::MergeSources,
+                },
             );
             return;
         }
@@ -616,10 +802,23 @@ impl DispatcherManager {
         }
     }
 
-    fn merge_source_closed(&mut self, target: DispatcherId, source: DispatcherId, cp: Ts, _holds: &Holds, out: &mut Vec<Effect>) {
-        let Some(t) = self.dispatchers.get_mut(&target) else { return };
+    fn merge_source_closed(
+        &mut self,
+        target: DispatcherId,
+        source: DispatcherId,
+        cp: Ts,
+        _holds: &Holds,
+        out: &mut Vec<Effect>,
+    ) {
+        let Some(t) = self.dispatchers.get_mut(&target) else {
+            return;
+        };
         t.merge_closed.insert(source, cp);
-        if t.merge_sources.iter().all(|s| t.merge_closed.contains_key(s)) && t.phase == Phase::Creating {
+        if t.merge_sources
+            .iter()
+            .all(|s| t.merge_closed.contains_key(s))
+            && t.phase == Phase::Creating
+        {
             let start = t.merge_closed.values().copied().min().unwrap_or(0);
             if t.remove_after_merge {
                 let span = t.span.clone();
@@ -627,7 +826,9 @@ impl DispatcherManager {
                 self.stopped.insert(target, (span, start));
                 return;
             }
-            let Some(mut t) = self.dispatchers.remove(&target) else { return };
+            let Some(mut t) = self.dispatchers.remove(&target) else {
+                return;
+            };
             t.start_ts = start;
             t.received_upto = start;
             t.consumed_upto = start;
@@ -637,10 +838,20 @@ impl DispatcherManager {
         }
     }
 
-    fn barrier(&mut self, now: Millis, id: DispatcherId, ddl_ts: Ts, command: BarrierCommand, holds: &Holds, out: &mut Vec<Effect>) {
+    fn barrier(
+        &mut self,
+        now: Millis,
+        id: DispatcherId,
+        ddl_ts: Ts,
+        command: BarrierCommand,
+        holds: &Holds,
+        out: &mut Vec<Effect>,
+    ) {
         let cf = self.cf.clone();
         let epoch = self.owner_epoch();
-        let Some(d) = self.dispatchers.get_mut(&id) else { return };
+        let Some(d) = self.dispatchers.get_mut(&id) else {
+            return;
+        };
         if !matches!(d.phase, Phase::Working) {
             return;
         }
@@ -659,7 +870,9 @@ impl DispatcherManager {
             (BarrierCommand::Write, Stage::Written) => {
                 b.last_report = None; // duplicate Write: report Written again
             }
-            (BarrierCommand::Pass, Stage::Waiting) if b.ddl.influence.dropped.contains(&d.span.table) => {
+            (BarrierCommand::Pass, Stage::Waiting)
+                if b.ddl.influence.dropped.contains(&d.span.table) =>
+            {
                 // The DDL drops this dispatcher's table: there is nothing after it to replicate;
                 // stay here until removed (never let the checkpoint pass the drop).
             }
@@ -682,9 +895,19 @@ impl DispatcherManager {
     }
 
     /// Events for a dispatcher from the event source.
-    pub fn on_events(&mut self, now: Millis, id: DispatcherId, items: Vec<StreamItem>, resolved_ts: Ts, holds: &Holds, out: &mut Vec<Effect>) {
+    pub fn on_events(
+        &mut self,
+        now: Millis,
+        id: DispatcherId,
+        items: Vec<StreamItem>,
+        resolved_ts: Ts,
+        holds: &Holds,
+        out: &mut Vec<Effect>,
+    ) {
         let cf = self.cf.clone();
-        let Some(d) = self.dispatchers.get_mut(&id) else { return };
+        let Some(d) = self.dispatchers.get_mut(&id) else {
+            return;
+        };
         if d.phase != Phase::Working {
             return;
         }
@@ -696,7 +919,12 @@ impl DispatcherManager {
             }
             if d.buffer.len() >= MAX_BUFFERED_ITEMS {
                 // Full: keep whole transactions only and ask again from the last complete one.
-                while d.buffer.back().map(|b| b.commit_ts() == ts).unwrap_or(false) {
+                while d
+                    .buffer
+                    .back()
+                    .map(|b| b.commit_ts() == ts)
+                    .unwrap_or(false)
+                {
                     d.buffer.pop_back();
                 }
                 d.received_upto = ts.saturating_sub(1);
@@ -707,14 +935,29 @@ impl DispatcherManager {
             d.received_upto = d.received_upto.max(ts.saturating_sub(1));
         }
         match resubscribe_from {
-            Some(from) => out.push(Effect::Subscribe { cf, id, span: d.span.clone(), is_trigger: d.is_trigger, start_ts: from }),
+            Some(from) => out.push(Effect::Subscribe {
+                cf,
+                id,
+                span: d.span.clone(),
+                is_trigger: d.is_trigger,
+                start_ts: from,
+            }),
             None => d.received_upto = d.received_upto.max(resolved_ts),
         }
         self.pump(id, now, holds, out);
     }
 
-    pub fn on_sink_flushed(&mut self, now: Millis, id: DispatcherId, ts: Ts, holds: &Holds, out: &mut Vec<Effect>) {
-        let Some(d) = self.dispatchers.get_mut(&id) else { return };
+    pub fn on_sink_flushed(
+        &mut self,
+        now: Millis,
+        id: DispatcherId,
+        ts: Ts,
+        holds: &Holds,
+        out: &mut Vec<Effect>,
+    ) {
+        let Some(d) = self.dispatchers.get_mut(&id) else {
+            return;
+        };
         if holds.is_on(HoldPoint::SinkFlush) {
             d.held_flush = Some(d.held_flush.unwrap_or(0).max(ts));
             return;
@@ -724,8 +967,16 @@ impl DispatcherManager {
         self.pump(id, now, holds, out);
     }
 
-    pub fn on_sink_closed(&mut self, now: Millis, id: DispatcherId, holds: &Holds, out: &mut Vec<Effect>) {
-        let Some(d) = self.dispatchers.get_mut(&id) else { return };
+    pub fn on_sink_closed(
+        &mut self,
+        now: Millis,
+        id: DispatcherId,
+        holds: &Holds,
+        out: &mut Vec<Effect>,
+    ) {
+        let Some(d) = self.dispatchers.get_mut(&id) else {
+            return;
+        };
         match &mut d.phase {
             Phase::Closing { sink_closed, .. } => {
                 *sink_closed = true;
@@ -734,7 +985,8 @@ impl DispatcherManager {
             Phase::Recovering { .. } => {
                 // Restart from the dispatcher's own checkpoint.
                 let cp = d.checkpoint();
-                let mut fresh = Dispatcher::new(d.id, d.span.clone(), d.is_trigger, cp, Phase::Working);
+                let mut fresh =
+                    Dispatcher::new(d.id, d.span.clone(), d.is_trigger, cp, Phase::Working);
                 fresh.merge_sources = d.merge_sources.clone();
                 self.dispatchers.remove(&id);
                 self.start_dispatcher(fresh, out);
@@ -744,18 +996,42 @@ impl DispatcherManager {
         }
     }
 
-    pub fn on_sink_error(&mut self, id: DispatcherId, retryable: bool, message: String, out: &mut Vec<Effect>) {
+    pub fn on_sink_error(
+        &mut self,
+        id: DispatcherId,
+        retryable: bool,
+        message: String,
+        out: &mut Vec<Effect>,
+    ) {
         let cf = self.cf.clone();
         let epoch = self.owner_epoch();
-        let Some(d) = self.dispatchers.get_mut(&id) else { return };
+        let Some(d) = self.dispatchers.get_mut(&id) else {
+            return;
+        };
         if !retryable {
-            self.send_owner(out, Message::DispatcherError { cf, epoch, id, message });
+            self.send_owner(
+                out,
+                Message::DispatcherError {
+                    cf,
+                    epoch,
+                    id,
+                    message,
+                },
+            );
             return;
         }
         if d.phase == Phase::Working {
             #[cfg(feature = "mutations")]
             if crate::mutations::on("sink-error-restarts-changefeed") {
-                self.send_owner(out, Message::DispatcherError { cf, epoch, id, message });
+                self.send_owner(
+                    out,
+                    Message::DispatcherError {
+                        cf,
+                        epoch,
+                        id,
+                        message,
+                    },
+                );
                 return;
             }
             d.phase = Phase::Recovering { sink_closed: false };
@@ -763,12 +1039,21 @@ impl DispatcherManager {
             d.block = None;
             out.push(Effect::Unsubscribe { cf: cf.clone(), id });
             out.push(Effect::Sink(SinkCommand::Close { cf, id }));
-            out.push(Effect::Trace(TraceEvent::Log(format!("dispatcher {id:?}: retryable sink error, restarting it alone: {message}"))));
+            out.push(Effect::Trace(TraceEvent::Log(format!(
+                "dispatcher {id:?}: retryable sink error, restarting it alone: {message}"
+            ))));
         }
     }
 
     /// A hold point was switched on this node.
-    pub fn on_hold(&mut self, now: Millis, point: HoldPoint, on: bool, holds: &Holds, out: &mut Vec<Effect>) {
+    pub fn on_hold(
+        &mut self,
+        now: Millis,
+        point: HoldPoint,
+        on: bool,
+        holds: &Holds,
+        out: &mut Vec<Effect>,
+    ) {
         if on {
             return;
         }
@@ -798,8 +1083,11 @@ impl DispatcherManager {
                 }
             }
             HoldPoint::SinkFlush => {
-                let ids: Vec<(DispatcherId, Ts)> =
-                    self.dispatchers.values_mut().filter_map(|d| d.held_flush.take().map(|t| (d.id, t))).collect();
+                let ids: Vec<(DispatcherId, Ts)> = self
+                    .dispatchers
+                    .values_mut()
+                    .filter_map(|d| d.held_flush.take().map(|t| (d.id, t)))
+                    .collect();
                 for (id, ts) in ids {
                     self.on_sink_flushed(now, id, ts, holds, out);
                 }
@@ -807,7 +1095,11 @@ impl DispatcherManager {
             HoldPoint::DdlBeforeWrite => {
                 let cf = self.cf.clone();
                 for d in self.dispatchers.values_mut() {
-                    if d.block.as_ref().map(|b| b.stage == Stage::WriteHeld).unwrap_or(false) {
+                    if d.block
+                        .as_ref()
+                        .map(|b| b.stage == Stage::WriteHeld)
+                        .unwrap_or(false)
+                    {
                         do_write(&cf, d, out);
                     }
                 }
@@ -832,7 +1124,9 @@ impl DispatcherManager {
         let cf = self.cf.clone();
         let epoch = self.owner_epoch();
         let owner = self.owner.as_ref().map(|o| o.0.clone());
-        let Some(d) = self.dispatchers.get_mut(&id) else { return };
+        let Some(d) = self.dispatchers.get_mut(&id) else {
+            return;
+        };
         if d.phase != Phase::Working {
             return;
         }
@@ -843,7 +1137,11 @@ impl DispatcherManager {
             }
             let Some(front) = d.buffer.front() else { break };
             match front {
-                StreamItem::Row { commit_ts, key, handle } => {
+                StreamItem::Row {
+                    commit_ts,
+                    key,
+                    handle,
+                } => {
                     #[allow(unused_mut)]
                     let mut key = key.clone();
                     #[cfg(feature = "mutations")]
@@ -873,7 +1171,11 @@ impl DispatcherManager {
                     let ddl = ddl.clone();
                     let handle = *handle;
                     if d.is_blocking(&ddl) {
-                        d.block = Some(Block { ddl, stage: Stage::Flushing, last_report: None });
+                        d.block = Some(Block {
+                            ddl,
+                            stage: Stage::Flushing,
+                            last_report: None,
+                        });
                     } else {
                         if !rows.is_empty() {
                             out.push(Effect::Sink(SinkCommand::WriteRows {
@@ -884,7 +1186,12 @@ impl DispatcherManager {
                             }));
                         }
                         d.written_ts = d.written_ts.max(ddl.commit_ts);
-                        out.push(Effect::Sink(SinkCommand::WriteDdl { cf: cf.clone(), id, ddl, handle }));
+                        out.push(Effect::Sink(SinkCommand::WriteDdl {
+                            cf: cf.clone(),
+                            id,
+                            ddl,
+                            handle,
+                        }));
                         d.buffer.pop_front();
                     }
                 }
@@ -895,7 +1202,12 @@ impl DispatcherManager {
             if crate::mutations::on("reverse-batch") {
                 rows.reverse();
             }
-            out.push(Effect::Sink(SinkCommand::WriteRows { cf: cf.clone(), id, span: d.span.clone(), rows }));
+            out.push(Effect::Sink(SinkCommand::WriteRows {
+                cf: cf.clone(),
+                id,
+                span: d.span.clone(),
+                rows,
+            }));
         }
         d.consumed_upto = match d.buffer.front() {
             Some(item) => d.consumed_upto.max(item.commit_ts().saturating_sub(1)),
@@ -932,8 +1244,16 @@ impl DispatcherManager {
             };
             if due && reportable {
                 b.last_report = Some(now);
-                let stage = if b.stage == Stage::Written { BlockStage::Written } else { BlockStage::Waiting };
-                report = Some(BlockReport { ddl_ts: b.ddl.commit_ts, stage, ddl: Some(b.ddl.influence.clone()) });
+                let stage = if b.stage == Stage::Written {
+                    BlockStage::Written
+                } else {
+                    BlockStage::Waiting
+                };
+                report = Some(BlockReport {
+                    ddl_ts: b.ddl.commit_ts,
+                    stage,
+                    ddl: Some(b.ddl.influence.clone()),
+                });
             }
         }
         if let Some(ts) = d.passed_report {
@@ -947,14 +1267,27 @@ impl DispatcherManager {
                             epoch,
                             id,
                             span: d.span.clone(),
-                            report: BlockReport { ddl_ts: ts, stage: BlockStage::Passed, ddl: None },
+                            report: BlockReport {
+                                ddl_ts: ts,
+                                stage: BlockStage::Passed,
+                                ddl: None,
+                            },
                         },
                     });
                 }
             }
         }
         if let (Some(report), Some(owner)) = (report, owner) {
-            out.push(Effect::Send { to: owner, msg: Message::BlockStatus { cf, epoch, id, span: d.span.clone(), report } });
+            out.push(Effect::Send {
+                to: owner,
+                msg: Message::BlockStatus {
+                    cf,
+                    epoch,
+                    id,
+                    span: d.span.clone(),
+                    report,
+                },
+            });
         }
     }
 
@@ -967,10 +1300,15 @@ impl DispatcherManager {
         if self.owner.is_none() || self.held_bootstrap.is_some() {
             return;
         }
-        if self.last_hb.map(|t| now >= t + HEARTBEAT_MS).unwrap_or(true) {
+        if self
+            .last_hb
+            .map(|t| now >= t + HEARTBEAT_MS)
+            .unwrap_or(true)
+        {
             self.last_hb = Some(now);
             self.hb_seq += 1;
-            let mut reports: Vec<DispatcherReport> = self.dispatchers.values().map(|d| d.report()).collect();
+            let mut reports: Vec<DispatcherReport> =
+                self.dispatchers.values().map(|d| d.report()).collect();
             for (id, (span, cp)) in &self.stopped {
                 reports.push(stopped_report(*id, span.clone(), *cp));
             }
@@ -1014,9 +1352,17 @@ fn do_write(cf: &ChangefeedId, d: &mut Dispatcher, out: &mut Vec<Effect>) {
     };
     b.stage = Stage::Writing;
     d.written_ts = d.written_ts.max(b.ddl.commit_ts);
-    out.push(Effect::Sink(SinkCommand::WriteDdl { cf: cf.clone(), id: d.id, ddl: b.ddl.clone(), handle }));
+    out.push(Effect::Sink(SinkCommand::WriteDdl {
+        cf: cf.clone(),
+        id: d.id,
+        ddl: b.ddl.clone(),
+        handle,
+    }));
     d.flush_requested = true;
-    out.push(Effect::Sink(SinkCommand::Flush { cf: cf.clone(), id: d.id }));
+    out.push(Effect::Sink(SinkCommand::Flush {
+        cf: cf.clone(),
+        id: d.id,
+    }));
 }
 
 fn pass(d: &mut Dispatcher) {

@@ -11,8 +11,15 @@ use std::collections::BTreeMap;
 /// One item of a dispatcher's event stream. Rows are opaque handles: the shell keeps the data.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StreamItem {
-    Row { commit_ts: Ts, key: Key, handle: u64 },
-    Ddl { ddl: DdlEvent, handle: u64 },
+    Row {
+        commit_ts: Ts,
+        key: Key,
+        handle: u64,
+    },
+    Ddl {
+        ddl: DdlEvent,
+        handle: u64,
+    },
 }
 
 impl StreamItem {
@@ -48,47 +55,119 @@ pub struct SchemaSnapshot {
 /// Requests from users (API, CLI, scenario steps).
 #[derive(Clone, Debug, PartialEq)]
 pub enum UserRequest {
-    CreateChangefeed { cf: ChangefeedId, config: ChangefeedConfig },
-    PauseChangefeed { cf: ChangefeedId },
-    ResumeChangefeed { cf: ChangefeedId },
-    RemoveChangefeed { cf: ChangefeedId },
+    CreateChangefeed {
+        cf: ChangefeedId,
+        config: ChangefeedConfig,
+    },
+    PauseChangefeed {
+        cf: ChangefeedId,
+    },
+    ResumeChangefeed {
+        cf: ChangefeedId,
+    },
+    RemoveChangefeed {
+        cf: ChangefeedId,
+    },
     /// Replace a paused changefeed's configuration (sink, scheduler settings).
-    UpdateChangefeed { cf: ChangefeedId, config: ChangefeedConfig },
-    MoveMaintainer { cf: ChangefeedId, to: NodeId },
-    Cordon { node: NodeId, on: bool },
-    Drain { node: NodeId },
-    Table { cf: ChangefeedId, req: TableRequest },
+    UpdateChangefeed {
+        cf: ChangefeedId,
+        config: ChangefeedConfig,
+    },
+    MoveMaintainer {
+        cf: ChangefeedId,
+        to: NodeId,
+    },
+    Cordon {
+        node: NodeId,
+        on: bool,
+    },
+    Drain {
+        node: NodeId,
+    },
+    Table {
+        cf: ChangefeedId,
+        req: TableRequest,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Input {
     /// Time passes; periodic work (resends, heartbeats, schedulers) runs.
     Tick,
-    Message { from: NodeId, msg: Message },
+    Message {
+        from: NodeId,
+        msg: Message,
+    },
     /// The nodes whose lease is alive, with their incarnation (a restarted node is a new
     /// incarnation), from the meta store's membership watch.
-    NodesChanged { alive: BTreeMap<NodeId, u64> },
+    NodesChanged {
+        alive: BTreeMap<NodeId, u64>,
+    },
     /// Who holds the coordinator election key, and the key's revision.
-    Leader { node: Option<NodeId>, rev: u64 },
-    MetaResult { req: u64, result: MetaResult },
+    Leader {
+        node: Option<NodeId>,
+        rev: u64,
+    },
+    MetaResult {
+        req: u64,
+        result: MetaResult,
+    },
     /// The answer to `LoadSchema`, with the changefeed's epoch as the meta store has it now: a
     /// maintainer whose epoch is not that one is stale and stops before it bootstraps anything.
-    Schema { cf: ChangefeedId, epoch: Epoch, snapshot: SchemaSnapshot, persisted_epoch: Epoch },
-    Regions { table: TableId, regions: Vec<Key> },
-    Events { cf: ChangefeedId, id: DispatcherId, items: Vec<StreamItem>, resolved_ts: Ts },
+    Schema {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        snapshot: SchemaSnapshot,
+        persisted_epoch: Epoch,
+    },
+    Regions {
+        table: TableId,
+        regions: Vec<Key>,
+    },
+    Events {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        items: Vec<StreamItem>,
+        resolved_ts: Ts,
+    },
     /// Every write of this dispatcher at or below `ts` is durable.
-    SinkFlushed { cf: ChangefeedId, id: DispatcherId, ts: Ts },
+    SinkFlushed {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        ts: Ts,
+    },
     /// No write of this dispatcher can land any more.
-    SinkClosed { cf: ChangefeedId, id: DispatcherId },
-    SinkError { cf: ChangefeedId, id: DispatcherId, retryable: bool, message: String },
-    Hold { point: HoldPoint, on: bool },
+    SinkClosed {
+        cf: ChangefeedId,
+        id: DispatcherId,
+    },
+    SinkError {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        retryable: bool,
+        message: String,
+    },
+    Hold {
+        point: HoldPoint,
+        on: bool,
+    },
     Request(UserRequest),
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum SinkCommand {
-    WriteRows { cf: ChangefeedId, id: DispatcherId, span: Span, rows: Vec<(Ts, Key, u64)> },
-    WriteDdl { cf: ChangefeedId, id: DispatcherId, ddl: DdlEvent, handle: u64 },
+    WriteRows {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        span: Span,
+        rows: Vec<(Ts, Key, u64)>,
+    },
+    WriteDdl {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        ddl: DdlEvent,
+        handle: u64,
+    },
     /// Make everything written so far durable and acknowledge it.
     Flush { cf: ChangefeedId, id: DispatcherId },
     /// Stop accepting writes of this dispatcher and answer `SinkClosed` once none can land.
@@ -99,27 +178,78 @@ pub enum SinkCommand {
 #[derive(Clone, Debug, PartialEq)]
 pub enum TraceEvent {
     /// A dispatcher manager applied a scheduling message of this epoch.
-    Applied { cf: ChangefeedId, kind: &'static str, epoch: Epoch },
+    Applied {
+        cf: ChangefeedId,
+        kind: &'static str,
+        epoch: Epoch,
+    },
     /// A message was dropped as stale (old epoch, old revision, wrong sender).
-    Stale { kind: &'static str, reason: &'static str },
-    DispatcherStarted { cf: ChangefeedId, id: DispatcherId, span: Span, start_ts: Ts },
-    DispatcherClosed { cf: ChangefeedId, id: DispatcherId },
-    MaintainerCheckpoint { cf: ChangefeedId, epoch: Epoch, checkpoint: Ts },
+    Stale {
+        kind: &'static str,
+        reason: &'static str,
+    },
+    DispatcherStarted {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        span: Span,
+        start_ts: Ts,
+    },
+    DispatcherClosed {
+        cf: ChangefeedId,
+        id: DispatcherId,
+    },
+    MaintainerCheckpoint {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        checkpoint: Ts,
+    },
     /// A maintainer confirmed its epoch is the persisted one and starts bootstrapping: it acts.
-    MaintainerStarted { cf: ChangefeedId, epoch: Epoch },
-    MaintainerBootstrapped { cf: ChangefeedId, epoch: Epoch },
-    RequestDone { cf: ChangefeedId, req: TableRequest, outcome: String },
-    ChangefeedRestarted { cf: ChangefeedId, reason: String },
+    MaintainerStarted {
+        cf: ChangefeedId,
+        epoch: Epoch,
+    },
+    MaintainerBootstrapped {
+        cf: ChangefeedId,
+        epoch: Epoch,
+    },
+    RequestDone {
+        cf: ChangefeedId,
+        req: TableRequest,
+        outcome: String,
+    },
+    ChangefeedRestarted {
+        cf: ChangefeedId,
+        reason: String,
+    },
     Log(String),
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
-    Send { to: NodeId, msg: Message },
-    Meta { req: u64, op: MetaOp },
-    LoadSchema { cf: ChangefeedId, epoch: Epoch, at_ts: Ts },
-    Subscribe { cf: ChangefeedId, id: DispatcherId, span: Span, is_trigger: bool, start_ts: Ts },
-    Unsubscribe { cf: ChangefeedId, id: DispatcherId },
+    Send {
+        to: NodeId,
+        msg: Message,
+    },
+    Meta {
+        req: u64,
+        op: MetaOp,
+    },
+    LoadSchema {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        at_ts: Ts,
+    },
+    Subscribe {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        span: Span,
+        is_trigger: bool,
+        start_ts: Ts,
+    },
+    Unsubscribe {
+        cf: ChangefeedId,
+        id: DispatcherId,
+    },
     Sink(SinkCommand),
     Trace(TraceEvent),
 }

@@ -27,4 +27,3 @@ pub mod mutations;
 pub mod node;
 
 pub use io::{Effect, Input, SinkCommand, StreamItem, TraceEvent};
-

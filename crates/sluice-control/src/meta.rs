@@ -12,8 +12,14 @@ pub enum Compare {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MetaOp {
-    Get { prefix: String },
-    Txn { compares: Vec<Compare>, puts: Vec<(String, Vec<u8>)>, deletes: Vec<String> },
+    Get {
+        prefix: String,
+    },
+    Txn {
+        compares: Vec<Compare>,
+        puts: Vec<(String, Vec<u8>)>,
+        deletes: Vec<String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,9 +31,15 @@ pub struct Kv {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MetaResult {
-    Got { kvs: Vec<Kv>, revision: u64 },
+    Got {
+        kvs: Vec<Kv>,
+        revision: u64,
+    },
     /// `revision` is the store's revision after the transaction (when it succeeded).
-    Txn { succeeded: bool, revision: u64 },
+    Txn {
+        succeeded: bool,
+        revision: u64,
+    },
     /// The store could not be reached; the operation may or may not have happened.
     Unavailable,
 }

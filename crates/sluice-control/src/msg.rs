@@ -11,10 +11,16 @@ use sluice_types::{ChangefeedId, DispatcherId, Epoch, Key, NodeId, Span, Ts};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ClosePurpose {
     Remove,
-    Move { dest: NodeId },
-    Split { points: Vec<Key> },
+    Move {
+        dest: NodeId,
+    },
+    Split {
+        points: Vec<Key>,
+    },
     /// A merge source; the target is the dispatcher with this id.
-    MergeInto { target: DispatcherId },
+    MergeInto {
+        target: DispatcherId,
+    },
 }
 
 /// A dispatcher's lifecycle as its manager reports it.
@@ -90,40 +96,128 @@ pub enum Message {
     // ---- coordinator -> node (fenced by the coordinator's leadership revision) ----
     /// Place the maintainer of `epoch` on the node incarnation `incarnation` (a restarted node
     /// refuses a placement meant for its earlier life).
-    AddMaintainer { cf: ChangefeedId, epoch: Epoch, rev: u64, incarnation: u64, checkpoint: Ts, config: ChangefeedConfig },
+    AddMaintainer {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        rev: u64,
+        incarnation: u64,
+        checkpoint: Ts,
+        config: ChangefeedConfig,
+    },
     /// Stop the maintainer of that epoch. `cascade` also closes every dispatcher of the
     /// changefeed (pause, remove, error restart); otherwise they stay for the next maintainer.
-    RemoveMaintainer { cf: ChangefeedId, epoch: Epoch, rev: u64, cascade: bool },
+    RemoveMaintainer {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        rev: u64,
+        cascade: bool,
+    },
     /// A new coordinator asks every node which maintainers it runs.
-    CoordinatorBootstrap { rev: u64 },
+    CoordinatorBootstrap {
+        rev: u64,
+    },
     /// A table-level request forwarded to the maintainer.
-    TableRequest { cf: ChangefeedId, req: TableRequest },
+    TableRequest {
+        cf: ChangefeedId,
+        req: TableRequest,
+    },
     /// Cluster-wide node settings, broadcast by the coordinator (kept in the meta store).
-    NodeSettings { rev: u64, cordoned: Vec<NodeId>, draining: Vec<NodeId> },
+    NodeSettings {
+        rev: u64,
+        cordoned: Vec<NodeId>,
+        draining: Vec<NodeId>,
+    },
 
     // ---- node -> coordinator ----
-    CoordinatorBootstrapResponse { rev: u64, incarnation: u64, maintainers: Vec<MaintainerStatus> },
-    MaintainerStatusReport { status: MaintainerStatus },
+    CoordinatorBootstrapResponse {
+        rev: u64,
+        incarnation: u64,
+        maintainers: Vec<MaintainerStatus>,
+    },
+    MaintainerStatusReport {
+        status: MaintainerStatus,
+    },
 
     // ---- maintainer -> dispatcher manager (fenced by epoch) ----
-    Bootstrap { cf: ChangefeedId, epoch: Epoch, trigger: Option<(DispatcherId, Ts)>, config: ChangefeedConfig },
-    Create { cf: ChangefeedId, epoch: Epoch, id: DispatcherId, span: Span, start_ts: Ts },
-    Remove { cf: ChangefeedId, epoch: Epoch, id: DispatcherId, purpose: ClosePurpose },
-    Merge { cf: ChangefeedId, epoch: Epoch, sources: Vec<DispatcherId>, target: DispatcherId, span: Span },
-    Barrier { cf: ChangefeedId, epoch: Epoch, id: DispatcherId, ddl_ts: Ts, command: BarrierCommand },
+    Bootstrap {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        trigger: Option<(DispatcherId, Ts)>,
+        config: ChangefeedConfig,
+    },
+    Create {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        id: DispatcherId,
+        span: Span,
+        start_ts: Ts,
+    },
+    Remove {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        id: DispatcherId,
+        purpose: ClosePurpose,
+    },
+    Merge {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        sources: Vec<DispatcherId>,
+        target: DispatcherId,
+        span: Span,
+    },
+    Barrier {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        id: DispatcherId,
+        ddl_ts: Ts,
+        command: BarrierCommand,
+    },
     /// Close every dispatcher of the changefeed on this node (cascade stop).
-    CloseChangefeed { cf: ChangefeedId, epoch: Epoch },
+    CloseChangefeed {
+        cf: ChangefeedId,
+        epoch: Epoch,
+    },
 
     // ---- dispatcher manager -> maintainer (carry the manager's admitted epoch) ----
-    BootstrapResponse { cf: ChangefeedId, epoch: Epoch, dispatchers: Vec<DispatcherReport> },
+    BootstrapResponse {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        dispatchers: Vec<DispatcherReport>,
+    },
     /// Statuses that changed plus, periodically, all of them. `seq` grows with every heartbeat
     /// of this manager incarnation; a maintainer ignores regressions.
-    Heartbeat { cf: ChangefeedId, epoch: Epoch, incarnation: u64, seq: u64, complete: bool, dispatchers: Vec<DispatcherReport> },
-    Rejected { cf: ChangefeedId, epoch: Epoch, id: DispatcherId, reason: RejectReason },
-    BlockStatus { cf: ChangefeedId, epoch: Epoch, id: DispatcherId, span: Span, report: BlockReport },
-    CloseChangefeedResponse { cf: ChangefeedId, epoch: Epoch },
+    Heartbeat {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        incarnation: u64,
+        seq: u64,
+        complete: bool,
+        dispatchers: Vec<DispatcherReport>,
+    },
+    Rejected {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        id: DispatcherId,
+        reason: RejectReason,
+    },
+    BlockStatus {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        id: DispatcherId,
+        span: Span,
+        report: BlockReport,
+    },
+    CloseChangefeedResponse {
+        cf: ChangefeedId,
+        epoch: Epoch,
+    },
     /// A fatal dispatcher error the dispatcher manager cannot handle itself.
-    DispatcherError { cf: ChangefeedId, epoch: Epoch, id: DispatcherId, message: String },
+    DispatcherError {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        id: DispatcherId,
+        message: String,
+    },
 }
 
 impl Message {
@@ -178,9 +272,17 @@ impl Message {
 /// A user's table-level request, executed by the maintainer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TableRequest {
-    Move { table: sluice_types::TableId, to: NodeId },
-    Split { table: sluice_types::TableId, spans: usize },
-    Merge { table: sluice_types::TableId },
+    Move {
+        table: sluice_types::TableId,
+        to: NodeId,
+    },
+    Split {
+        table: sluice_types::TableId,
+        spans: usize,
+    },
+    Merge {
+        table: sluice_types::TableId,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

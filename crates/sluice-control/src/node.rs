@@ -123,7 +123,8 @@ impl NodeState {
                 match node {
                     Some(n) if n == self.id => {
                         if self.coordinator.as_ref().map(|c| c.rev()) != Some(rev) {
-                            self.coordinator = Some(Coordinator::new(self.id.clone(), rev, &mut out));
+                            self.coordinator =
+                                Some(Coordinator::new(self.id.clone(), rev, &mut out));
                         }
                         self.leader = Some((n, rev));
                     }
@@ -143,7 +144,12 @@ impl NodeState {
                     c.on_meta_result(now, &self.alive, req, result, &mut out);
                 }
             }
-            Input::Schema { cf, epoch, snapshot, persisted_epoch } => {
+            Input::Schema {
+                cf,
+                epoch,
+                snapshot,
+                persisted_epoch,
+            } => {
                 let ctx = Ctx {
                     now,
                     alive: &self.alive,
@@ -161,7 +167,12 @@ impl NodeState {
             Input::Regions { table, regions } => {
                 self.regions.insert(table, regions);
             }
-            Input::Events { cf, id, items, resolved_ts } => {
+            Input::Events {
+                cf,
+                id,
+                items,
+                resolved_ts,
+            } => {
                 if let Some(dm) = self.dms.get_mut(&cf) {
                     dm.on_events(now, id, items, resolved_ts, &self.holds, &mut out);
                 }
@@ -177,7 +188,12 @@ impl NodeState {
                 }
                 self.reap_closed(&mut out);
             }
-            Input::SinkError { cf, id, retryable, message } => {
+            Input::SinkError {
+                cf,
+                id,
+                retryable,
+                message,
+            } => {
                 if let Some(dm) = self.dms.get_mut(&cf) {
                     dm.on_sink_error(id, retryable, message, &mut out);
                 }
@@ -196,7 +212,12 @@ impl NodeState {
 
     fn on_request(&mut self, now: Millis, req: UserRequest, out: &mut Vec<Effect>) {
         if let UserRequest::Table { cf, req } = &req {
-            if self.maintainers.get(cf).map(|m| m.is_bootstrapped()).unwrap_or(false) {
+            if self
+                .maintainers
+                .get(cf)
+                .map(|m| m.is_bootstrapped())
+                .unwrap_or(false)
+            {
                 let ctx = Ctx {
                     now,
                     alive: &self.alive,
@@ -213,21 +234,37 @@ impl NodeState {
         }
         match &mut self.coordinator {
             Some(c) => c.on_request(now, &self.alive, req, out),
-            None => out.push(Effect::Trace(TraceEvent::Log(format!("node {}: request dropped, not the coordinator: {req:?}", self.id)))),
+            None => out.push(Effect::Trace(TraceEvent::Log(format!(
+                "node {}: request dropped, not the coordinator: {req:?}",
+                self.id
+            )))),
         }
     }
 
     fn on_message(&mut self, now: Millis, from: NodeId, msg: Message, out: &mut Vec<Effect>) {
         match msg {
-            Message::AddMaintainer { cf, epoch, rev, incarnation, checkpoint, config } => {
+            Message::AddMaintainer {
+                cf,
+                epoch,
+                rev,
+                incarnation,
+                checkpoint,
+                config,
+            } => {
                 if rev < self.max_coordinator_rev {
                     self.stale_dropped += 1;
-                    out.push(Effect::Trace(TraceEvent::Stale { kind: "add_maintainer", reason: "deposed coordinator" }));
+                    out.push(Effect::Trace(TraceEvent::Stale {
+                        kind: "add_maintainer",
+                        reason: "deposed coordinator",
+                    }));
                     return;
                 }
                 if incarnation != self.incarnation {
                     self.stale_dropped += 1;
-                    out.push(Effect::Trace(TraceEvent::Stale { kind: "add_maintainer", reason: "meant for an earlier incarnation of this node" }));
+                    out.push(Effect::Trace(TraceEvent::Stale {
+                        kind: "add_maintainer",
+                        reason: "meant for an earlier incarnation of this node",
+                    }));
                     return;
                 }
                 self.max_coordinator_rev = rev;
@@ -236,20 +273,43 @@ impl NodeState {
                         return;
                     }
                 }
-                if self.stopped_maintainers.get(&cf).map(|s| s.epoch >= epoch).unwrap_or(false) {
+                if self
+                    .stopped_maintainers
+                    .get(&cf)
+                    .map(|s| s.epoch >= epoch)
+                    .unwrap_or(false)
+                {
                     return;
                 }
                 self.stopped_maintainers.remove(&cf);
                 let ctx = self.ctx(now);
-                let m = Maintainer::new(&ctx, cf.clone(), epoch, self.id.clone(), checkpoint, config, out);
+                let m = Maintainer::new(
+                    &ctx,
+                    cf.clone(),
+                    epoch,
+                    self.id.clone(),
+                    checkpoint,
+                    config,
+                    out,
+                );
                 self.maintainers.insert(cf, m);
             }
-            Message::RemoveMaintainer { cf, epoch, rev, cascade: _ } => {
+            Message::RemoveMaintainer {
+                cf,
+                epoch,
+                rev,
+                cascade: _,
+            } => {
                 if rev < self.max_coordinator_rev {
                     self.stale_dropped += 1;
                     return;
                 }
-                if self.maintainers.get(&cf).map(|m| m.epoch() == epoch).unwrap_or(false) {
+                if self
+                    .maintainers
+                    .get(&cf)
+                    .map(|m| m.epoch() == epoch)
+                    .unwrap_or(false)
+                {
                     if let Some(mut m) = self.maintainers.remove(&cf) {
                         let ctx = self.ctx(now);
                         m.stop(&ctx, false, out);
@@ -257,14 +317,29 @@ impl NodeState {
                         st.state = MaintainerState::Stopped;
                         self.stopped_maintainers.insert(cf, st);
                     }
-                } else if self.maintainers.get(&cf).map(|m| m.epoch() < epoch).unwrap_or(true)
-                    && self.stopped_maintainers.get(&cf).map(|s| s.epoch <= epoch).unwrap_or(true)
+                } else if self
+                    .maintainers
+                    .get(&cf)
+                    .map(|m| m.epoch() < epoch)
+                    .unwrap_or(true)
+                    && self
+                        .stopped_maintainers
+                        .get(&cf)
+                        .map(|s| s.epoch <= epoch)
+                        .unwrap_or(true)
                 {
                     // Nothing of that epoch runs here (never started, or lost with an earlier
                     // incarnation of this node): answer that it is stopped.
                     self.stopped_maintainers.insert(
                         cf.clone(),
-                        MaintainerStatus { cf, epoch, state: MaintainerState::Stopped, checkpoint: 0, resolved: 0, error: None },
+                        MaintainerStatus {
+                            cf,
+                            epoch,
+                            state: MaintainerState::Stopped,
+                            checkpoint: 0,
+                            resolved: 0,
+                            error: None,
+                        },
                     );
                 }
                 self.report_stopped(out);
@@ -275,11 +350,23 @@ impl NodeState {
                     return;
                 }
                 self.max_coordinator_rev = rev;
-                let mut maintainers: Vec<MaintainerStatus> = self.maintainers.values().map(|m| m.status()).collect();
+                let mut maintainers: Vec<MaintainerStatus> =
+                    self.maintainers.values().map(|m| m.status()).collect();
                 maintainers.extend(self.stopped_maintainers.values().cloned());
-                out.push(Effect::Send { to: from, msg: Message::CoordinatorBootstrapResponse { rev, incarnation: self.incarnation, maintainers } });
+                out.push(Effect::Send {
+                    to: from,
+                    msg: Message::CoordinatorBootstrapResponse {
+                        rev,
+                        incarnation: self.incarnation,
+                        maintainers,
+                    },
+                });
             }
-            Message::NodeSettings { rev, cordoned, draining } => {
+            Message::NodeSettings {
+                rev,
+                cordoned,
+                draining,
+            } => {
                 if rev >= self.max_coordinator_rev {
                     self.cordoned = cordoned.into_iter().collect();
                     self.draining = draining.into_iter().collect();
@@ -298,19 +385,32 @@ impl NodeState {
                     m.on_request(&ctx, req, out);
                 }
             }
-            Message::CoordinatorBootstrapResponse { .. } | Message::MaintainerStatusReport { .. } | Message::CloseChangefeedResponse { .. } => {
+            Message::CoordinatorBootstrapResponse { .. }
+            | Message::MaintainerStatusReport { .. }
+            | Message::CloseChangefeedResponse { .. } => {
                 if let Some(c) = &mut self.coordinator {
                     c.on_message(now, &self.alive, &from, msg, out);
                 }
             }
             Message::Bootstrap { ref cf, epoch, .. } => {
                 if !self.dms.contains_key(cf) {
-                    if self.closed_epochs.get(cf).map(|e| epoch <= *e).unwrap_or(false) {
+                    if self
+                        .closed_epochs
+                        .get(cf)
+                        .map(|e| epoch <= *e)
+                        .unwrap_or(false)
+                    {
                         self.stale_dropped += 1;
-                        out.push(Effect::Trace(TraceEvent::Stale { kind: "bootstrap", reason: "changefeed closed at a newer epoch" }));
+                        out.push(Effect::Trace(TraceEvent::Stale {
+                            kind: "bootstrap",
+                            reason: "changefeed closed at a newer epoch",
+                        }));
                         return;
                     }
-                    self.dms.insert(cf.clone(), DispatcherManager::new(cf.clone(), self.id.clone(), self.incarnation));
+                    self.dms.insert(
+                        cf.clone(),
+                        DispatcherManager::new(cf.clone(), self.id.clone(), self.incarnation),
+                    );
                 }
                 let cf = cf.clone();
                 if let Some(dm) = self.dms.get_mut(&cf) {
@@ -327,11 +427,17 @@ impl NodeState {
                     None => {
                         let e = self.closed_epochs.entry(cf.clone()).or_default();
                         *e = (*e).max(epoch);
-                        out.push(Effect::Send { to: from, msg: Message::CloseChangefeedResponse { cf, epoch } });
+                        out.push(Effect::Send {
+                            to: from,
+                            msg: Message::CloseChangefeedResponse { cf, epoch },
+                        });
                     }
                 }
             }
-            Message::Create { ref cf, .. } | Message::Remove { ref cf, .. } | Message::Merge { ref cf, .. } | Message::Barrier { ref cf, .. } => {
+            Message::Create { ref cf, .. }
+            | Message::Remove { ref cf, .. }
+            | Message::Merge { ref cf, .. }
+            | Message::Barrier { ref cf, .. } => {
                 let cf = cf.clone();
                 match self.dms.get_mut(&cf) {
                     Some(dm) => {
@@ -340,7 +446,10 @@ impl NodeState {
                     }
                     None => {
                         self.stale_dropped += 1;
-                        out.push(Effect::Trace(TraceEvent::Stale { kind: msg.kind(), reason: "no dispatcher manager (not bootstrapped)" }));
+                        out.push(Effect::Trace(TraceEvent::Stale {
+                            kind: msg.kind(),
+                            reason: "no dispatcher manager (not bootstrapped)",
+                        }));
                     }
                 }
             }
@@ -362,7 +471,10 @@ impl NodeState {
                     Some(m) => m.on_message(&ctx, &from, msg, out),
                     None => {
                         self.stale_dropped += 1;
-                        out.push(Effect::Trace(TraceEvent::Stale { kind: msg.kind(), reason: "no maintainer here" }));
+                        out.push(Effect::Trace(TraceEvent::Stale {
+                            kind: msg.kind(),
+                            reason: "no maintainer here",
+                        }));
                     }
                 }
             }
@@ -371,7 +483,12 @@ impl NodeState {
 
     /// Drop dispatcher managers whose cascade close finished.
     fn reap_closed(&mut self, _out: &mut [Effect]) {
-        let closed: Vec<ChangefeedId> = self.dms.iter().filter(|(_, d)| d.is_closed()).map(|(c, _)| c.clone()).collect();
+        let closed: Vec<ChangefeedId> = self
+            .dms
+            .iter()
+            .filter(|(_, d)| d.is_closed())
+            .map(|(c, _)| c.clone())
+            .collect();
         for cf in closed {
             if let Some(dm) = self.dms.remove(&cf) {
                 let e = dm.owner().map(|o| o.1).unwrap_or_default();
@@ -384,7 +501,10 @@ impl NodeState {
     fn report_stopped(&mut self, out: &mut Vec<Effect>) {
         if let Some((leader, _)) = &self.leader {
             for st in self.stopped_maintainers.values() {
-                out.push(Effect::Send { to: leader.clone(), msg: Message::MaintainerStatusReport { status: st.clone() } });
+                out.push(Effect::Send {
+                    to: leader.clone(),
+                    msg: Message::MaintainerStatusReport { status: st.clone() },
+                });
             }
         }
     }

@@ -90,12 +90,21 @@ impl Checker {
             self.registered += 1;
             match &up.history[i] {
                 UEvent::Row { ts, table, .. } => {
-                    self.undelivered_rows.entry(*table).or_default().insert((*ts, i));
+                    self.undelivered_rows
+                        .entry(*table)
+                        .or_default()
+                        .insert((*ts, i));
                     self.undelivered_all.insert((*ts, i));
                 }
                 UEvent::Ddl { ddl, affected } => {
-                    for t in affected.iter().chain(ddl.influence.added.iter().map(|a| &a.0)) {
-                        self.undelivered_ddls.entry(*t).or_default().insert(ddl.commit_ts);
+                    for t in affected
+                        .iter()
+                        .chain(ddl.influence.added.iter().map(|a| &a.0))
+                    {
+                        self.undelivered_ddls
+                            .entry(*t)
+                            .or_default()
+                            .insert(ddl.commit_ts);
                     }
                     self.undelivered_all.insert((ddl.commit_ts, i));
                 }
@@ -103,7 +112,15 @@ impl Checker {
         }
     }
 
-    pub fn dispatcher_started(&mut self, node: &str, inc: u64, id: DispatcherId, span: &Span, start_ts: Ts, up: &Upstream) {
+    pub fn dispatcher_started(
+        &mut self,
+        node: &str,
+        inc: u64,
+        id: DispatcherId,
+        span: &Span,
+        start_ts: Ts,
+        up: &Upstream,
+    ) {
         if span.table != TableId(0) {
             if let Some(t) = up.tables.get(&span.table) {
                 if let Some(d) = t.dropped {
@@ -116,7 +133,8 @@ impl Checker {
                 }
             }
         }
-        self.active.insert((node.to_string(), inc, id), span.clone());
+        self.active
+            .insert((node.to_string(), inc, id), span.clone());
         self.starts.insert((node.to_string(), inc, id), start_ts);
     }
 
@@ -138,7 +156,11 @@ impl Checker {
             self.fail(format!("one-writer: {id:?} on {node} wrote {span:?} while not started or already confirmed closed"));
             return;
         }
-        let other = self.active.iter().find(|(k, s)| **k != me && s.overlaps(span)).map(|(k, s)| (k.clone(), s.clone()));
+        let other = self
+            .active
+            .iter()
+            .find(|(k, s)| **k != me && s.overlaps(span))
+            .map(|(k, s)| (k.clone(), s.clone()));
         if let Some(((n, _, oid), s)) = other {
             self.fail(format!(
                 "one-writer: {id:?} on {node} wrote {span:?} while {oid:?} on {n} ({s:?}) is started and not confirmed closed"
@@ -146,11 +168,25 @@ impl Checker {
         }
     }
 
-    pub fn on_rows(&mut self, node: &str, inc: u64, id: DispatcherId, span: &Span, rows: &[(Ts, Key, u64)], up: &Upstream) {
+    pub fn on_rows(
+        &mut self,
+        node: &str,
+        inc: u64,
+        id: DispatcherId,
+        span: &Span,
+        rows: &[(Ts, Key, u64)],
+        up: &Upstream,
+    ) {
         self.check_one_writer(node, inc, id, span);
         for (ts, key, handle) in rows {
             self.rows_written += 1;
-            let Some(UEvent::Row { ts: uts, table, key: ukey, .. }) = up.history.get(*handle as usize) else {
+            let Some(UEvent::Row {
+                ts: uts,
+                table,
+                key: ukey,
+                ..
+            }) = up.history.get(*handle as usize)
+            else {
                 self.fail(format!("no-row-invented: {id:?} on {node} wrote a row ({ts}, {key:?}) that the upstream never had"));
                 return;
             };
@@ -165,13 +201,26 @@ impl Checker {
             }
             self.rows_first_delivered += 1;
             // DDL order: every DDL of this table before the row was delivered.
-            if let Some(d) = self.undelivered_ddls.get(&table).and_then(|s| s.range(..*ts).next().copied()) {
-                self.fail(format!("ddl-order: row {table:?}/{k} at {ts} delivered before the table's DDL at {d}"));
+            if let Some(d) = self
+                .undelivered_ddls
+                .get(&table)
+                .and_then(|s| s.range(..*ts).next().copied())
+            {
+                self.fail(format!(
+                    "ddl-order: row {table:?}/{k} at {ts} delivered before the table's DDL at {d}"
+                ));
             }
             // Per-key order: no newer version of the key was delivered before this one.
-            let versions = up.versions.get(&(table, k)).map(|v| v.as_slice()).unwrap_or(&[]);
+            let versions = up
+                .versions
+                .get(&(table, k))
+                .map(|v| v.as_slice())
+                .unwrap_or(&[]);
             let pos = versions.iter().position(|v| v.2 == idx).unwrap_or(0);
-            if let Some(newer) = versions[pos + 1..].iter().find(|v| self.delivered.contains(&v.2)) {
+            if let Some(newer) = versions[pos + 1..]
+                .iter()
+                .find(|v| self.delivered.contains(&v.2))
+            {
                 self.fail(format!(
                     "per-key-order: {table:?}/{k} version {ts} first delivered after the newer version {} ({id:?} on {node})",
                     newer.0
@@ -184,7 +233,10 @@ impl Checker {
         }
         // No row lost: a dispatcher's stream has no gap. After this batch, every row of its span
         // between its start and the batch's last ts was delivered.
-        let (Some(max), Some(start)) = (rows.iter().map(|r| r.0).max(), self.starts.get(&(node.to_string(), inc, id)).copied()) else {
+        let (Some(max), Some(start)) = (
+            rows.iter().map(|r| r.0).max(),
+            self.starts.get(&(node.to_string(), inc, id)).copied(),
+        ) else {
             return;
         };
         let lost = self
@@ -202,24 +254,49 @@ impl Checker {
         }
     }
 
-    pub fn on_ddl(&mut self, node: &str, inc: u64, id: DispatcherId, span: &Span, ts: Ts, handle: u64, up: &Upstream) {
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_ddl(
+        &mut self,
+        node: &str,
+        inc: u64,
+        id: DispatcherId,
+        span: &Span,
+        ts: Ts,
+        handle: u64,
+        up: &Upstream,
+    ) {
         self.check_one_writer(node, inc, id, span);
         self.ddls_written += 1;
         let Some(UEvent::Ddl { ddl, affected }) = up.history.get(handle as usize) else {
-            self.fail(format!("no-row-invented: {id:?} on {node} wrote a DDL at {ts} the upstream never had"));
+            self.fail(format!(
+                "no-row-invented: {id:?} on {node} wrote a DDL at {ts} the upstream never had"
+            ));
             return;
         };
         if ddl.commit_ts != ts {
-            self.fail(format!("no-row-invented: DDL handle {handle} written with ts {ts}"));
+            self.fail(format!(
+                "no-row-invented: DDL handle {handle} written with ts {ts}"
+            ));
             return;
         }
         if !self.delivered_ddl.insert(ts) {
             return;
         }
-        let tables: Vec<TableId> = affected.iter().copied().chain(ddl.influence.added.iter().map(|a| a.0)).collect();
+        let tables: Vec<TableId> = affected
+            .iter()
+            .copied()
+            .chain(ddl.influence.added.iter().map(|a| a.0))
+            .collect();
         for t in &tables {
-            if let Some((rts, i)) = self.undelivered_rows.get(t).and_then(|s| s.range(..(ts, 0)).next().copied()) {
-                self.fail(format!("ddl-order: DDL `{}` at {ts} delivered before row event #{i} of {t:?} at {rts}", ddl.query));
+            if let Some((rts, i)) = self
+                .undelivered_rows
+                .get(t)
+                .and_then(|s| s.range(..(ts, 0)).next().copied())
+            {
+                self.fail(format!(
+                    "ddl-order: DDL `{}` at {ts} delivered before row event #{i} of {t:?} at {rts}",
+                    ddl.query
+                ));
             }
             if let Some(s) = self.undelivered_ddls.get_mut(t) {
                 s.remove(&ts);
@@ -237,7 +314,10 @@ impl Checker {
     }
 
     pub fn on_maintainer_checkpoint(&mut self, cf: &ChangefeedId, epoch: Epoch, cp: Ts) {
-        let prev = self.maintainer_cp.insert((cf.clone(), epoch), cp).unwrap_or(0);
+        let prev = self
+            .maintainer_cp
+            .insert((cf.clone(), epoch), cp)
+            .unwrap_or(0);
         if cp < prev {
             self.fail(format!("checkpoint-monotonic: maintainer {cf} {epoch:?} checkpoint went from {prev} to {cp}"));
         }
@@ -247,7 +327,9 @@ impl Checker {
     pub fn on_persisted_checkpoint(&mut self, cf: &str, cp: Ts) {
         let prev = self.persisted_cp.get(cf).copied().unwrap_or(0);
         if cp < prev {
-            self.fail(format!("checkpoint-monotonic: persisted checkpoint of {cf} went from {prev} to {cp}"));
+            self.fail(format!(
+                "checkpoint-monotonic: persisted checkpoint of {cf} went from {prev} to {cp}"
+            ));
         }
         self.persisted_cp.insert(cf.to_string(), cp.max(prev));
         self.check_sound("persisted", cp);
@@ -256,16 +338,27 @@ impl Checker {
     pub fn on_persisted_epoch(&mut self, cf: &str, epoch: u64) {
         let prev = self.persisted_epoch.get(cf).copied().unwrap_or(0);
         if epoch < prev {
-            self.fail(format!("epoch-monotonic: persisted epoch of {cf} went from {prev} to {epoch}"));
+            self.fail(format!(
+                "epoch-monotonic: persisted epoch of {cf} went from {prev} to {epoch}"
+            ));
         }
         self.persisted_epoch.insert(cf.to_string(), epoch.max(prev));
     }
 
-    pub fn on_applied(&mut self, node: &str, inc: u64, cf: &ChangefeedId, kind: &str, epoch: Epoch) {
+    pub fn on_applied(
+        &mut self,
+        node: &str,
+        inc: u64,
+        cf: &ChangefeedId,
+        kind: &str,
+        epoch: Epoch,
+    ) {
         let k = (node.to_string(), inc, cf.clone());
         let max = self.dm_epoch.get(&k).copied().unwrap_or_default();
         if epoch < max {
-            self.fail(format!("stale-epoch: {node} applied a `{kind}` of {epoch:?} after admitting {max:?}"));
+            self.fail(format!(
+                "stale-epoch: {node} applied a `{kind}` of {epoch:?} after admitting {max:?}"
+            ));
         }
         if epoch > max {
             self.dm_epoch.insert(k, epoch);
@@ -300,11 +393,18 @@ impl Checker {
     pub fn sink_matches_upstream(&self, up: &Upstream, cp: Ts) -> Result<(), String> {
         let start = self.start_ts.unwrap_or(0);
         for ((table, k), versions) in &up.versions {
-            let Some(t) = up.tables.get(table) else { continue };
+            let Some(t) = up.tables.get(table) else {
+                continue;
+            };
             if !t.live_at(cp) {
                 continue;
             }
-            let want = versions.iter().rev().find(|v| v.0 <= cp).map(|v| v.1).unwrap_or(None);
+            let want = versions
+                .iter()
+                .rev()
+                .find(|v| v.0 <= cp)
+                .map(|v| v.1)
+                .unwrap_or(None);
             let got = versions
                 .iter()
                 .rev()

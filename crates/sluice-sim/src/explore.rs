@@ -38,7 +38,11 @@ impl Report {
     }
 
     pub fn coverage_ok(&self, min: u64) -> bool {
-        Self::cells().iter().all(|(k, p)| FAULTS.iter().all(|f| self.coverage.get(&(*k, *p, *f)).copied().unwrap_or(0) >= min))
+        Self::cells().iter().all(|(k, p)| {
+            FAULTS
+                .iter()
+                .all(|f| self.coverage.get(&(*k, *p, *f)).copied().unwrap_or(0) >= min)
+        })
     }
 
     pub fn render(&self, min: u64) -> String {
@@ -48,20 +52,48 @@ impl Report {
             let _ = writeln!(s, "  replay: sluice-sim explore --start {seed} --seeds 1");
         }
         let secs = (self.wall_ms as f64 / 1000.0).max(0.001);
-        let _ = writeln!(s, "seeds: {}, events: {}, simulated s: {}, wall s: {:.1}", self.passed + self.failed.len() as u64, self.events, self.simulated_ms / 1000, secs);
-        let _ = writeln!(s, "rate: {:.1} seeds/min, {:.0} events/s", (self.passed + self.failed.len() as u64) as f64 * 60.0 / secs, self.events as f64 / secs);
+        let _ = writeln!(
+            s,
+            "seeds: {}, events: {}, simulated s: {}, wall s: {:.1}",
+            self.passed + self.failed.len() as u64,
+            self.events,
+            self.simulated_ms / 1000,
+            secs
+        );
+        let _ = writeln!(
+            s,
+            "rate: {:.1} seeds/min, {:.0} events/s",
+            (self.passed + self.failed.len() as u64) as f64 * 60.0 / secs,
+            self.events as f64 / secs
+        );
         let _ = writeln!(s, "faults injected by kind:");
         for (k, v) in &self.faults {
             let _ = writeln!(s, "  {k:<16} {v}");
         }
         if self.skipped_expects > 0 {
-            let _ = writeln!(s, "steps skipped (expects other than checks, aliases without a value): {}", self.skipped_expects);
+            let _ = writeln!(
+                s,
+                "steps skipped (expects other than checks, aliases without a value): {}",
+                self.skipped_expects
+            );
         }
         let _ = writeln!(s, "coverage (operator phase in flight when the fault hit):");
-        let _ = writeln!(s, "  {:<18} {:>8} {:>10} {:>8} {:>12}", "operator", "crash", "partition", "drop", "stale_epoch");
+        let _ = writeln!(
+            s,
+            "  {:<18} {:>8} {:>10} {:>8} {:>12}",
+            "operator", "crash", "partition", "drop", "stale_epoch"
+        );
         for (k, p) in Self::cells() {
             let c = |f| self.coverage.get(&(k, p, f)).copied().unwrap_or(0);
-            let _ = writeln!(s, "  {:<18} {:>8} {:>10} {:>8} {:>12}", format!("{}:{}", k.name(), p), c("crash"), c("partition"), c("drop"), c("stale_epoch"));
+            let _ = writeln!(
+                s,
+                "  {:<18} {:>8} {:>10} {:>8} {:>12}",
+                format!("{}:{}", k.name(), p),
+                c("crash"),
+                c("partition"),
+                c("drop"),
+                c("stale_epoch")
+            );
         }
         if min > 0 && !self.coverage_ok(min) {
             let _ = writeln!(s, "coverage: some cell was hit fewer than {min} times");
@@ -86,7 +118,14 @@ pub fn random_scenario_text(seed: u64) -> String {
     let nodes = r.range(2, 4);
     let node = |i: u64| format!("n{}", i + 1);
     let mut t = String::new();
-    let _ = writeln!(t, "name = \"explore seed {seed}\"\n[world]\nnodes = [{}]", (0..nodes).map(|i| format!("\"{}\"", node(i))).collect::<Vec<_>>().join(", "));
+    let _ = writeln!(
+        t,
+        "name = \"explore seed {seed}\"\n[world]\nnodes = [{}]",
+        (0..nodes)
+            .map(|i| format!("\"{}\"", node(i)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let sink = ["storage", "mysql", "storage", "blackhole"][r.range(0, 3) as usize];
     let first_maintainer = node(r.range(0, nodes - 1));
     let _ = writeln!(t, "maintainer = \"{first_maintainer}\"\nsink = \"{sink}\"");
@@ -105,7 +144,13 @@ pub fn random_scenario_text(seed: u64) -> String {
         let id = 10 + i;
         tables.push(id);
         tables_db.insert(id, format!("db{}", i % 2));
-        let _ = writeln!(t, "[[world.tables]]\nid = {id}\nname = \"db{}.t{id}\"\nregions = {}\nrows = {}", i % 2, r.range(1, 12), r.range(0, 40));
+        let _ = writeln!(
+            t,
+            "[[world.tables]]\nid = {id}\nname = \"db{}.t{id}\"\nregions = {}\nrows = {}",
+            i % 2,
+            r.range(1, 12),
+            r.range(0, 40)
+        );
     }
     let step = |t: &mut String, body: String| {
         let _ = writeln!(t, "[[step]]\n{body}");
@@ -119,21 +164,40 @@ pub fn random_scenario_text(seed: u64) -> String {
     let mut held: Vec<&str> = Vec::new();
     let nsteps = r.range(8, 22);
     for _ in 0..nsteps {
-        let pick = |r: &mut Rng, v: &Vec<u64>| v[(r.next_u64() % v.len().max(1) as u64) as usize % v.len().max(1)];
+        let pick = |r: &mut Rng, v: &Vec<u64>| {
+            v[(r.next_u64() % v.len().max(1) as u64) as usize % v.len().max(1)]
+        };
         let n = node(r.range(0, nodes - 1));
         match r.range(0, 23) {
             0..=3 if !live.is_empty() => {
                 let tb = pick(&mut r, &live);
-                step(&mut t, format!("op = \"write\"\ntable = {tb}\nrows = {}\ntxn-rows = {}\ndeletes = {}", r.range(1, 40), r.range(1, 5), r.range(0, 3)));
+                step(
+                    &mut t,
+                    format!(
+                        "op = \"write\"\ntable = {tb}\nrows = {}\ntxn-rows = {}\ndeletes = {}",
+                        r.range(1, 40),
+                        r.range(1, 5),
+                        r.range(0, 3)
+                    ),
+                );
             }
             4 if !live.is_empty() => {
                 let tb = pick(&mut r, &live);
-                step(&mut t, format!("op = \"move_table\"\ntable = {tb}\nto = \"{n}\""));
+                step(
+                    &mut t,
+                    format!("op = \"move_table\"\ntable = {tb}\nto = \"{n}\""),
+                );
             }
             5 | 6 if !live.is_empty() => {
                 let tb = pick(&mut r, &live);
                 if across && r.chance(0.5) {
-                    step(&mut t, format!("op = \"split_table\"\ntable = {tb}\nspans = {}", r.range(2, 3)));
+                    step(
+                        &mut t,
+                        format!(
+                            "op = \"split_table\"\ntable = {tb}\nspans = {}",
+                            r.range(2, 3)
+                        ),
+                    );
                 } else {
                     step(&mut t, format!("op = \"merge_table\"\ntable = {tb}"));
                 }
@@ -152,8 +216,19 @@ pub fn random_scenario_text(seed: u64) -> String {
                             step(&mut t, "op = \"heal\"".into());
                         }
                         _ => {
-                            step(&mut t, format!("op = \"x-drop\"\nmessage = \"{}\"\ncount = {}", ["merge", "remove", "create", "heartbeat", "bootstrap"][r.range(0, 4) as usize], r.range(1, 3)));
-                            step(&mut t, format!("op = \"faults\"\ndrop = 0.2\nreorder = true"));
+                            step(
+                                &mut t,
+                                format!(
+                                    "op = \"x-drop\"\nmessage = \"{}\"\ncount = {}",
+                                    ["merge", "remove", "create", "heartbeat", "bootstrap"]
+                                        [r.range(0, 4) as usize],
+                                    r.range(1, 3)
+                                ),
+                            );
+                            step(
+                                &mut t,
+                                "op = \"faults\"\ndrop = 0.2\nreorder = true".to_string(),
+                            );
                             step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 2000)));
                             step(&mut t, "op = \"faults\"".into());
                         }
@@ -170,7 +245,10 @@ pub fn random_scenario_text(seed: u64) -> String {
             8 if live.len() > 1 => {
                 let tb = pick(&mut r, &live);
                 live.retain(|x| *x != tb);
-                step(&mut t, format!("op = \"ddl\"\nkind = \"drop_table\"\ntable = {tb}"));
+                step(
+                    &mut t,
+                    format!("op = \"ddl\"\nkind = \"drop_table\"\ntable = {tb}"),
+                );
             }
             9 if !live.is_empty() => {
                 let tb = pick(&mut r, &live);
@@ -180,7 +258,12 @@ pub fn random_scenario_text(seed: u64) -> String {
                 live.push(id);
                 let db = tables_db.get(&tb).cloned().unwrap_or_default();
                 tables_db.insert(id, db);
-                step(&mut t, format!("op = \"ddl\"\nkind = \"truncate_table\"\ntable = {tb}\nnew-table = {id}"));
+                step(
+                    &mut t,
+                    format!(
+                        "op = \"ddl\"\nkind = \"truncate_table\"\ntable = {tb}\nnew-table = {id}"
+                    ),
+                );
             }
             10 if !live.is_empty() => {
                 let tb = pick(&mut r, &live);
@@ -190,12 +273,27 @@ pub fn random_scenario_text(seed: u64) -> String {
                     tables_db.insert(tb, "db0".into());
                     format!("rename_table\"\nnew-name = \"db0.r{}", r.range(0, 999))
                 };
-                step(&mut t, format!("op = \"ddl\"\nkind = \"{kind}\"\ntable = {tb}"));
+                step(
+                    &mut t,
+                    format!("op = \"ddl\"\nkind = \"{kind}\"\ntable = {tb}"),
+                );
             }
             11 => {
-                let p = ["create_dispatcher", "close_dispatcher", "bootstrap_response", "sink_flush", "ddl_before_write", "ddl_after_write", "ddl_before_pass", "ddl_after_pass"][r.range(0, 7) as usize];
+                let p = [
+                    "create_dispatcher",
+                    "close_dispatcher",
+                    "bootstrap_response",
+                    "sink_flush",
+                    "ddl_before_write",
+                    "ddl_after_write",
+                    "ddl_before_pass",
+                    "ddl_after_pass",
+                ][r.range(0, 7) as usize];
                 held.push(p);
-                step(&mut t, format!("op = \"hold\"\npoint = \"{p}\"\nnode = \"{n}\""));
+                step(
+                    &mut t,
+                    format!("op = \"hold\"\npoint = \"{p}\"\nnode = \"{n}\""),
+                );
             }
             12 if !held.is_empty() => {
                 let p = held.remove(0);
@@ -204,7 +302,10 @@ pub fn random_scenario_text(seed: u64) -> String {
             13 => {
                 if r.chance(0.3) {
                     // The node the first maintainer was placed on.
-                    step(&mut t, format!("op = \"crash\"\nnode = \"{first_maintainer}\""));
+                    step(
+                        &mut t,
+                        format!("op = \"crash\"\nnode = \"{first_maintainer}\""),
+                    );
                     step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 4000)));
                     for i in 0..nodes {
                         step(&mut t, format!("op = \"restart\"\nnode = \"{}\"", node(i)));
@@ -217,7 +318,10 @@ pub fn random_scenario_text(seed: u64) -> String {
             }
             14 => {
                 let meta = if r.chance(0.3) { ", \"meta\"" } else { "" };
-                step(&mut t, format!("op = \"partition\"\ngroups = [[\"{n}\"{meta}]]"));
+                step(
+                    &mut t,
+                    format!("op = \"partition\"\ngroups = [[\"{n}\"{meta}]]"),
+                );
                 step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 6000)));
                 step(&mut t, "op = \"heal\"".into());
             }
@@ -233,7 +337,10 @@ pub fn random_scenario_text(seed: u64) -> String {
                     ),
                 );
             }
-            16 => step(&mut t, "op = \"x-move_maintainer\"\nto = \"".to_string() + &n + "\""),
+            16 => step(
+                &mut t,
+                "op = \"x-move_maintainer\"\nto = \"".to_string() + &n + "\"",
+            ),
             17 => step(&mut t, format!("op = \"run\"\nms = {}", r.range(50, 3000))),
             18 if held.is_empty() => {
                 step(&mut t, "op = \"settle\"\nmax-ms = 60000".into());
@@ -243,14 +350,32 @@ pub fn random_scenario_text(seed: u64) -> String {
                 match r.range(0, 2) {
                     0 => {
                         let db = format!("db{}", r.range(0, 1));
-                        let gone: Vec<u64> = live.iter().copied().filter(|t| tables_db.get(t).map(|d| *d == db).unwrap_or(false)).collect();
+                        let gone: Vec<u64> = live
+                            .iter()
+                            .copied()
+                            .filter(|t| tables_db.get(t).map(|d| *d == db).unwrap_or(false))
+                            .collect();
                         if gone.len() < live.len() {
                             live.retain(|t| !gone.contains(t));
-                            step(&mut t, format!("op = \"ddl\"\nkind = \"drop_database\"\ndatabase = \"{db}\""));
+                            step(
+                                &mut t,
+                                format!(
+                                    "op = \"ddl\"\nkind = \"drop_database\"\ndatabase = \"{db}\""
+                                ),
+                            );
                         }
                     }
-                    1 => step(&mut t, format!("op = \"ddl\"\nkind = \"create_database\"\ndatabase = \"db{}\"", r.range(2, 9))),
-                    _ => step(&mut t, "op = \"ddl\"\nkind = \"x-create_view\"\ndatabase = \"db0\"".into()),
+                    1 => step(
+                        &mut t,
+                        format!(
+                            "op = \"ddl\"\nkind = \"create_database\"\ndatabase = \"db{}\"",
+                            r.range(2, 9)
+                        ),
+                    ),
+                    _ => step(
+                        &mut t,
+                        "op = \"ddl\"\nkind = \"x-create_view\"\ndatabase = \"db0\"".into(),
+                    ),
                 }
             }
             20 => {
@@ -260,7 +385,13 @@ pub fn random_scenario_text(seed: u64) -> String {
             }
             21 if !live.is_empty() => {
                 let tb = pick(&mut r, &live);
-                step(&mut t, format!("op = \"write\"\ntable = {tb}\nrows = {}\ntxn-rows = 600", r.range(600, 1500)));
+                step(
+                    &mut t,
+                    format!(
+                        "op = \"write\"\ntable = {tb}\nrows = {}\ntxn-rows = 600",
+                        r.range(600, 1500)
+                    ),
+                );
             }
             _ => step(&mut t, format!("op = \"run\"\nms = {}", r.range(10, 800))),
         }
@@ -280,7 +411,13 @@ fn with_random_faults(base: &Scenario, seed: u64) -> Scenario {
         reorder: r.chance(0.5),
         delay_ms: (0, r.range(0, 100)),
     };
-    sc.steps.insert(0, scenario::Step { number: 0, op: scenario::Op::Faults(f) });
+    sc.steps.insert(
+        0,
+        scenario::Step {
+            number: 0,
+            op: scenario::Op::Faults(f),
+        },
+    );
     sc
 }
 
@@ -307,7 +444,15 @@ pub fn explore(start: u64, seeds: u64, base: Option<&Scenario>, verbose: bool) -
         }
         match res {
             Ok(()) => rep.passed += 1,
-            Err(f) => rep.failed.push((seed, format!("{}{} (trace {:016x})", f.step.map(|s| format!("step {s}: ")).unwrap_or_default(), f.message, sim.trace_hash()))),
+            Err(f) => rep.failed.push((
+                seed,
+                format!(
+                    "{}{} (trace {:016x})",
+                    f.step.map(|s| format!("step {s}: ")).unwrap_or_default(),
+                    f.message,
+                    sim.trace_hash()
+                ),
+            )),
         }
     }
     rep.wall_ms = t0.elapsed().as_millis();

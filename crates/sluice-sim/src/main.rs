@@ -10,7 +10,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "sluice-sim", version, about = "Deterministic simulator of Sluice's control plane")]
+#[command(
+    name = "sluice-sim",
+    version,
+    about = "Deterministic simulator of Sluice's control plane"
+)]
 struct Args {
     #[command(subcommand)]
     command: Command,
@@ -61,7 +65,10 @@ fn enable_mutations(names: &[String]) -> Result<(), String> {
     {
         for n in names {
             if !sluice_control::mutations::ALL.contains(&n.as_str()) {
-                return Err(format!("unknown mutation `{n}`; known: {}", sluice_control::mutations::ALL.join(", ")));
+                return Err(format!(
+                    "unknown mutation `{n}`; known: {}",
+                    sluice_control::mutations::ALL.join(", ")
+                ));
             }
             sluice_control::mutations::enable(n);
         }
@@ -74,7 +81,12 @@ fn enable_mutations(names: &[String]) -> Result<(), String> {
 fn main() -> ExitCode {
     let args = Args::parse();
     match args.command {
-        Command::Run { file, seed, verbose, mutation } => {
+        Command::Run {
+            file,
+            seed,
+            verbose,
+            mutation,
+        } => {
             if let Err(e) = enable_mutations(&mutation) {
                 eprintln!("sluice-sim: {e}");
                 return ExitCode::from(2);
@@ -113,7 +125,15 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Explore { seeds, start, scenario, min_coverage, verbose, mutation, print } => {
+        Command::Explore {
+            seeds,
+            start,
+            scenario,
+            min_coverage,
+            verbose,
+            mutation,
+            print,
+        } => {
             if print {
                 for seed in start..start + seeds {
                     println!("# seed {seed}\n{}", explore::random_scenario_text(seed));
@@ -136,7 +156,9 @@ fn main() -> ExitCode {
             };
             let report = explore::explore(start, seeds, base.as_ref(), verbose);
             print!("{}", report.render(min_coverage));
-            if report.failed.is_empty() && (min_coverage == 0 || report.coverage_ok(min_coverage) || base.is_some()) {
+            if report.failed.is_empty()
+                && (min_coverage == 0 || report.coverage_ok(min_coverage) || base.is_some())
+            {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)

@@ -30,16 +30,38 @@ impl MetaModel {
                     .kv
                     .range(prefix.clone()..)
                     .take_while(|(k, _)| k.starts_with(prefix.as_str()))
-                    .map(|(k, (v, r))| Kv { key: k.clone(), value: v.clone(), mod_revision: *r })
+                    .map(|(k, (v, r))| Kv {
+                        key: k.clone(),
+                        value: v.clone(),
+                        mod_revision: *r,
+                    })
                     .collect();
-                (MetaResult::Got { kvs, revision: self.revision }, Vec::new())
+                (
+                    MetaResult::Got {
+                        kvs,
+                        revision: self.revision,
+                    },
+                    Vec::new(),
+                )
             }
-            MetaOp::Txn { compares, puts, deletes } => {
+            MetaOp::Txn {
+                compares,
+                puts,
+                deletes,
+            } => {
                 let ok = compares.iter().all(|c| match c {
-                    Compare::ModRevision { key, rev } => self.kv.get(key).map(|(_, r)| *r).unwrap_or(0) == *rev,
+                    Compare::ModRevision { key, rev } => {
+                        self.kv.get(key).map(|(_, r)| *r).unwrap_or(0) == *rev
+                    }
                 });
                 if !ok {
-                    return (MetaResult::Txn { succeeded: false, revision: self.revision }, Vec::new());
+                    return (
+                        MetaResult::Txn {
+                            succeeded: false,
+                            revision: self.revision,
+                        },
+                        Vec::new(),
+                    );
                 }
                 self.revision += 1;
                 for (k, v) in puts {
@@ -48,7 +70,13 @@ impl MetaModel {
                 for k in deletes {
                     self.kv.remove(k);
                 }
-                (MetaResult::Txn { succeeded: true, revision: self.revision }, puts.clone())
+                (
+                    MetaResult::Txn {
+                        succeeded: true,
+                        revision: self.revision,
+                    },
+                    puts.clone(),
+                )
             }
         }
     }
@@ -74,15 +102,23 @@ impl MetaModel {
         if self.leader.is_some() {
             return false;
         }
-        let Some(n) = self.leases.keys().find(|n| can_reach(n)).cloned() else { return false };
+        let Some(n) = self.leases.keys().find(|n| can_reach(n)).cloned() else {
+            return false;
+        };
         self.revision += 1;
-        self.kv.insert(keys::COORDINATOR.to_string(), (n.clone().into_bytes(), self.revision));
+        self.kv.insert(
+            keys::COORDINATOR.to_string(),
+            (n.clone().into_bytes(), self.revision),
+        );
         self.leader_incarnation = self.leases.get(&n).map(|l| l.incarnation).unwrap_or(0);
         self.leader = Some((n, self.revision));
         true
     }
 
     pub fn alive(&self) -> BTreeMap<sluice_types::NodeId, u64> {
-        self.leases.iter().map(|(n, l)| (sluice_types::NodeId::new(n.as_str()), l.incarnation)).collect()
+        self.leases
+            .iter()
+            .map(|(n, l)| (sluice_types::NodeId::new(n.as_str()), l.incarnation))
+            .collect()
     }
 }

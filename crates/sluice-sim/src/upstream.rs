@@ -24,7 +24,13 @@ pub struct UTable {
 
 impl UTable {
     pub fn name_at(&self, ts: Ts) -> &str {
-        self.names.iter().rev().find(|(t, _)| *t <= ts).or(self.names.first()).map(|(_, n)| n.as_str()).unwrap_or("")
+        self.names
+            .iter()
+            .rev()
+            .find(|(t, _)| *t <= ts)
+            .or(self.names.first())
+            .map(|(_, n)| n.as_str())
+            .unwrap_or("")
     }
     pub fn live_at(&self, ts: Ts) -> bool {
         self.created <= ts && self.dropped.map(|d| d > ts).unwrap_or(true)
@@ -35,13 +41,26 @@ impl UTable {
 }
 
 pub fn region_boundaries(table: TableId, regions: u64) -> Vec<Key> {
-    (1..regions.max(1)).map(|i| Key::row_u64(table, i * (KEYSPACE / regions.max(1)))).collect()
+    (1..regions.max(1))
+        .map(|i| Key::row_u64(table, i * (KEYSPACE / regions.max(1))))
+        .collect()
 }
+
+/// One version of a key: (commit ts, value or `None` for a delete, history index).
+pub type Version = (Ts, Option<u64>, usize);
 
 #[derive(Clone, Debug)]
 pub enum UEvent {
-    Row { ts: Ts, table: TableId, key: u64, value: Option<u64> },
-    Ddl { ddl: DdlEvent, affected: Vec<TableId> },
+    Row {
+        ts: Ts,
+        table: TableId,
+        key: u64,
+        value: Option<u64>,
+    },
+    Ddl {
+        ddl: DdlEvent,
+        affected: Vec<TableId>,
+    },
 }
 
 impl UEvent {
@@ -65,12 +84,15 @@ pub struct Upstream {
     /// Every version of every key: (table, key) -> [(ts, value, history index)], in commit
     /// order (one transaction may change a key more than once; the index tells them apart).
     /// Baseline rows have the index `usize::MAX`.
-    pub versions: BTreeMap<(TableId, u64), Vec<(Ts, Option<u64>, usize)>>,
+    pub versions: BTreeMap<(TableId, u64), Vec<Version>>,
 }
 
 impl Upstream {
     pub fn new() -> Self {
-        Upstream { head: 1000, ..Default::default() }
+        Upstream {
+            head: 1000,
+            ..Default::default()
+        }
     }
 
     fn next_ts(&mut self) -> Ts {
@@ -78,15 +100,30 @@ impl Upstream {
         self.head
     }
 
-    pub fn add_initial_table(&mut self, rng: &mut Rng, id: TableId, name: &str, regions: u64, rows: u64) {
-        let mut t = UTable { id, names: vec![(0, name.to_string())], regions: regions.max(1), created: 0, dropped: None, rows: BTreeMap::new() };
+    pub fn add_initial_table(
+        &mut self,
+        rng: &mut Rng,
+        id: TableId,
+        name: &str,
+        regions: u64,
+        rows: u64,
+    ) {
+        let mut t = UTable {
+            id,
+            names: vec![(0, name.to_string())],
+            regions: regions.max(1),
+            created: 0,
+            dropped: None,
+            rows: BTreeMap::new(),
+        };
         while (t.rows.len() as u64) < rows {
             let k = rng.next_u64() % KEYSPACE;
             let v = rng.next_u64();
             t.rows.insert(k, v);
         }
         for (k, v) in &t.rows {
-            self.versions.insert((id, *k), vec![(0, Some(*v), usize::MAX)]);
+            self.versions
+                .insert((id, *k), vec![(0, Some(*v), usize::MAX)]);
         }
         self.tables.insert(id, t);
         self.by_table.entry(id).or_default();
@@ -110,22 +147,41 @@ impl Upstream {
 
     /// `rows` inserts/updates then `deletes` deletes on `table`, `txn_rows` per transaction.
     /// Returns the commit ts used.
-    pub fn write(&mut self, rng: &mut Rng, table: TableId, rows: u64, txn_rows: u64, deletes: u64) -> Vec<Ts> {
+    pub fn write(
+        &mut self,
+        rng: &mut Rng,
+        table: TableId,
+        rows: u64,
+        txn_rows: u64,
+        deletes: u64,
+    ) -> Vec<Ts> {
         let mut changes: Vec<(u64, Option<u64>)> = Vec::new();
-        let Some(t) = self.tables.get(&table) else { return Vec::new() };
+        let Some(t) = self.tables.get(&table) else {
+            return Vec::new();
+        };
         let mut keys: Vec<u64> = t.rows.keys().copied().collect();
         let mut deleted: BTreeSet<u64> = BTreeSet::new();
         for _ in 0..rows {
             let update = !keys.is_empty() && rng.chance(0.5);
-            let k = if update { keys[(rng.next_u64() % keys.len() as u64) as usize] } else { rng.next_u64() % KEYSPACE };
+            let k = if update {
+                keys[(rng.next_u64() % keys.len() as u64) as usize]
+            } else {
+                rng.next_u64() % KEYSPACE
+            };
             if !update {
                 keys.push(k);
             }
             changes.push((k, Some(rng.next_u64())));
         }
         for _ in 0..deletes {
-            let live: Vec<u64> = keys.iter().copied().filter(|k| !deleted.contains(k)).collect();
-            let Some(k) = rng.pick(&live).copied() else { break };
+            let live: Vec<u64> = keys
+                .iter()
+                .copied()
+                .filter(|k| !deleted.contains(k))
+                .collect();
+            let Some(k) = rng.pick(&live).copied() else {
+                break;
+            };
             deleted.insert(k);
             changes.push((k, None));
         }
@@ -145,8 +201,16 @@ impl Upstream {
                     }
                 }
                 let idx = self.history.len();
-                self.versions.entry((table, *k)).or_default().push((ts, *v, idx));
-                self.push(UEvent::Row { ts, table, key: *k, value: *v });
+                self.versions
+                    .entry((table, *k))
+                    .or_default()
+                    .push((ts, *v, idx));
+                self.push(UEvent::Row {
+                    ts,
+                    table,
+                    key: *k,
+                    value: *v,
+                });
             }
         }
         used
@@ -154,27 +218,84 @@ impl Upstream {
 
     fn live_tables_in(&self, db: &str, ts: Ts) -> Vec<TableId> {
         let prefix = format!("{db}.");
-        self.tables.values().filter(|t| t.live_at(ts) && t.name_at(ts).starts_with(&prefix)).map(|t| t.id).collect()
+        self.tables
+            .values()
+            .filter(|t| t.live_at(ts) && t.name_at(ts).starts_with(&prefix))
+            .map(|t| t.id)
+            .collect()
     }
 
-    fn ddl_event(ts: Ts, kind: DdlKind, database: &str, query: String, influence: DdlInfluence) -> DdlEvent {
-        DdlEvent { commit_ts: ts, commit_time_ms: 0, kind, database: database.to_string(), query, influence }
+    fn ddl_event(
+        ts: Ts,
+        kind: DdlKind,
+        database: &str,
+        query: String,
+        influence: DdlInfluence,
+    ) -> DdlEvent {
+        DdlEvent {
+            commit_ts: ts,
+            commit_time_ms: 0,
+            kind,
+            database: database.to_string(),
+            query,
+            influence,
+        }
     }
 
     /// Apply a DDL; returns (commit ts, tables created with their regions).
     #[allow(clippy::too_many_arguments)]
-    pub fn ddl(&mut self, kind: &str, table: Option<TableId>, new_table: Option<TableId>, name: Option<String>, regions: u64, database: Option<String>) -> (Ts, Vec<(TableId, u64)>) {
+    pub fn ddl(
+        &mut self,
+        kind: &str,
+        table: Option<TableId>,
+        new_table: Option<TableId>,
+        name: Option<String>,
+        regions: u64,
+        database: Option<String>,
+    ) -> (Ts, Vec<(TableId, u64)>) {
         let ts = self.next_ts();
         let mut created = Vec::new();
-        let cur_name = |s: &Self, t: TableId| s.tables.get(&t).map(|x| x.name_at(ts).to_string()).unwrap_or_default();
+        let cur_name = |s: &Self, t: TableId| {
+            s.tables
+                .get(&t)
+                .map(|x| x.name_at(ts).to_string())
+                .unwrap_or_default()
+        };
         let db_of = |n: &str| n.split('.').next().unwrap_or("").to_string();
         let (ev, affected) = match kind {
             "create_table" => {
-                let (Some(t), Some(n)) = (table, name) else { return (ts, created) };
-                self.tables.insert(t, UTable { id: t, names: vec![(ts, n.clone())], regions: regions.max(1), created: ts, dropped: None, rows: BTreeMap::new() });
+                let (Some(t), Some(n)) = (table, name) else {
+                    return (ts, created);
+                };
+                self.tables.insert(
+                    t,
+                    UTable {
+                        id: t,
+                        names: vec![(ts, n.clone())],
+                        regions: regions.max(1),
+                        created: ts,
+                        dropped: None,
+                        rows: BTreeMap::new(),
+                    },
+                );
                 created.push((t, regions.max(1)));
-                let inf = DdlInfluence { scope: InfluenceScope::Tables(vec![]), trigger: true, dropped: vec![], added: vec![(t, n.clone())], renamed: vec![] };
-                (Self::ddl_event(ts, DdlKind::CreateTable, &db_of(&n), format!("CREATE TABLE {n}"), inf), vec![])
+                let inf = DdlInfluence {
+                    scope: InfluenceScope::Tables(vec![]),
+                    trigger: true,
+                    dropped: vec![],
+                    added: vec![(t, n.clone())],
+                    renamed: vec![],
+                };
+                (
+                    Self::ddl_event(
+                        ts,
+                        DdlKind::CreateTable,
+                        &db_of(&n),
+                        format!("CREATE TABLE {n}"),
+                        inf,
+                    ),
+                    vec![],
+                )
             }
             "drop_table" => {
                 let Some(t) = table else { return (ts, created) };
@@ -182,41 +303,130 @@ impl Upstream {
                 if let Some(x) = self.tables.get_mut(&t) {
                     x.dropped = Some(ts);
                 }
-                let inf = DdlInfluence { scope: InfluenceScope::Tables(vec![t]), trigger: true, dropped: vec![t], added: vec![], renamed: vec![] };
-                (Self::ddl_event(ts, DdlKind::DropTable, &db_of(&n), format!("DROP TABLE {n}"), inf), vec![t])
+                let inf = DdlInfluence {
+                    scope: InfluenceScope::Tables(vec![t]),
+                    trigger: true,
+                    dropped: vec![t],
+                    added: vec![],
+                    renamed: vec![],
+                };
+                (
+                    Self::ddl_event(
+                        ts,
+                        DdlKind::DropTable,
+                        &db_of(&n),
+                        format!("DROP TABLE {n}"),
+                        inf,
+                    ),
+                    vec![t],
+                )
             }
             "truncate_table" => {
-                let (Some(t), Some(nt)) = (table, new_table) else { return (ts, created) };
+                let (Some(t), Some(nt)) = (table, new_table) else {
+                    return (ts, created);
+                };
                 let n = cur_name(self, t);
                 let regions = self.tables.get(&t).map(|x| x.regions).unwrap_or(1);
                 if let Some(x) = self.tables.get_mut(&t) {
                     x.dropped = Some(ts);
                 }
-                self.tables.insert(nt, UTable { id: nt, names: vec![(ts, n.clone())], regions, created: ts, dropped: None, rows: BTreeMap::new() });
+                self.tables.insert(
+                    nt,
+                    UTable {
+                        id: nt,
+                        names: vec![(ts, n.clone())],
+                        regions,
+                        created: ts,
+                        dropped: None,
+                        rows: BTreeMap::new(),
+                    },
+                );
                 created.push((nt, regions));
-                let inf = DdlInfluence { scope: InfluenceScope::Tables(vec![t]), trigger: true, dropped: vec![t], added: vec![(nt, n.clone())], renamed: vec![] };
-                (Self::ddl_event(ts, DdlKind::TruncateTable, &db_of(&n), format!("TRUNCATE TABLE {n}"), inf), vec![t])
+                let inf = DdlInfluence {
+                    scope: InfluenceScope::Tables(vec![t]),
+                    trigger: true,
+                    dropped: vec![t],
+                    added: vec![(nt, n.clone())],
+                    renamed: vec![],
+                };
+                (
+                    Self::ddl_event(
+                        ts,
+                        DdlKind::TruncateTable,
+                        &db_of(&n),
+                        format!("TRUNCATE TABLE {n}"),
+                        inf,
+                    ),
+                    vec![t],
+                )
             }
             "rename_table" => {
-                let (Some(t), Some(nn)) = (table, name) else { return (ts, created) };
+                let (Some(t), Some(nn)) = (table, name) else {
+                    return (ts, created);
+                };
                 let n = cur_name(self, t);
                 if let Some(x) = self.tables.get_mut(&t) {
                     x.names.push((ts, nn.clone()));
                 }
-                let inf = DdlInfluence { scope: InfluenceScope::Tables(vec![t]), trigger: true, dropped: vec![], added: vec![], renamed: vec![(t, nn.clone())] };
-                (Self::ddl_event(ts, DdlKind::RenameTable, &db_of(&n), format!("RENAME TABLE {n} TO {nn}"), inf), vec![t])
+                let inf = DdlInfluence {
+                    scope: InfluenceScope::Tables(vec![t]),
+                    trigger: true,
+                    dropped: vec![],
+                    added: vec![],
+                    renamed: vec![(t, nn.clone())],
+                };
+                (
+                    Self::ddl_event(
+                        ts,
+                        DdlKind::RenameTable,
+                        &db_of(&n),
+                        format!("RENAME TABLE {n} TO {nn}"),
+                        inf,
+                    ),
+                    vec![t],
+                )
             }
             "add_column" => {
                 let Some(t) = table else { return (ts, created) };
                 let n = cur_name(self, t);
-                let inf = DdlInfluence { scope: InfluenceScope::Tables(vec![t]), trigger: false, dropped: vec![], added: vec![], renamed: vec![] };
-                (Self::ddl_event(ts, DdlKind::AlterTable, &db_of(&n), format!("ALTER TABLE {n} ADD COLUMN c{ts} INT"), inf), vec![t])
+                let inf = DdlInfluence {
+                    scope: InfluenceScope::Tables(vec![t]),
+                    trigger: false,
+                    dropped: vec![],
+                    added: vec![],
+                    renamed: vec![],
+                };
+                (
+                    Self::ddl_event(
+                        ts,
+                        DdlKind::AlterTable,
+                        &db_of(&n),
+                        format!("ALTER TABLE {n} ADD COLUMN c{ts} INT"),
+                        inf,
+                    ),
+                    vec![t],
+                )
             }
             "create_database" => {
                 let db = database.unwrap_or_default();
                 let affected = self.live_tables_in(&db, ts);
-                let inf = DdlInfluence { scope: InfluenceScope::Database(db.clone()), trigger: true, dropped: vec![], added: vec![], renamed: vec![] };
-                (Self::ddl_event(ts, DdlKind::CreateDatabase, &db, format!("CREATE DATABASE {db}"), inf), affected)
+                let inf = DdlInfluence {
+                    scope: InfluenceScope::Database(db.clone()),
+                    trigger: true,
+                    dropped: vec![],
+                    added: vec![],
+                    renamed: vec![],
+                };
+                (
+                    Self::ddl_event(
+                        ts,
+                        DdlKind::CreateDatabase,
+                        &db,
+                        format!("CREATE DATABASE {db}"),
+                        inf,
+                    ),
+                    affected,
+                )
             }
             "drop_database" => {
                 let db = database.unwrap_or_default();
@@ -226,15 +436,50 @@ impl Upstream {
                         x.dropped = Some(ts);
                     }
                 }
-                let inf = DdlInfluence { scope: InfluenceScope::Database(db.clone()), trigger: true, dropped: affected.clone(), added: vec![], renamed: vec![] };
-                (Self::ddl_event(ts, DdlKind::DropDatabase, &db, format!("DROP DATABASE {db}"), inf), affected)
+                let inf = DdlInfluence {
+                    scope: InfluenceScope::Database(db.clone()),
+                    trigger: true,
+                    dropped: affected.clone(),
+                    added: vec![],
+                    renamed: vec![],
+                };
+                (
+                    Self::ddl_event(
+                        ts,
+                        DdlKind::DropDatabase,
+                        &db,
+                        format!("DROP DATABASE {db}"),
+                        inf,
+                    ),
+                    affected,
+                )
             }
             _ => {
                 // x-create_view: an All-tables DDL.
                 let db = database.unwrap_or_default();
-                let affected: Vec<TableId> = self.tables.values().filter(|t| t.live_at(ts)).map(|t| t.id).collect();
-                let inf = DdlInfluence { scope: InfluenceScope::All, trigger: true, dropped: vec![], added: vec![], renamed: vec![] };
-                (Self::ddl_event(ts, DdlKind::CreateView, &db, format!("CREATE VIEW {db}.v{ts} AS SELECT 1"), inf), affected)
+                let affected: Vec<TableId> = self
+                    .tables
+                    .values()
+                    .filter(|t| t.live_at(ts))
+                    .map(|t| t.id)
+                    .collect();
+                let inf = DdlInfluence {
+                    scope: InfluenceScope::All,
+                    trigger: true,
+                    dropped: vec![],
+                    added: vec![],
+                    renamed: vec![],
+                };
+                (
+                    Self::ddl_event(
+                        ts,
+                        DdlKind::CreateView,
+                        &db,
+                        format!("CREATE VIEW {db}.v{ts} AS SELECT 1"),
+                        inf,
+                    ),
+                    affected,
+                )
             }
         };
         self.push(UEvent::Ddl { ddl: ev, affected });
@@ -246,7 +491,12 @@ impl Upstream {
             .tables
             .values()
             .filter(|t| t.live_at(at))
-            .map(|t| TableInfo { id: t.id, name: t.name_at(at).to_string(), regions: t.boundaries(), splittable: true })
+            .map(|t| TableInfo {
+                id: t.id,
+                name: t.name_at(at).to_string(),
+                regions: t.boundaries(),
+                splittable: true,
+            })
             .collect();
         let start = self.history.partition_point(|e| e.ts() <= at);
         let ddls_after = self.history[start..]
@@ -256,13 +506,30 @@ impl Upstream {
                 _ => None,
             })
             .collect();
-        SchemaSnapshot { at_ts: at, tables, ddls_after }
+        SchemaSnapshot {
+            at_ts: at,
+            tables,
+            ddls_after,
+        }
     }
 
     /// Events after `cursor` for a span (or the trigger), whole transactions only, at most about
     /// `max` items. Returns the items and the ts up to which the span has seen everything.
-    pub fn stream(&self, span: &Span, is_trigger: bool, cursor: Ts, max: usize) -> (Vec<StreamItem>, Ts) {
-        let idxs: &[usize] = if is_trigger { &self.trigger } else { self.by_table.get(&span.table).map(|v| v.as_slice()).unwrap_or(&[]) };
+    pub fn stream(
+        &self,
+        span: &Span,
+        is_trigger: bool,
+        cursor: Ts,
+        max: usize,
+    ) -> (Vec<StreamItem>, Ts) {
+        let idxs: &[usize] = if is_trigger {
+            &self.trigger
+        } else {
+            self.by_table
+                .get(&span.table)
+                .map(|v| v.as_slice())
+                .unwrap_or(&[])
+        };
         let start = idxs.partition_point(|i| self.history[*i].ts() <= cursor);
         let mut items = Vec::new();
         let mut last_ts = None;
@@ -276,10 +543,17 @@ impl Upstream {
                 UEvent::Row { table, key, .. } => {
                     let k = Key::row_u64(*table, *key);
                     if span.contains(&k) {
-                        items.push(StreamItem::Row { commit_ts: ts, key: k, handle: i as u64 });
+                        items.push(StreamItem::Row {
+                            commit_ts: ts,
+                            key: k,
+                            handle: i as u64,
+                        });
                     }
                 }
-                UEvent::Ddl { ddl, .. } => items.push(StreamItem::Ddl { ddl: ddl.clone(), handle: i as u64 }),
+                UEvent::Ddl { ddl, .. } => items.push(StreamItem::Ddl {
+                    ddl: ddl.clone(),
+                    handle: i as u64,
+                }),
             }
             last_ts = Some(ts);
         }

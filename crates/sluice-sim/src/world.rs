@@ -20,7 +20,9 @@ use sluice_control::maintainer::operator::{OpKind, OpPhase};
 use sluice_control::meta::keys;
 use sluice_control::msg::{Message, TableRequest};
 use sluice_control::node::NodeState;
-use sluice_types::{spans_partition, ChangefeedId, DispatcherId, Millis, NodeId, Span, TableId, Ts};
+use sluice_types::{
+    spans_partition, ChangefeedId, DispatcherId, Millis, NodeId, Span, TableId, Ts,
+};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 
@@ -38,12 +40,33 @@ pub const FINAL_SETTLE_MS: Millis = 120_000;
 #[derive(Clone, Debug)]
 enum Ev {
     Tick(String),
-    Input { node: String, inc: u64, input: Input },
+    Input {
+        node: String,
+        inc: u64,
+        input: Input,
+    },
     /// A sink acknowledgement for one sink session.
-    SinkAck { node: String, inc: u64, cf: ChangefeedId, id: DispatcherId, session: u64, ts: Ts },
-    SinkClosed { node: String, inc: u64, cf: ChangefeedId, id: DispatcherId, session: u64 },
+    SinkAck {
+        node: String,
+        inc: u64,
+        cf: ChangefeedId,
+        id: DispatcherId,
+        session: u64,
+        ts: Ts,
+    },
+    SinkClosed {
+        node: String,
+        inc: u64,
+        cf: ChangefeedId,
+        id: DispatcherId,
+        session: u64,
+    },
     /// An effect the shell retries later.
-    Effect { node: String, inc: u64, effect: Effect },
+    Effect {
+        node: String,
+        inc: u64,
+        effect: Effect,
+    },
     MetaTick,
 }
 
@@ -206,7 +229,15 @@ impl Sim {
         for (i, n) in names.iter().enumerate() {
             sim.nodes.insert(
                 n.clone(),
-                SimNode { state: None, incarnation: 0, last_keepalive: 0, paused_until: 0, fenced: false, known_alive: None, known_leader: None },
+                SimNode {
+                    state: None,
+                    incarnation: 0,
+                    last_keepalive: 0,
+                    paused_until: 0,
+                    fenced: false,
+                    known_alive: None,
+                    known_leader: None,
+                },
             );
             sim.start_node(n, (i as u64) * 7);
         }
@@ -247,7 +278,9 @@ impl Sim {
 
     fn start_node(&mut self, name: &str, offset: Millis) {
         let now = self.now;
-        let Some(n) = self.nodes.get_mut(name) else { return };
+        let Some(n) = self.nodes.get_mut(name) else {
+            return;
+        };
         n.incarnation += 1;
         let inc = n.incarnation;
         n.state = Some(NodeState::new(NodeId::new(name), inc));
@@ -258,15 +291,29 @@ impl Sim {
         n.known_leader = None;
         let reach = self.reaches_meta(name);
         if reach {
-            self.meta.leases.insert(name.to_string(), Lease { incarnation: inc, expiry: now + self.lease_ms });
+            self.meta.leases.insert(
+                name.to_string(),
+                Lease {
+                    incarnation: inc,
+                    expiry: now + self.lease_ms,
+                },
+            );
         }
         // Regions of every table, and the holds switched on for this node name.
-        let regions: Vec<(TableId, Vec<sluice_types::Key>)> =
-            self.upstream.tables.values().map(|t| (t.id, region_boundaries(t.id, t.regions))).collect();
+        let regions: Vec<(TableId, Vec<sluice_types::Key>)> = self
+            .upstream
+            .tables
+            .values()
+            .map(|t| (t.id, region_boundaries(t.id, t.regions)))
+            .collect();
         for (table, r) in regions {
             self.deliver_now(name, Input::Regions { table, regions: r });
         }
-        let holds: Vec<HoldPoint> = self.holds.get(name).map(|h| h.iter().copied().collect()).unwrap_or_default();
+        let holds: Vec<HoldPoint> = self
+            .holds
+            .get(name)
+            .map(|h| h.iter().copied().collect())
+            .unwrap_or_default();
         for p in holds {
             self.deliver_now(name, Input::Hold { point: p, on: true });
         }
@@ -276,24 +323,35 @@ impl Sim {
 
     fn kill_node(&mut self, name: &str, why: &str) {
         let now = self.now;
-        let Some(n) = self.nodes.get_mut(name) else { return };
+        let Some(n) = self.nodes.get_mut(name) else {
+            return;
+        };
         if n.state.take().is_none() {
             return;
         }
         let inc = n.incarnation;
         self.checker.node_gone(name, inc);
         self.subs.retain(|(n, i, _), _| !(n == name && *i == inc));
-        self.sessions.retain(|(n, i, _), _| !(n == name && *i == inc));
+        self.sessions
+            .retain(|(n, i, _), _| !(n == name && *i == inc));
         self.note(format!("{now} {name}: {why}"));
     }
 
     fn alive(&self, name: &str) -> bool {
-        self.nodes.get(name).map(|n| n.state.is_some()).unwrap_or(false)
+        self.nodes
+            .get(name)
+            .map(|n| n.state.is_some())
+            .unwrap_or(false)
     }
 
     fn group_of(&self, name: &str) -> Option<usize> {
         let (groups, _) = self.partition.as_ref()?;
-        Some(groups.iter().position(|g| g.contains(name)).unwrap_or(groups.len()))
+        Some(
+            groups
+                .iter()
+                .position(|g| g.contains(name))
+                .unwrap_or(groups.len()),
+        )
     }
 
     fn reaches(&self, a: &str, b: &str) -> bool {
@@ -320,9 +378,20 @@ impl Sim {
                 continue;
             }
             if self.reaches_meta(name) {
-                let fresh = self.meta.leases.get(name).map(|l| l.incarnation == inc).unwrap_or(false);
+                let fresh = self
+                    .meta
+                    .leases
+                    .get(name)
+                    .map(|l| l.incarnation == inc)
+                    .unwrap_or(false);
                 if fresh || !self.meta.leases.contains_key(name) {
-                    self.meta.leases.insert(name.clone(), Lease { incarnation: inc, expiry: now + self.lease_ms });
+                    self.meta.leases.insert(
+                        name.clone(),
+                        Lease {
+                            incarnation: inc,
+                            expiry: now + self.lease_ms,
+                        },
+                    );
                     if let Some(n) = self.nodes.get_mut(name) {
                         n.last_keepalive = now;
                     }
@@ -346,19 +415,30 @@ impl Sim {
         }
         // Fenced nodes come back (a new incarnation) once they reach the store.
         for name in &names {
-            let fenced = self.nodes.get(name).map(|n| n.fenced && n.state.is_none()).unwrap_or(false);
+            let fenced = self
+                .nodes
+                .get(name)
+                .map(|n| n.fenced && n.state.is_none())
+                .unwrap_or(false);
             if fenced && self.reaches_meta(name) && !self.meta.leases.contains_key(name) {
                 self.start_node(name, 3);
             }
         }
-        let reach: BTreeSet<String> = names.iter().filter(|n| self.reaches_meta(n) && self.alive(n)).cloned().collect();
+        let reach: BTreeSet<String> = names
+            .iter()
+            .filter(|n| self.reaches_meta(n) && self.alive(n))
+            .cloned()
+            .collect();
         self.meta.elect(|n| reach.contains(n));
         let alive = self.meta.alive();
         let leader = self.meta.leader.clone();
         if alive != before_alive || leader != before_leader {
             self.note(format!("{now} meta: alive {alive:?} leader {leader:?}"));
         }
-        let leader_view = leader.as_ref().map(|(n, r)| (Some(n.clone()), *r)).unwrap_or((None, 0));
+        let leader_view = leader
+            .as_ref()
+            .map(|(n, r)| (Some(n.clone()), *r))
+            .unwrap_or((None, 0));
         for name in &names {
             if !self.alive(name) || !self.reaches_meta(name) {
                 continue;
@@ -371,14 +451,25 @@ impl Sim {
                 if let Some(n) = self.nodes.get_mut(name) {
                     n.known_alive = Some(alive.clone());
                 }
-                self.deliver_now(name, Input::NodesChanged { alive: alive.clone() });
+                self.deliver_now(
+                    name,
+                    Input::NodesChanged {
+                        alive: alive.clone(),
+                    },
+                );
             }
             if kl.as_ref() != Some(&leader_view) {
                 if let Some(n) = self.nodes.get_mut(name) {
                     n.known_leader = Some(leader_view.clone());
                 }
                 let node = leader_view.0.as_ref().map(|n| NodeId::new(n.as_str()));
-                self.deliver_now(name, Input::Leader { node, rev: leader_view.1 });
+                self.deliver_now(
+                    name,
+                    Input::Leader {
+                        node,
+                        rev: leader_view.1,
+                    },
+                );
             }
         }
         self.push(now + TICK_MS, Ev::MetaTick);
@@ -391,22 +482,33 @@ impl Sim {
     fn deliver_now(&mut self, name: &str, input: Input) {
         let inc = self.nodes.get(name).map(|n| n.incarnation).unwrap_or(0);
         let now = self.now;
-        self.push(now, Ev::Input { node: name.to_string(), inc, input });
+        self.push(
+            now,
+            Ev::Input {
+                node: name.to_string(),
+                inc,
+                input,
+            },
+        );
     }
 
     /// Run every event up to `until`, checking invariants after each. Stops at a violation.
     pub fn advance(&mut self, until: Millis) -> Result<(), Failure> {
-        loop {
-            let Some((&(at, seq), _)) = self.queue.iter().next() else { break };
+        while let Some((&(at, seq), _)) = self.queue.iter().next() {
             if at > until {
                 break;
             }
-            let Some(ev) = self.queue.remove(&(at, seq)) else { break };
+            let Some(ev) = self.queue.remove(&(at, seq)) else {
+                break;
+            };
             self.now = at;
             self.events += 1;
             self.process(ev);
             if let Some(v) = &self.checker.violation {
-                return Err(Failure { step: None, message: v.clone() });
+                return Err(Failure {
+                    step: None,
+                    message: v.clone(),
+                });
             }
         }
         self.now = self.now.max(until);
@@ -417,8 +519,13 @@ impl Sim {
     /// nearly a TTL (a partition from the store, a long process pause) fences itself first.
     fn check_fence(&mut self, name: &str) {
         let now = self.now;
-        let Some(n) = self.nodes.get(name) else { return };
-        if n.state.is_some() && n.paused_until <= now && now + 2 * TICK_MS >= n.last_keepalive + self.lease_ms {
+        let Some(n) = self.nodes.get(name) else {
+            return;
+        };
+        if n.state.is_some()
+            && n.paused_until <= now
+            && now + 2 * TICK_MS >= n.last_keepalive + self.lease_ms
+        {
             self.kill_node(name, "found its lease expired: fenced itself");
             *self.fault_counts.entry("lease_lost").or_default() += 1;
             if let Some(n) = self.nodes.get_mut(name) {
@@ -429,7 +536,11 @@ impl Sim {
 
     fn process(&mut self, ev: Ev) {
         match &ev {
-            Ev::Tick(n) | Ev::Input { node: n, .. } | Ev::SinkAck { node: n, .. } | Ev::SinkClosed { node: n, .. } | Ev::Effect { node: n, .. } => {
+            Ev::Tick(n)
+            | Ev::Input { node: n, .. }
+            | Ev::SinkAck { node: n, .. }
+            | Ev::SinkClosed { node: n, .. }
+            | Ev::Effect { node: n, .. } => {
                 let n = n.clone();
                 self.check_fence(&n);
             }
@@ -463,18 +574,46 @@ impl Sim {
                 }
                 self.handle(&node, inc, input);
             }
-            Ev::SinkAck { node, inc, cf, id, session, ts } => {
-                if self.sessions.get(&(node.clone(), inc, id)).map(|s| s.id == session && !s.closed).unwrap_or(false) {
+            Ev::SinkAck {
+                node,
+                inc,
+                cf,
+                id,
+                session,
+                ts,
+            } => {
+                if self
+                    .sessions
+                    .get(&(node.clone(), inc, id))
+                    .map(|s| s.id == session && !s.closed)
+                    .unwrap_or(false)
+                {
                     self.handle(&node, inc, Input::SinkFlushed { cf, id, ts });
                 }
             }
             Ev::Effect { node, inc, effect } => {
-                if self.nodes.get(&node).map(|n| n.incarnation == inc && n.state.is_some()).unwrap_or(false) {
+                if self
+                    .nodes
+                    .get(&node)
+                    .map(|n| n.incarnation == inc && n.state.is_some())
+                    .unwrap_or(false)
+                {
                     self.effect(&node, inc, effect);
                 }
             }
-            Ev::SinkClosed { node, inc, cf, id, session } => {
-                if self.sessions.get(&(node.clone(), inc, id)).map(|s| s.id == session).unwrap_or(false) {
+            Ev::SinkClosed {
+                node,
+                inc,
+                cf,
+                id,
+                session,
+            } => {
+                if self
+                    .sessions
+                    .get(&(node.clone(), inc, id))
+                    .map(|s| s.id == session)
+                    .unwrap_or(false)
+                {
                     self.sessions.remove(&(node.clone(), inc, id));
                     self.handle(&node, inc, Input::SinkClosed { cf, id });
                 }
@@ -485,11 +624,15 @@ impl Sim {
     fn handle(&mut self, name: &str, inc: u64, input: Input) {
         let now = self.now;
         let effects = {
-            let Some(n) = self.nodes.get_mut(name) else { return };
+            let Some(n) = self.nodes.get_mut(name) else {
+                return;
+            };
             if n.incarnation != inc {
                 return; // addressed to an earlier incarnation: lost
             }
-            let Some(state) = n.state.as_mut() else { return };
+            let Some(state) = n.state.as_mut() else {
+                return;
+            };
             state.handle(now, input.clone())
         };
         if !matches!(input, Input::Tick | Input::Events { .. }) || !effects.is_empty() {
@@ -509,29 +652,59 @@ impl Sim {
             Effect::Meta { req, op } => {
                 if !self.reaches_meta(name) {
                     let lat = self.rng.range(1, 5);
-                    self.push(now + lat, Ev::Input { node: name.to_string(), inc, input: Input::MetaResult { req, result: sluice_control::meta::MetaResult::Unavailable } });
+                    self.push(
+                        now + lat,
+                        Ev::Input {
+                            node: name.to_string(),
+                            inc,
+                            input: Input::MetaResult {
+                                req,
+                                result: sluice_control::meta::MetaResult::Unavailable,
+                            },
+                        },
+                    );
                     return;
                 }
                 let (result, puts) = self.meta.apply(&op);
                 for (k, v) in puts {
                     if let Some(cf) = k.strip_prefix(keys::CHANGEFEED_STATUS) {
-                        if let Ok(st) = serde_json::from_slice::<sluice_control::coordinator::ChangefeedStatusRecord>(&v) {
+                        if let Ok(st) = serde_json::from_slice::<
+                            sluice_control::coordinator::ChangefeedStatusRecord,
+                        >(&v)
+                        {
                             self.checker.on_persisted_checkpoint(cf, st.checkpoint_ts);
                         }
                     } else if let Some(cf) = k.strip_prefix(keys::CHANGEFEED_INFO) {
-                        if let Ok(info) = serde_json::from_slice::<sluice_control::coordinator::ChangefeedInfo>(&v) {
+                        if let Ok(info) = serde_json::from_slice::<
+                            sluice_control::coordinator::ChangefeedInfo,
+                        >(&v)
+                        {
                             self.checker.on_persisted_epoch(cf, info.epoch);
                         }
                     }
                 }
                 let lat = self.rng.range(1, 5);
-                self.push(now + lat, Ev::Input { node: name.to_string(), inc, input: Input::MetaResult { req, result } });
+                self.push(
+                    now + lat,
+                    Ev::Input {
+                        node: name.to_string(),
+                        inc,
+                        input: Input::MetaResult { req, result },
+                    },
+                );
             }
             Effect::LoadSchema { cf, epoch, at_ts } => {
                 if !self.reaches_meta(name) {
                     // The shell retries until the store answers.
                     let lat = self.rng.range(200, 500);
-                    self.push(now + lat, Ev::Effect { node: name.to_string(), inc, effect: Effect::LoadSchema { cf, epoch, at_ts } });
+                    self.push(
+                        now + lat,
+                        Ev::Effect {
+                            node: name.to_string(),
+                            inc,
+                            effect: Effect::LoadSchema { cf, epoch, at_ts },
+                        },
+                    );
                     return;
                 }
                 let snapshot = self.upstream.snapshot(at_ts);
@@ -539,14 +712,42 @@ impl Sim {
                     .meta
                     .kv
                     .get(&keys::info(cf.as_str()))
-                    .and_then(|(v, _)| serde_json::from_slice::<sluice_control::coordinator::ChangefeedInfo>(v).ok())
+                    .and_then(|(v, _)| {
+                        serde_json::from_slice::<sluice_control::coordinator::ChangefeedInfo>(v)
+                            .ok()
+                    })
                     .map(|i| sluice_types::Epoch(i.epoch))
                     .unwrap_or_default();
                 let lat = self.rng.range(1, 10);
-                self.push(now + lat, Ev::Input { node: name.to_string(), inc, input: Input::Schema { cf, epoch, snapshot, persisted_epoch } });
+                self.push(
+                    now + lat,
+                    Ev::Input {
+                        node: name.to_string(),
+                        inc,
+                        input: Input::Schema {
+                            cf,
+                            epoch,
+                            snapshot,
+                            persisted_epoch,
+                        },
+                    },
+                );
             }
-            Effect::Subscribe { cf: _, id, span, is_trigger, start_ts } => {
-                self.subs.insert((name.to_string(), inc, id), Sub { span, is_trigger, cursor: start_ts });
+            Effect::Subscribe {
+                cf: _,
+                id,
+                span,
+                is_trigger,
+                start_ts,
+            } => {
+                self.subs.insert(
+                    (name.to_string(), inc, id),
+                    Sub {
+                        span,
+                        is_trigger,
+                        cursor: start_ts,
+                    },
+                );
             }
             Effect::Unsubscribe { cf: _, id } => {
                 self.subs.remove(&(name.to_string(), inc, id));
@@ -558,21 +759,38 @@ impl Sim {
 
     fn trace(&mut self, name: &str, inc: u64, t: TraceEvent) {
         match &t {
-            TraceEvent::Applied { cf, kind, epoch } => self.checker.on_applied(name, inc, cf, kind, *epoch),
+            TraceEvent::Applied { cf, kind, epoch } => {
+                self.checker.on_applied(name, inc, cf, kind, *epoch)
+            }
             TraceEvent::Stale { .. } => {
                 *self.fault_counts.entry("stale_dropped").or_default() += 1;
                 self.cover("stale_epoch");
             }
-            TraceEvent::DispatcherStarted { id, span, start_ts, .. } => {
+            TraceEvent::DispatcherStarted {
+                id, span, start_ts, ..
+            } => {
                 let up = &self.upstream;
-                self.checker.dispatcher_started(name, inc, *id, span, *start_ts, up);
+                self.checker
+                    .dispatcher_started(name, inc, *id, span, *start_ts, up);
             }
-            TraceEvent::DispatcherClosed { id, .. } => self.checker.dispatcher_closed(name, inc, *id),
-            TraceEvent::MaintainerCheckpoint { cf, epoch, checkpoint } => self.checker.on_maintainer_checkpoint(cf, *epoch, *checkpoint),
+            TraceEvent::DispatcherClosed { id, .. } => {
+                self.checker.dispatcher_closed(name, inc, *id)
+            }
+            TraceEvent::MaintainerCheckpoint {
+                cf,
+                epoch,
+                checkpoint,
+            } => self
+                .checker
+                .on_maintainer_checkpoint(cf, *epoch, *checkpoint),
             TraceEvent::RequestDone { .. } => {}
             TraceEvent::ChangefeedRestarted { .. } => self.checker.restarted = true,
-            TraceEvent::MaintainerBootstrapped { cf, epoch } => self.checker.on_bootstrapped(cf, *epoch),
-            TraceEvent::MaintainerStarted { cf, epoch } => self.checker.on_maintainer_started(cf, *epoch),
+            TraceEvent::MaintainerBootstrapped { cf, epoch } => {
+                self.checker.on_bootstrapped(cf, *epoch)
+            }
+            TraceEvent::MaintainerStarted { cf, epoch } => {
+                self.checker.on_maintainer_started(cf, *epoch)
+            }
             TraceEvent::Log(_) => {}
         }
         let now = self.now;
@@ -583,7 +801,17 @@ impl Sim {
         let now = self.now;
         let to_inc = self.nodes.get(to).map(|n| n.incarnation).unwrap_or(0);
         if from == to {
-            self.push(now, Ev::Input { node: to.to_string(), inc: to_inc, input: Input::Message { from: NodeId::new(from), msg } });
+            self.push(
+                now,
+                Ev::Input {
+                    node: to.to_string(),
+                    inc: to_inc,
+                    input: Input::Message {
+                        from: NodeId::new(from),
+                        msg,
+                    },
+                },
+            );
             return;
         }
         if !self.reaches(from, to) {
@@ -592,7 +820,10 @@ impl Sim {
         }
         let kind = msg.kind();
         if let Some(r) = self.drops.iter_mut().find(|r| {
-            r.left > 0 && r.kind == kind && r.from.as_deref().map(|f| f == from).unwrap_or(true) && r.to.as_deref().map(|t| t == to).unwrap_or(true)
+            r.left > 0
+                && r.kind == kind
+                && r.from.as_deref().map(|f| f == from).unwrap_or(true)
+                && r.to.as_deref().map(|t| t == to).unwrap_or(true)
         }) {
             r.left -= 1;
             *self.fault_counts.entry("targeted_drop").or_default() += 1;
@@ -612,18 +843,36 @@ impl Sim {
             1
         };
         for _ in 0..copies {
-            let mut lat = self.rng.range(1, 3) + self.rng.range(self.faults.delay.0, self.faults.delay.1);
+            let mut lat =
+                self.rng.range(1, 3) + self.rng.range(self.faults.delay.0, self.faults.delay.1);
             if self.faults.reorder {
                 lat += self.rng.range(0, 300);
                 *self.fault_counts.entry("reorder").or_default() += 1;
             }
-            self.push(now + lat, Ev::Input { node: to.to_string(), inc: to_inc, input: Input::Message { from: NodeId::new(from), msg: msg.clone() } });
+            self.push(
+                now + lat,
+                Ev::Input {
+                    node: to.to_string(),
+                    inc: to_inc,
+                    input: Input::Message {
+                        from: NodeId::new(from),
+                        msg: msg.clone(),
+                    },
+                },
+            );
         }
     }
 
     fn session(&mut self, name: &str, inc: u64, id: DispatcherId) -> u64 {
         let next = self.next_session;
-        let s = self.sessions.entry((name.to_string(), inc, id)).or_insert_with(|| Session { id: next, closed: false, max_written: 0 });
+        let s = self
+            .sessions
+            .entry((name.to_string(), inc, id))
+            .or_insert_with(|| Session {
+                id: next,
+                closed: false,
+                max_written: 0,
+            });
         if s.id == next {
             self.next_session += 1;
         }
@@ -632,7 +881,9 @@ impl Sim {
 
     fn sink_error(&mut self, name: &str, table: TableId) -> Option<bool> {
         let rule = self.sink_errors.iter_mut().find(|r| {
-            r.left > 0 && r.node.as_deref().map(|n| n == name).unwrap_or(true) && r.table.map(|t| t == table).unwrap_or(true)
+            r.left > 0
+                && r.node.as_deref().map(|n| n == name).unwrap_or(true)
+                && r.table.map(|t| t == table).unwrap_or(true)
         })?;
         rule.left -= 1;
         Some(rule.retryable)
@@ -645,7 +896,19 @@ impl Sim {
                 if let Some(retryable) = self.sink_error(name, span.table) {
                     *self.fault_counts.entry("sink_error").or_default() += 1;
                     let lat = self.rng.range(1, 5);
-                    self.push(now + lat, Ev::Input { node: name.to_string(), inc, input: Input::SinkError { cf, id, retryable, message: "injected sink write failure".into() } });
+                    self.push(
+                        now + lat,
+                        Ev::Input {
+                            node: name.to_string(),
+                            inc,
+                            input: Input::SinkError {
+                                cf,
+                                id,
+                                retryable,
+                                message: "injected sink write failure".into(),
+                            },
+                        },
+                    );
                     return;
                 }
                 let session = self.session(name, inc, id);
@@ -662,11 +925,30 @@ impl Sim {
                     s.max_written = s.max_written.max(max);
                 }
                 let lat = self.rng.range(5, 60);
-                self.push(now + lat, Ev::SinkAck { node: name.to_string(), inc, cf, id, session, ts: max });
+                self.push(
+                    now + lat,
+                    Ev::SinkAck {
+                        node: name.to_string(),
+                        inc,
+                        cf,
+                        id,
+                        session,
+                        ts: max,
+                    },
+                );
             }
-            SinkCommand::WriteDdl { cf, id, ddl, handle } => {
+            SinkCommand::WriteDdl {
+                cf,
+                id,
+                ddl,
+                handle,
+            } => {
                 let session = self.session(name, inc, id);
-                let span = self.subs.get(&(name.to_string(), inc, id)).map(|s| s.span.clone()).unwrap_or_else(sluice_control::dispatcher::trigger_span);
+                let span = self
+                    .subs
+                    .get(&(name.to_string(), inc, id))
+                    .map(|s| s.span.clone())
+                    .unwrap_or_else(sluice_control::dispatcher::trigger_span);
                 let ts = ddl.commit_ts;
                 let apply = match self.sc.world.sink {
                     SinkKind::Mysql => self.mysql_ddls.insert(ts),
@@ -680,13 +962,37 @@ impl Sim {
                     s.max_written = s.max_written.max(ts);
                 }
                 let lat = self.rng.range(5, 60);
-                self.push(now + lat, Ev::SinkAck { node: name.to_string(), inc, cf, id, session, ts });
+                self.push(
+                    now + lat,
+                    Ev::SinkAck {
+                        node: name.to_string(),
+                        inc,
+                        cf,
+                        id,
+                        session,
+                        ts,
+                    },
+                );
             }
             SinkCommand::Flush { cf, id } => {
                 let session = self.session(name, inc, id);
-                let ts = self.sessions.get(&(name.to_string(), inc, id)).map(|s| s.max_written).unwrap_or(0);
+                let ts = self
+                    .sessions
+                    .get(&(name.to_string(), inc, id))
+                    .map(|s| s.max_written)
+                    .unwrap_or(0);
                 let lat = self.rng.range(1, 10);
-                self.push(now + lat, Ev::SinkAck { node: name.to_string(), inc, cf, id, session, ts });
+                self.push(
+                    now + lat,
+                    Ev::SinkAck {
+                        node: name.to_string(),
+                        inc,
+                        cf,
+                        id,
+                        session,
+                        ts,
+                    },
+                );
             }
             SinkCommand::Close { cf, id } => {
                 let session = self.session(name, inc, id);
@@ -694,25 +1000,54 @@ impl Sim {
                     s.closed = true;
                 }
                 let lat = self.rng.range(1, 20);
-                self.push(now + lat, Ev::SinkClosed { node: name.to_string(), inc, cf, id, session });
+                self.push(
+                    now + lat,
+                    Ev::SinkClosed {
+                        node: name.to_string(),
+                        inc,
+                        cf,
+                        id,
+                        session,
+                    },
+                );
             }
         }
     }
 
     /// The event source: new upstream events for every subscription of the node.
     fn feed_events(&mut self, name: &str, inc: u64) {
-        let keys: Vec<(String, u64, DispatcherId)> =
-            self.subs.range((name.to_string(), inc, DispatcherId { epoch: 0, seq: 0 })..).take_while(|(k, _)| k.0 == name && k.1 == inc).map(|(k, _)| k.clone()).collect();
+        let keys: Vec<(String, u64, DispatcherId)> = self
+            .subs
+            .range((name.to_string(), inc, DispatcherId { epoch: 0, seq: 0 })..)
+            .take_while(|(k, _)| k.0 == name && k.1 == inc)
+            .map(|(k, _)| k.clone())
+            .collect();
         for k in keys {
-            let Some(sub) = self.subs.get(&k).cloned() else { continue };
+            let Some(sub) = self.subs.get(&k).cloned() else {
+                continue;
+            };
             if sub.cursor >= self.upstream.head {
                 continue;
             }
-            let (items, upto) = self.upstream.stream(&sub.span, sub.is_trigger, sub.cursor, MAX_ITEMS_PER_DELIVERY);
+            let (items, upto) = self.upstream.stream(
+                &sub.span,
+                sub.is_trigger,
+                sub.cursor,
+                MAX_ITEMS_PER_DELIVERY,
+            );
             if let Some(s) = self.subs.get_mut(&k) {
                 s.cursor = upto;
             }
-            self.handle(name, inc, Input::Events { cf: self.cf.clone(), id: k.2, items, resolved_ts: upto });
+            self.handle(
+                name,
+                inc,
+                Input::Events {
+                    cf: self.cf.clone(),
+                    id: k.2,
+                    items,
+                    resolved_ts: upto,
+                },
+            );
         }
     }
 
@@ -725,7 +1060,13 @@ impl Sim {
             .cordons
             .iter()
             .filter(|(n, (want, at))| {
-                let have = self.meta.kv.get(&keys::cordon(n)).map(|(v, _)| if v.as_slice() == b"drain" { "drain" } else { "cordon" });
+                let have = self.meta.kv.get(&keys::cordon(n)).map(|(v, _)| {
+                    if v.as_slice() == b"drain" {
+                        "drain"
+                    } else {
+                        "cordon"
+                    }
+                });
                 have != *want && now >= at + 2_000
             })
             .map(|(n, (w, _))| (n.clone(), *w))
@@ -733,9 +1074,17 @@ impl Sim {
         for (n, want) in resend {
             self.cordons.insert(n.clone(), (want, now));
             let req = match want {
-                Some("drain") => UserRequest::Drain { node: NodeId::new(n.as_str()) },
-                Some(_) => UserRequest::Cordon { node: NodeId::new(n.as_str()), on: true },
-                None => UserRequest::Cordon { node: NodeId::new(n.as_str()), on: false },
+                Some("drain") => UserRequest::Drain {
+                    node: NodeId::new(n.as_str()),
+                },
+                Some(_) => UserRequest::Cordon {
+                    node: NodeId::new(n.as_str()),
+                    on: true,
+                },
+                None => UserRequest::Cordon {
+                    node: NodeId::new(n.as_str()),
+                    on: false,
+                },
             };
             self.requests.push_back(req);
         }
@@ -743,7 +1092,12 @@ impl Sim {
         if let Some((req, at)) = self.create.clone() {
             if self.meta.kv.contains_key(&keys::info(self.cf.as_str())) {
                 self.create = None;
-            } else if now >= at + 2_000 && !self.requests.iter().any(|r| matches!(r, UserRequest::CreateChangefeed { .. })) {
+            } else if now >= at + 2_000
+                && !self
+                    .requests
+                    .iter()
+                    .any(|r| matches!(r, UserRequest::CreateChangefeed { .. }))
+            {
                 self.create = Some((req.clone(), now));
                 self.requests.push_back(req);
             }
@@ -751,13 +1105,28 @@ impl Sim {
         let mut keep = VecDeque::new();
         while let Some(req) = self.requests.pop_front() {
             let target = match &req {
-                UserRequest::Table { .. } => self.current_maintainer().filter(|(_, ready)| *ready).map(|(n, _)| n),
-                _ => self.coordinator_node().filter(|n| self.node(n).and_then(|s| s.coordinator()).map(|c| c.is_ready()).unwrap_or(false)),
+                UserRequest::Table { .. } => self
+                    .current_maintainer()
+                    .filter(|(_, ready)| *ready)
+                    .map(|(n, _)| n),
+                _ => self.coordinator_node().filter(|n| {
+                    self.node(n)
+                        .and_then(|s| s.coordinator())
+                        .map(|c| c.is_ready())
+                        .unwrap_or(false)
+                }),
             };
             match target {
                 Some(n) => {
                     let inc = self.nodes.get(&n).map(|x| x.incarnation).unwrap_or(0);
-                    self.push(now, Ev::Input { node: n, inc, input: Input::Request(req) });
+                    self.push(
+                        now,
+                        Ev::Input {
+                            node: n,
+                            inc,
+                            input: Input::Request(req),
+                        },
+                    );
                 }
                 None => keep.push_back(req),
             }
@@ -782,14 +1151,22 @@ impl Sim {
     }
 
     pub fn coordinator_node(&self) -> Option<String> {
-        self.meta.leader.as_ref().map(|l| l.0.clone()).filter(|n| self.alive(n))
+        self.meta
+            .leader
+            .as_ref()
+            .map(|l| l.0.clone())
+            .filter(|n| self.alive(n))
     }
 
     /// The node where the coordinator last placed the maintainer, and whether it is ready.
     fn current_maintainer(&self) -> Option<(String, bool)> {
         let c = self.coordinator_node()?;
         let (node, epoch) = self.node(&c)?.coordinator()?.maintainer_of(&self.cf)?;
-        let ready = self.node(node.as_str()).and_then(|s| s.maintainer(&self.cf)).map(|m| m.epoch() == epoch && m.is_bootstrapped()).unwrap_or(false);
+        let ready = self
+            .node(node.as_str())
+            .and_then(|s| s.maintainer(&self.cf))
+            .map(|m| m.epoch() == epoch && m.is_bootstrapped())
+            .unwrap_or(false);
         Some((node.as_str().to_string(), ready))
     }
 
@@ -802,19 +1179,31 @@ impl Sim {
     }
 
     pub fn persisted_checkpoint(&self) -> Ts {
-        self.checker.persisted_cp.get(self.cf.as_str()).copied().unwrap_or(0)
+        self.checker
+            .persisted_cp
+            .get(self.cf.as_str())
+            .copied()
+            .unwrap_or(0)
     }
 
     fn resolve(&self, r: &NodeRef) -> Result<String, String> {
         match r {
             NodeRef::Name(n) => Ok(n.clone()),
-            NodeRef::Maintainer => self.current_maintainer().map(|m| m.0).ok_or_else(|| "@maintainer has no value now".to_string()),
-            NodeRef::Coordinator => self.coordinator_node().ok_or_else(|| "@coordinator has no value now".to_string()),
+            NodeRef::Maintainer => self
+                .current_maintainer()
+                .map(|m| m.0)
+                .ok_or_else(|| "@maintainer has no value now".to_string()),
+            NodeRef::Coordinator => self
+                .coordinator_node()
+                .ok_or_else(|| "@coordinator has no value now".to_string()),
             NodeRef::DdlWriter => self
                 .current_maintainer_state()
                 .and_then(|m| m.pending_ddl_writer())
                 .map(|n| n.as_str().to_string())
-                .ok_or_else(|| "@ddl-writer has no value now (no pending blocking DDL with a chosen writer)".to_string()),
+                .ok_or_else(|| {
+                    "@ddl-writer has no value now (no pending blocking DDL with a chosen writer)"
+                        .to_string()
+                }),
         }
     }
 
@@ -838,14 +1227,23 @@ impl Sim {
     }
 
     fn live_tables(&self) -> Vec<TableId> {
-        let cp = self.persisted_checkpoint().max(self.checker.start_ts.unwrap_or(0));
-        self.upstream.tables.values().filter(|t| t.live_at(cp)).map(|t| t.id).collect()
+        let cp = self
+            .persisted_checkpoint()
+            .max(self.checker.start_ts.unwrap_or(0));
+        self.upstream
+            .tables
+            .values()
+            .filter(|t| t.live_at(cp))
+            .map(|t| t.id)
+            .collect()
     }
 
     /// `converged`: every live table covered exactly once by working dispatchers, nothing for
     /// dropped tables, no operator in flight.
     pub fn converged(&self) -> Result<(), String> {
-        let Some(m) = self.current_maintainer_state() else { return Err("no ready maintainer".into()) };
+        let Some(m) = self.current_maintainer_state() else {
+            return Err("no ready maintainer".into());
+        };
         if !m.operators().is_empty() {
             return Err(format!("operators in flight: {:?}", m.operators()));
         }
@@ -857,21 +1255,35 @@ impl Sim {
                 continue;
             }
             if !live.contains(&d.span.table) {
-                if self.upstream.tables.get(&d.span.table).map(|t| t.dropped.is_some()).unwrap_or(true) {
-                    return Err(format!("dispatcher {:?} on {node} for dropped table {:?}", d.id, d.span.table));
+                if self
+                    .upstream
+                    .tables
+                    .get(&d.span.table)
+                    .map(|t| t.dropped.is_some())
+                    .unwrap_or(true)
+                {
+                    return Err(format!(
+                        "dispatcher {:?} on {node} for dropped table {:?}",
+                        d.id, d.span.table
+                    ));
                 }
                 continue; // created after the checkpoint: not live yet
             }
             if d.state != "working" {
                 return Err(format!("dispatcher {:?} on {node} is {}", d.id, d.state));
             }
-            by_table.entry(d.span.table).or_default().push(d.span.clone());
+            by_table
+                .entry(d.span.table)
+                .or_default()
+                .push(d.span.clone());
         }
         for t in &live {
             let spans = by_table.remove(t).unwrap_or_default();
             let refs: Vec<&Span> = spans.iter().collect();
             if !spans_partition(&Span::whole_table(*t), &refs) {
-                return Err(format!("table {t:?} is not covered exactly once: {spans:?}"));
+                return Err(format!(
+                    "table {t:?} is not covered exactly once: {spans:?}"
+                ));
             }
         }
         let triggers = ds.iter().filter(|(_, d)| d.is_trigger).count();
@@ -898,16 +1310,25 @@ impl Sim {
         Ok(())
     }
 
-    fn table_spans(&self, table: TableId) -> Option<(Vec<sluice_control::maintainer::SpanView>, bool)> {
+    fn table_spans(
+        &self,
+        table: TableId,
+    ) -> Option<(Vec<sluice_control::maintainer::SpanView>, bool)> {
         let m = self.current_maintainer_state()?;
-        let spans: Vec<_> = m.spans().into_iter().filter(|s| s.span.table == table).collect();
+        let spans: Vec<_> = m
+            .spans()
+            .into_iter()
+            .filter(|s| s.span.table == table)
+            .collect();
         Some((spans, m.table_busy(table)))
     }
 
     fn condition(&mut self, c: &Condition) -> Result<(), String> {
         match c {
             Condition::Spans { table, count } => {
-                let Some((spans, busy)) = self.table_spans(*table) else { return Err("no ready maintainer".into()) };
+                let Some((spans, busy)) = self.table_spans(*table) else {
+                    return Err("no ready maintainer".into());
+                };
                 let n = spans.len() as u64;
                 match count {
                     SpanCount::Exactly(want) => {
@@ -918,27 +1339,60 @@ impl Sim {
                             return Err(format!("table {table:?} has {n} spans, expected {want}"));
                         }
                     }
-                    SpanCount::AtLeast(want) if n < *want => return Err(format!("table {table:?} has {n} spans, expected at least {want}")),
-                    SpanCount::AtMost(want) if n > *want => return Err(format!("table {table:?} has {n} spans, expected at most {want}")),
+                    SpanCount::AtLeast(want) if n < *want => {
+                        return Err(format!(
+                            "table {table:?} has {n} spans, expected at least {want}"
+                        ))
+                    }
+                    SpanCount::AtMost(want) if n > *want => {
+                        return Err(format!(
+                            "table {table:?} has {n} spans, expected at most {want}"
+                        ))
+                    }
                     _ => {}
                 }
                 Ok(())
             }
             Condition::On { table, node } => {
                 let node = self.resolve(node)?;
-                let Some((spans, _)) = self.table_spans(*table) else { return Err("no ready maintainer".into()) };
-                if spans.is_empty() || spans.iter().any(|s| s.node.as_ref().map(|n| n.as_str()) != Some(node.as_str()) || s.state != "replicating") {
-                    return Err(format!("table {table:?} spans: {:?}", spans.iter().map(|s| (s.node.clone(), s.state)).collect::<Vec<_>>()));
+                let Some((spans, _)) = self.table_spans(*table) else {
+                    return Err("no ready maintainer".into());
+                };
+                if spans.is_empty()
+                    || spans.iter().any(|s| {
+                        s.node.as_ref().map(|n| n.as_str()) != Some(node.as_str())
+                            || s.state != "replicating"
+                    })
+                {
+                    return Err(format!(
+                        "table {table:?} spans: {:?}",
+                        spans
+                            .iter()
+                            .map(|s| (s.node.clone(), s.state))
+                            .collect::<Vec<_>>()
+                    ));
                 }
                 Ok(())
             }
             Condition::Absent { table } => {
-                let Some((spans, _)) = self.table_spans(*table) else { return Err("no ready maintainer".into()) };
+                let Some((spans, _)) = self.table_spans(*table) else {
+                    return Err("no ready maintainer".into());
+                };
                 if !spans.is_empty() {
-                    return Err(format!("table {table:?} still has {} spans in the maintainer", spans.len()));
+                    return Err(format!(
+                        "table {table:?} still has {} spans in the maintainer",
+                        spans.len()
+                    ));
                 }
-                if let Some((n, d)) = self.dispatchers_everywhere().into_iter().find(|(_, d)| d.span.table == *table) {
-                    return Err(format!("table {table:?} still has dispatcher {:?} on {n}", d.id));
+                if let Some((n, d)) = self
+                    .dispatchers_everywhere()
+                    .into_iter()
+                    .find(|(_, d)| d.span.table == *table)
+                {
+                    return Err(format!(
+                        "table {table:?} still has dispatcher {:?} on {n}",
+                        d.id
+                    ));
                 }
                 Ok(())
             }
@@ -979,7 +1433,11 @@ impl Sim {
                     }
                     let Some(s) = &n.state else { continue };
                     for (_, dm) in s.dispatcher_managers() {
-                        if dm.held(s.holds()).iter().any(|h| h.point == p && table.map(|t| t == h.table).unwrap_or(true)) {
+                        if dm
+                            .held(s.holds())
+                            .iter()
+                            .any(|h| h.point == p && table.map(|t| t == h.table).unwrap_or(true))
+                        {
                             return Ok(());
                         }
                     }
@@ -1007,7 +1465,10 @@ impl Sim {
 
     /// The changefeed's info as the meta store has it.
     pub fn changefeed_info(&self, cf: &str) -> Option<sluice_control::coordinator::ChangefeedInfo> {
-        self.meta.kv.get(&keys::info(cf)).and_then(|(v, _)| serde_json::from_slice(v).ok())
+        self.meta
+            .kv
+            .get(&keys::info(cf))
+            .and_then(|(v, _)| serde_json::from_slice(v).ok())
     }
 
     fn request(&mut self, req: UserRequest) {
@@ -1015,7 +1476,12 @@ impl Sim {
         self.pump_requests();
     }
 
-    fn hold(&mut self, point: scenario::HoldPoint, node: &Option<NodeRef>, on: bool) -> Result<(), String> {
+    fn hold(
+        &mut self,
+        point: scenario::HoldPoint,
+        node: &Option<NodeRef>,
+        on: bool,
+    ) -> Result<(), String> {
         let p = to_hold(point);
         let names: Vec<String> = match node {
             Some(r) => vec![self.resolve(r)?],
@@ -1046,7 +1512,10 @@ impl Sim {
 
     fn run_step_inner(&mut self, idx: usize) -> Result<(), Failure> {
         let step = self.sc.steps[idx].clone();
-        let fail = |m: String| Failure { step: Some(step.number), message: m };
+        let fail = |m: String| Failure {
+            step: Some(step.number),
+            message: m,
+        };
         let now = self.now;
         self.note(format!("{now} step {}: {}", step.number, step.op.name()));
         match &step.op {
@@ -1067,57 +1536,132 @@ impl Sim {
                     },
                     preferred_node: w.maintainer.as_ref().map(|m| NodeId::new(m.as_str())),
                 };
-                let req = UserRequest::CreateChangefeed { cf: self.cf.clone(), config };
+                let req = UserRequest::CreateChangefeed {
+                    cf: self.cf.clone(),
+                    config,
+                };
                 self.create = Some((req.clone(), now));
                 self.request(req);
             }
-            Op::Run { ms } => self.advance(now + ms).map_err(|f| Failure { step: Some(step.number), ..f })?,
-            Op::Settle { max_ms } => self.settle(*max_ms).map_err(|m| fail(m))?,
-            Op::Write { table, rows, txn_rows, deletes } => {
-                self.upstream.write(&mut self.rng, *table, *rows, *txn_rows, *deletes);
+            Op::Run { ms } => self.advance(now + ms).map_err(|f| Failure {
+                step: Some(step.number),
+                ..f
+            })?,
+            Op::Settle { max_ms } => self.settle(*max_ms).map_err(fail)?,
+            Op::Write {
+                table,
+                rows,
+                txn_rows,
+                deletes,
+            } => {
+                self.upstream
+                    .write(&mut self.rng, *table, *rows, *txn_rows, *deletes);
                 self.checker.register(&self.upstream);
             }
             Op::Ddl(d) => {
                 use scenario::Ddl;
                 let (kind, table, new_table, name, regions, db) = match d {
-                    Ddl::CreateTable { table, name, regions } => ("create_table", Some(*table), None, Some(name.to_string()), *regions, None),
+                    Ddl::CreateTable {
+                        table,
+                        name,
+                        regions,
+                    } => (
+                        "create_table",
+                        Some(*table),
+                        None,
+                        Some(name.to_string()),
+                        *regions,
+                        None,
+                    ),
                     Ddl::DropTable { table } => ("drop_table", Some(*table), None, None, 1, None),
-                    Ddl::TruncateTable { table, new_table } => ("truncate_table", Some(*table), Some(*new_table), None, 1, None),
-                    Ddl::RenameTable { table, new_name } => ("rename_table", Some(*table), None, Some(new_name.to_string()), 1, None),
+                    Ddl::TruncateTable { table, new_table } => (
+                        "truncate_table",
+                        Some(*table),
+                        Some(*new_table),
+                        None,
+                        1,
+                        None,
+                    ),
+                    Ddl::RenameTable { table, new_name } => (
+                        "rename_table",
+                        Some(*table),
+                        None,
+                        Some(new_name.to_string()),
+                        1,
+                        None,
+                    ),
                     Ddl::AddColumn { table } => ("add_column", Some(*table), None, None, 1, None),
-                    Ddl::CreateDatabase { database } => ("create_database", None, None, None, 1, Some(database.clone())),
-                    Ddl::DropDatabase { database } => ("drop_database", None, None, None, 1, Some(database.clone())),
-                    Ddl::XCreateView { database } => ("x-create_view", None, None, None, 1, Some(database.clone())),
+                    Ddl::CreateDatabase { database } => (
+                        "create_database",
+                        None,
+                        None,
+                        None,
+                        1,
+                        Some(database.clone()),
+                    ),
+                    Ddl::DropDatabase { database } => {
+                        ("drop_database", None, None, None, 1, Some(database.clone()))
+                    }
+                    Ddl::XCreateView { database } => {
+                        ("x-create_view", None, None, None, 1, Some(database.clone()))
+                    }
                 };
                 let (_, created) = self.upstream.ddl(kind, table, new_table, name, regions, db);
                 for (t, r) in created {
                     let names: Vec<String> = self.nodes.keys().cloned().collect();
                     for n in names {
-                        self.deliver_now(&n, Input::Regions { table: t, regions: region_boundaries(t, r) });
+                        self.deliver_now(
+                            &n,
+                            Input::Regions {
+                                table: t,
+                                regions: region_boundaries(t, r),
+                            },
+                        );
                     }
                 }
                 self.checker.register(&self.upstream);
             }
             Op::SplitTable { table, spans } => {
-                let req = TableRequest::Split { table: *table, spans: *spans as usize };
+                let req = TableRequest::Split {
+                    table: *table,
+                    spans: *spans as usize,
+                };
                 self.table_requests_in_flight.push(req.clone());
-                self.request(UserRequest::Table { cf: self.cf.clone(), req });
+                self.request(UserRequest::Table {
+                    cf: self.cf.clone(),
+                    req,
+                });
             }
-            Op::MergeTable { table } => self.request(UserRequest::Table { cf: self.cf.clone(), req: TableRequest::Merge { table: *table } }),
+            Op::MergeTable { table } => self.request(UserRequest::Table {
+                cf: self.cf.clone(),
+                req: TableRequest::Merge { table: *table },
+            }),
             Op::MoveTable { table, to } => {
                 let to = self.resolve(to).map_err(fail)?;
-                self.request(UserRequest::Table { cf: self.cf.clone(), req: TableRequest::Move { table: *table, to: NodeId::new(to) } });
+                self.request(UserRequest::Table {
+                    cf: self.cf.clone(),
+                    req: TableRequest::Move {
+                        table: *table,
+                        to: NodeId::new(to),
+                    },
+                });
             }
             Op::Cordon { node } | Op::Uncordon { node } => {
                 let n = self.resolve(node).map_err(fail)?;
                 let on = matches!(step.op, Op::Cordon { .. });
-                self.cordons.insert(n.clone(), (on.then_some("cordon"), now));
-                self.request(UserRequest::Cordon { node: NodeId::new(n), on });
+                self.cordons
+                    .insert(n.clone(), (on.then_some("cordon"), now));
+                self.request(UserRequest::Cordon {
+                    node: NodeId::new(n),
+                    on,
+                });
             }
             Op::XDrain { node } => {
                 let n = self.resolve(node).map_err(fail)?;
                 self.cordons.insert(n.clone(), (Some("drain"), now));
-                self.request(UserRequest::Drain { node: NodeId::new(n) });
+                self.request(UserRequest::Drain {
+                    node: NodeId::new(n),
+                });
             }
             Op::Hold { point, node } => self.hold(*point, node, true).map_err(fail)?,
             Op::Release { point, node } => self.hold(*point, node, false).map_err(fail)?,
@@ -1152,9 +1696,17 @@ impl Sim {
             }
             Op::Heal => self.partition = None,
             Op::Faults(f) => {
-                self.faults = FaultConfig { drop: f.drop, duplicate: f.duplicate, reorder: f.reorder, delay: f.delay_ms };
+                self.faults = FaultConfig {
+                    drop: f.drop,
+                    duplicate: f.duplicate,
+                    reorder: f.reorder,
+                    delay: f.delay_ms,
+                };
             }
-            Op::Expect { condition, within_ms } => {
+            Op::Expect {
+                condition,
+                within_ms,
+            } => {
                 if self.explore && !matches!(condition, Condition::Check(_)) {
                     // Skipped under random faults, but its time window still passes (until the
                     // condition holds), so the file's timing is kept.
@@ -1163,22 +1715,32 @@ impl Sim {
                         let deadline = now + ms;
                         while self.now < deadline && self.condition(condition).is_err() {
                             let next = (self.now + TICK_MS / 2).min(deadline);
-                            self.advance(next).map_err(|f| Failure { step: Some(step.number), ..f })?;
+                            self.advance(next).map_err(|f| Failure {
+                                step: Some(step.number),
+                                ..f
+                            })?;
                         }
                     }
                     return Ok(());
                 }
                 match within_ms {
-                    None => self.condition(condition).map_err(|m| fail(format!("expect failed: {m}")))?,
+                    None => self
+                        .condition(condition)
+                        .map_err(|m| fail(format!("expect failed: {m}")))?,
                     Some(ms) => {
                         let deadline = now + ms;
                         loop {
                             match self.condition(condition) {
                                 Ok(()) => break,
-                                Err(m) if self.now >= deadline => return Err(fail(format!("expect not met within {ms} ms: {m}"))),
+                                Err(m) if self.now >= deadline => {
+                                    return Err(fail(format!("expect not met within {ms} ms: {m}")))
+                                }
                                 Err(_) => {
                                     let next = (self.now + TICK_MS / 2).min(deadline);
-                                    self.advance(next).map_err(|f| Failure { step: Some(step.number), ..f })?;
+                                    self.advance(next).map_err(|f| Failure {
+                                        step: Some(step.number),
+                                        ..f
+                                    })?;
                                 }
                             }
                         }
@@ -1187,16 +1749,34 @@ impl Sim {
             }
             Op::XMoveMaintainer { to } => {
                 let to = self.resolve(to).map_err(fail)?;
-                self.request(UserRequest::MoveMaintainer { cf: self.cf.clone(), to: NodeId::new(to) });
+                self.request(UserRequest::MoveMaintainer {
+                    cf: self.cf.clone(),
+                    to: NodeId::new(to),
+                });
             }
-            Op::XSinkError { node, table, count, retryable } => {
+            Op::XSinkError {
+                node,
+                table,
+                count,
+                retryable,
+            } => {
                 let node = match node {
                     Some(r) => Some(self.resolve(r).map_err(fail)?),
                     None => None,
                 };
-                self.sink_errors.push(SinkErrorRule { node, table: *table, left: *count, retryable: *retryable });
+                self.sink_errors.push(SinkErrorRule {
+                    node,
+                    table: *table,
+                    left: *count,
+                    retryable: *retryable,
+                });
             }
-            Op::XDrop { message, from, to, count } => {
+            Op::XDrop {
+                message,
+                from,
+                to,
+                count,
+            } => {
                 let from = match from {
                     Some(r) => Some(self.resolve(r).map_err(fail)?),
                     None => None,
@@ -1205,7 +1785,12 @@ impl Sim {
                     Some(r) => Some(self.resolve(r).map_err(fail)?),
                     None => None,
                 };
-                self.drops.push(DropRule { kind: message.name(), from, to, left: *count });
+                self.drops.push(DropRule {
+                    kind: message.name(),
+                    from,
+                    to,
+                    left: *count,
+                });
             }
             Op::XPause { node, ms } => {
                 let n = self.resolve(node).map_err(fail)?;
@@ -1216,9 +1801,13 @@ impl Sim {
             }
             Op::XPauseChangefeed { changefeed } => {
                 self.checker.restarted = true;
-                self.request(UserRequest::PauseChangefeed { cf: ChangefeedId::new(changefeed.as_str()) });
+                self.request(UserRequest::PauseChangefeed {
+                    cf: ChangefeedId::new(changefeed.as_str()),
+                });
             }
-            Op::XResumeChangefeed { changefeed } => self.request(UserRequest::ResumeChangefeed { cf: ChangefeedId::new(changefeed.as_str()) }),
+            Op::XResumeChangefeed { changefeed } => self.request(UserRequest::ResumeChangefeed {
+                cf: ChangefeedId::new(changefeed.as_str()),
+            }),
         }
         Ok(())
     }
@@ -1232,7 +1821,9 @@ impl Sim {
             let r = self.settled(target);
             match r {
                 Ok(()) => return Ok(()),
-                Err(m) if self.now >= deadline => return Err(format!("settle did not finish within {max_ms} ms: {m}")),
+                Err(m) if self.now >= deadline => {
+                    return Err(format!("settle did not finish within {max_ms} ms: {m}"))
+                }
                 Err(_) => {
                     let next = (self.now + TICK_MS).min(deadline);
                     self.advance(next).map_err(|f| f.message)?;
@@ -1246,7 +1837,10 @@ impl Sim {
         for i in 0..self.sc.steps.len() {
             self.run_step(i)?;
             if let Some(v) = &self.checker.violation {
-                return Err(Failure { step: Some(self.sc.steps[i].number), message: v.clone() });
+                return Err(Failure {
+                    step: Some(self.sc.steps[i].number),
+                    message: v.clone(),
+                });
             }
         }
         // End of run: release every hold, heal, faults off, settle.
@@ -1254,7 +1848,13 @@ impl Sim {
         self.holds.clear();
         for n in &names {
             for p in HoldPoint::ALL {
-                self.deliver_now(n, Input::Hold { point: p, on: false });
+                self.deliver_now(
+                    n,
+                    Input::Hold {
+                        point: p,
+                        on: false,
+                    },
+                );
             }
         }
         self.partition = None;
@@ -1267,10 +1867,18 @@ impl Sim {
             }
         }
         if self.created {
-            self.settle(FINAL_SETTLE_MS).map_err(|m| Failure { step: None, message: format!("final liveness check: {m}") })?;
+            self.settle(FINAL_SETTLE_MS).map_err(|m| Failure {
+                step: None,
+                message: format!("final liveness check: {m}"),
+            })?;
             if self.sc.world.sink != SinkKind::Blackhole {
                 let cp = self.persisted_checkpoint();
-                self.checker.sink_matches_upstream(&self.upstream, cp).map_err(|m| Failure { step: None, message: format!("final check: {m}") })?;
+                self.checker
+                    .sink_matches_upstream(&self.upstream, cp)
+                    .map_err(|m| Failure {
+                        step: None,
+                        message: format!("final check: {m}"),
+                    })?;
             }
         }
         Ok(())
@@ -1282,25 +1890,48 @@ fn summarize_input(s: &mut String, input: &Input) {
         Input::Message { from, msg } => {
             let _ = write!(s, "<- {from} {}", msg.kind());
             match msg {
-                Message::Create { id, span, start_ts, epoch, .. } => {
+                Message::Create {
+                    id,
+                    span,
+                    start_ts,
+                    epoch,
+                    ..
+                } => {
                     let _ = write!(s, " {id:?} {span:?} from {start_ts} {epoch:?}");
                 }
-                Message::Remove { id, purpose, epoch, .. } => {
+                Message::Remove {
+                    id, purpose, epoch, ..
+                } => {
                     let _ = write!(s, " {id:?} {purpose:?} {epoch:?}");
                 }
-                Message::Merge { sources, target, epoch, .. } => {
+                Message::Merge {
+                    sources,
+                    target,
+                    epoch,
+                    ..
+                } => {
                     let _ = write!(s, " {sources:?} -> {target:?} {epoch:?}");
                 }
-                Message::Barrier { id, ddl_ts, command, epoch, .. } => {
+                Message::Barrier {
+                    id,
+                    ddl_ts,
+                    command,
+                    epoch,
+                    ..
+                } => {
                     let _ = write!(s, " {id:?} {ddl_ts} {command:?} {epoch:?}");
                 }
                 Message::BlockStatus { id, report, .. } => {
                     let _ = write!(s, " {id:?} {} {:?}", report.ddl_ts, report.stage);
                 }
-                Message::AddMaintainer { epoch, checkpoint, .. } => {
+                Message::AddMaintainer {
+                    epoch, checkpoint, ..
+                } => {
                     let _ = write!(s, " {epoch:?} at {checkpoint}");
                 }
-                Message::Heartbeat { seq, dispatchers, .. } => {
+                Message::Heartbeat {
+                    seq, dispatchers, ..
+                } => {
                     let _ = write!(s, " #{seq} ({} dispatchers)", dispatchers.len());
                 }
                 other => {
@@ -1310,15 +1941,26 @@ fn summarize_input(s: &mut String, input: &Input) {
                 }
             }
         }
-        Input::Events { id, items, resolved_ts, .. } => {
+        Input::Events {
+            id,
+            items,
+            resolved_ts,
+            ..
+        } => {
             let _ = write!(s, "events {id:?} {} items to {resolved_ts}", items.len());
         }
         Input::MetaResult { req, result } => {
-            let _ = write!(s, "meta #{req} {}", match result {
-                sluice_control::meta::MetaResult::Got { kvs, .. } => format!("got {}", kvs.len()),
-                sluice_control::meta::MetaResult::Txn { succeeded, .. } => format!("txn {succeeded}"),
-                sluice_control::meta::MetaResult::Unavailable => "unavailable".into(),
-            });
+            let _ = write!(
+                s,
+                "meta #{req} {}",
+                match result {
+                    sluice_control::meta::MetaResult::Got { kvs, .. } =>
+                        format!("got {}", kvs.len()),
+                    sluice_control::meta::MetaResult::Txn { succeeded, .. } =>
+                        format!("txn {succeeded}"),
+                    sluice_control::meta::MetaResult::Unavailable => "unavailable".into(),
+                }
+            );
         }
         other => {
             let d = format!("{other:?}");

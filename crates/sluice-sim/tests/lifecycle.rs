@@ -28,7 +28,12 @@ op = "settle"
 "#;
 
 fn config(uri: &str) -> ChangefeedConfig {
-    ChangefeedConfig { sink_uri: uri.into(), start_ts: 1, scheduler: SchedulerConfig::default(), preferred_node: None }
+    ChangefeedConfig {
+        sink_uri: uri.into(),
+        start_ts: 1,
+        scheduler: SchedulerConfig::default(),
+        preferred_node: None,
+    }
 }
 
 fn run_until(sim: &mut Sim, ms: u64, mut done: impl FnMut(&Sim) -> bool) -> bool {
@@ -38,7 +43,8 @@ fn run_until(sim: &mut Sim, ms: u64, mut done: impl FnMut(&Sim) -> bool) -> bool
             return true;
         }
         let next = sim.now + 100;
-        sim.advance(next).unwrap_or_else(|f| panic!("{}", f.message));
+        sim.advance(next)
+            .unwrap_or_else(|f| panic!("{}", f.message));
     }
     done(sim)
 }
@@ -54,37 +60,83 @@ fn pause_update_resume_remove() {
     let before = sim.changefeed_info("cf").expect("created");
     assert_eq!(before.state, FeedState::Normal);
     let cp = sim.persisted_checkpoint();
-    assert!(cp >= sim.upstream.head, "settled checkpoint {cp} below head {}", sim.upstream.head);
+    assert!(
+        cp >= sim.upstream.head,
+        "settled checkpoint {cp} below head {}",
+        sim.upstream.head
+    );
 
     // Update is refused while running.
-    sim.user_request(UserRequest::UpdateChangefeed { cf: cf.clone(), config: config("model://other") });
+    sim.user_request(UserRequest::UpdateChangefeed {
+        cf: cf.clone(),
+        config: config("model://other"),
+    });
     run_until(&mut sim, 1000, |_| false);
-    assert_eq!(sim.changefeed_info("cf").map(|i| i.config.sink_uri), Some(before.config.sink_uri.clone()));
+    assert_eq!(
+        sim.changefeed_info("cf").map(|i| i.config.sink_uri),
+        Some(before.config.sink_uri.clone())
+    );
 
     // Pause: state recorded, epoch bumped (the close is fenced), checkpoint kept.
     sim.user_request(UserRequest::PauseChangefeed { cf: cf.clone() });
-    assert!(run_until(&mut sim, 20_000, |s| s.changefeed_info("cf").map(|i| i.state == FeedState::Paused).unwrap_or(false)), "not paused");
+    assert!(
+        run_until(&mut sim, 20_000, |s| s
+            .changefeed_info("cf")
+            .map(|i| i.state == FeedState::Paused)
+            .unwrap_or(false)),
+        "not paused"
+    );
     let paused = sim.changefeed_info("cf").expect("info");
     assert!(paused.epoch > before.epoch, "pause must bump the epoch");
-    assert_eq!(sim.dispatcher_count(), 0, "a paused changefeed runs no dispatcher");
+    assert_eq!(
+        sim.dispatcher_count(),
+        0,
+        "a paused changefeed runs no dispatcher"
+    );
     assert!(sim.persisted_checkpoint() >= cp);
 
     // Update while paused keeps the start point.
-    sim.user_request(UserRequest::UpdateChangefeed { cf: cf.clone(), config: config("model://other") });
-    assert!(run_until(&mut sim, 5000, |s| s.changefeed_info("cf").map(|i| i.config.sink_uri == "model://other").unwrap_or(false)));
-    assert_eq!(sim.changefeed_info("cf").map(|i| i.config.start_ts), Some(before.config.start_ts));
+    sim.user_request(UserRequest::UpdateChangefeed {
+        cf: cf.clone(),
+        config: config("model://other"),
+    });
+    assert!(run_until(&mut sim, 5000, |s| s
+        .changefeed_info("cf")
+        .map(|i| i.config.sink_uri == "model://other")
+        .unwrap_or(false)));
+    assert_eq!(
+        sim.changefeed_info("cf").map(|i| i.config.start_ts),
+        Some(before.config.start_ts)
+    );
 
     // Writes while paused are picked up after resume from the checkpoint.
-    sim.upstream.write(&mut sluice_sim::rng::Rng::new(9), sluice_types::TableId(1), 30, 3, 2);
+    sim.upstream.write(
+        &mut sluice_sim::rng::Rng::new(9),
+        sluice_types::TableId(1),
+        30,
+        3,
+        2,
+    );
     sim.checker.register(&sim.upstream);
     sim.user_request(UserRequest::ResumeChangefeed { cf: cf.clone() });
     sim.settle(60_000).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(sim.changefeed_info("cf").map(|i| i.state), Some(FeedState::Normal));
-    assert!(sim.dispatcher_count() > 1, "resumed changefeed has dispatchers again");
-    sim.checker.sink_matches_upstream(&sim.upstream, sim.persisted_checkpoint()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        sim.changefeed_info("cf").map(|i| i.state),
+        Some(FeedState::Normal)
+    );
+    assert!(
+        sim.dispatcher_count() > 1,
+        "resumed changefeed has dispatchers again"
+    );
+    sim.checker
+        .sink_matches_upstream(&sim.upstream, sim.persisted_checkpoint())
+        .unwrap_or_else(|e| panic!("{e}"));
 
     // Remove: the info is gone.
     sim.user_request(UserRequest::RemoveChangefeed { cf });
-    assert!(run_until(&mut sim, 20_000, |s| s.changefeed_info("cf").is_none()), "not removed");
+    assert!(
+        run_until(&mut sim, 20_000, |s| s.changefeed_info("cf").is_none()),
+        "not removed"
+    );
     assert!(sim.checker.ok(), "{:?}", sim.checker.violation);
 }

@@ -15,7 +15,9 @@ fn root() -> PathBuf {
 
 fn run(file: &str, muts: &[&str]) -> Result<(), String> {
     let path = if file.starts_with("shared:") {
-        root().join("../shared/scenarios").join(&file["shared:".len()..])
+        root()
+            .join("../shared/scenarios")
+            .join(&file["shared:".len()..])
     } else {
         root().join("scenarios/catalog").join(file)
     };
@@ -39,71 +41,119 @@ fn expect_violation(file: &str, muts: &[&str], invariant: &str) {
     // ...with it, exactly this invariant fires.
     match run(file, muts) {
         Ok(()) => panic!("{file} with {muts:?} passed; expected `{invariant}` to fire"),
-        Err(e) => assert!(e.starts_with(invariant), "{file} with {muts:?}: expected `{invariant}`, got: {e}"),
+        Err(e) => assert!(
+            e.starts_with(invariant),
+            "{file} with {muts:?}: expected `{invariant}`, got: {e}"
+        ),
     }
 }
 
 #[test]
 fn seed_bug_reproduces_as_one_writer_when_bootstrap_ignores_unknown_tables_and_the_guard_is_off() {
-    expect_violation("shared:seed-duplicate-create-after-failover.toml", &["bootstrap-ignores-unknown-tables", "dm-admits-overlap"], "one-writer");
+    expect_violation(
+        "shared:seed-duplicate-create-after-failover.toml",
+        &["bootstrap-ignores-unknown-tables", "dm-admits-overlap"],
+        "one-writer",
+    );
 }
 
 #[test]
 fn bootstrap_ignoring_unknown_tables_duplicates_a_created_table() {
-    expect_violation("14-table-created-after-bootstrap-checkpoint.toml", &["bootstrap-ignores-unknown-tables", "dm-admits-overlap"], "one-writer");
+    expect_violation(
+        "14-table-created-after-bootstrap-checkpoint.toml",
+        &["bootstrap-ignores-unknown-tables", "dm-admits-overlap"],
+        "one-writer",
+    );
 }
 
 #[test]
 fn stale_epoch_fires_when_managers_ignore_epochs() {
-    expect_violation("01-delayed-create-from-deposed-maintainer.toml", &["dm-ignores-epoch"], "stale-epoch");
+    expect_violation(
+        "01-delayed-create-from-deposed-maintainer.toml",
+        &["dm-ignores-epoch"],
+        "stale-epoch",
+    );
 }
 
 #[test]
 fn checkpoint_sound_fires_when_the_checkpoint_ignores_moving_spans() {
-    expect_violation("17-move-destination-dies-before-origin-stops.toml", &["checkpoint-ignores-absent"], "checkpoint-sound");
+    expect_violation(
+        "17-move-destination-dies-before-origin-stops.toml",
+        &["checkpoint-ignores-absent"],
+        "checkpoint-sound",
+    );
 }
 
 #[test]
 fn checkpoint_monotonic_fires_when_the_coordinator_regresses_it() {
-    expect_violation("shared:smoke-three-tables.toml", &["checkpoint-regress"], "checkpoint-monotonic");
+    expect_violation(
+        "shared:smoke-three-tables.toml",
+        &["checkpoint-regress"],
+        "checkpoint-monotonic",
+    );
 }
 
 #[test]
 fn no_row_lost_fires_when_a_dispatcher_skips_rows() {
-    expect_violation("shared:smoke-three-tables.toml", &["drop-rows"], "no-row-lost");
+    expect_violation(
+        "shared:smoke-three-tables.toml",
+        &["drop-rows"],
+        "no-row-lost",
+    );
 }
 
 #[test]
 fn no_row_invented_fires_when_a_dispatcher_corrupts_keys() {
-    expect_violation("shared:smoke-three-tables.toml", &["shift-key"], "no-row-invented");
+    expect_violation(
+        "shared:smoke-three-tables.toml",
+        &["shift-key"],
+        "no-row-invented",
+    );
 }
 
 #[test]
 fn per_key_order_fires_when_a_dispatcher_reorders_a_batch() {
-    expect_violation("shared:smoke-three-tables.toml", &["reverse-batch"], "per-key-order");
+    expect_violation(
+        "shared:smoke-three-tables.toml",
+        &["reverse-batch"],
+        "per-key-order",
+    );
 }
 
 #[test]
 fn ddl_order_fires_when_the_barrier_passes_before_the_write() {
-    expect_violation("07-maintainer-move-during-ddl-loses-table-trigger.toml", &["pass-before-write"], "ddl-order");
+    expect_violation(
+        "07-maintainer-move-during-ddl-loses-table-trigger.toml",
+        &["pass-before-write"],
+        "ddl-order",
+    );
 }
 
 #[test]
 fn dropped_tables_stay_dropped_fires_when_a_dropped_table_comes_back() {
-    expect_violation("shared:seed-duplicate-create-after-failover.toml", &["create-dropped-table"], "dropped-table-stays-dropped");
+    expect_violation(
+        "shared:seed-duplicate-create-after-failover.toml",
+        &["create-dropped-table"],
+        "dropped-table-stays-dropped",
+    );
 }
 
 #[test]
 fn changefeed_normal_fails_when_a_sink_error_restarts_the_changefeed() {
     let file = "48-failed-write-then-later-resolved-ts.toml";
     run(file, &[]).unwrap_or_else(|e| panic!("{file} fails without mutations: {e}"));
-    let e = run(file, &["sink-error-restarts-changefeed"]).expect_err("a changefeed restart must be noticed");
+    let e = run(file, &["sink-error-restarts-changefeed"])
+        .expect_err("a changefeed restart must be noticed");
     assert!(e.contains("restarted") || e.contains("settle"), "{e}");
 }
 
 #[test]
 fn epoch_monotonic_fires_when_a_placement_does_not_bump_the_epoch() {
-    expect_violation("shared:seed-duplicate-create-after-failover.toml", &["epoch-no-bump"], "epoch-monotonic");
+    expect_violation(
+        "shared:seed-duplicate-create-after-failover.toml",
+        &["epoch-no-bump"],
+        "epoch-monotonic",
+    );
 }
 
 #[test]
@@ -118,7 +168,9 @@ fn one_maintainer_fires_when_a_bootstrap_does_not_wait_for_every_node() {
     let bad = sluice_sim::explore::explore(seeds.start, seeds.end - seeds.start, None, false);
     mutations::clear();
     assert!(
-        bad.failed.iter().any(|(_, why)| why.contains("one-maintainer:")),
+        bad.failed
+            .iter()
+            .any(|(_, why)| why.contains("one-maintainer:")),
         "no seed showed one-maintainer: {:?}",
         bad.failed
     );

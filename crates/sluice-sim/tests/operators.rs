@@ -95,20 +95,34 @@ fn every_operator_phase_survives_duplicate_reordered_dropped_and_stale_messages(
         for &phase in kind.phases() {
             for fault in ["duplicate", "reorder", "drop", "stale_epoch"] {
                 let text = scenario_text(kind, phase, fault);
-                let sc = scenario::parse_str(&format!("{}-{}-{fault}.toml", kind.name(), phase), &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+                let sc =
+                    scenario::parse_str(&format!("{}-{}-{fault}.toml", kind.name(), phase), &text)
+                        .unwrap_or_else(|e| panic!("{e}\n{text}"));
                 for seed in 0..3u64 {
                     let mut sim = Sim::new(sc.clone(), seed);
                     if let Err(f) = sim.run() {
-                        panic!("{}:{} under {fault}, seed {seed}: step {:?}: {}\n{}", kind.name(), phase, f.step, f.message, sim.recent());
+                        panic!(
+                            "{}:{} under {fault}, seed {seed}: step {:?}: {}\n{}",
+                            kind.name(),
+                            phase,
+                            f.step,
+                            f.message,
+                            sim.recent()
+                        );
                     }
                     // The fault must have hit while the operator was in flight in that phase (the
                     // crash of the maintainer's node is what makes the old epoch stale).
-                    let hit = |k: &'static str| sim.coverage.get(&(kind, phase, k)).copied().unwrap_or(0) > 0;
+                    let hit = |k: &'static str| {
+                        sim.coverage.get(&(kind, phase, k)).copied().unwrap_or(0) > 0
+                    };
                     let landed = match fault {
                         "duplicate" => sim.fault_counts.get("duplicate").copied().unwrap_or(0) > 0,
                         "reorder" => sim.fault_counts.get("reorder").copied().unwrap_or(0) > 0,
                         "drop" => hit("drop"),
-                        _ => hit("crash") && sim.fault_counts.get("stale_dropped").copied().unwrap_or(0) > 0,
+                        _ => {
+                            hit("crash")
+                                && sim.fault_counts.get("stale_dropped").copied().unwrap_or(0) > 0
+                        }
                     };
                     if !landed {
                         missing.push(format!("{}:{} {fault} seed {seed}", kind.name(), phase));
@@ -117,5 +131,8 @@ fn every_operator_phase_survives_duplicate_reordered_dropped_and_stale_messages(
             }
         }
     }
-    assert!(missing.is_empty(), "these faults never landed while the operator was in that phase: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "these faults never landed while the operator was in that phase: {missing:?}"
+    );
 }

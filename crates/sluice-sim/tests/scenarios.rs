@@ -30,7 +30,15 @@ fn run_file(path: &Path, seed: Option<u64>) -> (Result<(), String>, u64) {
     let sc = scenario::parse_file(path).unwrap_or_else(|e| panic!("{e}"));
     let seed = seed.unwrap_or(sc.world.seed);
     let mut sim = Sim::new(sc, seed);
-    let r = sim.run().map_err(|f| format!("{} step {:?}: {}\n{}", path.display(), f.step, f.message, sim.recent()));
+    let r = sim.run().map_err(|f| {
+        format!(
+            "{} step {:?}: {}\n{}",
+            path.display(),
+            f.step,
+            f.message,
+            sim.recent()
+        )
+    });
     (r, sim.trace_hash())
 }
 
@@ -38,10 +46,17 @@ fn run_file(path: &Path, seed: Option<u64>) -> (Result<(), String>, u64) {
 fn shared_scenarios_pass_as_they_are() {
     let dir = shared_dir();
     if !dir.exists() {
-        panic!("{} is missing: the shared scenarios are part of the contract", dir.display());
+        panic!(
+            "{} is missing: the shared scenarios are part of the contract",
+            dir.display()
+        );
     }
     let files = toml_files(&dir);
-    assert!(files.len() >= 4, "expected the shared example scenarios in {}", dir.display());
+    assert!(
+        files.len() >= 4,
+        "expected the shared example scenarios in {}",
+        dir.display()
+    );
     for f in files {
         let (r, _) = run_file(&f, None);
         if let Err(e) = r {
@@ -53,10 +68,18 @@ fn shared_scenarios_pass_as_they_are() {
 #[test]
 fn catalog_scenarios_pass_and_name_their_entry() {
     let files = toml_files(&root().join("scenarios/catalog"));
-    assert!(files.len() >= 30, "one scenario per catalog entry expected, found {}", files.len());
+    assert!(
+        files.len() >= 30,
+        "one scenario per catalog entry expected, found {}",
+        files.len()
+    );
     for f in files {
         let sc = scenario::parse_file(&f).unwrap_or_else(|e| panic!("{e}"));
-        assert!(sc.name.starts_with("catalog #"), "{} does not name its catalog number", f.display());
+        assert!(
+            sc.name.starts_with("catalog #"),
+            "{} does not name its catalog number",
+            f.display()
+        );
         let (r, _) = run_file(&f, None);
         if let Err(e) = r {
             panic!("{e}");
@@ -100,7 +123,11 @@ fn same_file_and_seed_give_the_same_trace_hash() {
         let ra = sa.run().is_ok();
         let rb = sb.run().is_ok();
         assert_eq!(ra, rb);
-        assert_eq!(sa.trace_hash(), sb.trace_hash(), "explore seed {seed}: trace hash mismatch");
+        assert_eq!(
+            sa.trace_hash(),
+            sb.trace_hash(),
+            "explore seed {seed}: trace hash mismatch"
+        );
     }
 }
 
@@ -110,12 +137,17 @@ fn exploration_passes_and_covers_every_operator_phase_under_every_fault() {
     let text = rep.render(explore::MIN_COVERAGE);
     assert!(rep.failed.is_empty(), "{text}");
     assert!(rep.coverage_ok(explore::MIN_COVERAGE), "{text}");
-    assert!(rep.faults.get("crash").copied().unwrap_or(0) > 0 && rep.faults.get("drop").copied().unwrap_or(0) > 0, "{text}");
+    assert!(
+        rep.faults.get("crash").copied().unwrap_or(0) > 0
+            && rep.faults.get("drop").copied().unwrap_or(0) > 0,
+        "{text}"
+    );
 }
 
 #[test]
 fn explore_with_a_scenario_adds_faults_and_keeps_safety() {
-    let base = scenario::parse_file(&shared_dir().join("ddl-writer-crash-after-write.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let base = scenario::parse_file(&shared_dir().join("ddl-writer-crash-after-write.toml"))
+        .unwrap_or_else(|e| panic!("{e}"));
     let rep = explore::explore(0, 20, Some(&base), false);
     assert!(rep.failed.is_empty(), "{}", rep.render(0));
 }
@@ -126,7 +158,13 @@ fn sim_bin() -> Command {
 
 #[test]
 fn cli_run_prints_seed_hash_and_summary() {
-    let out = sim_bin().arg("run").arg(shared_dir().join("smoke-three-tables.toml")).arg("--seed").arg("7").output().expect("run sluice-sim");
+    let out = sim_bin()
+        .arg("run")
+        .arg(shared_dir().join("smoke-three-tables.toml"))
+        .arg("--seed")
+        .arg("7")
+        .output()
+        .expect("run sluice-sim");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("seed: 7"), "{text}");
@@ -144,7 +182,11 @@ fn cli_invalid_file_exits_2_naming_file_and_step() {
         "name = \"bad\"\n[world]\nnodes = [\"n1\"]\nsink = \"storage\"\n[[step]]\nop = \"create_changefeed\"\n[[step]]\nop = \"crash\"\nnode = \"n9\"\n",
     )
     .expect("write");
-    let out = sim_bin().arg("run").arg(&bad).output().expect("run sluice-sim");
+    let out = sim_bin()
+        .arg("run")
+        .arg(&bad)
+        .output()
+        .expect("run sluice-sim");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("bad.toml") && err.contains("step 2"), "{err}");
@@ -161,7 +203,11 @@ fn cli_failed_expect_exits_1_with_step_and_seed() {
          [[step]]\nop = \"create_changefeed\"\n[[step]]\nop = \"settle\"\n[[step]]\nop = \"expect\"\ntable = 1\nspans = 3\n",
     )
     .expect("write");
-    let out = sim_bin().arg("run").arg(&f).output().expect("run sluice-sim");
+    let out = sim_bin()
+        .arg("run")
+        .arg(&f)
+        .output()
+        .expect("run sluice-sim");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("step 3") && text.contains("seed 0"), "{text}");
@@ -170,11 +216,27 @@ fn cli_failed_expect_exits_1_with_step_and_seed() {
 
 #[test]
 fn cli_explore_reports_and_replays_a_seed() {
-    let out = sim_bin().args(["explore", "--seeds", "30", "--min-coverage", "0"]).output().expect("run sluice-sim");
+    let out = sim_bin()
+        .args(["explore", "--seeds", "30", "--min-coverage", "0"])
+        .output()
+        .expect("run sluice-sim");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("faults injected by kind"), "{text}");
     assert!(text.trim_end().ends_with("30 passed, 0 failed"), "{text}");
-    let one = sim_bin().args(["explore", "--start", "12", "--seeds", "1", "--min-coverage", "0"]).output().expect("run");
-    assert!(String::from_utf8_lossy(&one.stdout).trim_end().ends_with("1 passed, 0 failed"));
+    let one = sim_bin()
+        .args([
+            "explore",
+            "--start",
+            "12",
+            "--seeds",
+            "1",
+            "--min-coverage",
+            "0",
+        ])
+        .output()
+        .expect("run");
+    assert!(String::from_utf8_lossy(&one.stdout)
+        .trim_end()
+        .ends_with("1 passed, 0 failed"));
 }

@@ -93,15 +93,44 @@ pub enum Value {
     Text(String),
     /// Binary data (BINARY, VARBINARY, BLOB) and character data that is not valid in its charset.
     Bytes(Vec<u8>),
-    Date { year: u16, month: u8, day: u8 },
-    Time { negative: bool, hours: u32, minutes: u8, seconds: u8, micros: u32 },
-    DateTime { year: u16, month: u8, day: u8, hour: u8, minute: u8, second: u8, micros: u32 },
+    Date {
+        year: u16,
+        month: u8,
+        day: u8,
+    },
+    Time {
+        negative: bool,
+        hours: u32,
+        minutes: u8,
+        seconds: u8,
+        micros: u32,
+    },
+    DateTime {
+        year: u16,
+        month: u8,
+        day: u8,
+        hour: u8,
+        minute: u8,
+        second: u8,
+        micros: u32,
+    },
     /// Microseconds since the Unix epoch, UTC.
-    Timestamp { micros: i64 },
+    Timestamp {
+        micros: i64,
+    },
     Year(u16),
-    Enum { index: u16, name: String },
-    Set { bits: u64, names: Vec<String> },
-    Bit { bits: u64, width: u16 },
+    Enum {
+        index: u16,
+        name: String,
+    },
+    Set {
+        bits: u64,
+        names: Vec<String>,
+    },
+    Bit {
+        bits: u64,
+        width: u16,
+    },
     Json(String),
     Geometry(Vec<u8>),
 }

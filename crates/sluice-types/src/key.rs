@@ -96,7 +96,11 @@ impl fmt::Debug for Span {
 
 impl Span {
     pub fn whole_table(table: TableId) -> Span {
-        Span { table, start: Key::table_start(table), end: Key::table_end(table) }
+        Span {
+            table,
+            start: Key::table_start(table),
+            end: Key::table_end(table),
+        }
     }
 
     pub fn new(table: TableId, start: Key, end: Key) -> Span {

@@ -20,16 +20,20 @@
 pub mod barrier;
 pub mod operator;
 
-use crate::config::{ChangefeedConfig, BALANCE_INTERVAL_MS, MAINTAINER_STATUS_MS, MAX_OPERATORS_PER_ROUND, MAX_PENDING_REQUESTS, RESEND_MS};
+use crate::config::{
+    ChangefeedConfig, BALANCE_INTERVAL_MS, MAINTAINER_STATUS_MS, MAX_OPERATORS_PER_ROUND,
+    MAX_PENDING_REQUESTS, RESEND_MS,
+};
 use crate::io::{Effect, SchemaSnapshot, TraceEvent};
 use crate::msg::{
-    BarrierCommand, BlockReport, BlockStage, ClosePurpose, DispatcherPhase, DispatcherReport, MaintainerState,
-    MaintainerStatus, Message, RejectReason, TableRequest,
+    BarrierCommand, BlockReport, BlockStage, ClosePurpose, DispatcherPhase, DispatcherReport,
+    MaintainerState, MaintainerStatus, Message, RejectReason, TableRequest,
 };
 use barrier::{Barrier, BarrierEvent};
 use operator::{span_key, OpKind, OpPhase, Operator, SpanKey};
 use sluice_types::{
-    ChangefeedId, DdlInfluence, DispatcherId, Epoch, InfluenceScope, Key, Millis, NodeId, Span, TableId, Ts,
+    ChangefeedId, DdlInfluence, DispatcherId, Epoch, InfluenceScope, Key, Millis, NodeId, Span,
+    TableId, Ts,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -93,9 +97,14 @@ struct TableState {
 
 #[derive(Clone, Debug)]
 enum Phase {
-    Bootstrapping { responses: BTreeMap<NodeId, Vec<DispatcherReport>>, schema: Option<SchemaSnapshot> },
+    Bootstrapping {
+        responses: BTreeMap<NodeId, Vec<DispatcherReport>>,
+        schema: Option<SchemaSnapshot>,
+    },
     Working,
-    Closing { pending: BTreeSet<NodeId> },
+    Closing {
+        pending: BTreeSet<NodeId>,
+    },
     Stopped,
 }
 
@@ -163,13 +172,19 @@ impl Maintainer {
         config: ChangefeedConfig,
         out: &mut Vec<Effect>,
     ) -> Self {
-        let trigger = DispatcherId { epoch: epoch.0, seq: 0 };
+        let trigger = DispatcherId {
+            epoch: epoch.0,
+            seq: 0,
+        };
         let m = Maintainer {
             cf: cf.clone(),
             epoch,
             node,
             config,
-            phase: Phase::Bootstrapping { responses: BTreeMap::new(), schema: None },
+            phase: Phase::Bootstrapping {
+                responses: BTreeMap::new(),
+                schema: None,
+            },
             start_checkpoint: checkpoint,
             committed: checkpoint,
             resolved: checkpoint,
@@ -195,7 +210,11 @@ impl Maintainer {
         };
         // First the schema history and the persisted epoch; the bootstrap starts only once this
         // maintainer knows it is not stale.
-        out.push(Effect::LoadSchema { cf, epoch, at_ts: checkpoint });
+        out.push(Effect::LoadSchema {
+            cf,
+            epoch,
+            at_ts: checkpoint,
+        });
         m
     }
 
@@ -239,14 +258,21 @@ impl Maintainer {
     }
     /// Live tables with their names.
     pub fn tables(&self) -> Vec<(TableId, String)> {
-        self.tables.iter().map(|(t, s)| (*t, s.name.clone())).collect()
+        self.tables
+            .iter()
+            .map(|(t, s)| (*t, s.name.clone()))
+            .collect()
     }
     pub fn spans(&self) -> Vec<SpanView> {
         self.spans
             .values()
             .map(|e| SpanView {
                 span: e.span.clone(),
-                table_name: self.tables.get(&e.span.table).map(|t| t.name.clone()).unwrap_or_default(),
+                table_name: self
+                    .tables
+                    .get(&e.span.table)
+                    .map(|t| t.name.clone())
+                    .unwrap_or_default(),
                 state: match e.state {
                     SpanState::Absent => "absent",
                     SpanState::Scheduling => "scheduling",
@@ -254,23 +280,34 @@ impl Maintainer {
                 },
                 node: e.node.clone(),
                 checkpoint: e.checkpoint,
-                operator: e.op.and_then(|id| self.ops.get(&id)).map(|o| format!("{}:{}", o.kind.name(), o.phase)),
+                operator: e
+                    .op
+                    .and_then(|id| self.ops.get(&id))
+                    .map(|o| format!("{}:{}", o.kind.name(), o.phase)),
             })
             .collect()
     }
     /// Operators in flight: (kind, phase, table).
     pub fn operators(&self) -> Vec<(OpKind, OpPhase, TableId)> {
-        self.ops.values().map(|o| (o.kind, o.phase, o.table)).collect()
+        self.ops
+            .values()
+            .map(|o| (o.kind, o.phase, o.table))
+            .collect()
     }
     pub fn requests_in_flight(&self) -> Vec<TableRequest> {
         self.requests.iter().map(|r| r.req.clone()).collect()
     }
     pub fn table_busy(&self, table: TableId) -> bool {
-        self.ops.values().any(|o| o.table == table) || self.requests.iter().any(|r| request_table(&r.req) == table)
+        self.ops.values().any(|o| o.table == table)
+            || self.requests.iter().any(|r| request_table(&r.req) == table)
     }
     /// The node of the writer chosen for the oldest blocking DDL still pending.
     pub fn pending_ddl_writer(&self) -> Option<NodeId> {
-        self.barrier.events.values().find(|e| !e.written).and_then(|e| e.writer.as_ref().map(|w| w.1.clone()))
+        self.barrier
+            .events
+            .values()
+            .find(|e| !e.written)
+            .and_then(|e| e.writer.as_ref().map(|w| w.1.clone()))
     }
     pub fn pending_barrier_events(&self) -> usize {
         self.barrier.events.len()
@@ -279,25 +316,43 @@ impl Maintainer {
     // ------------------------------------------------------------------ plumbing
 
     fn mint(&mut self) -> DispatcherId {
-        let id = DispatcherId { epoch: self.epoch.0, seq: self.next_seq };
+        let id = DispatcherId {
+            epoch: self.epoch.0,
+            seq: self.next_seq,
+        };
         self.next_seq += 1;
         id
     }
 
     fn send(&self, out: &mut Vec<Effect>, to: &NodeId, msg: Message) {
-        out.push(Effect::Send { to: to.clone(), msg });
+        out.push(Effect::Send {
+            to: to.clone(),
+            msg,
+        });
     }
 
     fn log(&self, out: &mut Vec<Effect>, s: String) {
-        out.push(Effect::Trace(TraceEvent::Log(format!("maintainer {} {:?}: {s}", self.cf, self.epoch))));
+        out.push(Effect::Trace(TraceEvent::Log(format!(
+            "maintainer {} {:?}: {s}",
+            self.cf, self.epoch
+        ))));
     }
 
     fn send_bootstrap(&mut self, now: Millis, node: &NodeId, inc: u64, out: &mut Vec<Effect>) {
-        let trigger = if *node == self.node { Some((self.trigger, self.start_checkpoint)) } else { None };
+        let trigger = if *node == self.node {
+            Some((self.trigger, self.start_checkpoint))
+        } else {
+            None
+        };
         self.send(
             out,
             node,
-            Message::Bootstrap { cf: self.cf.clone(), epoch: self.epoch, trigger, config: self.config.clone() },
+            Message::Bootstrap {
+                cf: self.cf.clone(),
+                epoch: self.epoch,
+                trigger,
+                config: self.config.clone(),
+            },
         );
         self.bootstrapping.insert(node.clone(), (inc, now));
     }
@@ -323,16 +378,33 @@ impl Maintainer {
 
     /// No dispatcher the maintainer knows of, other than `except`, may write keys of `span`.
     fn can_create(&self, span: &Span, except: &[DispatcherId]) -> bool {
-        !self.tracked.iter().any(|(id, t)| !except.contains(id) && t.span.overlaps(span))
+        !self
+            .tracked
+            .iter()
+            .any(|(id, t)| !except.contains(id) && t.span.overlaps(span))
     }
 
     fn schedulable(&self, ctx: &Ctx, node: &NodeId) -> bool {
-        self.ready.contains_key(node) && ctx.alive.contains_key(node) && !ctx.cordoned.contains(node) && !ctx.draining.contains(node)
+        self.ready.contains_key(node)
+            && ctx.alive.contains_key(node)
+            && !ctx.cordoned.contains(node)
+            && !ctx.draining.contains(node)
     }
 
     fn load(&self, node: &NodeId) -> usize {
-        self.spans.values().filter(|e| e.node.as_ref() == Some(node)).count()
-            + self.ops.values().filter(|o| o.dest.as_ref() == Some(node) && o.kind != OpKind::Merge && o.phase == OpPhase::Creating).count()
+        self.spans
+            .values()
+            .filter(|e| e.node.as_ref() == Some(node))
+            .count()
+            + self
+                .ops
+                .values()
+                .filter(|o| {
+                    o.dest.as_ref() == Some(node)
+                        && o.kind != OpKind::Merge
+                        && o.phase == OpPhase::Creating
+                })
+                .count()
     }
 
     fn least_loaded(&self, ctx: &Ctx) -> Option<NodeId> {
@@ -346,8 +418,13 @@ impl Maintainer {
     /// Split points for `span` from the table's regions: about `per_span` regions per piece, or
     /// exactly `pieces` pieces when asked.
     fn split_points(&self, ctx: &Ctx, span: &Span, pieces: Option<usize>) -> Vec<Key> {
-        let Some(regions) = ctx.regions.get(&span.table) else { return Vec::new() };
-        let inner: Vec<&Key> = regions.iter().filter(|k| **k > span.start && **k < span.end).collect();
+        let Some(regions) = ctx.regions.get(&span.table) else {
+            return Vec::new();
+        };
+        let inner: Vec<&Key> = regions
+            .iter()
+            .filter(|k| **k > span.start && **k < span.end)
+            .collect();
         let count = inner.len() + 1;
         let want = match pieces {
             Some(p) => p,
@@ -359,7 +436,9 @@ impl Maintainer {
         if want < 2 || want > count {
             return Vec::new();
         }
-        (1..want).map(|i| inner[i * count / want - 1].clone()).collect()
+        (1..want)
+            .map(|i| inner[i * count / want - 1].clone())
+            .collect()
     }
 
     /// Absent span entries for a whole table (split by regions when the settings say so).
@@ -369,10 +448,22 @@ impl Maintainer {
     }
 
     fn add_hole_spans(&mut self, ctx: &Ctx, hole: &Span, checkpoint: Ts, may_split: bool) {
-        let splittable = self.tables.get(&hole.table).map(|t| t.splittable).unwrap_or(false);
+        let splittable = self
+            .tables
+            .get(&hole.table)
+            .map(|t| t.splittable)
+            .unwrap_or(false);
         let sched = &self.config.scheduler;
-        let regions = ctx.regions.get(&hole.table).map(|r| r.len() as u64 + 1).unwrap_or(1);
-        let points = if may_split && splittable && sched.enable_table_across_nodes && regions > sched.region_threshold {
+        let regions = ctx
+            .regions
+            .get(&hole.table)
+            .map(|r| r.len() as u64 + 1)
+            .unwrap_or(1);
+        let points = if may_split
+            && splittable
+            && sched.enable_table_across_nodes
+            && regions > sched.region_threshold
+        {
             self.split_points(ctx, hole, None)
         } else {
             Vec::new()
@@ -380,7 +471,14 @@ impl Maintainer {
         for s in hole.split_at(&points) {
             self.spans.insert(
                 span_key(&s),
-                SpanEntry { span: s, state: SpanState::Absent, node: None, dispatcher: None, checkpoint, op: None },
+                SpanEntry {
+                    span: s,
+                    state: SpanState::Absent,
+                    node: None,
+                    dispatcher: None,
+                    checkpoint,
+                    op: None,
+                },
             );
         }
     }
@@ -408,8 +506,16 @@ impl Maintainer {
 
     // ------------------------------------------------------------------ inputs
 
-    pub fn on_schema(&mut self, ctx: &Ctx, snapshot: SchemaSnapshot, persisted_epoch: Epoch, out: &mut Vec<Effect>) {
-        let Phase::Bootstrapping { schema, .. } = &mut self.phase else { return };
+    pub fn on_schema(
+        &mut self,
+        ctx: &Ctx,
+        snapshot: SchemaSnapshot,
+        persisted_epoch: Epoch,
+        out: &mut Vec<Effect>,
+    ) {
+        let Phase::Bootstrapping { schema, .. } = &mut self.phase else {
+            return;
+        };
         if schema.is_some() {
             return;
         }
@@ -419,7 +525,10 @@ impl Maintainer {
             return;
         }
         *schema = Some(snapshot);
-        out.push(Effect::Trace(TraceEvent::MaintainerStarted { cf: self.cf.clone(), epoch: self.epoch }));
+        out.push(Effect::Trace(TraceEvent::MaintainerStarted {
+            cf: self.cf.clone(),
+            epoch: self.epoch,
+        }));
         for (n, inc) in ctx.alive {
             self.send_bootstrap(ctx.now, n, *inc, out);
         }
@@ -427,28 +536,50 @@ impl Maintainer {
     }
 
     fn schema_loaded(&self) -> bool {
-        matches!(self.phase, Phase::Bootstrapping { schema: Some(_), .. } | Phase::Working)
+        matches!(
+            self.phase,
+            Phase::Bootstrapping {
+                schema: Some(_),
+                ..
+            } | Phase::Working
+        )
     }
 
     pub fn on_message(&mut self, ctx: &Ctx, from: &NodeId, msg: Message, out: &mut Vec<Effect>) {
         if let Some(e) = msg.epoch() {
             if e != self.epoch {
                 self.stale_dropped += 1;
-                out.push(Effect::Trace(TraceEvent::Stale { kind: msg.kind(), reason: "other maintainer epoch" }));
+                out.push(Effect::Trace(TraceEvent::Stale {
+                    kind: msg.kind(),
+                    reason: "other maintainer epoch",
+                }));
                 return;
             }
         }
         match msg {
-            Message::BootstrapResponse { dispatchers, .. } => self.on_bootstrap_response(ctx, from, dispatchers, out),
-            Message::Heartbeat { incarnation, seq, complete, dispatchers, .. } => {
-                if ctx.alive.get(from) != Some(&incarnation) || self.ready.get(from) != Some(&incarnation) {
+            Message::BootstrapResponse { dispatchers, .. } => {
+                self.on_bootstrap_response(ctx, from, dispatchers, out)
+            }
+            Message::Heartbeat {
+                incarnation,
+                seq,
+                complete,
+                dispatchers,
+                ..
+            } => {
+                if ctx.alive.get(from) != Some(&incarnation)
+                    || self.ready.get(from) != Some(&incarnation)
+                {
                     self.stale_dropped += 1;
                     return;
                 }
                 match self.hb_seen.get(from) {
                     Some((inc, s)) if *inc == incarnation && *s >= seq => {
                         self.stale_dropped += 1;
-                        out.push(Effect::Trace(TraceEvent::Stale { kind: "heartbeat", reason: "sequence regressed" }));
+                        out.push(Effect::Trace(TraceEvent::Stale {
+                            kind: "heartbeat",
+                            reason: "sequence regressed",
+                        }));
                         return;
                     }
                     _ => {}
@@ -457,7 +588,9 @@ impl Maintainer {
                 self.on_reports(ctx, from, &dispatchers, complete, out);
             }
             Message::Rejected { id, reason, .. } => self.on_rejected(ctx, from, id, reason, out),
-            Message::BlockStatus { id, span, report, .. } => {
+            Message::BlockStatus {
+                id, span, report, ..
+            } => {
                 if matches!(self.phase, Phase::Working) {
                     self.on_block_status(ctx, from, id, &span, &report, out);
                 }
@@ -474,12 +607,23 @@ impl Maintainer {
                 self.error = Some(format!("dispatcher {id} on {from}: {message}"));
             }
             Message::TableRequest { req, .. } => self.on_request(ctx, req, out),
-            other => out.push(Effect::Trace(TraceEvent::Stale { kind: other.kind(), reason: "not for a maintainer" })),
+            other => out.push(Effect::Trace(TraceEvent::Stale {
+                kind: other.kind(),
+                reason: "not for a maintainer",
+            })),
         }
     }
 
-    fn on_bootstrap_response(&mut self, ctx: &Ctx, from: &NodeId, dispatchers: Vec<DispatcherReport>, out: &mut Vec<Effect>) {
-        let Some((inc, _)) = self.bootstrapping.get(from).cloned() else { return };
+    fn on_bootstrap_response(
+        &mut self,
+        ctx: &Ctx,
+        from: &NodeId,
+        dispatchers: Vec<DispatcherReport>,
+        out: &mut Vec<Effect>,
+    ) {
+        let Some((inc, _)) = self.bootstrapping.get(from).cloned() else {
+            return;
+        };
         if ctx.alive.get(from) != Some(&inc) {
             return;
         }
@@ -505,7 +649,11 @@ impl Maintainer {
         if !ok {
             return;
         }
-        let Phase::Bootstrapping { responses, schema: Some(schema) } = std::mem::replace(&mut self.phase, Phase::Working) else {
+        let Phase::Bootstrapping {
+            responses,
+            schema: Some(schema),
+        } = std::mem::replace(&mut self.phase, Phase::Working)
+        else {
             return;
         };
         self.finish_bootstrap(ctx, responses, schema, out);
@@ -513,13 +661,21 @@ impl Maintainer {
 
     fn try_finish_bootstrap(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
         let ready = match &self.phase {
-            Phase::Bootstrapping { responses, schema: Some(_) } => {
+            Phase::Bootstrapping {
+                responses,
+                schema: Some(_),
+            } => {
                 #[cfg(feature = "mutations")]
                 if crate::mutations::on("bootstrap-without-all-nodes") {
                     return self.finish_early(ctx, out);
                 }
-                ctx.alive.keys().all(|n| responses.contains_key(n) || !self.bootstrapping.contains_key(n) && self.ready.contains_key(n))
-                    && self.bootstrapping.keys().all(|n| !ctx.alive.contains_key(n))
+                ctx.alive.keys().all(|n| {
+                    responses.contains_key(n)
+                        || !self.bootstrapping.contains_key(n) && self.ready.contains_key(n)
+                }) && self
+                    .bootstrapping
+                    .keys()
+                    .all(|n| !ctx.alive.contains_key(n))
                     && responses.contains_key(&self.node)
             }
             _ => false,
@@ -527,7 +683,11 @@ impl Maintainer {
         if !ready {
             return;
         }
-        let Phase::Bootstrapping { responses, schema: Some(schema) } = std::mem::replace(&mut self.phase, Phase::Working) else {
+        let Phase::Bootstrapping {
+            responses,
+            schema: Some(schema),
+        } = std::mem::replace(&mut self.phase, Phase::Working)
+        else {
             return;
         };
         self.finish_bootstrap(ctx, responses, schema, out);
@@ -546,12 +706,22 @@ impl Maintainer {
         let mut at_cp: BTreeSet<TableId> = BTreeSet::new();
         for t in &schema.tables {
             at_cp.insert(t.id);
-            self.tables.insert(t.id, TableState { name: t.name.clone(), created: 0, splittable: t.splittable, user_split: false });
+            self.tables.insert(
+                t.id,
+                TableState {
+                    name: t.name.clone(),
+                    created: 0,
+                    splittable: t.splittable,
+                    user_split: false,
+                },
+            );
         }
         let mut created_after: BTreeMap<TableId, (Ts, String)> = BTreeMap::new();
         for ddl in &schema.ddls_after {
             for (t, name) in &ddl.influence.added {
-                created_after.entry(*t).or_insert((ddl.commit_ts, name.clone()));
+                created_after
+                    .entry(*t)
+                    .or_insert((ddl.commit_ts, name.clone()));
             }
         }
         #[cfg(feature = "mutations")]
@@ -605,21 +775,45 @@ impl Maintainer {
                 }
                 continue;
             }
-            if !self.tables.contains_key(&table) {
+            self.tables.entry(table).or_insert_with(|| {
                 let (created, name) = created_after.get(&table).cloned().unwrap_or_default();
-                self.tables.insert(table, TableState { name, created, splittable: true, user_split: false });
-            }
+                TableState {
+                    name,
+                    created,
+                    splittable: true,
+                    user_split: false,
+                }
+            });
             // Alive candidates: working first, then creating ones; accept non-overlapping ones.
-            let mut cands: Vec<&(NodeId, DispatcherReport)> =
-                list.iter().filter(|(_, r)| matches!(r.phase, DispatcherPhase::Working | DispatcherPhase::Creating)).collect();
+            let mut cands: Vec<&(NodeId, DispatcherReport)> = list
+                .iter()
+                .filter(|(_, r)| {
+                    matches!(
+                        r.phase,
+                        DispatcherPhase::Working | DispatcherPhase::Creating
+                    )
+                })
+                .collect();
             cands.sort_by(|a, b| {
-                let rank = |r: &DispatcherReport| if r.phase == DispatcherPhase::Working { 0 } else { 1 };
+                let rank = |r: &DispatcherReport| {
+                    if r.phase == DispatcherPhase::Working {
+                        0
+                    } else {
+                        1
+                    }
+                };
                 (rank(&a.1), &a.1.span.start, a.1.id).cmp(&(rank(&b.1), &b.1.span.start, b.1.id))
             });
             let mut covered: Vec<Span> = Vec::new();
             for (n, r) in cands {
                 if covered.iter().any(|c| c.overlaps(&r.span)) {
-                    self.log(out, format!("bootstrap: {:?} on {n} overlaps an adopted dispatcher; removing it", r.id));
+                    self.log(
+                        out,
+                        format!(
+                            "bootstrap: {:?} on {n} overlaps an adopted dispatcher; removing it",
+                            r.id
+                        ),
+                    );
                     self.start_cleanup(table, vec![(r.id, n.clone())], None);
                     continue;
                 }
@@ -662,8 +856,13 @@ impl Maintainer {
                 }
             }
             // Closing dispatchers keep their intent when their range is not otherwise covered.
-            for (n, r) in list.iter().filter(|(_, r)| matches!(r.phase, DispatcherPhase::Closing(_))) {
-                let DispatcherPhase::Closing(purpose) = &r.phase else { continue };
+            for (n, r) in list
+                .iter()
+                .filter(|(_, r)| matches!(r.phase, DispatcherPhase::Closing(_)))
+            {
+                let DispatcherPhase::Closing(purpose) = &r.phase else {
+                    continue;
+                };
                 let free = !covered.iter().any(|c| c.overlaps(&r.span));
                 match purpose {
                     ClosePurpose::MergeInto { target } if self.tracked.contains_key(target) => {
@@ -734,10 +933,26 @@ impl Maintainer {
         // The table trigger.
         self.tracked.insert(
             self.trigger,
-            TrackedDispatcher { node: self.node.clone(), span: crate::dispatcher::trigger_span(), phase: Tracked::Requested, checkpoint: cp },
+            TrackedDispatcher {
+                node: self.node.clone(),
+                span: crate::dispatcher::trigger_span(),
+                phase: Tracked::Requested,
+                checkpoint: cp,
+            },
         );
-        out.push(Effect::Trace(TraceEvent::MaintainerBootstrapped { cf: self.cf.clone(), epoch: self.epoch }));
-        self.log(out, format!("bootstrapped at checkpoint {cp}: {} tables, {} spans, {} operators restored", self.tables.len(), self.spans.len(), self.ops.len()));
+        out.push(Effect::Trace(TraceEvent::MaintainerBootstrapped {
+            cf: self.cf.clone(),
+            epoch: self.epoch,
+        }));
+        self.log(
+            out,
+            format!(
+                "bootstrapped at checkpoint {cp}: {} tables, {} spans, {} operators restored",
+                self.tables.len(),
+                self.spans.len(),
+                self.ops.len()
+            ),
+        );
         // Rebuild the barrier from the block states the nodes reported.
         // (Dispatchers re-report Waiting themselves; Written must be handled now.)
         let mut blocks: Vec<(NodeId, DispatcherId, Span, BlockReport)> = Vec::new();
@@ -749,14 +964,26 @@ impl Maintainer {
     }
 
     /// A remove of the given dispatchers that deletes the span entry `key` (if any) at the end.
-    fn start_cleanup(&mut self, table: TableId, ids: Vec<(DispatcherId, NodeId)>, key: Option<SpanKey>) {
+    fn start_cleanup(
+        &mut self,
+        table: TableId,
+        ids: Vec<(DispatcherId, NodeId)>,
+        key: Option<SpanKey>,
+    ) {
         let mut op = self.new_op(OpKind::Remove, table, key);
         op.removing = ids;
         op.drop_entry = true;
         self.insert_op(op);
     }
 
-    fn on_reports(&mut self, ctx: &Ctx, from: &NodeId, reports: &[DispatcherReport], complete: bool, out: &mut Vec<Effect>) {
+    fn on_reports(
+        &mut self,
+        ctx: &Ctx,
+        from: &NodeId,
+        reports: &[DispatcherReport],
+        complete: bool,
+        out: &mut Vec<Effect>,
+    ) {
         let mut seen: BTreeSet<DispatcherId> = BTreeSet::new();
         for r in reports {
             seen.insert(r.id);
@@ -810,7 +1037,12 @@ impl Maintainer {
             let gone: Vec<DispatcherId> = self
                 .tracked
                 .iter()
-                .filter(|(id, t)| t.node == *from && t.phase != Tracked::Requested && !seen.contains(id) && **id != self.trigger)
+                .filter(|(id, t)| {
+                    t.node == *from
+                        && t.phase != Tracked::Requested
+                        && !seen.contains(id)
+                        && **id != self.trigger
+                })
                 .map(|(id, _)| *id)
                 .collect();
             for id in gone {
@@ -829,14 +1061,27 @@ impl Maintainer {
 
     /// A dispatcher this maintainer did not know of: adopt it by span if it exactly fills an
     /// absent span of a live table, else remove it.
-    fn on_unknown_dispatcher(&mut self, _ctx: &Ctx, from: &NodeId, r: &DispatcherReport, out: &mut Vec<Effect>) {
-        if r.phase == DispatcherPhase::Stopped || !matches!(self.phase, Phase::Working) || self.ignored.contains(&r.id) {
+    fn on_unknown_dispatcher(
+        &mut self,
+        _ctx: &Ctx,
+        from: &NodeId,
+        r: &DispatcherReport,
+        out: &mut Vec<Effect>,
+    ) {
+        if r.phase == DispatcherPhase::Stopped
+            || !matches!(self.phase, Phase::Working)
+            || self.ignored.contains(&r.id)
+        {
             return;
         }
         let key = span_key(&r.span);
         let adoptable = r.phase == DispatcherPhase::Working
             && self.tables.contains_key(&r.span.table)
-            && self.spans.get(&key).map(|e| e.span == r.span && e.state == SpanState::Absent && e.op.is_none()).unwrap_or(false)
+            && self
+                .spans
+                .get(&key)
+                .map(|e| e.span == r.span && e.state == SpanState::Absent && e.op.is_none())
+                .unwrap_or(false)
             && self.can_create(&r.span, &[]);
         self.tracked.insert(
             r.id,
@@ -858,20 +1103,45 @@ impl Maintainer {
                 e.dispatcher = Some(r.id);
                 e.checkpoint = e.checkpoint.max(r.checkpoint);
             }
-            self.log(out, format!("adopted {:?} on {from} for {:?} by span", r.id, r.span));
+            self.log(
+                out,
+                format!("adopted {:?} on {from} for {:?} by span", r.id, r.span),
+            );
         } else {
-            self.log(out, format!("removing unknown dispatcher {:?} on {from} ({:?})", r.id, r.span));
+            self.log(
+                out,
+                format!(
+                    "removing unknown dispatcher {:?} on {from} ({:?})",
+                    r.id, r.span
+                ),
+            );
             self.start_cleanup(r.span.table, vec![(r.id, from.clone())], None);
         }
     }
 
-    fn on_rejected(&mut self, ctx: &Ctx, from: &NodeId, id: DispatcherId, reason: RejectReason, out: &mut Vec<Effect>) {
-        if self.tracked.get(&id).map(|t| t.node != *from || t.phase != Tracked::Requested).unwrap_or(true) {
+    fn on_rejected(
+        &mut self,
+        ctx: &Ctx,
+        from: &NodeId,
+        id: DispatcherId,
+        reason: RejectReason,
+        out: &mut Vec<Effect>,
+    ) {
+        if self
+            .tracked
+            .get(&id)
+            .map(|t| t.node != *from || t.phase != Tracked::Requested)
+            .unwrap_or(true)
+        {
             return;
         }
         self.tracked.remove(&id);
         self.log(out, format!("{from} refused {id:?}: {reason:?}"));
-        let op_id = self.ops.values().find(|o| o.creating == Some(id)).map(|o| o.id);
+        let op_id = self
+            .ops
+            .values()
+            .find(|o| o.creating == Some(id))
+            .map(|o| o.id);
         if let Some(op_id) = op_id {
             if let Some(mut op) = self.ops.remove(&op_id) {
                 if op.kind == OpKind::Merge {
@@ -895,7 +1165,10 @@ impl Maintainer {
                     }
                 }
                 op.transition(OpPhase::Aborted);
-                *self.phase_counts.entry((op.kind, OpPhase::Aborted)).or_default() += 1;
+                *self
+                    .phase_counts
+                    .entry((op.kind, OpPhase::Aborted))
+                    .or_default() += 1;
             }
         }
         if let RejectReason::Overlap { with } = reason {
@@ -915,28 +1188,58 @@ impl Maintainer {
     fn participant_tables(&self, influence: &DdlInfluence, d: Ts) -> Vec<TableId> {
         let before = |s: &TableState| s.created < d;
         match &influence.scope {
-            InfluenceScope::Tables(ts) => ts.iter().copied().filter(|t| self.tables.get(t).map(before).unwrap_or(false)).collect(),
+            InfluenceScope::Tables(ts) => ts
+                .iter()
+                .copied()
+                .filter(|t| self.tables.get(t).map(before).unwrap_or(false))
+                .collect(),
             InfluenceScope::Database(db) => {
                 let prefix = format!("{db}.");
-                self.tables.iter().filter(|(_, s)| before(s) && s.name.starts_with(&prefix)).map(|(t, _)| *t).collect()
+                self.tables
+                    .iter()
+                    .filter(|(_, s)| before(s) && s.name.starts_with(&prefix))
+                    .map(|(t, _)| *t)
+                    .collect()
             }
-            InfluenceScope::All => self.tables.iter().filter(|(_, s)| before(s)).map(|(t, _)| *t).collect(),
+            InfluenceScope::All => self
+                .tables
+                .iter()
+                .filter(|(_, s)| before(s))
+                .map(|(t, _)| *t)
+                .collect(),
         }
     }
 
     /// Is `id` on `from` the current dispatcher of a span of a table this event concerns (or the
     /// trigger)?
-    fn is_participant(&self, from: &NodeId, id: DispatcherId, influence: &DdlInfluence, d: Ts) -> bool {
+    fn is_participant(
+        &self,
+        from: &NodeId,
+        id: DispatcherId,
+        influence: &DdlInfluence,
+        d: Ts,
+    ) -> bool {
         if id == self.trigger {
             return *from == self.node && influence.trigger;
         }
         let tables = self.participant_tables(influence, d);
         self.spans.values().any(|e| {
-            e.dispatcher == Some(id) && e.node.as_ref() == Some(from) && e.state == SpanState::Replicating && tables.contains(&e.span.table)
+            e.dispatcher == Some(id)
+                && e.node.as_ref() == Some(from)
+                && e.state == SpanState::Replicating
+                && tables.contains(&e.span.table)
         })
     }
 
-    fn on_block_status(&mut self, ctx: &Ctx, from: &NodeId, id: DispatcherId, span: &Span, report: &BlockReport, out: &mut Vec<Effect>) {
+    fn on_block_status(
+        &mut self,
+        ctx: &Ctx,
+        from: &NodeId,
+        id: DispatcherId,
+        span: &Span,
+        report: &BlockReport,
+        out: &mut Vec<Effect>,
+    ) {
         let d = report.ddl_ts;
         if d <= self.committed {
             // Already below the checkpoint: every participant passed it, so it was written.
@@ -947,9 +1250,11 @@ impl Maintainer {
             }
             return;
         }
-        if !self.barrier.events.contains_key(&d) {
-            let Some(influence) = report.ddl.clone() else { return };
-            self.barrier.events.insert(d, BarrierEvent::new(d, influence));
+        if let std::collections::btree_map::Entry::Vacant(v) = self.barrier.events.entry(d) {
+            let Some(influence) = report.ddl.clone() else {
+                return;
+            };
+            v.insert(BarrierEvent::new(d, influence));
         }
         let influence = match self.barrier.events.get(&d) {
             Some(e) => e.influence.clone(),
@@ -983,19 +1288,29 @@ impl Maintainer {
                 let someone_past = self
                     .spans
                     .values()
-                    .find(|e| tables.contains(&e.span.table) && e.checkpoint >= d && e.state == SpanState::Replicating)
+                    .find(|e| {
+                        tables.contains(&e.span.table)
+                            && e.checkpoint >= d
+                            && e.state == SpanState::Replicating
+                    })
                     .map(|e| (e.span.clone(), e.checkpoint, e.dispatcher));
                 if let Some(past) = someone_past {
-                    self.log(out, format!("DDL at {d} already passed by {past:?}: it was written"));
+                    self.log(
+                        out,
+                        format!("DDL at {d} already passed by {past:?}: it was written"),
+                    );
                     self.mark_written(ctx, d, out);
                 }
                 // A writer that is no longer a span's current dispatcher (moved, merged, its node
                 // gone) can write nothing more: choose again once coverage is complete.
-                let stale_writer = match self.barrier.events.get(&d).and_then(|e| e.writer.clone()) {
+                let stale_writer = match self.barrier.events.get(&d).and_then(|e| e.writer.clone())
+                {
                     Some((w, wn)) => !self.is_participant(&wn, w, &influence, d),
                     None => false,
                 };
-                let Some(e) = self.barrier.events.get_mut(&d) else { return };
+                let Some(e) = self.barrier.events.get_mut(&d) else {
+                    return;
+                };
                 if stale_writer && !e.written {
                     e.writer = None;
                 }
@@ -1004,7 +1319,11 @@ impl Maintainer {
                     return;
                 }
                 if e.written {
-                    let cmd = if e.writer.as_ref().map(|w| w.0) == Some(id) { BarrierCommand::Write } else { BarrierCommand::Pass };
+                    let cmd = if e.writer.as_ref().map(|w| w.0) == Some(id) {
+                        BarrierCommand::Write
+                    } else {
+                        BarrierCommand::Pass
+                    };
                     self.barrier_cmd(out, from, id, d, cmd);
                     return;
                 }
@@ -1021,25 +1340,43 @@ impl Maintainer {
     }
 
     fn try_select_writer(&mut self, d: Ts, out: &mut Vec<Effect>) {
-        let Some(e) = self.barrier.events.get(&d) else { return };
+        let Some(e) = self.barrier.events.get(&d) else {
+            return;
+        };
         let influence = e.influence.clone();
         // Drop reporters that are no longer participants (moved, split, merged away).
-        let stale: Vec<DispatcherId> =
-            e.waiting.iter().filter(|(id, n)| !self.is_participant(n, **id, &influence, d)).map(|(id, _)| *id).collect();
+        let stale: Vec<DispatcherId> = e
+            .waiting
+            .iter()
+            .filter(|(id, n)| !self.is_participant(n, **id, &influence, d))
+            .map(|(id, _)| *id)
+            .collect();
         let tables = self.participant_tables(&influence, d);
         let mut participants: Vec<(DispatcherId, NodeId)> = Vec::new();
         let mut complete = true;
-        for entry in self.spans.values().filter(|en| tables.contains(&en.span.table)) {
+        for entry in self
+            .spans
+            .values()
+            .filter(|en| tables.contains(&en.span.table))
+        {
             match (&entry.state, entry.dispatcher, &entry.node) {
-                (SpanState::Replicating, Some(id), Some(n)) if e.waiting.contains_key(&id) => participants.push((id, n.clone())),
+                (SpanState::Replicating, Some(id), Some(n)) if e.waiting.contains_key(&id) => {
+                    participants.push((id, n.clone()))
+                }
                 _ => complete = false,
             }
         }
         if influence.trigger && !e.waiting.contains_key(&self.trigger) {
             complete = false;
         }
-        let writer = if influence.trigger { Some((self.trigger, self.node.clone())) } else { participants.first().cloned() };
-        let Some(e) = self.barrier.events.get_mut(&d) else { return };
+        let writer = if influence.trigger {
+            Some((self.trigger, self.node.clone()))
+        } else {
+            participants.first().cloned()
+        };
+        let Some(e) = self.barrier.events.get_mut(&d) else {
+            return;
+        };
         for id in stale {
             e.waiting.remove(&id);
         }
@@ -1054,7 +1391,12 @@ impl Maintainer {
         e.writer = Some((w, wn.clone()));
         #[cfg(feature = "mutations")]
         if crate::mutations::on("pass-before-write") {
-            let others: Vec<(DispatcherId, NodeId)> = e.waiting.iter().filter(|(i, _)| **i != w).map(|(i, n)| (*i, n.clone())).collect();
+            let others: Vec<(DispatcherId, NodeId)> = e
+                .waiting
+                .iter()
+                .filter(|(i, _)| **i != w)
+                .map(|(i, n)| (*i, n.clone()))
+                .collect();
             for (i, n) in others {
                 self.barrier_cmd(out, &n, i, d, BarrierCommand::Pass);
             }
@@ -1062,26 +1404,56 @@ impl Maintainer {
         self.barrier_cmd(out, &wn, w, d, BarrierCommand::Write);
     }
 
-    fn barrier_cmd(&self, out: &mut Vec<Effect>, to: &NodeId, id: DispatcherId, ddl_ts: Ts, command: BarrierCommand) {
-        self.send(out, to, Message::Barrier { cf: self.cf.clone(), epoch: self.epoch, id, ddl_ts, command });
+    fn barrier_cmd(
+        &self,
+        out: &mut Vec<Effect>,
+        to: &NodeId,
+        id: DispatcherId,
+        ddl_ts: Ts,
+        command: BarrierCommand,
+    ) {
+        self.send(
+            out,
+            to,
+            Message::Barrier {
+                cf: self.cf.clone(),
+                epoch: self.epoch,
+                id,
+                ddl_ts,
+                command,
+            },
+        );
     }
 
     /// The DDL at `d` is durable: apply its effects once and let every waiting participant pass.
     fn mark_written(&mut self, ctx: &Ctx, d: Ts, out: &mut Vec<Effect>) {
-        let Some(e) = self.barrier.events.get_mut(&d) else { return };
+        let Some(e) = self.barrier.events.get_mut(&d) else {
+            return;
+        };
         e.written = true;
         if !e.applied {
             e.applied = true;
             let influence = e.influence.clone();
             self.apply_ddl(ctx, d, &influence, out);
         }
-        let Some(e) = self.barrier.events.get(&d) else { return };
+        let Some(e) = self.barrier.events.get(&d) else {
+            return;
+        };
         let writer = e.writer.as_ref().map(|w| w.0);
         // Dispatchers of tables this DDL drops never pass it: they wait there until removed, so
         // their progress never suggests anything about later DDLs.
-        let ends = |id: &DispatcherId| self.tracked.get(id).map(|t| e.influence.dropped.contains(&t.span.table)).unwrap_or(false);
-        let waiting: Vec<(DispatcherId, NodeId)> =
-            e.waiting.iter().filter(|(id, _)| Some(**id) != writer && !ends(id)).map(|(i, n)| (*i, n.clone())).collect();
+        let ends = |id: &DispatcherId| {
+            self.tracked
+                .get(id)
+                .map(|t| e.influence.dropped.contains(&t.span.table))
+                .unwrap_or(false)
+        };
+        let waiting: Vec<(DispatcherId, NodeId)> = e
+            .waiting
+            .iter()
+            .filter(|(id, _)| Some(**id) != writer && !ends(id))
+            .map(|(i, n)| (*i, n.clone()))
+            .collect();
         for (id, n) in waiting {
             self.barrier_cmd(out, &n, id, d, BarrierCommand::Pass);
         }
@@ -1098,17 +1470,36 @@ impl Maintainer {
             if buggy {
                 // The bug: the dropped table comes back, starting at the drop.
                 let name = format!("dropped.{t:?}");
-                self.tables.insert(*t, TableState { name, created: d, splittable: true, user_split: false });
+                self.tables.insert(
+                    *t,
+                    TableState {
+                        name,
+                        created: d,
+                        splittable: true,
+                        user_split: false,
+                    },
+                );
                 self.add_table_spans(ctx, *t, d);
             }
         }
         for (t, name) in &influence.added {
             let exists = self.spans.keys().any(|(tt, _)| tt == t);
             if exists && !buggy {
-                self.log(out, format!("table {t:?} created at {d} is already covered by adopted dispatchers"));
+                self.log(
+                    out,
+                    format!("table {t:?} created at {d} is already covered by adopted dispatchers"),
+                );
                 continue;
             }
-            self.tables.insert(*t, TableState { name: name.clone(), created: d, splittable: true, user_split: false });
+            self.tables.insert(
+                *t,
+                TableState {
+                    name: name.clone(),
+                    created: d,
+                    splittable: true,
+                    user_split: false,
+                },
+            );
             self.add_table_spans(ctx, *t, d);
         }
         for (t, name) in &influence.renamed {
@@ -1121,7 +1512,12 @@ impl Maintainer {
     fn drop_table(&mut self, table: TableId, out: &mut Vec<Effect>) {
         self.tables.remove(&table);
         // Cancel its operators; every dispatcher of the table that may exist gets removed.
-        let ops: Vec<u64> = self.ops.values().filter(|o| o.table == table).map(|o| o.id).collect();
+        let ops: Vec<u64> = self
+            .ops
+            .values()
+            .filter(|o| o.table == table)
+            .map(|o| o.id)
+            .collect();
         for id in ops {
             if let Some(mut op) = self.ops.remove(&id) {
                 if op.kind.legal(op.phase, OpPhase::Aborted) {
@@ -1130,15 +1526,22 @@ impl Maintainer {
             }
         }
         self.spans.retain(|(t, _), _| *t != table);
-        let ids: Vec<(DispatcherId, NodeId)> =
-            self.tracked.iter().filter(|(_, t)| t.span.table == table).map(|(id, t)| (*id, t.node.clone())).collect();
+        let ids: Vec<(DispatcherId, NodeId)> = self
+            .tracked
+            .iter()
+            .filter(|(_, t)| t.span.table == table)
+            .map(|(id, t)| (*id, t.node.clone()))
+            .collect();
         if !ids.is_empty() {
             self.start_cleanup(table, ids, None);
         }
         let before = self.requests.len();
         self.requests.retain(|r| request_table(&r.req) != table);
         if self.requests.len() != before {
-            self.log(out, format!("requests for dropped table {table:?} rejected"));
+            self.log(
+                out,
+                format!("requests for dropped table {table:?} rejected"),
+            );
         }
     }
 
@@ -1156,7 +1559,9 @@ impl Maintainer {
     }
 
     fn drive_op(&mut self, ctx: &Ctx, op_id: u64, out: &mut Vec<Effect>) {
-        let Some(mut op) = self.ops.remove(&op_id) else { return };
+        let Some(mut op) = self.ops.remove(&op_id) else {
+            return;
+        };
         let before = op.phase;
         self.step_op(ctx, &mut op, out);
         if op.phase != before {
@@ -1170,7 +1575,13 @@ impl Maintainer {
                     }
                 }
             }
-            self.log(out, format!("operator {} {:?} on {:?} {}", op.id, op.kind, op.table, op.phase));
+            self.log(
+                out,
+                format!(
+                    "operator {} {:?} on {:?} {}",
+                    op.id, op.kind, op.table, op.phase
+                ),
+            );
         } else {
             self.ops.insert(op.id, op);
         }
@@ -1186,15 +1597,28 @@ impl Maintainer {
                     if op.due(now, RESEND_MS) {
                         op.last_sent = Some(now);
                         let purpose = match op.kind {
-                            OpKind::Move => ClosePurpose::Move { dest: op.dest.clone().unwrap_or_else(|| self.node.clone()) },
-                            OpKind::Split => ClosePurpose::Split { points: op.points.clone() },
+                            OpKind::Move => ClosePurpose::Move {
+                                dest: op.dest.clone().unwrap_or_else(|| self.node.clone()),
+                            },
+                            OpKind::Split => ClosePurpose::Split {
+                                points: op.points.clone(),
+                            },
                             _ => ClosePurpose::Remove,
                         };
                         for (id, n) in &op.removing {
                             if let Some(t) = self.tracked.get_mut(id) {
                                 t.phase = Tracked::Removing;
                             }
-                            self.send(out, n, Message::Remove { cf: self.cf.clone(), epoch: self.epoch, id: *id, purpose: purpose.clone() });
+                            self.send(
+                                out,
+                                n,
+                                Message::Remove {
+                                    cf: self.cf.clone(),
+                                    epoch: self.epoch,
+                                    id: *id,
+                                    purpose: purpose.clone(),
+                                },
+                            );
                         }
                     }
                     return;
@@ -1214,7 +1638,11 @@ impl Maintainer {
                         op.transition(OpPhase::Done);
                     }
                     OpKind::Move => {
-                        let dest_ok = op.dest.as_ref().map(|d| self.ready.contains_key(d) && ctx.alive.contains_key(d)).unwrap_or(false);
+                        let dest_ok = op
+                            .dest
+                            .as_ref()
+                            .map(|d| self.ready.contains_key(d) && ctx.alive.contains_key(d))
+                            .unwrap_or(false);
                         if dest_ok {
                             let id = self.mint();
                             op.creating = Some(id);
@@ -1238,7 +1666,14 @@ impl Maintainer {
                         for s in e.span.split_at(&op.points) {
                             self.spans.insert(
                                 span_key(&s),
-                                SpanEntry { span: s, state: SpanState::Absent, node: None, dispatcher: None, checkpoint: cp, op: None },
+                                SpanEntry {
+                                    span: s,
+                                    state: SpanState::Absent,
+                                    node: None,
+                                    dispatcher: None,
+                                    checkpoint: cp,
+                                    op: None,
+                                },
                             );
                         }
                         op.key = None;
@@ -1248,7 +1683,9 @@ impl Maintainer {
                 }
             }
             OpPhase::Creating => {
-                let (Some(dest), Some(id), Some(k)) = (op.dest.clone(), op.creating, op.key.clone()) else {
+                let (Some(dest), Some(id), Some(k)) =
+                    (op.dest.clone(), op.creating, op.key.clone())
+                else {
                     op.transition(OpPhase::Aborted);
                     return;
                 };
@@ -1258,7 +1695,12 @@ impl Maintainer {
                     op.transition(OpPhase::Aborted);
                     return;
                 }
-                if self.tracked.get(&id).map(|t| t.phase == Tracked::Working).unwrap_or(false) {
+                if self
+                    .tracked
+                    .get(&id)
+                    .map(|t| t.phase == Tracked::Working)
+                    .unwrap_or(false)
+                {
                     if let Some(e) = self.spans.get_mut(&k) {
                         e.state = SpanState::Replicating;
                         e.node = Some(dest);
@@ -1290,11 +1732,23 @@ impl Maintainer {
                         e.dispatcher = Some(id);
                         e.state = SpanState::Scheduling;
                     }
-                    self.send(out, &dest, Message::Create { cf: self.cf.clone(), epoch: self.epoch, id, span, start_ts });
+                    self.send(
+                        out,
+                        &dest,
+                        Message::Create {
+                            cf: self.cf.clone(),
+                            epoch: self.epoch,
+                            id,
+                            span,
+                            start_ts,
+                        },
+                    );
                 }
             }
             OpPhase::Merging => {
-                let (Some(node), Some(target), Some(tspan)) = (op.dest.clone(), op.creating, op.target.clone()) else {
+                let (Some(node), Some(target), Some(tspan)) =
+                    (op.dest.clone(), op.creating, op.target.clone())
+                else {
                     op.transition(OpPhase::Aborted);
                     return;
                 };
@@ -1311,15 +1765,31 @@ impl Maintainer {
                     op.transition(OpPhase::Aborted);
                     return;
                 }
-                if let Some(t) = self.tracked.get(&target).filter(|t| t.phase == Tracked::Working) {
+                if let Some(t) = self
+                    .tracked
+                    .get(&target)
+                    .filter(|t| t.phase == Tracked::Working)
+                {
                     let id = op.id;
-                    let min_cp = self.spans.values().filter(|e| e.op == Some(id)).map(|e| e.checkpoint).min();
+                    let min_cp = self
+                        .spans
+                        .values()
+                        .filter(|e| e.op == Some(id))
+                        .map(|e| e.checkpoint)
+                        .min();
                     // Both are sound lower bounds for the whole range; keep the larger.
                     let cp = t.checkpoint.max(min_cp.unwrap_or(0));
                     self.spans.retain(|_, e| e.op != Some(id));
                     self.spans.insert(
                         span_key(&tspan),
-                        SpanEntry { span: tspan, state: SpanState::Replicating, node: Some(node), dispatcher: Some(target), checkpoint: cp, op: None },
+                        SpanEntry {
+                            span: tspan,
+                            state: SpanState::Replicating,
+                            node: Some(node),
+                            dispatcher: Some(target),
+                            checkpoint: cp,
+                            op: None,
+                        },
                     );
                     op.key = None;
                     op.transition(OpPhase::Done);
@@ -1328,7 +1798,17 @@ impl Maintainer {
                 if op.due(now, RESEND_MS) {
                     op.last_sent = Some(now);
                     let sources: Vec<DispatcherId> = op.sources.iter().map(|s| s.0).collect();
-                    self.send(out, &node, Message::Merge { cf: self.cf.clone(), epoch: self.epoch, sources, target, span: tspan });
+                    self.send(
+                        out,
+                        &node,
+                        Message::Merge {
+                            cf: self.cf.clone(),
+                            epoch: self.epoch,
+                            sources,
+                            target,
+                            span: tspan,
+                        },
+                    );
                 }
             }
             OpPhase::Done | OpPhase::Aborted => {}
@@ -1348,7 +1828,9 @@ impl Maintainer {
 
     /// Start an add of an absent span on `dest`.
     fn start_add(&mut self, key: SpanKey, dest: NodeId) {
-        let Some(table) = self.spans.get(&key).map(|e| e.span.table) else { return };
+        let Some(table) = self.spans.get(&key).map(|e| e.span.table) else {
+            return;
+        };
         let id = self.mint();
         let mut op = self.new_op(OpKind::Add, table, Some(key));
         op.dest = Some(dest);
@@ -1357,11 +1839,15 @@ impl Maintainer {
     }
 
     fn start_move(&mut self, key: SpanKey, dest: NodeId) -> bool {
-        let Some(e) = self.spans.get(&key) else { return false };
+        let Some(e) = self.spans.get(&key) else {
+            return false;
+        };
         if e.op.is_some() || e.state != SpanState::Replicating {
             return false;
         }
-        let (Some(id), Some(n)) = (e.dispatcher, e.node.clone()) else { return false };
+        let (Some(id), Some(n)) = (e.dispatcher, e.node.clone()) else {
+            return false;
+        };
         if n == dest {
             return false;
         }
@@ -1374,11 +1860,15 @@ impl Maintainer {
     }
 
     fn start_split(&mut self, key: SpanKey, points: Vec<Key>) -> bool {
-        let Some(e) = self.spans.get(&key) else { return false };
+        let Some(e) = self.spans.get(&key) else {
+            return false;
+        };
         if e.op.is_some() || e.state != SpanState::Replicating || points.is_empty() {
             return false;
         }
-        let (Some(id), Some(n)) = (e.dispatcher, e.node.clone()) else { return false };
+        let (Some(id), Some(n)) = (e.dispatcher, e.node.clone()) else {
+            return false;
+        };
         let table = e.span.table;
         let mut op = self.new_op(OpKind::Split, table, Some(key));
         op.removing = vec![(id, n)];
@@ -1390,8 +1880,17 @@ impl Maintainer {
     /// Merge every span of `table` (all replicating on one node) into one. The sources stay in
     /// the span map (scheduling) until the target works; the target lives in the operator.
     fn start_merge(&mut self, table: TableId) -> bool {
-        let entries: Vec<SpanEntry> = self.spans.values().filter(|e| e.span.table == table).cloned().collect();
-        if entries.len() < 2 || entries.iter().any(|e| e.op.is_some() || e.state != SpanState::Replicating) {
+        let entries: Vec<SpanEntry> = self
+            .spans
+            .values()
+            .filter(|e| e.span.table == table)
+            .cloned()
+            .collect();
+        if entries.len() < 2
+            || entries
+                .iter()
+                .any(|e| e.op.is_some() || e.state != SpanState::Replicating)
+        {
             return false;
         }
         let node = entries[0].node.clone();
@@ -1401,7 +1900,11 @@ impl Maintainer {
         let Some(node) = node else { return false };
         let whole = Span::whole_table(table);
         let target = self.mint();
-        let cp = entries.iter().map(|e| e.checkpoint).min().unwrap_or(self.committed);
+        let cp = entries
+            .iter()
+            .map(|e| e.checkpoint)
+            .min()
+            .unwrap_or(self.committed);
         let mut op = self.new_op(OpKind::Merge, table, None);
         for e in &entries {
             if let Some(id) = e.dispatcher {
@@ -1411,7 +1914,15 @@ impl Maintainer {
         op.dest = Some(node.clone());
         op.creating = Some(target);
         op.target = Some(whole.clone());
-        self.tracked.insert(target, TrackedDispatcher { node, span: whole, phase: Tracked::Requested, checkpoint: cp });
+        self.tracked.insert(
+            target,
+            TrackedDispatcher {
+                node,
+                span: whole,
+                phase: Tracked::Requested,
+                checkpoint: cp,
+            },
+        );
         let id = op.id;
         self.insert_op(op);
         for e in &entries {
@@ -1427,16 +1938,27 @@ impl Maintainer {
 
     pub fn on_request(&mut self, ctx: &Ctx, req: TableRequest, out: &mut Vec<Effect>) {
         if self.requests.len() >= MAX_PENDING_REQUESTS {
-            out.push(Effect::Trace(TraceEvent::RequestDone { cf: self.cf.clone(), req, outcome: "rejected: too many requests queued".into() }));
+            out.push(Effect::Trace(TraceEvent::RequestDone {
+                cf: self.cf.clone(),
+                req,
+                outcome: "rejected: too many requests queued".into(),
+            }));
             return;
         }
-        self.requests.push_back(PendingRequest { req, accepted_at: ctx.now });
+        self.requests.push_back(PendingRequest {
+            req,
+            accepted_at: ctx.now,
+        });
         self.run_requests(ctx, out);
     }
 
     fn finish_request(&mut self, idx: usize, outcome: String, out: &mut Vec<Effect>) {
         if let Some(r) = self.requests.remove(idx) {
-            out.push(Effect::Trace(TraceEvent::RequestDone { cf: self.cf.clone(), req: r.req, outcome }));
+            out.push(Effect::Trace(TraceEvent::RequestDone {
+                cf: self.cf.clone(),
+                req: r.req,
+                outcome,
+            }));
         }
     }
 
@@ -1463,15 +1985,29 @@ impl Maintainer {
                 i += 1;
                 continue;
             }
-            let entries: Vec<SpanEntry> = self.spans.values().filter(|e| e.span.table == table).cloned().collect();
+            let entries: Vec<SpanEntry> = self
+                .spans
+                .values()
+                .filter(|e| e.span.table == table)
+                .cloned()
+                .collect();
             if entries.iter().any(|e| e.state != SpanState::Replicating) {
                 i += 1;
                 continue; // wait until every span of it is placed
             }
             match req {
                 TableRequest::Move { to, .. } => {
-                    if !ctx.alive.contains_key(&to) || ctx.cordoned.contains(&to) || ctx.draining.contains(&to) {
-                        self.finish_request(i, format!("rejected: node {to} is not available (gone, cordoned or draining)"), out);
+                    if !ctx.alive.contains_key(&to)
+                        || ctx.cordoned.contains(&to)
+                        || ctx.draining.contains(&to)
+                    {
+                        self.finish_request(
+                            i,
+                            format!(
+                                "rejected: node {to} is not available (gone, cordoned or draining)"
+                            ),
+                            out,
+                        );
                         continue;
                     }
                     if !self.ready.contains_key(&to) {
@@ -1489,18 +2025,34 @@ impl Maintainer {
                 }
                 TableRequest::Split { spans: n, .. } => {
                     if entries.len() >= n.max(1) {
-                        let outcome = if entries.len() == n { "done".to_string() } else { format!("rejected: already {} spans", entries.len()) };
+                        let outcome = if entries.len() == n {
+                            "done".to_string()
+                        } else {
+                            format!("rejected: already {} spans", entries.len())
+                        };
                         self.finish_request(i, outcome, out);
                         continue;
                     }
-                    let splittable = self.tables.get(&table).map(|t| t.splittable).unwrap_or(false);
+                    let splittable = self
+                        .tables
+                        .get(&table)
+                        .map(|t| t.splittable)
+                        .unwrap_or(false);
                     if entries.len() != 1 || !splittable {
-                        self.finish_request(i, "rejected: only a table in one span, with a key, can be split".into(), out);
+                        self.finish_request(
+                            i,
+                            "rejected: only a table in one span, with a key, can be split".into(),
+                            out,
+                        );
                         continue;
                     }
                     let points = self.split_points(ctx, &entries[0].span, Some(n));
                     if points.is_empty() {
-                        self.finish_request(i, format!("rejected: the table has fewer than {n} regions"), out);
+                        self.finish_request(
+                            i,
+                            format!("rejected: the table has fewer than {n} regions"),
+                            out,
+                        );
                         continue;
                     }
                     if let Some(t) = self.tables.get_mut(&table) {
@@ -1554,23 +2106,31 @@ impl Maintainer {
 
     fn schedule(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
         // Basic: absent spans go to the least loaded schedulable node.
-        let absent: Vec<SpanKey> =
-            self.spans.iter().filter(|(_, e)| e.state == SpanState::Absent && e.op.is_none()).map(|(k, _)| k.clone()).collect();
-        let mut started = 0;
-        for k in absent {
-            if started >= MAX_OPERATORS_PER_ROUND {
+        let absent: Vec<SpanKey> = self
+            .spans
+            .iter()
+            .filter(|(_, e)| e.state == SpanState::Absent && e.op.is_none())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in absent.into_iter().take(MAX_OPERATORS_PER_ROUND) {
+            let Some(dest) = self.least_loaded(ctx) else {
                 break;
-            }
-            let Some(dest) = self.least_loaded(ctx) else { break };
+            };
             self.start_add(k, dest);
-            started += 1;
         }
         // Drain: move spans off draining nodes.
         if !ctx.draining.is_empty() {
             let moves: Vec<SpanKey> = self
                 .spans
                 .iter()
-                .filter(|(_, e)| e.op.is_none() && e.state == SpanState::Replicating && e.node.as_ref().map(|n| ctx.draining.contains(n)).unwrap_or(false))
+                .filter(|(_, e)| {
+                    e.op.is_none()
+                        && e.state == SpanState::Replicating
+                        && e.node
+                            .as_ref()
+                            .map(|n| ctx.draining.contains(n))
+                            .unwrap_or(false)
+                })
                 .map(|(k, _)| k.clone())
                 .take(MAX_OPERATORS_PER_ROUND)
                 .collect();
@@ -1584,7 +2144,13 @@ impl Maintainer {
             return;
         }
         self.last_balance = ctx.now;
-        if !self.ops.is_empty() || !self.requests.is_empty() || self.spans.values().any(|e| e.state != SpanState::Replicating) {
+        if !self.ops.is_empty()
+            || !self.requests.is_empty()
+            || self
+                .spans
+                .values()
+                .any(|e| e.state != SpanState::Replicating)
+        {
             return;
         }
         // Split: a table in one span with more regions than the threshold.
@@ -1595,7 +2161,8 @@ impl Maintainer {
                 .iter()
                 .filter(|(_, s)| s.splittable)
                 .filter_map(|(t, _)| {
-                    let es: Vec<&SpanEntry> = self.spans.values().filter(|e| e.span.table == *t).collect();
+                    let es: Vec<&SpanEntry> =
+                        self.spans.values().filter(|e| e.span.table == *t).collect();
                     (es.len() == 1).then(|| (*t, span_key(&es[0].span), es[0].span.clone()))
                 })
                 .collect();
@@ -1615,25 +2182,44 @@ impl Maintainer {
                 .filter(|(t, s)| {
                     !s.user_split
                         && self.spans.values().filter(|e| e.span.table == **t).count() > 1
-                        && ctx.regions.get(t).map(|r| r.len() as u64 + 1).unwrap_or(1) * 2 <= sched.region_threshold
+                        && ctx.regions.get(t).map(|r| r.len() as u64 + 1).unwrap_or(1) * 2
+                            <= sched.region_threshold
                 })
                 .map(|(t, _)| *t)
                 .collect();
             if let Some(t) = merge.first() {
-                self.requests.push_back(PendingRequest { req: TableRequest::Merge { table: *t }, accepted_at: ctx.now });
+                self.requests.push_back(PendingRequest {
+                    req: TableRequest::Merge { table: *t },
+                    accepted_at: ctx.now,
+                });
                 return;
             }
         }
         // Balance: move one span from the most to the least loaded node when they differ by 2+.
-        let nodes: Vec<NodeId> = self.ready.keys().filter(|n| self.schedulable(ctx, n)).cloned().collect();
+        let nodes: Vec<NodeId> = self
+            .ready
+            .keys()
+            .filter(|n| self.schedulable(ctx, n))
+            .cloned()
+            .collect();
         if nodes.len() < 2 {
             return;
         }
-        let max = nodes.iter().max_by_key(|n| (self.load(n), std::cmp::Reverse((*n).clone()))).cloned();
-        let min = nodes.iter().min_by_key(|n| (self.load(n), (*n).clone())).cloned();
+        let max = nodes
+            .iter()
+            .max_by_key(|n| (self.load(n), std::cmp::Reverse((*n).clone())))
+            .cloned();
+        let min = nodes
+            .iter()
+            .min_by_key(|n| (self.load(n), (*n).clone()))
+            .cloned();
         if let (Some(max), Some(min)) = (max, min) {
             if self.load(&max) >= self.load(&min) + 2 {
-                let k = self.spans.iter().find(|(_, e)| e.node.as_ref() == Some(&max) && e.op.is_none()).map(|(k, _)| k.clone());
+                let k = self
+                    .spans
+                    .iter()
+                    .find(|(_, e)| e.node.as_ref() == Some(&max) && e.op.is_none())
+                    .map(|(k, _)| k.clone());
                 if let Some(k) = k {
                     self.start_move(k, min);
                     self.log(out, format!("balance: moving a span from {max}"));
@@ -1651,7 +2237,9 @@ impl Maintainer {
         let mut min = self.trigger_cp;
         for e in self.spans.values() {
             #[cfg(feature = "mutations")]
-            if crate::mutations::on("checkpoint-ignores-absent") && e.state != SpanState::Replicating {
+            if crate::mutations::on("checkpoint-ignores-absent")
+                && e.state != SpanState::Replicating
+            {
                 continue;
             }
             min = min.min(e.checkpoint);
@@ -1659,7 +2247,11 @@ impl Maintainer {
         if min > self.committed {
             self.committed = min;
             self.barrier.gc(min);
-            out.push(Effect::Trace(TraceEvent::MaintainerCheckpoint { cf: self.cf.clone(), epoch: self.epoch, checkpoint: min }));
+            out.push(Effect::Trace(TraceEvent::MaintainerCheckpoint {
+                cf: self.cf.clone(),
+                epoch: self.epoch,
+                checkpoint: min,
+            }));
         }
         self.resolved = self.resolved.max(self.committed);
     }
@@ -1687,11 +2279,15 @@ impl Maintainer {
             }
             self.log(out, format!("node {n} left"));
         }
-        self.bootstrapping.retain(|n, (inc, _)| ctx.alive.get(n) == Some(inc));
+        self.bootstrapping
+            .retain(|n, (inc, _)| ctx.alive.get(n) == Some(inc));
         let joined: Vec<(NodeId, u64)> = ctx
             .alive
             .iter()
-            .filter(|(n, inc)| self.ready.get(*n) != Some(*inc) && self.bootstrapping.get(*n).map(|b| b.0) != Some(**inc))
+            .filter(|(n, inc)| {
+                self.ready.get(*n) != Some(*inc)
+                    && self.bootstrapping.get(*n).map(|b| b.0) != Some(**inc)
+            })
             .map(|(n, i)| (n.clone(), *i))
             .collect();
         if self.schema_loaded() {
@@ -1720,7 +2316,14 @@ impl Maintainer {
         }
         let pending: BTreeSet<NodeId> = ctx.alive.keys().cloned().collect();
         for n in &pending {
-            self.send(out, n, Message::CloseChangefeed { cf: self.cf.clone(), epoch: self.epoch });
+            self.send(
+                out,
+                n,
+                Message::CloseChangefeed {
+                    cf: self.cf.clone(),
+                    epoch: self.epoch,
+                },
+            );
         }
         self.phase = Phase::Closing { pending };
     }
@@ -1739,9 +2342,20 @@ impl Maintainer {
                 }
             }
             Phase::Closing { pending } => {
-                if self.last_status.map(|t| ctx.now >= t + RESEND_MS).unwrap_or(true) {
+                if self
+                    .last_status
+                    .map(|t| ctx.now >= t + RESEND_MS)
+                    .unwrap_or(true)
+                {
                     for n in pending.clone() {
-                        self.send(out, &n, Message::CloseChangefeed { cf: self.cf.clone(), epoch: self.epoch });
+                        self.send(
+                            out,
+                            &n,
+                            Message::CloseChangefeed {
+                                cf: self.cf.clone(),
+                                epoch: self.epoch,
+                            },
+                        );
                     }
                 }
             }
@@ -1754,10 +2368,20 @@ impl Maintainer {
             self.drive(ctx, out);
             self.compute_checkpoint(out);
         }
-        if self.last_status.map(|t| ctx.now >= t + MAINTAINER_STATUS_MS).unwrap_or(true) {
+        if self
+            .last_status
+            .map(|t| ctx.now >= t + MAINTAINER_STATUS_MS)
+            .unwrap_or(true)
+        {
             self.last_status = Some(ctx.now);
             if let Some(c) = ctx.coordinator {
-                self.send(out, c, Message::MaintainerStatusReport { status: self.status() });
+                self.send(
+                    out,
+                    c,
+                    Message::MaintainerStatusReport {
+                        status: self.status(),
+                    },
+                );
             }
         }
     }
@@ -1765,6 +2389,8 @@ impl Maintainer {
 
 fn request_table(req: &TableRequest) -> TableId {
     match req {
-        TableRequest::Move { table, .. } | TableRequest::Split { table, .. } | TableRequest::Merge { table } => *table,
+        TableRequest::Move { table, .. }
+        | TableRequest::Split { table, .. }
+        | TableRequest::Merge { table } => *table,
     }
 }

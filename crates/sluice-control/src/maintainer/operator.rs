@@ -37,7 +37,13 @@ pub enum OpPhase {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 5] = [OpKind::Add, OpKind::Remove, OpKind::Move, OpKind::Split, OpKind::Merge];
+    pub const ALL: [OpKind; 5] = [
+        OpKind::Add,
+        OpKind::Remove,
+        OpKind::Move,
+        OpKind::Split,
+        OpKind::Merge,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -157,7 +163,11 @@ impl Operator {
             self.last_sent = None;
             true
         } else {
-            debug_assert!(false, "illegal operator transition {:?} {} -> {}", self.kind, self.phase, to);
+            debug_assert!(
+                false,
+                "illegal operator transition {:?} {} -> {}",
+                self.kind, self.phase, to
+            );
             false
         }
     }
@@ -186,7 +196,13 @@ mod tests {
                 assert!(next_ok, "{kind:?} stuck in {p}");
             }
             // Terminal phases never move.
-            for to in [OpPhase::Removing, OpPhase::Creating, OpPhase::Merging, OpPhase::Done, OpPhase::Aborted] {
+            for to in [
+                OpPhase::Removing,
+                OpPhase::Creating,
+                OpPhase::Merging,
+                OpPhase::Done,
+                OpPhase::Aborted,
+            ] {
                 assert!(!kind.legal(OpPhase::Done, to));
                 assert!(!kind.legal(OpPhase::Aborted, to));
             }
