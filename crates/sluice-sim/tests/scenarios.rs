@@ -12,8 +12,17 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The shared scenarios: `$SLUICE_SHARED_SCENARIOS`, else `../shared/scenarios` next to the
+/// checkout, else the workplace's `/work/shared/scenarios` (for clones made elsewhere).
 fn shared_dir() -> PathBuf {
-    root().join("../shared/scenarios")
+    if let Some(d) = std::env::var_os("SLUICE_SHARED_SCENARIOS") {
+        return PathBuf::from(d);
+    }
+    let beside = root().join("../shared/scenarios");
+    if beside.exists() {
+        return beside;
+    }
+    PathBuf::from("/work/shared/scenarios")
 }
 
 fn toml_files(dir: &Path) -> Vec<PathBuf> {
