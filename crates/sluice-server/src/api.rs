@@ -378,10 +378,11 @@ async fn resolve_start(st: &AppState, body: &CreateBody) -> Result<Ts, ServerErr
     let mut conn = upstream_conn(&st.upstream).await?;
     let head = sluice_capture::binlog::master_position(&mut conn).await.map_err(|e| ServerError::Upstream(scrub(&e.to_string())))?;
     let logs: Vec<(String, u64)> = conn
-        .query::<(String, u64), _>("SHOW BINARY LOGS")
+        .query::<mysql_async::Row, _>("SHOW BINARY LOGS")
         .await
-        .or_else(|_| Ok::<_, ServerError>(Vec::new()))?
+        .map_err(|e| ServerError::Upstream(scrub(&format!("SHOW BINARY LOGS: {e}"))))?
         .into_iter()
+        .filter_map(|r| r.get::<String, usize>(0).map(|f| (f, 0)))
         .collect();
     let pos: BinlogPos = if let Some(ts) = body.start_ts {
         BinlogPos::from_ts(head.base(), ts)
