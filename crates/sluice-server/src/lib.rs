@@ -13,6 +13,7 @@ pub mod api;
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod etcdmeta;
 pub mod mask;
 pub mod meta;
 pub mod metabackend;
@@ -61,11 +62,6 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     mask::register_url(&cfg.upstream);
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| ServerError::Config(format!("cannot create data dir {}: {e}", cfg.data_dir.display())))?;
-    if !cfg.etcd.is_empty() {
-        return Err(ServerError::Config(
-            "--etcd: the etcd meta store is not available in this build; run without --etcd for a single node".into(),
-        ));
-    }
     tracing::info!(node = %cfg.node_id, addr = %cfg.addr, upstream = %mask::mask_url(&cfg.upstream), data_dir = %cfg.data_dir.display(), "starting");
     match sluice_capture::check_upstream(&cfg.upstream).await {
         Ok(_) => {}
@@ -82,11 +78,22 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     let capture = upstream::open(&cfg.data_dir, &cfg.upstream, cfg.store_cache_bytes, cfg.skip_unparseable_ddl).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let capture_thread = upstream::spawn(capture.clone(), cfg.data_dir.clone(), cfg.upstream.clone(), cfg.server_id, stop_rx);
-    let incarnation = next_incarnation(&cfg.data_dir)?;
+    // Incarnations grow across restarts; a fenced process counts up within its block.
+    let incarnation = next_incarnation(&cfg.data_dir)? * 1_000_000;
     let node_id = NodeId::new(cfg.node_id.clone());
-    let meta = metabackend::MetaBackend::embedded(&cfg.data_dir, &node_id, &cfg.advertise_addr)?;
     let (report_tx, report_rx) = mpsc::unbounded_channel();
-    let (_meta_tx, meta_rx) = mpsc::unbounded_channel();
+    let (meta_tx, meta_rx) = mpsc::unbounded_channel();
+    let meta = if cfg.etcd.is_empty() {
+        metabackend::MetaBackend::embedded(&cfg.data_dir, &node_id, &cfg.advertise_addr)?
+    } else {
+        let m = etcdmeta::EtcdMeta::connect(&cfg.etcd, node_id.clone(), cfg.advertise_addr.clone(), incarnation, cfg.lease_ttl_secs, meta_tx).await?;
+        metabackend::MetaBackend::Etcd { meta: m, known_alive: None, known_leader: None, fences: 0 }
+    };
+    let cluster = meta.is_cluster();
+    let etcd_client = match &meta {
+        metabackend::MetaBackend::Etcd { meta, .. } => Some((meta.client.clone(), meta.view.clone())),
+        _ => None,
+    };
     let mut net = net::Net::default();
     net.incarnation = incarnation;
     let metrics = Arc::new(metrics::Metrics::default());
@@ -112,13 +119,35 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         node_id,
         addr: cfg.advertise_addr.clone(),
     };
-    tracing::info!(incarnation, "serving the API on http://{}", cfg.addr);
-    let app = api::router(state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| ServerError::Internal(format!("http server: {e}")))?;
+    tracing::info!(incarnation, cluster, "serving the API on http://{}", cfg.addr);
+    let app = api::router(state.clone());
+    let (stop_http_tx, stop_http_rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stop_http_rx.await;
+            })
+            .await
+    });
+    if cluster {
+        tokio::spawn(undrain_on_start(state.clone()));
+    }
+    shutdown_signal().await;
     tracing::info!("shutting down");
+    if cluster {
+        // Hand the node's work over while still serving node-to-node messages.
+        handover(&state).await;
+        if let Some((client, view)) = &etcd_client {
+            let m = etcdmeta::resign_with(client.clone(), view.clone(), &state.node_id);
+            m.await;
+        }
+    }
+    let _ = stop_http_tx.send(());
+    match server.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!("http server: {e}"),
+        Err(e) => tracing::warn!("http server task: {e}"),
+    }
     let (done_tx, done_rx) = oneshot::channel();
     if tx.send(ShellMsgShutdown::msg(done_tx)).await.is_ok() {
         let _ = tokio::time::timeout(Duration::from_secs(10), done_rx).await;
@@ -135,5 +164,66 @@ struct ShellMsgShutdown;
 impl ShellMsgShutdown {
     fn msg(done: oneshot::Sender<()>) -> shell::ShellMsg {
         shell::ShellMsg::Shutdown(done)
+    }
+}
+
+/// Drain this node through the coordinator and wait (bounded by [`HANDOVER_TIMEOUT`]) until no
+/// maintainer and no dispatcher runs here.
+pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(30);
+
+async fn handover(st: &api::AppState) {
+    let me = st.node_id.clone();
+    let deadline = tokio::time::Instant::now() + HANDOVER_TIMEOUT;
+    let path = format!("/api/v2/captures/{}/drain", me.as_str());
+    loop {
+        let leader = st.query(|s| s.node.leader().map(|l| s.net.addrs.get(l).cloned().unwrap_or_else(|| l.as_str().to_string()))).await.ok().flatten();
+        if let Some(addr) = leader {
+            match client::request(&addr, "POST", &path, None, Duration::from_secs(5)).await {
+                Ok(r) if r.status < 300 => break,
+                _ => {}
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!("could not drain through the coordinator; leaving without a handover");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    loop {
+        let busy = st
+            .query(|s| {
+                let others = s.members.len() > 1;
+                (s.node.maintainers().count() + s.dispatcher_count(), others)
+            })
+            .await
+            .unwrap_or((0, false));
+        if busy.0 == 0 || !busy.1 {
+            tracing::info!(left = busy.0, "handover done");
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(left = busy.0, "handover incomplete after {} s", HANDOVER_TIMEOUT.as_secs());
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A node that was drained before it stopped takes work again once it is back.
+async fn undrain_on_start(st: api::AppState) {
+    let me = st.node_id.clone();
+    for _ in 0..600 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let leader = st.query(|s| s.node.leader().map(|l| s.net.addrs.get(l).cloned().unwrap_or_else(|| l.as_str().to_string()))).await.ok().flatten();
+        let Some(addr) = leader else { continue };
+        let Ok(r) = client::request(&addr, "GET", "/api/v2/captures", None, Duration::from_secs(5)).await else { continue };
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&r.body) else { continue };
+        let Some(items) = v["items"].as_array() else { continue };
+        let Some(mine) = items.iter().find(|i| i["id"] == me.as_str()) else { continue };
+        if mine["draining"] == true {
+            let _ = client::request(&addr, "POST", &format!("/api/v2/captures/{}/uncordon", me.as_str()), None, Duration::from_secs(5)).await;
+            tracing::info!("this node was drained before it stopped: uncordoned");
+        }
+        return;
     }
 }

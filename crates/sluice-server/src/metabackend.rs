@@ -21,6 +21,13 @@ use std::collections::BTreeMap;
 
 pub enum MetaBackend {
     Embedded { store: EmbeddedMeta, announced: bool, leader_rev: u64 },
+    Etcd {
+        meta: crate::etcdmeta::EtcdMeta,
+        known_alive: Option<BTreeMap<NodeId, u64>>,
+        known_leader: Option<(Option<NodeId>, u64)>,
+        /// Times this process fenced itself.
+        fences: u64,
+    },
 }
 
 impl MetaBackend {
@@ -42,15 +49,24 @@ impl MetaBackend {
                     MetaResult::Unavailable
                 }
             }),
+            MetaBackend::Etcd { .. } => None,
         }
     }
 
-    /// Starts an operation whose result arrives later as `Input::MetaResult`.
-    pub fn apply_async(&mut self, _req: u64, _op: MetaOp) {}
-
-    /// The changefeed's epoch as the store has it now (`None`: cannot tell now).
-    pub fn persisted_epoch(&self, cf: &ChangefeedId) -> Option<Epoch> {
+    /// Starts an operation whose result arrives later as `Input::MetaResult`; returns a result
+    /// now only when it cannot be started (queue full: `Unavailable`).
+    pub fn apply_async(&mut self, req: u64, op: MetaOp) -> Option<MetaResult> {
         match self {
+            MetaBackend::Embedded { .. } => Some(MetaResult::Unavailable),
+            MetaBackend::Etcd { meta, .. } => meta.submit(req, op).err().map(|_| MetaResult::Unavailable),
+        }
+    }
+
+    /// The changefeed's epoch as the store has it now, read after `since` (`None`: cannot tell
+    /// yet).
+    pub fn persisted_epoch(&self, cf: &ChangefeedId, since: std::time::Instant) -> Option<Epoch> {
+        match self {
+            MetaBackend::Etcd { meta, .. } => meta.epoch_if_fresh(cf, since),
             MetaBackend::Embedded { store, .. } => Some(
                 store
                     .get(&keys::info(cf.as_str()))
@@ -63,6 +79,9 @@ impl MetaBackend {
 
     /// Reads keys under a prefix (for views), when the backend can answer synchronously.
     pub fn read_prefix(&mut self, prefix: &str) -> Option<Vec<(String, Vec<u8>)>> {
+        if self.is_cluster() {
+            return None;
+        }
         match self.apply_now(&MetaOp::Get { prefix: prefix.to_string() })? {
             MetaResult::Got { kvs, .. } => Some(kvs.into_iter().map(|kv| (kv.key, kv.value)).collect()),
             _ => None,
@@ -70,7 +89,7 @@ impl MetaBackend {
     }
 
     pub fn is_cluster(&self) -> bool {
-        false
+        matches!(self, MetaBackend::Etcd { .. })
     }
 }
 
@@ -87,8 +106,50 @@ pub fn on_tick(shell: &mut Shell) {
                 inputs.push(Input::Leader { node: Some(shell.node_id.clone()), rev: *leader_rev });
             }
         }
+        MetaBackend::Etcd { meta, known_alive, known_leader, .. } => {
+            let v = meta.view.lock().unwrap_or_else(|p| p.into_inner());
+            if v.incarnation != shell.incarnation {
+                return; // fenced, not rejoined yet
+            }
+            let alive: BTreeMap<NodeId, u64> = v.alive.iter().map(|(n, r)| (n.clone(), r.incarnation)).collect();
+            shell.members = v.alive.iter().map(|(n, r)| (n.clone(), r.addr.clone())).collect();
+            for (n, r) in &v.alive {
+                shell.net.addrs.insert(n.clone(), r.addr.clone());
+            }
+            if known_alive.as_ref() != Some(&alive) && v.refreshed.is_some() {
+                *known_alive = Some(alive.clone());
+                inputs.push(Input::NodesChanged { alive });
+            }
+            let leader = v.leader.clone().map(|(n, r)| (Some(n), r)).unwrap_or((None, 0));
+            if known_leader.as_ref() != Some(&leader) && v.refreshed.is_some() {
+                *known_leader = Some(leader.clone());
+                inputs.push(Input::Leader { node: leader.0, rev: leader.1 });
+            }
+        }
     }
     for i in inputs {
         shell.deliver(i);
     }
+}
+
+/// Fencing: a node that could not renew its lease for nearly a TTL drops everything before etcd
+/// lets the lease expire, and asks for a new lease as a new incarnation.
+pub fn check_fence(shell: &mut Shell) {
+    let MetaBackend::Etcd { meta, known_alive, known_leader, fences } = &mut shell.meta else { return };
+    let (stale, want) = {
+        let v = meta.view.lock().unwrap_or_else(|p| p.into_inner());
+        let limit = meta.ttl.saturating_sub(std::time::Duration::from_millis(2 * crate::shell::TICK_MS));
+        let stale = v.incarnation == shell.incarnation && v.renewed.map(|r| r.elapsed() >= limit).unwrap_or(true);
+        (stale, v.want_incarnation)
+    };
+    if !stale || want != shell.incarnation {
+        return;
+    }
+    *fences += 1;
+    let next = shell.incarnation + 1;
+    *known_alive = None;
+    *known_leader = None;
+    meta.view.lock().unwrap_or_else(|p| p.into_inner()).want_incarnation = next;
+    tracing::error!(incarnation = next, "lease not renewed for nearly its TTL: fencing (dropping all work) and rejoining");
+    shell.reset(next);
 }

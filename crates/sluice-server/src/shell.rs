@@ -88,7 +88,7 @@ pub struct Shell {
     pub inflight_bytes: u64,
     pub quota_bytes: u64,
     pub sink_uris: BTreeMap<ChangefeedId, String>,
-    schema_waits: Vec<(ChangefeedId, Epoch, Ts)>,
+    schema_waits: Vec<(ChangefeedId, Epoch, Ts, Instant)>,
     schema_cache: BTreeMap<(TableId, Ts), Arc<TableSchema>>,
     pub registry: Arc<SinkRegistry>,
     report_tx: mpsc::UnboundedSender<SinkReport>,
@@ -104,6 +104,8 @@ pub struct Shell {
     pub members: BTreeMap<NodeId, String>,
     /// The upstream URL, for views (masked before it is shown).
     pub upstream_masked: String,
+    /// Checkpoints carried by meta transactions in flight (async backends), by request.
+    meta_checkpoints: BTreeMap<u64, Vec<(ChangefeedId, Ts)>>,
 }
 
 fn value_size(v: &Value) -> usize {
@@ -176,6 +178,7 @@ impl Shell {
             store_path: std::path::PathBuf::new(),
             members: BTreeMap::new(),
             upstream_masked: String::new(),
+            meta_checkpoints: BTreeMap::new(),
         }
     }
 
@@ -302,6 +305,20 @@ impl Shell {
         self.metrics.set_node_gauges(self);
     }
 
+    /// A meta result from an async backend.
+    pub fn on_meta_input(&mut self, input: Input) {
+        if let Input::MetaResult { req, result } = &input {
+            if let Some(cps) = self.meta_checkpoints.remove(req) {
+                if matches!(result, MetaResult::Txn { succeeded: true, .. }) {
+                    for (cf, ts) in cps {
+                        self.on_persisted_checkpoint(cf, ts);
+                    }
+                }
+            }
+        }
+        self.deliver(input);
+    }
+
     pub fn on_sink_report(&mut self, r: SinkReport) {
         let key = (r.cf.clone(), r.id);
         if r.done_rows > 0 || r.done_bytes > 0 {
@@ -385,12 +402,32 @@ impl Shell {
                         }
                         self.local.push_back(Input::MetaResult { req, result });
                     }
-                    None => self.meta.apply_async(req, op),
+                    None => {
+                        if let MetaOp::Txn { puts, .. } = &op {
+                            let cps: Vec<(ChangefeedId, Ts)> = puts
+                                .iter()
+                                .filter_map(|(k, v)| {
+                                    let cf = k.strip_prefix(keys::CHANGEFEED_STATUS)?;
+                                    let st = serde_json::from_slice::<ChangefeedStatusRecord>(v).ok()?;
+                                    Some((ChangefeedId::new(cf), st.checkpoint_ts))
+                                })
+                                .collect();
+                            if !cps.is_empty() {
+                                if self.meta_checkpoints.len() >= MAX_QUEUED_INPUTS {
+                                    self.meta_checkpoints.clear();
+                                }
+                                self.meta_checkpoints.insert(req, cps);
+                            }
+                        }
+                        if let Some(result) = self.meta.apply_async(req, op) {
+                            self.local.push_back(Input::MetaResult { req, result });
+                        }
+                    }
                 }
             }
             Effect::LoadSchema { cf, epoch, at_ts } => {
                 // Answered on the next tick (capture may have to catch up to `at_ts` first).
-                self.schema_waits.push((cf, epoch, at_ts));
+                self.schema_waits.push((cf, epoch, at_ts, Instant::now()));
             }
             Effect::Subscribe { cf, id, span, is_trigger, start_ts } => {
                 let key = (cf.clone(), id);
@@ -639,14 +676,14 @@ impl Shell {
         }
         let captured = self.capture.captured();
         let waits = std::mem::take(&mut self.schema_waits);
-        for (cf, epoch, at_ts) in waits {
+        for (cf, epoch, at_ts, since) in waits {
             if captured < at_ts {
-                self.schema_waits.push((cf, epoch, at_ts));
+                self.schema_waits.push((cf, epoch, at_ts, since));
                 continue;
             }
-            let Some(persisted_epoch) = self.meta.persisted_epoch(&cf) else {
-                // The store could not be read now: ask again on the next tick.
-                self.schema_waits.push((cf, epoch, at_ts));
+            let Some(persisted_epoch) = self.meta.persisted_epoch(&cf, since) else {
+                // The store could not be read since the request: ask again on the next tick.
+                self.schema_waits.push((cf, epoch, at_ts, since));
                 continue;
             };
             let history = self.capture.history();
@@ -729,18 +766,20 @@ pub async fn run(mut shell: Shell, mut rx: mpsc::Receiver<ShellMsg>, mut reports
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut captured = shell.capture.captured.subscribe();
     loop {
+        crate::metabackend::check_fence(&mut shell);
         tokio::select! {
             _ = tick.tick() => {
                 crate::metabackend::on_tick(&mut shell);
                 shell.on_tick();
             }
             Some(r) = reports.recv() => shell.on_sink_report(r),
-            Some(i) = meta_rx.recv() => shell.deliver(i),
+            Some(i) = meta_rx.recv() => shell.on_meta_input(i),
             Ok(()) = captured.changed() => shell.feed_all(),
             m = rx.recv() => match m {
                 Some(ShellMsg::Input(i)) => shell.deliver(i),
                 Some(ShellMsg::Query(f)) => f(&mut shell),
                 Some(ShellMsg::Shutdown(done)) => {
+                    shell.stopping = true;
                     let _ = done.send(());
                     break;
                 }
