@@ -156,6 +156,12 @@ impl Server {
         }
     }
 
+    /// Start again after a kill or an exit (same address and data dir).
+    pub fn restart_after_kill(&mut self) {
+        self.child = None;
+        self.spawn();
+    }
+
     pub fn restart(&mut self) {
         self.kill9();
         self.spawn();

@@ -1,0 +1,153 @@
+//! Three `sluice server` nodes on etcd (started by `sluice_testkit::etcd` with auto-compaction)
+//! replicating a real MariaDB to another through the MySQL sink while writes run: a kill -9 of
+//! a non-coordinator node, a kill -9 of the coordinator's node, a SIGTERM of a node (handover);
+//! the dead nodes' work moves to live nodes, and the final `sluice check` passes.
+
+mod common;
+use common::*;
+use sluice_testkit::etcd::Etcd;
+use std::time::{Duration, Instant};
+
+fn coordinator(out: &Outputs, servers: &[Server]) -> Option<usize> {
+    for (i, s) in servers.iter().enumerate() {
+        if s.child.is_none() {
+            continue;
+        }
+        if let Ok((200, v)) = api_raw(&s.url(), "GET", "/api/v2/status", None) {
+            out.add(&v.to_string());
+            if v["is_owner"] == true {
+                return Some(i);
+            }
+        }
+    }
+    None
+}
+
+fn any_live(servers: &[Server]) -> String {
+    servers.iter().find(|s| s.child.is_some()).map(|s| s.url()).unwrap_or_default()
+}
+
+/// Polls until no span of the changefeed is placed on `dead` and every span replicates;
+/// returns how long it took.
+fn wait_moved_off(out: &Outputs, servers: &[Server], cf: &str, dead: &str, secs: u64) -> Duration {
+    let t0 = Instant::now();
+    wait_for(&format!("work off {dead}"), secs, || {
+        let (s, v) = api_raw(&any_live(servers), "GET", &format!("/api/v2/changefeeds/{cf}/spans"), None)?;
+        out.add(&v.to_string());
+        let items = v["items"].as_array().ok_or(format!("{s} {v}"))?;
+        if !items.is_empty() && items.iter().all(|i| i["node_id"] != dead && i["state"] == "replicating") {
+            Ok(())
+        } else {
+            Err(v.to_string())
+        }
+    });
+    t0.elapsed()
+}
+
+/// Moves the table named `name` to `node` through the API and waits until it replicates there.
+fn move_to(out: &Outputs, servers: &[Server], cf: &str, name: &str, node: &str) {
+    let base = any_live(servers);
+    let (_, v) = api(out, &base, "GET", &format!("/api/v2/changefeeds/{cf}/spans"), None);
+    let table = v["items"].as_array().and_then(|a| a.iter().find(|i| i["table_name"] == name)).and_then(|i| i["table_id"].as_u64()).unwrap_or_else(|| panic!("no {name} in {v}"));
+    let body = serde_json::json!({"table_id": table, "target_node_id": node});
+    let (st, v) = api(out, &base, "POST", &format!("/api/v2/changefeeds/{cf}/move_table"), Some(&body));
+    assert_eq!(st, 202, "{v}");
+    wait_for(&format!("{name} on {node}"), 30, || {
+        let (_, v) = api_raw(&base, "GET", &format!("/api/v2/changefeeds/{cf}/spans"), None)?;
+        let ok = v["items"].as_array().map(|a| a.iter().any(|i| i["table_name"] == name && i["node_id"] == node && i["state"] == "replicating")).unwrap_or(false);
+        if ok {
+            Ok(())
+        } else {
+            Err(v.to_string())
+        }
+    });
+}
+
+#[test]
+fn three_nodes_kill_coordinator_and_worker_and_sigterm() {
+    let out = Outputs::default();
+    let etcd = Etcd::start().expect("etcd");
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    let (_down, down_url) = mariadb_with_user(DOWN_PASS);
+    let dirs: Vec<_> = (0..3).map(|i| tmpdir(&format!("cluster{i}"))).collect();
+    let etcd_url = etcd.url();
+    let mut servers: Vec<Server> = dirs.iter().map(|d| Server::start_with(d, &up_url, &["--etcd", &etcd_url])).collect();
+    wait_for("3 captures", 30, || {
+        let (_, v) = api_raw(&servers[0].url(), "GET", "/api/v2/captures", None)?;
+        if v["items"].as_array().map(|a| a.len()) == Some(3) {
+            Ok(())
+        } else {
+            Err(v.to_string())
+        }
+    });
+    // Tables exist before the changefeed: create them on both sides.
+    let ddl = "CREATE DATABASE c; CREATE TABLE c.t1 (id INT PRIMARY KEY, v INT); CREATE TABLE c.t2 (id INT PRIMARY KEY, v INT); CREATE TABLE c.t3 (id INT PRIMARY KEY, v INT);";
+    up.exec(ddl).expect("ddl");
+    _down.exec(ddl).expect("ddl");
+    create_changefeed(&out, &servers[1].url(), "ha", &format!("{down_url}/?worker-count=4"));
+    wait_checkpoint(&out, &servers[0].url(), "ha", master_ts(&up), 60);
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut i = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || i < 30 {
+                let t = i % 3 + 1;
+                let _ = up.exec(&format!(
+                    "INSERT INTO c.t{t} VALUES ({i}, {i}) ON DUPLICATE KEY UPDATE v = v + 1; UPDATE c.t1 SET v = v + 1 WHERE id = {}; DELETE FROM c.t2 WHERE id = {};",
+                    i / 2,
+                    i.saturating_sub(7)
+                ));
+                i += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            up
+        })
+    };
+
+    // 1. kill -9 a node that is not the coordinator.
+    let c = coordinator(&out, &servers).expect("a coordinator");
+    let victim = (c + 1) % 3;
+    let victim_id = servers[victim].addr.clone();
+    move_to(&out, &servers, "ha", "c.t2", &victim_id);
+    servers[victim].kill9();
+    let took = wait_moved_off(&out, &servers, "ha", &victim_id, 30);
+    eprintln!("work of killed worker {victim_id} rescheduled in {took:?}");
+    servers[victim].restart_after_kill();
+
+    // 2. kill -9 the coordinator's node.
+    let c = coordinator(&out, &servers).expect("a coordinator");
+    let cid = servers[c].addr.clone();
+    move_to(&out, &servers, "ha", "c.t3", &cid);
+    servers[c].kill9();
+    wait_for("a new coordinator", 30, || coordinator(&out, &servers).filter(|n| *n != c).ok_or_else(|| "none".to_string()));
+    let took = wait_moved_off(&out, &servers, "ha", &cid, 30);
+    eprintln!("work of killed coordinator {cid} rescheduled in {took:?}");
+    servers[c].restart_after_kill();
+
+    // 3. SIGTERM a node: it hands its work over and exits 0.
+    let t = (coordinator(&out, &servers).expect("a coordinator") + 2) % 3;
+    let tid = servers[t].addr.clone();
+    move_to(&out, &servers, "ha", "c.t1", &tid);
+    let st = servers[t].sigterm().expect("exit status");
+    assert!(st.success(), "SIGTERM exit: {st}");
+    wait_moved_off(&out, &servers, "ha", &tid, 30);
+    servers[t].restart_after_kill();
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let up = writer.join().expect("writer");
+    let target = master_ts(&up);
+    wait_checkpoint(&out, &any_live(&servers), "ha", target, 120);
+    let r = check(&out, &up_url, &down_url, "c.*");
+    assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
+    let (_, v) = api(&out, &any_live(&servers), "GET", "/api/v2/changefeeds/ha", None);
+    assert_eq!(v["state"], "normal", "{v}");
+    let logs: Vec<std::path::PathBuf> = servers.iter().map(|s| s.log.clone()).collect();
+    let refs: Vec<&std::path::Path> = logs.iter().map(|p| p.as_path()).collect();
+    out.assert_no_secret(&refs);
+    drop(servers);
+    for d in dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
