@@ -29,8 +29,7 @@ fn any_live(servers: &[Server]) -> String {
 
 /// Polls until no span of the changefeed is placed on `dead` and every span replicates;
 /// returns how long it took.
-fn wait_moved_off(out: &Outputs, servers: &[Server], cf: &str, dead: &str, secs: u64) -> Duration {
-    let t0 = Instant::now();
+fn wait_moved_off(out: &Outputs, servers: &[Server], cf: &str, dead: &str, secs: u64, t0: Instant) -> Duration {
     wait_for(&format!("work off {dead}"), secs, || {
         let (s, v) = api_raw(&any_live(servers), "GET", &format!("/api/v2/changefeeds/{cf}/spans"), None)?;
         out.add(&v.to_string());
@@ -47,8 +46,11 @@ fn wait_moved_off(out: &Outputs, servers: &[Server], cf: &str, dead: &str, secs:
 /// Moves the table named `name` to `node` through the API and waits until it replicates there.
 fn move_to(out: &Outputs, servers: &[Server], cf: &str, name: &str, node: &str) {
     let base = any_live(servers);
-    let (_, v) = api(out, &base, "GET", &format!("/api/v2/changefeeds/{cf}/spans"), None);
-    let table = v["items"].as_array().and_then(|a| a.iter().find(|i| i["table_name"] == name)).and_then(|i| i["table_id"].as_u64()).unwrap_or_else(|| panic!("no {name} in {v}"));
+    let table = wait_for(&format!("{name} in the spans"), 30, || {
+        let (_, v) = api_raw(&base, "GET", &format!("/api/v2/changefeeds/{cf}/spans"), None)?;
+        out.add(&v.to_string());
+        v["items"].as_array().and_then(|a| a.iter().find(|i| i["table_name"] == name)).and_then(|i| i["table_id"].as_u64()).ok_or(v.to_string())
+    });
     let body = serde_json::json!({"table_id": table, "target_node_id": node});
     let (st, v) = api(out, &base, "POST", &format!("/api/v2/changefeeds/{cf}/move_table"), Some(&body));
     assert_eq!(st, 202, "{v}");
@@ -111,19 +113,21 @@ fn three_nodes_kill_coordinator_and_worker_and_sigterm() {
     let victim = (c + 1) % 3;
     let victim_id = servers[victim].addr.clone();
     move_to(&out, &servers, "ha", "c.t2", &victim_id);
+    let t0 = Instant::now();
     servers[victim].kill9();
-    let took = wait_moved_off(&out, &servers, "ha", &victim_id, 30);
-    eprintln!("work of killed worker {victim_id} rescheduled in {took:?}");
+    let took = wait_moved_off(&out, &servers, "ha", &victim_id, 30, t0);
+    eprintln!("work of killed worker {victim_id} rescheduled {took:?} after the kill");
     servers[victim].restart_after_kill();
 
     // 2. kill -9 the coordinator's node.
     let c = coordinator(&out, &servers).expect("a coordinator");
     let cid = servers[c].addr.clone();
     move_to(&out, &servers, "ha", "c.t3", &cid);
+    let t0 = Instant::now();
     servers[c].kill9();
     wait_for("a new coordinator", 30, || coordinator(&out, &servers).filter(|n| *n != c).ok_or_else(|| "none".to_string()));
-    let took = wait_moved_off(&out, &servers, "ha", &cid, 30);
-    eprintln!("work of killed coordinator {cid} rescheduled in {took:?}");
+    let took = wait_moved_off(&out, &servers, "ha", &cid, 30, t0);
+    eprintln!("work of killed coordinator {cid} rescheduled {took:?} after the kill");
     servers[c].restart_after_kill();
 
     // 3. SIGTERM a node: it hands its work over and exits 0.
@@ -132,7 +136,8 @@ fn three_nodes_kill_coordinator_and_worker_and_sigterm() {
     move_to(&out, &servers, "ha", "c.t1", &tid);
     let st = servers[t].sigterm().expect("exit status");
     assert!(st.success(), "SIGTERM exit: {st}");
-    wait_moved_off(&out, &servers, "ha", &tid, 30);
+    let t0 = Instant::now();
+    wait_moved_off(&out, &servers, "ha", &tid, 30, t0);
     servers[t].restart_after_kill();
 
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -143,6 +148,7 @@ fn three_nodes_kill_coordinator_and_worker_and_sigterm() {
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
     let (_, v) = api(&out, &any_live(&servers), "GET", "/api/v2/changefeeds/ha", None);
     assert_eq!(v["state"], "normal", "{v}");
+    eprintln!("final changefeed: {v}");
     let logs: Vec<std::path::PathBuf> = servers.iter().map(|s| s.log.clone()).collect();
     let refs: Vec<&std::path::Path> = logs.iter().map(|p| p.as_path()).collect();
     out.assert_no_secret(&refs);
