@@ -37,6 +37,8 @@ pub struct SchedulerConfig {
     pub region_threshold: u64,
     pub region_count_per_span: u64,
     pub balance: bool,
+    /// A span written faster than this many rows per second is split (0: off).
+    pub write_key_threshold: u64,
 }
 
 impl Default for SchedulerConfig {
@@ -46,6 +48,7 @@ impl Default for SchedulerConfig {
             region_threshold: 10_000,
             region_count_per_span: 100,
             balance: true,
+            write_key_threshold: 0,
         }
     }
 }

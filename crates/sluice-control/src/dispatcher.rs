@@ -102,6 +102,9 @@ struct Dispatcher {
     /// Final checkpoints of merge sources that already closed.
     merge_closed: BTreeMap<DispatcherId, Ts>,
     remove_after_merge: bool,
+    /// Rows written since the last heartbeat, and the rate reported in it (rows/s).
+    rows_since_report: u64,
+    write_rate: u64,
 }
 
 impl Dispatcher {
@@ -125,6 +128,8 @@ impl Dispatcher {
             merge_sources: Vec::new(),
             merge_closed: BTreeMap::new(),
             remove_after_merge: false,
+            rows_since_report: 0,
+            write_rate: 0,
         }
     }
 
@@ -180,6 +185,7 @@ impl Dispatcher {
             checkpoint: self.checkpoint(),
             block,
             merge_sources: self.merge_sources.clone(),
+            write_rate: self.write_rate,
         }
     }
 }
@@ -1156,6 +1162,7 @@ impl DispatcherManager {
                         }
                     }
                     rows.push((*commit_ts, key, *handle));
+                    d.rows_since_report += 1;
                     d.written_ts = d.written_ts.max(*commit_ts);
                     d.buffer.pop_front();
                     if rows.len() >= MAX_ROWS_PER_WRITE {
@@ -1305,6 +1312,15 @@ impl DispatcherManager {
             .map(|t| now >= t + HEARTBEAT_MS)
             .unwrap_or(true)
         {
+            let elapsed = self
+                .last_hb
+                .map(|t| now.saturating_sub(t))
+                .unwrap_or(HEARTBEAT_MS)
+                .max(1);
+            for d in self.dispatchers.values_mut() {
+                d.write_rate = d.rows_since_report * 1000 / elapsed;
+                d.rows_since_report = 0;
+            }
             self.last_hb = Some(now);
             self.hb_seq += 1;
             let mut reports: Vec<DispatcherReport> =
@@ -1341,6 +1357,7 @@ fn stopped_report(id: DispatcherId, span: Span, cp: Ts) -> DispatcherReport {
         checkpoint: cp,
         block: None,
         merge_sources: Vec::new(),
+        write_rate: 0,
     }
 }
 

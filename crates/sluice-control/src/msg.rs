@@ -68,6 +68,9 @@ pub struct DispatcherReport {
     pub block: Option<BlockReport>,
     /// For a merge target: the sources it replaces.
     pub merge_sources: Vec<DispatcherId>,
+    /// Rows written per second over the last heartbeat interval.
+    #[serde(default)]
+    pub write_rate: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -137,6 +137,11 @@ pub fn random_scenario_text(seed: u64) -> String {
         r.range(1, 3),
         r.chance(0.5)
     );
+    // Drawn apart so the rest of the seed's world stays as it was before this knob existed.
+    let mut r2 = Rng::new(seed ^ 0xFEED_F00D);
+    if r2.chance(0.4) {
+        let _ = writeln!(t, "x-write-key-threshold = {}", r2.range(50, 3000));
+    }
     let ntables = r.range(2, 5);
     let mut tables: Vec<u64> = Vec::new();
     let mut tables_db: std::collections::BTreeMap<u64, String> = std::collections::BTreeMap::new();

@@ -83,6 +83,9 @@ pub struct SchedulerConfig {
     pub region_count_per_span: u64,
     /// `balance` (default true): false turns off balancing, splitting and merging of running spans.
     pub balance: bool,
+    /// Extension `x-write-key-threshold` (default 0, off): a span written faster than this many
+    /// rows per second is split (with `enable-table-across-nodes` and `balance`).
+    pub x_write_key_threshold: u64,
 }
 
 impl Default for SchedulerConfig {
@@ -92,6 +95,7 @@ impl Default for SchedulerConfig {
             region_threshold: 10_000,
             region_count_per_span: 100,
             balance: true,
+            x_write_key_threshold: 0,
         }
     }
 }
@@ -850,6 +854,9 @@ impl Parser {
                 .opt_u64("region-count-per-span")?
                 .unwrap_or(d.region_count_per_span),
             balance: s.opt_bool("balance")?.unwrap_or(d.balance),
+            x_write_key_threshold: s
+                .opt_u64("x-write-key-threshold")?
+                .unwrap_or(d.x_write_key_threshold),
         };
         if cfg.region_count_per_span == 0 {
             return Err(self.err(ctx, "`region-count-per-span` must be positive"));

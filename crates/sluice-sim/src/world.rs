@@ -1533,6 +1533,7 @@ impl Sim {
                         region_threshold: w.scheduler.region_threshold,
                         region_count_per_span: w.scheduler.region_count_per_span,
                         balance: w.scheduler.balance,
+                        write_key_threshold: w.scheduler.x_write_key_threshold,
                     },
                     preferred_node: w.maintainer.as_ref().map(|m| NodeId::new(m.as_str())),
                 };

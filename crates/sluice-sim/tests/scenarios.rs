@@ -97,6 +97,18 @@ fn catalog_scenarios_pass_and_name_their_entry() {
 }
 
 #[test]
+fn feature_scenarios_pass() {
+    let files = toml_files(&root().join("scenarios/features"));
+    assert!(!files.is_empty());
+    for f in files {
+        let (r, _) = run_file(&f, None);
+        if let Err(e) = r {
+            panic!("{e}");
+        }
+    }
+}
+
+#[test]
 fn shared_scenarios_pass_under_other_seeds() {
     for f in toml_files(&shared_dir()) {
         for seed in 1..4 {

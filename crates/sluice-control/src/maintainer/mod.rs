@@ -65,6 +65,8 @@ pub struct SpanEntry {
     pub dispatcher: Option<DispatcherId>,
     pub checkpoint: Ts,
     pub op: Option<u64>,
+    /// Rows per second its dispatcher reported last.
+    pub write_rate: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -478,6 +480,7 @@ impl Maintainer {
                     dispatcher: None,
                     checkpoint,
                     op: None,
+                    write_rate: 0,
                 },
             );
         }
@@ -826,6 +829,7 @@ impl Maintainer {
                     dispatcher: Some(r.id),
                     checkpoint: r.checkpoint.max(cp.min(r.checkpoint)),
                     op: None,
+                    write_rate: 0,
                 };
                 if r.phase == DispatcherPhase::Working {
                     self.spans.insert(key, entry);
@@ -880,6 +884,7 @@ impl Maintainer {
                                 dispatcher: Some(r.id),
                                 checkpoint: r.checkpoint,
                                 op: None,
+                                write_rate: 0,
                             },
                         );
                         let mut op = self.new_op(OpKind::Move, table, Some(key));
@@ -900,6 +905,7 @@ impl Maintainer {
                                 dispatcher: Some(r.id),
                                 checkpoint: r.checkpoint,
                                 op: None,
+                                write_rate: 0,
                             },
                         );
                         let mut op = self.new_op(OpKind::Split, table, Some(key));
@@ -1019,6 +1025,7 @@ impl Maintainer {
                     for e in self.spans.values_mut() {
                         if e.dispatcher == Some(r.id) && e.node.as_ref() == Some(from) {
                             e.checkpoint = e.checkpoint.max(r.checkpoint);
+                            e.write_rate = r.write_rate;
                         }
                     }
                     if let (Some(b), DispatcherPhase::Working) = (&r.block, &r.phase) {
@@ -1673,6 +1680,7 @@ impl Maintainer {
                                     dispatcher: None,
                                     checkpoint: cp,
                                     op: None,
+                                    write_rate: 0,
                                 },
                             );
                         }
@@ -1789,6 +1797,7 @@ impl Maintainer {
                             dispatcher: Some(target),
                             checkpoint: cp,
                             op: None,
+                            write_rate: 0,
                         },
                     );
                     op.key = None;
@@ -2175,6 +2184,40 @@ impl Maintainer {
                     }
                 }
             }
+            // Split by write rate: a span written faster than the threshold is split into
+            // pieces of about the threshold each (as its regions allow).
+            if sched.write_key_threshold > 0 {
+                let hot: Vec<(SpanKey, Span, u64)> = self
+                    .spans
+                    .iter()
+                    .filter(|(_, e)| {
+                        e.write_rate > sched.write_key_threshold
+                            && self
+                                .tables
+                                .get(&e.span.table)
+                                .map(|t| t.splittable)
+                                .unwrap_or(false)
+                    })
+                    .map(|(k, e)| (k.clone(), e.span.clone(), e.write_rate))
+                    .collect();
+                for (k, span, rate) in hot {
+                    let pieces = (rate.div_ceil(sched.write_key_threshold) as usize).max(2);
+                    let inner = ctx
+                        .regions
+                        .get(&span.table)
+                        .map(|r| {
+                            r.iter()
+                                .filter(|b| **b > span.start && **b < span.end)
+                                .count()
+                        })
+                        .unwrap_or(0);
+                    let points = self.split_points(ctx, &span, Some(pieces.min(inner + 1)));
+                    if self.start_split(k, points) {
+                        self.log(out, format!("split {span:?}: written at {rate} rows/s"));
+                        return;
+                    }
+                }
+            }
             // Merge (hysteresis: only at or below half the split threshold).
             let merge: Vec<TableId> = self
                 .tables
@@ -2184,6 +2227,15 @@ impl Maintainer {
                         && self.spans.values().filter(|e| e.span.table == **t).count() > 1
                         && ctx.regions.get(t).map(|r| r.len() as u64 + 1).unwrap_or(1) * 2
                             <= sched.region_threshold
+                        && (sched.write_key_threshold == 0
+                            || self
+                                .spans
+                                .values()
+                                .filter(|e| e.span.table == **t)
+                                .map(|e| e.write_rate)
+                                .sum::<u64>()
+                                * 2
+                                <= sched.write_key_threshold)
                 })
                 .map(|(t, _)| *t)
                 .collect();
