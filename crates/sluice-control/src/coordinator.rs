@@ -154,6 +154,8 @@ pub struct FeedView {
     pub error: Option<String>,
     pub restarts: u32,
     pub sink_uri: String,
+    /// The whole configuration as stored (the API's update starts from it).
+    pub config: ChangefeedConfig,
 }
 
 pub struct Coordinator {
@@ -264,6 +266,7 @@ impl Coordinator {
                 error: f.info.error.clone(),
                 restarts: f.info.restarts,
                 sink_uri: f.info.config.sink_uri.clone(),
+                config: f.info.config.clone(),
             })
             .collect()
     }
