@@ -515,20 +515,57 @@ async fn update_changefeed(State(st): State<AppState>, method: Method, uri: Uri,
     at_coordinator!(st, method, uri, body);
     let b: UpdateBody = parse_body(&body)?;
     let v = feed_view(&st, &id).await?;
-    if v["state"] != "stopped" {
+    if v["state"] != "stopped" && v["state"] != "failed" {
         return Err(ServerError::Conflict(format!("changefeed {id} must be paused before it is updated: run `sluice cli changefeed pause -c {id}` first")).into());
     }
     if let Some(u) = &b.sink_uri {
         crate::mask::register_url(u);
         sluice_sink::SinkUri::parse(u).map_err(|e| ServerError::InvalidSinkUri(scrub(&e.to_string())))?;
-    }
-    if let Some(t) = &b.config {
-        let c = parse_changefeed_toml(t)?;
-        if c.filter.is_some() {
-            return Err(ServerError::BadRequest("changefeed config: [filter] is not supported by this version yet; remove the section".into()).into());
+        match tokio::time::timeout(FORWARD_TIMEOUT, sluice_sink::open_sink(u)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(ServerError::InvalidSinkUri(scrub(&e.to_string())).into()),
+            Err(_) => return Err(ServerError::InvalidSinkUri(format!("{} did not answer within {} s", mask_url(u), FORWARD_TIMEOUT.as_secs())).into()),
         }
     }
-    Err(ServerError::Conflict("updating a changefeed is not supported by this version yet; remove it and create it again from its checkpoint (--start-ts)".into()).into())
+    let toml = match &b.config {
+        Some(t) => Some(parse_changefeed_toml(t)?),
+        None => None,
+    };
+    if toml.as_ref().map(|c| c.filter.is_some()).unwrap_or(false) {
+        return Err(ServerError::BadRequest("changefeed config: [filter] is not supported by this version yet; remove the section".into()).into());
+    }
+    let cf = ChangefeedId::new(id.clone());
+    let want = {
+        let cf = cf.clone();
+        st.query(move |s| {
+            let c = s.node.coordinator().ok_or_else(|| ServerError::NotReady("the coordinator is starting".into()))?;
+            let f = c.feeds().into_iter().find(|f| f.id == cf).ok_or_else(|| ServerError::ChangefeedNotFound(cf.to_string()))?;
+            let mut config = f.config.clone();
+            if let Some(u) = b.sink_uri {
+                config.sink_uri = u;
+            }
+            if let Some(sched) = toml.and_then(|t| t.scheduler) {
+                config.scheduler = sched;
+            }
+            s.deliver(Input::Request(UserRequest::UpdateChangefeed { cf: cf.clone(), config: config.clone() }));
+            Ok::<_, ServerError>(config)
+        })
+        .await??
+    };
+    let deadline = tokio::time::Instant::now() + ACCEPT_WAIT;
+    loop {
+        let done = {
+            let (cf, want) = (cf.clone(), want.clone());
+            st.query(move |s| s.node.coordinator().and_then(|c| c.feeds().into_iter().find(|f| f.id == cf)).map(|f| f.config == want).unwrap_or(false)).await?
+        };
+        if done {
+            return ok(feed_view(&st, &id).await?);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(json_response(StatusCode::ACCEPTED, &json!({"accepted": true})));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 async fn state_request(st: &AppState, id: &str, req: UserRequest, want: &'static [&'static str]) -> ApiResult {

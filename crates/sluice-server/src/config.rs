@@ -15,6 +15,8 @@ pub const DEFAULT_LEASE_TTL_SECS: u64 = 5;
 /// Default memory quota for rows in flight (event-store reads handed to dispatchers and not yet
 /// accepted by a sink), per server.
 pub const DEFAULT_MEMORY_QUOTA_BYTES: u64 = 256 << 20;
+/// Default target size of a table region (the split scheduler's unit).
+pub const DEFAULT_REGION_SIZE_BYTES: u64 = 96 << 20;
 /// Default redb page cache of the event store.
 pub const DEFAULT_STORE_CACHE_BYTES: u64 = 64 << 20;
 
@@ -41,6 +43,8 @@ pub struct FileConfig {
     pub log_level: Option<String>,
     /// Skip DDL statements the schema history cannot parse instead of failing capture.
     pub skip_unparseable_ddl: Option<bool>,
+    /// Target bytes per table region (from the upstream's statistics) for the split scheduler.
+    pub region_size_bytes: Option<u64>,
 }
 
 /// The effective configuration.
@@ -59,6 +63,7 @@ pub struct ServerConfig {
     pub store_cache_bytes: u64,
     pub log_level: String,
     pub skip_unparseable_ddl: bool,
+    pub region_size_bytes: u64,
 }
 
 /// Command-line values (each overrides the file).
@@ -146,6 +151,7 @@ impl ServerConfig {
             store_cache_bytes: file.store_cache_bytes.unwrap_or(DEFAULT_STORE_CACHE_BYTES).max(1 << 20),
             log_level,
             skip_unparseable_ddl: file.skip_unparseable_ddl.unwrap_or(false),
+            region_size_bytes: file.region_size_bytes.unwrap_or(DEFAULT_REGION_SIZE_BYTES).max(1),
         })
     }
 }

@@ -112,6 +112,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     shell.upstream_masked = mask::mask_url(&cfg.upstream);
     let (tx, rx) = mpsc::channel(shell::MAX_QUEUED_INPUTS);
     let shell_task = tokio::spawn(shell::run(shell, rx, report_rx, meta_rx));
+    let regions = tokio::spawn(upstream::regions_task(capture.clone(), cfg.upstream.clone(), cfg.region_size_bytes, tx.clone()));
     let state = api::AppState {
         tx: tx.clone(),
         capture: capture.clone(),
@@ -143,6 +144,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         }
     }
     let _ = stop_http_tx.send(());
+    regions.abort();
     match server.await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!("http server: {e}"),

@@ -272,6 +272,9 @@ impl Shell {
     }
 
     fn observe(&mut self, input: &Input) {
+        if let Input::Regions { table, regions } = input {
+            self.regions.insert(*table, regions.clone());
+        }
         if let Input::Message { msg, .. } = input {
             match msg {
                 Message::Bootstrap { cf, config, .. } | Message::AddMaintainer { cf, config, .. } => {

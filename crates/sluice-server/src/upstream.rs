@@ -194,3 +194,49 @@ async fn run(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, se
         }
     }
 }
+
+/// How often table regions are recomputed from the upstream's statistics.
+pub const REGIONS_REFRESH: Duration = Duration::from_secs(60);
+
+/// Feeds `Input::Regions` for every captured table with a routing key: at start, then every
+/// [`REGIONS_REFRESH`], and soon after a DDL (new tables). Regions only steer the split
+/// scheduler; errors are logged and retried at the next round.
+pub async fn regions_task(shared: Arc<CaptureShared>, upstream: String, region_size: u64, tx: tokio::sync::mpsc::Sender<crate::shell::ShellMsg>) {
+    use sluice_capture::regions::{table_regions, RegionConfig};
+    let cfg = RegionConfig { region_size: region_size.max(1), ..RegionConfig::default() };
+    let mut last_ddls = u64::MAX;
+    let mut last_full = std::time::Instant::now() - REGIONS_REFRESH;
+    loop {
+        let ddls = shared.ddls_captured.load(Ordering::Relaxed);
+        if ddls != last_ddls || last_full.elapsed() >= REGIONS_REFRESH {
+            last_ddls = ddls;
+            last_full = std::time::Instant::now();
+            let history = shared.history();
+            let at = shared.captured();
+            match mysql_async::Opts::from_url(&upstream) {
+                Ok(opts) => match mysql_async::Conn::new(opts).await {
+                    Ok(mut conn) => {
+                        for t in history.tables_at(at) {
+                            if sluice_capture::schema::is_system_schema(&t.database) || t.key_columns.is_empty() {
+                                continue;
+                            }
+                            match table_regions(&mut conn, t, &cfg).await {
+                                Ok(regions) => {
+                                    let input = sluice_control::Input::Regions { table: t.table_id, regions };
+                                    if tx.send(crate::shell::ShellMsg::Input(input)).await.is_err() {
+                                        return;
+                                    }
+                                }
+                                Err(e) => tracing::debug!(table = %t.qualified_name(), "regions: {}", scrub(&e.to_string())),
+                            }
+                        }
+                        let _ = conn.disconnect().await;
+                    }
+                    Err(e) => tracing::debug!("regions: {}", scrub(&e.to_string())),
+                },
+                Err(e) => tracing::debug!("regions: {}", scrub(&e.to_string())),
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}

@@ -114,6 +114,7 @@ fn routes_commands_and_bad_input() {
     // pause, update (refused while running, and not supported yet), resume
     let (st, v) = api(&out, &s, "PUT", "/api/v2/changefeeds/cf1", Some(&json!({"sink_uri": sink})));
     assert_eq!(st, 409, "{v}");
+    assert_eq!(v["error_code"], "CDC:ErrChangefeedUpdateRefused", "{v}");
     assert!(v["error_msg"].as_str().unwrap_or("").contains("pause"), "{v}");
     let r = sluice(&out, &["cli", "--server", &s, "changefeed", "pause", "-c", "cf1"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -123,6 +124,12 @@ fn routes_commands_and_bad_input() {
     let r = sluice(&out, &["cli", "--server", &s, "changefeed", "update", "-c", "cf1", "--config", bad_toml.to_str().unwrap_or("")]);
     assert_eq!(r.code, 1, "{} {}", r.stdout, r.stderr);
     assert!(r.stderr.contains("no-such-key"), "{}", r.stderr);
+    // A valid update while paused: a new scheduler section, the same sink.
+    let good_toml = dir.join("good.toml");
+    std::fs::write(&good_toml, "[scheduler]\nbalance = false\n").expect("toml");
+    let r = sluice(&out, &["cli", "--server", &s, "changefeed", "update", "-c", "cf1", "--sink-uri", &sink, "--config", good_toml.to_str().unwrap_or("")]);
+    assert_eq!(r.code, 0, "{} {}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("stopped"), "{}", r.stdout);
     let r = sluice(&out, &["cli", "--server", &s, "changefeed", "resume", "-c", "cf1"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("normal"), "{}", r.stdout);
