@@ -86,6 +86,55 @@ fn mariadb_binlog(db: &MariaDb, from: &BinlogPos, to: &BinlogPos, raw: bool) -> 
     secs
 }
 
+/// The Python peer decodes only this many rows of each range (it is too slow for all of them).
+const PYTHON_ROWS: u64 = 20_000;
+
+/// The PyPI `mysql-replication` peer decoding the start of the same range (rows/s is what is
+/// compared); `None` when it is not installed.
+fn python_peer(db: &MariaDb, from: &BinlogPos, to: &BinlogPos) -> Option<(u64, f64)> {
+    const SCRIPT: &str = r#"
+import sys, time
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.row_event import WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent
+port, f, pos, end = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+s = BinLogStreamReader(connection_settings={"host": "127.0.0.1", "port": port, "user": "root", "passwd": ""},
+    server_id=950, log_file=f, log_pos=pos, resume_stream=True, blocking=False, is_mariadb=True,
+    only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
+t = time.time(); n = 0
+limit = int(sys.argv[5])
+for ev in s:
+    n += len(ev.rows)
+    if s.log_pos >= end or n >= limit:
+        break
+print(n, time.time() - t)
+"#;
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            SCRIPT,
+            &db.port().to_string(),
+            &from.file,
+            &from.pos.to_string(),
+            &to.pos.to_string(),
+            &PYTHON_ROWS.to_string(),
+        ])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "python peer: {}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
+        return None;
+    }
+    let s = String::from_utf8_lossy(&out.stdout);
+    let mut it = s.split_whitespace();
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let n: u64 = std::env::args()
@@ -135,6 +184,13 @@ async fn main() {
         println!("| {name} | {n} | {mib:.0} | mariadb-binlog -v > /dev/null | {:.0} | {:.1} |", n as f64 / secs, mib / secs);
         let secs = mariadb_binlog(&db, &from, &to, true);
         println!("| {name} | {n} | {mib:.0} | mariadb-binlog --raw (I/O ceiling) | {:.0} | {:.1} |", n as f64 / secs, mib / secs);
+        match python_peer(&db, &from, &to) {
+            Some((rows, secs)) => println!(
+                "| {name} | {rows} (first) | - | python mysql-replication (peer) | {:.0} | - |",
+                rows as f64 / secs,
+            ),
+            None => println!("| {name} | - | {mib:.0} | python mysql-replication (not installed) | - | - |"),
+        }
     }
 
     // Event store: append 1M rows in 1000-row transactions, then scan one table fully.

@@ -337,20 +337,20 @@ impl Capture {
 /// Invariants: the store's `resolved` only advances past a DDL after the history containing
 /// that DDL was saved through the [`SchemaStore`]; a restart resumes the reader at the store's
 /// durable `resolved` ([`Pump::resume_position`]), so the history is never behind the store.
-pub struct Pump<'a> {
+pub struct Pump {
     pub capture: Capture,
-    pub store: &'a EventStore,
-    pub history_store: &'a dyn SchemaStore,
+    pub store: Arc<EventStore>,
+    pub history_store: Arc<dyn SchemaStore>,
     /// Call [`EventStore::persist`] after this many transactions (and on every DDL).
     pub persist_every: u64,
     since_persist: u64,
 }
 
-impl<'a> Pump<'a> {
+impl Pump {
     pub fn new(
         capture: Capture,
-        store: &'a EventStore,
-        history_store: &'a dyn SchemaStore,
+        store: Arc<EventStore>,
+        history_store: Arc<dyn SchemaStore>,
     ) -> Self {
         Pump {
             capture,
@@ -381,7 +381,7 @@ impl<'a> Pump<'a> {
                 self.since_persist += 1;
             }
             Captured::Ddl(ddl) => {
-                self.history_store.save(&self.capture.history)?;
+                self.history_store.save(&self.capture.history).await?;
                 self.store.append_ddl(ddl)?;
                 self.since_persist = self.persist_every;
             }

@@ -90,17 +90,22 @@ pub struct SchemaHistory {
     pub sequences: std::collections::BTreeSet<String>,
 }
 
+/// A boxed future, so [`SchemaStore`] can be implemented over async clients (etcd) and used as
+/// `dyn SchemaStore`.
+pub type StoreFuture<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T>> + Send + 'a>>;
+
 /// Persistence of a schema history (the server implements it over its meta store).
-pub trait SchemaStore {
-    fn load(&self) -> Result<Option<SchemaHistory>>;
-    fn save(&self, history: &SchemaHistory) -> Result<()>;
+pub trait SchemaStore: Send + Sync {
+    fn load(&self) -> StoreFuture<'_, Option<SchemaHistory>>;
+    fn save<'a>(&'a self, history: &'a SchemaHistory) -> StoreFuture<'a, ()>;
 }
 
 /// A [`SchemaStore`] in one JSON file, replaced atomically (write + rename).
 pub struct FileSchemaStore(pub std::path::PathBuf);
 
-impl SchemaStore for FileSchemaStore {
-    fn load(&self) -> Result<Option<SchemaHistory>> {
+impl FileSchemaStore {
+    pub fn load_sync(&self) -> Result<Option<SchemaHistory>> {
         match std::fs::read(&self.0) {
             Ok(b) => SchemaHistory::from_json(&b).map(Some),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -110,13 +115,23 @@ impl SchemaStore for FileSchemaStore {
             ))),
         }
     }
-    fn save(&self, history: &SchemaHistory) -> Result<()> {
+
+    pub fn save_sync(&self, history: &SchemaHistory) -> Result<()> {
         let tmp = self.0.with_extension("tmp");
         let data = history.to_json()?;
         std::fs::write(&tmp, data)
             .map_err(|e| CaptureError::Storage(format!("writing {}: {e}", tmp.display())))?;
         std::fs::rename(&tmp, &self.0)
             .map_err(|e| CaptureError::Storage(format!("renaming to {}: {e}", self.0.display())))
+    }
+}
+
+impl SchemaStore for FileSchemaStore {
+    fn load(&self) -> StoreFuture<'_, Option<SchemaHistory>> {
+        Box::pin(async move { self.load_sync() })
+    }
+    fn save<'a>(&'a self, history: &'a SchemaHistory) -> StoreFuture<'a, ()> {
+        Box::pin(async move { self.save_sync(history) })
     }
 }
 
@@ -483,7 +498,7 @@ impl SchemaHistory {
 
     /// Loads from a file written by [`FileSchemaStore`].
     pub fn load(path: &Path) -> Result<Option<SchemaHistory>> {
-        FileSchemaStore(path.to_path_buf()).load()
+        FileSchemaStore(path.to_path_buf()).load_sync()
     }
 
     /// True when `db.name` is a sequence (its NEXTVAL row events are not data).

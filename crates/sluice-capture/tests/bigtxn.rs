@@ -55,18 +55,24 @@ async fn big_transaction_child() {
         it.next().expect("end"),
     );
     let end: u64 = end.parse().expect("end");
-    let hs = FileSchemaStore(Path::new(dir).join("history.json"));
-    let history = hs.load().expect("load").expect("history");
-    let store = EventStore::open(
-        &Path::new(dir).join("events"),
-        StoreConfig {
-            cache_bytes: 32 << 20,
-        },
-    )
-    .expect("store");
+    let hs = std::sync::Arc::new(FileSchemaStore(Path::new(dir).join("history.json")));
+    let history = hs.load_sync().expect("load").expect("history");
+    let store = std::sync::Arc::new(
+        EventStore::open(
+            &Path::new(dir).join("events"),
+            StoreConfig {
+                cache_bytes: 32 << 20,
+            },
+        )
+        .expect("store"),
+    );
     let mut cfg = ReaderConfig::new(url, 601, Pump::resume_position(&store, &history));
     cfg.chunk_bytes = 8 << 20;
-    let mut pump = Pump::new(Capture::new(BinlogReader::new(cfg), history), &store, &hs);
+    let mut pump = Pump::new(
+        Capture::new(BinlogReader::new(cfg), history),
+        store.clone(),
+        hs.clone(),
+    );
     while store.resolved() < end {
         pump.step().await.expect("step");
     }
@@ -95,6 +101,7 @@ async fn big_transaction_streams_under_a_memory_quota() {
         .table_id;
     FileSchemaStore(dir.join("history.json"))
         .save(&history)
+        .await
         .expect("save");
     db.exec(&format!(
         "INSERT INTO d.big SELECT seq, REPEAT('x', 1000) FROM d.seq_1_to_{ROWS}"
@@ -132,7 +139,9 @@ async fn big_transaction_streams_under_a_memory_quota() {
         hwm_kb < 256 * 1024,
         "peak RSS {hwm_kb} kB stays under 256 MiB"
     );
-    let store = EventStore::open(&dir.join("events"), StoreConfig::default()).expect("reopen");
+    let store = std::sync::Arc::new(
+        EventStore::open(&dir.join("events"), StoreConfig::default()).expect("reopen"),
+    );
     assert_one_txn(&store, t, ROWS);
 }
 
@@ -144,7 +153,7 @@ async fn connection_lost_inside_a_chunked_transaction_aborts_and_rereads() {
         .expect("sql");
     let dir = db.dir().join("node");
     std::fs::create_dir_all(&dir).expect("dir");
-    let hs = FileSchemaStore(dir.join("history.json"));
+    let hs = std::sync::Arc::new(FileSchemaStore(dir.join("history.json")));
     let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
     let t = history
         .table_at("d", "big", history.head)
@@ -156,11 +165,17 @@ async fn connection_lost_inside_a_chunked_transaction_aborts_and_rereads() {
     .expect("insert");
     let (file, pos) = db.master_status().expect("status");
     let end = sluice_capture::BinlogPos::new(file, pos).ts().expect("ts");
-    let store = EventStore::open(&dir.join("events"), StoreConfig::default()).expect("store");
+    let store = std::sync::Arc::new(
+        EventStore::open(&dir.join("events"), StoreConfig::default()).expect("store"),
+    );
     let mut cfg = ReaderConfig::new(db.url(), 602, history.snapshot_pos.clone());
     cfg.chunk_bytes = 1 << 20;
     cfg.backoff_initial = std::time::Duration::from_millis(20);
-    let mut pump = Pump::new(Capture::new(BinlogReader::new(cfg), history), &store, &hs);
+    let mut pump = Pump::new(
+        Capture::new(BinlogReader::new(cfg), history),
+        store.clone(),
+        hs.clone(),
+    );
     // Drop the connection right after the first chunk was staged.
     let mut aborted = false;
     while store.resolved() < end {

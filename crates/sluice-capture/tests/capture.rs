@@ -177,16 +177,16 @@ async fn snapshot_ddl_mid_stream_and_two_readers_agree() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pump_into_store_and_resume_from_the_persisted_position() {
     use sluice_capture::capture::Pump;
-    use sluice_capture::schema::{FileSchemaStore, SchemaStore};
+    use sluice_capture::schema::FileSchemaStore;
     use sluice_capture::store::{EventStore, StoreConfig};
     let db = MariaDb::start().expect("mariadb");
     db.exec("CREATE DATABASE d; CREATE TABLE d.t (id INT PRIMARY KEY)")
         .expect("sql");
     let dir = db.dir().join("node");
     std::fs::create_dir_all(&dir).expect("dir");
-    let hs = FileSchemaStore(dir.join("history.json"));
+    let hs = std::sync::Arc::new(FileSchemaStore(dir.join("history.json")));
     let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
-    hs.save(&history).expect("save");
+    hs.save_sync(&history).expect("save");
     let t = history
         .table_at("d", "t", history.head)
         .expect("t")
@@ -195,12 +195,14 @@ async fn pump_into_store_and_resume_from_the_persisted_position() {
         .expect("sql");
     let (_, end1) = db.master_status().expect("status");
     {
-        let store = EventStore::open(&dir.join("events"), StoreConfig::default()).expect("store");
+        let store = std::sync::Arc::new(
+            EventStore::open(&dir.join("events"), StoreConfig::default()).expect("store"),
+        );
         let pos = Pump::resume_position(&store, &history);
         let mut pump = Pump::new(
             Capture::new(reader(&db.url(), 401, pos), history),
-            &store,
-            &hs,
+            store.clone(),
+            hs.clone(),
         );
         pump.persist_every = 1;
         while store.resolved() & 0xffff_ffff < end1 {
@@ -211,14 +213,16 @@ async fn pump_into_store_and_resume_from_the_persisted_position() {
     db.exec("INSERT INTO d.t VALUES (4, 4); UPDATE d.t SET v = 5 WHERE id = 1")
         .expect("sql");
     let (_, end2) = db.master_status().expect("status");
-    let history = hs.load().expect("load").expect("history");
-    let store = EventStore::open(&dir.join("events"), StoreConfig::default()).expect("reopen");
+    let history = hs.load_sync().expect("load").expect("history");
+    let store = std::sync::Arc::new(
+        EventStore::open(&dir.join("events"), StoreConfig::default()).expect("reopen"),
+    );
     let pos = Pump::resume_position(&store, &history);
     assert_eq!(pos.pos, end1, "resumes at the persisted position");
     let mut pump = Pump::new(
         Capture::new(reader(&db.url(), 402, pos), history),
-        &store,
-        &hs,
+        store.clone(),
+        hs.clone(),
     );
     while store.resolved() & 0xffff_ffff < end2 {
         pump.step().await.expect("step");
@@ -440,4 +444,15 @@ async fn a_history_that_disagrees_with_the_binlog_stops_capture_unless_skipping(
         rows[0].1,
         sluice_capture::keys::row_key(t, &[Value::Int(7)], &[(0, 0)])
     );
+}
+
+/// The server spawns the pump and shares the store: they must be `Send + 'static` / `Sync`
+/// (a compile-time check).
+#[test]
+fn pump_can_be_spawned_and_store_shared() {
+    fn spawnable<T: Send + 'static>() {}
+    fn shareable<T: Send + Sync + 'static>() {}
+    spawnable::<sluice_capture::capture::Pump>();
+    shareable::<sluice_capture::store::EventStore>();
+    shareable::<sluice_capture::schema::SchemaHistory>();
 }
