@@ -1,7 +1,20 @@
 //! Capture from MariaDB/MySQL: the upstream check ([`check`]), the binlog reader ([`binlog`]),
-//! row decoding ([`decode`]), commit ts and positions ([`pos`]), row keys ([`keys`]), the schema
-//! history ([`schema`]), the glue that turns transactions into Sluice events ([`capture`]) and
-//! the per-node event store ([`store`]).
+//! row decoding ([`decode`], [`rowimage`]), commit ts and positions ([`pos`]), row keys
+//! ([`keys`]), the schema history ([`schema`]), the glue that turns transactions into Sluice
+//! events and feeds the store ([`capture`]), the per-node event store ([`store`], records in
+//! [`codec`]), regions from upstream statistics ([`regions`]) and the opt-in heartbeat table
+//! ([`heartbeat`]). `docs/capture.md` is the operator's view.
+//!
+//! How a node uses it:
+//! ```text
+//! check_upstream(url)                                   at server start / changefeed creation
+//! SchemaHistory::snapshot(url) -> SchemaStore::save     once per upstream (first changefeed)
+//! EventStore::open(path, cfg)                           once per node
+//! Pump::new(Capture::new(BinlogReader::new(ReaderConfig::new(url, server_id,
+//!           Pump::resume_position(&store, &history))), history), store, schema_store)
+//! loop { pump.step().await? }                           one task per upstream per node
+//! store.scan(span, after_ts, upto_ts, limit)            dispatchers; store.gc(min checkpoint)
+//! ```
 //!
 //! Invariants kept by this crate (each module states its own in detail):
 //! - the commit ts is a pure function of the binlog (`(file index << 32) | end position`), and
@@ -25,6 +38,9 @@ pub mod schema;
 pub mod store;
 
 pub use binlog::{BinlogReader, ReaderConfig, ReaderEvent, Transaction};
+pub use capture::{Capture, Captured, Pump};
 pub use check::check_upstream;
 pub use error::{CaptureError, ErrorClass};
 pub use pos::BinlogPos;
+pub use schema::{SchemaHistory, SchemaStore};
+pub use store::{EventStore, StoreConfig};

@@ -5,7 +5,7 @@
 //!
 //! Invariants: boundaries are row keys of the table ([`crate::keys::row_key`] over the routing
 //! key, same encoding as captured rows), strictly increasing and strictly inside
-//! [`Span::whole_table`], so `Span::whole_table(t).split_at(&boundaries)` partitions the table
+//! `Span::whole_table`, so `Span::whole_table(t).split_at(&boundaries)` partitions the table
 //! whatever the statistics say; a table without a routing key has no boundaries (one span).
 //! Statistics only steer balance, never correctness.
 
