@@ -120,6 +120,17 @@ pub async fn check_conn(conn: &mut mysql_async::Conn) -> Result<UpstreamInfo> {
             }
         }
     }
+    // MySQL 8: partial JSON updates would log diffs instead of full images.
+    if let Some(v) = var(conn, "binlog_row_value_options").await? {
+        if v.to_ascii_uppercase().contains("PARTIAL_JSON") {
+            problems.push(problem(
+                "binlog_row_value_options",
+                &v,
+                "'' (empty)",
+                &format!("SET GLOBAL binlog_row_value_options='' and add binlog_row_value_options='' to {cnf}"),
+            ));
+        }
+    }
     let checksum = var(conn, "binlog_checksum")
         .await?
         .unwrap_or_else(|| "NONE".into())
