@@ -81,13 +81,13 @@ pub async fn open(data_dir: &Path, upstream: &str, cache_bytes: u64, skip_unpars
     let store = EventStore::open(&data_dir.join("events.redb"), StoreConfig { cache_bytes: cache_bytes as usize })
         .map_err(|e| ServerError::Internal(format!("event store: {e}")))?;
     let hs = FileSchemaStore(history_path(data_dir));
-    let mut history = match hs.load().map_err(|e| ServerError::Internal(scrub(&e.to_string())))? {
+    let mut history = match hs.load().await.map_err(|e| ServerError::Internal(scrub(&e.to_string())))? {
         Some(h) => h,
         None => {
             let h = SchemaHistory::snapshot(upstream)
                 .await
                 .map_err(|e| ServerError::Upstream(format!("schema snapshot failed: {}", scrub(&e.to_string()))))?;
-            hs.save(&h).map_err(|e| ServerError::Internal(e.to_string()))?;
+            hs.save(&h).await.map_err(|e| ServerError::Internal(e.to_string()))?;
             h
         }
     };
@@ -127,7 +127,7 @@ pub fn spawn(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, se
 }
 
 async fn run(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, server_id: u32, mut stop: watch::Receiver<bool>) {
-    let hs = FileSchemaStore(history_path(&data_dir));
+    let hs: Arc<dyn SchemaStore> = Arc::new(FileSchemaStore(history_path(&data_dir)));
     loop {
         if *stop.borrow() {
             break;
@@ -136,7 +136,7 @@ async fn run(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, se
         let start = Pump::resume_position(&shared.store, &history);
         tracing::info!(position = %start, "capture: reading the binlog");
         let reader = BinlogReader::new(ReaderConfig::new(upstream.clone(), server_id, start));
-        let mut pump = Pump::new(Capture::new(reader, history), &shared.store, &hs);
+        let mut pump = Pump::new(Capture::new(reader, history), shared.store.clone(), hs.clone());
         let err = loop {
             let step = tokio::select! {
                 r = pump.step() => r,
