@@ -23,7 +23,10 @@ fn routes_commands_and_bad_input() {
     // A table that exists before the changefeed starts must exist downstream too.
     _down.exec("CREATE DATABASE d; CREATE TABLE d.t (id INT PRIMARY KEY, v INT); INSERT INTO d.t VALUES (1,1),(2,2);").expect("setup");
     up.exec("CREATE DATABASE d; CREATE TABLE d.t (id INT PRIMARY KEY, v INT); INSERT INTO d.t VALUES (1,1),(2,2);").expect("setup");
-    let server = Server::start(&dir, &up_url);
+    // Tiny regions, so that a split has boundaries to cut at.
+    let server_toml = dir.join("server.toml");
+    std::fs::write(&server_toml, "region-size-bytes = 1\n").expect("toml");
+    let server = Server::start_with(&dir, &up_url, &["--config", server_toml.to_str().unwrap_or("")]);
     let s = server.url();
 
     // health, status, captures, metrics
@@ -83,26 +86,33 @@ fn routes_commands_and_bad_input() {
 
     // table operations: accepted
     let tid = table_id.to_string();
-    for args in [
-        vec!["move-table", "-c", "cf1", "--table-id", &tid, "--target-node-id", &me],
-        vec!["split-table", "-c", "cf1", "--table-id", &tid, "--spans", "2"],
-        vec!["merge-table", "-c", "cf1", "--table-id", &tid],
+    for (args, spans) in [
+        (vec!["move-table", "-c", "cf1", "--table-id", &tid, "--target-node-id", &me], 1),
+        (vec!["split-table", "-c", "cf1", "--table-id", &tid, "--spans", "2"], 2),
+        (vec!["merge-table", "-c", "cf1", "--table-id", &tid], 1),
     ] {
         let mut a = vec!["cli", "--server", &s, "changefeed"];
         a.extend(args.iter().copied());
         let r = sluice(&out, &a);
         assert_eq!(r.code, 0, "{a:?}: {} {}", r.stdout, r.stderr);
         assert!(r.stdout.contains("accepted"), "{}", r.stdout);
-        // Let the maintainer finish before the next request on the table.
-        wait_for("table idle", 30, || {
+        // The maintainer finishes, and the nodes report as many dispatchers as spans.
+        wait_for(&format!("{spans} spans after {}", args[0]), 30, || {
             let (_, v) = api_raw(&s, "GET", "/api/v2/changefeeds/cf1/spans", None)?;
-            if v["items"].as_array().map(|a| a.iter().all(|x| x["operator"].is_null())).unwrap_or(false) {
+            let (_, d) = api_raw(&s, "GET", "/api/v2/changefeeds/cf1/dispatchers", None)?;
+            let a = v["items"].as_array().cloned().unwrap_or_default();
+            let ds = d["items"].as_array().map(|a| a.iter().filter(|x| x["is_trigger"] == false && x["state"] == "working").count()).unwrap_or(0);
+            if a.len() == spans && a.iter().all(|x| x["operator"].is_null()) && ds == spans {
                 Ok(())
             } else {
-                Err(v.to_string())
+                Err(format!("{v} {d}"))
             }
         });
+        up.exec(&format!("INSERT INTO d.t VALUES ({}, 0); UPDATE d.t SET v = v + 1;", 100 + spans * 10 + args.len())).expect("write");
     }
+    wait_checkpoint(&out, &s, "cf1", master_ts(&up), 60);
+    let r = check(&out, &up_url, &down_url, "d.*");
+    assert_eq!(r.code, 0, "check after move/split/merge: {} {}", r.stdout, r.stderr);
     let (st, v) = api(&out, &s, "POST", "/api/v2/changefeeds/cf1/move_table", Some(&json!({"table_id": 999999, "target_node_id": me})));
     assert_eq!(st, 400, "{v}");
     assert!(v["error_msg"].as_str().unwrap_or("").contains("not replicated"), "{v}");
