@@ -171,6 +171,8 @@ pub struct Coordinator {
     /// User requests that arrived before the coordinator was ready.
     queued: Vec<UserRequest>,
     last_settings: Option<Millis>,
+    /// Per node, the store revision of the last cordon write applied here.
+    cordon_rev: BTreeMap<NodeId, u64>,
     /// Checkpoints read at load time.
     statuses: BTreeMap<ChangefeedId, Ts>,
     pub stale_dropped: u64,
@@ -212,6 +214,7 @@ impl Coordinator {
             next_req: 1,
             queued: Vec::new(),
             last_settings: None,
+            cordon_rev: BTreeMap::new(),
             statuses: BTreeMap::new(),
             stale_dropped: 0,
         };
@@ -415,6 +418,7 @@ impl Coordinator {
                     } else {
                         "cordon"
                     };
+                    self.cordon_rev.insert(node.clone(), kv.mod_revision);
                     self.cordoned.insert(node, kind);
                 }
                 self.loaded_one(now, alive, out);
@@ -643,9 +647,21 @@ impl Coordinator {
             (
                 Pending::Cordon(node, kind),
                 MetaResult::Txn {
-                    succeeded: true, ..
+                    succeeded: true,
+                    revision,
                 },
             ) => {
+                // Results may come back in another order than the writes were made: only a
+                // newer write of this node's key changes what is known.
+                if self
+                    .cordon_rev
+                    .get(&node)
+                    .map(|r| *r >= revision)
+                    .unwrap_or(false)
+                {
+                    return self.progress(now, alive, out);
+                }
+                self.cordon_rev.insert(node.clone(), revision);
                 match kind {
                     Some(k) => {
                         self.cordoned.insert(node, k);

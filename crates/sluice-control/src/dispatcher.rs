@@ -410,8 +410,14 @@ impl DispatcherManager {
                 epoch,
                 trigger,
                 config,
+                forget,
                 ..
             } => {
+                if self.owner.as_ref().map(|o| epoch >= o.1).unwrap_or(true) {
+                    for id in forget.into_iter().take(MAX_TOMBSTONES) {
+                        self.tombstone(id);
+                    }
+                }
                 if holds.is_on(HoldPoint::BootstrapResponse) {
                     let newer = match &self.held_bootstrap {
                         Some((_, e, _, _)) => epoch >= *e,
@@ -560,6 +566,7 @@ impl DispatcherManager {
             Message::BootstrapResponse {
                 cf: self.cf.clone(),
                 epoch,
+                incarnation: self.incarnation,
                 dispatchers: reports,
             },
         );

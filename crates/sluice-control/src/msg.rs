@@ -147,6 +147,9 @@ pub enum Message {
         epoch: Epoch,
         trigger: Option<(DispatcherId, Ts)>,
         config: ChangefeedConfig,
+        /// Dispatchers meant for an earlier incarnation of the receiving node: a create or merge
+        /// for them still in the network must never start here.
+        forget: Vec<DispatcherId>,
     },
     Create {
         cf: ChangefeedId,
@@ -185,6 +188,8 @@ pub enum Message {
     BootstrapResponse {
         cf: ChangefeedId,
         epoch: Epoch,
+        /// The responding node's incarnation (the maintainer's membership view may lag).
+        incarnation: u64,
         dispatchers: Vec<DispatcherReport>,
     },
     /// Statuses that changed plus, periodically, all of them. `seq` grows with every heartbeat

@@ -43,6 +43,7 @@ fn bootstrap(dm: &mut DispatcherManager, from: &NodeId, epoch: u64, holds: &Hold
             epoch: Epoch(epoch),
             trigger: None,
             config: config(),
+            forget: Vec::new(),
         },
         holds,
         &mut out,

@@ -155,6 +155,9 @@ pub struct Maintainer {
     last_balance: Millis,
     error: Option<String>,
     pub stale_dropped: u64,
+    /// Per node, dispatchers meant for incarnations of it that are gone (bounded): every later
+    /// incarnation is told to refuse them (a create still in the network must not start there).
+    forget: BTreeMap<NodeId, BTreeSet<DispatcherId>>,
     /// Dispatchers ignored at bootstrap (only ever filled by the `bootstrap-ignores-unknown-tables`
     /// mutation, which reproduces TiCDC's behaviour in the seed bug).
     ignored: BTreeSet<DispatcherId>,
@@ -208,6 +211,7 @@ impl Maintainer {
             error: None,
             stale_dropped: 0,
             ignored: BTreeSet::new(),
+            forget: BTreeMap::new(),
             phase_counts: BTreeMap::new(),
         };
         // First the schema history and the persisted epoch; the bootstrap starts only once this
@@ -354,6 +358,11 @@ impl Maintainer {
                 epoch: self.epoch,
                 trigger,
                 config: self.config.clone(),
+                forget: self
+                    .forget
+                    .get(node)
+                    .map(|f| f.iter().copied().collect())
+                    .unwrap_or_default(),
             },
         );
         self.bootstrapping.insert(node.clone(), (inc, now));
@@ -560,9 +569,11 @@ impl Maintainer {
             }
         }
         match msg {
-            Message::BootstrapResponse { dispatchers, .. } => {
-                self.on_bootstrap_response(ctx, from, dispatchers, out)
-            }
+            Message::BootstrapResponse {
+                incarnation,
+                dispatchers,
+                ..
+            } => self.on_bootstrap_response(ctx, from, incarnation, dispatchers, out),
             Message::Heartbeat {
                 incarnation,
                 seq,
@@ -570,8 +581,12 @@ impl Maintainer {
                 dispatchers,
                 ..
             } => {
-                if ctx.alive.get(from) != Some(&incarnation)
-                    || self.ready.get(from) != Some(&incarnation)
+                if self.ready.get(from) != Some(&incarnation)
+                    || ctx
+                        .alive
+                        .get(from)
+                        .map(|a| *a > incarnation)
+                        .unwrap_or(true)
                 {
                     self.stale_dropped += 1;
                     return;
@@ -621,13 +636,17 @@ impl Maintainer {
         &mut self,
         ctx: &Ctx,
         from: &NodeId,
+        inc: u64,
         dispatchers: Vec<DispatcherReport>,
         out: &mut Vec<Effect>,
     ) {
-        let Some((inc, _)) = self.bootstrapping.get(from).cloned() else {
+        if !self.bootstrapping.contains_key(from) {
             return;
-        };
-        if ctx.alive.get(from) != Some(&inc) {
+        }
+        // The incarnation that answered is the one that runs there now, even if this
+        // maintainer's membership view has not caught up yet; an answer from an incarnation the
+        // membership already knows is gone is stale.
+        if ctx.alive.get(from).map(|a| *a > inc).unwrap_or(true) {
             return;
         }
         self.bootstrapping.remove(from);
@@ -1290,8 +1309,23 @@ impl Maintainer {
                 }
             }
             BlockStage::Waiting => {
-                // Someone already past the DDL proves it was written.
-                let tables = self.participant_tables(&influence, d);
+                // Someone already past the DDL proves it was written. For a DDL the table trigger
+                // takes part in, only once the trigger waits at it too: by then every earlier
+                // DDL that adds, drops or renames tables was applied, so the set of tables it
+                // concerns is the right one (a database's members change with renames).
+                let trigger_there = !influence.trigger
+                    || id == self.trigger
+                    || self
+                        .barrier
+                        .events
+                        .get(&d)
+                        .map(|e| e.waiting.contains_key(&self.trigger))
+                        .unwrap_or(false);
+                let tables = if trigger_there {
+                    self.participant_tables(&influence, d)
+                } else {
+                    Vec::new()
+                };
                 let someone_past = self
                     .spans
                     .values()
@@ -2315,12 +2349,24 @@ impl Maintainer {
         let gone: Vec<NodeId> = self
             .ready
             .iter()
-            .filter(|(n, inc)| ctx.alive.get(*n) != Some(*inc))
+            // Incarnations only grow: a view that still shows an older one is just late.
+            .filter(|(n, inc)| ctx.alive.get(*n).map(|a| a > *inc).unwrap_or(true))
             .map(|(n, _)| n.clone())
             .collect();
         for n in gone {
             self.ready.remove(&n);
             self.hb_seen.remove(&n);
+            let ids: Vec<DispatcherId> = self
+                .tracked
+                .iter()
+                .filter(|(_, t)| t.node == n)
+                .map(|(id, _)| *id)
+                .collect();
+            let f = self.forget.entry(n.clone()).or_default();
+            f.extend(ids);
+            while f.len() > crate::dispatcher::MAX_TOMBSTONES {
+                f.pop_first();
+            }
             self.tracked.retain(|_, t| t.node != n);
             for e in self.spans.values_mut() {
                 if e.node.as_ref() == Some(&n) && e.op.is_none() {
@@ -2332,13 +2378,17 @@ impl Maintainer {
             self.log(out, format!("node {n} left"));
         }
         self.bootstrapping
-            .retain(|n, (inc, _)| ctx.alive.get(n) == Some(inc));
+            .retain(|n, (inc, _)| ctx.alive.get(n).map(|a| a <= inc).unwrap_or(false));
         let joined: Vec<(NodeId, u64)> = ctx
             .alive
             .iter()
             .filter(|(n, inc)| {
-                self.ready.get(*n) != Some(*inc)
-                    && self.bootstrapping.get(*n).map(|b| b.0) != Some(**inc)
+                self.ready.get(*n).map(|r| r < *inc).unwrap_or(true)
+                    && self
+                        .bootstrapping
+                        .get(*n)
+                        .map(|b| b.0 < **inc)
+                        .unwrap_or(true)
             })
             .map(|(n, i)| (n.clone(), *i))
             .collect();
