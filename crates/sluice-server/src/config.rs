@@ -194,6 +194,7 @@ pub fn parse_changefeed_toml(text: &str) -> Result<ChangefeedToml, ServerError> 
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

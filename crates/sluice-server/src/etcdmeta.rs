@@ -97,9 +97,10 @@ impl EtcdMeta {
         Ok(())
     }
 
-    /// Queue an operation; its result comes back as `Input::MetaResult`.
-    pub fn submit(&self, req: u64, op: MetaOp) -> Result<(), ()> {
-        self.ops.try_send((req, op)).map_err(|_| ())
+    /// Queue an operation; its result comes back as `Input::MetaResult`. False: the queue is
+    /// full (the caller answers `Unavailable`).
+    pub fn submit(&self, req: u64, op: MetaOp) -> bool {
+        self.ops.try_send((req, op)).is_ok()
     }
 
     pub fn epoch_if_fresh(&self, cf: &ChangefeedId, since: Instant) -> Option<Epoch> {

@@ -87,7 +87,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         metabackend::MetaBackend::embedded(&cfg.data_dir, &node_id, &cfg.advertise_addr)?
     } else {
         let m = etcdmeta::EtcdMeta::connect(&cfg.etcd, node_id.clone(), cfg.advertise_addr.clone(), incarnation, cfg.lease_ttl_secs, meta_tx).await?;
-        metabackend::MetaBackend::Etcd { meta: m, known_alive: None, known_leader: None, fences: 0 }
+        metabackend::MetaBackend::Etcd { meta: Box::new(m), known_alive: None, known_leader: None, fences: 0 }
     };
     let cluster = meta.is_cluster();
     let etcd_client = match &meta {

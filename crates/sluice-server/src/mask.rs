@@ -91,6 +91,7 @@ impl std::io::Write for ScrubWriter {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

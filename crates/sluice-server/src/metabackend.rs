@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 pub enum MetaBackend {
     Embedded { store: EmbeddedMeta, announced: bool, leader_rev: u64 },
     Etcd {
-        meta: crate::etcdmeta::EtcdMeta,
+        meta: Box<crate::etcdmeta::EtcdMeta>,
         known_alive: Option<BTreeMap<NodeId, u64>>,
         known_leader: Option<(Option<NodeId>, u64)>,
         /// Times this process fenced itself.
@@ -58,7 +58,7 @@ impl MetaBackend {
     pub fn apply_async(&mut self, req: u64, op: MetaOp) -> Option<MetaResult> {
         match self {
             MetaBackend::Embedded { .. } => Some(MetaResult::Unavailable),
-            MetaBackend::Etcd { meta, .. } => meta.submit(req, op).err().map(|_| MetaResult::Unavailable),
+            MetaBackend::Etcd { meta, .. } => (!meta.submit(req, op)).then_some(MetaResult::Unavailable),
         }
     }
 

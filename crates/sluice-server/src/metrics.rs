@@ -35,7 +35,6 @@ impl Metrics {
     pub fn error(&self, kind: &'static str) {
         *lock(&self.errors).entry(kind).or_default() += 1;
     }
-    pub fn set_node_gauges(&self, _shell: &Shell) {}
     pub fn errors(&self) -> BTreeMap<&'static str, u64> {
         lock(&self.errors).clone()
     }

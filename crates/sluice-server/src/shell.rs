@@ -52,6 +52,7 @@ pub const SINK_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 
 pub type QueryFn = Box<dyn FnOnce(&mut Shell) + Send>;
 
+#[allow(clippy::large_enum_variant)] // one message at a time through a bounded queue
 pub enum ShellMsg {
     Input(Input),
     Query(QueryFn),
@@ -275,14 +276,9 @@ impl Shell {
         if let Input::Regions { table, regions } = input {
             self.regions.insert(*table, regions.clone());
         }
-        if let Input::Message { msg, .. } = input {
-            match msg {
-                Message::Bootstrap { cf, config, .. } | Message::AddMaintainer { cf, config, .. } => {
-                    crate::mask::register_url(&config.sink_uri);
-                    self.sink_uris.insert(cf.clone(), config.sink_uri.clone());
-                }
-                _ => {}
-            }
+        if let Input::Message { msg: Message::Bootstrap { cf, config, .. } | Message::AddMaintainer { cf, config, .. }, .. } = input {
+            crate::mask::register_url(&config.sink_uri);
+            self.sink_uris.insert(cf.clone(), config.sink_uri.clone());
         }
     }
 
@@ -305,7 +301,6 @@ impl Shell {
             self.last_gc = Instant::now();
             self.gc();
         }
-        self.metrics.set_node_gauges(self);
     }
 
     /// A meta result from an async backend.

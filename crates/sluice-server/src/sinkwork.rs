@@ -41,10 +41,13 @@ pub struct SinkReport {
     pub finished: bool,
 }
 
+/// Changefeed → (sink URI, sink).
+type SinkMap = BTreeMap<ChangefeedId, (String, Arc<dyn Sink>)>;
+
 /// The sinks of this node, one per changefeed.
 #[derive(Default)]
 pub struct SinkRegistry {
-    sinks: Mutex<BTreeMap<ChangefeedId, (String, Arc<dyn Sink>)>>,
+    sinks: Mutex<SinkMap>,
 }
 
 impl SinkRegistry {
