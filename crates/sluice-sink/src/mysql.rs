@@ -24,15 +24,18 @@ use crate::runner::{Backend, Runner};
 use crate::uri::MysqlConfig;
 use crate::RowBatch;
 use async_trait::async_trait;
+use futures::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, TxOpts};
 use sluice_types::{
-    DdlEvent, DdlKind, DispatcherId, RowEvent, RowKind, Span, TableSchema, Ts, Value,
+    ColumnDef, ColumnType, DdlEvent, DdlKind, DispatcherId, RowEvent, RowKind, Span, TableSchema,
+    Ts, Value,
 };
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 /// The downstream schema holding Sluice's progress tables.
@@ -47,6 +50,16 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Server errors meaning "this DDL already took effect", accepted when replaying an unfinished DDL.
 pub const DDL_ALREADY_DONE: &[u16] = &[1007, 1008, 1050, 1051, 1060, 1061, 1091, 1146, 1054, 1176];
 
+/// A run of at least this many safe-mode upserts (inserts and updates) of one table is applied as
+/// one `LOAD DATA LOCAL INFILE … REPLACE INTO TABLE` streamed from memory instead of a multi-row
+/// `REPLACE` (same semantics: rows in order, each replacing every row it conflicts with on any
+/// unique key). Shorter runs stay statements.
+pub const LOAD_DATA_MIN_ROWS: usize = 16;
+/// Errors meaning "LOAD DATA LOCAL is refused here" (server `local_infile=OFF`: 4166 on MariaDB
+/// 10.5+, 1148 on older MariaDB and MySQL 5.x, 3948 on MySQL 8; 2068: refused on the client side). The sink then applies rows
+/// as statements for the rest of its life.
+pub const LOAD_DATA_REFUSED: &[u16] = &[4166, 1148, 3948, 2068];
+
 /// Quotes an identifier with backticks.
 pub fn quote_ident(s: &str) -> String {
     format!("`{}`", s.replace('`', "``"))
@@ -54,6 +67,57 @@ pub fn quote_ident(s: &str) -> String {
 
 /// A connection pool for a MySQL config (session in UTC, foreign key checks off).
 pub fn pool(cfg: &MysqlConfig, max_conns: usize) -> Result<Pool> {
+    pool_with(cfg, max_conns, None)
+}
+
+/// In-memory "files" for `LOAD DATA LOCAL INFILE`: the statement names a registered entry and
+/// the connection's handler streams it. Names never touch the file system; an unknown name fails
+/// the load (never an empty load).
+#[derive(Default)]
+pub struct Infiles {
+    next: AtomicU64,
+    data: StdMutex<HashMap<String, Vec<u8>>>,
+}
+
+impl Infiles {
+    fn register(&self, data: Vec<u8>) -> String {
+        let name = format!(
+            "sluice-infile-{}",
+            self.next.fetch_add(1, Ordering::Relaxed)
+        );
+        if let Ok(mut m) = self.data.lock() {
+            m.insert(name.clone(), data);
+        }
+        name
+    }
+    fn forget(&self, name: &str) {
+        if let Ok(mut m) = self.data.lock() {
+            m.remove(name);
+        }
+    }
+}
+
+struct InfileHandler(Arc<Infiles>);
+
+impl mysql_async::prelude::GlobalHandler for InfileHandler {
+    fn handle(
+        &self,
+        file_name: &[u8],
+    ) -> futures::future::BoxFuture<
+        'static,
+        std::result::Result<mysql_async::InfileData, mysql_async::LocalInfileError>,
+    > {
+        let name = String::from_utf8_lossy(file_name).into_owned();
+        let data = self.0.data.lock().ok().and_then(|mut m| m.remove(&name));
+        Box::pin(async move {
+            let item: std::io::Result<Vec<u8>> = data
+                .ok_or_else(|| std::io::Error::other(format!("no in-memory infile named {name}")));
+            Ok(futures::stream::once(async move { item.map(Into::into) }).boxed())
+        })
+    }
+}
+
+fn pool_with(cfg: &MysqlConfig, max_conns: usize, infiles: Option<Arc<Infiles>>) -> Result<Pool> {
     let constraints = PoolConstraints::new(0, max_conns.max(1))
         .ok_or_else(|| SinkError::invalid_uri(&cfg.host, "bad pool size"))?;
     let opts = OptsBuilder::default()
@@ -66,7 +130,8 @@ pub fn pool(cfg: &MysqlConfig, max_conns: usize) -> Result<Pool> {
             "SET time_zone = '+00:00'",
             "SET foreign_key_checks = 0",
         ])
-        .pool_opts(PoolOpts::default().with_constraints(constraints));
+        .pool_opts(PoolOpts::default().with_constraints(constraints))
+        .local_infile_handler(infiles.map(InfileHandler));
     Ok(Pool::new(opts))
 }
 
@@ -175,6 +240,9 @@ pub struct Mysql {
     pool: Pool,
     changefeed: String,
     ddl_lock: Arc<tokio::sync::Mutex<()>>,
+    infiles: Arc<Infiles>,
+    /// Cleared for good once the downstream refuses `LOAD DATA LOCAL`.
+    load_data: Arc<AtomicBool>,
 }
 
 pub type MysqlSink = Runner<Mysql>;
@@ -188,12 +256,15 @@ impl Runner<Mysql> {
     /// Connects, creates the progress tables, and starts the flush ticker. `changefeed` keys the
     /// rows of `sluice_sink.ddl_ts` and `sluice_sink.checkpoint`.
     pub async fn connect_for(changefeed: &str, cfg: MysqlConfig) -> Result<MysqlSink> {
-        let pool = pool(&cfg, cfg.worker_count + 2)?;
+        let infiles = Arc::new(Infiles::default());
+        let pool = pool_with(&cfg, cfg.worker_count + 2, Some(infiles.clone()))?;
         let m = Mysql {
             cfg,
             pool,
             changefeed: changefeed.to_string(),
             ddl_lock: Arc::new(tokio::sync::Mutex::new(())),
+            infiles,
+            load_data: Arc::new(AtomicBool::new(true)),
         };
         m.with_retry("create progress tables", |mut c| async move {
             c.query_drop(format!("CREATE DATABASE IF NOT EXISTS {PROGRESS_DB}")).await?;
@@ -214,6 +285,12 @@ impl Runner<Mysql> {
     pub fn pool(&self) -> Pool {
         self.backend().pool.clone()
     }
+
+    /// Whether runs of upserts are still applied with `LOAD DATA LOCAL` (false once the
+    /// downstream refused it).
+    pub fn uses_load_data(&self) -> bool {
+        self.backend().load_data.load(Ordering::Relaxed)
+    }
 }
 
 impl Mysql {
@@ -223,30 +300,11 @@ impl Mysql {
         let parts = partition(rows, self.cfg.worker_count, atomic);
         let mut jobs = Vec::new();
         for part in parts.into_iter().filter(|p| !p.is_empty()) {
-            // One downstream transaction per max-txn-row rows of this worker (never splitting an
-            // upstream transaction with transaction-atomicity=table).
-            let mut txns = Vec::new();
-            for chunk in txn_chunks(&part, self.cfg.max_txn_row, atomic) {
-                txns.push(build_statements(
-                    chunk,
-                    self.cfg.safe_mode,
-                    self.cfg.max_txn_row,
-                )?);
-            }
             jobs.push(async move {
-                for stmts in txns {
-                    let stmts = Arc::new(stmts);
-                    self.with_retry("apply rows", |mut c| {
-                        let stmts = stmts.clone();
-                        async move {
-                            let mut tx = c.start_transaction(TxOpts::default()).await?;
-                            for (sql, params) in stmts.iter() {
-                                tx.exec_drop(sql.as_str(), params.clone()).await?;
-                            }
-                            tx.commit().await
-                        }
-                    })
-                    .await?;
+                // One downstream transaction per max-txn-row rows of this worker (never splitting
+                // an upstream transaction with transaction-atomicity=table).
+                for chunk in txn_chunks(&part, self.cfg.max_txn_row, atomic) {
+                    self.apply_txn(chunk).await?;
                 }
                 Ok::<(), SinkError>(())
             });
@@ -256,6 +314,48 @@ impl Mysql {
             r?;
         }
         Ok(())
+    }
+
+    /// Applies one downstream transaction (one worker's rows, in order), retrying retryable
+    /// errors; falls back to statements for good when the downstream refuses `LOAD DATA LOCAL`.
+    async fn apply_txn(&self, chunk: &[&Pending]) -> Result<()> {
+        let mut load = self.load_data.load(Ordering::Relaxed);
+        loop {
+            let stmts = Arc::new(build_statements(
+                chunk,
+                self.cfg.safe_mode,
+                self.cfg.max_txn_row,
+                load,
+            )?);
+            let loads = stmts.iter().any(|s| matches!(s, Stmt::Load { .. }));
+            let res = self
+                .with_retry("apply rows", |mut c| {
+                    let stmts = stmts.clone();
+                    let infiles = self.infiles.clone();
+                    async move {
+                        if stmts.len() == 1 {
+                            // One statement is atomic on its own: no BEGIN/COMMIT round trips.
+                            return run_stmt(&mut c, &infiles, &stmts[0]).await;
+                        }
+                        let mut tx = c.start_transaction(TxOpts::default()).await?;
+                        for st in stmts.iter() {
+                            run_stmt(&mut tx, &infiles, st).await?;
+                        }
+                        tx.commit().await
+                    }
+                })
+                .await;
+            match res {
+                Err(SinkError::Db {
+                    code: Some(code), ..
+                }) if loads && LOAD_DATA_REFUSED.contains(&code) => {
+                    // Nothing of the transaction committed: apply it again as statements.
+                    self.load_data.store(false, Ordering::Relaxed);
+                    load = false;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Runs `f` on a fresh pooled connection, retrying retryable errors with backoff.
@@ -297,8 +397,217 @@ impl Mysql {
     }
 }
 
-/// One statement and its parameters.
-type Stmt = (String, Vec<mysql_async::Value>);
+/// One statement of a downstream transaction.
+enum Stmt {
+    /// A prepared statement and its parameters.
+    Exec(String, Vec<mysql_async::Value>),
+    /// `LOAD DATA LOCAL INFILE` (the file name is filled in per attempt) and the file's bytes.
+    Load { sql: String, data: Vec<u8> },
+}
+
+/// The placeholder for the in-memory file name in a [`Stmt::Load`] statement.
+const INFILE_NAME: &str = "{infile}";
+
+async fn run_stmt<Q: Queryable>(
+    c: &mut Q,
+    infiles: &Infiles,
+    st: &Stmt,
+) -> std::result::Result<(), mysql_async::Error> {
+    match st {
+        Stmt::Exec(sql, params) => c.exec_drop(sql.as_str(), params.clone()).await,
+        Stmt::Load { sql, data } => {
+            let name = infiles.register(data.clone());
+            let res = c.query_drop(sql.replacen(INFILE_NAME, &name, 1)).await;
+            infiles.forget(&name);
+            res
+        }
+    }
+}
+
+/// How a column travels in a `LOAD DATA` file.
+#[derive(Clone, Copy, PartialEq)]
+enum LoadCol {
+    /// As text, in the file's escaping (tab-separated, `\` escapes, `\N` for NULL).
+    Text,
+    /// Hex digits into a user variable, stored with `UNHEX` (binary strings, geometry).
+    Hex,
+    /// Decimal digits into a user variable, stored as an unsigned integer (BIT).
+    Bits,
+}
+
+fn load_col(c: &ColumnDef) -> LoadCol {
+    match c.ty {
+        ColumnType::Binary | ColumnType::VarBinary | ColumnType::Blob | ColumnType::Geometry => {
+            LoadCol::Hex
+        }
+        ColumnType::Bit => LoadCol::Bits,
+        _ => LoadCol::Text,
+    }
+}
+
+fn escape_into(out: &mut Vec<u8>, s: &[u8]) {
+    for &b in s {
+        match b {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            0 => out.extend_from_slice(b"\\0"),
+            _ => out.push(b),
+        }
+    }
+}
+
+fn frac6(out: &mut Vec<u8>, micros: u32) {
+    use std::io::Write;
+    if micros != 0 {
+        let _ = write!(out, ".{micros:06}");
+    }
+}
+
+/// Appends one field of a `LOAD DATA` file; false when the value cannot travel this way exactly
+/// (the run then stays a `REPLACE` statement).
+fn load_field(out: &mut Vec<u8>, v: &Value, how: LoadCol) -> bool {
+    use std::io::Write;
+    if matches!(v, Value::Null) {
+        out.extend_from_slice(b"\\N");
+        return true;
+    }
+    match how {
+        LoadCol::Hex => {
+            let b: &[u8] = match v {
+                Value::Bytes(b) | Value::Geometry(b) => b,
+                Value::Text(s) => s.as_bytes(),
+                _ => return false,
+            };
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            for x in b {
+                out.push(HEX[(x >> 4) as usize]);
+                out.push(HEX[(x & 15) as usize]);
+            }
+            true
+        }
+        LoadCol::Bits => match v {
+            Value::Bit { bits, .. } | Value::UInt(bits) => write!(out, "{bits}").is_ok(),
+            Value::Int(i) if *i >= 0 => write!(out, "{i}").is_ok(),
+            _ => false,
+        },
+        LoadCol::Text => match v {
+            Value::Null => unreachable!("handled above"),
+            Value::Int(i) => write!(out, "{i}").is_ok(),
+            Value::UInt(u) => write!(out, "{u}").is_ok(),
+            // Shortest round-trip digits; a FLOAT travels as its exact double value.
+            Value::Float(f) if f.is_finite() => write!(out, "{:e}", f64::from(*f)).is_ok(),
+            Value::Double(d) if d.is_finite() => write!(out, "{d:e}").is_ok(),
+            Value::Float(_) | Value::Double(_) => false,
+            Value::Decimal(s) | Value::Text(s) | Value::Json(s) => {
+                escape_into(out, s.as_bytes());
+                true
+            }
+            Value::Enum { name, .. } => {
+                escape_into(out, name.as_bytes());
+                true
+            }
+            Value::Set { names, .. } => {
+                escape_into(out, names.join(",").as_bytes());
+                true
+            }
+            Value::Bytes(_) | Value::Geometry(_) => false,
+            Value::Date { year, month, day } => {
+                write!(out, "{year:04}-{month:02}-{day:02}").is_ok()
+            }
+            Value::Time {
+                negative,
+                hours,
+                minutes,
+                seconds,
+                micros,
+            } => {
+                let sign = if *negative { "-" } else { "" };
+                let ok = write!(out, "{sign}{hours:02}:{minutes:02}:{seconds:02}").is_ok();
+                frac6(out, *micros);
+                ok
+            }
+            Value::DateTime {
+                year,
+                month,
+                day,
+                hour,
+                minute,
+                second,
+                micros,
+            } => {
+                let ok = write!(
+                    out,
+                    "{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}:{second:02}"
+                )
+                .is_ok();
+                frac6(out, *micros);
+                ok
+            }
+            Value::Timestamp { micros } => {
+                let (y, m, d, h, mi, s, us) = crate::codec::utc_parts(*micros);
+                let ok = write!(out, "{y:04}-{m:02}-{d:02} {h:02}:{mi:02}:{s:02}").is_ok();
+                frac6(out, us);
+                ok
+            }
+            Value::Year(y) => write!(out, "{y:04}").is_ok(),
+            Value::Bit { bits, .. } => write!(out, "{bits}").is_ok(),
+        },
+    }
+}
+
+/// `LOAD DATA LOCAL INFILE … REPLACE` of the after images of `rows` (upserts of one table), or
+/// `None` when some value cannot travel in the file exactly.
+fn build_load(rows: &[&Pending]) -> Option<Stmt> {
+    let s = &rows[0].schema;
+    let how: Vec<LoadCol> = s.columns.iter().map(load_col).collect();
+    let mut data = Vec::with_capacity(rows.len() * 64);
+    for p in rows {
+        let a = p.row.after.as_ref()?;
+        if a.len() != how.len() {
+            return None;
+        }
+        for (k, (v, h)) in a.iter().zip(&how).enumerate() {
+            if k > 0 {
+                data.push(b'\t');
+            }
+            if !load_field(&mut data, v, *h) {
+                return None;
+            }
+        }
+        data.push(b'\n');
+    }
+    let mut targets = Vec::with_capacity(how.len());
+    let mut sets = Vec::new();
+    for (k, (c, h)) in s.columns.iter().zip(&how).enumerate() {
+        match h {
+            LoadCol::Text => targets.push(quote_ident(&c.name)),
+            LoadCol::Hex => {
+                targets.push(format!("@c{k}"));
+                sets.push(format!("{} = UNHEX(@c{k})", quote_ident(&c.name)));
+            }
+            LoadCol::Bits => {
+                targets.push(format!("@c{k}"));
+                sets.push(format!(
+                    "{} = CAST(@c{k} AS UNSIGNED)",
+                    quote_ident(&c.name)
+                ));
+            }
+        }
+    }
+    // Default field and line format: tab-separated, backslash escapes, `\n` lines.
+    let mut sql = format!(
+        "LOAD DATA LOCAL INFILE '{INFILE_NAME}' REPLACE INTO TABLE {} CHARACTER SET utf8mb4 ({})",
+        table_ref(s),
+        targets.join(",")
+    );
+    if !sets.is_empty() {
+        sql.push_str(" SET ");
+        sql.push_str(&sets.join(","));
+    }
+    Some(Stmt::Load { sql, data })
+}
 
 fn table_ref(s: &TableSchema) -> String {
     format!("{}.{}", quote_ident(&s.database), quote_ident(&s.name))
@@ -317,7 +626,12 @@ fn placeholders(n: usize) -> String {
 }
 
 /// The statements applying `rows` (one worker's share, in order).
-fn build_statements(rows: &[&Pending], safe_mode: bool, max_rows: usize) -> Result<Vec<Stmt>> {
+fn build_statements(
+    rows: &[&Pending],
+    safe_mode: bool,
+    max_rows: usize,
+    load_data: bool,
+) -> Result<Vec<Stmt>> {
     #[derive(PartialEq)]
     enum Class {
         Upsert,
@@ -376,6 +690,13 @@ fn build_statements(rows: &[&Pending], safe_mode: bool, max_rows: usize) -> Resu
         let s = &first.schema;
         match c {
             Class::Upsert | Class::Insert => {
+                if c == Class::Upsert && load_data && j - i >= LOAD_DATA_MIN_ROWS {
+                    if let Some(load) = build_load(&rows[i..j]) {
+                        out.push(load);
+                        i = j;
+                        continue;
+                    }
+                }
                 let verb = if c == Class::Upsert {
                     "REPLACE"
                 } else {
@@ -386,7 +707,7 @@ fn build_statements(rows: &[&Pending], safe_mode: bool, max_rows: usize) -> Resu
                     params.extend(image(p, true)?.iter().map(to_param));
                 }
                 let vals = vec![placeholders(s.columns.len()); j - i].join(",");
-                out.push((
+                out.push(Stmt::Exec(
                     format!(
                         "{verb} INTO {} ({}) VALUES {vals}",
                         table_ref(s),
@@ -413,7 +734,7 @@ fn build_statements(rows: &[&Pending], safe_mode: bool, max_rows: usize) -> Resu
                     keys.join(","),
                     vec![tuple; j - i].join(",")
                 );
-                out.push((sql, params));
+                out.push(Stmt::Exec(sql, params));
             }
             Class::Single => {
                 // Updates outside safe mode, and keyless tables: one statement per row.
@@ -440,7 +761,7 @@ fn build_statements(rows: &[&Pending], safe_mode: bool, max_rows: usize) -> Resu
                             .join(",");
                         let mut params: Vec<_> = a.iter().map(to_param).collect();
                         params.extend(where_cols.iter().map(|k| to_param(&b[*k])));
-                        out.push((
+                        out.push(Stmt::Exec(
                             format!("UPDATE {} SET {set} WHERE {cond}{limit}", table_ref(s)),
                             params,
                         ));
@@ -448,14 +769,14 @@ fn build_statements(rows: &[&Pending], safe_mode: bool, max_rows: usize) -> Resu
                     RowKind::Delete => {
                         let b = image(first, false)?;
                         let params = where_cols.iter().map(|k| to_param(&b[*k])).collect();
-                        out.push((
+                        out.push(Stmt::Exec(
                             format!("DELETE FROM {} WHERE {cond}{limit}", table_ref(s)),
                             params,
                         ));
                     }
                     RowKind::Insert => {
                         let a = image(first, true)?;
-                        out.push((
+                        out.push(Stmt::Exec(
                             format!(
                                 "INSERT INTO {} ({}) VALUES {}",
                                 table_ref(s),

@@ -533,3 +533,91 @@ async fn retryable_errors_are_retried_across_a_downstream_crash() {
         "1,2"
     );
 }
+
+/// Runs of upserts go through `LOAD DATA LOCAL INFILE … REPLACE` streamed from memory; every
+/// column type must land exactly as the statement path writes it, a replay must change nothing,
+/// and a server that refuses `LOAD DATA LOCAL` (`local_infile=0`) must get the same rows as
+/// statements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_upserts_load_exactly_and_fall_back_to_statements_when_refused() {
+    use sluice_testkit::mariadb::Options;
+    let with_load = MariaDb::start().expect("mariadb");
+    let refusing = MariaDb::start_with(Options {
+        extra_args: vec!["--local-infile=0".into()],
+        ..Options::default()
+    })
+    .expect("mariadb without local_infile");
+    let schema = Arc::new(all_types_schema("d", 1));
+    // 40 inserts (full and all-NULL rows alternating, texts with tab, CR, NUL and backslash),
+    // then updates of 20 of them: one run of 60 upserts, applied in order.
+    let base = all_types_rows(&schema, 5, 0);
+    let mut rows = Vec::new();
+    for id in 1..=40i64 {
+        let mut r = base[(id as usize + 1) % 2].clone();
+        let after = r.after.as_mut().expect("after");
+        after[0] = Value::Int(id);
+        if id % 4 == 1 {
+            after[10] = Value::Text(format!("t\tab\r\0\\{id}\\"));
+        }
+        r.key = Key::row_u64(schema.table_id, id as u64);
+        rows.push(r);
+    }
+    for id in (1..=40i64).step_by(2) {
+        let mut r = base[0].clone();
+        let mut after = r.after.clone().expect("after");
+        after[0] = Value::Int(id);
+        after[9] = Value::Text(format!("updated {id}"));
+        r.kind = RowKind::Update;
+        r.before = Some(rows[id as usize - 1].after.clone().expect("after"));
+        r.after = Some(after);
+        r.commit_ts = 6;
+        r.key = Key::row_u64(schema.table_id, id as u64);
+        rows.push(r);
+    }
+    let select = "SET time_zone='+00:00'; SELECT id, c_tinyint, c_smallint, c_mediumint, c_bigint, c_decimal, c_float, c_double, HEX(c_char), HEX(c_varchar), HEX(c_text), \
+         HEX(c_binary), HEX(c_varbinary), HEX(c_blob), c_date, c_time, c_datetime, c_timestamp, c_year, c_enum, c_set, c_bit+0, c_json, ST_AsText(c_geometry) \
+         FROM d.all_types ORDER BY id";
+    let mut results = Vec::new();
+    for (db, loads) in [(&with_load, true), (&refusing, false)] {
+        db.exec(&format!("CREATE DATABASE d; {}", all_types_ddl("d")))
+            .expect("ddl");
+        let s = sink(db, "worker-count=1&max-txn-row=256").await;
+        for seq in 1..=2 {
+            // The second pass is a replay from the start: nothing may change.
+            let d = DispatcherId { epoch: 1, seq };
+            s.open(d, Span::whole_table(schema.table_id), 0)
+                .await
+                .expect("open");
+            s.write_rows(
+                d,
+                RowBatch {
+                    schema: schema.clone(),
+                    rows: rows.clone(),
+                },
+            )
+            .await
+            .expect("write");
+            assert_eq!(s.flush(d).await.expect("flush"), 6);
+            s.close(d).await;
+            assert_eq!(s.uses_load_data(), loads);
+            results.push(db.query(select).expect("select"));
+        }
+        let com_load: u64 = db
+            .query("SHOW GLOBAL STATUS LIKE 'Com_load'")
+            .expect("status")[0][1]
+            .parse()
+            .expect("number");
+        // With LOAD DATA: one load per pass. Refused: one refused attempt, then statements only.
+        assert_eq!(com_load, if loads { 2 } else { 1 }, "LOAD DATA statements");
+    }
+    assert_eq!(results[0].len(), 40);
+    assert_eq!(results[0], results[1], "replay changed the loaded rows");
+    assert_eq!(results[2], results[3], "replay changed the rows");
+    assert_eq!(results[0], results[2], "LOAD DATA and statements disagree");
+    assert!(results[0][0][9].starts_with(
+        &"updated 1"
+            .bytes()
+            .map(|b| format!("{b:02X}"))
+            .collect::<String>()
+    ));
+}
