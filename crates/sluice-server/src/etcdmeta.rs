@@ -44,6 +44,8 @@ pub struct View {
     pub alive: BTreeMap<NodeId, NodeRecord>,
     pub leader: Option<(NodeId, u64)>,
     pub epochs: BTreeMap<ChangefeedId, Epoch>,
+    /// The smallest persisted changefeed checkpoint (`None`: no changefeed), for event-store GC.
+    pub min_checkpoint: Option<u64>,
     pub refreshed: Option<Instant>,
     /// When the lease was last renewed (or granted).
     pub renewed: Option<Instant>,
@@ -222,10 +224,18 @@ async fn poll(client: Client, view: Arc<Mutex<View>>, node: NodeId) {
                     epochs.insert(i.id.clone(), Epoch(i.epoch));
                 }
             }
-            Some((alive, leader, epochs))
+            let statuses = c.get(keys::CHANGEFEED_STATUS, Some(GetOptions::new().with_prefix())).await.ok()?;
+            let min_cp = statuses
+                .kvs()
+                .iter()
+                .filter_map(|kv| serde_json::from_slice::<sluice_control::coordinator::ChangefeedStatusRecord>(kv.value()).ok())
+                .map(|st| st.checkpoint_ts)
+                .min();
+            Some((alive, leader, epochs, min_cp))
         };
-        if let Ok(Some((alive, leader, epochs))) = tokio::time::timeout(CALL_TIMEOUT, once).await {
+        if let Ok(Some((alive, leader, epochs, min_cp))) = tokio::time::timeout(CALL_TIMEOUT, once).await {
             let mut v = lock(&view);
+            v.min_checkpoint = min_cp;
             v.alive = alive;
             v.leader = leader;
             v.epochs = epochs;

@@ -88,6 +88,18 @@ impl MetaBackend {
         }
     }
 
+    /// The smallest persisted checkpoint of all changefeeds, when this backend reads it (etcd:
+    /// every poll); `Some(None)`: there is no changefeed.
+    pub fn min_checkpoint(&self) -> Option<Option<u64>> {
+        match self {
+            MetaBackend::Etcd { meta, .. } => {
+                let v = meta.view.lock().unwrap_or_else(|p| p.into_inner());
+                v.refreshed.map(|_| v.min_checkpoint)
+            }
+            MetaBackend::Embedded { .. } => None,
+        }
+    }
+
     pub fn is_cluster(&self) -> bool {
         matches!(self, MetaBackend::Etcd { .. })
     }

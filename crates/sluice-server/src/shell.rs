@@ -107,6 +107,8 @@ pub struct Shell {
     pub upstream_masked: String,
     /// Checkpoints carried by meta transactions in flight (async backends), by request.
     meta_checkpoints: BTreeMap<u64, Vec<(ChangefeedId, Ts)>>,
+    /// What was captured at the previous GC round (the GC bound when there is no changefeed).
+    idle_gc_mark: Ts,
 }
 
 fn value_size(v: &Value) -> usize {
@@ -180,6 +182,7 @@ impl Shell {
             members: BTreeMap::new(),
             upstream_masked: String::new(),
             meta_checkpoints: BTreeMap::new(),
+            idle_gc_mark: 0,
         }
     }
 
@@ -429,6 +432,20 @@ impl Shell {
             }
             Effect::Subscribe { cf, id, span, is_trigger, start_ts } => {
                 let key = (cf.clone(), id);
+                // This node's event store starts where its capture first started: it cannot
+                // serve an older start, and must say so rather than deliver a silent gap.
+                let floor = self.capture.history().snapshot_ts.max(self.capture.store.gc_ts());
+                if start_ts < floor {
+                    self.metrics.error("start_before_event_store");
+                    let m = format!(
+                        "node {}: the event store starts at ts {floor}, after this dispatcher's start ts {start_ts}; \
+                         the node joined or was reset after the changefeed's checkpoint (cordon it, or recreate the changefeed)",
+                        self.node_id
+                    );
+                    tracing::error!(changefeed = %cf, dispatcher = ?id, "{m}");
+                    self.sink_error(&cf, id, m);
+                    return;
+                }
                 if let Some(s) = self.subs.get_mut(&key) {
                     s.cursor = start_ts;
                     self.release_pending(&key, |_, r| r.commit_ts > start_ts);
@@ -679,6 +696,18 @@ impl Shell {
                 self.schema_waits.push((cf, epoch, at_ts, since));
                 continue;
             }
+            let snapshot_ts = self.capture.history().snapshot_ts;
+            if at_ts < snapshot_ts {
+                // The history of this node starts later: answering would hide tables. The
+                // maintainer waits (and its changefeed shows no progress) rather than bootstrap
+                // from a wrong schema.
+                if since.elapsed() < Duration::from_millis(TICK_MS * 2) {
+                    self.metrics.error("schema_before_history");
+                    tracing::error!(changefeed = %cf, at_ts, snapshot_ts, "cannot load the schema at ts {at_ts}: this node's schema history starts at {snapshot_ts}");
+                }
+                self.schema_waits.push((cf, epoch, at_ts, since));
+                continue;
+            }
             let Some(persisted_epoch) = self.meta.persisted_epoch(&cf, since) else {
                 // The store could not be read since the request: ask again on the next tick.
                 self.schema_waits.push((cf, epoch, at_ts, since));
@@ -727,23 +756,21 @@ impl Shell {
     }
 
     fn gc(&mut self) {
-        // Only the coordinator knows every changefeed's checkpoint; other nodes keep their store
-        // (bounded by the upstream's write rate times the retention they need).
-        let Some(c) = self.node.coordinator() else { return };
-        if !c.is_ready() {
-            return;
-        }
-        let feeds = c.feeds();
-        let min = feeds
-            .iter()
-            .filter(|f| f.state != sluice_control::coordinator::FeedState::Removed)
-            .map(|f| f.checkpoint)
-            .min();
-        let upto = match min {
-            Some(m) => m,
-            None => self.capture.captured(),
+        // Up to the smallest changefeed checkpoint: the coordinator knows them all; other nodes
+        // read the persisted checkpoints from the meta store. With no changefeed, up to what
+        // was captured one GC interval ago (a changefeed created now starts at the head).
+        let min: Option<Option<Ts>> = match self.node.coordinator() {
+            Some(c) if c.is_ready() => Some(
+                c.feeds().iter().filter(|f| f.state != sluice_control::coordinator::FeedState::Removed).map(|f| f.checkpoint).min(),
+            ),
+            _ => self.meta.min_checkpoint(),
         };
-        let upto = upto.min(self.capture.captured());
+        let Some(min) = min else { return };
+        let captured = self.capture.captured();
+        let upto = match min {
+            Some(m) => m.min(captured),
+            None => std::mem::replace(&mut self.idle_gc_mark, captured),
+        };
         if upto > self.capture.store.gc_ts() {
             match self.capture.store.gc(upto) {
                 Ok(n) => tracing::debug!(upto, rows = n, "event store gc"),
