@@ -1,5 +1,5 @@
 //! Capture from MariaDB/MySQL: the upstream check ([`check`]), the binlog reader ([`binlog`]),
-//! row decoding ([`decode`], [`rowimage`]), commit ts and positions ([`pos`]), row keys
+//! row decoding ([`decode`], [`rowimage`], MySQL binary JSON in [`jsonb`]), commit ts and positions ([`pos`]), row keys
 //! ([`keys`]), the schema history ([`schema`]), the glue that turns transactions into Sluice
 //! events and feeds the store ([`capture`]), the per-node event store ([`store`], records in
 //! [`codec`]), regions from upstream statistics ([`regions`]) and the opt-in heartbeat table
@@ -30,6 +30,7 @@ pub mod codec;
 pub mod decode;
 pub mod error;
 pub mod heartbeat;
+pub mod jsonb;
 pub mod keys;
 pub mod pos;
 pub mod regions;

@@ -5,7 +5,8 @@
 //! Invariants:
 //! - produces exactly the values of [`crate::decode::ColumnMeta::decode`] (the golden type tests
 //!   run through this path; the generic path stays as the fallback);
-//! - a type it does not handle (MySQL binary JSON, old pre-5.6 temporal formats, VECTOR) is
+//! - MySQL binary JSON is decoded by [`crate::jsonb`];
+//! - a type it does not handle (old pre-5.6 temporal formats, VECTOR) is
 //!   [`FastPath::Unsupported`] and the caller falls back to the generic path for that event;
 //! - malformed data is an error, never a panic or an out-of-bounds read.
 
@@ -116,15 +117,36 @@ fn decimal(
     scale: usize,
     col: &str,
 ) -> Result<String, FastPath> {
+    let size = decimal_size(precision, scale).map_err(|m| bad(col, m))?;
+    let raw = buf.take(size, col)?;
+    decimal_text(raw, precision, scale).map_err(|m| bad(col, m))
+}
+
+/// The byte size of a binary DECIMAL(precision, scale).
+fn decimal_size(precision: usize, scale: usize) -> Result<usize, String> {
     if precision == 0 || scale > precision || precision > 65 {
-        return Err(bad(col, format!("bad DECIMAL({precision},{scale})")));
+        return Err(format!("bad DECIMAL({precision},{scale})"));
     }
+    let intg = precision - scale;
+    Ok((intg / 9) * 4 + DIG2BYTES[intg % 9] + (scale / 9) * 4 + DIG2BYTES[scale % 9])
+}
+
+/// The exact text of a MySQL binary DECIMAL(precision, scale) (`raw` holds at least its bytes;
+/// the row image and binary JSON's opaque DECIMAL share this).
+pub(crate) fn decimal_text(raw: &[u8], precision: usize, scale: usize) -> Result<String, String> {
+    let size = decimal_size(precision, scale)?;
     let intg = precision - scale;
     let (intg0, intg0x) = (intg / 9, intg % 9);
     let (frac0, frac0x) = (scale / 9, scale % 9);
-    let size = intg0 * 4 + DIG2BYTES[intg0x] + frac0 * 4 + DIG2BYTES[frac0x];
-    let raw = buf.take(size, col)?;
-    let mut b = raw.to_vec();
+    let Some(raw) = raw.get(..size) else {
+        return Err(format!(
+            "DECIMAL({precision},{scale}) needs {size} bytes, has {}",
+            raw.len()
+        ));
+    };
+    let mut b = [0u8; 32];
+    let b = &mut b[..size];
+    b.copy_from_slice(raw);
     let negative = b.first().is_some_and(|x| x & 0x80 == 0);
     if let Some(x) = b.first_mut() {
         *x ^= 0x80;
@@ -142,36 +164,45 @@ fn decimal(
         p += bytes;
         v
     };
-    let mut int = String::new();
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(precision + 3);
+    if negative {
+        s.push('-');
+    }
+    let int_start = s.len();
     if intg0x > 0 {
-        int.push_str(&group(DIG2BYTES[intg0x]).to_string());
+        let g = group(DIG2BYTES[intg0x]);
+        if g != 0 {
+            let _ = write!(s, "{g}");
+        }
     }
     for _ in 0..intg0 {
         let g = group(4);
-        if int.is_empty() {
-            int.push_str(&g.to_string());
+        if s.len() == int_start {
+            if g != 0 {
+                let _ = write!(s, "{g}");
+            }
         } else {
-            int.push_str(&format!("{g:09}"));
+            let _ = write!(s, "{g:09}");
         }
     }
-    let int = int.trim_start_matches('0');
-    let mut s = String::with_capacity(precision + 2);
-    let mut frac = String::new();
-    for _ in 0..frac0 {
-        frac.push_str(&format!("{:09}", group(4)));
+    let int_empty = s.len() == int_start;
+    if int_empty {
+        s.push('0');
     }
-    if frac0x > 0 {
-        let g = group(DIG2BYTES[frac0x]);
-        frac.push_str(&format!("{g:0w$}", w = frac0x));
-    }
-    let is_zero = int.is_empty() && frac.bytes().all(|d| d == b'0');
-    if negative && !is_zero {
-        s.push('-');
-    }
-    s.push_str(if int.is_empty() { "0" } else { int });
     if scale > 0 {
         s.push('.');
-        s.push_str(&frac);
+        for _ in 0..frac0 {
+            let _ = write!(s, "{:09}", group(4));
+        }
+        if frac0x > 0 {
+            let g = group(DIG2BYTES[frac0x]);
+            let _ = write!(s, "{g:0w$}", w = frac0x);
+        }
+    }
+    // A negative zero prints without its sign.
+    if negative && int_empty && s.bytes().skip(1).all(|d| d == b'0' || d == b'.') {
+        s.remove(0);
     }
     Ok(s)
 }
@@ -343,6 +374,16 @@ fn value(c: &ColumnMeta, buf: &mut Buf<'_>) -> Result<Value, FastPath> {
             } else {
                 decode_text(c.collation, b)
             }
+        }
+        MYSQL_TYPE_JSON => {
+            // MySQL 8 binary JSON (MariaDB logs JSON as LONGTEXT, a BLOB type above).
+            let lb = m0 as usize;
+            if !(1..=4).contains(&lb) {
+                return Err(bad(col, format!("JSON length bytes {lb}")));
+            }
+            let len = buf.le(lb, col)? as usize;
+            let b = buf.take(len, col)?;
+            Value::Json(crate::jsonb::to_json_text(b).map_err(|e| bad(col, e.to_string()))?)
         }
         _ => return Err(FastPath::Unsupported),
     })
