@@ -67,6 +67,17 @@ fn move_to(out: &Outputs, servers: &[Server], cf: &str, name: &str, node: &str) 
 
 #[test]
 fn three_nodes_kill_coordinator_and_worker_and_sigterm() {
+    run(false);
+}
+
+/// The same through a storage sink shared by the nodes (a local directory), applied to the
+/// downstream with `sluice consume` at the end.
+#[test]
+fn three_nodes_file_sink_then_consume() {
+    run(true);
+}
+
+fn run(files: bool) {
     let out = Outputs::default();
     let etcd = Etcd::start().expect("etcd");
     let (up, up_url) = mariadb_with_user(UP_PASS);
@@ -86,7 +97,9 @@ fn three_nodes_kill_coordinator_and_worker_and_sigterm() {
     let ddl = "CREATE DATABASE c; CREATE TABLE c.t1 (id INT PRIMARY KEY, v INT); CREATE TABLE c.t2 (id INT PRIMARY KEY, v INT); CREATE TABLE c.t3 (id INT PRIMARY KEY, v INT);";
     up.exec(ddl).expect("ddl");
     _down.exec(ddl).expect("ddl");
-    create_changefeed(&out, &servers[1].url(), "ha", &format!("{down_url}/?worker-count=4"));
+    let storage = format!("file://{}/out?protocol=canal-json&enable-tidb-extension=true&enable-table-across-nodes=true&flush-interval=200ms", dirs[0].display());
+    let sink = if files { storage.clone() } else { format!("{down_url}/?worker-count=4") };
+    create_changefeed(&out, &servers[1].url(), "ha", &sink);
     wait_checkpoint(&out, &servers[0].url(), "ha", master_ts(&up), 60);
 
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -144,6 +157,19 @@ fn three_nodes_kill_coordinator_and_worker_and_sigterm() {
     let up = writer.join().expect("writer");
     let target = master_ts(&up);
     wait_checkpoint(&out, &any_live(&servers), "ha", target, 120);
+    if files {
+        wait_for("the storage metadata file", 30, || {
+            let m = std::fs::read_to_string(dirs[0].join("out/metadata")).map_err(|e| e.to_string())?;
+            let v: serde_json::Value = serde_json::from_str(&m).map_err(|e| e.to_string())?;
+            if v["checkpoint-ts"].as_u64().unwrap_or(0) >= target {
+                Ok(())
+            } else {
+                Err(m)
+            }
+        });
+        let r = sluice(&out, &["consume", "--storage", &storage, "--downstream", &format!("{down_url}/")]);
+        assert_eq!(r.code, 0, "consume: {} {}", r.stdout, r.stderr);
+    }
     let r = check(&out, &up_url, &down_url, "c.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
     let (_, v) = api(&out, &any_live(&servers), "GET", "/api/v2/changefeeds/ha", None);
