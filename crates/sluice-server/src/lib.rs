@@ -109,6 +109,15 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         report_tx,
     );
     shell.store_path = cfg.data_dir.join("events.redb");
+    if let Some((_, view)) = &etcd_client {
+        let view = view.clone();
+        let limit = Duration::from_secs(cfg.lease_ttl_secs).saturating_sub(Duration::from_millis(2 * shell::TICK_MS));
+        shell.registry.set_guard(Arc::new(move || {
+            let v = view.lock().unwrap_or_else(|p| p.into_inner());
+            let fresh = v.renewed.map(|r| r.elapsed() < limit).unwrap_or(false);
+            (fresh && v.want_incarnation == v.incarnation).then_some(v.incarnation)
+        }));
+    }
     shell.upstream_masked = mask::mask_url(&cfg.upstream);
     let (tx, rx) = mpsc::channel(shell::MAX_QUEUED_INPUTS);
     let shell_task = tokio::spawn(shell::run(shell, rx, report_rx, meta_rx));

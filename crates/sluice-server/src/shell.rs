@@ -354,7 +354,7 @@ impl Shell {
         let key = (cf.clone(), id);
         if !self.workers.contains_key(&key) {
             let uri = self.worker_uri(cf)?;
-            let tx = spawn_worker(self.registry.clone(), cf.clone(), id, uri, self.report_tx.clone());
+            let tx = spawn_worker(self.registry.clone(), cf.clone(), id, uri, self.incarnation, self.report_tx.clone());
             self.workers.insert(key.clone(), Worker { tx, inflight_rows: 0 });
         }
         self.workers.get_mut(&key)

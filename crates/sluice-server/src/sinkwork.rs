@@ -44,13 +44,31 @@ pub struct SinkReport {
 /// Changefeed → (sink URI, sink).
 type SinkMap = BTreeMap<ChangefeedId, (String, Arc<dyn Sink>)>;
 
+/// Says which node incarnation may write now: `None` while the node's lease is not fresh
+/// (cluster), so a paused or partitioned node stops writing before its lease can expire.
+pub type WriteGuard = Arc<dyn Fn() -> Option<u64> + Send + Sync>;
+
 /// The sinks of this node, one per changefeed.
 #[derive(Default)]
 pub struct SinkRegistry {
     sinks: Mutex<SinkMap>,
+    guard: std::sync::OnceLock<WriteGuard>,
 }
 
 impl SinkRegistry {
+    /// Install the lease check (cluster mode). Without one, writes are always allowed.
+    pub fn set_guard(&self, g: WriteGuard) {
+        let _ = self.guard.set(g);
+    }
+
+    /// Whether a worker spawned by incarnation `inc` may still touch the sink.
+    pub fn may_write(&self, inc: u64) -> bool {
+        match self.guard.get() {
+            Some(g) => g() == Some(inc),
+            None => true,
+        }
+    }
+
     pub async fn get(&self, cf: &ChangefeedId, uri: &str) -> Result<Arc<dyn Sink>, sluice_sink::SinkError> {
         let mut s = self.sinks.lock().await;
         if let Some((u, sink)) = s.get(cf) {
@@ -80,10 +98,11 @@ pub fn spawn_worker(
     cf: ChangefeedId,
     id: DispatcherId,
     uri: String,
+    incarnation: u64,
     report: mpsc::UnboundedSender<SinkReport>,
 ) -> mpsc::UnboundedSender<SinkJob> {
     let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(worker(registry, cf, id, uri, rx, report));
+    tokio::spawn(worker(registry, cf, id, uri, incarnation, rx, report));
     tx
 }
 
@@ -92,6 +111,7 @@ async fn worker(
     cf: ChangefeedId,
     id: DispatcherId,
     uri: String,
+    incarnation: u64,
     mut rx: mpsc::UnboundedReceiver<SinkJob>,
     report: mpsc::UnboundedSender<SinkReport>,
 ) {
@@ -123,6 +143,14 @@ async fn worker(
                 continue;
             }
         };
+        // Fencing: a worker of an incarnation whose lease is not fresh writes nothing more.
+        if !matches!(job, SinkJob::Close) && !registry.may_write(incarnation) {
+            if let SinkJob::Rows { rows, bytes, .. } = &job {
+                send(None, *rows, *bytes, 0, false);
+            }
+            tracing::warn!(changefeed = %cf, dispatcher = ?id, "lease not fresh: sink call dropped (fenced)");
+            continue;
+        }
         // The sink, opened on first use.
         if sink.is_none() && !matches!(job, SinkJob::Close) {
             match registry.get(&cf, &uri).await {

@@ -183,3 +183,62 @@ fn run(files: bool) {
         let _ = std::fs::remove_dir_all(d);
     }
 }
+
+/// A node paused (SIGSTOP) for longer than the lease TTL while writes run: the others take its
+/// work; when it resumes it finds its lease lapsed, fences itself (drops everything) and rejoins
+/// as a new incarnation; nothing is lost or doubled (final check).
+#[test]
+fn paused_node_fences_itself_and_rejoins() {
+    let out = Outputs::default();
+    let etcd = Etcd::start().expect("etcd");
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    let (down, down_url) = mariadb_with_user(DOWN_PASS);
+    let dirs: Vec<_> = (0..3).map(|i| tmpdir(&format!("fence{i}"))).collect();
+    let etcd_url = etcd.url();
+    let servers: Vec<Server> = dirs.iter().map(|d| Server::start_with(d, &up_url, &["--etcd", &etcd_url])).collect();
+    wait_for("3 captures", 30, || {
+        let (_, v) = api_raw(&servers[0].url(), "GET", "/api/v2/captures", None)?;
+        (v["items"].as_array().map(|a| a.len()) == Some(3)).then_some(()).ok_or(v.to_string())
+    });
+    let ddl = "CREATE DATABASE f; CREATE TABLE f.t1 (id INT PRIMARY KEY, v INT); CREATE TABLE f.t2 (id INT PRIMARY KEY, v INT);";
+    up.exec(ddl).expect("ddl");
+    down.exec(ddl).expect("ddl");
+    create_changefeed(&out, &servers[0].url(), "fence", &format!("{down_url}/"));
+    wait_checkpoint(&out, &servers[0].url(), "fence", master_ts(&up), 60);
+    let c = coordinator(&out, &servers).expect("coordinator");
+    let x = (c + 1) % 3;
+    let xid = servers[x].addr.clone();
+    move_to(&out, &servers, "fence", "f.t1", &xid);
+    let xpid = servers[x].child.as_ref().map(|ch| ch.id()).expect("pid");
+    assert!(std::process::Command::new("kill").args(["-STOP", &xpid.to_string()]).status().map(|s| s.success()).unwrap_or(false));
+    for i in 0..200 {
+        up.exec(&format!("INSERT INTO f.t1 VALUES ({i}, {i}); INSERT INTO f.t2 VALUES ({i}, {i}); UPDATE f.t1 SET v = v + 1 WHERE id = {};", i / 2)).expect("write");
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    // The others took t1 over while x was stopped.
+    let others: Vec<&Server> = servers.iter().enumerate().filter(|(i, _)| *i != x).map(|(_, s)| s).collect();
+    let base = others[0].url();
+    wait_for("t1 off the paused node", 30, || {
+        let (_, v) = api_raw(&base, "GET", "/api/v2/changefeeds/fence/spans", None)?;
+        let ok = v["items"].as_array().map(|a| !a.is_empty() && a.iter().all(|i| i["node_id"] != xid.as_str() && i["state"] == "replicating")).unwrap_or(false);
+        ok.then_some(()).ok_or(v.to_string())
+    });
+    assert!(std::process::Command::new("kill").args(["-CONT", &xpid.to_string()]).status().map(|s| s.success()).unwrap_or(false));
+    wait_for("the paused node to fence itself and rejoin", 30, || {
+        let log = std::fs::read_to_string(&servers[x].log).map_err(|e| e.to_string())?;
+        let (_, v) = api_raw(&base, "GET", "/api/v2/captures", None)?;
+        let back = v["items"].as_array().map(|a| a.iter().any(|i| i["id"] == xid.as_str())).unwrap_or(false);
+        (log.contains("fencing") && log.contains("rejoined") && back).then_some(()).ok_or(format!("back={back}"))
+    });
+    up.exec("INSERT INTO f.t2 VALUES (100000, 1)").expect("write");
+    wait_checkpoint(&out, &base, "fence", master_ts(&up), 120);
+    let r = check(&out, &up_url, &down_url, "f.*");
+    assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
+    let logs: Vec<std::path::PathBuf> = servers.iter().map(|s| s.log.clone()).collect();
+    let refs: Vec<&std::path::Path> = logs.iter().map(|p| p.as_path()).collect();
+    out.assert_no_secret(&refs);
+    drop(servers);
+    for d in dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
