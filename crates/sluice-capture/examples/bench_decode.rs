@@ -147,6 +147,7 @@ async fn main() {
     })
     .expect("mariadb");
     db.exec("CREATE DATABASE sb").expect("db");
+    let no_peers = std::env::var("BENCH_NO_PEERS").is_ok();
     println!("| workload | rows | binlog MiB | reader | rows/s | MiB/s |");
     println!("|---|---|---|---|---|---|");
     for (name, create, select) in [
@@ -168,6 +169,11 @@ async fn main() {
         ),
     ] {
         let table = if name.starts_with("narrow") { "narrow" } else { "wide" };
+        // For profiling: `BENCH_ONLY=wide` runs one workload, `BENCH_NO_PEERS=1` skips the
+        // other decoders and the event store.
+        if std::env::var("BENCH_ONLY").is_ok_and(|w| w != table) {
+            continue;
+        }
         db.exec("FLUSH BINARY LOGS").expect("flush");
         let (f, p) = db.master_status().expect("status");
         let from = BinlogPos::new(f, p);
@@ -180,6 +186,9 @@ async fn main() {
         // The reader starts before the CREATE TABLE: the history learns the table from it.
         let (rows, secs) = ours(&db, from.clone(), to.clone(), &history).await;
         println!("| {name} | {rows} | {mib:.0} | sluice (decode + keys) | {:.0} | {:.1} |", rows as f64 / secs, mib / secs);
+        if no_peers {
+            continue;
+        }
         let secs = mariadb_binlog(&db, &from, &to, false);
         println!("| {name} | {n} | {mib:.0} | mariadb-binlog -v > /dev/null | {:.0} | {:.1} |", n as f64 / secs, mib / secs);
         let secs = mariadb_binlog(&db, &from, &to, true);
@@ -193,6 +202,9 @@ async fn main() {
         }
     }
 
+    if no_peers {
+        return;
+    }
     // Event store: append 1M rows in 1000-row transactions, then scan one table fully.
     let dir = std::env::temp_dir().join(format!("sluice-bench-store-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
