@@ -4,6 +4,7 @@ set -euo pipefail
 need=()
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server mariadb-client)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server etcd-client)
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)   # etcd-client's build script
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -1168,11 +1168,12 @@ impl DispatcherManager {
                             *b = b.wrapping_add(1);
                         }
                     }
-                    rows.push((*commit_ts, key, *handle));
-                    d.rows_since_report += 1;
-                    d.written_ts = d.written_ts.max(*commit_ts);
-                    d.buffer.pop_front();
-                    if rows.len() >= MAX_ROWS_PER_WRITE {
+                    // A sink write carries whole transactions: a full batch is cut only where
+                    // the commit ts changes (a transaction larger than the bound stays whole).
+                    let ts = *commit_ts;
+                    if rows.len() >= MAX_ROWS_PER_WRITE
+                        && rows.last().map(|r| r.0 != ts).unwrap_or(false)
+                    {
                         out.push(Effect::Sink(SinkCommand::WriteRows {
                             cf: cf.clone(),
                             id,
@@ -1180,6 +1181,10 @@ impl DispatcherManager {
                             rows: std::mem::take(&mut rows),
                         }));
                     }
+                    rows.push((ts, key, *handle));
+                    d.rows_since_report += 1;
+                    d.written_ts = d.written_ts.max(ts);
+                    d.buffer.pop_front();
                 }
                 StreamItem::Ddl { ddl, handle } => {
                     let ddl = ddl.clone();

@@ -156,6 +156,7 @@ pub enum Input {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum SinkCommand {
+    /// Rows of whole transactions, in commit order (a transaction is never cut across writes).
     WriteRows {
         cf: ChangefeedId,
         id: DispatcherId,

@@ -919,6 +919,18 @@ impl Sim {
                     rows
                 };
                 let max = rows.iter().map(|r| r.0).max().unwrap_or(0);
+                // The sink contract: writes carry whole transactions, in commit order.
+                let first = rows.first().map(|r| r.0).unwrap_or(0);
+                let before = self
+                    .sessions
+                    .get(&(name.to_string(), inc, id))
+                    .map(|s| s.max_written)
+                    .unwrap_or(0);
+                if first <= before && before > 0 {
+                    self.checker.violation.get_or_insert(format!(
+                        "sink-contract: {id:?} on {name} wrote a batch starting at {first} after one that reached {before} (a transaction cut across writes, or out of order)"
+                    ));
+                }
                 let up = &self.upstream;
                 self.checker.on_rows(name, inc, id, &span, &rows, up);
                 if let Some(s) = self.sessions.get_mut(&(name.to_string(), inc, id)) {
