@@ -621,3 +621,63 @@ async fn bulk_upserts_load_exactly_and_fall_back_to_statements_when_refused() {
             .collect::<String>()
     ));
 }
+
+/// Pooled connections keep the session in UTC across reuse (they are no longer reset on return;
+/// the session setup also runs after any reset): timestamps written by later flushes, as
+/// statements and as `LOAD DATA`, land at the same instant on a downstream whose default time
+/// zone is not UTC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reused_connections_stay_in_utc() {
+    use sluice_testkit::mariadb::Options;
+    let db = MariaDb::start_with(Options {
+        extra_args: vec!["--default-time-zone=+05:00".into()],
+        ..Options::default()
+    })
+    .expect("mariadb");
+    db.exec(&format!("CREATE DATABASE d; {}", all_types_ddl("d")))
+        .expect("ddl");
+    assert_eq!(
+        db.query_one("SELECT @@global.time_zone").expect("tz"),
+        "+05:00"
+    );
+    let s = sink(&db, "worker-count=1").await;
+    let schema = Arc::new(all_types_schema("d", 1));
+    let d = DispatcherId { epoch: 1, seq: 1 };
+    s.open(d, Span::whole_table(schema.table_id), 0)
+        .await
+        .expect("open");
+    let full = all_types_rows(&schema, 5, 0)[0].clone();
+    let mut next = 1i64;
+    // Flushes of 1 row (statements) and of 40 rows (LOAD DATA), each on a reused connection.
+    for (ts, n) in [(5, 1), (6, 40), (7, 1), (8, 40)] {
+        let rows = (0..n)
+            .map(|_| {
+                let mut r = full.clone();
+                r.commit_ts = ts;
+                r.after.as_mut().expect("after")[0] = Value::Int(next);
+                r.key = Key::row_u64(schema.table_id, next as u64);
+                next += 1;
+                r
+            })
+            .collect();
+        s.write_rows(
+            d,
+            RowBatch {
+                schema: schema.clone(),
+                rows,
+            },
+        )
+        .await
+        .expect("write");
+        assert_eq!(s.flush(d).await.expect("flush"), ts);
+        // Let the pool take the connection back before the next flush reuses it.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        db.query_one(
+            "SET time_zone='+00:00'; SELECT CONCAT(COUNT(*), ' ', COUNT(DISTINCT c_timestamp), ' ', MIN(c_timestamp)) FROM d.all_types"
+        )
+        .expect("q"),
+        "82 1 2023-11-14 22:13:20.654321"
+    );
+}
