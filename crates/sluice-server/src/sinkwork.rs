@@ -15,7 +15,7 @@
 
 use crate::mask::{mask_url, scrub};
 use sluice_control::Input;
-use sluice_sink::{open_sink, RowBatch, Sink};
+use sluice_sink::{open_sink_for, RowBatch, Sink};
 use sluice_types::{ChangefeedId, DdlEvent, DispatcherId, Span, TableSchema, Ts};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -76,7 +76,9 @@ impl SinkRegistry {
                 return Ok(sink.clone());
             }
         }
-        let sink = open_sink(uri).await?;
+        // Progress rows (DDL applied, checkpoint) downstream are keyed by changefeed, so two
+        // changefeeds writing to one downstream never share them.
+        let sink = open_sink_for(cf.as_str(), uri).await?;
         tracing::info!(changefeed = %cf, sink = %mask_url(uri), "sink opened");
         s.insert(cf.clone(), (uri.to_string(), sink.clone()));
         Ok(sink)
