@@ -106,11 +106,15 @@ pub fn encode_value(out: &mut Vec<u8>, v: &Value, collation: u16) {
 /// The key of a row: table prefix plus the encoded key columns. `columns` pairs each key column's
 /// index with its collation id. A table without a key uses an empty encoding (one span).
 pub fn row_key(table: TableId, row: &[Value], columns: &[(usize, u16)]) -> Key {
-    let mut enc = Vec::with_capacity(16 * columns.len());
+    // `Key::row(table, &encoded)` built in place: one allocation instead of three (the test
+    // `row_key_is_key_row` checks the bytes are the same).
+    let mut k = Vec::with_capacity(9 + 16 * columns.len());
+    k.push(sluice_types::TABLE_PREFIX);
+    k.extend_from_slice(&table.0.to_be_bytes());
     for (i, coll) in columns {
-        encode_value(&mut enc, row.get(*i).unwrap_or(&Value::Null), *coll);
+        encode_value(&mut k, row.get(*i).unwrap_or(&Value::Null), *coll);
     }
-    Key::row(table, &enc)
+    Key(k)
 }
 
 /// The collation weight string of a text value.
@@ -258,5 +262,25 @@ mod tests {
             &[(0, 0), (1, 45)],
         );
         assert!(k1 < k2);
+    }
+
+    #[test]
+    fn row_key_is_key_row() {
+        let row = vec![
+            Value::Int(-7),
+            Value::Text("Ab ".into()),
+            Value::Null,
+            Value::UInt(u64::MAX),
+        ];
+        let cols = [(0usize, 0u16), (1, 45), (2, 0), (3, 0)];
+        let mut enc = Vec::new();
+        for (i, c) in &cols {
+            encode_value(&mut enc, &row[*i], *c);
+        }
+        assert_eq!(
+            row_key(TableId(1234), &row, &cols),
+            Key::row(TableId(1234), &enc)
+        );
+        assert_eq!(row_key(TableId(5), &row, &[]), Key::row(TableId(5), &[]));
     }
 }

@@ -225,61 +225,81 @@ pub(crate) fn decimal_text(raw: &[u8], precision: usize, scale: usize) -> Result
         p += bytes;
         v
     };
-    let mut s = String::with_capacity(precision + 3);
+    // Sign, up to 8 groups of at most 10 digits (9 in valid data) and the point.
+    let mut out = Digits { b: [0u8; 96], n: 0 };
     if negative {
-        s.push('-');
+        out.push(b'-');
     }
-    let int_start = s.len();
+    let int_start = out.n;
     if intg0x > 0 {
         let g = group(DIG2BYTES[intg0x]);
         if g != 0 {
-            push_digits(&mut s, g, 0);
+            out.digits(g, 0);
         }
     }
     for _ in 0..intg0 {
         let g = group(4);
-        if s.len() == int_start {
+        if out.n == int_start {
             if g != 0 {
-                push_digits(&mut s, g, 0);
+                out.digits(g, 0);
             }
         } else {
-            push_digits(&mut s, g, 9);
+            out.digits(g, 9);
         }
     }
-    let int_empty = s.len() == int_start;
+    let int_empty = out.n == int_start;
     if int_empty {
-        s.push('0');
+        out.push(b'0');
     }
     if scale > 0 {
-        s.push('.');
+        out.push(b'.');
         for _ in 0..frac0 {
-            push_digits(&mut s, group(4), 9);
+            out.digits(group(4), 9);
         }
         if frac0x > 0 {
             let g = group(DIG2BYTES[frac0x]);
-            push_digits(&mut s, g, frac0x);
+            out.digits(g, frac0x);
         }
     }
+    let mut text = &out.b[..out.n];
     // A negative zero prints without its sign.
-    if negative && int_empty && s.bytes().skip(1).all(|d| d == b'0' || d == b'.') {
-        s.remove(0);
+    if negative && int_empty && text[1..].iter().all(|d| *d == b'0' || *d == b'.') {
+        text = &text[1..];
     }
-    Ok(s)
+    String::from_utf8(text.to_vec()).map_err(|e| e.to_string())
 }
 
-/// Appends the decimal digits of `v`, left-padded with zeros to `width` (no padding for 0).
-#[inline]
-fn push_digits(s: &mut String, mut v: u64, width: usize) {
-    let mut d = [b'0'; 20];
-    let mut i = d.len();
-    while v > 0 {
-        i -= 1;
-        d[i] = b'0' + (v % 10) as u8;
-        v /= 10;
+/// A stack buffer for the digits of one DECIMAL (one allocation for the final text).
+struct Digits {
+    b: [u8; 96],
+    n: usize,
+}
+
+impl Digits {
+    #[inline]
+    fn push(&mut self, c: u8) {
+        if let Some(x) = self.b.get_mut(self.n) {
+            *x = c;
+            self.n += 1;
+        }
     }
-    let start = i.min(d.len().saturating_sub(width.min(d.len())));
-    // Only ASCII digits were written.
-    s.extend(d[start..].iter().map(|b| *b as char));
+
+    /// Appends the decimal digits of `v`, left-padded with zeros to `width` (nothing for 0
+    /// without padding).
+    #[inline]
+    fn digits(&mut self, mut v: u64, width: usize) {
+        let mut d = [b'0'; 20];
+        let mut i = d.len();
+        while v > 0 {
+            i -= 1;
+            d[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+        let start = i.min(d.len() - width.min(d.len()));
+        for c in &d[start..] {
+            self.push(*c);
+        }
+    }
 }
 
 fn frac_micros(buf: &mut Buf<'_>, fsp: u8, col: &str) -> R<u32> {
