@@ -256,8 +256,9 @@ async fn main() {
         0,
     );
     println!(
-        "\nmysql sink at {:.0}% of LOAD DATA",
-        100.0 * best_load / best_sink
+        "\nmysql sink at {:.0}% of LOAD DATA (sink applied upsert runs with LOAD DATA LOCAL: {})",
+        100.0 * best_load / best_sink,
+        sink.uses_load_data()
     );
     let _ = std::fs::remove_file(tsv);
 }

@@ -4,9 +4,13 @@
 //! - rows are applied in the order written for any two rows that share a value of any unique key
 //!   (primary or not, before or after image): a flush partitions its rows into components linked
 //!   by shared key values, each component runs in order on one worker; flushes of one dispatcher
-//!   never overlap;
+//!   never overlap; components go to workers in contiguous blocks (each worker its own key range);
 //! - each worker applies its part of a flush in downstream transactions of at most `max-txn-row`
 //!   rows, as multi-row statements (`REPLACE`/`INSERT … VALUES (…),(…)`, `DELETE … WHERE key IN`);
+//!   in safe mode a run of at least [`LOAD_DATA_MIN_ROWS`] upserts of one table is instead one
+//!   `LOAD DATA LOCAL INFILE … REPLACE` streamed from memory (same semantics as the `REPLACE` it
+//!   stands for); if the downstream refuses it, the transaction is applied again as statements
+//!   and statements are used from then on;
 //! - in safe mode (default) inserts and updates are `REPLACE`, deletes are by key, so applying a
 //!   prefix of the stream again (a replay from the checkpoint) ends in the upstream state;
 //! - a table with no primary or not-null unique key is refused ([`SinkError::TableRefused`])
