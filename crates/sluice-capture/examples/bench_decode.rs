@@ -29,12 +29,30 @@ fn load(db: &MariaDb, table: &str, create: &str, select: &str, rows: u64) {
     }
 }
 
-async fn ours(db: &MariaDb, from: BinlogPos, to: BinlogPos, history: &SchemaHistory) -> (u64, f64) {
+/// CPU seconds (user + system) this process has used so far, from `/proc/self/stat` (clock
+/// ticks of 10 ms): on a shared machine, rows per CPU-second moves far less than rows per
+/// wall-clock second. Child processes (the MariaDB server) are not included.
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+async fn ours(
+    db: &MariaDb,
+    from: BinlogPos,
+    to: BinlogPos,
+    history: &SchemaHistory,
+) -> (u64, f64, f64) {
     let mut cfg = ReaderConfig::new(db.url(), 900, from);
     cfg.max_reconnects = Some(0);
     let mut r = BinlogReader::new(cfg);
     let mut h = history.clone();
     let t = Instant::now();
+    let cpu = cpu_secs();
     let mut rows = 0u64;
     let end = to.ts().expect("ts");
     loop {
@@ -55,7 +73,7 @@ async fn ours(db: &MariaDb, from: BinlogPos, to: BinlogPos, history: &SchemaHist
             ReaderEvent::Resolved(_) | ReaderEvent::Abort(_) => {}
         }
     }
-    (rows, t.elapsed().as_secs_f64())
+    (rows, t.elapsed().as_secs_f64(), cpu_secs() - cpu)
 }
 
 fn mariadb_binlog(db: &MariaDb, from: &BinlogPos, to: &BinlogPos, raw: bool) -> f64 {
@@ -90,8 +108,8 @@ fn mariadb_binlog(db: &MariaDb, from: &BinlogPos, to: &BinlogPos, raw: bool) -> 
 const PYTHON_ROWS: u64 = 20_000;
 
 /// The PyPI `mysql-replication` peer decoding the start of the same range (rows/s is what is
-/// compared); `None` when it is not installed.
-fn python_peer(db: &MariaDb, from: &BinlogPos, to: &BinlogPos) -> Option<(u64, f64)> {
+/// compared); `None` when it is not installed. Returns (rows, wall seconds, CPU seconds).
+fn python_peer(db: &MariaDb, from: &BinlogPos, to: &BinlogPos) -> Option<(u64, f64, f64)> {
     const SCRIPT: &str = r#"
 import sys, time
 from pymysqlreplication import BinLogStreamReader
@@ -100,13 +118,13 @@ port, f, pos, end = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.arg
 s = BinLogStreamReader(connection_settings={"host": "127.0.0.1", "port": port, "user": "root", "passwd": ""},
     server_id=950, log_file=f, log_pos=pos, resume_stream=True, blocking=False, is_mariadb=True,
     only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
-t = time.time(); n = 0
+t = time.time(); c = time.process_time(); n = 0
 limit = int(sys.argv[5])
 for ev in s:
     n += len(ev.rows)
     if s.log_pos >= end or n >= limit:
         break
-print(n, time.time() - t)
+print(n, time.time() - t, time.process_time() - c)
 "#;
     let out = Command::new("python3")
         .args([
@@ -132,7 +150,11 @@ print(n, time.time() - t)
     }
     let s = String::from_utf8_lossy(&out.stdout);
     let mut it = s.split_whitespace();
-    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+    Some((
+        it.next()?.parse().ok()?,
+        it.next()?.parse().ok()?,
+        it.next()?.parse().ok()?,
+    ))
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -148,8 +170,8 @@ async fn main() {
     .expect("mariadb");
     db.exec("CREATE DATABASE sb").expect("db");
     let no_peers = std::env::var("BENCH_NO_PEERS").is_ok();
-    println!("| workload | rows | binlog MiB | reader | rows/s | MiB/s |");
-    println!("|---|---|---|---|---|---|");
+    println!("| workload | rows | binlog MiB | reader | rows/s | MiB/s | rows/CPU-s |");
+    println!("|---|---|---|---|---|---|---|");
     for (name, create, select) in [
         (
             "narrow (sysbench-like)",
@@ -184,21 +206,22 @@ async fn main() {
         assert_eq!(from.file, to.file, "one binlog file per workload");
         let mib = (to.pos - from.pos) as f64 / (1 << 20) as f64;
         // The reader starts before the CREATE TABLE: the history learns the table from it.
-        let (rows, secs) = ours(&db, from.clone(), to.clone(), &history).await;
-        println!("| {name} | {rows} | {mib:.0} | sluice (decode + keys) | {:.0} | {:.1} |", rows as f64 / secs, mib / secs);
+        let (rows, secs, cpu) = ours(&db, from.clone(), to.clone(), &history).await;
+        println!("| {name} | {rows} | {mib:.0} | sluice (decode + keys) | {:.0} | {:.1} | {:.0} |", rows as f64 / secs, mib / secs, rows as f64 / cpu);
         if no_peers {
             continue;
         }
         let secs = mariadb_binlog(&db, &from, &to, false);
-        println!("| {name} | {n} | {mib:.0} | mariadb-binlog -v > /dev/null | {:.0} | {:.1} |", n as f64 / secs, mib / secs);
+        println!("| {name} | {n} | {mib:.0} | mariadb-binlog -v > /dev/null | {:.0} | {:.1} | - |", n as f64 / secs, mib / secs);
         let secs = mariadb_binlog(&db, &from, &to, true);
-        println!("| {name} | {n} | {mib:.0} | mariadb-binlog --raw (I/O ceiling) | {:.0} | {:.1} |", n as f64 / secs, mib / secs);
+        println!("| {name} | {n} | {mib:.0} | mariadb-binlog --raw (I/O ceiling) | {:.0} | {:.1} | - |", n as f64 / secs, mib / secs);
         match python_peer(&db, &from, &to) {
-            Some((rows, secs)) => println!(
-                "| {name} | {rows} (first) | - | python mysql-replication (peer) | {:.0} | - |",
+            Some((rows, secs, cpu)) => println!(
+                "| {name} | {rows} (first) | - | python mysql-replication (peer) | {:.0} | - | {:.0} |",
                 rows as f64 / secs,
+                rows as f64 / cpu,
             ),
-            None => println!("| {name} | - | {mib:.0} | python mysql-replication (not installed) | - | - |"),
+            None => println!("| {name} | - | {mib:.0} | python mysql-replication (not installed) | - | - | - |"),
         }
     }
 
