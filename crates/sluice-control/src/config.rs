@@ -61,4 +61,7 @@ pub struct ChangefeedConfig {
     pub scheduler: SchedulerConfig,
     /// Where to place the first maintainer, if that node is alive.
     pub preferred_node: Option<NodeId>,
+    /// Which tables the changefeed replicates.
+    #[serde(default)]
+    pub filter: crate::filter::FilterConfig,
 }

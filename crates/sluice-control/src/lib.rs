@@ -17,6 +17,7 @@
 pub mod config;
 pub mod coordinator;
 pub mod dispatcher;
+pub mod filter;
 pub mod hold;
 pub mod io;
 pub mod maintainer;

@@ -31,6 +31,7 @@ fn config() -> ChangefeedConfig {
         start_ts: 100,
         scheduler: Default::default(),
         preferred_node: None,
+        filter: Default::default(),
     }
 }
 fn bootstrap(dm: &mut DispatcherManager, from: &NodeId, epoch: u64, holds: &Holds) -> Vec<Effect> {

@@ -466,9 +466,7 @@ async fn create_changefeed(State(st): State<AppState>, method: Method, uri: Uri,
         Some(t) => parse_changefeed_toml(t)?,
         None => Default::default(),
     };
-    if cfg_toml.filter.is_some() {
-        return Err(ServerError::BadRequest("changefeed config: [filter] is not supported by this version yet; remove the section".into()).into());
-    }
+    let filter = filter_config(cfg_toml.filter.as_ref())?;
     // Exists already?
     let cf = ChangefeedId::new(id.clone());
     match feed_view(&st, &id).await {
@@ -487,7 +485,7 @@ async fn create_changefeed(State(st): State<AppState>, method: Method, uri: Uri,
     sluice_capture::check_upstream(&st.upstream).await.map_err(|e| ServerError::Upstream(scrub(&e.to_string())))?;
     let start_ts = resolve_start(&st, &b).await?;
     let scheduler = cfg_toml.scheduler.unwrap_or_else(SchedulerConfig::default);
-    let config = ChangefeedConfig { sink_uri, start_ts, scheduler, preferred_node: None };
+    let config = ChangefeedConfig { sink_uri, start_ts, scheduler, preferred_node: None, filter };
     let req = UserRequest::CreateChangefeed { cf: cf.clone(), config };
     st.query(move |s| s.deliver(Input::Request(req))).await?;
     let deadline = tokio::time::Instant::now() + ACCEPT_WAIT;
@@ -531,9 +529,10 @@ async fn update_changefeed(State(st): State<AppState>, method: Method, uri: Uri,
         Some(t) => Some(parse_changefeed_toml(t)?),
         None => None,
     };
-    if toml.as_ref().map(|c| c.filter.is_some()).unwrap_or(false) {
-        return Err(ServerError::BadRequest("changefeed config: [filter] is not supported by this version yet; remove the section".into()).into());
-    }
+    let filter = match toml.as_ref().and_then(|t| t.filter.as_ref()) {
+        Some(f) => Some(filter_config(Some(f))?),
+        None => None,
+    };
     let cf = ChangefeedId::new(id.clone());
     let want = {
         let cf = cf.clone();
@@ -546,6 +545,9 @@ async fn update_changefeed(State(st): State<AppState>, method: Method, uri: Uri,
             }
             if let Some(sched) = toml.and_then(|t| t.scheduler) {
                 config.scheduler = sched;
+            }
+            if let Some(f) = filter {
+                config.filter = f;
             }
             s.deliver(Input::Request(UserRequest::UpdateChangefeed { cf: cf.clone(), config: config.clone() }));
             Ok::<_, ServerError>(config)
@@ -808,4 +810,18 @@ async fn message(State(st): State<AppState>, body: Bytes) -> ApiResult {
         Ok(()) => Ok(json_response(StatusCode::ACCEPTED, &json!({}))),
         Err(_) => Err(ServerError::NotReady("the node's input queue is full".into()).into()),
     }
+}
+
+/// The `[filter]` section: table rules are applied by the maintainer; event-type filters are not
+/// supported yet and are refused (rather than silently ignored).
+fn filter_config(f: Option<&crate::config::FilterToml>) -> Result<sluice_control::filter::FilterConfig, ServerError> {
+    let Some(f) = f else { return Ok(Default::default()) };
+    if !f.ignore_event.is_empty() {
+        return Err(ServerError::BadRequest(
+            "changefeed config: filter.ignore-event is not supported by this version yet; remove it (filter.rules works)".into(),
+        ));
+    }
+    let config = sluice_control::filter::FilterConfig { rules: f.rules.clone() };
+    sluice_control::filter::TableFilter::new(&config).map_err(|e| ServerError::BadRequest(format!("changefeed config: {e}")))?;
+    Ok(config)
 }

@@ -1548,6 +1548,7 @@ impl Sim {
                         write_key_threshold: w.scheduler.x_write_key_threshold,
                     },
                     preferred_node: w.maintainer.as_ref().map(|m| NodeId::new(m.as_str())),
+                    filter: Default::default(),
                 };
                 let req = UserRequest::CreateChangefeed {
                     cf: self.cf.clone(),

@@ -33,6 +33,7 @@ fn config(uri: &str) -> ChangefeedConfig {
         start_ts: 1,
         scheduler: SchedulerConfig::default(),
         preferred_node: None,
+        filter: Default::default(),
     }
 }
 

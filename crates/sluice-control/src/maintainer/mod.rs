@@ -158,6 +158,8 @@ pub struct Maintainer {
     /// Per node, dispatchers meant for incarnations of it that are gone (bounded): every later
     /// incarnation is told to refuse them (a create still in the network must not start there).
     forget: BTreeMap<NodeId, BTreeSet<DispatcherId>>,
+    /// Which tables this changefeed replicates.
+    filter: crate::filter::TableFilter,
     /// Dispatchers ignored at bootstrap (only ever filled by the `bootstrap-ignores-unknown-tables`
     /// mutation, which reproduces TiCDC's behaviour in the seed bug).
     ignored: BTreeSet<DispatcherId>,
@@ -181,7 +183,17 @@ impl Maintainer {
             epoch: epoch.0,
             seq: 0,
         };
+        let filter = match crate::filter::TableFilter::new(&config.filter) {
+            Ok(f) => f,
+            Err(e) => {
+                out.push(Effect::Trace(TraceEvent::Log(format!(
+                    "maintainer {cf}: {e}; replicating every table"
+                ))));
+                crate::filter::TableFilter::all()
+            }
+        };
         let m = Maintainer {
+            filter,
             cf: cf.clone(),
             epoch,
             node,
@@ -727,6 +739,9 @@ impl Maintainer {
         // 1. Tables live at the start point, and what the DDLs after it do.
         let mut at_cp: BTreeSet<TableId> = BTreeSet::new();
         for t in &schema.tables {
+            if !self.filter.matches_name(&t.name) {
+                continue;
+            }
             at_cp.insert(t.id);
             self.tables.insert(
                 t.id,
@@ -741,9 +756,11 @@ impl Maintainer {
         let mut created_after: BTreeMap<TableId, (Ts, String)> = BTreeMap::new();
         for ddl in &schema.ddls_after {
             for (t, name) in &ddl.influence.added {
-                created_after
-                    .entry(*t)
-                    .or_insert((ddl.commit_ts, name.clone()));
+                if self.filter.matches_name(name) {
+                    created_after
+                        .entry(*t)
+                        .or_insert((ddl.commit_ts, name.clone()));
+                }
             }
         }
         #[cfg(feature = "mutations")]
@@ -1375,12 +1392,12 @@ impl Maintainer {
                     }
                     return;
                 }
-                self.try_select_writer(d, out);
+                self.try_select_writer(ctx, d, out);
             }
         }
     }
 
-    fn try_select_writer(&mut self, d: Ts, out: &mut Vec<Effect>) {
+    fn try_select_writer(&mut self, ctx: &Ctx, d: Ts, out: &mut Vec<Effect>) {
         let Some(e) = self.barrier.events.get(&d) else {
             return;
         };
@@ -1415,6 +1432,7 @@ impl Maintainer {
         } else {
             participants.first().cloned()
         };
+        let concerns = self.ddl_concerns_changefeed(&influence);
         let Some(e) = self.barrier.events.get_mut(&d) else {
             return;
         };
@@ -1422,6 +1440,11 @@ impl Maintainer {
             e.waiting.remove(&id);
         }
         if !complete {
+            return;
+        }
+        if !concerns {
+            // Only tables this changefeed does not replicate: pass it without writing it.
+            self.mark_written(ctx, d, out);
             return;
         }
         let Some((w, wn)) = writer else {
@@ -1524,6 +1547,9 @@ impl Maintainer {
             }
         }
         for (t, name) in &influence.added {
+            if !self.filter.matches_name(name) {
+                continue;
+            }
             let exists = self.spans.keys().any(|(tt, _)| tt == t);
             if exists && !buggy {
                 self.log(
@@ -1544,9 +1570,46 @@ impl Maintainer {
             self.add_table_spans(ctx, *t, d);
         }
         for (t, name) in &influence.renamed {
-            if let Some(s) = self.tables.get_mut(t) {
-                s.name = name.clone();
+            let keep = self.filter.matches_name(name);
+            match self.tables.get_mut(t) {
+                // Renamed out of the filter: no longer replicated.
+                Some(_) if !keep => self.drop_table(*t, out),
+                Some(s) => s.name = name.clone(),
+                // Renamed into the filter: replicated from the rename on.
+                None if keep && !self.spans.keys().any(|(tt, _)| tt == t) => {
+                    self.tables.insert(
+                        *t,
+                        TableState {
+                            name: name.clone(),
+                            created: d,
+                            splittable: true,
+                            user_split: false,
+                        },
+                    );
+                    self.add_table_spans(ctx, *t, d);
+                }
+                None => {}
             }
+        }
+    }
+
+    /// Whether a DDL concerns what this changefeed replicates (a DDL only on filtered-out tables
+    /// is passed without being written).
+    fn ddl_concerns_changefeed(&self, influence: &DdlInfluence) -> bool {
+        match &influence.scope {
+            InfluenceScope::Tables(ts) => {
+                ts.iter().any(|t| self.tables.contains_key(t))
+                    || influence
+                        .added
+                        .iter()
+                        .any(|(_, n)| self.filter.matches_name(n))
+                    || influence
+                        .renamed
+                        .iter()
+                        .any(|(t, n)| self.tables.contains_key(t) || self.filter.matches_name(n))
+                    || (ts.is_empty() && influence.added.is_empty() && influence.renamed.is_empty())
+            }
+            InfluenceScope::Database(_) | InfluenceScope::All => true,
         }
     }
 
