@@ -16,15 +16,34 @@ use crate::msg::{MaintainerState, MaintainerStatus, Message};
 use sluice_types::{ChangefeedId, Epoch, Key, Millis, NodeId, TableId};
 use std::collections::{BTreeMap, BTreeSet};
 
-pub struct NodeState {
-    id: NodeId,
-    incarnation: u64,
+/// What this node knows of the cluster, shared by its components on every call.
+#[derive(Default)]
+struct View {
     alive: BTreeMap<NodeId, u64>,
     leader: Option<(NodeId, u64)>,
-    max_coordinator_rev: u64,
     cordoned: BTreeSet<NodeId>,
     draining: BTreeSet<NodeId>,
     regions: BTreeMap<TableId, Vec<Key>>,
+}
+
+impl View {
+    fn ctx(&self, now: Millis) -> Ctx<'_> {
+        Ctx {
+            now,
+            alive: &self.alive,
+            cordoned: &self.cordoned,
+            draining: &self.draining,
+            regions: &self.regions,
+            coordinator: self.leader.as_ref().map(|l| &l.0),
+        }
+    }
+}
+
+pub struct NodeState {
+    id: NodeId,
+    incarnation: u64,
+    view: View,
+    max_coordinator_rev: u64,
     holds: Holds,
     coordinator: Option<Coordinator>,
     maintainers: BTreeMap<ChangefeedId, Maintainer>,
@@ -40,12 +59,8 @@ impl NodeState {
         NodeState {
             id,
             incarnation,
-            alive: BTreeMap::new(),
-            leader: None,
+            view: View::default(),
             max_coordinator_rev: 0,
-            cordoned: BTreeSet::new(),
-            draining: BTreeSet::new(),
-            regions: BTreeMap::new(),
             holds: Holds::default(),
             coordinator: None,
             maintainers: BTreeMap::new(),
@@ -82,18 +97,7 @@ impl NodeState {
         &self.holds
     }
     pub fn leader(&self) -> Option<&NodeId> {
-        self.leader.as_ref().map(|l| &l.0)
-    }
-
-    fn ctx(&self, now: Millis) -> Ctx<'_> {
-        Ctx {
-            now,
-            alive: &self.alive,
-            cordoned: &self.cordoned,
-            draining: &self.draining,
-            regions: &self.regions,
-            coordinator: self.leader.as_ref().map(|l| &l.0),
-        }
+        self.view.leader.as_ref().map(|l| &l.0)
     }
 
     /// Handle one input at time `now`; returns the effects to carry out.
@@ -103,20 +107,13 @@ impl NodeState {
             Input::Tick => self.tick(now, &mut out),
             Input::Message { from, msg } => self.on_message(now, from, msg, &mut out),
             Input::NodesChanged { alive } => {
-                self.alive = alive;
-                let ctx = Ctx {
-                    now,
-                    alive: &self.alive,
-                    cordoned: &self.cordoned,
-                    draining: &self.draining,
-                    regions: &self.regions,
-                    coordinator: self.leader.as_ref().map(|l| &l.0),
-                };
+                self.view.alive = alive;
+                let ctx = self.view.ctx(now);
                 for m in self.maintainers.values_mut() {
                     m.on_nodes_changed(&ctx, &mut out);
                 }
                 if let Some(c) = &mut self.coordinator {
-                    c.on_tick(now, &self.alive, &mut out);
+                    c.on_tick(now, &self.view.alive, &mut out);
                 }
             }
             Input::Leader { node, rev } => {
@@ -126,22 +123,22 @@ impl NodeState {
                             self.coordinator =
                                 Some(Coordinator::new(self.id.clone(), rev, &mut out));
                         }
-                        self.leader = Some((n, rev));
+                        self.view.leader = Some((n, rev));
                     }
                     Some(n) => {
                         self.coordinator = None;
-                        self.leader = Some((n, rev));
+                        self.view.leader = Some((n, rev));
                     }
                     None => {
                         self.coordinator = None;
-                        self.leader = None;
+                        self.view.leader = None;
                     }
                 }
                 self.max_coordinator_rev = self.max_coordinator_rev.max(rev);
             }
             Input::MetaResult { req, result } => {
                 if let Some(c) = &mut self.coordinator {
-                    c.on_meta_result(now, &self.alive, req, result, &mut out);
+                    c.on_meta_result(now, &self.view.alive, req, result, &mut out);
                 }
             }
             Input::Schema {
@@ -150,14 +147,7 @@ impl NodeState {
                 snapshot,
                 persisted_epoch,
             } => {
-                let ctx = Ctx {
-                    now,
-                    alive: &self.alive,
-                    cordoned: &self.cordoned,
-                    draining: &self.draining,
-                    regions: &self.regions,
-                    coordinator: self.leader.as_ref().map(|l| &l.0),
-                };
+                let ctx = self.view.ctx(now);
                 if let Some(m) = self.maintainers.get_mut(&cf) {
                     if m.epoch() == epoch {
                         m.on_schema(&ctx, snapshot, persisted_epoch, &mut out);
@@ -165,7 +155,7 @@ impl NodeState {
                 }
             }
             Input::Regions { table, regions } => {
-                self.regions.insert(table, regions);
+                self.view.regions.insert(table, regions);
             }
             Input::Events {
                 cf,
@@ -218,14 +208,7 @@ impl NodeState {
                 .map(|m| m.is_bootstrapped())
                 .unwrap_or(false)
             {
-                let ctx = Ctx {
-                    now,
-                    alive: &self.alive,
-                    cordoned: &self.cordoned,
-                    draining: &self.draining,
-                    regions: &self.regions,
-                    coordinator: self.leader.as_ref().map(|l| &l.0),
-                };
+                let ctx = self.view.ctx(now);
                 if let Some(m) = self.maintainers.get_mut(cf) {
                     m.on_request(&ctx, req.clone(), out);
                 }
@@ -233,7 +216,7 @@ impl NodeState {
             }
         }
         match &mut self.coordinator {
-            Some(c) => c.on_request(now, &self.alive, req, out),
+            Some(c) => c.on_request(now, &self.view.alive, req, out),
             None => out.push(Effect::Trace(TraceEvent::Log(format!(
                 "node {}: request dropped, not the coordinator: {req:?}",
                 self.id
@@ -282,7 +265,7 @@ impl NodeState {
                     return;
                 }
                 self.stopped_maintainers.remove(&cf);
-                let ctx = self.ctx(now);
+                let ctx = self.view.ctx(now);
                 let m = Maintainer::new(
                     &ctx,
                     cf.clone(),
@@ -311,7 +294,7 @@ impl NodeState {
                     .unwrap_or(false)
                 {
                     if let Some(mut m) = self.maintainers.remove(&cf) {
-                        let ctx = self.ctx(now);
+                        let ctx = self.view.ctx(now);
                         m.stop(&ctx, false, out);
                         let mut st = m.status();
                         st.state = MaintainerState::Stopped;
@@ -368,19 +351,12 @@ impl NodeState {
                 draining,
             } => {
                 if rev >= self.max_coordinator_rev {
-                    self.cordoned = cordoned.into_iter().collect();
-                    self.draining = draining.into_iter().collect();
+                    self.view.cordoned = cordoned.into_iter().collect();
+                    self.view.draining = draining.into_iter().collect();
                 }
             }
             Message::TableRequest { cf, req } => {
-                let ctx = Ctx {
-                    now,
-                    alive: &self.alive,
-                    cordoned: &self.cordoned,
-                    draining: &self.draining,
-                    regions: &self.regions,
-                    coordinator: self.leader.as_ref().map(|l| &l.0),
-                };
+                let ctx = self.view.ctx(now);
                 if let Some(m) = self.maintainers.get_mut(&cf) {
                     m.on_request(&ctx, req, out);
                 }
@@ -389,7 +365,7 @@ impl NodeState {
             | Message::MaintainerStatusReport { .. }
             | Message::CloseChangefeedResponse { .. } => {
                 if let Some(c) = &mut self.coordinator {
-                    c.on_message(now, &self.alive, &from, msg, out);
+                    c.on_message(now, &self.view.alive, &from, msg, out);
                 }
             }
             Message::Bootstrap { ref cf, epoch, .. } => {
@@ -459,14 +435,7 @@ impl NodeState {
             | Message::BlockStatus { ref cf, .. }
             | Message::DispatcherError { ref cf, .. } => {
                 let cf = cf.clone();
-                let ctx = Ctx {
-                    now,
-                    alive: &self.alive,
-                    cordoned: &self.cordoned,
-                    draining: &self.draining,
-                    regions: &self.regions,
-                    coordinator: self.leader.as_ref().map(|l| &l.0),
-                };
+                let ctx = self.view.ctx(now);
                 match self.maintainers.get_mut(&cf) {
                     Some(m) => m.on_message(&ctx, &from, msg, out),
                     None => {
@@ -499,7 +468,7 @@ impl NodeState {
     }
 
     fn report_stopped(&mut self, out: &mut Vec<Effect>) {
-        if let Some((leader, _)) = &self.leader {
+        if let Some((leader, _)) = &self.view.leader {
             for st in self.stopped_maintainers.values() {
                 out.push(Effect::Send {
                     to: leader.clone(),
@@ -511,16 +480,9 @@ impl NodeState {
 
     fn tick(&mut self, now: Millis, out: &mut Vec<Effect>) {
         if let Some(c) = &mut self.coordinator {
-            c.on_tick(now, &self.alive, out);
+            c.on_tick(now, &self.view.alive, out);
         }
-        let ctx = Ctx {
-            now,
-            alive: &self.alive,
-            cordoned: &self.cordoned,
-            draining: &self.draining,
-            regions: &self.regions,
-            coordinator: self.leader.as_ref().map(|l| &l.0),
-        };
+        let ctx = self.view.ctx(now);
         for m in self.maintainers.values_mut() {
             m.on_tick(&ctx, out);
         }
