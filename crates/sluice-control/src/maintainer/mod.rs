@@ -908,7 +908,8 @@ impl Maintainer {
                     ClosePurpose::MergeInto { target } if self.tracked.contains_key(target) => {
                         // Part of a restored merge: the target's operator waits for it.
                     }
-                    ClosePurpose::Move { dest } if free => {
+                    ClosePurpose::Move { .. } | ClosePurpose::Split { .. } if free => {
+                        // Keep the operator's intent: a move its destination, a split its points.
                         covered.push(r.span.clone());
                         let key = span_key(&r.span);
                         self.spans.insert(
@@ -923,30 +924,18 @@ impl Maintainer {
                                 write_rate: 0,
                             },
                         );
-                        let mut op = self.new_op(OpKind::Move, table, Some(key));
+                        let kind = if matches!(purpose, ClosePurpose::Move { .. }) {
+                            OpKind::Move
+                        } else {
+                            OpKind::Split
+                        };
+                        let mut op = self.new_op(kind, table, Some(key));
                         op.removing = vec![(r.id, n.clone())];
-                        op.dest = Some(dest.clone());
-                        op.restored = true;
-                        self.insert_op(op);
-                    }
-                    ClosePurpose::Split { points } if free => {
-                        covered.push(r.span.clone());
-                        let key = span_key(&r.span);
-                        self.spans.insert(
-                            key.clone(),
-                            SpanEntry {
-                                span: r.span.clone(),
-                                state: SpanState::Scheduling,
-                                node: Some(n.clone()),
-                                dispatcher: Some(r.id),
-                                checkpoint: r.checkpoint,
-                                op: None,
-                                write_rate: 0,
-                            },
-                        );
-                        let mut op = self.new_op(OpKind::Split, table, Some(key));
-                        op.removing = vec![(r.id, n.clone())];
-                        op.points = points.clone();
+                        match purpose {
+                            ClosePurpose::Move { dest } => op.dest = Some(dest.clone()),
+                            ClosePurpose::Split { points } => op.points = points.clone(),
+                            _ => {}
+                        }
                         op.restored = true;
                         self.insert_op(op);
                     }
