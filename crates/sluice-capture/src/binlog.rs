@@ -622,32 +622,27 @@ chunked: 0,
             let ab: Option<Vec<bool>> = rows
                 .columns_after_image()
                 .map(|b| b.iter().map(|x| *x).collect());
-            let mark = pending.rows.len();
-            let rows_out = &mut pending.rows;
-            match crate::rowimage::decode_rows_into(
-                meta,
-                bb.as_deref(),
-                ab.as_deref(),
-                rows.rows_data(),
-                |before, after| {
-                    rows_out.push(RowChange {
-                        table: meta.clone(),
-                        kind,
-                        before,
-                        after,
-                    })
-                },
-            ) {
-                Ok(()) => return Ok(()),
+            match crate::rowimage::decode_rows(meta, bb.as_deref(), ab.as_deref(), rows.rows_data())
+            {
+                Ok(decoded) => {
+                    for (before, after) in decoded {
+                        pending.rows.push(RowChange {
+                            table: meta.clone(),
+                            kind,
+                            before,
+                            after,
+                        });
+                    }
+                    return Ok(());
+                }
                 Err(crate::rowimage::FastPath::Error(e)) => {
-                    pending.rows.truncate(mark);
                     return Err(CaptureError::Decode {
                         file: self.file.clone(),
                         pos: start_pos,
                         message: e.to_string(),
-                    });
+                    })
                 }
-                Err(crate::rowimage::FastPath::Unsupported) => pending.rows.truncate(mark),
+                Err(crate::rowimage::FastPath::Unsupported) => {}
             }
         }
         let file = &self.file;

@@ -22,90 +22,41 @@ pub enum FastPath {
     Error(DecodeError),
 }
 
-/// The internal error: boxed, so that `Result<Value, Fail>` is no larger than a [`Value`] and
-/// the per-column results move through registers and the row vector without extra copies.
-struct Fail(Box<FastPath>);
-
-type R<T> = Result<T, Fail>;
-
-impl From<Fail> for FastPath {
-    fn from(f: Fail) -> FastPath {
-        *f.0
-    }
-}
-
 struct Buf<'a> {
     b: &'a [u8],
     at: usize,
 }
 
 impl<'a> Buf<'a> {
-    #[inline]
-    fn take(&mut self, n: usize, col: &str) -> R<&'a [u8]> {
-        match self.at.checked_add(n) {
-            Some(end) if end <= self.b.len() => {
-                let s = &self.b[self.at..end];
-                self.at = end;
-                Ok(s)
-            }
-            _ => Err(bad(col, "row image truncated")),
-        }
+    fn take(&mut self, n: usize, col: &str) -> Result<&'a [u8], FastPath> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|e| *e <= self.b.len())
+            .ok_or_else(|| {
+                FastPath::Error(DecodeError {
+                    column: col.to_string(),
+                    message: "row image truncated".into(),
+                })
+            })?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
     }
-    #[inline]
-    fn le(&mut self, n: usize, col: &str) -> R<u64> {
+    fn le(&mut self, n: usize, col: &str) -> Result<u64, FastPath> {
         let s = self.take(n, col)?;
         Ok(s.iter().rev().fold(0u64, |acc, b| (acc << 8) | *b as u64))
     }
-    #[inline]
-    fn be(&mut self, n: usize, col: &str) -> R<u64> {
+    fn be(&mut self, n: usize, col: &str) -> Result<u64, FastPath> {
         let s = self.take(n, col)?;
         Ok(s.iter().fold(0u64, |acc, b| (acc << 8) | *b as u64))
     }
 }
 
-#[cold]
-#[inline(never)]
-fn bad(col: &str, m: impl Into<String>) -> Fail {
-    Fail(Box::new(FastPath::Error(DecodeError {
+fn bad(col: &str, m: impl Into<String>) -> FastPath {
+    FastPath::Error(DecodeError {
         column: col.to_string(),
         message: m.into(),
-    })))
-}
-
-/// Whether the fast path decodes every column type of `meta` (decided before any row is
-/// decoded, so a fallback to the generic path never follows partly decoded rows).
-pub fn supports(meta: &TableMeta) -> bool {
-    use MyType::*;
-    meta.columns.iter().all(|c| {
-        matches!(
-            c.my_type,
-            MYSQL_TYPE_TINY
-                | MYSQL_TYPE_SHORT
-                | MYSQL_TYPE_INT24
-                | MYSQL_TYPE_LONG
-                | MYSQL_TYPE_LONGLONG
-                | MYSQL_TYPE_FLOAT
-                | MYSQL_TYPE_DOUBLE
-                | MYSQL_TYPE_NEWDECIMAL
-                | MYSQL_TYPE_YEAR
-                | MYSQL_TYPE_DATE
-                | MYSQL_TYPE_NEWDATE
-                | MYSQL_TYPE_TIME2
-                | MYSQL_TYPE_DATETIME2
-                | MYSQL_TYPE_TIMESTAMP2
-                | MYSQL_TYPE_ENUM
-                | MYSQL_TYPE_SET
-                | MYSQL_TYPE_BIT
-                | MYSQL_TYPE_VARCHAR
-                | MYSQL_TYPE_VAR_STRING
-                | MYSQL_TYPE_STRING
-                | MYSQL_TYPE_BLOB
-                | MYSQL_TYPE_TINY_BLOB
-                | MYSQL_TYPE_MEDIUM_BLOB
-                | MYSQL_TYPE_LONG_BLOB
-                | MYSQL_TYPE_GEOMETRY
-                | MYSQL_TYPE_JSON
-        )
     })
 }
 
@@ -118,34 +69,17 @@ pub fn decode_rows(
     after: Option<&[bool]>,
     data: &[u8],
 ) -> Result<Vec<(Option<Vec<Value>>, Option<Vec<Value>>)>, FastPath> {
-    let mut out = Vec::new();
-    decode_rows_into(meta, before, after, data, |b, a| out.push((b, a)))?;
-    Ok(out)
-}
-
-/// [`decode_rows`] handing each row's `(before, after)` to `row` as it is decoded (no
-/// intermediate vector). On an error, rows already handed out belong to the failed event.
-pub fn decode_rows_into(
-    meta: &TableMeta,
-    before: Option<&[bool]>,
-    after: Option<&[bool]>,
-    data: &[u8],
-    mut row: impl FnMut(Option<Vec<Value>>, Option<Vec<Value>>),
-) -> Result<(), FastPath> {
-    if !supports(meta) {
-        return Err(FastPath::Unsupported);
-    }
     let n = meta.columns.len();
     for bits in [before, after].into_iter().flatten() {
         if bits.len() < n || bits[..n].iter().any(|b| !b) {
             return Err(bad(
                 &meta.table,
                 "row image lacks columns: set binlog_row_image=FULL upstream",
-            )
-            .into());
+            ));
         }
     }
     let mut buf = Buf { b: data, at: 0 };
+    let mut out = Vec::new();
     while buf.at < data.len() {
         let b = match before {
             Some(_) => Some(image(meta, &mut buf)?),
@@ -155,12 +89,12 @@ pub fn decode_rows_into(
             Some(_) => Some(image(meta, &mut buf)?),
             None => None,
         };
-        row(b, a);
+        out.push((b, a));
     }
-    Ok(())
+    Ok(out)
 }
 
-fn image(meta: &TableMeta, buf: &mut Buf<'_>) -> R<Vec<Value>> {
+fn image(meta: &TableMeta, buf: &mut Buf<'_>) -> Result<Vec<Value>, FastPath> {
     let n = meta.columns.len();
     let nulls = buf.take(n.div_ceil(8), &meta.table)?;
     let mut row = Vec::with_capacity(n);
@@ -177,7 +111,12 @@ fn image(meta: &TableMeta, buf: &mut Buf<'_>) -> R<Vec<Value>> {
 /// MySQL binary DECIMAL: digits per 4-byte group are 9; leftover digits take these bytes.
 const DIG2BYTES: [usize; 10] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4];
 
-fn decimal(buf: &mut Buf<'_>, precision: usize, scale: usize, col: &str) -> R<String> {
+fn decimal(
+    buf: &mut Buf<'_>,
+    precision: usize,
+    scale: usize,
+    col: &str,
+) -> Result<String, FastPath> {
     let size = decimal_size(precision, scale).map_err(|m| bad(col, m))?;
     let raw = buf.take(size, col)?;
     decimal_text(raw, precision, scale).map_err(|m| bad(col, m))
@@ -302,7 +241,7 @@ impl Digits {
     }
 }
 
-fn frac_micros(buf: &mut Buf<'_>, fsp: u8, col: &str) -> R<u32> {
+fn frac_micros(buf: &mut Buf<'_>, fsp: u8, col: &str) -> Result<u32, FastPath> {
     Ok(match fsp {
         1 | 2 => buf.be(1, col)? as u32 * 10_000,
         3 | 4 => buf.be(2, col)? as u32 * 100,
@@ -311,12 +250,12 @@ fn frac_micros(buf: &mut Buf<'_>, fsp: u8, col: &str) -> R<u32> {
     })
 }
 
-fn value(c: &ColumnMeta, buf: &mut Buf<'_>) -> R<Value> {
+fn value(c: &ColumnMeta, buf: &mut Buf<'_>) -> Result<Value, FastPath> {
     use MyType::*;
     let col = c.name.as_str();
     let m0 = c.meta.first().copied().unwrap_or(0);
     let m1 = c.meta.get(1).copied().unwrap_or(0);
-    let int = |buf: &mut Buf<'_>, bytes: usize| -> R<Value> {
+    let int = |buf: &mut Buf<'_>, bytes: usize| -> Result<Value, FastPath> {
         let raw = buf.le(bytes, col)?;
         Ok(if c.unsigned {
             Value::UInt(raw)
@@ -480,7 +419,7 @@ fn value(c: &ColumnMeta, buf: &mut Buf<'_>) -> R<Value> {
             let b = buf.take(len, col)?;
             Value::Json(crate::jsonb::to_json_text(b).map_err(|e| bad(col, e.to_string()))?)
         }
-        _ => return Err(Fail(Box::new(FastPath::Unsupported))),
+        _ => return Err(FastPath::Unsupported),
     })
 }
 
