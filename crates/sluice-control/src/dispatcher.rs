@@ -1137,6 +1137,11 @@ impl DispatcherManager {
         let cf = self.cf.clone();
         let epoch = self.owner_epoch();
         let owner = self.owner.as_ref().map(|o| o.0.clone());
+        let ignore = self
+            .config
+            .as_ref()
+            .map(|c| c.filter.clone())
+            .unwrap_or_default();
         let Some(d) = self.dispatchers.get_mut(&id) else {
             return;
         };
@@ -1154,7 +1159,13 @@ impl DispatcherManager {
                     commit_ts,
                     key,
                     handle,
+                    kind,
                 } => {
+                    // Rows of an ignored event type are consumed, not written.
+                    if ignore.ignores_row(*kind) {
+                        d.buffer.pop_front();
+                        continue;
+                    }
                     #[allow(unused_mut)]
                     let mut key = key.clone();
                     #[cfg(feature = "mutations")]
@@ -1195,6 +1206,9 @@ impl DispatcherManager {
                             stage: Stage::Flushing,
                             last_report: None,
                         });
+                    } else if ignore.ignores("ddl") {
+                        // An ignored DDL is consumed, not written.
+                        d.buffer.pop_front();
                     } else {
                         if !rows.is_empty() {
                             out.push(Effect::Sink(SinkCommand::WriteRows {

@@ -9,6 +9,30 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "kebab-case", default, deny_unknown_fields)]
 pub struct FilterConfig {
     pub rules: Vec<String>,
+    /// Event types not replicated: `insert`, `update`, `delete`, `ddl`.
+    pub ignore_event: Vec<String>,
+}
+
+/// The event types `ignore-event` accepts.
+pub const EVENT_TYPES: [&str; 4] = ["insert", "update", "delete", "ddl"];
+
+impl FilterConfig {
+    /// Whether rows (or DDLs) of this type are dropped.
+    pub fn ignores(&self, event: &str) -> bool {
+        self.ignore_event
+            .iter()
+            .any(|e| e.eq_ignore_ascii_case(event))
+    }
+
+    /// Whether rows of this kind are dropped.
+    pub fn ignores_row(&self, kind: sluice_types::RowKind) -> bool {
+        !self.ignore_event.is_empty()
+            && self.ignores(match kind {
+                sluice_types::RowKind::Insert => "insert",
+                sluice_types::RowKind::Update => "update",
+                sluice_types::RowKind::Delete => "delete",
+            })
+    }
 }
 
 /// Schemas never replicated.
@@ -63,6 +87,16 @@ fn glob(pattern: &str, s: &str) -> bool {
 impl TableFilter {
     /// Compile the rules; a rule that is not `db.table` (with wildcards) is an error that says so.
     pub fn new(config: &FilterConfig) -> Result<Self, String> {
+        if let Some(e) = config
+            .ignore_event
+            .iter()
+            .find(|e| !EVENT_TYPES.iter().any(|t| t.eq_ignore_ascii_case(e)))
+        {
+            return Err(format!(
+                "filter ignore-event `{e}` is not one of {}",
+                EVENT_TYPES.join(", ")
+            ));
+        }
         let mut rules = Vec::new();
         for r in &config.rules {
             let (exclude, body) = match r.trim().strip_prefix('!') {
@@ -119,6 +153,7 @@ mod tests {
     fn f(rules: &[&str]) -> TableFilter {
         TableFilter::new(&FilterConfig {
             rules: rules.iter().map(|s| s.to_string()).collect(),
+            ignore_event: Vec::new(),
         })
         .expect("valid rules")
     }
@@ -146,8 +181,23 @@ mod tests {
         assert!(TableFilter::all().matches("shop", "orders"));
         let e = TableFilter::new(&FilterConfig {
             rules: vec!["justatable".into()],
+            ignore_event: Vec::new(),
         })
         .expect_err("invalid");
         assert!(e.contains("db.table"), "{e}");
+        let e = TableFilter::new(&FilterConfig {
+            rules: vec![],
+            ignore_event: vec!["truncate".into()],
+        })
+        .expect_err("invalid");
+        assert!(e.contains("insert, update, delete, ddl"), "{e}");
+        let c = FilterConfig {
+            rules: vec![],
+            ignore_event: vec!["DELETE".into()],
+        };
+        assert!(
+            c.ignores_row(sluice_types::RowKind::Delete)
+                && !c.ignores_row(sluice_types::RowKind::Insert)
+        );
     }
 }

@@ -15,6 +15,8 @@ pub enum StreamItem {
         commit_ts: Ts,
         key: Key,
         handle: u64,
+        /// Insert, update or delete (for event-type filters).
+        kind: sluice_types::RowKind,
     },
     Ddl {
         ddl: DdlEvent,

@@ -378,6 +378,7 @@ fn barrier_waits_for_flush_writes_once_and_answers_duplicates_idempotently() {
             commit_ts: 101,
             key: Key::row_u64(TableId(4), 1),
             handle: 1,
+            kind: sluice_types::RowKind::Insert,
         },
         StreamItem::Ddl {
             ddl: ddl(102, vec![TableId(4)], false),
@@ -387,6 +388,7 @@ fn barrier_waits_for_flush_writes_once_and_answers_duplicates_idempotently() {
             commit_ts: 103,
             key: Key::row_u64(TableId(4), 2),
             handle: 3,
+            kind: sluice_types::RowKind::Insert,
         },
     ];
     let mut out = Vec::new();
@@ -495,6 +497,7 @@ fn checkpoint_never_passes_unflushed_rows_nor_a_pending_ddl() {
             commit_ts: 105,
             key: Key::row_u64(TableId(4), 1),
             handle: 1,
+            kind: sluice_types::RowKind::Insert,
         }],
         120,
         &holds,

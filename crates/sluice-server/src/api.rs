@@ -812,16 +812,11 @@ async fn message(State(st): State<AppState>, body: Bytes) -> ApiResult {
     }
 }
 
-/// The `[filter]` section: table rules are applied by the maintainer; event-type filters are not
-/// supported yet and are refused (rather than silently ignored).
+/// The `[filter]` section: table rules (applied by the maintainer) and event types to drop
+/// (applied by the dispatchers), validated here so a bad one changes nothing.
 fn filter_config(f: Option<&crate::config::FilterToml>) -> Result<sluice_control::filter::FilterConfig, ServerError> {
     let Some(f) = f else { return Ok(Default::default()) };
-    if !f.ignore_event.is_empty() {
-        return Err(ServerError::BadRequest(
-            "changefeed config: filter.ignore-event is not supported by this version yet; remove it (filter.rules works)".into(),
-        ));
-    }
-    let config = sluice_control::filter::FilterConfig { rules: f.rules.clone() };
+    let config = sluice_control::filter::FilterConfig { rules: f.rules.clone(), ignore_event: f.ignore_event.clone() };
     sluice_control::filter::TableFilter::new(&config).map_err(|e| ServerError::BadRequest(format!("changefeed config: {e}")))?;
     Ok(config)
 }

@@ -665,7 +665,7 @@ impl Shell {
             self.next_handle += 1;
             let size = row_size(&row);
             added_bytes += size as u64;
-            items.push(StreamItem::Row { commit_ts: row.commit_ts, key: row.key.clone(), handle: h });
+            items.push(StreamItem::Row { commit_ts: row.commit_ts, key: row.key.clone(), handle: h, kind: row.kind });
             pending.insert(h, (row, size));
         }
         for d in ddls {

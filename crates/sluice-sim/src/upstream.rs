@@ -4,7 +4,9 @@
 
 use crate::rng::Rng;
 use sluice_control::io::{SchemaSnapshot, StreamItem, TableInfo};
-use sluice_types::{DdlEvent, DdlInfluence, DdlKind, InfluenceScope, Key, Span, TableId, Ts};
+use sluice_types::{
+    DdlEvent, DdlInfluence, DdlKind, InfluenceScope, Key, RowKind, Span, TableId, Ts,
+};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Row keys are drawn from `[0, KEYSPACE)`; regions split it evenly.
@@ -540,13 +542,20 @@ impl Upstream {
                 return (items, last_ts.unwrap_or(cursor));
             }
             match ev {
-                UEvent::Row { table, key, .. } => {
+                UEvent::Row {
+                    table, key, value, ..
+                } => {
                     let k = Key::row_u64(*table, *key);
                     if span.contains(&k) {
                         items.push(StreamItem::Row {
                             commit_ts: ts,
                             key: k,
                             handle: i as u64,
+                            kind: if value.is_some() {
+                                RowKind::Update
+                            } else {
+                                RowKind::Delete
+                            },
                         });
                     }
                 }

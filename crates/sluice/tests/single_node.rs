@@ -130,3 +130,41 @@ fn table_filter_replicates_only_matching_tables() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn ignored_deletes_are_not_replicated() {
+    let out = Outputs::default();
+    let dir = tmpdir("nodelete");
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    let (down, down_url) = mariadb_with_user(DOWN_PASS);
+    let server = Server::start(&dir, &up_url);
+    let body = serde_json::json!({
+        "changefeed_id": "no-deletes",
+        "sink_uri": format!("{down_url}/?worker-count=2"),
+        "config": "[filter]\nignore-event = [\"delete\"]\n",
+    });
+    let (s, v) = api(&out, &server.url(), "POST", "/api/v2/changefeeds", Some(&body));
+    assert!(s == 200 || s == 201, "create: {s} {v}");
+    let bad = serde_json::json!({ "changefeed_id": "bad", "sink_uri": format!("{down_url}/"), "config": "[filter]\nignore-event = [\"truncate\"]\n" });
+    let (s, v) = api(&out, &server.url(), "POST", "/api/v2/changefeeds", Some(&bad));
+    assert!((400..500).contains(&s), "{s} {v}");
+    // 20 rounds of the workload delete some accounts upstream.
+    workload(&up, "shop", 0, 20);
+    let target = master_ts(&up);
+    wait_checkpoint(&out, &server.url(), "no-deletes", target, 120);
+    let count = |db: &sluice_testkit::mariadb::MariaDb| -> u64 {
+        db.query("SELECT COUNT(*) FROM shop.accounts").expect("count")[0][0].parse().expect("number")
+    };
+    let (u, d) = (count(&up), count(&down));
+    assert!(d > u, "the downstream kept the rows deleted upstream: upstream {u}, downstream {d}");
+    // Everything but the deletes arrived: the downstream has every upstream row, as it is upstream.
+    let missing = down
+        .query(&format!("SELECT COUNT(*) FROM shop.accounts d WHERE d.id < {}", 20 * 20))
+        .expect("query")[0][0]
+        .parse::<u64>()
+        .expect("number");
+    assert_eq!(missing, 20 * 20, "every inserted account is downstream");
+    out.assert_no_secret(&[&server.log]);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

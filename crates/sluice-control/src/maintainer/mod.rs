@@ -1585,6 +1585,9 @@ impl Maintainer {
     /// Whether a DDL concerns what this changefeed replicates (a DDL only on filtered-out tables
     /// is passed without being written).
     fn ddl_concerns_changefeed(&self, influence: &DdlInfluence) -> bool {
+        if self.config.filter.ignores("ddl") {
+            return false;
+        }
         match &influence.scope {
             InfluenceScope::Tables(ts) => {
                 ts.iter().any(|t| self.tables.contains_key(t))
