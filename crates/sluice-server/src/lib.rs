@@ -75,7 +75,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     let listener = tokio::net::TcpListener::bind(&cfg.addr)
         .await
         .map_err(|e| ServerError::Config(format!("cannot listen on {}: {e}", cfg.addr)))?;
-    let capture = upstream::open(&cfg.data_dir, &cfg.upstream, cfg.store_cache_bytes, cfg.skip_unparseable_ddl).await?;
+    let capture = upstream::open(&cfg.data_dir, &cfg.upstream, cfg.store_cache_bytes, cfg.skip_unparseable_ddl, &cfg.etcd).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let capture_thread = upstream::spawn(capture.clone(), cfg.data_dir.clone(), cfg.upstream.clone(), cfg.server_id, stop_rx);
     // Incarnations grow across restarts; a fenced process counts up within its block.

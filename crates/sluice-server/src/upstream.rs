@@ -76,17 +76,59 @@ fn history_path(dir: &Path) -> PathBuf {
     dir.join("schema-history.json")
 }
 
-/// Opens the event store and the schema history (taking a snapshot on the first start).
-pub async fn open(data_dir: &Path, upstream: &str, cache_bytes: u64, skip_unparseable: bool) -> Result<Arc<CaptureShared>, ServerError> {
+/// Where a cluster keeps the upstream's schema snapshot, shared by every node: table ids of
+/// tables that existed before the snapshot are numbered in it, so every node must start from the
+/// same one (later ids come from the binlog and agree by construction).
+pub const SHARED_SNAPSHOT_KEY: &str = "/sluice/schema/snapshot";
+
+/// A cluster's shared snapshot: the one in etcd, or (first node) a new one published there with
+/// create-if-absent; when another node published first, its snapshot is used.
+async fn shared_snapshot(etcd: &[String], upstream: &str) -> Result<SchemaHistory, ServerError> {
+    use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
+    let meta = |e: String| ServerError::Meta(format!("shared schema snapshot in etcd: {e}"));
+    let mut c = tokio::time::timeout(std::time::Duration::from_secs(10), Client::connect(etcd, None))
+        .await
+        .map_err(|_| meta(format!("{etcd:?} did not answer within 10 s")))?
+        .map_err(|e| meta(e.to_string()))?;
+    let read = |v: &[u8]| serde_json::from_slice::<SchemaHistory>(v).map_err(|e| meta(format!("unreadable: {e}")));
+    let got = c.get(SHARED_SNAPSHOT_KEY, None).await.map_err(|e| meta(e.to_string()))?;
+    if let Some(kv) = got.kvs().first() {
+        return read(kv.value());
+    }
+    let h = SchemaHistory::snapshot(upstream)
+        .await
+        .map_err(|e| ServerError::Upstream(format!("schema snapshot failed: {}", scrub(&e.to_string()))))?;
+    let value = serde_json::to_vec(&h).map_err(|e| meta(e.to_string()))?;
+    let txn = Txn::new()
+        .when(vec![Compare::create_revision(SHARED_SNAPSHOT_KEY, CompareOp::Equal, 0)])
+        .and_then(vec![TxnOp::put(SHARED_SNAPSHOT_KEY, value, None)]);
+    let r = c.txn(txn).await.map_err(|e| meta(e.to_string()))?;
+    if r.succeeded() {
+        return Ok(h);
+    }
+    let got = c.get(SHARED_SNAPSHOT_KEY, None).await.map_err(|e| meta(e.to_string()))?;
+    match got.kvs().first() {
+        Some(kv) => read(kv.value()),
+        None => Err(meta("published by another node, then gone".into())),
+    }
+}
+
+/// Opens the event store and the schema history (taking a snapshot on the first start; in a
+/// cluster, the snapshot every node shares).
+pub async fn open(data_dir: &Path, upstream: &str, cache_bytes: u64, skip_unparseable: bool, etcd: &[String]) -> Result<Arc<CaptureShared>, ServerError> {
     let store = EventStore::open(&data_dir.join("events.redb"), StoreConfig { cache_bytes: cache_bytes as usize })
         .map_err(|e| ServerError::Internal(format!("event store: {e}")))?;
     let hs = FileSchemaStore(history_path(data_dir));
     let mut history = match hs.load().await.map_err(|e| ServerError::Internal(scrub(&e.to_string())))? {
         Some(h) => h,
         None => {
-            let h = SchemaHistory::snapshot(upstream)
-                .await
-                .map_err(|e| ServerError::Upstream(format!("schema snapshot failed: {}", scrub(&e.to_string()))))?;
+            let h = if etcd.is_empty() {
+                SchemaHistory::snapshot(upstream)
+                    .await
+                    .map_err(|e| ServerError::Upstream(format!("schema snapshot failed: {}", scrub(&e.to_string()))))?
+            } else {
+                shared_snapshot(etcd, upstream).await?
+            };
             hs.save(&h).await.map_err(|e| ServerError::Internal(e.to_string()))?;
             h
         }
