@@ -98,6 +98,8 @@ struct Feed {
     checkpoint: Ts,
     /// Highest checkpoint reported by the current maintainer (may be ahead of `checkpoint`).
     reported: Ts,
+    /// Highest resolved ts reported by the current maintainer.
+    resolved: Ts,
     writing_checkpoint: bool,
     placement: Placement,
     /// The maintainer to stop (non-cascade) while closing.
@@ -156,6 +158,8 @@ pub struct FeedView {
     pub sink_uri: String,
     /// The whole configuration as stored (the API's update starts from it).
     pub config: ChangefeedConfig,
+    /// The resolved ts the current maintainer reported (at least the checkpoint).
+    pub resolved: Ts,
 }
 
 pub struct Coordinator {
@@ -184,6 +188,7 @@ fn new_feed(info: ChangefeedInfo, info_rev: u64, checkpoint: Ts) -> Feed {
         info_rev,
         checkpoint,
         reported: checkpoint,
+        resolved: checkpoint,
         writing_checkpoint: false,
         placement: Placement::None,
         old_maintainer: None,
@@ -270,6 +275,7 @@ impl Coordinator {
                 restarts: f.info.restarts,
                 sink_uri: f.info.config.sink_uri.clone(),
                 config: f.info.config.clone(),
+                resolved: f.resolved.max(f.checkpoint),
             })
             .collect()
     }
@@ -795,6 +801,7 @@ impl Coordinator {
             }
         }
         f.last_report = now;
+        f.resolved = f.resolved.max(status.resolved);
         if status.checkpoint > f.reported {
             f.reported = status.checkpoint;
             if f.errors_in_row > 0 {

@@ -186,6 +186,7 @@ impl Dispatcher {
             block,
             merge_sources: self.merge_sources.clone(),
             write_rate: self.write_rate,
+            resolved: self.received_upto.max(self.checkpoint()),
         }
     }
 }
@@ -1384,6 +1385,7 @@ fn stopped_report(id: DispatcherId, span: Span, cp: Ts) -> DispatcherReport {
         block: None,
         merge_sources: Vec::new(),
         write_rate: 0,
+        resolved: cp,
     }
 }
 

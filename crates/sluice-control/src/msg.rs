@@ -71,6 +71,9 @@ pub struct DispatcherReport {
     /// Rows written per second over the last heartbeat interval.
     #[serde(default)]
     pub write_rate: u64,
+    /// Everything of this span at or below this ts has reached the dispatcher (its resolved ts).
+    #[serde(default)]
+    pub resolved: Ts,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -195,7 +195,7 @@ fn state_name(s: FeedState) -> &'static str {
 
 fn feed_json(s: &Shell, f: &sluice_control::coordinator::FeedView) -> Json {
     let time = s.capture.time_of(f.checkpoint).map(rfc3339_ms);
-    let resolved = s.node.maintainer(&f.id).map(|m| m.status().resolved).unwrap_or(f.checkpoint).max(f.checkpoint);
+    let resolved = s.node.maintainer(&f.id).map(|m| m.status().resolved).unwrap_or(f.resolved).max(f.resolved).max(f.checkpoint);
     let maintainer_addr = f.maintainer.as_ref().map(|n| s.net.addrs.get(n).cloned().unwrap_or_else(|| n.as_str().to_string()));
     json!({
         "id": f.id.as_str(),

@@ -67,6 +67,8 @@ pub struct SpanEntry {
     pub op: Option<u64>,
     /// Rows per second its dispatcher reported last.
     pub write_rate: u64,
+    /// The resolved ts its dispatcher reported last.
+    pub resolved: Ts,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,6 +150,7 @@ pub struct Maintainer {
     next_seq: u64,
     trigger: DispatcherId,
     trigger_cp: Ts,
+    trigger_resolved: Ts,
     barrier: Barrier,
     requests: VecDeque<PendingRequest>,
     hb_seen: BTreeMap<NodeId, (u64, u64)>,
@@ -215,6 +218,7 @@ impl Maintainer {
             next_seq: 1,
             trigger,
             trigger_cp: checkpoint,
+            trigger_resolved: checkpoint,
             barrier: Barrier::default(),
             requests: VecDeque::new(),
             hb_seen: BTreeMap::new(),
@@ -502,6 +506,7 @@ impl Maintainer {
                     checkpoint,
                     op: None,
                     write_rate: 0,
+                    resolved: 0,
                 },
             );
         }
@@ -866,6 +871,7 @@ impl Maintainer {
                     checkpoint: r.checkpoint.max(cp.min(r.checkpoint)),
                     op: None,
                     write_rate: 0,
+                    resolved: 0,
                 };
                 if r.phase == DispatcherPhase::Working {
                     self.spans.insert(key, entry);
@@ -922,6 +928,7 @@ impl Maintainer {
                                 checkpoint: r.checkpoint,
                                 op: None,
                                 write_rate: 0,
+                                resolved: 0,
                             },
                         );
                         let kind = if matches!(purpose, ClosePurpose::Move { .. }) {
@@ -1021,6 +1028,7 @@ impl Maintainer {
             if r.is_trigger {
                 if r.id == self.trigger && *from == self.node {
                     self.trigger_cp = self.trigger_cp.max(r.checkpoint);
+                    self.trigger_resolved = self.trigger_resolved.max(r.resolved);
                     if let Some(t) = self.tracked.get_mut(&r.id) {
                         t.phase = Tracked::Working;
                     }
@@ -1051,6 +1059,7 @@ impl Maintainer {
                         if e.dispatcher == Some(r.id) && e.node.as_ref() == Some(from) {
                             e.checkpoint = e.checkpoint.max(r.checkpoint);
                             e.write_rate = r.write_rate;
+                            e.resolved = e.resolved.max(r.resolved);
                         }
                     }
                     if let (Some(b), DispatcherPhase::Working) = (&r.block, &r.phase) {
@@ -1770,6 +1779,7 @@ impl Maintainer {
                                     checkpoint: cp,
                                     op: None,
                                     write_rate: 0,
+                                    resolved: 0,
                                 },
                             );
                         }
@@ -1887,6 +1897,7 @@ impl Maintainer {
                             checkpoint: cp,
                             op: None,
                             write_rate: 0,
+                            resolved: 0,
                         },
                     );
                     op.key = None;
@@ -2394,7 +2405,16 @@ impl Maintainer {
                 checkpoint: min,
             }));
         }
-        self.resolved = self.resolved.max(self.committed);
+        // Resolved ts: what every span's dispatcher (and the trigger) has received, at least the
+        // checkpoint.
+        let resolved = self
+            .spans
+            .values()
+            .map(|e| e.resolved.max(e.checkpoint))
+            .min()
+            .unwrap_or(self.trigger_resolved)
+            .min(self.trigger_resolved.max(self.trigger_cp));
+        self.resolved = self.resolved.max(resolved).max(self.committed);
     }
 
     // ------------------------------------------------------------------ lifecycle
