@@ -936,18 +936,7 @@ impl Sim {
                 if let Some(s) = self.sessions.get_mut(&(name.to_string(), inc, id)) {
                     s.max_written = s.max_written.max(max);
                 }
-                let lat = self.rng.range(5, 60);
-                self.push(
-                    now + lat,
-                    Ev::SinkAck {
-                        node: name.to_string(),
-                        inc,
-                        cf,
-                        id,
-                        session,
-                        ts: max,
-                    },
-                );
+                self.ack_later(name, inc, cf, id, session, max, (5, 60));
             }
             SinkCommand::WriteDdl {
                 cf,
@@ -973,18 +962,7 @@ impl Sim {
                 if let Some(s) = self.sessions.get_mut(&(name.to_string(), inc, id)) {
                     s.max_written = s.max_written.max(ts);
                 }
-                let lat = self.rng.range(5, 60);
-                self.push(
-                    now + lat,
-                    Ev::SinkAck {
-                        node: name.to_string(),
-                        inc,
-                        cf,
-                        id,
-                        session,
-                        ts,
-                    },
-                );
+                self.ack_later(name, inc, cf, id, session, ts, (5, 60));
             }
             SinkCommand::Flush { cf, id } => {
                 let session = self.session(name, inc, id);
@@ -993,18 +971,7 @@ impl Sim {
                     .get(&(name.to_string(), inc, id))
                     .map(|s| s.max_written)
                     .unwrap_or(0);
-                let lat = self.rng.range(1, 10);
-                self.push(
-                    now + lat,
-                    Ev::SinkAck {
-                        node: name.to_string(),
-                        inc,
-                        cf,
-                        id,
-                        session,
-                        ts,
-                    },
-                );
+                self.ack_later(name, inc, cf, id, session, ts, (1, 10));
             }
             SinkCommand::Close { cf, id } => {
                 let session = self.session(name, inc, id);
@@ -1024,6 +991,32 @@ impl Sim {
                 );
             }
         }
+    }
+
+    /// The model sink acknowledges a session's writes up to `ts` after a random latency.
+    #[allow(clippy::too_many_arguments)]
+    fn ack_later(
+        &mut self,
+        name: &str,
+        inc: u64,
+        cf: ChangefeedId,
+        id: DispatcherId,
+        session: u64,
+        ts: Ts,
+        latency: (u64, u64),
+    ) {
+        let at = self.now + self.rng.range(latency.0, latency.1);
+        self.push(
+            at,
+            Ev::SinkAck {
+                node: name.to_string(),
+                inc,
+                cf,
+                id,
+                session,
+                ts,
+            },
+        );
     }
 
     /// The event source: new upstream events for every subscription of the node.
