@@ -13,6 +13,10 @@ use sluice_testkit::mariadb::MariaDb;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+/// The same allocator as the `sluice` binary, so the figures are the product's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const BATCH: u64 = 10_000;
 
 fn load(db: &MariaDb, table: &str, create: &str, select: &str, rows: u64) {
