@@ -13,6 +13,10 @@ pub const MAINTAINER_STATUS_MS: Millis = 200;
 /// A placed maintainer that has not reported for this long (while its node stays alive) is
 /// considered lost and placed again with a new epoch.
 pub const MAINTAINER_LOST_MS: Millis = 10_000;
+/// A dispatcher whose sink keeps failing with retryable errors this many times in a row without
+/// any progress reports it to the maintainer (the changefeed then shows the error and restarts
+/// after a backoff) instead of retrying silently forever.
+pub const MAX_SINK_RETRIES_WITHOUT_PROGRESS: u32 = 10;
 /// How often the balance, split and merge schedulers run.
 pub const BALANCE_INTERVAL_MS: Millis = 2_000;
 /// At most this many operators are started per scheduler round.

@@ -105,6 +105,9 @@ struct Dispatcher {
     /// Rows written since the last heartbeat, and the rate reported in it (rows/s).
     rows_since_report: u64,
     write_rate: u64,
+    /// Retryable sink failures in a row, and the flushed ts when the count last restarted.
+    sink_failures: u32,
+    sink_failures_since: Ts,
 }
 
 impl Dispatcher {
@@ -130,6 +133,8 @@ impl Dispatcher {
             remove_after_merge: false,
             rows_since_report: 0,
             write_rate: 0,
+            sink_failures: 0,
+            sink_failures_since: 0,
         }
     }
 
@@ -1002,6 +1007,8 @@ impl DispatcherManager {
                 let mut fresh =
                     Dispatcher::new(d.id, d.span.clone(), d.is_trigger, cp, Phase::Working);
                 fresh.merge_sources = d.merge_sources.clone();
+                fresh.sink_failures = d.sink_failures;
+                fresh.sink_failures_since = d.sink_failures_since;
                 self.dispatchers.remove(&id);
                 self.start_dispatcher(fresh, out);
                 self.pump(id, now, holds, out);
@@ -1023,6 +1030,29 @@ impl DispatcherManager {
             return;
         };
         if !retryable {
+            self.send_owner(
+                out,
+                Message::DispatcherError {
+                    cf,
+                    epoch,
+                    id,
+                    message,
+                },
+            );
+            return;
+        }
+        // Progress since the last failure starts the count again.
+        let cp = d.checkpoint();
+        if cp > d.sink_failures_since {
+            d.sink_failures = 0;
+            d.sink_failures_since = cp;
+        }
+        d.sink_failures += 1;
+        if d.sink_failures > crate::config::MAX_SINK_RETRIES_WITHOUT_PROGRESS {
+            let message = format!(
+                "the sink failed {} times in a row without progress (last: {message})",
+                d.sink_failures - 1
+            );
             self.send_owner(
                 out,
                 Message::DispatcherError {

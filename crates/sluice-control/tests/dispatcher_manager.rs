@@ -534,3 +534,45 @@ fn checkpoint_never_passes_unflushed_rows_nor_a_pending_ddl() {
     );
     assert_eq!(cp(&dm), 140);
 }
+
+#[test]
+fn retryable_sink_errors_restart_the_dispatcher_alone_until_they_persist() {
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let d = id(1, 1);
+    create(&mut dm, &m1(), 1, d, Span::whole_table(TableId(3)), &holds);
+    let reported = |out: &[Effect]| {
+        out.iter().any(|e| {
+            matches!(
+                e,
+                Effect::Send {
+                    msg: Message::DispatcherError { .. },
+                    ..
+                }
+            )
+        })
+    };
+    let limit = sluice_control::config::MAX_SINK_RETRIES_WITHOUT_PROGRESS;
+    for i in 0..limit {
+        let mut out = Vec::new();
+        dm.on_sink_error(d, true, format!("failure {i}"), &mut out);
+        assert!(
+            !reported(&out),
+            "a retryable error is handled inside the dispatcher (attempt {i})"
+        );
+        assert!(out
+            .iter()
+            .any(|e| matches!(e, Effect::Sink(SinkCommand::Close { .. }))));
+        let mut out = Vec::new();
+        dm.on_sink_closed(0, d, &holds, &mut out);
+        assert_eq!(started(&out), vec![d], "restarted from its own checkpoint");
+    }
+    // Without any progress, the next one is reported instead of retried silently forever.
+    let mut out = Vec::new();
+    dm.on_sink_error(d, true, "still failing".into(), &mut out);
+    assert!(
+        reported(&out),
+        "persistent retryable errors must reach the maintainer"
+    );
+}
