@@ -313,6 +313,17 @@ impl Coordinator {
         }
     }
 
+    /// Read a changefeed's info again after a compare-and-swap lost to another write.
+    fn reload_info(&mut self, cf: &ChangefeedId, out: &mut Vec<Effect>) {
+        self.meta(
+            out,
+            Pending::ReloadInfo(cf.clone()),
+            MetaOp::Get {
+                prefix: keys::info(cf.as_str()),
+            },
+        );
+    }
+
     fn meta(&mut self, out: &mut Vec<Effect>, p: Pending, op: MetaOp) {
         let req = self.next_req;
         self.next_req += 1;
@@ -571,13 +582,7 @@ impl Coordinator {
                     }
                     if conflict {
                         f.meta_busy = true;
-                        self.meta(
-                            out,
-                            Pending::ReloadInfo(cf.clone()),
-                            MetaOp::Get {
-                                prefix: keys::info(cf.as_str()),
-                            },
-                        );
+                        self.reload_info(&cf, out);
                     }
                 }
             }
@@ -606,13 +611,7 @@ impl Coordinator {
                     f.meta_busy = false;
                     if conflict {
                         f.meta_busy = true;
-                        self.meta(
-                            out,
-                            Pending::ReloadInfo(cf.clone()),
-                            MetaOp::Get {
-                                prefix: keys::info(cf.as_str()),
-                            },
-                        );
+                        self.reload_info(&cf, out);
                     }
                 }
             }

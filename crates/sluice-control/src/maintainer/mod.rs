@@ -681,41 +681,26 @@ impl Maintainer {
         }
     }
 
-    /// The `bootstrap-without-all-nodes` mutation: finish as soon as the own node answered.
-    #[cfg(feature = "mutations")]
-    fn finish_early(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
-        let ok = matches!(&self.phase, Phase::Bootstrapping { responses, schema: Some(_) } if responses.contains_key(&self.node));
-        if !ok {
-            return;
-        }
-        let Phase::Bootstrapping {
-            responses,
-            schema: Some(schema),
-        } = std::mem::replace(&mut self.phase, Phase::Working)
-        else {
-            return;
-        };
-        self.finish_bootstrap(ctx, responses, schema, out);
-    }
-
     fn try_finish_bootstrap(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
         let ready = match &self.phase {
             Phase::Bootstrapping {
                 responses,
                 schema: Some(_),
             } => {
+                // The `bootstrap-without-all-nodes` mutation finishes once the own node answered.
                 #[cfg(feature = "mutations")]
-                if crate::mutations::on("bootstrap-without-all-nodes") {
-                    return self.finish_early(ctx, out);
-                }
-                ctx.alive.keys().all(|n| {
-                    responses.contains_key(n)
-                        || !self.bootstrapping.contains_key(n) && self.ready.contains_key(n)
-                }) && self
-                    .bootstrapping
-                    .keys()
-                    .all(|n| !ctx.alive.contains_key(n))
-                    && responses.contains_key(&self.node)
+                let early = crate::mutations::on("bootstrap-without-all-nodes");
+                #[cfg(not(feature = "mutations"))]
+                let early = false;
+                (early && responses.contains_key(&self.node))
+                    || ctx.alive.keys().all(|n| {
+                        responses.contains_key(n)
+                            || !self.bootstrapping.contains_key(n) && self.ready.contains_key(n)
+                    }) && self
+                        .bootstrapping
+                        .keys()
+                        .all(|n| !ctx.alive.contains_key(n))
+                        && responses.contains_key(&self.node)
             }
             _ => false,
         };
