@@ -23,9 +23,10 @@ use crate::error::{CaptureError, Result};
 use crate::pos::BinlogPos;
 use mysql_async::prelude::Queryable;
 use serde::{Deserialize, Serialize};
+use sluice_types::partition::split_partition_options;
 use sluice_types::{
-    ColumnDef, ColumnType, DdlEvent, DdlInfluence, DdlKind, InfluenceScope, TableId, TableSchema,
-    Ts,
+    ColumnDef, ColumnType, DdlEvent, DdlInfluence, DdlKind, InfluenceScope, Partitioning, TableId,
+    TableSchema, Ts,
 };
 use sqlparser::ast::{
     AlterTableOperation, ColumnOption, CreateTableLikeKind, ObjectName, ObjectType,
@@ -428,6 +429,15 @@ impl SchemaHistory {
             .query("SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS")
             .await
             .unwrap_or_default();
+        let partitioned: std::collections::BTreeSet<(String, String)> = conn
+            .query(
+                "SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME FROM information_schema.PARTITIONS \
+                 WHERE PARTITION_NAME IS NOT NULL",
+            )
+            .await
+            .map_err(e)?
+            .into_iter()
+            .collect();
         for (i, (db, name)) in tables.iter().enumerate() {
             let mut columns: Vec<ColumnDef> = cols
                 .iter()
@@ -465,6 +475,11 @@ impl SchemaHistory {
             let uniques: Vec<Vec<String>> = uniques.into_values().collect();
             let (key_columns, unique_keys) = choose_key(&columns, &pk, &uniques);
             let id = TableId(SNAPSHOT_FIRST_TABLE_ID + i as u64);
+            let partitioning = if partitioned.contains(&(db.clone(), name.clone())) {
+                Some(read_partitioning(conn, db, name).await?)
+            } else {
+                None
+            };
             h.index_name(id, db, name);
             h.tables.insert(
                 id,
@@ -479,6 +494,7 @@ impl SchemaHistory {
                         key_columns,
                         unique_keys,
                         version: 0,
+                        partitioning,
                     },
                 }],
             );
@@ -615,9 +631,16 @@ impl SchemaHistory {
         if !is_schema_statement(query) {
             return Ok(None);
         }
-        let stmts = match sqlparser::parser::Parser::parse_sql(&MySqlDialect {}, query) {
+        // Partition options are kept apart: sqlparser does not know MySQL's partition syntax,
+        // and they change the layout of a table version, never its columns.
+        let (sql, partition_text) = if is_create_or_alter_table(query) {
+            split_partition_options(&expand_executable_comments(query))
+        } else {
+            (query.to_string(), None)
+        };
+        let stmts = match sqlparser::parser::Parser::parse_sql(&MySqlDialect {}, &sql) {
             Ok(s) => s,
-            Err(e) => match strip_alter_options(query) {
+            Err(e) => match strip_alter_options(&sql) {
                 // ALTER TABLE with table options sqlparser does not know (ENGINE=, CONVERT TO
                 // CHARACTER SET, LOCK=, ...): they change no column; parse the rest.
                 Some(stripped) if stripped.specs_left => {
@@ -640,6 +663,7 @@ impl SchemaHistory {
                         database,
                         query,
                         &stripped.table,
+                        partition_text.as_deref(),
                     ))
                 }
                 None => return self.unparseable(commit_ts, database, query, e.to_string()),
@@ -660,6 +684,15 @@ impl SchemaHistory {
                 Ok(Some(k)) => kind = k,
                 Ok(None) => {}
                 Err(msg) => return self.unparseable(commit_ts, database, query, msg),
+            }
+        }
+        if let Some(text) = &partition_text {
+            let target = match kind {
+                DdlKind::CreateTable => influence.added.last().map(|(id, _)| *id),
+                _ => touched.last().copied(),
+            };
+            if let Some(id) = target {
+                work.set_partitioning(id, commit_ts, text, kind != DdlKind::CreateTable);
             }
         }
         if kind == DdlKind::Other
@@ -692,7 +725,8 @@ impl SchemaHistory {
         Ok(Some(ev))
     }
 
-    /// An ALTER TABLE that only sets table options: a DDL event for the table, no new version.
+    /// An ALTER TABLE that only sets table options: a DDL event for the table, no new version;
+    /// with a partition operation, a new version with the new partition layout.
     fn options_only_alter(
         &mut self,
         commit_ts: Ts,
@@ -700,6 +734,7 @@ impl SchemaHistory {
         database: &str,
         query: &str,
         table: &str,
+        partition_text: Option<&str>,
     ) -> Option<DdlEvent> {
         let name = sqlparser::parser::Parser::new(&MySqlDialect {})
             .try_with_sql(table)
@@ -707,6 +742,12 @@ impl SchemaHistory {
             .ok()?;
         let (db, t) = split_name(&name, database);
         let id = self.find_id(&db, &t, commit_ts - 1)?;
+        if let Some(text) = partition_text {
+            if let Some(s) = self.table_by_id_at(id, commit_ts - 1).cloned() {
+                self.push_version(s, commit_ts);
+                self.set_partitioning(id, commit_ts, text, true);
+            }
+        }
         let ev = DdlEvent {
             commit_ts,
             commit_time_ms,
@@ -724,6 +765,30 @@ impl SchemaHistory {
         self.head = commit_ts;
         self.ddls.push(ev.clone());
         Some(ev)
+    }
+
+    /// Sets the partition layout of `id`'s version created at `ts` from a `PARTITION BY` clause
+    /// (CREATE) or a partition operation applied to the previous layout (ALTER). A layout
+    /// Sluice cannot model is recorded as such ([`Partitioning::unsupported`]): capture never
+    /// stops for it; only a sink that must place rows in partitions reports it.
+    fn set_partitioning(&mut self, id: TableId, ts: Ts, text: &str, alter: bool) {
+        let Some(v) = self
+            .tables
+            .get_mut(&id)
+            .and_then(|v| v.last_mut())
+            .filter(|v| v.from == ts)
+        else {
+            return;
+        };
+        let result = if alter {
+            Partitioning::apply_alter(v.schema.partitioning.as_ref(), text)
+        } else {
+            Partitioning::parse(text).map(Some)
+        };
+        v.schema.partitioning = match result {
+            Ok(p) => p,
+            Err(e) => Some(Partitioning::unsupported(text, &e.to_string())),
+        };
     }
 
     fn unparseable(
@@ -899,6 +964,7 @@ impl SchemaHistory {
                         key_columns,
                         unique_keys,
                         version: ts,
+                        partitioning: None,
                     }
                 };
                 self.push_version(schema, ts);
@@ -1404,32 +1470,131 @@ fn strip_alter_options(query: &str) -> Option<StrippedAlter> {
     })
 }
 
-/// True when a statement may change the tracked schema (table or database DDL). Everything
-/// else in a QUERY event (GRANT, CREATE USER, FLUSH, procedures, ...) is ignored without
-/// parsing, so an unparseable statement of that kind cannot stop capture.
-pub fn is_schema_statement(query: &str) -> bool {
-    // Strip leading comments.
+/// The partition layout of a table at the snapshot, from `SHOW CREATE TABLE` (one parser for
+/// the snapshot and the DDLs read later). A layout Sluice cannot model is recorded as such.
+async fn read_partitioning(
+    conn: &mut mysql_async::Conn,
+    db: &str,
+    name: &str,
+) -> Result<Partitioning> {
+    let q = format!(
+        "SHOW CREATE TABLE `{}`.`{}`",
+        db.replace('`', "``"),
+        name.replace('`', "``")
+    );
+    let row: Option<(String, String)> = conn.query_first(q).await.map_err(CaptureError::from_mysql)?;
+    let create = row.map(|r| r.1).unwrap_or_default();
+    let (_, text) = split_partition_options(&expand_executable_comments(&create));
+    let Some(text) = text else {
+        return Ok(Partitioning::unsupported(
+            "",
+            &format!("no partition options found in SHOW CREATE TABLE {db}.{name}"),
+        ));
+    };
+    Ok(Partitioning::parse(&text).unwrap_or_else(|e| Partitioning::unsupported(&text, &e.to_string())))
+}
+
+/// True for `CREATE [OR REPLACE] [TEMPORARY] TABLE …` and `ALTER [ONLINE|IGNORE] TABLE …`, the
+/// statements that may carry partition options.
+fn is_create_or_alter_table(query: &str) -> bool {
+    let words = leading_words(query, 5);
+    let first = words.first().map(String::as_str).unwrap_or("");
+    matches!(first, "CREATE" | "ALTER")
+        && words
+            .iter()
+            .skip(1)
+            .find(|w| !matches!(w.as_str(), "OR" | "REPLACE" | "TEMPORARY" | "ONLINE" | "IGNORE"))
+            .is_some_and(|w| w == "TABLE")
+}
+
+/// The statement with MySQL's executable comments opened: `/*!50100 PARTITION BY … */` (and
+/// MariaDB's `/*M!100100 … */`) is executed by the server, so its content is part of the
+/// statement (as `mysqldump` and MySQL's `SHOW CREATE TABLE` write partition options). Quoted
+/// text and ordinary comments are left as they are.
+pub fn expand_executable_comments(sql: &str) -> String {
+    let b = sql.as_bytes();
+    let mut out = String::with_capacity(sql.len());
+    let mut i = 0;
+    let mut open = 0usize; // executable comments currently open
+    let mut last = 0;
+    while i < b.len() {
+        match b[i] {
+            q @ (b'\'' | b'"' | b'`') => {
+                i += 1;
+                while i < b.len() && b[i] != q {
+                    if b[i] == b'\\' && q != b'`' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') && matches!(b.get(i + 2), Some(b'!' | b'M')) => {
+                let mut j = i + 2;
+                if b[j] == b'M' {
+                    if b.get(j + 1) != Some(&b'!') {
+                        i += 2;
+                        continue;
+                    }
+                    j += 1;
+                }
+                j += 1;
+                while j < b.len() && b[j].is_ascii_digit() {
+                    j += 1;
+                }
+                out.push_str(&sql[last..i]);
+                out.push(' ');
+                last = j;
+                i = j;
+                open += 1;
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => match sql[i + 2..].find("*/") {
+                Some(e) => i += e + 4,
+                None => break,
+            },
+            b'*' if open > 0 && b.get(i + 1) == Some(&b'/') => {
+                out.push_str(&sql[last..i]);
+                out.push(' ');
+                i += 2;
+                last = i;
+                open -= 1;
+            }
+            _ => i += 1,
+        }
+    }
+    out.push_str(&sql[last.min(sql.len())..]);
+    out
+}
+
+/// The first `n` whitespace-separated words of a statement, upper-cased, after leading comments.
+fn leading_words(query: &str, n: usize) -> Vec<String> {
     let mut q = query.trim_start();
     loop {
         if let Some(rest) = q.strip_prefix("/*") {
             match rest.find("*/") {
                 Some(e) => q = rest[e + 2..].trim_start(),
-                None => return false,
+                None => return Vec::new(),
             }
         } else if q.starts_with("--") || q.starts_with('#') {
             match q.find('\n') {
                 Some(e) => q = q[e + 1..].trim_start(),
-                None => return false,
+                None => return Vec::new(),
             }
         } else {
             break;
         }
     }
-    let words: Vec<String> = q
-        .split_whitespace()
-        .take(6)
+    q.split_whitespace()
+        .take(n)
         .map(|w| w.to_ascii_uppercase())
-        .collect();
+        .collect()
+}
+
+/// True when a statement may change the tracked schema (table or database DDL). Everything
+/// else in a QUERY event (GRANT, CREATE USER, FLUSH, procedures, ...) is ignored without
+/// parsing, so an unparseable statement of that kind cannot stop capture.
+pub fn is_schema_statement(query: &str) -> bool {
+    let words = leading_words(query, 6);
     let first = words.first().map(String::as_str).unwrap_or("");
     let rest: Vec<&str> = words
         .iter()
@@ -1576,7 +1741,7 @@ mod tests {
     #[test]
     fn unparseable_ddl_is_an_error_unless_skipped() {
         let mut h = h();
-        let q = "ALTER TABLE t PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10))";
+        let q = "ALTER TABLE t FROBNICATE (id) WITH ((10)";
         apply(&mut h, 10, "CREATE TABLE t (id INT PRIMARY KEY)");
         let before = h.clone();
         let e = h.apply(F + 20, 0, "d", q).expect_err("must fail");
@@ -1586,6 +1751,77 @@ mod tests {
         h.skip_unparseable_ddl = true;
         assert!(h.apply(F + 20, 0, "d", q).expect("skipped").is_none());
         assert_eq!(h.skipped.len(), 1);
+    }
+
+    #[test]
+    fn executable_comments_open_and_other_text_stays() {
+        assert_eq!(
+            expand_executable_comments("CREATE TABLE t (id INT) /*!50100 PARTITION BY HASH (id) */"),
+            "CREATE TABLE t (id INT)   PARTITION BY HASH (id)  "
+        );
+        assert_eq!(
+            expand_executable_comments("CREATE TABLE t (c VARCHAR(9) DEFAULT '/*!1 x */') /* PARTITION BY KEY () */ /*M!100100 ENGINE=InnoDB */"),
+            "CREATE TABLE t (c VARCHAR(9) DEFAULT '/*!1 x */') /* PARTITION BY KEY () */   ENGINE=InnoDB  "
+        );
+        assert!(is_create_or_alter_table("/* x */ CREATE OR REPLACE TABLE t (id INT)"));
+        assert!(is_create_or_alter_table("alter online table t add partition (partition p9 values less than (9))"));
+        assert!(!is_create_or_alter_table("CREATE INDEX i ON t (a)"));
+        assert!(!is_create_or_alter_table("ALTER DATABASE d CHARSET utf8mb4"));
+    }
+
+    #[test]
+    fn partition_layouts_follow_create_and_alter() {
+        let mut h = h();
+        apply(
+            &mut h,
+            10,
+            "CREATE TABLE t (id INT NOT NULL, v INT, PRIMARY KEY (id)) ENGINE=InnoDB \
+             PARTITION BY RANGE (id) (PARTITION a VALUES LESS THAN (10), PARTITION b VALUES LESS THAN MAXVALUE)",
+        );
+        let names = |h: &SchemaHistory| -> Option<Vec<String>> {
+            let s = h.table_at("d", "t", u64::MAX)?;
+            s.partitioning
+                .as_ref()
+                .map(|p| p.partitions.iter().map(|d| d.name.clone()).collect())
+        };
+        let s = h.table_at("d", "t", F + 10).expect("t").clone();
+        assert_eq!(s.columns.len(), 2, "columns parsed past the partition clause");
+        assert_eq!(s.key_columns, vec![0]);
+        assert_eq!(names(&h), Some(vec!["a".to_string(), "b".to_string()]));
+        // A partition operation alone: a new version, same columns, new layout.
+        let ev = apply(
+            &mut h,
+            20,
+            "ALTER TABLE t REORGANIZE PARTITION b INTO (PARTITION b VALUES LESS THAN (20), PARTITION c VALUES LESS THAN MAXVALUE)",
+        );
+        assert_eq!(ev.kind, DdlKind::AlterTable);
+        assert_eq!(ev.influence.scope, InfluenceScope::Tables(vec![s.table_id]));
+        let v2 = h.table_at("d", "t", F + 20).expect("t");
+        assert_eq!(v2.version, F + 20);
+        assert_eq!(v2.columns, s.columns);
+        assert_eq!(names(&h), Some(vec!["a".into(), "b".into(), "c".into()]));
+        // Column changes and a partition operation in one ALTER.
+        apply(&mut h, 30, "ALTER TABLE t ADD COLUMN w INT, DROP PARTITION a");
+        assert_eq!(h.table_at("d", "t", F + 30).expect("t").columns.len(), 3);
+        assert_eq!(names(&h), Some(vec!["b".into(), "c".into()]));
+        // Column changes alone keep the layout; TRUNCATE PARTITION keeps it.
+        apply(&mut h, 40, "ALTER TABLE t DROP COLUMN w");
+        apply(&mut h, 50, "ALTER TABLE t TRUNCATE PARTITION b");
+        assert_eq!(names(&h), Some(vec!["b".into(), "c".into()]));
+        apply(&mut h, 60, "ALTER TABLE t REMOVE PARTITIONING");
+        assert_eq!(names(&h), None);
+        // The historical layouts stay readable by commit ts.
+        let at = |ts: u64| h.table_at("d", "t", F + ts).and_then(|s| s.partitioning.clone()).map(|p| p.partitions.len());
+        assert_eq!((at(10), at(20), at(30), at(60)), (Some(2), Some(3), Some(2), None));
+        // mysqldump's executable comment form and a layout Sluice cannot model: the table is
+        // tracked, the layout says why rows cannot be placed.
+        apply(&mut h, 70, "CREATE TABLE u (id INT PRIMARY KEY) /*!50100 PARTITION BY HASH (id) PARTITIONS 3 */");
+        let u = h.table_at("d", "u", F + 70).expect("u");
+        assert_eq!(u.partitioning.as_ref().map(|p| p.partitions.len()), Some(3));
+        apply(&mut h, 80, "CREATE TABLE w (id INT PRIMARY KEY) PARTITION BY HASH (SOUNDEX_NOT_A_FUNCTION(id)) PARTITIONS 2");
+        let w = h.table_at("d", "w", F + 80).expect("w tracked");
+        let p = w.partitioning.as_ref().expect("partitioned");
+        assert!(p.partition_of(w, &[sluice_types::Value::Int(1)]).is_err());
     }
 
     #[test]

@@ -109,6 +109,7 @@ fn schema_from_definition(def: &TableDefinition, table_id: TableId) -> TableSche
         key_columns,
         unique_keys: Vec::new(),
         version: def.table_version,
+        partitioning: None,
     }
 }
 
@@ -206,7 +207,8 @@ pub async fn run(args: &ConsumeArgs) -> Result<ConsumeReport> {
 /// A row with its order key: (commit ts, file order, line).
 struct Placed {
     ts: Ts,
-    file: (String, Option<String>, u64),
+    /// (date, partition, dispatcher, index).
+    file: (String, Option<u32>, Option<String>, u64),
     line: usize,
     row: DecodedRow,
     table: (String, String, Ts),
@@ -229,7 +231,8 @@ async fn read_layout(
     let mut schemas: BTreeMap<(String, String, Ts), Arc<TableSchema>> = BTreeMap::new();
     let mut ddls: BTreeMap<(Ts, String), DdlEvent> = BTreeMap::new();
     let mut table_ids: BTreeMap<(String, String), TableId> = BTreeMap::new();
-    let mut data: Vec<(String, String, String, Ts, Option<String>, layout::DataName)> = Vec::new();
+    type Dirs = (Option<u32>, Option<String>);
+    let mut data: Vec<(String, String, String, Ts, Dirs, layout::DataName)> = Vec::new();
     for p in &paths {
         let parts: Vec<&str> = p.split('/').collect();
         let name = parts.last().copied().unwrap_or_default();
@@ -291,18 +294,37 @@ async fn read_layout(
             continue;
         }
         match layout::parse_data_name(name) {
-            Some(dn) if dn.ext == ext && (parts.len() == 4 || parts.len() == 5) => {
+            Some(dn) if dn.ext == ext && (4..=6).contains(&parts.len()) => {
                 let version: Ts = parts[2].parse().map_err(|_| SinkError::Layout {
                     path: p.clone(),
                     reason: "version directory is not a number".into(),
                 })?;
-                let date = (parts.len() == 5).then(|| parts[3].to_string());
+                // <ver>[/<partition>][/<date>]: one directory between the version and the
+                // name is a date when it has the configured separator's shape, else a partition.
+                let dirs = &parts[3..parts.len() - 1];
+                let (partition, date) = match dirs {
+                    [] => (None, None),
+                    [d] if layout::is_date_dir(cfg.date_separator, d) => (None, Some(d.to_string())),
+                    [p] => (Some(*p), None),
+                    [p, d] => (Some(*p), Some(d.to_string())),
+                    _ => (None, None),
+                };
+                let partition = match partition {
+                    None => None,
+                    Some(p) => Some(p.parse::<u32>().map_err(|_| SinkError::Layout {
+                        path: parts.join("/"),
+                        reason: format!(
+                            "directory {p:?} is neither a partition number nor a date of the \
+                             configured date-separator; pass the parameters the layout was written with"
+                        ),
+                    })?),
+                };
                 data.push((
                     p.clone(),
                     parts[0].to_string(),
                     parts[1].to_string(),
                     version,
-                    date,
+                    (partition, date),
                     dn,
                 ));
             }
@@ -310,7 +332,7 @@ async fn read_layout(
         }
     }
     let mut placed: Vec<Placed> = Vec::new();
-    for (path, db, table, version, date, dn) in data {
+    for (path, db, table, version, (partition, date), dn) in data {
         let key = (db.clone(), table.clone(), version);
         let schema = schemas.get(&key).ok_or_else(|| SinkError::Layout {
             path: path.clone(),
@@ -342,6 +364,7 @@ async fn read_layout(
                 ts: row.commit_ts.unwrap_or(version),
                 file: (
                     date.clone().unwrap_or_default(),
+                    partition,
                     dn.dispatcher.clone(),
                     dn.index,
                 ),

@@ -37,6 +37,7 @@ pub fn simple_schema(db: &str, table: &str, id: u64, version: Ts) -> TableSchema
         key_columns: vec![0],
         unique_keys: Vec::new(),
         version,
+        partitioning: None,
     }
 }
 
@@ -107,6 +108,7 @@ pub fn all_types_schema(db: &str, version: Ts) -> TableSchema {
         key_columns: vec![0],
         unique_keys: Vec::new(),
         version,
+        partitioning: None,
     }
 }
 

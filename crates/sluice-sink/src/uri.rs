@@ -188,7 +188,8 @@ pub struct StorageConfig {
     /// `enable-table-across-nodes` (default false): dispatcher ids in every file name. Without
     /// it, ids are still used for any dispatcher whose span is not the whole table.
     pub table_across_nodes: bool,
-    /// `enable-partition-separator` (default true; Sluice's event model has no partitions yet).
+    /// `enable-partition-separator` (default true): rows of a partitioned table go into one
+    /// directory per partition (`<ver>/<partition>/…`, the partition's 0-based position).
     pub partition_separator: bool,
     /// `enable-tidb-extension` (canal-json; default false): adds `_tidb.commitTs`.
     pub tidb_extension: bool,

@@ -71,6 +71,9 @@ pub struct TableSchema {
     pub unique_keys: Vec<Vec<usize>>,
     /// Commit ts of the DDL that produced this version (0 for the snapshot).
     pub version: Ts,
+    /// `PARTITION BY …` of this version, if the table is partitioned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitioning: Option<crate::partition::Partitioning>,
 }
 
 impl TableSchema {

@@ -9,7 +9,9 @@
 pub mod event;
 pub mod ids;
 pub mod key;
+pub mod partition;
 
 pub use event::*;
 pub use ids::*;
 pub use key::*;
+pub use partition::{Partitioning, PartitionError};

@@ -1,12 +1,14 @@
 //! TiCDC's cloud storage layout: every path the storage sink writes and `consume` reads.
 //!
 //! ```text
-//! metadata                                            {"checkpoint-ts": N}
-//! <db>/meta/schema_<ver>_<sum10>.json                 database-level DDL
-//! <db>/<table>/meta/schema_<ver>_<sum10>.json         table schema version (ver = DDL commit ts)
-//! <db>/<table>/<ver>[/<date>]/CDC<idx>.<ext>          data file (idx zero-padded to file-index-width)
-//! <db>/<table>/<ver>[/<date>]/meta/CDC.index          last data file name + "\n"
+//! metadata                                             {"checkpoint-ts": N}
+//! <db>/meta/schema_<ver>_<sum10>.json                  database-level DDL
+//! <db>/<table>/meta/schema_<ver>_<sum10>.json          table schema version (ver = DDL commit ts)
+//! <db>/<table>/<ver>[/<part>][/<date>]/CDC<idx>.<ext>  data file (idx zero-padded)
+//! <db>/<table>/<ver>[/<part>][/<date>]/meta/CDC.index  last data file name + "\n"
 //! with dispatcher ids: CDC_<dispatcher>_<idx>.<ext> and meta/CDC_<dispatcher>.index
+//! <part>: with enable-partition-separator, the 0-based position of the row's partition in the
+//!         table version's layout (the schema file's SluiceSchema.partitioning names them)
 //! ```
 //!
 //! Invariants: names are pure functions of their inputs; [`parse_data_name`] accepts exactly the
@@ -183,12 +185,34 @@ pub fn date_dir(sep: DateSeparator, commit_time_ms: u64) -> Option<String> {
     }
 }
 
-/// `<db>/<table>/<ver>[/<date>]`.
-pub fn data_dir(schema: &TableSchema, date: Option<&str>) -> String {
-    match date {
-        Some(d) => format!("{}/{}/{}/{d}", schema.database, schema.name, schema.version),
-        None => format!("{}/{}/{}", schema.database, schema.name, schema.version),
+/// True when `dir` has the shape of a date directory of `sep` (`2006`, `2006-01`, `2006-01-02`).
+pub fn is_date_dir(sep: DateSeparator, dir: &str) -> bool {
+    let shape: &[usize] = match sep {
+        DateSeparator::None => return false,
+        DateSeparator::Year => &[4],
+        DateSeparator::Month => &[4, 2],
+        DateSeparator::Day => &[4, 2, 2],
+    };
+    let fields: Vec<&str> = dir.split('-').collect();
+    fields.len() == shape.len()
+        && fields
+            .iter()
+            .zip(shape)
+            .all(|(f, n)| f.len() == *n && f.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// `<db>/<table>/<ver>[/<partition>][/<date>]` (`partition`: the 0-based position of the
+/// partition in the table version's layout, with `enable-partition-separator`).
+pub fn data_dir(schema: &TableSchema, partition: Option<usize>, date: Option<&str>) -> String {
+    let mut dir = format!("{}/{}/{}", schema.database, schema.name, schema.version);
+    if let Some(p) = partition {
+        dir.push_str(&format!("/{p}"));
     }
+    if let Some(d) = date {
+        dir.push('/');
+        dir.push_str(d);
+    }
+    dir
 }
 
 pub fn data_name(dispatcher: Option<DispatcherId>, index: u64, width: usize, ext: &str) -> String {

@@ -2,8 +2,13 @@
 //! TiCDC's layout ([`layout`]), encoded as csv or canal-json.
 //!
 //! Invariants:
-//! - a dispatcher's rows go into one buffer per (table version, date); a buffer is flushed when it
-//!   reaches `file-size`, at every `flush-interval`, on `flush`, before a DDL and on close;
+//! - a dispatcher's rows go into one buffer per data directory (table version, partition with
+//!   `enable-partition-separator`, date), in order; buffers are flushed when one reaches
+//!   `file-size` or [`MAX_OPEN_BUFFERS`] are open, at every `flush-interval`, on `flush`, before
+//!   a DDL and on close;
+//! - a row of a partitioned table goes to the directory of the partition the upstream stores it
+//!   in ([`sluice_types::Partitioning::partition_of`]); a row that cannot be placed fails the
+//!   changefeed with the reason (never a guess);
 //! - a flush writes the table version's schema file (if missing), then each data file, then the
 //!   index file; the ack follows only after all of them succeeded;
 //! - data files are created with `PutMode::Create`: on S3 the store refuses a second writer of a
@@ -26,15 +31,16 @@ use async_trait::async_trait;
 use layout::TableDefinition;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
-use sluice_types::{DdlEvent, DispatcherId, Span, TableSchema, Ts};
+use sluice_types::{DdlEvent, DispatcherId, RowEvent, RowKind, Span, TableSchema, Ts, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How many taken names a flush skips before giving up (retryable).
 pub const MAX_NAME_PROBES: u64 = 10_000;
-/// How many sealed buffers (a table version or date switch each) wait before a forced flush.
-pub const MAX_SEALED_BUFFERS: usize = 16;
+/// How many buffers (one per table version, partition and date directory) a dispatcher keeps
+/// before a forced flush.
+pub const MAX_OPEN_BUFFERS: usize = 64;
 
 /// Builds the object store a storage config names.
 pub fn build_store(cfg: &StorageConfig) -> Result<Arc<dyn ObjectStore>> {
@@ -90,17 +96,30 @@ pub fn build_store(cfg: &StorageConfig) -> Result<Arc<dyn ObjectStore>> {
     }
 }
 
+#[derive(Clone)]
 struct Buf {
     schema: Arc<TableSchema>,
+    /// Position of the partition in the layout (with `enable-partition-separator`).
+    partition: Option<usize>,
     date: Option<String>,
     text: String,
+}
+
+impl Buf {
+    fn holds(&self, schema: &Arc<TableSchema>, partition: Option<usize>, date: &Option<String>) -> bool {
+        (Arc::ptr_eq(&self.schema, schema)
+            || (self.schema.version == schema.version && self.schema.table_id == schema.table_id))
+            && self.partition == partition
+            && &self.date == date
+    }
 }
 
 /// One dispatcher's writer state.
 pub struct StorageWriter {
     id: Option<DispatcherId>,
-    sealed: Vec<Buf>,
-    cur: Option<Buf>,
+    /// Open buffers in creation order, one per data directory: rows of one directory stay in
+    /// order inside its buffer.
+    bufs: Vec<Buf>,
     /// Next data file index per directory, once known.
     next_index: BTreeMap<String, u64>,
 }
@@ -136,6 +155,57 @@ fn is_already_exists(e: &object_store::Error) -> bool {
 }
 
 impl Storage {
+    /// Where a row goes: `[(None, None)]` (as it is, no partition directory) unless the table is
+    /// partitioned and `enable-partition-separator` is on; then the partition of its image (the
+    /// old image for a delete). An update whose images lie in two partitions (possible only
+    /// without a unique key: the server requires the partitioning columns in every unique key)
+    /// becomes a delete in the old partition and an insert in the new one, as TiDB logs it.
+    fn placed(
+        &self,
+        schema: &TableSchema,
+        row: &RowEvent,
+    ) -> Result<Vec<(Option<usize>, Option<RowEvent>)>> {
+        let Some(p) = schema.partitioning.as_ref().filter(|_| self.cfg.partition_separator) else {
+            return Ok(vec![(None, None)]);
+        };
+        let place = |image: &Option<Vec<Value>>| -> Result<usize> {
+            let values = image.as_deref().ok_or_else(|| {
+                SinkError::Codec(format!("row of {} has no image", schema.qualified_name()))
+            })?;
+            p.partition_of(schema, values).map_err(|e| {
+                let mut reason = format!("cannot place a row in a partition: {e}");
+                if !reason.contains("enable-partition-separator") {
+                    reason.push_str(
+                        "; set enable-partition-separator=false to write this table without \
+                         partition directories",
+                    );
+                }
+                SinkError::TableRefused {
+                    table: schema.qualified_name(),
+                    reason,
+                }
+            })
+        };
+        Ok(match row.kind {
+            RowKind::Insert => vec![(Some(place(&row.after)?), None)],
+            RowKind::Delete => vec![(Some(place(&row.before)?), None)],
+            RowKind::Update => {
+                let (old, new) = (place(&row.before)?, place(&row.after)?);
+                if old == new {
+                    vec![(Some(new), None)]
+                } else {
+                    let mut del = row.clone();
+                    del.kind = RowKind::Delete;
+                    del.after = None;
+                    let mut ins = row.clone();
+                    ins.kind = RowKind::Insert;
+                    ins.before = None;
+                    vec![(Some(old), Some(del)), (Some(new), Some(ins))]
+                }
+            }
+        })
+    }
+
     async fn put_create(
         &self,
         path: &str,
@@ -205,7 +275,7 @@ impl Storage {
     async fn flush_buf(&self, w: &mut StorageWriter, buf: Buf) -> Result<()> {
         let def = TableDefinition::for_table(&buf.schema, buf.schema.version, "", None);
         self.ensure_definition(&def).await?;
-        let dir = layout::data_dir(&buf.schema, buf.date.as_deref());
+        let dir = layout::data_dir(&buf.schema, buf.partition, buf.date.as_deref());
         let mut index = match w.next_index.get(&dir) {
             Some(i) => *i,
             None => self.read_next_index(&dir, w.id).await?,
@@ -245,64 +315,60 @@ impl Backend for Storage {
         let with_id = self.cfg.table_across_nodes || !span.is_whole_table();
         Ok(StorageWriter {
             id: with_id.then_some(dispatcher),
-            sealed: Vec::new(),
-            cur: None,
+            bufs: Vec::new(),
             next_index: BTreeMap::new(),
         })
     }
 
     async fn buffer(&self, w: &mut StorageWriter, batch: RowBatch) -> Result<bool> {
         let schema = batch.schema;
+        let mut full = false;
         for row in &batch.rows {
             let date = layout::date_dir(self.cfg.date_separator, row.commit_time_ms);
-            let same = w.cur.as_ref().is_some_and(|b| {
-                Arc::ptr_eq(&b.schema, &schema)
-                    || (b.schema.version == schema.version && b.schema.table_id == schema.table_id)
-            }) && w.cur.as_ref().is_some_and(|b| b.date == date);
-            if !same {
-                if let Some(b) = w.cur.take() {
-                    w.sealed.push(b);
+            for (partition, part) in self.placed(&schema, row)? {
+                let i = match w.bufs.iter().position(|b| b.holds(&schema, partition, &date)) {
+                    Some(i) => i,
+                    None => {
+                        w.bufs.push(Buf {
+                            schema: schema.clone(),
+                            partition,
+                            date: date.clone(),
+                            text: String::new(),
+                        });
+                        w.bufs.len() - 1
+                    }
+                };
+                let b = &mut w.bufs[i];
+                let row = part.as_ref().unwrap_or(row);
+                match self.cfg.protocol {
+                    Protocol::Csv => {
+                        codec::csv::encode_row(&mut b.text, &self.cfg.csv, &schema, row)?
+                    }
+                    Protocol::CanalJson => {
+                        codec::canal::encode_row(&mut b.text, self.cfg.tidb_extension, &schema, row)?
+                    }
                 }
-                w.cur = Some(Buf {
-                    schema: schema.clone(),
-                    date,
-                    text: String::new(),
-                });
-            }
-            let Some(b) = w.cur.as_mut() else { continue };
-            match self.cfg.protocol {
-                Protocol::Csv => codec::csv::encode_row(&mut b.text, &self.cfg.csv, &schema, row)?,
-                Protocol::CanalJson => {
-                    codec::canal::encode_row(&mut b.text, self.cfg.tidb_extension, &schema, row)?
-                }
+                full |= b.text.len() as u64 >= self.cfg.file_size;
             }
         }
-        let size = w.cur.as_ref().map(|b| b.text.len() as u64).unwrap_or(0);
-        Ok(size >= self.cfg.file_size || w.sealed.len() >= MAX_SEALED_BUFFERS)
+        Ok(full || w.bufs.len() >= MAX_OPEN_BUFFERS)
     }
 
     fn has_buffered(&self, w: &StorageWriter) -> bool {
-        !w.sealed.is_empty() || w.cur.as_ref().is_some_and(|b| !b.text.is_empty())
+        w.bufs.iter().any(|b| !b.text.is_empty())
     }
 
     async fn flush(&self, w: &mut StorageWriter) -> Result<()> {
-        let mut bufs = std::mem::take(&mut w.sealed);
-        if let Some(c) = w.cur.take() {
-            bufs.push(c);
-        }
+        let bufs = std::mem::take(&mut w.bufs);
         let mut it = bufs.into_iter();
         while let Some(b) = it.next() {
             if b.text.is_empty() {
                 continue;
             }
-            let keep = Buf {
-                schema: b.schema.clone(),
-                date: b.date.clone(),
-                text: b.text.clone(),
-            };
+            let keep = b.clone();
             if let Err(e) = self.flush_buf(w, b).await {
                 // Keep what was not written so a retry of the same writer could resume.
-                w.sealed = std::iter::once(keep).chain(it).collect();
+                w.bufs = std::iter::once(keep).chain(it).collect();
                 return Err(e);
             }
         }
@@ -341,8 +407,7 @@ impl Backend for Storage {
     }
 
     async fn discard(&self, w: &mut StorageWriter) {
-        w.sealed.clear();
-        w.cur = None;
+        w.bufs.clear();
     }
 
     fn flush_interval(&self) -> Option<Duration> {
