@@ -1041,6 +1041,15 @@ impl DispatcherManager {
             );
             return;
         }
+        if d.phase != Phase::Working {
+            // The session that failed is already being closed (recovering, or closing for good):
+            // a later error of it is the same failure, or one the close makes moot. One failure
+            // counts once towards the limit below.
+            out.push(Effect::Trace(TraceEvent::Log(format!(
+                "dispatcher {id:?}: retryable sink error of a session being closed: {message}"
+            ))));
+            return;
+        }
         // Progress since the last failure starts the count again.
         let cp = d.checkpoint();
         if cp > d.sink_failures_since {
@@ -1064,29 +1073,27 @@ impl DispatcherManager {
             );
             return;
         }
-        if d.phase == Phase::Working {
-            #[cfg(feature = "mutations")]
-            if crate::mutations::on("sink-error-restarts-changefeed") {
-                self.send_owner(
-                    out,
-                    Message::DispatcherError {
-                        cf,
-                        epoch,
-                        id,
-                        message,
-                    },
-                );
-                return;
-            }
-            d.phase = Phase::Recovering { sink_closed: false };
-            d.buffer.clear();
-            d.block = None;
-            out.push(Effect::Unsubscribe { cf: cf.clone(), id });
-            out.push(Effect::Sink(SinkCommand::Close { cf, id }));
-            out.push(Effect::Trace(TraceEvent::Log(format!(
-                "dispatcher {id:?}: retryable sink error, restarting it alone: {message}"
-            ))));
+        #[cfg(feature = "mutations")]
+        if crate::mutations::on("sink-error-restarts-changefeed") {
+            self.send_owner(
+                out,
+                Message::DispatcherError {
+                    cf,
+                    epoch,
+                    id,
+                    message,
+                },
+            );
+            return;
         }
+        d.phase = Phase::Recovering { sink_closed: false };
+        d.buffer.clear();
+        d.block = None;
+        out.push(Effect::Unsubscribe { cf: cf.clone(), id });
+        out.push(Effect::Sink(SinkCommand::Close { cf, id }));
+        out.push(Effect::Trace(TraceEvent::Log(format!(
+            "dispatcher {id:?}: retryable sink error, restarting it alone: {message}"
+        ))));
     }
 
     /// A hold point was switched on this node.

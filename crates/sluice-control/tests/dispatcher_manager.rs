@@ -564,6 +564,20 @@ fn retryable_sink_errors_restart_the_dispatcher_alone_until_they_persist() {
         assert!(out
             .iter()
             .any(|e| matches!(e, Effect::Sink(SinkCommand::Close { .. }))));
+        // More errors of the session being closed (writes queued behind the failed flush) are
+        // the same failure: they neither count nor close again.
+        for _ in 0..3 {
+            let mut out = Vec::new();
+            dm.on_sink_error(d, true, format!("failure {i}, again"), &mut out);
+            assert!(
+                !reported(&out),
+                "a failing session counts once (attempt {i})"
+            );
+            assert!(
+                !out.iter().any(|e| matches!(e, Effect::Sink(_))),
+                "a session being closed is not closed again"
+            );
+        }
         let mut out = Vec::new();
         dm.on_sink_closed(0, d, &holds, &mut out);
         assert_eq!(started(&out), vec![d], "restarted from its own checkpoint");

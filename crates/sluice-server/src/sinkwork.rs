@@ -11,7 +11,11 @@
 //! - `SinkClosed` is reported only after `Sink::close` returned (no write of the dispatcher can
 //!   land any more);
 //! - every job's rows are reported back as done (`done_rows`/`done_bytes`), success or not, so
-//!   the shell's in-flight accounting (the memory quota) never leaks.
+//!   the shell's in-flight accounting (the memory quota) never leaks;
+//! - a sink failure is reported as soon as the sink knows it, also one met by a flush the sink
+//!   ran on its own (the ack channel wakes up and [`Sink::failure`] says why), and once per sink
+//!   session: the errors that later calls of the failed session return (`SinkError::Earlier`)
+//!   are not reported again, so the control plane counts one failure per session.
 
 use crate::mask::{mask_url, scrub};
 use sluice_control::Input;
@@ -120,11 +124,15 @@ async fn worker(
     let send = |input: Option<Input>, done_rows: usize, done_bytes: usize, written_rows: usize, finished: bool| {
         let _ = report.send(SinkReport { input, cf: cf.clone(), id, done_rows, done_bytes, written_rows, finished });
     };
-    let err = |e: &sluice_sink::SinkError| Input::SinkError {
-        cf: cf.clone(),
-        id,
-        retryable: e.is_retryable(),
-        message: scrub(&e.to_string()),
+    // Whether this session's failure was already reported (only the first error of a failed
+    // session is; the later ones are the same failure, returned again as `Earlier`).
+    let reported = std::sync::atomic::AtomicBool::new(false);
+    let err = |e: &sluice_sink::SinkError| {
+        use std::sync::atomic::Ordering::Relaxed;
+        if reported.swap(true, Relaxed) && matches!(e, sluice_sink::SinkError::Earlier(_)) {
+            return None;
+        }
+        Some(Input::SinkError { cf: cf.clone(), id, retryable: e.is_retryable(), message: error_message(&cf, e) })
     };
     let mut sink: Option<Arc<dyn Sink>> = None;
     let mut ack: Option<sluice_sink::AckReceiver> = None;
@@ -138,9 +146,18 @@ async fn worker(
                     None => std::future::pending().await,
                 }
             } => {
-                match changed {
-                    Ok(ts) => send(Some(Input::SinkFlushed { cf: cf.clone(), id, ts }), 0, 0, 0, false),
-                    Err(_) => ack = None,
+                // A failure wakes the ack channel too (ack unchanged): report it now, whoever ran
+                // the failed flush (the sink's own periodic flush has no caller to tell).
+                match (changed, sink.as_ref().and_then(|s| s.failure(id))) {
+                    (Ok(ts), Some(e)) => {
+                        // What was acknowledged before the failure stays true.
+                        send(Some(Input::SinkFlushed { cf: cf.clone(), id, ts }), 0, 0, 0, false);
+                        if let Some(input) = err(&e) {
+                            send(Some(input), 0, 0, 0, false);
+                        }
+                    }
+                    (Ok(ts), None) => send(Some(Input::SinkFlushed { cf: cf.clone(), id, ts }), 0, 0, 0, false),
+                    (Err(_), _) => ack = None,
                 }
                 continue;
             }
@@ -163,7 +180,9 @@ async fn worker(
                         _ => (0, 0),
                     };
                     tracing::warn!(changefeed = %cf, "cannot open sink: {}", scrub(&e.to_string()));
-                    send(Some(err(&e)), r, b, 0, false);
+                    // Not a session yet: every failed attempt to open counts.
+                    reported.store(false, std::sync::atomic::Ordering::Relaxed);
+                    send(err(&e), r, b, 0, false);
                     continue;
                 }
             }
@@ -179,7 +198,7 @@ async fn worker(
                         ack = Some(a);
                         opened = true;
                     }
-                    Err(e) => send(Some(err(&e)), 0, 0, 0, false),
+                    Err(e) => send(err(&e), 0, 0, 0, false),
                 }
             }
             SinkJob::Rows { batches, rows, bytes } => {
@@ -196,21 +215,21 @@ async fn worker(
                 }
                 match failed {
                     None => send(None, rows, bytes, rows, false),
-                    Some(e) => send(Some(err(&e)), rows, bytes, 0, false),
+                    Some(e) => send(err(&e), rows, bytes, 0, false),
                 }
             }
             SinkJob::Ddl { ddl, tables } => {
                 let Some(s) = &sink else { continue };
                 match s.write_ddl(id, ddl, tables).await {
                     Ok(ts) => send(Some(Input::SinkFlushed { cf: cf.clone(), id, ts }), 0, 0, 0, false),
-                    Err(e) => send(Some(err(&e)), 0, 0, 0, false),
+                    Err(e) => send(err(&e), 0, 0, 0, false),
                 }
             }
             SinkJob::Flush => {
                 let Some(s) = &sink else { continue };
                 match s.flush(id).await {
                     Ok(ts) => send(Some(Input::SinkFlushed { cf: cf.clone(), id, ts }), 0, 0, 0, false),
-                    Err(e) => send(Some(err(&e)), 0, 0, 0, false),
+                    Err(e) => send(err(&e), 0, 0, 0, false),
                 }
             }
             SinkJob::Close => {
@@ -233,4 +252,23 @@ async fn worker(
         }
     }
     send(None, 0, 0, 0, true);
+}
+
+/// The message of a sink error as the user sees it (changefeed error, log): the sink's own text
+/// (server code and message, naming the table or column), secrets scrubbed, and for a fatal
+/// error what to do about it.
+fn error_message(cf: &ChangefeedId, e: &sluice_sink::SinkError) -> String {
+    // The failure itself, not the "an earlier flush failed" wrapper of a failed session.
+    let e = match e {
+        sluice_sink::SinkError::Earlier(inner) => &**inner,
+        e => e,
+    };
+    let m = scrub(&e.to_string());
+    if e.is_retryable() {
+        return m;
+    }
+    format!(
+        "{m} (fatal: retrying cannot fix this; rows after the checkpoint are kept and replayed; fix the downstream, \
+         then `sluice cli changefeed resume -c {cf}`)"
+    )
 }

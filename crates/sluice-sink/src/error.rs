@@ -39,8 +39,8 @@ pub enum SinkError {
         #[source]
         source: Cause,
     },
-    /// The downstream database failed.
-    #[error("downstream {what} failed (code {code:?}): {source}")]
+    /// The downstream database failed (a server error's text carries its code and message).
+    #[error("downstream {what} failed: {source}")]
     Db {
         what: String,
         code: Option<u16>,

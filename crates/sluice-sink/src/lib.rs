@@ -15,7 +15,11 @@
 //! - `close` returns only when no write of that dispatcher can still land; it never fails the
 //!   changefeed (a failure while closing is reported in [`CloseReport`], and the successor
 //!   replays from the last ack);
-//! - errors are [`SinkError`]s, classified retryable or fatal ([`SinkError::class`]).
+//! - errors are [`SinkError`]s, classified retryable or fatal ([`SinkError::class`]);
+//! - a failed flush fails the dispatcher even when the sink ran it on its own (a periodic flush
+//!   whose result no caller awaits): [`Sink::failure`] then returns the error and the
+//!   dispatcher's [`AckReceiver`] is woken with its ack unchanged, so a caller that only waits
+//!   for acks learns of the failure at once instead of waiting forever.
 //!
 //! Creating a sink from a URI: [`open_sink`].
 
@@ -87,6 +91,10 @@ pub trait Sink: Send + Sync {
     async fn close(&self, dispatcher: DispatcherId) -> CloseReport;
     /// The current ack of an open dispatcher.
     fn durable_ts(&self, dispatcher: DispatcherId) -> Option<Ts>;
+    /// The error that failed an open dispatcher (as [`SinkError::Earlier`]), if a flush of it
+    /// failed, including one the sink ran on its own; `None` while it is healthy or not open.
+    /// Does not wait for a write in flight.
+    fn failure(&self, dispatcher: DispatcherId) -> Option<SinkError>;
 }
 
 /// Builds the sink a URI names (`file://`, `s3://`, `mysql://`, `blackhole://`) for changefeed

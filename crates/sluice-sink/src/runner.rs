@@ -12,6 +12,9 @@
 //!   takes the lock after unregistering the dispatcher) returns only when nothing of it is in flight;
 //! - after a failed flush the dispatcher is failed: later calls return [`SinkError::Earlier`]
 //!   and its ack stays where it was (the changefeed restarts from its checkpoint);
+//! - a failure is never silent, whoever ran the flush (a caller, or the flush ticker, whose own
+//!   result nobody awaits): it is kept where [`Sink::failure`] reads it without waiting for the
+//!   dispatcher's lock, and the dispatcher's ack receiver is woken (ack unchanged) at once;
 //! - the flush ticker holds only a weak reference: dropping the sink stops it.
 
 use crate::error::{Result, SinkError};
@@ -58,9 +61,13 @@ struct Slot<W> {
     /// Greatest resolved ts declared.
     resolved: Ts,
     ack: watch::Sender<Ts>,
-    failed: Option<Arc<SinkError>>,
+    /// Set once, by the first failed flush; shared with the slot table (see [`Sink::failure`]).
+    failed: Failure,
     closed: bool,
 }
+
+/// Where a dispatcher's failure is kept: written under the slot's lock, read without it.
+type Failure = Arc<std::sync::OnceLock<Arc<SinkError>>>;
 
 impl<W> Slot<W> {
     fn raise_ack(&self, ts: Ts) {
@@ -77,15 +84,26 @@ impl<W> Slot<W> {
         if self.closed {
             return Err(SinkError::contract(self.id, "dispatcher is closed"));
         }
-        if let Some(e) = &self.failed {
+        if let Some(e) = self.failed.get() {
             return Err(SinkError::Earlier(e.clone()));
         }
         Ok(())
     }
+    fn is_failed(&self) -> bool {
+        self.failed.get().is_some()
+    }
+    /// Marks the dispatcher failed (the first error stays), wakes whoever waits for its ack, and
+    /// returns the error to report.
+    fn fail(&self, e: SinkError) -> SinkError {
+        let e = self.failed.get_or_init(|| Arc::new(e)).clone();
+        // Ack unchanged: the wake-up only tells a waiting caller to look at `failure`.
+        self.ack.send_modify(|_| {});
+        SinkError::Earlier(e)
+    }
 }
 
 type SlotRef<W> = Arc<Mutex<Slot<W>>>;
-type SlotTable<W> = BTreeMap<DispatcherId, (SlotRef<W>, watch::Receiver<Ts>)>;
+type SlotTable<W> = BTreeMap<DispatcherId, (SlotRef<W>, watch::Receiver<Ts>, Failure)>;
 
 struct Shared<B: Backend> {
     backend: B,
@@ -145,7 +163,7 @@ impl<B: Backend> Runner<B> {
             .map_err(|_| SinkError::contract(d, "slot table poisoned"))?;
         slots
             .get(&d)
-            .map(|(s, _)| s.clone())
+            .map(|(s, _, _)| s.clone())
             .ok_or_else(|| SinkError::contract(d, "dispatcher is not open"))
     }
 
@@ -165,11 +183,12 @@ async fn tick_loop<B: Backend>(shared: Weak<Shared<B>>, every: Duration) {
         tokio::time::sleep(every).await;
         let Some(s) = shared.upgrade() else { return };
         let slots: Vec<SlotRef<B::Writer>> = match s.slots.lock() {
-            Ok(m) => m.values().map(|(v, _)| v.clone()).collect(),
+            Ok(m) => m.values().map(|(v, _, _)| v.clone()).collect(),
             Err(_) => return,
         };
         // One task per dispatcher (a slow one does not delay the others); spawned so a flush
-        // finishes even if the runner is dropped meanwhile.
+        // finishes even if the runner is dropped meanwhile. A failure is not lost with the
+        // result: `flush_slot` recorded it in the slot and woke the dispatcher's ack receiver.
         let ticks: Vec<_> = slots
             .into_iter()
             .map(|slot| {
@@ -192,9 +211,7 @@ async fn flush_slot<B: Backend>(b: &B, s: &mut Slot<B::Writer>) -> Result<Ts> {
     let target = s.written.max(s.resolved);
     if b.has_buffered(&s.writer) {
         if let Err(e) = b.flush(&mut s.writer).await {
-            let e = Arc::new(e);
-            s.failed = Some(e.clone());
-            return Err(SinkError::Earlier(e));
+            return Err(s.fail(e));
         }
     }
     s.raise_ack(target);
@@ -253,11 +270,7 @@ async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out>
             match full {
                 Ok(true) => flush_slot(b, s).await.map(|_| Out::Unit),
                 Ok(false) => Ok(Out::Unit),
-                Err(e) => {
-                    let e = Arc::new(e);
-                    s.failed = Some(e.clone());
-                    Err(SinkError::Earlier(e))
-                }
+                Err(e) => Err(s.fail(e)),
             }
         }
         Op::Resolve(ts) => {
@@ -272,7 +285,7 @@ async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out>
         }
         Op::Flush => flush_slot(b, s).await.map(Out::Ts),
         Op::Tick => {
-            if s.closed || s.failed.is_some() {
+            if s.closed || s.is_failed() {
                 return Ok(Out::Unit);
             }
             flush_slot(b, s).await.map(|_| Out::Unit)
@@ -287,16 +300,14 @@ async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out>
             }
             flush_slot(b, s).await?;
             if let Err(e) = b.ddl(&mut s.writer, &ddl, &tables).await {
-                let e = Arc::new(e);
-                s.failed = Some(e.clone());
-                return Err(SinkError::Earlier(e));
+                return Err(s.fail(e));
             }
             s.written = ddl.commit_ts;
             s.raise_ack(ddl.commit_ts);
             Ok(Out::Ts(ddl.commit_ts))
         }
         Op::Close => {
-            let error = if s.closed || s.failed.is_some() {
+            let error = if s.closed || s.is_failed() {
                 None
             } else {
                 flush_slot(b, s).await.err()
@@ -319,6 +330,7 @@ impl<B: Backend> Sink for Runner<B> {
     ) -> Result<AckReceiver> {
         let writer = self.shared.backend.new_writer(dispatcher, &span)?;
         let (tx, rx) = watch::channel(start_ts);
+        let failed = Failure::default();
         let slot = Slot {
             id: dispatcher,
             span,
@@ -326,7 +338,7 @@ impl<B: Backend> Sink for Runner<B> {
             written: start_ts,
             resolved: start_ts,
             ack: tx,
-            failed: None,
+            failed: failed.clone(),
             closed: false,
         };
         let mut slots = self
@@ -340,7 +352,7 @@ impl<B: Backend> Sink for Runner<B> {
                 "dispatcher is already open",
             ));
         }
-        slots.insert(dispatcher, (Arc::new(Mutex::new(slot)), rx.clone()));
+        slots.insert(dispatcher, (Arc::new(Mutex::new(slot)), rx.clone(), failed));
         Ok(rx)
     }
 
@@ -384,7 +396,7 @@ impl<B: Backend> Sink for Runner<B> {
             Ok(mut m) => m.remove(&dispatcher),
             Err(_) => None,
         };
-        let Some((slot, rx)) = removed else {
+        let Some((slot, rx, _)) = removed else {
             return CloseReport {
                 durable_ts: 0,
                 error: Some(SinkError::contract(dispatcher, "dispatcher is not open")),
@@ -405,6 +417,12 @@ impl<B: Backend> Sink for Runner<B> {
 
     fn durable_ts(&self, dispatcher: DispatcherId) -> Option<Ts> {
         let slots = self.shared.slots.lock().ok()?;
-        slots.get(&dispatcher).map(|(_, rx)| *rx.borrow())
+        slots.get(&dispatcher).map(|(_, rx, _)| *rx.borrow())
+    }
+
+    fn failure(&self, dispatcher: DispatcherId) -> Option<SinkError> {
+        let slots = self.shared.slots.lock().ok()?;
+        let (_, _, failed) = slots.get(&dispatcher)?;
+        failed.get().map(|e| SinkError::Earlier(e.clone()))
     }
 }

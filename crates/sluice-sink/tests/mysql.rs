@@ -388,6 +388,68 @@ async fn keyless_tables_are_refused_unless_forced_and_missing_columns_are_fatal(
     );
 }
 
+/// Rows nobody flushes explicitly are applied by the sink's periodic flush; when that fails (a
+/// table missing downstream, on the `LOAD DATA` path and on the statement path), the dispatcher
+/// is failed, its ack receiver wakes up at once with the ack unchanged, and `failure` names the
+/// server's error; later calls return it, and nothing is acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_periodic_flush_wakes_the_ack_receiver_with_the_error() {
+    let db = MariaDb::start().expect("mariadb");
+    db.exec("CREATE DATABASE d").expect("ddl");
+    let s = sink(&db, "worker-count=1").await;
+    // 40 rows: one LOAD DATA run; 1 row: a REPLACE statement.
+    for (seq, table, n) in [(1u64, "gone_bulk", 40u64), (2, "gone_one", 1)] {
+        let schema = Arc::new(simple_schema("d", table, 10 + seq, 1));
+        let d = DispatcherId { epoch: 1, seq };
+        let mut acks = s
+            .open(d, Span::whole_table(schema.table_id), 5)
+            .await
+            .expect("open");
+        let rows = (1..=n)
+            .map(|i| simple_insert(&schema, i, "x", 10, 0))
+            .collect();
+        s.write_rows(
+            d,
+            RowBatch {
+                schema: schema.clone(),
+                rows,
+            },
+        )
+        .await
+        .expect("buffered");
+        assert!(s.failure(d).is_none());
+        // Nobody calls flush: the periodic flush fails, and the waiting receiver hears of it.
+        tokio::time::timeout(std::time::Duration::from_secs(20), acks.changed())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("{table}: the failed periodic flush never woke the ack receiver")
+            })
+            .expect("ack channel open");
+        assert_eq!(*acks.borrow(), 5, "{table}: nothing is acknowledged");
+        let e = s.failure(d).expect("the failure is kept");
+        assert_eq!(e.class(), ErrorClass::Fatal, "{e}");
+        assert!(e.to_string().contains(&format!("d.{table}")), "{e}");
+        let SinkError::Earlier(inner) = &e else {
+            panic!("{e:?}")
+        };
+        assert!(
+            matches!(
+                **inner,
+                SinkError::Db {
+                    code: Some(1146),
+                    ..
+                }
+            ),
+            "{inner:?}"
+        );
+        let again = s.resolve(d, 20).await.expect_err("failed dispatcher");
+        assert!(again.to_string().contains(&format!("d.{table}")), "{again}");
+        assert_eq!(s.durable_ts(d), Some(5));
+        assert_eq!(s.close(d).await.durable_ts, 5);
+        assert!(s.failure(d).is_none(), "a closed dispatcher is forgotten");
+    }
+}
+
 fn ddl(ts: Ts, kind: DdlKind, query: &str) -> DdlEvent {
     DdlEvent {
         commit_ts: ts,
