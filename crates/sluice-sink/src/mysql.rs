@@ -51,8 +51,11 @@ pub const MYSQL_FLUSH_INTERVAL: Duration = Duration::from_millis(200);
 pub const TXNS_PER_WORKER_PER_FLUSH: usize = 8;
 /// Upper bound of one retry backoff step.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
-/// Server errors meaning "this DDL already took effect", accepted when replaying an unfinished DDL.
-pub const DDL_ALREADY_DONE: &[u16] = &[1007, 1008, 1050, 1051, 1060, 1061, 1091, 1146, 1054, 1176];
+/// Server errors meaning "this DDL already took effect", accepted when replaying an unfinished DDL
+/// (1517: duplicate partition name, 1507: no such partition to drop/reorganize).
+pub const DDL_ALREADY_DONE: &[u16] = &[
+    1007, 1008, 1050, 1051, 1060, 1061, 1091, 1146, 1054, 1176, 1517, 1507,
+];
 
 /// A run of at least this many safe-mode upserts (inserts and updates) of one table is applied as
 /// one `LOAD DATA LOCAL INFILE … REPLACE INTO TABLE` streamed from memory instead of a multi-row

@@ -533,6 +533,20 @@ async fn each_ddl_takes_effect_once_even_after_an_ambiguous_crash() {
     )
     .await
     .expect("replayed ambiguous ddl 30");
+    // Partition DDLs replayed after an ambiguous crash: the partition exists (ADD) or is gone
+    // (DROP) already.
+    db.exec("CREATE TABLE d.pt (id INT PRIMARY KEY) PARTITION BY RANGE (id) (PARTITION a VALUES LESS THAN (10), PARTITION b VALUES LESS THAN (20)); \
+             ALTER TABLE d.pt ADD PARTITION (PARTITION c VALUES LESS THAN (30)); ALTER TABLE d.pt DROP PARTITION a; \
+             INSERT INTO sluice_sink.ddl_ts VALUES ('default', 33, 0, 'x'), ('default', 34, 0, 'x')")
+        .expect("plant partitions");
+    for (ts, q) in [
+        (33, "ALTER TABLE pt ADD PARTITION (PARTITION c VALUES LESS THAN (30))"),
+        (34, "ALTER TABLE pt DROP PARTITION a"),
+    ] {
+        s.write_ddl(trig2, ddl(ts, DdlKind::AlterTable, q), vec![])
+            .await
+            .unwrap_or_else(|e| panic!("replayed ambiguous partition ddl {ts}: {e}"));
+    }
     // A fresh DDL that fails for real is fatal, with the server's message.
     let e = s
         .write_ddl(
@@ -552,7 +566,7 @@ async fn each_ddl_takes_effect_once_even_after_an_ambiguous_crash() {
     assert_eq!(
         db.query_one("SELECT COUNT(*) FROM sluice_sink.ddl_ts WHERE finished = 1")
             .expect("q"),
-        "3"
+        "5"
     );
 }
 
