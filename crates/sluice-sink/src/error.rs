@@ -48,6 +48,16 @@ pub enum SinkError {
         #[source]
         source: Cause,
     },
+    /// The downstream did not answer within `timeout` (connecting) or `read-timeout` (a
+    /// statement; it was killed on the server first). Retryable.
+    #[error("downstream {what} did not answer within {after:?} ({param}){killed}")]
+    Timeout {
+        what: String,
+        after: std::time::Duration,
+        param: &'static str,
+        /// Text saying what became of the unanswered statement.
+        killed: String,
+    },
     /// Encoding or decoding data failed (fatal: the same data fails again).
     #[error("codec error: {0}")]
     Codec(String),
@@ -74,6 +84,7 @@ impl SinkError {
                     ErrorClass::Fatal
                 }
             }
+            SinkError::Timeout { .. } => ErrorClass::Retryable,
             SinkError::Earlier(e) => e.class(),
         }
     }

@@ -21,7 +21,10 @@
 //!   DDL and its record: MariaDB DDL cannot share a transaction) runs again in an idempotent form
 //!   (`IF [NOT] EXISTS`) and "already done" errors are then accepted;
 //! - retryable errors are retried with doubling backoff up to `max-retries`; fatal ones (unknown
-//!   column or table, bad data) surface at once with the server's message.
+//!   column or table, bad data) surface at once with the server's message;
+//! - no downstream call waits forever: connecting is bounded by `timeout`, every statement or
+//!   transaction by `read-timeout`; an unanswered one is killed on the server before it is
+//!   retried, so it can never commit behind a newer write.
 
 use crate::error::{Result, SinkError};
 use crate::runner::{Backend, Runner};
@@ -138,14 +141,7 @@ fn pool_with(cfg: &MysqlConfig, max_conns: usize, infiles: Option<Arc<Infiles>>)
     let constraints = PoolConstraints::new(0, max_conns.max(1))
         .ok_or_else(|| SinkError::invalid_uri(&cfg.host, "bad pool size"))?;
     let reset = infiles.is_none();
-    let opts = OptsBuilder::default()
-        .ip_or_hostname(cfg.host.clone())
-        .tcp_port(cfg.port)
-        .user(Some(cfg.user.clone()))
-        .pass(Some(cfg.password.expose().to_string()))
-        .prefer_socket(false)
-        .init(SESSION_SETUP.to_vec())
-        .setup(SESSION_SETUP.to_vec())
+    let opts = conn_opts(cfg)
         .pool_opts(
             PoolOpts::default()
                 .with_constraints(constraints)
@@ -153,6 +149,18 @@ fn pool_with(cfg: &MysqlConfig, max_conns: usize, infiles: Option<Arc<Infiles>>)
         )
         .local_infile_handler(infiles.map(InfileHandler));
     Ok(Pool::new(opts))
+}
+
+/// Options of one downstream connection (session in UTC, foreign key checks off).
+fn conn_opts(cfg: &MysqlConfig) -> OptsBuilder {
+    OptsBuilder::default()
+        .ip_or_hostname(cfg.host.clone())
+        .tcp_port(cfg.port)
+        .user(Some(cfg.user.clone()))
+        .pass(Some(cfg.password.expose().to_string()))
+        .prefer_socket(false)
+        .init(SESSION_SETUP.to_vec())
+        .setup(SESSION_SETUP.to_vec())
 }
 
 /// The bound parameter for a value (times in UTC; ENUM/SET by name).
@@ -384,17 +392,56 @@ impl Mysql {
         F: Fn(Conn) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, mysql_async::Error>>,
     {
+        self.with_retry_within(what, Some(self.cfg.read_timeout), f)
+            .await
+    }
+
+    /// [`Self::with_retry`] with an explicit answer timeout (`None`: wait as long as the server
+    /// works, for DDLs, which may legitimately run for hours).
+    async fn with_retry_within<F, Fut, T>(
+        &self,
+        what: &str,
+        read_timeout: Option<Duration>,
+        f: F,
+    ) -> Result<T>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, mysql_async::Error>>,
+    {
+        let read_timeout = read_timeout.unwrap_or(Duration::MAX);
         let mut backoff = self.cfg.retry_backoff;
         let mut attempt = 0;
         loop {
-            let res = match self.pool.get_conn().await {
-                Ok(c) => f(c).await,
-                Err(e) => Err(e),
+            let res = match tokio::time::timeout(self.cfg.timeout, self.pool.get_conn()).await {
+                Err(_) => Err(SinkError::Timeout {
+                    what: format!("connection for {what}"),
+                    after: self.cfg.timeout,
+                    param: "timeout",
+                    killed: String::new(),
+                }),
+                Ok(Err(e)) => Err(SinkError::db(what, e)),
+                Ok(Ok(c)) => {
+                    let id = c.id();
+                    let call = f(c);
+                    let answered = if read_timeout == Duration::MAX {
+                        Ok(call.await)
+                    } else {
+                        tokio::time::timeout(read_timeout, call).await
+                    };
+                    match answered {
+                        Ok(r) => r.map_err(|e| SinkError::db(what, e)),
+                        Err(_) => Err(SinkError::Timeout {
+                            what: what.to_string(),
+                            after: read_timeout,
+                            param: "read-timeout",
+                            killed: self.kill(id).await,
+                        }),
+                    }
+                }
             };
             match res {
                 Ok(v) => return Ok(v),
-                Err(e) => {
-                    let err = SinkError::db(what, e);
+                Err(err) => {
                     if !err.is_retryable() || attempt >= self.cfg.max_retries {
                         return Err(err);
                     }
@@ -403,6 +450,27 @@ impl Mysql {
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }
+        }
+    }
+
+    /// Ends an unanswered downstream connection on the server (`KILL CONNECTION`, from a new
+    /// connection: the pool may be full of stuck ones), so its transaction rolls back instead of
+    /// committing later, behind newer writes of the same keys (a retry of the same rows waits on
+    /// the row locks the killed transaction holds until its rollback ends). Says what happened.
+    async fn kill(&self, id: u32) -> String {
+        let attempt = async {
+            let mut c = Conn::new(conn_opts(&self.cfg)).await?;
+            c.query_drop(format!("KILL CONNECTION {id}")).await?;
+            c.disconnect().await
+        };
+        match tokio::time::timeout(self.cfg.timeout, attempt).await {
+            Ok(Ok(())) => format!("; connection {id} was killed on the server"),
+            // Already gone: nothing of it can commit any more.
+            Ok(Err(mysql_async::Error::Server(e))) if e.code == 1094 => {
+                format!("; connection {id} had already ended")
+            }
+            Ok(Err(e)) => format!("; killing connection {id} failed: {e}"),
+            Err(_) => format!("; killing connection {id} timed out"),
         }
     }
 
@@ -1048,9 +1116,13 @@ impl Backend for Mysql {
             }
         })
         .await?;
+        // A retried DDL is ambiguous like a replayed one (the lost attempt may have taken
+        // effect): from the second attempt on, "already done" errors are accepted too.
+        let attempted = AtomicBool::new(false);
         let res = self
-            .with_retry("apply DDL", |mut c| {
+            .with_retry_within("apply DDL", None, |mut c| {
                 let (db, query) = (db.clone(), query.clone());
+                let retry = attempted.swap(true, Ordering::Relaxed);
                 async move {
                     // `USE` changes the session: reset it when it returns to the pool.
                     c.reset_connection(true);
@@ -1062,7 +1134,14 @@ impl Backend for Mysql {
                             }
                         }
                     }
-                    c.query_drop(query.as_str()).await
+                    match c.query_drop(query.as_str()).await {
+                        Err(mysql_async::Error::Server(e))
+                            if retry && DDL_ALREADY_DONE.contains(&e.code) =>
+                        {
+                            Ok(())
+                        }
+                        other => other,
+                    }
                 }
             })
             .await;

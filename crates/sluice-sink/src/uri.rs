@@ -198,6 +198,8 @@ pub struct StorageConfig {
 
 /// Defaults of the MySQL sink.
 pub const DEFAULT_WORKER_COUNT: usize = 16;
+/// Default `timeout` and `read-timeout` of the MySQL sink (TiCDC's: 2 minutes).
+pub const DEFAULT_DOWNSTREAM_TIMEOUT: Duration = Duration::from_secs(120);
 pub const MAX_WORKER_COUNT: usize = 1024;
 pub const DEFAULT_MAX_TXN_ROW: usize = 256;
 pub const MAX_MAX_TXN_ROW: usize = 65_536;
@@ -225,6 +227,12 @@ pub struct MysqlConfig {
     /// capped at 10s) for retryable downstream errors.
     pub max_retries: u32,
     pub retry_backoff: Duration,
+    /// `timeout` (default 2m, TiCDC's name): the longest wait for a downstream connection.
+    pub timeout: Duration,
+    /// `read-timeout` (default 2m, TiCDC's name): the longest a downstream statement or
+    /// transaction may go unanswered; it is then killed on the server (`KILL CONNECTION`, so it
+    /// cannot commit later, behind newer writes) and retried like any retryable error.
+    pub read_timeout: Duration,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -521,6 +529,18 @@ fn parse_mysql(url: &Url, p: &mut Params<'_>, masked: &str) -> Result<MysqlConfi
             Duration::from_millis(1),
             Duration::from_secs(60),
         )?,
+        timeout: p.duration(
+            "timeout",
+            DEFAULT_DOWNSTREAM_TIMEOUT,
+            Duration::from_millis(100),
+            Duration::from_secs(3600),
+        )?,
+        read_timeout: p.duration(
+            "read-timeout",
+            DEFAULT_DOWNSTREAM_TIMEOUT,
+            Duration::from_millis(100),
+            Duration::from_secs(24 * 3600),
+        )?,
     })
 }
 
@@ -593,6 +613,14 @@ mod tests {
         };
         assert_eq!(c.password.expose(), "hunter2pw");
         assert_eq!(c.worker_count, 2);
+        assert_eq!((c.timeout, c.read_timeout), (DEFAULT_DOWNSTREAM_TIMEOUT, DEFAULT_DOWNSTREAM_TIMEOUT));
+        let t = SinkUri::parse("mysql://u@h/?read-timeout=30s&timeout=5s").expect("parses");
+        let SinkConfig::Mysql(t) = t.config else {
+            panic!("mysql")
+        };
+        assert_eq!((t.timeout, t.read_timeout), (Duration::from_secs(5), Duration::from_secs(30)));
+        let e = SinkUri::parse("mysql://u@h/?read-timeout=1ms").expect_err("too short");
+        assert!(e.to_string().contains("read-timeout"), "{e}");
         let e = SinkUri::parse("mysql://root:hunter2pw@127.0.0.1/?max-txn-row=x").expect_err("bad");
         assert!(!e.to_string().contains("hunter2pw"), "{e}");
         let e = SinkUri::parse("s3://b/p?secret-access-key=TOPSECRET2&zzz=1").expect_err("bad");
