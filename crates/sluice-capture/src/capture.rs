@@ -334,8 +334,9 @@ impl Capture {
 
 /// Feeds one [`Capture`] into one [`EventStore`]: the loop a node runs per upstream.
 ///
-/// Invariants: the store's `resolved` only advances past a DDL after the history containing
-/// that DDL was saved through the [`SchemaStore`]; a restart resumes the reader at the store's
+/// Invariants: the store's `resolved` only advances past a DDL (or any statement that changed
+/// the history, e.g. ALTER DATABASE) after the history containing it was saved through the
+/// [`SchemaStore`]; a restart resumes the reader at the store's
 /// durable `resolved` ([`Pump::resume_position`]), so the history is never behind the store.
 pub struct Pump {
     pub capture: Capture,
@@ -377,6 +378,12 @@ impl Pump {
         let item = self.capture.next().await?;
         match &item {
             Captured::Rows { commit_ts, rows } => {
+                if self.capture.history.head == *commit_ts {
+                    // A statement that changed the history without a DDL event (ALTER DATABASE,
+                    // a sequence, a skipped DDL): saved like a DDL, so a restart past it keeps it.
+                    self.history_store.save(&self.capture.history).await?;
+                    self.since_persist = self.persist_every;
+                }
                 self.store.append_txn(*commit_ts, rows)?;
                 self.since_persist += 1;
             }

@@ -304,17 +304,24 @@ impl ColumnMeta {
         }
     }
 
+    /// The column as a [`ColumnDef`]. Charset and collation are *names*, as in the schema
+    /// history (`information_schema`), for the collation ids Sluice knows
+    /// ([`collation_name`]); `None` otherwise, and for the binary types (no charset, as
+    /// `information_schema.COLUMNS` shows them).
     pub fn to_def(&self) -> ColumnDef {
         let ty = self.column_type();
-        let cs = charset_of(self.collation);
+        let name = match ty {
+            ColumnType::Binary | ColumnType::VarBinary | ColumnType::Blob => None,
+            _ => collation_name(self.collation),
+        };
         ColumnDef {
             name: self.name.clone(),
             ty,
             sql_type: format!("{ty:?}").to_ascii_lowercase(),
             unsigned: self.unsigned,
             nullable: self.nullable,
-            charset: (self.collation != 0).then(|| cs.name().to_string()),
-            collation: (self.collation != 0).then(|| self.collation.to_string()),
+            charset: name.map(|n| crate::charset::charset_prefix(n).to_string()),
+            collation: name.map(str::to_string),
             elements: self.elements.clone(),
             decimals: self.decimals(),
             length: 0,
@@ -543,6 +550,48 @@ pub fn charset_of(collation: u16) -> Charset {
     }
 }
 
+/// The name of a collation id, for the collations of the charsets Sluice decodes as text
+/// (MariaDB 10.6+ names; MySQL 8's `utf8mb4_0900_*`). `None` for other ids.
+pub fn collation_name(id: u16) -> Option<&'static str> {
+    Some(match id {
+        5 => "latin1_german1_ci",
+        8 => "latin1_swedish_ci",
+        11 => "ascii_general_ci",
+        15 => "latin1_danish_ci",
+        31 => "latin1_german2_ci",
+        33 => "utf8mb3_general_ci",
+        45 => "utf8mb4_general_ci",
+        46 => "utf8mb4_bin",
+        47 => "latin1_bin",
+        48 => "latin1_general_ci",
+        49 => "latin1_general_cs",
+        63 => "binary",
+        65 => "ascii_bin",
+        83 => "utf8mb3_bin",
+        94 => "latin1_spanish_ci",
+        192 => "utf8mb3_unicode_ci",
+        214 => "utf8mb3_unicode_520_ci",
+        224 => "utf8mb4_unicode_ci",
+        246 => "utf8mb4_unicode_520_ci",
+        255 => "utf8mb4_0900_ai_ci",
+        278 => "utf8mb4_0900_as_cs",
+        309 => "utf8mb4_0900_bin",
+        1032 => "latin1_swedish_nopad_ci",
+        1035 => "ascii_general_nopad_ci",
+        1057 => "utf8mb3_general_nopad_ci",
+        1069 => "utf8mb4_general_nopad_ci",
+        1070 => "utf8mb4_nopad_bin",
+        1071 => "latin1_nopad_bin",
+        1089 => "ascii_nopad_bin",
+        1107 => "utf8mb3_nopad_bin",
+        1216 => "utf8mb3_unicode_nopad_ci",
+        1238 => "utf8mb3_unicode_520_nopad_ci",
+        1248 => "utf8mb4_unicode_nopad_ci",
+        1270 => "utf8mb4_unicode_520_nopad_ci",
+        _ => return None,
+    })
+}
+
 /// Whether a collation compares case- and accent-sensitively (binary and `_bin`/`_cs`
 /// collations); everything else is treated as case-insensitive.
 pub fn is_case_sensitive(collation: u16) -> bool {
@@ -588,5 +637,40 @@ pub fn decode_text(collation: u16, b: Vec<u8>) -> Value {
             Ok(s) => Value::Text(s),
             Err(e) => Value::Bytes(e.into_bytes()),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn col(my_type: MyType, collation: u16) -> ColumnMeta {
+        ColumnMeta {
+            name: "c".into(),
+            my_type,
+            meta: vec![],
+            unsigned: false,
+            collation,
+            nullable: true,
+            elements: vec![],
+        }
+    }
+
+    #[test]
+    fn table_map_defs_carry_collation_names_like_the_history() {
+        let d = col(MyType::MYSQL_TYPE_VARCHAR, 45).to_def();
+        assert_eq!(
+            (d.charset.as_deref(), d.collation.as_deref()),
+            (Some("utf8mb4"), Some("utf8mb4_general_ci"))
+        );
+        let d = col(MyType::MYSQL_TYPE_STRING, 1032).to_def();
+        assert_eq!(d.collation.as_deref(), Some("latin1_swedish_nopad_ci"));
+        // Binary types have no charset (as information_schema shows them); unknown ids no name.
+        let d = col(MyType::MYSQL_TYPE_BLOB, BINARY_COLLATION).to_def();
+        assert_eq!((d.charset, d.collation), (None, None));
+        let d = col(MyType::MYSQL_TYPE_VARCHAR, 2048).to_def();
+        assert_eq!((d.charset, d.collation), (None, None));
+        let d = col(MyType::MYSQL_TYPE_LONG, 0).to_def();
+        assert_eq!((d.charset, d.collation), (None, None));
     }
 }

@@ -1,9 +1,10 @@
 //! Capture from MariaDB/MySQL: the upstream check ([`check`]), the binlog reader ([`binlog`]),
-//! row decoding ([`decode`], [`rowimage`], MySQL binary JSON in [`jsonb`]), commit ts and positions ([`pos`]), row keys
-//! ([`keys`]), the schema history ([`schema`]), the glue that turns transactions into Sluice
-//! events and feeds the store ([`capture`]), the per-node event store ([`store`], records in
-//! [`codec`]), regions from upstream statistics ([`regions`]) and the opt-in heartbeat table
-//! ([`heartbeat`]). `docs/capture.md` is the operator's view.
+//! row decoding ([`decode`], [`rowimage`], MySQL binary JSON in [`jsonb`]), commit ts and
+//! positions ([`pos`]), row keys ([`keys`]), the schema history ([`schema`]; column charsets and
+//! collations in [`charset`]), the glue that turns transactions into Sluice events and feeds the
+//! store ([`capture`]), the per-node event store ([`store`], records in [`codec`]), regions from
+//! upstream statistics ([`regions`]) and the opt-in heartbeat table ([`heartbeat`]).
+//! `docs/capture.md` is the operator's view.
 //!
 //! How a node uses it:
 //! ```text
@@ -25,6 +26,7 @@
 
 pub mod binlog;
 pub mod capture;
+pub mod charset;
 pub mod check;
 pub mod codec;
 pub mod decode;

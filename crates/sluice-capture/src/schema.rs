@@ -16,9 +16,14 @@
 //! - an unparseable DDL is a [`CaptureError::Ddl`] and leaves the history unchanged, unless
 //!   [`SchemaHistory::skip_unparseable_ddl`] is set, in which case it is recorded in
 //!   `skipped` and otherwise ignored. Statements that are not about tables or databases
-//!   (GRANT, CREATE USER, FLUSH, procedures, triggers, ...) are ignored.
+//!   (GRANT, CREATE USER, FLUSH, procedures, triggers, ...) are ignored;
+//! - every character column has the charset and collation *names* the server gives it, resolved
+//!   from the history alone ([`crate::charset`]): server, database and table defaults read at the
+//!   snapshot are kept current by the DDLs (`CREATE/ALTER DATABASE`, table options, `CONVERT
+//!   TO`); `ALTER DATABASE` changes only those defaults (no event, no table version).
 
 use crate::binlog::master_position;
+use crate::charset::{scan_charset_options, AlterCharset, CharsetDefaults, CharsetOptions};
 use crate::error::{CaptureError, Result};
 use crate::pos::BinlogPos;
 use mysql_async::prelude::Queryable;
@@ -29,8 +34,8 @@ use sluice_types::{
     TableSchema, Ts,
 };
 use sqlparser::ast::{
-    AlterTableOperation, ColumnOption, CreateTableLikeKind, ObjectName, ObjectType,
-    RenameTableNameKind, SchemaName, Statement, TableConstraint,
+    AlterTableOperation, ColumnOption, CreateTableLikeKind, CreateTableOptions, ObjectName,
+    ObjectType, RenameTableNameKind, SchemaName, SqlOption, Statement, TableConstraint,
 };
 use sqlparser::dialect::MySqlDialect;
 use std::collections::BTreeMap;
@@ -89,6 +94,11 @@ pub struct SchemaHistory {
     /// MariaDB sequences (`db.name`): their row events (NEXTVAL) are not captured.
     #[serde(default)]
     pub sequences: std::collections::BTreeSet<String>,
+    /// Server, database and table defaults the charset and collation of string columns made by
+    /// DDLs are resolved from ([`crate::charset`]). Empty in histories persisted before it
+    /// existed: their later string columns keep only what the DDL itself says.
+    #[serde(default)]
+    pub charsets: CharsetDefaults,
 }
 
 /// A boxed future, so [`SchemaStore`] can be implemented over async clients (etcd) and used as
@@ -178,7 +188,9 @@ pub fn column_from_sql_type(name: &str, sql_type: &str) -> ColumnDef {
         .map(|a| a.split(',').map(|x| x.trim().to_string()).collect())
         .unwrap_or_default();
     let num = |i: usize| args.get(i).and_then(|a| a.parse::<u64>().ok());
+    let varying = lower.starts_with("character varying") || lower.starts_with("char varying");
     let ty = match word.as_str() {
+        _ if varying => ColumnType::VarChar,
         "tinyint" | "bool" | "boolean" => ColumnType::TinyInt,
         "smallint" => ColumnType::SmallInt,
         "mediumint" => ColumnType::MediumInt,
@@ -189,7 +201,7 @@ pub fn column_from_sql_type(name: &str, sql_type: &str) -> ColumnDef {
         "double" | "real" => ColumnType::Double,
         "char" | "character" | "nchar" => ColumnType::Char,
         "varchar" | "nvarchar" => ColumnType::VarChar,
-        "tinytext" | "text" | "mediumtext" | "longtext" => ColumnType::Text,
+        "tinytext" | "text" | "mediumtext" | "longtext" | "long" => ColumnType::Text,
         "binary" => ColumnType::Binary,
         "varbinary" => ColumnType::VarBinary,
         "tinyblob" | "blob" | "mediumblob" | "longblob" => ColumnType::Blob,
@@ -290,8 +302,6 @@ fn apply_column_options(
                 pk.push(c.name.clone());
             }
             ColumnOption::Unique(_) => uniques.push(vec![c.name.clone()]),
-            ColumnOption::CharacterSet(cs) => c.charset = Some(cs.to_string()),
-            ColumnOption::Collation(co) => c.collation = Some(co.to_string()),
             ColumnOption::Check(ch)
                 if ch.to_string().to_ascii_lowercase().contains("json_valid") =>
             {
@@ -300,6 +310,44 @@ fn apply_column_options(
             _ => {}
         }
     }
+}
+
+/// The `CHARACTER SET` and `COLLATE` written on a column (the last of each, as the server takes
+/// them).
+fn column_charset_options(options: &[ColumnOption]) -> (Option<String>, Option<String>) {
+    let (mut cs, mut coll) = (None, None);
+    for o in options {
+        match o {
+            ColumnOption::CharacterSet(n) => cs = Some(n.to_string()),
+            ColumnOption::Collation(n) => coll = Some(n.to_string()),
+            _ => {}
+        }
+    }
+    (cs, coll)
+}
+
+/// `[DEFAULT] CHARSET|CHARACTER SET = x` and `[DEFAULT] COLLATE = y` among CREATE TABLE options.
+fn table_charset_options(options: &CreateTableOptions) -> CharsetOptions {
+    let list = match options {
+        CreateTableOptions::None => return CharsetOptions::default(),
+        CreateTableOptions::With(l)
+        | CreateTableOptions::Options(l)
+        | CreateTableOptions::Plain(l)
+        | CreateTableOptions::TableProperties(l) => l,
+    };
+    let mut out = CharsetOptions::default();
+    for o in list {
+        if let SqlOption::KeyValue { key, value } = o {
+            let key = key.to_string().to_ascii_uppercase();
+            let key = key.strip_prefix("DEFAULT ").unwrap_or(&key);
+            match key {
+                "CHARSET" | "CHARACTER SET" => out.charset = Some(value.to_string()),
+                "COLLATE" => out.collation = Some(value.to_string()),
+                _ => {}
+            }
+        }
+    }
+    out
 }
 
 /// Chooses the routing key: the primary key, else the first unique key whose columns are all
@@ -355,6 +403,7 @@ impl SchemaHistory {
             skip_unparseable_ddl: false,
             names: BTreeMap::new(),
             sequences: Default::default(),
+            charsets: CharsetDefaults::default(),
         }
     }
 
@@ -383,11 +432,18 @@ impl SchemaHistory {
     async fn read_schema(conn: &mut mysql_async::Conn, pos: BinlogPos) -> Result<SchemaHistory> {
         let e = CaptureError::from_mysql;
         let mut h = SchemaHistory::empty(pos);
-        let dbs: Vec<String> = conn
-            .query("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
+        h.charsets = read_charset_defaults(conn).await?;
+        let dbs: Vec<(String, Option<String>, Option<String>)> = conn
+            .query(
+                "SELECT SCHEMA_NAME, DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME \
+                 FROM information_schema.SCHEMATA",
+            )
             .await
             .map_err(e)?;
-        for d in dbs.into_iter().filter(|d| !is_system_schema(d)) {
+        for (d, cs, coll) in dbs.into_iter().filter(|d| !is_system_schema(&d.0)) {
+            if let Some(cc) = h.charsets.resolve(cs.as_deref(), coll.as_deref(), None) {
+                h.charsets.databases.insert(d.clone(), cc);
+            }
             h.databases.insert(d, vec![(0, None)]);
         }
         let seqs: Vec<(String, String)> = conn
@@ -395,11 +451,11 @@ impl SchemaHistory {
             .await
             .map_err(e)?;
         h.sequences = seqs.into_iter().map(|(d, t)| qualified(&d, &t)).collect();
-        let mut tables: Vec<(String, String)> = conn
-            .query("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'")
+        let mut tables: Vec<(String, String, Option<String>)> = conn
+            .query("SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_COLLATION FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'")
             .await
             .map_err(e)?;
-        tables.retain(|(d, _)| !is_system_schema(d));
+        tables.retain(|(d, _, _)| !is_system_schema(d));
         tables.sort();
         type ColRow = (
             String,
@@ -438,7 +494,7 @@ impl SchemaHistory {
             .map_err(e)?
             .into_iter()
             .collect();
-        for (i, (db, name)) in tables.iter().enumerate() {
+        for (i, (db, name, table_collation)) in tables.iter().enumerate() {
             let mut columns: Vec<ColumnDef> = cols
                 .iter()
                 .filter(|c| &c.0 == db && &c.1 == name)
@@ -475,6 +531,9 @@ impl SchemaHistory {
             let uniques: Vec<Vec<String>> = uniques.into_values().collect();
             let (key_columns, unique_keys) = choose_key(&columns, &pk, &uniques);
             let id = TableId(SNAPSHOT_FIRST_TABLE_ID + i as u64);
+            if let Some(cc) = h.charsets.resolve(None, table_collation.as_deref(), None) {
+                h.charsets.tables.insert(id, cc);
+            }
             let partitioning = if partitioned.contains(&(db.clone(), name.clone())) {
                 Some(read_partitioning(conn, db, name).await?)
             } else {
@@ -628,6 +687,21 @@ impl SchemaHistory {
             self.head = commit_ts;
             return Ok(None);
         }
+        if let Some((db, options)) = alter_database_statement(query, database) {
+            // Only the defaults of tables created later change: no event, no table version.
+            let server = self.charsets.server.clone();
+            if let Some(cc) = self.charsets.resolve(
+                options.charset.as_deref(),
+                options.collation.as_deref(),
+                server.as_ref(),
+            ) {
+                if !options.is_empty() {
+                    self.charsets.databases.insert(db, cc);
+                }
+            }
+            self.head = commit_ts;
+            return Ok(None);
+        }
         if !is_schema_statement(query) {
             return Ok(None);
         }
@@ -638,13 +712,18 @@ impl SchemaHistory {
         } else {
             (query.to_string(), None)
         };
-        let stmts = match sqlparser::parser::Parser::parse_sql(&MySqlDialect {}, &sql) {
+        // Charset options of an ALTER TABLE (sqlparser knows none of them): the table default
+        // and CONVERT TO CHARACTER SET.
+        let alter_cs = strip_alter_options(&sql)
+            .map(|s| s.charset)
+            .unwrap_or_default();
+        let stmts = match parse_mysql(&sql) {
             Ok(s) => s,
             Err(e) => match strip_alter_options(&sql) {
                 // ALTER TABLE with table options sqlparser does not know (ENGINE=, CONVERT TO
                 // CHARACTER SET, LOCK=, ...): they change no column; parse the rest.
                 Some(stripped) if stripped.specs_left => {
-                    match sqlparser::parser::Parser::parse_sql(&MySqlDialect {}, &stripped.query) {
+                    match parse_mysql(&stripped.query) {
                         Ok(s) => s,
                         Err(e2) => {
                             return self.unparseable(
@@ -664,6 +743,7 @@ impl SchemaHistory {
                         query,
                         &stripped.table,
                         partition_text.as_deref(),
+                        &alter_cs,
                     ))
                 }
                 None => return self.unparseable(commit_ts, database, query, e.to_string()),
@@ -680,7 +760,9 @@ impl SchemaHistory {
         };
         let mut touched: Vec<TableId> = Vec::new();
         for stmt in &stmts {
-            match work.apply_stmt(commit_ts, database, stmt, &mut influence, &mut touched) {
+            let applied =
+                work.apply_stmt(commit_ts, database, stmt, &alter_cs, &mut influence, &mut touched);
+            match applied {
                 Ok(Some(k)) => kind = k,
                 Ok(None) => {}
                 Err(msg) => return self.unparseable(commit_ts, database, query, msg),
@@ -725,8 +807,10 @@ impl SchemaHistory {
         Ok(Some(ev))
     }
 
-    /// An ALTER TABLE that only sets table options: a DDL event for the table, no new version;
-    /// with a partition operation, a new version with the new partition layout.
+    /// An ALTER TABLE that only sets table options: a DDL event for the table, no new version
+    /// (a new default charset is recorded for later columns); with a partition operation or
+    /// `CONVERT TO CHARACTER SET`, a new version with the new layout or column charsets.
+    #[allow(clippy::too_many_arguments)]
     fn options_only_alter(
         &mut self,
         commit_ts: Ts,
@@ -735,6 +819,7 @@ impl SchemaHistory {
         query: &str,
         table: &str,
         partition_text: Option<&str>,
+        alter_cs: &AlterCharset,
     ) -> Option<DdlEvent> {
         let name = sqlparser::parser::Parser::new(&MySqlDialect {})
             .try_with_sql(table)
@@ -742,10 +827,16 @@ impl SchemaHistory {
             .ok()?;
         let (db, t) = split_name(&name, database);
         let id = self.find_id(&db, &t, commit_ts - 1)?;
-        if let Some(text) = partition_text {
-            if let Some(s) = self.table_by_id_at(id, commit_ts - 1).cloned() {
+        let convert = self.alter_table_default(id, &db, alter_cs);
+        if partition_text.is_some() || convert.is_some() {
+            if let Some(mut s) = self.table_by_id_at(id, commit_ts - 1).cloned() {
+                if let Some(to) = &convert {
+                    self.charsets.convert_columns(&mut s.columns, to);
+                }
                 self.push_version(s, commit_ts);
-                self.set_partitioning(id, commit_ts, text, true);
+                if let Some(text) = partition_text {
+                    self.set_partitioning(id, commit_ts, text, true);
+                }
             }
         }
         let ev = DdlEvent {
@@ -765,6 +856,43 @@ impl SchemaHistory {
         self.head = commit_ts;
         self.ddls.push(ev.clone());
         Some(ev)
+    }
+
+    /// Applies the charset options of an ALTER TABLE to the default of table `id` (in database
+    /// `db`): `[DEFAULT] CHARSET/COLLATE` set it; `CONVERT TO CHARACTER SET` sets it too (unless
+    /// the statement also has the former) and is returned, for the caller to convert the
+    /// columns (after any column changes of the same statement, as the server does).
+    fn alter_table_default(
+        &mut self,
+        id: TableId,
+        db: &str,
+        alter_cs: &AlterCharset,
+    ) -> Option<crate::charset::CharsetCollation> {
+        let db_default = self.charsets.database(db).cloned();
+        let resolve = |o: &CharsetOptions| {
+            self.charsets.resolve(
+                o.charset.as_deref(),
+                o.collation.as_deref(),
+                db_default.as_ref(),
+            )
+        };
+        let default = (!alter_cs.default.is_empty()).then(|| resolve(&alter_cs.default));
+        let convert = alter_cs.convert.as_ref().and_then(resolve);
+        // With both, the columns take CONVERT TO and the table default the explicit option.
+        if let Some(c) = &convert {
+            self.set_table_default(id, Some(c.clone()));
+        }
+        if let Some(d) = default {
+            self.set_table_default(id, d);
+        }
+        convert
+    }
+
+    fn set_table_default(&mut self, id: TableId, cc: Option<crate::charset::CharsetCollation>) {
+        match cc {
+            Some(cc) => self.charsets.tables.insert(id, cc),
+            None => self.charsets.tables.remove(&id),
+        };
     }
 
     /// Sets the partition layout of `id`'s version created at `ts` from a `PARTITION BY` clause
@@ -826,6 +954,7 @@ impl SchemaHistory {
         ts: Ts,
         default_db: &str,
         stmt: &Statement,
+        alter_cs: &AlterCharset,
         inf: &mut DdlInfluence,
         touched: &mut Vec<TableId>,
     ) -> std::result::Result<Option<DdlKind>, String> {
@@ -835,10 +964,20 @@ impl SchemaHistory {
             Statement::CreateDatabase {
                 db_name,
                 if_not_exists,
+                default_charset,
+                default_collation,
                 ..
             } => {
                 let (_, db) = split_name(db_name, default_db);
-                self.create_database(&db, ts, *if_not_exists);
+                if self.create_database(&db, ts, *if_not_exists) {
+                    let server = self.charsets.server.clone();
+                    let cc = self.charsets.resolve(
+                        default_charset.as_deref(),
+                        default_collation.as_deref(),
+                        server.as_ref(),
+                    );
+                    self.set_database_default(&db, cc);
+                }
                 Ok(Some(DdlKind::CreateDatabase))
             }
             Statement::CreateSchema {
@@ -852,7 +991,10 @@ impl SchemaHistory {
                     }
                     SchemaName::UnnamedAuthorization(i) => i.value.clone(),
                 };
-                self.create_database(&db, ts, *if_not_exists);
+                if self.create_database(&db, ts, *if_not_exists) {
+                    let server = self.charsets.server.clone();
+                    self.set_database_default(&db, server);
+                }
                 Ok(Some(DdlKind::CreateDatabase))
             }
             Statement::Drop {
@@ -876,8 +1018,10 @@ impl SchemaHistory {
                                 .collect();
                             for id in ids {
                                 self.close(id, ts);
+                                self.charsets.tables.remove(&id);
                                 inf.dropped.push(id);
                             }
+                            self.charsets.databases.remove(&db);
                             if let Some(v) = self.databases.get_mut(&db).and_then(|v| v.last_mut())
                             {
                                 if v.1.is_none() {
@@ -893,6 +1037,7 @@ impl SchemaHistory {
                             let (db, t) = split_name(n, default_db);
                             if let Some(id) = self.find_id(&db, &t, before) {
                                 self.close(id, ts);
+                                self.charsets.tables.remove(&id);
                                 inf.dropped.push(id);
                                 touched.push(id);
                             }
@@ -912,6 +1057,7 @@ impl SchemaHistory {
                     return Ok(None);
                 }
                 let (db, t) = split_name(&ct.name, default_db);
+                let mut replaced = None;
                 if let Some(old) = self.find_id(&db, &t, before) {
                     if ct.if_not_exists {
                         return Ok(None);
@@ -923,8 +1069,10 @@ impl SchemaHistory {
                     self.close(old, ts);
                     inf.dropped.push(old);
                     touched.push(old);
+                    replaced = Some(old);
                 }
                 let id = TableId(ts);
+                let table_default;
                 let schema = if let Some(like) = &ct.like {
                     let src = match like {
                         CreateTableLikeKind::Parenthesized(l) | CreateTableLikeKind::Plain(l) => {
@@ -936,11 +1084,19 @@ impl SchemaHistory {
                         .table_at(&sdb, &st, before)
                         .cloned()
                         .ok_or_else(|| format!("LIKE source {sdb}.{st} is unknown"))?;
+                    table_default = self.charsets.tables.get(&s.table_id).cloned();
                     s.table_id = id;
                     s.database = db.clone();
                     s.name = t.clone();
                     s
                 } else {
+                    // Table default: its own options, else the database's.
+                    let o = table_charset_options(&ct.table_options);
+                    table_default = self.charsets.resolve(
+                        o.charset.as_deref(),
+                        o.collation.as_deref(),
+                        self.charsets.database(&db),
+                    );
                     let mut pk = Vec::new();
                     let mut uniques = Vec::new();
                     let mut columns = Vec::new();
@@ -949,6 +1105,13 @@ impl SchemaHistory {
                         let opts: Vec<ColumnOption> =
                             c.options.iter().map(|o| o.option.clone()).collect();
                         apply_column_options(&mut d, &opts, &mut pk, &mut uniques);
+                        let (cs, coll) = column_charset_options(&opts);
+                        self.charsets.resolve_column(
+                            &mut d,
+                            cs.as_deref(),
+                            coll.as_deref(),
+                            table_default.as_ref(),
+                        );
                         columns.push(d);
                     }
                     let mut keys = KeyNames { pk, uniques };
@@ -968,6 +1131,10 @@ impl SchemaHistory {
                     }
                 };
                 self.push_version(schema, ts);
+                if let Some(old) = replaced {
+                    self.charsets.tables.remove(&old);
+                }
+                self.set_table_default(id, table_default);
                 inf.added.push((id, qualified(&db, &t)));
                 Ok(Some(DdlKind::CreateTable))
             }
@@ -994,6 +1161,15 @@ impl SchemaHistory {
                 // The key chosen may have been a unique key rather than the PK; a PK drop below
                 // clears it either way.
                 let mut renamed = None;
+                // A new table default applies to the columns this statement defines; CONVERT TO
+                // CHARACTER SET applies to every column, after them.
+                let convert = self.alter_table_default(id, &db, alter_cs);
+                let table_default = self.charsets.tables.get(&id).cloned();
+                let charsets = &self.charsets;
+                let resolve = |d: &mut ColumnDef, opts: &[ColumnOption]| {
+                    let (cs, coll) = column_charset_options(opts);
+                    charsets.resolve_column(d, cs.as_deref(), coll.as_deref(), table_default.as_ref());
+                };
                 for op in &at.operations {
                     match op {
                         AlterTableOperation::AddColumn {
@@ -1011,6 +1187,7 @@ impl SchemaHistory {
                                 .map(|o| o.option.clone())
                                 .collect();
                             apply_column_options(&mut d, &opts, &mut keys.pk, &mut keys.uniques);
+                            resolve(&mut d, &opts);
                             place_column(&mut s.columns, d, column_position.as_ref(), None);
                         }
                         AlterTableOperation::DropColumn { column_names, .. } => {
@@ -1031,6 +1208,7 @@ impl SchemaHistory {
                             let mut d =
                                 column_from_sql_type(&col_name.value, &data_type.to_string());
                             apply_column_options(&mut d, options, &mut keys.pk, &mut keys.uniques);
+                            resolve(&mut d, options);
                             keep_key_nullability(&mut d, &keys);
                             place_column(
                                 &mut s.columns,
@@ -1049,6 +1227,7 @@ impl SchemaHistory {
                             let mut d =
                                 column_from_sql_type(&new_name.value, &data_type.to_string());
                             apply_column_options(&mut d, options, &mut keys.pk, &mut keys.uniques);
+                            resolve(&mut d, options);
                             rename_key_column(&mut keys, &old_name.value, &new_name.value);
                             keep_key_nullability(&mut d, &keys);
                             place_column(
@@ -1090,6 +1269,9 @@ impl SchemaHistory {
                         }
                         _ => {}
                     }
+                }
+                if let Some(to) = &convert {
+                    self.charsets.convert_columns(&mut s.columns, to);
                 }
                 let (key_columns, unique_keys) = choose_key(&s.columns, &keys.pk, &keys.uniques);
                 s.key_columns = key_columns;
@@ -1136,6 +1318,9 @@ impl SchemaHistory {
                     self.close(old, ts);
                     s.table_id = TableId(ts);
                     self.push_version(s, ts);
+                    if let Some(cc) = self.charsets.tables.remove(&old) {
+                        self.charsets.tables.insert(TableId(ts), cc);
+                    }
                     inf.dropped.push(old);
                     inf.added.push((TableId(ts), qualified(&db, &t)));
                     touched.push(old);
@@ -1186,14 +1371,23 @@ impl SchemaHistory {
         }
     }
 
-    fn create_database(&mut self, db: &str, ts: Ts, _if_not_exists: bool) {
+    /// Records a new database; false when it already exists.
+    fn create_database(&mut self, db: &str, ts: Ts, _if_not_exists: bool) -> bool {
         if self.database_exists(db, ts - 1) {
-            return;
+            return false;
         }
         self.databases
             .entry(db.to_string())
             .or_default()
             .push((ts, None));
+        true
+    }
+
+    fn set_database_default(&mut self, db: &str, cc: Option<crate::charset::CharsetCollation>) {
+        match cc {
+            Some(cc) => self.charsets.databases.insert(db.to_string(), cc),
+            None => self.charsets.databases.remove(db),
+        };
     }
 }
 
@@ -1329,6 +1523,8 @@ struct StrippedAlter {
     /// The table name as written.
     table: String,
     specs_left: bool,
+    /// The charset options among the removed specs.
+    charset: AlterCharset,
 }
 
 /// Words that start an ALTER TABLE specification which sets a table option and changes no
@@ -1446,6 +1642,13 @@ fn strip_alter_options(query: &str) -> Option<StrippedAlter> {
             None => true,
         }
     };
+    let option_tokens: Vec<(Option<String>, String)> = specs
+        .iter()
+        .filter(|s| is_option(s))
+        .flat_map(|s| s.iter())
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .map(|t| option_token(t))
+        .collect();
     let keep: Vec<String> = specs
         .iter()
         .filter(|s| !is_option(s))
@@ -1467,7 +1670,172 @@ fn strip_alter_options(query: &str) -> Option<StrippedAlter> {
         query: format!("{} {}", head.trim_end(), keep.join(", ")),
         table: table.trim().to_string(),
         specs_left: !keep.is_empty(),
+        charset: scan_charset_options(&option_tokens),
     })
+}
+
+/// A token as [`scan_charset_options`] reads it: `(upper-cased keyword, text)`; quoted names and
+/// strings lose their quotes.
+fn option_token(t: &sqlparser::tokenizer::Token) -> (Option<String>, String) {
+    use sqlparser::tokenizer::Token;
+    match t {
+        Token::Word(w) if w.quote_style.is_none() => {
+            (Some(w.value.to_ascii_uppercase()), w.value.clone())
+        }
+        Token::Word(w) => (None, w.value.clone()),
+        Token::SingleQuotedString(s) | Token::DoubleQuotedString(s) => (None, s.clone()),
+        t => (None, t.to_string()),
+    }
+}
+
+/// `ALTER {DATABASE|SCHEMA} [name] [DEFAULT] CHARACTER SET … [DEFAULT] COLLATE …` → the
+/// database (the session's when unnamed) and its charset options. `None` for other statements.
+fn alter_database_statement(query: &str, default_db: &str) -> Option<(String, CharsetOptions)> {
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let q = expand_executable_comments(query);
+    let toks = Tokenizer::new(&MySqlDialect {}, &q).tokenize().ok()?;
+    let sig: Vec<&Token> = toks
+        .iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_) | Token::SemiColon | Token::EOF))
+        .collect();
+    let keyword = |k: usize| match sig.get(k) {
+        Some(Token::Word(w)) if w.quote_style.is_none() => Some(w.value.to_ascii_uppercase()),
+        _ => None,
+    };
+    if keyword(0).as_deref() != Some("ALTER")
+        || !matches!(keyword(1).as_deref(), Some("DATABASE" | "SCHEMA"))
+    {
+        return None;
+    }
+    let options_start = matches!(
+        keyword(2).as_deref(),
+        Some("DEFAULT" | "CHARACTER" | "CHARSET" | "COLLATE" | "COMMENT" | "UPGRADE" | "READ")
+    );
+    let (db, rest) = match sig.get(2) {
+        Some(Token::Word(w)) if !options_start => (w.value.clone(), 3),
+        _ => (default_db.to_string(), 2),
+    };
+    let words: Vec<(Option<String>, String)> =
+        sig.iter().skip(rest).map(|t| option_token(t)).collect();
+    Some((db, scan_charset_options(&words).default))
+}
+
+/// Parses with sqlparser's MySQL dialect; a statement it rejects is tried again with the
+/// synonyms it does not know rewritten ([`normalize_for_parser`]), so a statement that parses as
+/// written is never rewritten (a column may be named `charset`).
+fn parse_mysql(sql: &str) -> std::result::Result<Vec<Statement>, sqlparser::parser::ParserError> {
+    let parse = |q: &str| sqlparser::parser::Parser::parse_sql(&MySqlDialect {}, q);
+    parse(sql).or_else(|e| {
+        let n = normalize_for_parser(sql);
+        if n == sql {
+            Err(e)
+        } else {
+            parse(&n).map_err(|_| e)
+        }
+    })
+}
+
+/// Rewrites what MariaDB accepts and sqlparser does not, where the meaning is the same:
+/// `CHARSET` (a synonym of `CHARACTER SET`, also on columns) in CREATE/ALTER TABLE, and
+/// `CREATE SCHEMA … CHARACTER SET …` (a synonym of CREATE DATABASE).
+fn normalize_for_parser(sql: &str) -> String {
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let words = leading_words(sql, 2);
+    let create_schema = words.first().is_some_and(|w| w == "CREATE")
+        && words.get(1).is_some_and(|w| w == "SCHEMA");
+    if !create_schema && !is_create_or_alter_table(sql) {
+        return sql.to_string();
+    }
+    let Ok(toks) = Tokenizer::new(&MySqlDialect {}, sql)
+        .with_unescape(false)
+        .tokenize()
+    else {
+        return sql.to_string();
+    };
+    let mut changed = false;
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut schema_done = !create_schema;
+    for t in &toks {
+        match t {
+            Token::Word(w) if w.quote_style.is_none() => {
+                let up = w.value.to_ascii_uppercase();
+                if up == "CHARSET" && !create_schema {
+                    out.push_str("CHARACTER SET");
+                    changed = true;
+                    continue;
+                }
+                if up == "SCHEMA" && !schema_done {
+                    out.push_str("DATABASE");
+                    schema_done = true;
+                    changed = true;
+                    continue;
+                }
+                out.push_str(&t.to_string());
+            }
+            t => out.push_str(&t.to_string()),
+        }
+    }
+    if changed {
+        out
+    } else {
+        sql.to_string()
+    }
+}
+
+/// The server side of [`CharsetDefaults`] at the snapshot: `@@character_set_server` /
+/// `@@collation_server`, every charset's default collation (`information_schema.COLLATIONS`,
+/// then MariaDB 11.2+'s `@@character_set_collations`), what `utf8` means (`@@old_mode`) and
+/// whether JSON is MariaDB's LONGTEXT alias.
+async fn read_charset_defaults(conn: &mut mysql_async::Conn) -> Result<CharsetDefaults> {
+    let e = CaptureError::from_mysql;
+    let mut d = CharsetDefaults::default();
+    let defaults: Vec<(Option<String>, Option<String>)> = conn
+        .query(
+            "SELECT CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLLATIONS \
+             WHERE IS_DEFAULT = 'Yes'",
+        )
+        .await
+        .map_err(e)?;
+    for (cs, coll) in defaults {
+        if let (Some(cs), Some(coll)) = (cs, coll) {
+            d.charset_collations
+                .insert(cs.to_ascii_lowercase(), coll.to_ascii_lowercase());
+        }
+    }
+    // Variables that not every server has: read one by one, tolerating errors.
+    async fn var(conn: &mut mysql_async::Conn, name: &str) -> Option<String> {
+        conn.query_first::<Option<String>, _>(format!("SELECT @@{name}"))
+            .await
+            .ok()
+            .flatten()
+            .flatten()
+    }
+    // `utf8` as the server spells it: MariaDB 10.6+ and MySQL 8.0.30+ report utf8mb3 (and
+    // MariaDB's `utf8` is utf8mb4 when @@old_mode lacks UTF8_IS_UTF8MB3); older servers `utf8`.
+    let mariadb = var(conn, "version")
+        .await
+        .is_some_and(|v| v.contains("MariaDB"));
+    if d.charset_collations.contains_key("utf8mb3") {
+        let utf8 = match var(conn, "old_mode").await {
+            Some(m) if mariadb && !m.to_ascii_uppercase().contains("UTF8_IS_UTF8MB3") => {
+                "utf8mb4"
+            }
+            _ => "utf8mb3",
+        };
+        d.aliases.insert("utf8".into(), utf8.into());
+    } else if d.charset_collations.contains_key("utf8") {
+        d.aliases.insert("utf8mb3".into(), "utf8".into());
+    }
+    if let Some(v) = var(conn, "character_set_collations").await {
+        d.apply_character_set_collations(&v);
+    }
+    let server_cs = var(conn, "character_set_server").await;
+    let server_coll = var(conn, "collation_server").await;
+    d.server = d.resolve(server_cs.as_deref(), server_coll.as_deref(), None);
+    if mariadb {
+        d.json = d.resolve(Some("utf8mb4"), Some("utf8mb4_bin"), None);
+    }
+    Ok(d)
 }
 
 /// The partition layout of a table at the snapshot, from `SHOW CREATE TABLE` (one parser for
@@ -1635,6 +2003,7 @@ pub fn is_schema_statement(query: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::charset::charset_prefix;
 
     const F: u64 = 1 << 32;
 
@@ -1822,6 +2191,302 @@ mod tests {
         let w = h.table_at("d", "w", F + 80).expect("w tracked");
         let p = w.partitioning.as_ref().expect("partitioned");
         assert!(p.partition_of(w, &[sluice_types::Value::Int(1)]).is_err());
+    }
+
+    /// A history as a MariaDB 10.11 snapshot with `collation_server=utf8mb4_general_ci` makes it.
+    fn hcs() -> SchemaHistory {
+        let mut h = h();
+        h.charsets = CharsetDefaults::mariadb("utf8mb4_general_ci");
+        h
+    }
+
+    /// `(column, charset, collation)` of every column of `db.t` now.
+    fn charsets_of(h: &SchemaHistory, db: &str, t: &str) -> Vec<(String, Option<String>, Option<String>)> {
+        h.table_at(db, t, u64::MAX)
+            .unwrap_or_else(|| panic!("{db}.{t}"))
+            .columns
+            .iter()
+            .map(|c| (c.name.clone(), c.charset.clone(), c.collation.clone()))
+            .collect()
+    }
+
+    /// `[("a", "latin1_swedish_ci"), ("h", "")]`: expected collations, `""` for no charset.
+    fn expect(h: &SchemaHistory, db: &str, t: &str, want: &[(&str, &str)]) {
+        let got: Vec<(String, String, String)> = charsets_of(h, db, t)
+            .into_iter()
+            .map(|(n, cs, co)| (n, cs.unwrap_or_default(), co.unwrap_or_default()))
+            .collect();
+        let want: Vec<(String, String, String)> = want
+            .iter()
+            .map(|(n, co)| {
+                let cs = if co.is_empty() { "" } else { charset_prefix(co) };
+                (n.to_string(), cs.to_string(), co.to_string())
+            })
+            .collect();
+        assert_eq!(got, want, "{db}.{t}");
+    }
+
+    fn table_default(h: &SchemaHistory, db: &str, t: &str) -> Option<String> {
+        let id = h.table_at(db, t, u64::MAX)?.table_id;
+        h.charsets.tables.get(&id).and_then(|c| c.collation.clone())
+    }
+
+    fn db_default(h: &SchemaHistory, db: &str) -> Option<String> {
+        h.charsets.databases.get(db).and_then(|c| c.collation.clone())
+    }
+
+    #[test]
+    fn charset_create_and_alter_database() {
+        let mut h = hcs();
+        apply(&mut h, 10, "CREATE DATABASE d0");
+        apply(&mut h, 11, "CREATE DATABASE d1 CHARACTER SET latin1");
+        apply(&mut h, 12, "CREATE DATABASE d2 COLLATE utf8mb4_bin");
+        apply(&mut h, 13, "CREATE DATABASE d3 DEFAULT CHARSET=utf8 COLLATE=utf8_unicode_ci");
+        apply(&mut h, 14, "CREATE SCHEMA d4 CHARACTER SET utf8");
+        apply(&mut h, 15, "CREATE DATABASE IF NOT EXISTS `d5` /*!40100 DEFAULT CHARACTER SET latin1 */");
+        let dbs = |h: &SchemaHistory| -> Vec<Option<String>> {
+            ["d0", "d1", "d2", "d3", "d4", "d5"].iter().map(|d| db_default(h, d)).collect()
+        };
+        let s = |x: &str| Some(x.to_string());
+        assert_eq!(
+            dbs(&h),
+            vec![
+                s("utf8mb4_general_ci"),
+                s("latin1_swedish_ci"),
+                s("utf8mb4_bin"),
+                s("utf8mb3_unicode_ci"),
+                s("utf8mb3_general_ci"),
+                s("latin1_swedish_ci")
+            ]
+        );
+        // IF NOT EXISTS of an existing database changes nothing.
+        apply(&mut h, 16, "CREATE DATABASE IF NOT EXISTS d1 CHARACTER SET ascii");
+        assert_eq!(db_default(&h, "d1"), s("latin1_swedish_ci"));
+        // ALTER DATABASE: new defaults, no event, no table version.
+        apply(&mut h, 20, "CREATE TABLE d1.t (a CHAR(1))");
+        let (ddls, versions) = (h.ddls.len(), h.tables.values().map(Vec::len).sum::<usize>());
+        assert!(h.apply(F + 21, 0, "d", "ALTER DATABASE d1 CHARACTER SET utf8mb3").expect("ok").is_none());
+        assert!(h.apply(F + 22, 0, "d2", "ALTER DATABASE COLLATE ascii_bin").expect("ok").is_none());
+        assert!(h
+            .apply(F + 23, 0, "d", "ALTER SCHEMA `d3` DEFAULT CHARACTER SET = latin1 DEFAULT COLLATE = latin1_general_cs")
+            .expect("ok")
+            .is_none());
+        assert!(h.apply(F + 24, 0, "d", "ALTER DATABASE d0 COMMENT 'x'").expect("ok").is_none());
+        assert_eq!((h.ddls.len(), h.tables.values().map(Vec::len).sum::<usize>()), (ddls, versions));
+        assert_eq!(h.head, F + 24);
+        assert_eq!(
+            dbs(&h)[..4].to_vec(),
+            vec![s("utf8mb4_general_ci"), s("utf8mb3_general_ci"), s("ascii_bin"), s("latin1_general_cs")]
+        );
+        expect(&h, "d1", "t", &[("a", "latin1_swedish_ci")]);
+        apply(&mut h, 30, "CREATE TABLE d1.u (a CHAR(1))");
+        expect(&h, "d1", "u", &[("a", "utf8mb3_general_ci")]);
+        // DROP DATABASE forgets the default; a new database of that name takes the server's.
+        apply(&mut h, 40, "DROP DATABASE d1");
+        assert_eq!(db_default(&h, "d1"), None);
+        assert!(h.charsets.tables.is_empty(), "the tables' defaults went with them");
+        apply(&mut h, 41, "CREATE DATABASE d1");
+        assert_eq!(db_default(&h, "d1"), s("utf8mb4_general_ci"));
+    }
+
+    #[test]
+    fn charset_create_table_columns() {
+        // Every expectation below is what MariaDB 10.11 reports in information_schema.COLUMNS.
+        let mut h = hcs();
+        apply(&mut h, 101, "CREATE DATABASE d1 CHARACTER SET latin1");
+        apply(
+            &mut h,
+            102,
+            "CREATE TABLE d1.t1 (a CHAR(3), b VARCHAR(5) CHARACTER SET utf8mb4, c TEXT COLLATE latin1_bin, \
+             d ENUM('x','y'), e SET('p','q') CHARACTER SET ascii, f VARCHAR(4) COLLATE utf8mb4_unicode_ci, \
+             g JSON, h BLOB, i VARBINARY(3), j BINARY(2), k NCHAR(2), l NVARCHAR(3), p VARCHAR(3) CHARACTER SET binary, \
+             q TEXT CHARSET latin1, r LONGTEXT, s TINYTEXT, u MEDIUMTEXT CHARACTER SET utf8 COLLATE utf8_bin, \
+             v INT, w VARCHAR(2) CHARACTER SET 'utf8mb4' COLLATE `utf8mb4_nopad_bin`, x LONGTEXT CHECK (json_valid(x)))",
+        );
+        expect(
+            &h,
+            "d1",
+            "t1",
+            &[
+                ("a", "latin1_swedish_ci"),
+                ("b", "utf8mb4_general_ci"),
+                ("c", "latin1_bin"),
+                ("d", "latin1_swedish_ci"),
+                ("e", "ascii_general_ci"),
+                ("f", "utf8mb4_unicode_ci"),
+                ("g", "utf8mb4_bin"),
+                ("h", ""),
+                ("i", ""),
+                ("j", ""),
+                ("k", "utf8mb3_general_ci"),
+                ("l", "utf8mb3_general_ci"),
+                ("p", ""),
+                ("q", "latin1_swedish_ci"),
+                ("r", "latin1_swedish_ci"),
+                ("s", "latin1_swedish_ci"),
+                ("u", "utf8mb3_bin"),
+                ("v", ""),
+                ("w", "utf8mb4_nopad_bin"),
+                ("x", "latin1_swedish_ci"),
+            ],
+        );
+        let t1 = h.table_at("d1", "t1", u64::MAX).expect("t1");
+        assert_eq!((t1.columns[12].ty, t1.columns[12].sql_type.as_str()), (ColumnType::VarBinary, "varbinary(3)"));
+        assert_eq!(t1.columns[19].ty, ColumnType::Json);
+        assert_eq!(table_default(&h, "d1", "t1").as_deref(), Some("latin1_swedish_ci"));
+        // Table options: charset alone, collation alone, both, DEFAULT, binary.
+        apply(&mut h, 103, "CREATE TABLE d1.t2 (a CHAR(3), b VARCHAR(3) CHARACTER SET latin1) CHARSET=utf8mb4");
+        expect(&h, "d1", "t2", &[("a", "utf8mb4_general_ci"), ("b", "latin1_swedish_ci")]);
+        apply(&mut h, 104, "CREATE TABLE d1.t3 (a CHAR(3), b VARCHAR(3) CHARACTER SET latin1) COLLATE=utf8mb4_unicode_ci");
+        expect(&h, "d1", "t3", &[("a", "utf8mb4_unicode_ci"), ("b", "latin1_swedish_ci")]);
+        apply(&mut h, 105, "CREATE TABLE d1.t4 (a CHAR(3), b VARCHAR(3) COLLATE latin1_german1_ci) ENGINE=InnoDB DEFAULT CHARACTER SET = utf8 COLLATE = utf8_bin");
+        expect(&h, "d1", "t4", &[("a", "utf8mb3_bin"), ("b", "latin1_german1_ci")]);
+        assert_eq!(table_default(&h, "d1", "t4").as_deref(), Some("utf8mb3_bin"));
+        apply(&mut h, 106, "CREATE TABLE d1.t5 (a CHAR(3), g JSON) CHARSET latin1");
+        expect(&h, "d1", "t5", &[("a", "latin1_swedish_ci"), ("g", "utf8mb4_bin")]);
+        apply(&mut h, 107, "CREATE TABLE d1.t6 (a CHAR(3) COLLATE utf8mb4_bin) CHARSET latin1");
+        expect(&h, "d1", "t6", &[("a", "utf8mb4_bin")]);
+        apply(&mut h, 108, "CREATE TABLE d1.t7 (a CHAR(2)) CHARSET=DEFAULT");
+        expect(&h, "d1", "t7", &[("a", "latin1_swedish_ci")]);
+        apply(&mut h, 109, "CREATE TABLE d1.t8 (a TEXT, b VARCHAR(3), c ENUM('a')) CHARSET=binary");
+        expect(&h, "d1", "t8", &[("a", ""), ("b", ""), ("c", "binary")]);
+        let t8 = h.table_at("d1", "t8", u64::MAX).expect("t8");
+        assert_eq!(
+            t8.columns.iter().map(|c| c.ty).collect::<Vec<_>>(),
+            vec![ColumnType::Blob, ColumnType::VarBinary, ColumnType::Enum]
+        );
+        // A table in a database whose default collation is not its charset's default.
+        apply(&mut h, 110, "CREATE DATABASE e1 COLLATE latin1_german1_ci");
+        apply(&mut h, 111, "CREATE TABLE e1.b1 (a CHAR(3), b CHAR(3) CHARACTER SET latin1)");
+        expect(&h, "e1", "b1", &[("a", "latin1_german1_ci"), ("b", "latin1_swedish_ci")]);
+        apply(&mut h, 112, "CREATE TABLE e1.b2 (a CHAR(3), b CHAR(3) CHARACTER SET latin1) CHARSET=latin1 COLLATE=latin1_bin");
+        expect(&h, "e1", "b2", &[("a", "latin1_bin"), ("b", "latin1_swedish_ci")]);
+        apply(&mut h, 113, "CREATE TABLE e1.b3 (a CHAR(3)) CHARSET=latin1");
+        expect(&h, "e1", "b3", &[("a", "latin1_swedish_ci")]);
+        // LIKE copies the columns and the table default.
+        apply(&mut h, 114, "CREATE TABLE e1.b4 LIKE e1.b2");
+        expect(&h, "e1", "b4", &[("a", "latin1_bin"), ("b", "latin1_swedish_ci")]);
+        apply(&mut h, 115, "ALTER TABLE e1.b4 ADD COLUMN c VARCHAR(2)");
+        expect(&h, "e1", "b4", &[("a", "latin1_bin"), ("b", "latin1_swedish_ci"), ("c", "latin1_bin")]);
+        // The session's database when the table is unqualified.
+        h.apply(F + 116, 0, "e1", "CREATE TABLE b5 (a VARCHAR(1))").expect("ok");
+        expect(&h, "e1", "b5", &[("a", "latin1_german1_ci")]);
+    }
+
+    #[test]
+    fn charset_alter_table() {
+        let mut h = hcs();
+        apply(&mut h, 101, "CREATE DATABASE d1 CHARACTER SET latin1");
+        let q = |h: &mut SchemaHistory, ts: u64, sql: &str| {
+            h.apply(F + ts, 0, "d1", sql).expect("apply").expect("event")
+        };
+        // A new default applies to the columns defined in the same statement.
+        q(&mut h, 102, "CREATE TABLE a3 (a CHAR(3), b TEXT, c VARCHAR(3)) CHARSET latin1");
+        q(&mut h, 103, "ALTER TABLE a3 DEFAULT CHARSET=utf8mb4, ADD COLUMN d VARCHAR(3), MODIFY b TINYTEXT");
+        expect(&h, "d1", "a3", &[("a", "latin1_swedish_ci"), ("b", "utf8mb4_general_ci"), ("c", "latin1_swedish_ci"), ("d", "utf8mb4_general_ci")]);
+        // COLLATE alone (an options-only ALTER: an event, no new version).
+        let versions = h.tables.values().map(Vec::len).sum::<usize>();
+        let ev = q(&mut h, 104, "ALTER TABLE a3 COLLATE utf8mb4_unicode_ci");
+        assert_eq!(ev.kind, DdlKind::AlterTable);
+        assert_eq!(h.tables.values().map(Vec::len).sum::<usize>(), versions);
+        assert_eq!(table_default(&h, "d1", "a3").as_deref(), Some("utf8mb4_unicode_ci"));
+        q(&mut h, 105, "ALTER TABLE a3 ADD COLUMN e CHAR(1), CHANGE c c2 VARCHAR(4) CHARACTER SET latin1");
+        expect(&h, "d1", "a3", &[("a", "latin1_swedish_ci"), ("b", "utf8mb4_general_ci"), ("c2", "latin1_swedish_ci"), ("d", "utf8mb4_general_ci"), ("e", "utf8mb4_unicode_ci")]);
+        // CHARSET alone resets the collation to the charset's default.
+        q(&mut h, 106, "CREATE TABLE b5 (a CHAR(3)) CHARSET utf8mb4 COLLATE utf8mb4_bin");
+        q(&mut h, 107, "ALTER TABLE b5 CHARSET utf8mb4");
+        q(&mut h, 108, "ALTER TABLE b5 ADD COLUMN b CHAR(2), ADD COLUMN c CHAR(2) CHARSET latin1");
+        expect(&h, "d1", "b5", &[("a", "utf8mb4_bin"), ("b", "utf8mb4_general_ci"), ("c", "latin1_swedish_ci")]);
+        // MODIFY redefines a column from the table default, whatever it had.
+        q(&mut h, 109, "CREATE TABLE b9 (a CHAR(3) COLLATE latin1_bin) CHARSET ascii");
+        q(&mut h, 110, "ALTER TABLE b9 MODIFY a CHAR(3)");
+        expect(&h, "d1", "b9", &[("a", "ascii_general_ci")]);
+        // CONVERT TO: every charset column but binary ones, JSON too; TEXT stays text.
+        q(&mut h, 111, "CREATE TABLE a1 (a CHAR(3), b TEXT, c ENUM('x'), d VARCHAR(3) COLLATE latin1_bin, e BLOB, g JSON, h VARCHAR(10) CHARACTER SET utf8mb4, i SET('a') CHARACTER SET binary, n INT) CHARSET latin1");
+        let before = h.table_at("d1", "a1", u64::MAX).expect("a1").version;
+        q(&mut h, 112, "ALTER TABLE a1 CONVERT TO CHARACTER SET utf8mb4");
+        let a1 = h.table_at("d1", "a1", u64::MAX).expect("a1");
+        assert!(a1.version > before, "CONVERT TO alone makes a new version");
+        assert_eq!(a1.columns[5].ty, ColumnType::Json);
+        expect(&h, "d1", "a1", &[("a", "utf8mb4_general_ci"), ("b", "utf8mb4_general_ci"), ("c", "utf8mb4_general_ci"), ("d", "utf8mb4_general_ci"), ("e", ""), ("g", "utf8mb4_general_ci"), ("h", "utf8mb4_general_ci"), ("i", "binary"), ("n", "")]);
+        assert_eq!(table_default(&h, "d1", "a1").as_deref(), Some("utf8mb4_general_ci"));
+        q(&mut h, 113, "CREATE TABLE a4 (a CHAR(3), b VARCHAR(3)) CHARSET utf8mb4");
+        q(&mut h, 114, "ALTER TABLE a4 CONVERT TO CHARACTER SET latin1 COLLATE latin1_bin");
+        expect(&h, "d1", "a4", &[("a", "latin1_bin"), ("b", "latin1_bin")]);
+        q(&mut h, 115, "ALTER TABLE a4 CONVERT TO CHARSET DEFAULT");
+        expect(&h, "d1", "a4", &[("a", "latin1_swedish_ci"), ("b", "latin1_swedish_ci")]);
+        // CONVERT TO wins over the columns of the same statement, whatever the order.
+        q(&mut h, 116, "CREATE TABLE c3 (a VARCHAR(3)) CHARSET=latin1");
+        q(&mut h, 117, "ALTER TABLE c3 ADD COLUMN b VARCHAR(3), CONVERT TO CHARACTER SET utf8mb4, MODIFY a VARCHAR(3) CHARACTER SET ascii");
+        expect(&h, "d1", "c3", &[("a", "utf8mb4_general_ci"), ("b", "utf8mb4_general_ci")]);
+        // Table-default-only ALTER leaves the columns; later columns take it.
+        q(&mut h, 118, "CREATE TABLE a6 (a CHAR(3), b VARCHAR(3) CHARACTER SET latin1) CHARSET utf8mb4");
+        q(&mut h, 119, "ALTER TABLE a6 CHARACTER SET latin1");
+        q(&mut h, 120, "ALTER TABLE a6 ADD COLUMN c CHAR(2)");
+        expect(&h, "d1", "a6", &[("a", "utf8mb4_general_ci"), ("b", "latin1_swedish_ci"), ("c", "latin1_swedish_ci")]);
+        // CONVERT TO with an explicit default: columns converted, the default as written.
+        q(&mut h, 121, "CREATE TABLE q5 (a CHAR(3)) CHARSET utf8mb4");
+        q(&mut h, 122, "ALTER TABLE q5 DEFAULT CHARSET ascii, CONVERT TO CHARACTER SET latin1");
+        q(&mut h, 123, "ALTER TABLE q5 ADD COLUMN b CHAR(1)");
+        expect(&h, "d1", "q5", &[("a", "latin1_swedish_ci"), ("b", "ascii_general_ci")]);
+        // CONVERT TO binary: the binary types.
+        q(&mut h, 124, "ALTER TABLE a6 CONVERT TO CHARACTER SET binary");
+        let a6 = h.table_at("d1", "a6", u64::MAX).expect("a6");
+        assert_eq!(
+            a6.columns.iter().map(|c| (c.ty, c.sql_type.as_str(), c.charset.is_none())).collect::<Vec<_>>(),
+            vec![(ColumnType::Binary, "binary(3)", true), (ColumnType::VarBinary, "varbinary(3)", true), (ColumnType::Binary, "binary(2)", true)]
+        );
+        // Options among other table options, with the ENGINE first.
+        q(&mut h, 125, "CREATE TABLE o (a CHAR(1))");
+        q(&mut h, 126, "ALTER TABLE o ENGINE=InnoDB DEFAULT CHARSET=ascii");
+        q(&mut h, 127, "ALTER TABLE o ADD COLUMN b CHAR(1)");
+        expect(&h, "d1", "o", &[("a", "latin1_swedish_ci"), ("b", "ascii_general_ci")]);
+        // TRUNCATE (a new id) and RENAME keep the default; DROP forgets it.
+        q(&mut h, 128, "TRUNCATE TABLE o");
+        q(&mut h, 129, "RENAME TABLE o TO o2");
+        q(&mut h, 130, "ALTER TABLE o2 ADD COLUMN c CHAR(1)");
+        expect(&h, "d1", "o2", &[("a", "latin1_swedish_ci"), ("b", "ascii_general_ci"), ("c", "ascii_general_ci")]);
+        let n = h.charsets.tables.len();
+        q(&mut h, 131, "DROP TABLE o2");
+        assert_eq!(h.charsets.tables.len(), n - 1);
+        // Partition operations and CONVERT TO in one options-only ALTER.
+        q(&mut h, 132, "CREATE TABLE p (id INT NOT NULL, code VARCHAR(3)) CHARSET latin1 PARTITION BY LIST COLUMNS (code) (PARTITION a VALUES IN ('a'), PARTITION b VALUES IN ('b'))");
+        q(&mut h, 133, "ALTER TABLE p CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin");
+        let p = h.table_at("d1", "p", u64::MAX).expect("p");
+        assert_eq!(p.columns[1].collation.as_deref(), Some("utf8mb4_bin"));
+        assert!(p.partitioning.is_some(), "the layout stays");
+    }
+
+    #[test]
+    fn charset_synonyms_do_not_break_columns_named_charset() {
+        let mut h = hcs();
+        apply(&mut h, 101, "CREATE DATABASE d1 CHARACTER SET latin1");
+        apply(&mut h, 102, "CREATE TABLE d1.t (charset VARCHAR(3), b CHAR(1))");
+        apply(&mut h, 103, "ALTER TABLE d1.t ADD COLUMN c CHAR(1) CHARSET ascii, CHARSET utf8mb4");
+        apply(&mut h, 104, "ALTER TABLE d1.t MODIFY charset VARCHAR(4)");
+        expect(
+            &h,
+            "d1",
+            "t",
+            &[("charset", "utf8mb4_general_ci"), ("b", "latin1_swedish_ci"), ("c", "ascii_general_ci")],
+        );
+    }
+
+    #[test]
+    fn charset_history_persists_and_old_histories_load() {
+        let mut h = hcs();
+        apply(&mut h, 101, "CREATE DATABASE d1 CHARACTER SET latin1");
+        apply(&mut h, 102, "CREATE TABLE d1.t (a CHAR(1))");
+        let back = SchemaHistory::from_json(&h.to_json().expect("json")).expect("parse");
+        assert_eq!(back, h);
+        // A history persisted before `charsets` existed loads; without defaults, string columns
+        // of later DDLs keep only what the DDL says (the charset's compiled-in default).
+        let mut v: serde_json::Value = serde_json::from_slice(&h.to_json().expect("json")).expect("value");
+        v.as_object_mut().expect("object").remove("charsets");
+        let mut old = SchemaHistory::from_json(&serde_json::to_vec(&v).expect("bytes")).expect("old loads");
+        assert_eq!(old.charsets, CharsetDefaults::default());
+        apply(&mut old, 103, "CREATE TABLE d1.u (a CHAR(1), b CHAR(1) CHARACTER SET latin1, c CHAR(1) COLLATE utf8mb4_bin)");
+        expect(&old, "d1", "u", &[("a", ""), ("b", "latin1_swedish_ci"), ("c", "utf8mb4_bin")]);
     }
 
     #[test]
