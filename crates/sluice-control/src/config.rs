@@ -17,6 +17,11 @@ pub const MAINTAINER_LOST_MS: Millis = 10_000;
 /// any progress reports it to the maintainer (the changefeed then shows the error and restarts
 /// after a backoff) instead of retrying silently forever.
 pub const MAX_SINK_RETRIES_WITHOUT_PROGRESS: u32 = 10;
+/// A failed dispatcher's error goes in every heartbeat of its manager until the changefeed is
+/// closed; at most this many errors (one per failed dispatcher, lowest ids first) per heartbeat.
+pub const MAX_ERRORS_PER_HEARTBEAT: usize = 8;
+/// Error texts carried in control messages are cut to at most this many bytes.
+pub const MAX_ERROR_MESSAGE_LEN: usize = 1024;
 /// How often the balance, split and merge schedulers run.
 pub const BALANCE_INTERVAL_MS: Millis = 2_000;
 /// At most this many operators are started per scheduler round.

@@ -12,6 +12,9 @@
 //!   counts, and only a larger value is written.
 //! - **cascade stops are fenced too**: pausing, removing or restarting a changefeed bumps the
 //!   epoch and closes dispatchers with that newer epoch, so the old maintainer can do nothing more.
+//! - **an error acts once**: a maintainer repeats its error in every status until it stops; only
+//!   the current maintainer's counts, and at most once per maintainer epoch (one restart, one step
+//!   towards `MAX_ERROR_RETRIES`).
 
 use crate::config::{
     ChangefeedConfig, MAINTAINER_LOST_MS, MAX_ERROR_BACKOFF_MS, MAX_ERROR_RETRIES,
@@ -107,6 +110,8 @@ struct Feed {
     meta_busy: bool,
     backoff_until: Millis,
     errors_in_row: u32,
+    /// The newest maintainer epoch whose error was acted on (each epoch's error counts once).
+    errored_epoch: Epoch,
     pending_state: Option<FeedState>,
     table_requests: Vec<TableRequest>,
     /// A close (with a bumped epoch) finished since the last state request.
@@ -195,6 +200,7 @@ fn new_feed(info: ChangefeedInfo, info_rev: u64, checkpoint: Ts) -> Feed {
         meta_busy: false,
         backoff_until: 0,
         errors_in_row: 0,
+        errored_epoch: Epoch::default(),
         pending_state: None,
         table_requests: Vec::new(),
         closed_once: false,
@@ -789,9 +795,11 @@ impl Coordinator {
             }
             return;
         }
-        // An error is never dropped because of a stale checkpoint in the same report.
+        // An error is never dropped because of a stale checkpoint in the same report. The
+        // maintainer repeats it in every status: it is acted on once per maintainer epoch.
         if let Some(err) = &status.error {
-            if f.info.state == FeedState::Normal {
+            if f.info.state == FeedState::Normal && status.epoch > f.errored_epoch {
+                f.errored_epoch = status.epoch;
                 let err = err.clone();
                 self.log(out, format!("changefeed {} error: {err}", status.cf));
                 self.fail(now, &status.cf, err, out);
@@ -1236,10 +1244,10 @@ impl Coordinator {
                                 );
                                 continue;
                             }
-                            Placement::None
-                                if f.info.state == FeedState::Normal || f.info.state != want =>
-                            {
-                                // Close whatever may still run anywhere, then record the state.
+                            Placement::None => {
+                                // Close whatever may still run anywhere, then record the state
+                                // (an error already recorded it: then the close only ends here,
+                                // and the changefeed restarts after its backoff).
                                 if !f.closed_once {
                                     f.closed_once = true;
                                     let node = self.node.clone();
@@ -1264,7 +1272,7 @@ impl Coordinator {
                                         vec![],
                                         vec![keys::info(cf.as_str()), keys::status(cf.as_str())],
                                     );
-                                } else {
+                                } else if f.info.state != want {
                                     let mut info = f.info.clone();
                                     info.state = want;
                                     self.set_info(&cf, info, out);

@@ -17,15 +17,20 @@
 //!   stale Write/Pass/Proceed is answered idempotently.
 //! - **checkpoint**: a dispatcher's checkpoint never exceeds what the sink acknowledged as
 //!   durable (or its start point), and is capped below a blocking DDL it has not passed.
+//! - **errors stay reported**: a dispatcher whose sink failed for good stops (writes nothing
+//!   more, its sink session is closed) and keeps its first error, which goes to the owner at once
+//!   and again in every heartbeat until the dispatcher is removed (the changefeed's close), so a
+//!   lost message or a maintainer failover cannot hide it.
 
 use crate::config::{
-    ChangefeedConfig, HEARTBEAT_MS, MAX_BUFFERED_ITEMS, MAX_ROWS_PER_WRITE, RESEND_MS,
+    ChangefeedConfig, HEARTBEAT_MS, MAX_BUFFERED_ITEMS, MAX_ERRORS_PER_HEARTBEAT,
+    MAX_ROWS_PER_WRITE, RESEND_MS,
 };
 use crate::hold::{HoldPoint, Holds};
 use crate::io::{Effect, SinkCommand, StreamItem, TraceEvent};
 use crate::msg::{
-    BarrierCommand, BlockReport, BlockStage, ClosePurpose, DispatcherPhase, DispatcherReport,
-    Message, RejectReason,
+    truncate_error, BarrierCommand, BlockReport, BlockStage, ClosePurpose, DispatcherErrorReport,
+    DispatcherPhase, DispatcherReport, Message, RejectReason,
 };
 use sluice_types::{
     ChangefeedId, DdlEvent, DispatcherId, Epoch, InfluenceScope, Millis, NodeId, Span, TableId, Ts,
@@ -57,6 +62,13 @@ enum Phase {
     /// A retryable sink error: the sink session is being closed, then the dispatcher restarts
     /// from its own checkpoint.
     Recovering {
+        sink_closed: bool,
+    },
+    /// A fatal sink error (or retryable ones that persisted without progress): the dispatcher
+    /// writes nothing more, its sink session is closed (`sink_closed` once confirmed), and its
+    /// first error (truncated) is reported in every heartbeat until it is removed.
+    Failed {
+        error: String,
         sink_closed: bool,
     },
 }
@@ -166,7 +178,10 @@ impl Dispatcher {
     fn report(&self) -> DispatcherReport {
         let phase = match &self.phase {
             Phase::Creating => DispatcherPhase::Creating,
-            Phase::Working | Phase::Recovering { .. } => DispatcherPhase::Working,
+            // A failed dispatcher still owns its span until removed; its error rides separately.
+            Phase::Working | Phase::Recovering { .. } | Phase::Failed { .. } => {
+                DispatcherPhase::Working
+            }
             Phase::Closing { purpose, .. } => DispatcherPhase::Closing(purpose.clone()),
         };
         let block = self.block.as_ref().and_then(|b| {
@@ -278,6 +293,7 @@ impl DispatcherManager {
                     Phase::Working => "working",
                     Phase::Closing { .. } => "closing",
                     Phase::Recovering { .. } => "recovering",
+                    Phase::Failed { .. } => "failed",
                 },
                 checkpoint: d.checkpoint(),
             })
@@ -693,16 +709,24 @@ impl DispatcherManager {
                     *p = purpose;
                 }
             }
-            Phase::Working | Phase::Recovering { .. } => {
-                let was_recovering = matches!(d.phase, Phase::Recovering { sink_closed: false });
-                let sink_closed = matches!(d.phase, Phase::Recovering { sink_closed: true });
+            Phase::Working | Phase::Recovering { .. } | Phase::Failed { .. } => {
+                // Recovering and failed dispatchers already asked their sink session to close.
+                let close_sent = !matches!(d.phase, Phase::Working);
+                let sink_closed = matches!(
+                    d.phase,
+                    Phase::Recovering { sink_closed: true }
+                        | Phase::Failed {
+                            sink_closed: true,
+                            ..
+                        }
+                );
                 d.phase = Phase::Closing {
                     purpose,
                     sink_closed,
                 };
                 d.buffer.clear();
                 d.block = None;
-                if !was_recovering && !sink_closed {
+                if !close_sent {
                     out.push(Effect::Unsubscribe {
                         cf: self.cf.clone(),
                         id,
@@ -1013,8 +1037,48 @@ impl DispatcherManager {
                 self.start_dispatcher(fresh, out);
                 self.pump(id, now, holds, out);
             }
+            Phase::Failed { sink_closed, .. } => *sink_closed = true,
             _ => {}
         }
+    }
+
+    /// The dispatcher failed for good: it stops, its session is closed, and its (first) error is
+    /// reported now and in every heartbeat until it is removed.
+    fn fail(&mut self, id: DispatcherId, message: String, out: &mut Vec<Effect>) {
+        let cf = self.cf.clone();
+        let epoch = self.owner_epoch();
+        let Some(d) = self.dispatchers.get_mut(&id) else {
+            return;
+        };
+        let message = truncate_error(message);
+        let sink_closed = match d.phase {
+            Phase::Working => {
+                out.push(Effect::Unsubscribe { cf: cf.clone(), id });
+                out.push(Effect::Sink(SinkCommand::Close { cf: cf.clone(), id }));
+                false
+            }
+            Phase::Recovering { sink_closed } => sink_closed,
+            // A closing dispatcher is going away anyway; a failed one keeps its first error.
+            _ => return,
+        };
+        d.phase = Phase::Failed {
+            error: message.clone(),
+            sink_closed,
+        };
+        d.buffer.clear();
+        d.block = None;
+        out.push(Effect::Trace(TraceEvent::Log(format!(
+            "dispatcher {id:?}: failed, reported until the changefeed closes it: {message}"
+        ))));
+        self.send_owner(
+            out,
+            Message::DispatcherError {
+                cf,
+                epoch,
+                id,
+                message,
+            },
+        );
     }
 
     pub fn on_sink_error(
@@ -1029,16 +1093,29 @@ impl DispatcherManager {
         let Some(d) = self.dispatchers.get_mut(&id) else {
             return;
         };
+        if let Phase::Failed { .. } = d.phase {
+            // Already failed: its first error stays the one reported.
+            out.push(Effect::Trace(TraceEvent::Log(format!(
+                "dispatcher {id:?}: another sink error after it failed: {message}"
+            ))));
+            return;
+        }
         if !retryable {
-            self.send_owner(
-                out,
-                Message::DispatcherError {
-                    cf,
-                    epoch,
-                    id,
-                    message,
-                },
-            );
+            if let Phase::Closing { .. } = d.phase {
+                // Closing: reported once (the dispatcher goes away; a replacement meets a lasting
+                // failure again and reports it itself).
+                self.send_owner(
+                    out,
+                    Message::DispatcherError {
+                        cf,
+                        epoch,
+                        id,
+                        message: truncate_error(message),
+                    },
+                );
+                return;
+            }
+            self.fail(id, message, out);
             return;
         }
         if d.phase != Phase::Working {
@@ -1062,15 +1139,7 @@ impl DispatcherManager {
                 "the sink failed {} times in a row without progress (last: {message})",
                 d.sink_failures - 1
             );
-            self.send_owner(
-                out,
-                Message::DispatcherError {
-                    cf,
-                    epoch,
-                    id,
-                    message,
-                },
-            );
+            self.fail(id, message, out);
             return;
         }
         #[cfg(feature = "mutations")]
@@ -1395,6 +1464,19 @@ impl DispatcherManager {
             // Stopped dispatchers are reported a bounded number of times, then forgotten; the
             // maintainer also learns from complete heartbeats that they are gone.
             self.stopped.clear();
+            // Failed dispatchers' errors, every time, until the changefeed closes them.
+            let errors: Vec<DispatcherErrorReport> = self
+                .dispatchers
+                .values()
+                .filter_map(|d| match &d.phase {
+                    Phase::Failed { error, .. } => Some(DispatcherErrorReport {
+                        id: d.id,
+                        message: error.clone(),
+                    }),
+                    _ => None,
+                })
+                .take(MAX_ERRORS_PER_HEARTBEAT)
+                .collect();
             let msg = Message::Heartbeat {
                 cf: self.cf.clone(),
                 epoch: self.owner_epoch(),
@@ -1402,6 +1484,7 @@ impl DispatcherManager {
                 seq: self.hb_seq,
                 complete: true,
                 dispatchers: reports,
+                errors,
             };
             self.send_owner(out, msg);
         }

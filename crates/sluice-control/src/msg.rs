@@ -76,6 +76,33 @@ pub struct DispatcherReport {
     pub resolved: Ts,
 }
 
+/// The error a failed dispatcher keeps until it is closed: its manager puts it in every heartbeat
+/// (besides the one-shot [`Message::DispatcherError`]), so a lost message or a maintainer failover
+/// cannot hide it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatcherErrorReport {
+    pub id: DispatcherId,
+    /// At most [`crate::config::MAX_ERROR_MESSAGE_LEN`] bytes ([`truncate_error`]).
+    pub message: String,
+}
+
+/// Cut an error text to at most [`crate::config::MAX_ERROR_MESSAGE_LEN`] bytes (at a character
+/// boundary, marked with `…`).
+pub fn truncate_error(mut message: String) -> String {
+    const MARK: &str = "…";
+    let max = crate::config::MAX_ERROR_MESSAGE_LEN;
+    if message.len() <= max {
+        return message;
+    }
+    let mut cut = max - MARK.len();
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    message.truncate(cut);
+    message.push_str(MARK);
+    message
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BarrierCommand {
     /// Write the DDL at `ddl_ts` (the writer).
@@ -204,6 +231,11 @@ pub enum Message {
         seq: u64,
         complete: bool,
         dispatchers: Vec<DispatcherReport>,
+        /// The errors of this manager's failed dispatchers (at most
+        /// [`crate::config::MAX_ERRORS_PER_HEARTBEAT`]), repeated in every heartbeat until the
+        /// changefeed closes them.
+        #[serde(default)]
+        errors: Vec<DispatcherErrorReport>,
     },
     Rejected {
         cf: ChangefeedId,
@@ -222,7 +254,8 @@ pub enum Message {
         cf: ChangefeedId,
         epoch: Epoch,
     },
-    /// A fatal dispatcher error the dispatcher manager cannot handle itself.
+    /// A fatal dispatcher error the dispatcher manager cannot handle itself, sent once when it
+    /// happens; the same error then rides in every heartbeat (`Heartbeat::errors`).
     DispatcherError {
         cf: ChangefeedId,
         epoch: Epoch,

@@ -589,4 +589,223 @@ fn retryable_sink_errors_restart_the_dispatcher_alone_until_they_persist() {
         reported(&out),
         "persistent retryable errors must reach the maintainer"
     );
+    // ... and keeps being reported (a lost message must not hide it).
+    assert_eq!(state_of(&dm, d), Some("failed"));
+    let mut out = Vec::new();
+    dm.on_tick(sluice_control::config::HEARTBEAT_MS, &holds, &mut out);
+    assert!(out.iter().any(|e| matches!(
+        e,
+        Effect::Send { msg: Message::Heartbeat { errors, .. }, .. }
+            if errors.len() == 1 && errors[0].id == d && errors[0].message.contains("still failing")
+    )));
+}
+
+/// A heartbeat's receiver, epoch and errors.
+type HeartbeatErrors = (NodeId, Epoch, Vec<(DispatcherId, String)>);
+
+/// The errors carried by the heartbeats among `out`, with the heartbeat's receiver and epoch.
+fn heartbeat_errors(out: &[Effect]) -> Vec<HeartbeatErrors> {
+    out.iter()
+        .filter_map(|e| match e {
+            Effect::Send {
+                to,
+                msg: Message::Heartbeat { epoch, errors, .. },
+            } => Some((
+                to.clone(),
+                *epoch,
+                errors.iter().map(|e| (e.id, e.message.clone())).collect(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+fn error_sends(out: &[Effect]) -> usize {
+    out.iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Effect::Send {
+                    msg: Message::DispatcherError { .. },
+                    ..
+                }
+            )
+        })
+        .count()
+}
+fn tick(dm: &mut DispatcherManager, now: u64, holds: &Holds) -> Vec<Effect> {
+    let mut out = Vec::new();
+    dm.on_tick(now, holds, &mut out);
+    out
+}
+
+#[test]
+fn a_failed_dispatcher_stops_and_its_error_rides_every_heartbeat_until_it_is_closed() {
+    use sluice_control::config::{HEARTBEAT_MS, MAX_ERROR_MESSAGE_LEN};
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let d = id(1, 1);
+    let other = id(1, 2);
+    let (a, b) = half(3);
+    create(&mut dm, &m1(), 1, d, a.clone(), &holds);
+    create(&mut dm, &m1(), 1, other, b, &holds);
+
+    // A fatal error with an over-long text: sent once at once (the message may be lost), the
+    // dispatcher stops (no more reads, its sink session closed).
+    let long = format!(
+        "table missing downstream {}",
+        "é".repeat(MAX_ERROR_MESSAGE_LEN)
+    );
+    let mut out = Vec::new();
+    dm.on_sink_error(d, false, long.clone(), &mut out);
+    assert_eq!(error_sends(&out), 1, "reported at once");
+    assert!(out
+        .iter()
+        .any(|e| matches!(e, Effect::Unsubscribe { id, .. } if *id == d)));
+    assert!(out
+        .iter()
+        .any(|e| matches!(e, Effect::Sink(SinkCommand::Close { id, .. }) if *id == d)));
+    assert_eq!(state_of(&dm, d), Some("failed"));
+    // Later errors of the failed session change nothing and are not sent again on their own.
+    let mut out = Vec::new();
+    dm.on_sink_error(d, false, "again".into(), &mut out);
+    dm.on_sink_error(d, true, "again, retryable".into(), &mut out);
+    assert_eq!(error_sends(&out), 0);
+    assert!(!out.iter().any(|e| matches!(e, Effect::Sink(_))));
+    // Events that still arrive are not written.
+    let mut out = Vec::new();
+    dm.on_events(
+        0,
+        d,
+        vec![StreamItem::Row {
+            commit_ts: 105,
+            key: Key::row_u64(TableId(3), 1),
+            handle: 1,
+            kind: sluice_types::RowKind::Insert,
+        }],
+        110,
+        &holds,
+        &mut out,
+    );
+    assert!(!out.iter().any(|e| matches!(e, Effect::Sink(_))), "{out:?}");
+    let mut out = Vec::new();
+    dm.on_sink_closed(0, d, &holds, &mut out);
+    assert!(
+        started(&out).is_empty(),
+        "a failed dispatcher is not restarted"
+    );
+    assert_eq!(state_of(&dm, d), Some("failed"));
+
+    // Every heartbeat carries the error (first text, truncated), only for the failed dispatcher.
+    let mut first = None;
+    for i in 1..=3 {
+        let out = tick(&mut dm, i * HEARTBEAT_MS, &holds);
+        let hbs = heartbeat_errors(&out);
+        assert_eq!(hbs.len(), 1, "one heartbeat per interval");
+        let (to, epoch, errors) = &hbs[0];
+        assert_eq!((to, *epoch), (&m1(), Epoch(1)));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].0, d);
+        let text = &errors[0].1;
+        assert!(text.len() <= MAX_ERROR_MESSAGE_LEN, "{} bytes", text.len());
+        assert!(text.starts_with("table missing downstream"), "{text}");
+        assert!(text.ends_with('…'));
+        if let Some(f) = &first {
+            assert_eq!(f, text, "the first error stays the one reported");
+        }
+        first = Some(text.clone());
+    }
+
+    // A maintainer failover: the new maintainer (newer epoch, other node) gets it too.
+    bootstrap(&mut dm, &m2(), 2, &holds);
+    let out = tick(&mut dm, 10 * HEARTBEAT_MS, &holds);
+    let hbs = heartbeat_errors(&out);
+    assert_eq!(hbs.len(), 1);
+    assert_eq!((&hbs[0].0, hbs[0].1), (&m2(), Epoch(2)));
+    assert_eq!(
+        hbs[0].2.iter().map(|e| e.0).collect::<Vec<_>>(),
+        vec![d],
+        "the error survives a maintainer failover"
+    );
+
+    // The changefeed's close (a cascade close with a newer epoch) ends it: the dispatcher closes
+    // (its session was already closing) and the error is not reported any more.
+    let mut out = Vec::new();
+    dm.on_message(
+        0,
+        &m1(),
+        Message::CloseChangefeed {
+            cf: cf(),
+            epoch: Epoch(3),
+        },
+        &holds,
+        &mut out,
+    );
+    assert!(
+        !out.iter()
+            .any(|e| matches!(e, Effect::Sink(SinkCommand::Close { id, .. }) if *id == d)),
+        "a failed dispatcher's session is not closed twice"
+    );
+    assert_eq!(
+        state_of(&dm, d),
+        None,
+        "its session already closed: stopped at once"
+    );
+    let mut out = Vec::new();
+    dm.on_sink_closed(0, other, &holds, &mut out);
+    assert!(dm.is_closed());
+}
+
+#[test]
+fn a_failed_dispatcher_removed_before_its_session_closed_stops_when_it_closes() {
+    use sluice_control::config::HEARTBEAT_MS;
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let d = id(1, 1);
+    create(&mut dm, &m1(), 1, d, Span::whole_table(TableId(3)), &holds);
+    let mut out = Vec::new();
+    dm.on_sink_error(d, false, "fatal".into(), &mut out);
+    let out = remove(&mut dm, &m1(), 1, d, &holds);
+    assert!(!out.iter().any(|e| matches!(e, Effect::Sink(_))));
+    assert_eq!(state_of(&dm, d), Some("closing"));
+    let out = tick(&mut dm, HEARTBEAT_MS, &holds);
+    assert!(
+        heartbeat_errors(&out).iter().all(|h| h.2.is_empty()),
+        "a dispatcher being removed no longer reports its error"
+    );
+    let mut out = Vec::new();
+    dm.on_sink_closed(0, d, &holds, &mut out);
+    assert_eq!(state_of(&dm, d), None);
+}
+
+#[test]
+fn heartbeats_carry_a_bounded_number_of_errors_lowest_ids_first() {
+    use sluice_control::config::{HEARTBEAT_MS, MAX_ERRORS_PER_HEARTBEAT};
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let n = MAX_ERRORS_PER_HEARTBEAT as u64 + 3;
+    for i in 1..=n {
+        create(
+            &mut dm,
+            &m1(),
+            1,
+            id(1, i),
+            Span::whole_table(TableId(100 + i)),
+            &holds,
+        );
+    }
+    for i in (1..=n).rev() {
+        let mut out = Vec::new();
+        dm.on_sink_error(id(1, i), false, format!("fatal {i}"), &mut out);
+    }
+    let out = tick(&mut dm, HEARTBEAT_MS, &holds);
+    let hbs = heartbeat_errors(&out);
+    assert_eq!(hbs.len(), 1);
+    let ids: Vec<DispatcherId> = hbs[0].2.iter().map(|e| e.0).collect();
+    let want: Vec<DispatcherId> = (1..=MAX_ERRORS_PER_HEARTBEAT as u64)
+        .map(|i| id(1, i))
+        .collect();
+    assert_eq!(ids, want);
 }

@@ -228,11 +228,14 @@ pub enum MessageKind {
     AddMaintainer,
     /// `remove_maintainer`: coordinator → node, remove a maintainer.
     RemoveMaintainer,
+    /// `dispatcher_error`: dispatcher manager → maintainer, a failed dispatcher's error (sent once
+    /// when it fails; heartbeats repeat it).
+    DispatcherError,
 }
 
 impl MessageKind {
     /// Every message kind, with its name in the file.
-    pub const ALL: [(MessageKind, &'static str); 11] = [
+    pub const ALL: [(MessageKind, &'static str); 12] = [
         (MessageKind::Create, "create"),
         (MessageKind::Remove, "remove"),
         (MessageKind::Merge, "merge"),
@@ -244,6 +247,7 @@ impl MessageKind {
         (MessageKind::MaintainerStatus, "maintainer_status"),
         (MessageKind::AddMaintainer, "add_maintainer"),
         (MessageKind::RemoveMaintainer, "remove_maintainer"),
+        (MessageKind::DispatcherError, "dispatcher_error"),
     ];
 
     /// The name used in scenario files.

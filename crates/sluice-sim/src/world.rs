@@ -1937,9 +1937,15 @@ fn summarize_input(s: &mut String, input: &Input) {
                     let _ = write!(s, " {epoch:?} at {checkpoint}");
                 }
                 Message::Heartbeat {
-                    seq, dispatchers, ..
+                    seq,
+                    dispatchers,
+                    errors,
+                    ..
                 } => {
                     let _ = write!(s, " #{seq} ({} dispatchers)", dispatchers.len());
+                    if !errors.is_empty() {
+                        let _ = write!(s, " ({} errors)", errors.len());
+                    }
                 }
                 other => {
                     if let Some(e) = other.epoch() {

@@ -16,18 +16,22 @@
 //! - **stale traffic** (other epochs, other incarnations, regressed heartbeat sequence, reports from
 //!   a node a span is not bound to) is dropped and counted.
 //! - a retryable dispatcher error never reaches here; a fatal one is reported to the coordinator.
+//!   Errors come once as `DispatcherError` and again in every heartbeat while the dispatcher is
+//!   failed; only an error of a dispatcher this maintainer tracks on the sending node (and does not
+//!   remove) counts, and only the first one is kept: the status carries it until this maintainer
+//!   stops, and the coordinator acts on it once per maintainer epoch.
 
 pub mod barrier;
 pub mod operator;
 
 use crate::config::{
-    ChangefeedConfig, BALANCE_INTERVAL_MS, MAINTAINER_STATUS_MS, MAX_OPERATORS_PER_ROUND,
-    MAX_PENDING_REQUESTS, RESEND_MS,
+    ChangefeedConfig, BALANCE_INTERVAL_MS, MAINTAINER_STATUS_MS, MAX_ERRORS_PER_HEARTBEAT,
+    MAX_OPERATORS_PER_ROUND, MAX_PENDING_REQUESTS, RESEND_MS,
 };
 use crate::io::{Effect, SchemaSnapshot, TraceEvent};
 use crate::msg::{
-    BarrierCommand, BlockReport, BlockStage, ClosePurpose, DispatcherPhase, DispatcherReport,
-    MaintainerState, MaintainerStatus, Message, RejectReason, TableRequest,
+    truncate_error, BarrierCommand, BlockReport, BlockStage, ClosePurpose, DispatcherPhase,
+    DispatcherReport, MaintainerState, MaintainerStatus, Message, RejectReason, TableRequest,
 };
 use barrier::{Barrier, BarrierEvent};
 use operator::{span_key, OpKind, OpPhase, Operator, SpanKey};
@@ -596,6 +600,7 @@ impl Maintainer {
                 seq,
                 complete,
                 dispatchers,
+                errors,
                 ..
             } => {
                 if self.ready.get(from) != Some(&incarnation)
@@ -621,6 +626,9 @@ impl Maintainer {
                 }
                 self.hb_seen.insert(from.clone(), (incarnation, seq));
                 self.on_reports(ctx, from, &dispatchers, complete, out);
+                for e in errors.into_iter().take(MAX_ERRORS_PER_HEARTBEAT) {
+                    self.on_dispatcher_error(from, e.id, e.message, out);
+                }
             }
             Message::Rejected { id, reason, .. } => self.on_rejected(ctx, from, id, reason, out),
             Message::BlockStatus {
@@ -639,7 +647,7 @@ impl Maintainer {
                 }
             }
             Message::DispatcherError { id, message, .. } => {
-                self.error = Some(format!("dispatcher {id} on {from}: {message}"));
+                self.on_dispatcher_error(from, id, message, out);
             }
             Message::TableRequest { req, .. } => self.on_request(ctx, req, out),
             other => out.push(Effect::Trace(TraceEvent::Stale {
@@ -647,6 +655,40 @@ impl Maintainer {
                 reason: "not for a maintainer",
             })),
         }
+    }
+
+    /// A failed dispatcher's error (the one-shot message or a heartbeat's copy). It counts only
+    /// for a dispatcher this maintainer tracks on that node and is not removing (an error of a
+    /// dispatcher already replaced, or being replaced, is moot: its successor reports its own);
+    /// the first one is kept, so seeing it again changes nothing.
+    fn on_dispatcher_error(
+        &mut self,
+        from: &NodeId,
+        id: DispatcherId,
+        message: String,
+        out: &mut Vec<Effect>,
+    ) {
+        let current = if id == self.trigger {
+            *from == self.node
+        } else {
+            matches!(self.tracked.get(&id), Some(t) if t.node == *from && t.phase != Tracked::Removing)
+        };
+        if !current {
+            self.stale_dropped += 1;
+            out.push(Effect::Trace(TraceEvent::Stale {
+                kind: "dispatcher_error",
+                reason: "not a dispatcher this maintainer runs there",
+            }));
+            return;
+        }
+        if self.error.is_some() {
+            return;
+        }
+        let message = truncate_error(message);
+        self.log(out, format!("dispatcher {id} on {from} failed: {message}"));
+        self.error = Some(truncate_error(format!(
+            "dispatcher {id} on {from}: {message}"
+        )));
     }
 
     fn on_bootstrap_response(

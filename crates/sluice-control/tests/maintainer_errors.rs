@@ -1,0 +1,271 @@
+//! The maintainer's side of dispatcher errors: an error counts when it comes from a dispatcher the
+//! maintainer runs on that node, whether in the one-shot message or a heartbeat's copy; seen
+//! again it changes nothing; an error of another epoch, another node, an unknown dispatcher or one
+//! being removed is ignored.
+
+use sluice_control::config::ChangefeedConfig;
+use sluice_control::io::{Effect, SchemaSnapshot, TableInfo};
+use sluice_control::maintainer::{Ctx, Maintainer};
+use sluice_control::msg::{
+    ClosePurpose, DispatcherErrorReport, DispatcherPhase, DispatcherReport, Message,
+};
+use sluice_types::{ChangefeedId, DispatcherId, Epoch, Key, NodeId, Span, TableId};
+use std::collections::{BTreeMap, BTreeSet};
+
+const EPOCH: Epoch = Epoch(2);
+
+fn cf() -> ChangefeedId {
+    ChangefeedId::new("cf")
+}
+fn n(s: &str) -> NodeId {
+    NodeId::new(s)
+}
+fn id(seq: u64) -> DispatcherId {
+    DispatcherId { epoch: 1, seq }
+}
+
+struct World {
+    alive: BTreeMap<NodeId, u64>,
+    none: BTreeSet<NodeId>,
+    regions: BTreeMap<TableId, Vec<Key>>,
+    coordinator: NodeId,
+}
+
+impl World {
+    fn new() -> Self {
+        World {
+            alive: [(n("n1"), 1), (n("n2"), 1)].into_iter().collect(),
+            none: BTreeSet::new(),
+            regions: BTreeMap::new(),
+            coordinator: n("n1"),
+        }
+    }
+    fn ctx(&self, now: u64) -> Ctx<'_> {
+        Ctx {
+            now,
+            alive: &self.alive,
+            cordoned: &self.none,
+            draining: &self.none,
+            regions: &self.regions,
+            coordinator: Some(&self.coordinator),
+        }
+    }
+}
+
+fn report(d: DispatcherId, table: u64) -> DispatcherReport {
+    DispatcherReport {
+        id: d,
+        span: Span::whole_table(TableId(table)),
+        is_trigger: false,
+        phase: DispatcherPhase::Working,
+        checkpoint: 100,
+        block: None,
+        merge_sources: Vec::new(),
+        write_rate: 0,
+        resolved: 100,
+    }
+}
+
+/// A bootstrapped maintainer of `EPOCH` on n1 that adopted `id(5)` (table 3) and `id(6)`
+/// (table 4) on n2.
+fn maintainer(w: &World) -> Maintainer {
+    let ctx = w.ctx(0);
+    let config = ChangefeedConfig {
+        sink_uri: "blackhole://".into(),
+        start_ts: 100,
+        scheduler: Default::default(),
+        preferred_node: None,
+        filter: Default::default(),
+    };
+    let mut out = Vec::new();
+    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n("n1"), 100, config, &mut out);
+    let table = |t: u64| TableInfo {
+        id: TableId(t),
+        name: format!("db.t{t}"),
+        regions: Vec::new(),
+        splittable: true,
+    };
+    m.on_schema(
+        &ctx,
+        SchemaSnapshot {
+            at_ts: 100,
+            tables: vec![table(3), table(4)],
+            ddls_after: Vec::new(),
+        },
+        EPOCH,
+        &mut out,
+    );
+    for (node, reports) in [
+        ("n1", vec![]),
+        ("n2", vec![report(id(5), 3), report(id(6), 4)]),
+    ] {
+        m.on_message(
+            &ctx,
+            &n(node),
+            Message::BootstrapResponse {
+                cf: cf(),
+                epoch: EPOCH,
+                incarnation: 1,
+                dispatchers: reports,
+            },
+            &mut out,
+        );
+    }
+    assert!(m.is_bootstrapped());
+    assert_eq!(m.status().error, None);
+    m
+}
+
+fn heartbeat(seq: u64, epoch: Epoch, errors: &[(DispatcherId, &str)]) -> Message {
+    Message::Heartbeat {
+        cf: cf(),
+        epoch,
+        incarnation: 1,
+        seq,
+        complete: true,
+        dispatchers: vec![report(id(5), 3), report(id(6), 4)],
+        errors: errors
+            .iter()
+            .map(|(d, m)| DispatcherErrorReport {
+                id: *d,
+                message: m.to_string(),
+            })
+            .collect(),
+    }
+}
+
+fn dispatcher_error(epoch: Epoch, d: DispatcherId, message: &str) -> Message {
+    Message::DispatcherError {
+        cf: cf(),
+        epoch,
+        id: d,
+        message: message.into(),
+    }
+}
+
+#[test]
+fn an_error_in_a_heartbeat_counts_when_the_one_shot_message_was_lost() {
+    let w = World::new();
+    let mut m = maintainer(&w);
+    let mut out = Vec::new();
+    m.on_message(&w.ctx(10), &n("n2"), heartbeat(1, EPOCH, &[]), &mut out);
+    assert_eq!(m.status().error, None);
+    m.on_message(
+        &w.ctx(20),
+        &n("n2"),
+        heartbeat(2, EPOCH, &[(id(5), "disk full")]),
+        &mut out,
+    );
+    let err = m.status().error.expect("the heartbeat's error is taken");
+    assert!(err.contains("disk full") && err.contains("n2"), "{err}");
+
+    // Seen again (later heartbeats, the one-shot message arriving late, another dispatcher's
+    // error): the first error stays, nothing else happens.
+    for seq in 3..6 {
+        m.on_message(
+            &w.ctx(20 + seq),
+            &n("n2"),
+            heartbeat(seq, EPOCH, &[(id(5), "disk full"), (id(6), "other")]),
+            &mut out,
+        );
+    }
+    m.on_message(
+        &w.ctx(30),
+        &n("n2"),
+        dispatcher_error(EPOCH, id(6), "other"),
+        &mut out,
+    );
+    assert_eq!(m.status().error.as_deref(), Some(err.as_str()));
+}
+
+#[test]
+fn errors_of_other_epochs_nodes_or_dispatchers_are_ignored() {
+    let w = World::new();
+    let mut m = maintainer(&w);
+    let mut out = Vec::new();
+    let ctx = w.ctx(10);
+    // An older epoch's copy (in a message or a heartbeat).
+    m.on_message(
+        &ctx,
+        &n("n2"),
+        dispatcher_error(Epoch(1), id(5), "old"),
+        &mut out,
+    );
+    m.on_message(
+        &ctx,
+        &n("n2"),
+        heartbeat(1, Epoch(1), &[(id(5), "old")]),
+        &mut out,
+    );
+    // A dispatcher this maintainer does not know (already replaced and forgotten).
+    m.on_message(
+        &ctx,
+        &n("n2"),
+        dispatcher_error(EPOCH, id(9), "gone"),
+        &mut out,
+    );
+    m.on_message(
+        &ctx,
+        &n("n2"),
+        heartbeat(2, EPOCH, &[(id(9), "gone")]),
+        &mut out,
+    );
+    // A known dispatcher reported by a node it does not run on.
+    m.on_message(
+        &ctx,
+        &n("n1"),
+        dispatcher_error(EPOCH, id(5), "elsewhere"),
+        &mut out,
+    );
+    assert_eq!(
+        m.status().error,
+        None,
+        "no stale error may fail the changefeed"
+    );
+    assert!(out.iter().any(|e| matches!(
+        e,
+        Effect::Trace(sluice_control::io::TraceEvent::Stale {
+            kind: "dispatcher_error",
+            ..
+        })
+    )));
+}
+
+#[test]
+fn an_error_of_a_dispatcher_being_removed_is_ignored() {
+    let w = World::new();
+    let mut m = maintainer(&w);
+    let mut out = Vec::new();
+    // The node reports id(5) closing (a remove is under way): it is being replaced.
+    let mut closing = report(id(5), 3);
+    closing.phase = DispatcherPhase::Closing(ClosePurpose::Remove);
+    m.on_message(
+        &w.ctx(10),
+        &n("n2"),
+        Message::Heartbeat {
+            cf: cf(),
+            epoch: EPOCH,
+            incarnation: 1,
+            seq: 1,
+            complete: true,
+            dispatchers: vec![closing, report(id(6), 4)],
+            errors: Vec::new(),
+        },
+        &mut out,
+    );
+    m.on_message(
+        &w.ctx(20),
+        &n("n2"),
+        dispatcher_error(EPOCH, id(5), "late"),
+        &mut out,
+    );
+    assert_eq!(m.status().error, None);
+    // Its neighbour's error still counts.
+    m.on_message(
+        &w.ctx(30),
+        &n("n2"),
+        dispatcher_error(EPOCH, id(6), "real"),
+        &mut out,
+    );
+    assert!(m.status().error.unwrap_or_default().contains("real"));
+}
