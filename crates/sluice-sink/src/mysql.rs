@@ -50,8 +50,9 @@ pub const PROGRESS_DB: &str = "sluice_sink";
 /// How often buffered rows are flushed without being asked.
 pub const MYSQL_FLUSH_INTERVAL: Duration = Duration::from_millis(200);
 /// A dispatcher buffers up to `worker-count * max-txn-row * TXNS_PER_WORKER_PER_FLUSH` rows before
-/// it flushes (so each worker gets several transactions per flush, fewer flush barriers).
-pub const TXNS_PER_WORKER_PER_FLUSH: usize = 8;
+/// it flushes (so each worker gets several transactions per flush, fewer flush barriers; with
+/// the defaults 16 * 512 * 4 = 32,768 rows).
+pub const TXNS_PER_WORKER_PER_FLUSH: usize = 4;
 /// Upper bound of one retry backoff step.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Server errors meaning "this DDL already took effect", accepted when replaying an unfinished DDL
@@ -69,6 +70,9 @@ pub const LOAD_DATA_MIN_ROWS: usize = 16;
 /// 10.5+, 1148 on older MariaDB and MySQL 5.x, 3948 on MySQL 8; 2068: refused on the client side). The sink then applies rows
 /// as statements for the rest of its life.
 pub const LOAD_DATA_REFUSED: &[u16] = &[4166, 1148, 3948, 2068];
+
+/// The most placeholders one prepared statement may have (the protocol counts them in 16 bits).
+pub const MAX_PLACEHOLDERS: usize = 65_535;
 
 /// Quotes an identifier with backticks.
 pub fn quote_ident(s: &str) -> String {
@@ -776,15 +780,21 @@ fn build_statements(
             }
         }
         let s = &first.schema;
+        if c == Class::Upsert && load_data && j - i >= LOAD_DATA_MIN_ROWS {
+            if let Some(load) = build_load(&rows[i..j]) {
+                out.push(load);
+                i = j;
+                continue;
+            }
+        }
+        // A statement binds at most MAX_PLACEHOLDERS values: wide tables get fewer rows each.
+        let width = match c {
+            Class::Delete => s.key_columns.len(),
+            _ => s.columns.len(),
+        };
+        j = j.min(i + (MAX_PLACEHOLDERS / width.max(1)).max(1));
         match c {
             Class::Upsert | Class::Insert => {
-                if c == Class::Upsert && load_data && j - i >= LOAD_DATA_MIN_ROWS {
-                    if let Some(load) = build_load(&rows[i..j]) {
-                        out.push(load);
-                        i = j;
-                        continue;
-                    }
-                }
                 let verb = if c == Class::Upsert {
                     "REPLACE"
                 } else {
@@ -1189,6 +1199,44 @@ impl Backend for Mysql {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statements_of_wide_tables_stay_within_the_placeholder_limit() {
+        let mut wide = crate::testing::simple_schema("d", "wide", 1, 1);
+        let extra = wide.columns[0].clone();
+        for k in 0..298 {
+            let mut c = extra.clone();
+            c.name = format!("c{k}");
+            wide.columns.push(c);
+        }
+        let wide = Arc::new(wide);
+        let rows: Vec<Pending> = (0..300u64)
+            .map(|i| {
+                let mut row = crate::testing::simple_insert(&wide, i, "x", 1, 0);
+                if let Some(a) = row.after.as_mut() {
+                    a.extend((0..298).map(Value::Int));
+                }
+                Pending {
+                    schema: wide.clone(),
+                    row,
+                }
+            })
+            .collect();
+        let refs: Vec<&Pending> = rows.iter().collect();
+        for (safe, load) in [(false, false), (true, false)] {
+            let stmts = build_statements(&refs, safe, 512, load).expect("statements");
+            let mut bound = 0;
+            for st in &stmts {
+                let Stmt::Exec(_, params) = st else {
+                    panic!("statements only")
+                };
+                assert!(params.len() <= MAX_PLACEHOLDERS, "{} placeholders", params.len());
+                bound += params.len();
+            }
+            assert_eq!(bound, 300 * 300, "every value bound once");
+            assert!(stmts.len() >= 2, "300 rows of 300 columns need two statements");
+        }
+    }
 
     #[test]
     fn atomic_chunks_never_split_an_upstream_transaction() {

@@ -201,7 +201,9 @@ pub const DEFAULT_WORKER_COUNT: usize = 16;
 /// Default `timeout` and `read-timeout` of the MySQL sink (TiCDC's: 2 minutes).
 pub const DEFAULT_DOWNSTREAM_TIMEOUT: Duration = Duration::from_secs(120);
 pub const MAX_WORKER_COUNT: usize = 1024;
-pub const DEFAULT_MAX_TXN_ROW: usize = 256;
+/// Default `max-txn-row`: 512, not TiCDC's 256: against MariaDB the per-transaction cost
+/// dominates small transactions (docs/sinks.md, Benchmark).
+pub const DEFAULT_MAX_TXN_ROW: usize = 512;
 pub const MAX_MAX_TXN_ROW: usize = 65_536;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -212,7 +214,8 @@ pub struct MysqlConfig {
     pub password: Secret,
     /// `worker-count` (default 16): parallel connections; rows are routed to workers by key.
     pub worker_count: usize,
-    /// `max-txn-row` (default 256): rows per multi-row statement / downstream transaction.
+    /// `max-txn-row` (default 512; TiCDC's is 256): rows per downstream transaction (and per
+    /// multi-row statement, within the 65,535 placeholders a statement may bind).
     pub max_txn_row: usize,
     /// `safe-mode` (default true in Sluice): inserts and updates are written as `REPLACE`, so a
     /// replay from the checkpoint converges to the upstream state.
