@@ -11,7 +11,7 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const RANGE_DDL: &str = "CREATE TABLE p.r (id INT NOT NULL, v VARCHAR(16), PRIMARY KEY (id))
   PARTITION BY RANGE (id) (PARTITION lo VALUES LESS THAN (100), PARTITION mid VALUES LESS THAN (200),
@@ -60,8 +60,8 @@ fn workload(up: &sluice_testkit::mariadb::MariaDb) {
     up.exec("ALTER TABLE p.l DROP PARTITION other; INSERT INTO p.l VALUES ('ca', 200);").expect("drop partition");
 }
 
-/// Every data file under `root`: (table, version, partition dir, file contents).
-fn data_files(root: &Path) -> Vec<(String, u64, Option<usize>, String)> {
+/// Every file under `root`, as (path, path relative to `root`).
+fn files_under(root: &Path) -> Vec<(PathBuf, String)> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -69,19 +69,28 @@ fn data_files(root: &Path) -> Vec<(String, u64, Option<usize>, String)> {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-                continue;
+            } else {
+                let rel = p.strip_prefix(root).expect("under root").to_string_lossy().to_string();
+                out.push((p, rel));
             }
-            let rel = p.strip_prefix(root).expect("under root").to_string_lossy().to_string();
-            let parts: Vec<&str> = rel.split('/').collect();
-            let name = parts.last().copied().unwrap_or_default();
-            if parts.len() < 4 || !name.starts_with("CDC") || !name.ends_with(".json") || parts.contains(&"meta") {
-                continue;
-            }
-            let version: u64 = parts[2].parse().expect("version dir");
-            // <db>/<table>/<ver>[/<partition>]/<date>/CDC…: the date dir is last.
-            let partition = (parts.len() == 6).then(|| parts[3].parse::<usize>().expect("partition dir is a number"));
-            out.push((format!("{}.{}", parts[0], parts[1]), version, partition, std::fs::read_to_string(&p).expect("read")));
         }
+    }
+    out
+}
+
+/// Every data file under `root`: (table, version, partition dir, file contents).
+fn data_files(root: &Path) -> Vec<(String, u64, Option<usize>, String)> {
+    let mut out = Vec::new();
+    for (p, rel) in files_under(root) {
+        let parts: Vec<&str> = rel.split('/').collect();
+        let name = parts.last().copied().unwrap_or_default();
+        if parts.len() < 4 || !name.starts_with("CDC") || !name.ends_with(".json") || parts.contains(&"meta") {
+            continue;
+        }
+        let version: u64 = parts[2].parse().expect("version dir");
+        // <db>/<table>/<ver>[/<partition>]/<date>/CDC…: the date dir is last.
+        let partition = (parts.len() == 6).then(|| parts[3].parse::<usize>().expect("partition dir is a number"));
+        out.push((format!("{}.{}", parts[0], parts[1]), version, partition, std::fs::read_to_string(&p).expect("read")));
     }
     out
 }
@@ -197,17 +206,10 @@ fn partitioned_tables_go_to_partition_directories_and_consume_back_equal() {
 
     // 3. Without the separator: no partition directory (<db>/<table>/<ver>/<date>/CDC…).
     let mut flat_files = 0;
-    let mut stack = vec![flat_root.clone()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("read dir").flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "csv") {
-                let rel = p.strip_prefix(&flat_root).expect("under root").to_string_lossy().to_string();
-                assert_eq!(rel.split('/').count(), 5, "unexpected path {rel}");
-                flat_files += 1;
-            }
+    for (p, rel) in files_under(&flat_root) {
+        if p.extension().is_some_and(|x| x == "csv") {
+            assert_eq!(rel.split('/').count(), 5, "unexpected path {rel}");
+            flat_files += 1;
         }
     }
     assert!(flat_files >= 3, "flat layout has too few files: {flat_files}");
