@@ -278,19 +278,7 @@ fn tables() -> Vec<Table> {
         &format!("CREATE TABLE {{t}} (id INT NOT NULL, a INT, s VARCHAR(10) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin) {rc}"),
         words.clone(),
     ));
-    let mut uwords = words.clone();
-    for (i, w) in uwords.iter_mut().enumerate().take(120) {
-        *w = format!(
-            "{}, {}",
-            (i % 30) as i64 - 15,
-            sql_str(LATIN_WORDS[i % LATIN_WORDS.len()])
-        );
-    }
-    t.push(one(
-        "rc_general",
-        &format!("CREATE TABLE {{t}} (id INT NOT NULL, a INT, s VARCHAR(10) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci) {rc}"),
-        uwords.clone(),
-    ));
+    // The same rows with Latin-1 letters (accents) in the first 120.
     let mut lwords = words.clone();
     for (i, w) in lwords.iter_mut().enumerate().take(120) {
         *w = format!(
@@ -300,11 +288,16 @@ fn tables() -> Vec<Table> {
         );
     }
     t.push(one(
+        "rc_general",
+        &format!("CREATE TABLE {{t}} (id INT NOT NULL, a INT, s VARCHAR(10) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci) {rc}"),
+        lwords.clone(),
+    ));
+    t.push(one(
         "rc_latin1_accents",
         &format!(
             "CREATE TABLE {{t}} (id INT NOT NULL, a INT, s VARCHAR(10) CHARACTER SET latin1) {rc}"
         ),
-        lwords,
+        lwords.clone(),
     ));
     // UCA: letters, digits and spaces only (what Sluice knows of UCA weights).
     let alnum: Vec<String> = words
@@ -519,7 +512,7 @@ fn tables() -> Vec<Table> {
     t.push(one(
         "k_two_general",
         "CREATE TABLE {t} (id INT NOT NULL, a INT, s VARCHAR(10) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci) PARTITION BY LINEAR KEY (s, a) PARTITIONS 5",
-        uwords.clone(),
+        lwords.clone(),
     ));
     t.push(one(
         "k_pk",
