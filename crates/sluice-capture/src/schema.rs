@@ -839,6 +839,21 @@ impl SchemaHistory {
                 }
             }
         }
+        // EXCHANGE PARTITION moves rows between two tables without row events: both tables'
+        // dispatchers stop at it (everything before it written downstream, nothing after).
+        let mut ids = vec![id];
+        if let Some(other) = partition_text.and_then(exchange_partner) {
+            let other = sqlparser::parser::Parser::new(&MySqlDialect {})
+                .try_with_sql(&other)
+                .and_then(|mut p| p.parse_object_name(false))
+                .ok()
+                .map(|n| split_name(&n, database))
+                .and_then(|(odb, ot)| self.find_id(&odb, &ot, commit_ts - 1));
+            if let Some(o) = other.filter(|o| *o != id) {
+                ids.push(o);
+                ids.sort();
+            }
+        }
         let ev = DdlEvent {
             commit_ts,
             commit_time_ms,
@@ -846,7 +861,7 @@ impl SchemaHistory {
             database: database.to_string(),
             query: query.to_string(),
             influence: DdlInfluence {
-                scope: InfluenceScope::Tables(vec![id]),
+                scope: InfluenceScope::Tables(ids),
                 trigger: false,
                 dropped: vec![],
                 added: vec![],
@@ -1862,6 +1877,36 @@ async fn read_partitioning(
     Ok(Partitioning::parse(&text).unwrap_or_else(|e| Partitioning::unsupported(&text, &e.to_string())))
 }
 
+/// The other table of `EXCHANGE PARTITION p WITH TABLE other [WITH|WITHOUT VALIDATION]`, as
+/// written (possibly `db`.`t`).
+fn exchange_partner(op: &str) -> Option<String> {
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let toks = Tokenizer::new(&MySqlDialect {}, op)
+        .with_unescape(false)
+        .tokenize()
+        .ok()?;
+    let sig: Vec<&Token> = toks
+        .iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .collect();
+    let kw = |t: &Token, k: &str| matches!(t, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(k));
+    if !sig.first().is_some_and(|t| kw(t, "EXCHANGE")) {
+        return None;
+    }
+    let at = sig
+        .windows(2)
+        .position(|w| kw(w[0], "WITH") && kw(w[1], "TABLE"))?;
+    let mut name = String::new();
+    for t in &sig[at + 2..] {
+        match t {
+            Token::Word(w) if w.quote_style.is_none() && (w.value.eq_ignore_ascii_case("WITH") || w.value.eq_ignore_ascii_case("WITHOUT")) => break,
+            Token::Word(_) | Token::Period => name.push_str(&t.to_string()),
+            _ => break,
+        }
+    }
+    (!name.is_empty()).then_some(name)
+}
+
 /// True for `CREATE [OR REPLACE] [TEMPORARY] TABLE …` and `ALTER [ONLINE|IGNORE] TABLE …`, the
 /// statements that may carry partition options.
 fn is_create_or_alter_table(query: &str) -> bool {
@@ -2120,6 +2165,24 @@ mod tests {
         h.skip_unparseable_ddl = true;
         assert!(h.apply(F + 20, 0, "d", q).expect("skipped").is_none());
         assert_eq!(h.skipped.len(), 1);
+    }
+
+    #[test]
+    fn exchange_partition_stops_both_tables() {
+        let mut h = h();
+        apply(&mut h, 10, "CREATE TABLE t (id INT PRIMARY KEY) PARTITION BY RANGE (id) (PARTITION a VALUES LESS THAN (10), PARTITION b VALUES LESS THAN MAXVALUE)");
+        apply(&mut h, 20, "CREATE TABLE `x y` (id INT PRIMARY KEY)");
+        apply(&mut h, 25, "CREATE DATABASE e");
+        apply(&mut h, 30, "CREATE TABLE e.z (id INT PRIMARY KEY)");
+        let (t, xy, z) = (TableId(F + 10), TableId(F + 20), TableId(F + 30));
+        let ev = apply(&mut h, 40, "ALTER TABLE t EXCHANGE PARTITION a WITH TABLE `x y` WITHOUT VALIDATION");
+        assert_eq!(ev.influence.scope, InfluenceScope::Tables(vec![t, xy]));
+        let ev = apply(&mut h, 50, "alter table t exchange partition b with table e.z");
+        assert_eq!(ev.influence.scope, InfluenceScope::Tables(vec![t, z]));
+        let ev = apply(&mut h, 60, "ALTER TABLE t TRUNCATE PARTITION a");
+        assert_eq!(ev.influence.scope, InfluenceScope::Tables(vec![t]));
+        assert_eq!(exchange_partner("EXCHANGE PARTITION p WITH TABLE `d`.`w`"), Some("`d`.`w`".into()));
+        assert_eq!(exchange_partner("DROP PARTITION p"), None);
     }
 
     #[test]
