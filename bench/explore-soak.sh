@@ -3,6 +3,8 @@
 # time is up, appending each chunk's report to OUT, and ends with a summary line. Any failing seed
 # is listed with the command that replays it.
 #   bench/explore-soak.sh [MINUTES] [OUT]
+# Environment: CHUNK (seeds per chunk, 2000), START (first seed, 0; a soak continued after a fix
+# starts where the previous one stopped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 minutes=${1:-30}
@@ -14,7 +16,7 @@ cargo build --release -q -p sluice-sim
 bin=$(mktemp -d)/sluice-sim
 cp "${CARGO_TARGET_DIR:-target}/release/sluice-sim" "$bin"
 end=$(( $(date +%s) + minutes * 60 ))
-start=0
+start=${START:-0}
 {
   echo "# sluice-sim exploration soak: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD), $(nproc) cores, ${minutes} min budget"
 } > "$out"

@@ -34,17 +34,20 @@ for line in open(path):
         if m:
             faults[m[1]] += int(m[2])
     elif section == "cov":
-        m = re.match(r"\s+(\S+:\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)$", line)
+        # Four columns (crash, partition, drop, stale epoch), or five with sink_error.
+        m = re.match(r"\s+(\S+:\S+)((?:\s+\d+){4,5})$", line)
         if m:
-            row = cov.setdefault(m[1], [0, 0, 0, 0])
-            for i in range(4):
-                row[i] += int(m[i + 2])
+            vals = [int(x) for x in m[2].split()]
+            row = cov.setdefault(m[1], [0, 0, 0, 0, 0])
+            for i, v in enumerate(vals):
+                row[i] += v
 print(header)
 print(f"seeds: {seeds}, failed: {failed}, events: {events}, simulated s: {sim_s}, wall s (sum of chunks): {wall:.0f}")
 if wall:
     print(f"rate: {seeds * 60 / wall:.0f} seeds/min, {events / wall:.0f} events/s")
 print("faults: " + ", ".join(f"{k} {v}" for k, v in sorted(faults.items())))
-print("| operator | crash | partition | drop | stale epoch |")
-print("|---|---|---|---|---|")
+sink = any(v[4] for v in cov.values())
+print("| operator | crash | partition | drop | stale epoch |" + (" sink error |" if sink else ""))
+print("|---|---|---|---|---|" + ("---|" if sink else ""))
 for k, v in cov.items():
-    print(f"| {k} | " + " | ".join(str(x) for x in v) + " |")
+    print(f"| {k} | " + " | ".join(str(x) for x in (v if sink else v[:4])) + " |")

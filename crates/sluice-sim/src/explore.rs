@@ -80,19 +80,20 @@ impl Report {
         let _ = writeln!(s, "coverage (operator phase in flight when the fault hit):");
         let _ = writeln!(
             s,
-            "  {:<18} {:>8} {:>10} {:>8} {:>12}",
-            "operator", "crash", "partition", "drop", "stale_epoch"
+            "  {:<18} {:>8} {:>10} {:>8} {:>12} {:>11}",
+            "operator", "crash", "partition", "drop", "stale_epoch", "sink_error"
         );
         for (k, p) in Self::cells() {
             let c = |f| self.coverage.get(&(k, p, f)).copied().unwrap_or(0);
             let _ = writeln!(
                 s,
-                "  {:<18} {:>8} {:>10} {:>8} {:>12}",
+                "  {:<18} {:>8} {:>10} {:>8} {:>12} {:>11}",
                 format!("{}:{}", k.name(), p),
                 c("crash"),
                 c("partition"),
                 c("drop"),
-                c("stale_epoch")
+                c("stale_epoch"),
+                c("sink_error")
             );
         }
         if min > 0 && !self.coverage_ok(min) {
@@ -105,7 +106,10 @@ impl Report {
 
 /// A random world and workload for one seed, written in the scenario format itself.
 pub fn random_scenario(seed: u64) -> Scenario {
-    let t = random_scenario_text(seed);
+    parse_generated(seed, random_scenario_text(seed))
+}
+
+fn parse_generated(seed: u64, t: String) -> Scenario {
     match scenario::parse_str(&format!("explore-{seed}.toml"), &t) {
         Ok(sc) => sc,
         Err(e) => panic!("generated scenario for seed {seed} is invalid: {e}\n{t}"),
@@ -114,6 +118,16 @@ pub fn random_scenario(seed: u64) -> Scenario {
 
 /// The scenario file `explore` runs for a seed (`sluice-sim explore --print --start S`).
 pub fn random_scenario_text(seed: u64) -> String {
+    generate(seed, true)
+}
+
+/// The scenario a seed ran before sink faults existed (`explore --no-sink-faults`): the same
+/// text as `random_scenario_text` for every seed that draws no sink fault.
+pub fn random_scenario_text_without_sink_faults(seed: u64) -> String {
+    generate(seed, false)
+}
+
+fn generate(seed: u64, sink_faults: bool) -> String {
     let mut r = Rng::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0xA5A5);
     let nodes = r.range(2, 4);
     let node = |i: u64| format!("n{}", i + 1);
@@ -168,7 +182,11 @@ pub fn random_scenario_text(seed: u64) -> String {
     let mut live: Vec<u64> = tables.clone();
     let mut held: Vec<&str> = Vec::new();
     let nsteps = r.range(8, 22);
-    for _ in 0..nsteps {
+    let mut sink_faults = SinkFaults::draw(seed, nsteps, sink_faults);
+    for i in 0..nsteps {
+        for body in sink_faults.steps_at(i, &live, nodes) {
+            step(&mut t, body);
+        }
         let pick = |r: &mut Rng, v: &Vec<u64>| {
             v[(r.next_u64() % v.len().max(1) as u64) as usize % v.len().max(1)]
         };
@@ -405,6 +423,156 @@ pub fn random_scenario_text(seed: u64) -> String {
     t
 }
 
+/// Share of seeds that inject sink faults.
+pub const SINK_FAULT_SEEDS: f64 = 0.3;
+/// At most this many changefeed errors a seed's sink faults can cause (a fatal fault one each, a
+/// retryable one per `MAX_SINK_RETRIES_WITHOUT_PROGRESS + 1` failures). It keeps the error backoff
+/// (doubling from 2 s) within a `settle`'s 60 s and far from `MAX_ERROR_RETRIES`, after which a
+/// changefeed is failed for good and rightly never converges.
+pub const MAX_SINK_FAULT_ERRORS: u64 = 4;
+
+/// Sink faults of one seed: drawn from their own stream (`seed ^ 0x51_4E_4B`), so every other
+/// draw of the seed is what it was before sink faults existed, and a seed that draws none runs
+/// exactly the scenario it ran then. Retryable faults are transient (a few failed writes, handled
+/// inside the dispatcher) or persistent (more failures in a row than
+/// `MAX_SINK_RETRIES_WITHOUT_PROGRESS` on one table: the dispatcher fails and the changefeed
+/// errors); fatal faults fail the dispatcher at once. Each fault is lifted by itself once its
+/// count of failed writes is used up. After a fault the seed often writes to the faulty table (so
+/// it fires now) and hits the error path: its `dispatcher_error` messages dropped, the
+/// maintainer or the faulty node crashed or partitioned away, the maintainer moved.
+struct SinkFaults {
+    rng: Rng,
+    /// Loop indexes (of the seed's main steps) before which a fault is injected.
+    at: Vec<u64>,
+    /// Changefeed errors the faults injected so far can cause at most.
+    errors: u64,
+    retryable: u64,
+}
+
+impl SinkFaults {
+    fn draw(seed: u64, nsteps: u64, on: bool) -> Self {
+        let mut rng = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x51_4E_4B);
+        let mut at = Vec::new();
+        if on && rng.chance(SINK_FAULT_SEEDS) {
+            for _ in 0..rng.range(1, 3) {
+                at.push(rng.range(0, nsteps.saturating_sub(1)));
+            }
+            at.sort_unstable();
+        }
+        SinkFaults {
+            rng,
+            at,
+            errors: 0,
+            retryable: 0,
+        }
+    }
+
+    fn steps_at(&mut self, i: u64, live: &[u64], nodes: u64) -> Vec<String> {
+        let mut out = Vec::new();
+        while self.at.first() == Some(&i) {
+            self.at.remove(0);
+            self.one(live, nodes, &mut out);
+        }
+        out
+    }
+
+    fn one(&mut self, live: &[u64], nodes: u64, out: &mut Vec<String>) {
+        let r = &mut self.rng;
+        let limit = sluice_control::config::MAX_SINK_RETRIES_WITHOUT_PROGRESS as u64 + 1;
+        let node = |i: u64| format!("n{}", i + 1);
+        let target_node = if r.chance(0.5) {
+            Some(node(r.range(0, nodes - 1)))
+        } else {
+            None
+        };
+        let target_table = if !live.is_empty() && r.chance(0.7) {
+            r.pick(live).copied()
+        } else {
+            None
+        };
+        let (count, retryable) = match r.range(0, 3) {
+            0 | 1 => (r.range(1, 5), true),
+            // Persistent: on one table, enough to exhaust a dispatcher's retries (at least once
+            // if the table has a single span).
+            2 if target_table.is_some() => (r.range(limit, 2 * limit + 2), true),
+            _ => (r.range(1, 2), false),
+        };
+        // Keep within the error budget (see MAX_SINK_FAULT_ERRORS).
+        let (retryable_total, errors) = if retryable {
+            let total = self.retryable + count;
+            (total, self.errors - self.retryable / limit + total / limit)
+        } else {
+            (self.retryable, self.errors + count)
+        };
+        if errors > MAX_SINK_FAULT_ERRORS {
+            return;
+        }
+        self.retryable = retryable_total;
+        self.errors = errors;
+        let mut body = format!("op = \"x-sink_error\"\ncount = {count}\nretryable = {retryable}");
+        if let Some(n) = &target_node {
+            let _ = write!(body, "\nnode = \"{n}\"");
+        }
+        if let Some(tb) = target_table {
+            let _ = write!(body, "\ntable = {tb}");
+        }
+        out.push(body);
+        // Make it fire now rather than at some later write.
+        if r.chance(0.6) {
+            if let Some(tb) = target_table.or_else(|| r.pick(live).copied()) {
+                out.push(format!(
+                    "op = \"write\"\ntable = {tb}\nrows = {}\ntxn-rows = {}",
+                    r.range(1, 40),
+                    r.range(1, 4)
+                ));
+            }
+        }
+        // ... and hit the error path while it is reported.
+        let n = target_node.unwrap_or_else(|| node(r.range(0, nodes - 1)));
+        let run = |r: &mut Rng, lo, hi| format!("op = \"run\"\nms = {}", r.range(lo, hi));
+        match r.range(0, 7) {
+            0 => {
+                out.push(run(r, 0, 30));
+                out.push(format!(
+                    "op = \"x-drop\"\nmessage = \"dispatcher_error\"\ncount = {}",
+                    r.range(1, 3)
+                ));
+            }
+            1 => {
+                // Drop the error message and the heartbeats (which repeat it) for a while.
+                out.push(format!(
+                    "op = \"x-drop\"\nmessage = \"dispatcher_error\"\nfrom = \"{n}\"\ncount = {}",
+                    r.range(1, 3)
+                ));
+                out.push(format!(
+                    "op = \"x-drop\"\nmessage = \"{}\"\ncount = {}",
+                    ["heartbeat", "maintainer_status"][r.range(0, 1) as usize],
+                    r.range(1, 20)
+                ));
+            }
+            2 => {
+                out.push(run(r, 0, 300));
+                out.push(format!("op = \"crash\"\nnode = \"{n}\""));
+                out.push(run(r, 100, 5000));
+                out.push(format!("op = \"restart\"\nnode = \"{n}\""));
+            }
+            3 => {
+                out.push(run(r, 0, 300));
+                let meta = if r.chance(0.3) { ", \"meta\"" } else { "" };
+                out.push(format!("op = \"partition\"\ngroups = [[\"{n}\"{meta}]]"));
+                out.push(run(r, 100, 6000));
+                out.push("op = \"heal\"".into());
+            }
+            4 => {
+                out.push(run(r, 0, 300));
+                out.push(format!("op = \"x-move_maintainer\"\nto = \"{n}\""));
+            }
+            5 => out.push(run(r, 0, 2000)),
+            _ => {}
+        }
+    }
+}
+
 /// Random faults and timings added to a given scenario: a `faults` step at the start.
 fn with_random_faults(base: &Scenario, seed: u64) -> Scenario {
     let mut sc = base.clone();
@@ -427,12 +595,23 @@ fn with_random_faults(base: &Scenario, seed: u64) -> Scenario {
 }
 
 pub fn explore(start: u64, seeds: u64, base: Option<&Scenario>, verbose: bool) -> Report {
+    explore_with(start, seeds, base, verbose, true)
+}
+
+/// `explore`, with or without sink faults in random worlds.
+pub fn explore_with(
+    start: u64,
+    seeds: u64,
+    base: Option<&Scenario>,
+    verbose: bool,
+    sink_faults: bool,
+) -> Report {
     let mut rep = Report::default();
     let t0 = Instant::now();
     for seed in start..start + seeds {
         let sc = match base {
             Some(b) => with_random_faults(b, seed),
-            None => random_scenario(seed),
+            None => parse_generated(seed, generate(seed, sink_faults)),
         };
         let mut sim = Sim::new(sc, seed);
         sim.explore = base.is_some();

@@ -54,6 +54,10 @@ enum Command {
         /// Print the scenario file each seed runs instead of running it.
         #[arg(long)]
         print: bool,
+        /// Random worlds without sink faults: every seed runs what it ran before explore
+        /// injected them (seeds that draw no sink fault run the same either way).
+        #[arg(long)]
+        no_sink_faults: bool,
     },
 }
 
@@ -133,10 +137,16 @@ fn main() -> ExitCode {
             verbose,
             mutation,
             print,
+            no_sink_faults,
         } => {
             if print {
                 for seed in start..start + seeds {
-                    println!("# seed {seed}\n{}", explore::random_scenario_text(seed));
+                    let text = if no_sink_faults {
+                        explore::random_scenario_text_without_sink_faults(seed)
+                    } else {
+                        explore::random_scenario_text(seed)
+                    };
+                    println!("# seed {seed}\n{text}");
                 }
                 return ExitCode::SUCCESS;
             }
@@ -154,7 +164,8 @@ fn main() -> ExitCode {
                 },
                 None => None,
             };
-            let report = explore::explore(start, seeds, base.as_ref(), verbose);
+            let report =
+                explore::explore_with(start, seeds, base.as_ref(), verbose, !no_sink_faults);
             print!("{}", report.render(min_coverage));
             if report.failed.is_empty()
                 && (min_coverage == 0 || report.coverage_ok(min_coverage) || base.is_some())

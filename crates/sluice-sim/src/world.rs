@@ -94,6 +94,10 @@ struct Session {
     id: u64,
     closed: bool,
     max_written: Ts,
+    /// A write of this session failed: as the sink runner does, every later write and flush of
+    /// the session fails too (nothing lands, nothing is acknowledged, and, as the server's sink
+    /// worker does, the repeats of that one failure are not reported again) until it is closed.
+    failed: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -784,7 +788,10 @@ impl Sim {
                 .checker
                 .on_maintainer_checkpoint(cf, *epoch, *checkpoint),
             TraceEvent::RequestDone { .. } => {}
-            TraceEvent::ChangefeedRestarted { .. } => self.checker.restarted = true,
+            TraceEvent::ChangefeedRestarted { .. } => {
+                self.checker.restarted = true;
+                *self.fault_counts.entry("changefeed_error").or_default() += 1;
+            }
             TraceEvent::MaintainerBootstrapped { cf, epoch } => {
                 self.checker.on_bootstrapped(cf, *epoch)
             }
@@ -872,11 +879,18 @@ impl Sim {
                 id: next,
                 closed: false,
                 max_written: 0,
+                failed: false,
             });
         if s.id == next {
             self.next_session += 1;
         }
         s.id
+    }
+
+    fn session_failed(&self, name: &str, inc: u64, id: DispatcherId) -> bool {
+        self.sessions
+            .get(&(name.to_string(), inc, id))
+            .is_some_and(|s| s.failed)
     }
 
     fn sink_error(&mut self, name: &str, table: TableId) -> Option<bool> {
@@ -893,8 +907,19 @@ impl Sim {
         let now = self.now;
         match cmd {
             SinkCommand::WriteRows { cf, id, span, rows } => {
+                if self.session_failed(name, inc, id) {
+                    return;
+                }
                 if let Some(retryable) = self.sink_error(name, span.table) {
+                    let _ = self.session(name, inc, id);
+                    if let Some(s) = self.sessions.get_mut(&(name.to_string(), inc, id)) {
+                        s.failed = true;
+                    }
                     *self.fault_counts.entry("sink_error").or_default() += 1;
+                    if !retryable {
+                        *self.fault_counts.entry("sink_error_fatal").or_default() += 1;
+                    }
+                    self.cover("sink_error");
                     let lat = self.rng.range(1, 5);
                     self.push(
                         now + lat,
@@ -944,6 +969,9 @@ impl Sim {
                 ddl,
                 handle,
             } => {
+                if self.session_failed(name, inc, id) {
+                    return;
+                }
                 let session = self.session(name, inc, id);
                 let span = self
                     .subs
@@ -965,6 +993,9 @@ impl Sim {
                 self.ack_later(name, inc, cf, id, session, ts, (5, 60));
             }
             SinkCommand::Flush { cf, id } => {
+                if self.session_failed(name, inc, id) {
+                    return;
+                }
                 let session = self.session(name, inc, id);
                 let ts = self
                     .sessions
