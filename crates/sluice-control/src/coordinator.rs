@@ -15,6 +15,14 @@
 //! - **an error acts once**: a maintainer repeats its error in every status until it stops; only
 //!   the current maintainer's counts, and at most once per maintainer epoch (one restart, one step
 //!   towards `MAX_ERROR_RETRIES`).
+//! - **no restart without a close**: an error is recorded first and closed after (fenced by a new
+//!   epoch, every node confirming); only a close that finished counts, and a coordinator that
+//!   loads a changefeed in `error` or `failed` state closes it again first (its predecessor may
+//!   have gone before the close). Otherwise the next maintainer would adopt the failed dispatcher
+//!   and its one error would restart the changefeed again.
+//! - **the store is not behind**: a state this coordinator acts on but could not write (the store
+//!   was unreachable) is written again before anything else of that changefeed, so a successor
+//!   never finds a pause or an error undone.
 
 use crate::config::{
     ChangefeedConfig, MAINTAINER_LOST_MS, MAX_ERROR_BACKOFF_MS, MAX_ERROR_RETRIES,
@@ -116,6 +124,9 @@ struct Feed {
     table_requests: Vec<TableRequest>,
     /// A close (with a bumped epoch) finished since the last state request.
     closed_once: bool,
+    /// `info` holds a change the meta store does not have yet (its write did not get through);
+    /// written again until it lands or a conflict reloads the stored one.
+    info_unsaved: bool,
     /// The incarnation of the node the maintainer was placed on: a restarted node lost it.
     placed_inc: u64,
     /// When the placed maintainer last reported (or was placed).
@@ -204,6 +215,7 @@ fn new_feed(info: ChangefeedInfo, info_rev: u64, checkpoint: Ts) -> Feed {
         pending_state: None,
         table_requests: Vec::new(),
         closed_once: false,
+        info_unsaved: false,
         placed_inc: 0,
         last_report: 0,
     }
@@ -410,8 +422,16 @@ impl Coordinator {
                                 .map(|f| f.checkpoint)
                                 .unwrap_or(info.config.start_ts);
                             let cp = cp.max(info.config.start_ts);
-                            self.feeds
-                                .insert(info.id.clone(), new_feed(info, mod_revision, cp));
+                            let mut f = new_feed(info, mod_revision, cp);
+                            // An error is recorded before its close (fail): the coordinator
+                            // that recorded it may have gone before closing. Close it again
+                            // before a restart, or a failed dispatcher still running would be
+                            // adopted and its error acted on twice (and a failed changefeed's
+                            // dispatchers would keep running).
+                            if matches!(f.info.state, FeedState::Error | FeedState::Failed) {
+                                f.pending_state = Some(f.info.state);
+                            }
+                            self.feeds.insert(f.info.id.clone(), f);
                         }
                         Err(e) => self.log(
                             out,
@@ -466,6 +486,7 @@ impl Coordinator {
                     if let Ok(info) = serde_json::from_slice::<ChangefeedInfo>(&kv.value) {
                         f.info = info;
                         f.info_rev = kv.mod_revision;
+                        f.info_unsaved = false;
                     }
                     f.meta_busy = false;
                 }
@@ -501,6 +522,8 @@ impl Coordinator {
                     f.meta_busy = false;
                     f.info.epoch = epoch;
                     f.info_rev = revision;
+                    // The bump wrote the whole info.
+                    f.info_unsaved = false;
                     match std::mem::replace(&mut f.placement, Placement::None) {
                         Placement::Bumping {
                             node,
@@ -603,6 +626,7 @@ impl Coordinator {
                     f.meta_busy = false;
                     f.info = *info;
                     f.info_rev = revision;
+                    f.info_unsaved = false;
                 }
             }
             (Pending::SaveInfo(cf, _), r) => {
@@ -891,6 +915,12 @@ impl Coordinator {
             FeedState::Error
         };
         f.pending_state = Some(state);
+        f.closed_once = false;
+        #[cfg(feature = "mutations")]
+        if crate::mutations::on("error-restart-without-close") {
+            f.pending_state = None;
+            f.placement = Placement::None;
+        }
         let mut info = f.info.clone();
         info.state = state;
         info.error = Some(err.clone());
@@ -909,6 +939,7 @@ impl Coordinator {
         let rev = f.info_rev;
         f.info = info.clone();
         f.meta_busy = true;
+        f.info_unsaved = true;
         let value = serde_json::to_vec(&info).unwrap_or_default();
         self.txn(
             out,
@@ -1139,6 +1170,7 @@ impl Coordinator {
     fn request_state(&mut self, cf: &ChangefeedId, state: FeedState, out: &mut Vec<Effect>) {
         if let Some(f) = self.feeds.get_mut(cf) {
             f.pending_state = Some(state);
+            f.closed_once = false;
         } else {
             self.log(out, format!("no changefeed {cf}"));
         }
@@ -1168,6 +1200,15 @@ impl Coordinator {
                 continue;
             };
             if f.meta_busy {
+                continue;
+            }
+            // A state change whose write did not get through (the store was unreachable) is
+            // written again before anything else: what the store says must not lag behind what
+            // this coordinator acts on (a successor would act on the stale one: an error or a
+            // pause recorded only here would be lost).
+            if f.info_unsaved {
+                let info = f.info.clone();
+                self.set_info(&cf, info, out);
                 continue;
             }
             // Maintainer on a node that is gone.
@@ -1247,9 +1288,9 @@ impl Coordinator {
                             Placement::None => {
                                 // Close whatever may still run anywhere, then record the state
                                 // (an error already recorded it: then the close only ends here,
-                                // and the changefeed restarts after its backoff).
+                                // and the changefeed restarts after its backoff). Only a close
+                                // that finished counts: a failed bump is tried again.
                                 if !f.closed_once {
-                                    f.closed_once = true;
                                     let node = self.node.clone();
                                     self.bump(
                                         &cf,

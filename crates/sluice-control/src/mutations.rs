@@ -16,7 +16,8 @@
 //! | `create-dropped-table` | a dropped table's spans come back, starting at the drop | dropped-table-stays-dropped |
 //! | `epoch-no-bump` | the coordinator places a new maintainer without bumping the epoch | epoch-monotonic |
 //! | `bootstrap-without-all-nodes` | a maintainer finishes its bootstrap before every alive node answered | one-maintainer |
-//! | `sink-error-restarts-changefeed` | a retryable sink error restarts the whole changefeed | changefeed-normal |
+//! | `sink-error-restarts-changefeed` | a retryable sink error restarts the whole changefeed | error-acted-once (a restart no failed dispatcher caused; changefeed-normal would see it too) |
+//! | `error-restart-without-close` | the coordinator records an error and forgets the maintainer without closing the changefeed (as a coordinator failover or a failed close bump did) | error-acted-once |
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -38,6 +39,7 @@ pub const ALL: &[&str] = &[
     "epoch-no-bump",
     "bootstrap-without-all-nodes",
     "sink-error-restarts-changefeed",
+    "error-restart-without-close",
     "drop-rows",
 ];
 

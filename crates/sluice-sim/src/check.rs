@@ -12,6 +12,7 @@
 //! | per-key order | first delivery of a version: every older version of the key was delivered first |
 //! | DDL order | first delivery of a DDL: every earlier row of its tables was delivered; first delivery of a row: every earlier DDL of its table was |
 //! | dropped tables stay dropped | every dispatcher start: its table was not dropped at or before its start ts |
+//! | an error is acted on once | every persisted changefeed info: its error restarts are at most the dispatcher failures the injected sink faults can cause (each fatal one, and each `MAX_SINK_RETRIES_WITHOUT_PROGRESS + 1` retryable ones) |
 
 use crate::upstream::{UEvent, Upstream};
 use sluice_types::{ChangefeedId, DispatcherId, Epoch, Key, Span, TableId, Ts};
@@ -46,6 +47,9 @@ pub struct Checker {
     pub persisted_cp: BTreeMap<String, Ts>,
     maintainer_cp: BTreeMap<(ChangefeedId, Epoch), Ts>,
     pub restarted: bool,
+    /// Injected sink faults that fired: fatal ones, retryable ones.
+    pub sink_fatal: u64,
+    pub sink_retryable: u64,
     pub rows_written: u64,
     pub rows_first_delivered: u64,
     pub ddls_written: u64,
@@ -333,6 +337,21 @@ impl Checker {
         }
         self.persisted_cp.insert(cf.to_string(), cp.max(prev));
         self.check_sound("persisted", cp);
+    }
+
+    /// An error restart is recorded (`restarts` of the changefeed's info): each one answers a
+    /// distinct dispatcher failure. A dispatcher fails for good on a fatal sink error, or on the
+    /// retryable one past `MAX_SINK_RETRIES_WITHOUT_PROGRESS` in a row; the coordinator acts once
+    /// on it, whoever reports it and however often, and the close that follows removes it.
+    pub fn on_persisted_restarts(&mut self, cf: &str, restarts: u32) {
+        let per = sluice_control::config::MAX_SINK_RETRIES_WITHOUT_PROGRESS as u64 + 1;
+        let causes = self.sink_fatal + self.sink_retryable / per;
+        if restarts as u64 > causes {
+            self.fail(format!(
+                "error-acted-once: {cf} restarted {restarts} times after errors, but only {causes} dispatcher failures can have happened ({} fatal sink errors, {} retryable ones)",
+                self.sink_fatal, self.sink_retryable
+            ));
+        }
     }
 
     pub fn on_persisted_epoch(&mut self, cf: &str, epoch: u64) {

@@ -684,6 +684,7 @@ impl Sim {
                         >(&v)
                         {
                             self.checker.on_persisted_epoch(cf, info.epoch);
+                            self.checker.on_persisted_restarts(cf, info.restarts);
                         }
                     }
                 }
@@ -916,7 +917,10 @@ impl Sim {
                         s.failed = true;
                     }
                     *self.fault_counts.entry("sink_error").or_default() += 1;
-                    if !retryable {
+                    if retryable {
+                        self.checker.sink_retryable += 1;
+                    } else {
+                        self.checker.sink_fatal += 1;
                         *self.fault_counts.entry("sink_error_fatal").or_default() += 1;
                     }
                     self.cover("sink_error");

@@ -196,3 +196,149 @@ fn a_fatal_sink_error_survives_the_crash_of_the_maintainer_that_received_it() {
         errors_then_recovers(MAINTAINER_FAILOVER, seed, 15_000);
     }
 }
+
+/// Coordinator on n1, maintainer on n2, table 10's dispatcher on n3, whose write fails for good.
+/// The steps after the `write` (from `TAIL`) run the moment the store records the error, before
+/// the coordinator closed the changefeed.
+const ERROR_RECORDED_THEN: &str = r#"
+name = "the coordinator records an error, then something happens to it before the close"
+[world]
+nodes = ["n1", "n2", "n3"]
+maintainer = "n2"
+sink = "mysql"
+[world.scheduler]
+balance = false
+[[world.tables]]
+id = 10
+name = "app.t1"
+rows = 20
+[[world.tables]]
+id = 11
+name = "app.t2"
+rows = 20
+[[step]]
+op = "create_changefeed"
+[[step]]
+op = "settle"
+[[step]]
+op = "move_table"
+table = 10
+to = "n3"
+[[step]]
+op = "settle"
+[[step]]
+op = "x-sink_error"
+node = "n3"
+table = 10
+retryable = false
+[[step]]
+op = "write"
+table = 10
+rows = 30
+txn-rows = 3
+"#;
+const TAIL: usize = 6;
+
+/// The coordinator crashes: its successor finds the changefeed in `error`, not closed.
+const COORDINATOR_CRASHES: &str = r#"
+[[step]]
+op = "crash"
+node = "n1"
+[[step]]
+op = "run"
+ms = 5000
+[[step]]
+op = "restart"
+node = "n1"
+[[step]]
+op = "write"
+table = 11
+rows = 10
+"#;
+
+/// The coordinator loses the meta store for 1.5 s (less than its lease): its close cannot be
+/// recorded, and must be tried again, not taken for done.
+const COORDINATOR_LOSES_THE_STORE: &str = r#"
+[[step]]
+op = "partition"
+groups = [["n2", "n3", "meta"]]
+[[step]]
+op = "run"
+ms = 1500
+[[step]]
+op = "heal"
+[[step]]
+op = "write"
+table = 11
+rows = 10
+"#;
+
+/// Run to the moment the store records the error (the epoch not bumped yet: the close has not
+/// started), then the tail; the changefeed must restart once, for its one failed dispatcher, and
+/// catch up without losing anything.
+fn error_recorded_then(tail: &str, seed: u64) {
+    let text = format!("{ERROR_RECORDED_THEN}{tail}");
+    let sc = scenario::parse_str("errors.toml", &text).unwrap_or_else(|e| panic!("{e}"));
+    let mut sim = Sim::new(sc, seed);
+    for i in 0..TAIL {
+        sim.run_step(i)
+            .unwrap_or_else(|f| panic!("step {i}: {}\n{}", f.message, sim.recent()));
+    }
+    assert_eq!(sim.coordinator_node().as_deref(), Some("n1"));
+    let epoch = info(&sim).epoch;
+    let deadline = sim.now + 5_000;
+    while info(&sim).state == FeedState::Normal {
+        assert!(
+            sim.now < deadline,
+            "seed {seed}: no error\n{}",
+            sim.recent()
+        );
+        let next = sim.now + 1;
+        sim.advance(next)
+            .unwrap_or_else(|f| panic!("seed {seed}: {}\n{}", f.message, sim.recent()));
+    }
+    assert_eq!(info(&sim).state, FeedState::Error);
+    assert_eq!(
+        info(&sim).epoch,
+        epoch,
+        "seed {seed}: the close already began"
+    );
+    for i in TAIL..sim.sc.steps.len() {
+        sim.run_step(i)
+            .unwrap_or_else(|f| panic!("seed {seed} step {i}: {}\n{}", f.message, sim.recent()));
+    }
+    sim.settle(60_000)
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{}", sim.recent()));
+    let after = info(&sim);
+    assert_eq!(after.state, FeedState::Normal, "seed {seed}: {after:?}");
+    assert_eq!(
+        after.restarts, 1,
+        "seed {seed}: one error, one restart: {after:?}"
+    );
+    assert!(sim.checker.ok(), "seed {seed}: {:?}", sim.checker.violation);
+    sim.checker
+        .sink_matches_upstream(&sim.upstream, sim.persisted_checkpoint())
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+}
+
+/// Found by explore with sink faults: a coordinator that crashed between recording an error and
+/// closing the changefeed left it to a successor that restarted it without a close; the new
+/// maintainer adopted the failed dispatcher and the one error restarted the changefeed twice (a
+/// `failed` changefeed's dispatchers would have kept running). A coordinator now closes every
+/// changefeed it loads in `error` or `failed` state first.
+#[test]
+fn an_error_recorded_by_a_coordinator_that_crashes_before_the_close_restarts_once() {
+    for seed in 0..5 {
+        error_recorded_then(COORDINATOR_CRASHES, seed);
+    }
+}
+
+/// Found by explore with sink faults (seed 824 of the first run): a close whose epoch bump could
+/// not be written (store unreachable) was taken for done, so the changefeed restarted without a
+/// close and its failed dispatcher, adopted by the next maintainer, errored it again.
+#[test]
+fn an_error_whose_close_cannot_be_recorded_at_first_restarts_once() {
+    for seed in 0..5 {
+        error_recorded_then(COORDINATOR_LOSES_THE_STORE, seed);
+    }
+}

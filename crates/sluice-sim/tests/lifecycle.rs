@@ -141,3 +141,70 @@ fn pause_update_resume_remove() {
     );
     assert!(sim.checker.ok(), "{:?}", sim.checker.violation);
 }
+
+/// A pause is recorded after its close. When that write does not get through (the store is
+/// unreachable for a moment), the coordinator writes it again once it can: a successor must find
+/// the changefeed paused, not running. (Before, the state lived only in the coordinator's memory
+/// and a later coordinator failover resumed the changefeed.)
+#[test]
+fn a_pause_whose_record_fails_at_first_survives_a_coordinator_failover() {
+    let tail = r#"
+[[step]]
+op = "partition"
+groups = [["meta"]]
+[[step]]
+op = "run"
+ms = 1500
+[[step]]
+op = "heal"
+[[step]]
+op = "run"
+ms = 1000
+[[step]]
+op = "crash"
+node = "n1"
+[[step]]
+op = "run"
+ms = 8000
+[[step]]
+op = "restart"
+node = "n1"
+[[step]]
+op = "run"
+ms = 3000
+"#;
+    for seed in 0..5 {
+        let text = format!("{FILE}{tail}");
+        let sc = scenario::parse_str("lifecycle.toml", &text).unwrap_or_else(|e| panic!("{e}"));
+        let mut sim = Sim::new(sc, seed);
+        for i in 0..3 {
+            sim.run_step(i).unwrap_or_else(|f| panic!("{}", f.message));
+        }
+        assert_eq!(sim.coordinator_node().as_deref(), Some("n1"));
+        let cf = ChangefeedId::new("cf");
+        let info = |sim: &Sim| sim.changefeed_info("cf").expect("changefeed");
+        let epoch = info(&sim).epoch;
+        sim.user_request(UserRequest::PauseChangefeed { cf });
+        // The close begins (the epoch is bumped); the store goes away before it ends.
+        let deadline = sim.now + 2_000;
+        while info(&sim).epoch == epoch {
+            assert!(sim.now < deadline, "seed {seed}: the pause did not start");
+            let next = sim.now + 1;
+            sim.advance(next)
+                .unwrap_or_else(|f| panic!("{}", f.message));
+        }
+        for i in 3..sim.sc.steps.len() {
+            sim.run_step(i)
+                .unwrap_or_else(|f| panic!("seed {seed} step {i}: {}", f.message));
+        }
+        assert_ne!(sim.coordinator_node().as_deref(), Some("n1"), "seed {seed}");
+        let after = info(&sim);
+        assert_eq!(after.state, FeedState::Paused, "seed {seed}: {after:?}");
+        assert_eq!(
+            sim.dispatcher_count(),
+            0,
+            "seed {seed}: a paused changefeed runs"
+        );
+        assert!(sim.checker.ok(), "seed {seed}: {:?}", sim.checker.violation);
+    }
+}

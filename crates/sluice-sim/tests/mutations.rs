@@ -196,11 +196,64 @@ fn changefeed_normal_fails_when_a_sink_error_restarts_the_changefeed() {
     run(file, &[]).unwrap_or_else(|e| panic!("{file} fails without mutations: {e}"));
     run_str(RETRYABLE_SINK_ERRORS, &[])
         .unwrap_or_else(|e| panic!("retryable sink errors fail without mutations: {e}"));
-    // With the mutation the changefeed restarts (and, restarted, recovers: only the check sees
-    // it).
+    // With the mutation the changefeed restarts (and, restarted, recovers: only the checks see
+    // it). A restart that answers no failed dispatcher is seen first by error-acted-once, when the
+    // restart is recorded; changefeed-normal would see it at its expect.
     let e = run_str(RETRYABLE_SINK_ERRORS, &["sink-error-restarts-changefeed"])
         .expect_err("a changefeed restart must be noticed");
-    assert!(e.contains("restarted"), "{e}");
+    assert!(e.starts_with("error-acted-once"), "{e}");
+    // changefeed-normal itself sees every restart, also a legitimate one (one fatal error).
+    let fatal_then_normal =
+        format!("{ONE_FATAL_SINK_ERROR}[[step]]\nop = \"expect\"\ncheck = \"changefeed-normal\"\n");
+    let e = run_str(&fatal_then_normal, &[]).expect_err("a restart after a fatal error");
+    assert!(
+        e.contains("the changefeed was stopped or restarted as a whole"),
+        "{e}"
+    );
+}
+
+/// One fatal sink error on a table whose dispatcher runs on the maintainer's node.
+const ONE_FATAL_SINK_ERROR: &str = r#"
+name = "one fatal sink error"
+[world]
+nodes = ["n1", "n2"]
+maintainer = "n1"
+sink = "mysql"
+[world.scheduler]
+balance = false
+[[world.tables]]
+id = 10
+name = "app.t1"
+rows = 20
+[[step]]
+op = "create_changefeed"
+[[step]]
+op = "settle"
+[[step]]
+op = "x-sink_error"
+table = 10
+retryable = false
+[[step]]
+op = "write"
+table = 10
+rows = 12
+txn-rows = 3
+[[step]]
+op = "settle"
+[[step]]
+op = "expect"
+check = "sink-matches-upstream"
+"#;
+
+#[test]
+fn error_acted_once_fires_when_an_error_restarts_the_changefeed_without_a_close() {
+    run_str(ONE_FATAL_SINK_ERROR, &[])
+        .unwrap_or_else(|e| panic!("one fatal sink error fails without mutations: {e}"));
+    // The failed dispatcher is never closed: the next maintainer adopts it and its one error
+    // restarts the changefeed a second time.
+    let e = run_str(ONE_FATAL_SINK_ERROR, &["error-restart-without-close"])
+        .expect_err("a second restart for one error must be noticed");
+    assert!(e.starts_with("error-acted-once"), "{e}");
 }
 
 #[test]
