@@ -15,11 +15,17 @@
 //! - a sink failure is reported as soon as the sink knows it, also one met by a flush the sink
 //!   ran on its own (the ack channel wakes up and [`Sink::failure`] says why), and once per sink
 //!   session: the errors that later calls of the failed session return (`SinkError::Earlier`)
-//!   are not reported again, so the control plane counts one failure per session.
+//!   are not reported again, so the control plane counts one failure per session;
+//! - fencing, twice: a worker checks the lease ([`SinkRegistry::may_write`]) before each job,
+//!   and every sink is opened with the same check as its write fence
+//!   ([`sluice_sink::open_sink_with`]), so the sink itself checks it immediately before every
+//!   downstream write, also those of its own periodic flush and of `close`, bound to the
+//!   incarnation that opened the dispatcher (rows buffered before a freeze are not written after
+//!   it; see `sluice_sink::fence`).
 
 use crate::mask::{mask_url, scrub};
 use sluice_control::Input;
-use sluice_sink::{open_sink_for, RowBatch, Sink};
+use sluice_sink::{open_sink_with, RowBatch, Sink};
 use sluice_types::{ChangefeedId, DdlEvent, DispatcherId, Span, TableSchema, Ts};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -49,8 +55,9 @@ pub struct SinkReport {
 type SinkMap = BTreeMap<ChangefeedId, (String, Arc<dyn Sink>)>;
 
 /// Says which node incarnation may write now: `None` while the node's lease is not fresh
-/// (cluster), so a paused or partitioned node stops writing before its lease can expire.
-pub type WriteGuard = Arc<dyn Fn() -> Option<u64> + Send + Sync>;
+/// (cluster), so a paused or partitioned node stops writing before its lease can expire. The
+/// same closure is every sink's write fence.
+pub type WriteGuard = sluice_sink::WriteFence;
 
 /// The sinks of this node, one per changefeed.
 #[derive(Default)]
@@ -60,7 +67,8 @@ pub struct SinkRegistry {
 }
 
 impl SinkRegistry {
-    /// Install the lease check (cluster mode). Without one, writes are always allowed.
+    /// Install the lease check (cluster mode), before any sink is opened: sinks opened later get
+    /// it as their write fence. Without one, writes are always allowed.
     pub fn set_guard(&self, g: WriteGuard) {
         let _ = self.guard.set(g);
     }
@@ -82,7 +90,7 @@ impl SinkRegistry {
         }
         // Progress rows (DDL applied, checkpoint) downstream are keyed by changefeed, so two
         // changefeeds writing to one downstream never share them.
-        let sink = open_sink_for(cf.as_str(), uri).await?;
+        let sink = open_sink_with(cf.as_str(), uri, self.guard.get().cloned()).await?;
         tracing::info!(changefeed = %cf, sink = %mask_url(uri), "sink opened");
         s.insert(cf.clone(), (uri.to_string(), sink.clone()));
         Ok(sink)

@@ -1,9 +1,12 @@
 //! The blackhole sink (`blackhole://`): counts rows and DDLs and acknowledges at once, for
 //! benchmarks and tests of everything upstream of a sink.
 //!
-//! Invariant: it keeps nothing but counters, so a write is "durable" as soon as it is accepted.
+//! Invariant: it keeps nothing but counters, so a write is "durable" as soon as it is accepted;
+//! counting is its write, so the write fence is checked before rows, DDLs and checkpoints are
+//! counted.
 
 use crate::error::Result;
+use crate::fence::BoundFence;
 use crate::runner::{Backend, Runner};
 use crate::RowBatch;
 use async_trait::async_trait;
@@ -29,7 +32,8 @@ impl Backend for Blackhole {
     fn new_writer(&self, _: DispatcherId, _: &Span) -> Result<()> {
         Ok(())
     }
-    async fn buffer(&self, _: &mut (), batch: RowBatch) -> Result<bool> {
+    async fn buffer(&self, _: &mut (), batch: RowBatch, fence: &BoundFence) -> Result<bool> {
+        fence.check("count rows")?;
         self.counters
             .rows
             .fetch_add(batch.rows.len() as u64, Ordering::Relaxed);
@@ -38,14 +42,22 @@ impl Backend for Blackhole {
     fn has_buffered(&self, _: &()) -> bool {
         false
     }
-    async fn flush(&self, _: &mut ()) -> Result<()> {
+    async fn flush(&self, _: &mut (), _: &BoundFence) -> Result<()> {
         Ok(())
     }
-    async fn ddl(&self, _: &mut (), _: &DdlEvent, _: &[Arc<TableSchema>]) -> Result<()> {
+    async fn ddl(
+        &self,
+        _: &mut (),
+        _: &DdlEvent,
+        _: &[Arc<TableSchema>],
+        fence: &BoundFence,
+    ) -> Result<()> {
+        fence.check("count DDL")?;
         self.counters.ddls.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
-    async fn checkpoint(&self, ts: Ts) -> Result<()> {
+    async fn checkpoint(&self, ts: Ts, fence: &BoundFence) -> Result<()> {
+        fence.check("record checkpoint")?;
         self.counters.checkpoint.fetch_max(ts, Ordering::Relaxed);
         Ok(())
     }

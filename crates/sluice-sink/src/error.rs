@@ -1,8 +1,9 @@
 //! The sink error type. Every error says what failed, keeps its cause, and is classified
 //! [`Retryable`](ErrorClass::Retryable) (the changefeed may restart from its checkpoint and try
-//! again: network, timeouts, throttling, deadlocks, a store that refused a name already taken) or
-//! [`Fatal`](ErrorClass::Fatal) (retrying cannot help: a bad URI or parameter, a table the sink
-//! refuses, a column the downstream lacks, a broken caller contract).
+//! again: network, timeouts, throttling, deadlocks, a store that refused a name already taken, a
+//! write the node's write fence refused) or [`Fatal`](ErrorClass::Fatal) (retrying cannot help:
+//! a bad URI or parameter, a table the sink refuses, a column the downstream lacks, a broken
+//! caller contract).
 //!
 //! Invariant: [`SinkError::class`] is a pure function of the error value, so the shell and the
 //! simulator classify identically.
@@ -64,6 +65,16 @@ pub enum SinkError {
     /// The storage layout read by `consume` is malformed (fatal).
     #[error("storage layout error at {path}: {reason}")]
     Layout { path: String, reason: String },
+    /// The write fence refused a downstream write (cluster mode): this node's lease is not fresh,
+    /// or the node moved on to a newer incarnation than the one the dispatcher was opened under
+    /// (`current`). Nothing was written; retryable (the span's owner replays from the
+    /// checkpoint). See [`crate::fence`].
+    #[error("{what}: this node's lease is not fresh ({}); write refused", fence_text(.incarnation, .current))]
+    Fenced {
+        what: String,
+        incarnation: Option<u64>,
+        current: Option<u64>,
+    },
     /// A background flush of this dispatcher failed earlier; later calls report it.
     #[error("an earlier flush failed: {0}")]
     Earlier(std::sync::Arc<SinkError>),
@@ -84,7 +95,7 @@ impl SinkError {
                     ErrorClass::Fatal
                 }
             }
-            SinkError::Timeout { .. } => ErrorClass::Retryable,
+            SinkError::Timeout { .. } | SinkError::Fenced { .. } => ErrorClass::Retryable,
             SinkError::Earlier(e) => e.class(),
         }
     }
@@ -138,6 +149,15 @@ impl SinkError {
             retryable,
             source: Box::new(e),
         }
+    }
+}
+
+fn fence_text(bound: &Option<u64>, current: &Option<u64>) -> String {
+    match (bound, current) {
+        (Some(b), None) => format!("incarnation {b}"),
+        (Some(b), Some(c)) => format!("incarnation {b}, now {c}"),
+        (None, Some(c)) => format!("not fresh when the dispatcher was opened, now incarnation {c}"),
+        (None, None) => "no fresh incarnation".to_string(),
     }
 }
 

@@ -19,15 +19,20 @@
 //! - a failed flush fails the dispatcher even when the sink ran it on its own (a periodic flush
 //!   whose result no caller awaits): [`Sink::failure`] then returns the error and the
 //!   dispatcher's [`AckReceiver`] is woken with its ack unchanged, so a caller that only waits
-//!   for acks learns of the failure at once instead of waiting forever.
+//!   for acks learns of the failure at once instead of waiting forever;
+//! - with a write fence ([`fence`], cluster mode) a dispatcher writes downstream only while the
+//!   fence returns the incarnation it was opened under: every downstream write is checked
+//!   immediately before it is made, whoever makes it (also the periodic flush and `close`), and
+//!   a refused one fails the dispatcher with [`SinkError::Fenced`] (retryable), writing nothing.
 //!
-//! Creating a sink from a URI: [`open_sink`].
+//! Creating a sink from a URI: [`open_sink`], [`open_sink_with`] (with a write fence).
 
 pub mod blackhole;
 pub mod check;
 pub mod codec;
 pub mod consume;
 pub mod error;
+pub mod fence;
 pub mod mysql;
 pub mod runner;
 pub mod storage;
@@ -35,6 +40,7 @@ pub mod testing;
 pub mod uri;
 
 pub use error::{ErrorClass, Result, SinkError};
+pub use fence::{BoundFence, WriteFence};
 pub use uri::{SinkConfig, SinkUri};
 
 use async_trait::async_trait;
@@ -104,16 +110,43 @@ pub async fn open_sink(uri: &str) -> Result<Arc<dyn Sink>> {
     open_sink_for("default", uri).await
 }
 
-/// Builds the sink of one changefeed. The changefeed id keys what the sink records downstream
-/// (the MySQL sink's `ddl_ts` and checkpoint rows), so changefeeds sharing a downstream never
-/// skip each other's DDLs.
+/// Builds the sink of one changefeed, without a write fence. The changefeed id keys what the
+/// sink records downstream (the MySQL sink's `ddl_ts` and checkpoint rows), so changefeeds
+/// sharing a downstream never skip each other's DDLs.
 pub async fn open_sink_for(changefeed: &str, uri: &str) -> Result<Arc<dyn Sink>> {
+    open_sink_with(changefeed, uri, None).await
+}
+
+/// [`open_sink_for`] with an optional write fence ([`fence`]): each dispatcher opened on the sink
+/// is bound to the incarnation the fence returns at `open`, and every downstream write checks it
+/// first. `None`: unfenced (standalone use).
+pub async fn open_sink_with(
+    changefeed: &str,
+    uri: &str,
+    fence: Option<WriteFence>,
+) -> Result<Arc<dyn Sink>> {
     let parsed = SinkUri::parse(uri)?;
     match parsed.config {
-        SinkConfig::Blackhole => Ok(Arc::new(blackhole::BlackholeSink::new_blackhole())),
-        SinkConfig::Storage(cfg) => Ok(Arc::new(storage::StorageSink::open_storage(cfg)?)),
-        SinkConfig::Mysql(cfg) => Ok(Arc::new(
-            mysql::MysqlSink::connect_for(changefeed, cfg).await?,
-        )),
+        SinkConfig::Blackhole => {
+            let s = blackhole::BlackholeSink::new_blackhole();
+            if let Some(f) = fence {
+                s.set_fence(f)?;
+            }
+            Ok(Arc::new(s))
+        }
+        SinkConfig::Storage(cfg) => {
+            let s = storage::StorageSink::open_storage(cfg)?;
+            if let Some(f) = fence {
+                s.set_fence(f)?;
+            }
+            Ok(Arc::new(s))
+        }
+        SinkConfig::Mysql(cfg) => {
+            let s = mysql::MysqlSink::connect_for(changefeed, cfg).await?;
+            if let Some(f) = fence {
+                s.set_fence(f)?;
+            }
+            Ok(Arc::new(s))
+        }
     }
 }

@@ -24,9 +24,15 @@
 //!   column or table, bad data) surface at once with the server's message;
 //! - no downstream call waits forever: connecting is bounded by `timeout`, every statement or
 //!   transaction by `read-timeout`; an unanswered one is killed on the server before it is
-//!   retried, so it can never commit behind a newer write.
+//!   retried, so it can never commit behind a newer write;
+//! - with a write fence ([`crate::fence`]) every downstream call that can write is checked
+//!   immediately before it is sent: each attempt of a transaction (retries included) and again
+//!   before its `COMMIT` (a refused commit rolls the transaction back), each DDL statement and
+//!   `ddl_ts` record, each checkpoint write; a retryable error is not retried once the fence
+//!   refuses. A refusal is [`SinkError::Fenced`] and nothing of the refused call is written.
 
 use crate::error::{Result, SinkError};
+use crate::fence::BoundFence;
 use crate::runner::{Backend, Runner};
 use crate::uri::MysqlConfig;
 use crate::RowBatch;
@@ -298,7 +304,8 @@ impl Runner<Mysql> {
             infiles,
             load_data: Arc::new(AtomicBool::new(true)),
         };
-        m.with_retry("create progress tables", |mut c| async move {
+        // Not fenced: idempotent, and no changefeed data (the sink is being opened).
+        m.with_retry("create progress tables", &BoundFence::none(), |mut c| async move {
             c.query_drop(format!("CREATE DATABASE IF NOT EXISTS {PROGRESS_DB}")).await?;
             c.query_drop(format!(
                 "CREATE TABLE IF NOT EXISTS {PROGRESS_DB}.ddl_ts (changefeed VARCHAR(255) NOT NULL, commit_ts BIGINT UNSIGNED NOT NULL, \
@@ -327,7 +334,7 @@ impl Runner<Mysql> {
 
 impl Mysql {
     /// Applies rows (one flush's worth) with every worker, in causality order.
-    async fn apply_rows(&self, rows: &[Pending]) -> Result<()> {
+    async fn apply_rows(&self, rows: &[Pending], fence: &BoundFence) -> Result<()> {
         let atomic = self.cfg.table_atomicity;
         let parts = partition(rows, self.cfg.worker_count, atomic);
         let mut jobs = Vec::new();
@@ -336,7 +343,7 @@ impl Mysql {
                 // One downstream transaction per max-txn-row rows of this worker (never splitting
                 // an upstream transaction with transaction-atomicity=table).
                 for chunk in txn_chunks(&part, self.cfg.max_txn_row, atomic) {
-                    self.apply_txn(chunk).await?;
+                    self.apply_txn(chunk, fence).await?;
                 }
                 Ok::<(), SinkError>(())
             });
@@ -350,7 +357,7 @@ impl Mysql {
 
     /// Applies one downstream transaction (one worker's rows, in order), retrying retryable
     /// errors; falls back to statements for good when the downstream refuses `LOAD DATA LOCAL`.
-    async fn apply_txn(&self, chunk: &[&Pending]) -> Result<()> {
+    async fn apply_txn(&self, chunk: &[&Pending], fence: &BoundFence) -> Result<()> {
         let mut load = self.load_data.load(Ordering::Relaxed);
         loop {
             let stmts = Arc::new(build_statements(
@@ -361,18 +368,22 @@ impl Mysql {
             )?);
             let loads = stmts.iter().any(|s| matches!(s, Stmt::Load { .. }));
             let res = self
-                .with_retry("apply rows", |mut c| {
+                .with_retry("apply rows", fence, |mut c| {
                     let stmts = stmts.clone();
                     let infiles = self.infiles.clone();
                     async move {
                         if stmts.len() == 1 {
                             // One statement is atomic on its own: no BEGIN/COMMIT round trips.
+                            // (`with_retry` checked the fence just before this call.)
                             return run_stmt(&mut c, &infiles, &stmts[0]).await;
                         }
                         let mut tx = c.start_transaction(TxOpts::default()).await?;
                         for st in stmts.iter() {
                             run_stmt(&mut tx, &infiles, st).await?;
                         }
+                        // Nothing of the transaction is visible before its commit: check again,
+                        // a refused commit rolls it back (the transaction is dropped).
+                        fenced_driver(fence, "commit rows")?;
                         tx.commit().await
                     }
                 })
@@ -390,13 +401,16 @@ impl Mysql {
         }
     }
 
-    /// Runs `f` on a fresh pooled connection, retrying retryable errors with backoff.
-    async fn with_retry<F, Fut, T>(&self, what: &str, f: F) -> Result<T>
+    /// Runs `f` on a fresh pooled connection, retrying retryable errors with backoff. The fence
+    /// is checked immediately before each attempt (once the connection is at hand) and before
+    /// each retry; a [`SinkError`] `f` returns inside `mysql_async::Error::Other` (see
+    /// [`fenced_driver`]) is returned as it is, never retried.
+    async fn with_retry<F, Fut, T>(&self, what: &str, fence: &BoundFence, f: F) -> Result<T>
     where
         F: Fn(Conn) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, mysql_async::Error>>,
     {
-        self.with_retry_within(what, Some(self.cfg.read_timeout), f)
+        self.with_retry_within(what, Some(self.cfg.read_timeout), fence, f)
             .await
     }
 
@@ -406,6 +420,7 @@ impl Mysql {
         &self,
         what: &str,
         read_timeout: Option<Duration>,
+        fence: &BoundFence,
         f: F,
     ) -> Result<T>
     where
@@ -425,6 +440,8 @@ impl Mysql {
                 }),
                 Ok(Err(e)) => Err(SinkError::db(what, e)),
                 Ok(Ok(c)) => {
+                    // Immediately before the call (a refused one returns the connection).
+                    fence.check(what)?;
                     let id = c.id();
                     let call = f(c);
                     let answered = if read_timeout == Duration::MAX {
@@ -433,6 +450,10 @@ impl Mysql {
                         tokio::time::timeout(read_timeout, call).await
                     };
                     match answered {
+                        Ok(Err(mysql_async::Error::Other(e))) => match e.downcast::<SinkError>() {
+                            Ok(refused) => return Err(*refused),
+                            Err(e) => Err(SinkError::db(what, mysql_async::Error::Other(e))),
+                        },
                         Ok(r) => r.map_err(|e| SinkError::db(what, e)),
                         Err(_) => Err(SinkError::Timeout {
                             what: what.to_string(),
@@ -449,6 +470,8 @@ impl Mysql {
                     if !err.is_retryable() || attempt >= self.cfg.max_retries {
                         return Err(err);
                     }
+                    // A node that may not write any more does not retry.
+                    fence.check(what)?;
                     attempt += 1;
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -487,6 +510,15 @@ impl Mysql {
         }
         Ok(())
     }
+}
+
+/// Checks the fence inside a driver call (`with_retry`'s closure): a refusal travels as
+/// `mysql_async::Error::Other` holding the [`SinkError::Fenced`], which `with_retry` returns as
+/// it is.
+fn fenced_driver(fence: &BoundFence, what: &str) -> std::result::Result<(), mysql_async::Error> {
+    fence
+        .check(what)
+        .map_err(|e| mysql_async::Error::Other(Box::new(e)))
 }
 
 /// One statement of a downstream transaction.
@@ -1051,7 +1083,12 @@ impl Backend for Mysql {
         })
     }
 
-    async fn buffer(&self, w: &mut MysqlWriter, batch: RowBatch) -> Result<bool> {
+    async fn buffer(
+        &self,
+        w: &mut MysqlWriter,
+        batch: RowBatch,
+        fence: &BoundFence,
+    ) -> Result<bool> {
         self.check_table(&batch.schema)?;
         for row in batch.rows {
             w.rows.push(Pending {
@@ -1068,7 +1105,9 @@ impl Backend for Mysql {
             }
             let rows = std::mem::take(&mut w.rows);
             let me = self.clone();
-            w.in_flight = Some(tokio::spawn(async move { me.apply_rows(&rows).await }));
+            let fence = fence.clone();
+            let apply = async move { me.apply_rows(&rows, &fence).await };
+            w.in_flight = Some(tokio::spawn(apply));
         }
         Ok(false)
     }
@@ -1077,12 +1116,12 @@ impl Backend for Mysql {
         !w.rows.is_empty() || w.in_flight.is_some()
     }
 
-    async fn flush(&self, w: &mut MysqlWriter) -> Result<()> {
+    async fn flush(&self, w: &mut MysqlWriter, fence: &BoundFence) -> Result<()> {
         if let Some(h) = w.in_flight.take() {
             join(h).await?;
         }
         if !w.rows.is_empty() {
-            self.apply_rows(&w.rows).await?;
+            self.apply_rows(&w.rows, fence).await?;
             w.rows.clear();
         }
         Ok(())
@@ -1093,12 +1132,14 @@ impl Backend for Mysql {
         _w: &mut MysqlWriter,
         ddl: &DdlEvent,
         _tables: &[Arc<TableSchema>],
+        fence: &BoundFence,
     ) -> Result<()> {
         let _serial = self.ddl_lock.lock().await;
         let cf = self.changefeed.clone();
         let ts = ddl.commit_ts;
         let state: Option<i64> = self
-            .with_retry("read ddl_ts", |mut c| {
+            // A read: not fenced (the record that follows is).
+            .with_retry("read ddl_ts", &BoundFence::none(), |mut c| {
                 let cf = cf.clone();
                 async move {
                     c.exec_first(format!("SELECT finished FROM {PROGRESS_DB}.ddl_ts WHERE changefeed = ? AND commit_ts = ?"), (cf, ts)).await
@@ -1119,7 +1160,7 @@ impl Backend for Mysql {
         };
         let db = ddl.database.clone();
         let orig = ddl.query.clone();
-        self.with_retry("record ddl_ts", |mut c| {
+        self.with_retry("record ddl_ts", fence, |mut c| {
             let (cf, orig) = (cf.clone(), orig.clone());
             async move {
                 c.exec_drop(format!("REPLACE INTO {PROGRESS_DB}.ddl_ts (changefeed, commit_ts, finished, query) VALUES (?, ?, 0, ?)"), (cf, ts, orig)).await
@@ -1130,9 +1171,10 @@ impl Backend for Mysql {
         // effect): from the second attempt on, "already done" errors are accepted too.
         let attempted = AtomicBool::new(false);
         let res = self
-            .with_retry_within("apply DDL", None, |mut c| {
+            .with_retry_within("apply DDL", None, fence, |mut c| {
                 let (db, query) = (db.clone(), query.clone());
                 let retry = attempted.swap(true, Ordering::Relaxed);
+                let fence = fence.clone();
                 async move {
                     // `USE` changes the session: reset it when it returns to the pool.
                     c.reset_connection(true);
@@ -1144,6 +1186,8 @@ impl Backend for Mysql {
                             }
                         }
                     }
+                    // The `USE` took a round trip: check again right before the DDL.
+                    fenced_driver(&fence, "apply DDL")?;
                     match c.query_drop(query.as_str()).await {
                         Err(mysql_async::Error::Server(e))
                             if retry && DDL_ALREADY_DONE.contains(&e.code) =>
@@ -1162,16 +1206,16 @@ impl Backend for Mysql {
             }) if replay && DDL_ALREADY_DONE.contains(&code) => {}
             Err(e) => return Err(e),
         }
-        self.with_retry("finish ddl_ts", |mut c| {
+        self.with_retry("finish ddl_ts", fence, |mut c| {
             let cf = cf.clone();
             async move { c.exec_drop(format!("UPDATE {PROGRESS_DB}.ddl_ts SET finished = 1 WHERE changefeed = ? AND commit_ts = ?"), (cf, ts)).await }
         })
         .await
     }
 
-    async fn checkpoint(&self, ts: Ts) -> Result<()> {
+    async fn checkpoint(&self, ts: Ts, fence: &BoundFence) -> Result<()> {
         let cf = self.changefeed.clone();
-        self.with_retry("write checkpoint", |mut c| {
+        self.with_retry("write checkpoint", fence, |mut c| {
             let cf = cf.clone();
             async move {
                 c.exec_drop(

@@ -15,9 +15,19 @@
 //! - a failure is never silent, whoever ran the flush (a caller, or the flush ticker, whose own
 //!   result nobody awaits): it is kept where [`Sink::failure`] reads it without waiting for the
 //!   dispatcher's lock, and the dispatcher's ack receiver is woken (ack unchanged) at once;
-//! - the flush ticker holds only a weak reference: dropping the sink stops it.
+//! - the flush ticker holds only a weak reference: dropping the sink stops it;
+//! - fencing (cluster mode, [`crate::fence`]): each dispatcher is bound at `open` to the
+//!   incarnation the sink's [`WriteFence`] returns then, and every backend call that writes
+//!   downstream (`buffer` when it starts a write, `flush`, `ddl`, `checkpoint`) gets that
+//!   [`BoundFence`] and checks it immediately before each downstream write it makes, whoever
+//!   runs it (a caller, the flush ticker, `close`). A refused write fails the dispatcher like any
+//!   failed flush ([`SinkError::Fenced`], retryable; ack unchanged, ack receiver woken), so rows
+//!   buffered before a node froze are never written after it wakes with its lease lapsed or
+//!   under a newer incarnation. The only window left is between a passed check and the bytes
+//!   leaving the process. Without a fence every check passes.
 
 use crate::error::{Result, SinkError};
+use crate::fence::{BoundFence, WriteFence};
 use crate::{AckReceiver, CloseReport, RowBatch, Sink};
 use async_trait::async_trait;
 use sluice_types::{DdlEvent, DispatcherId, Span, TableSchema, Ts};
@@ -33,19 +43,28 @@ pub trait Backend: Send + Sync + 'static {
     /// A writer for one dispatcher.
     fn new_writer(&self, dispatcher: DispatcherId, span: &Span) -> Result<Self::Writer>;
     /// Buffers rows (already checked by the runner). Returns true when a bound is reached and the
-    /// buffer must be flushed now.
-    async fn buffer(&self, w: &mut Self::Writer, batch: RowBatch) -> Result<bool>;
+    /// buffer must be flushed now. A backend that starts a downstream write from here checks
+    /// `fence` before it, like `flush`.
+    async fn buffer(
+        &self,
+        w: &mut Self::Writer,
+        batch: RowBatch,
+        fence: &BoundFence,
+    ) -> Result<bool>;
     fn has_buffered(&self, w: &Self::Writer) -> bool;
-    /// Makes every buffered row durable.
-    async fn flush(&self, w: &mut Self::Writer) -> Result<()>;
-    /// Applies a DDL (called after a successful flush).
+    /// Makes every buffered row durable. Checks `fence` immediately before each downstream write.
+    async fn flush(&self, w: &mut Self::Writer, fence: &BoundFence) -> Result<()>;
+    /// Applies a DDL (called after a successful flush). Checks `fence` immediately before each
+    /// downstream write.
     async fn ddl(
         &self,
         w: &mut Self::Writer,
         ddl: &DdlEvent,
         tables: &[Arc<TableSchema>],
+        fence: &BoundFence,
     ) -> Result<()>;
-    async fn checkpoint(&self, ts: Ts) -> Result<()>;
+    /// Records the changefeed checkpoint; checks `fence` immediately before writing it.
+    async fn checkpoint(&self, ts: Ts, fence: &BoundFence) -> Result<()>;
     /// Drops buffered rows (closing a failed dispatcher); waits for any write still in flight.
     async fn discard(&self, w: &mut Self::Writer);
     /// How often buffered rows are flushed without being asked; `None`: never.
@@ -61,6 +80,8 @@ struct Slot<W> {
     /// Greatest resolved ts declared.
     resolved: Ts,
     ack: watch::Sender<Ts>,
+    /// The sink's fence bound to the incarnation that may write when the dispatcher was opened.
+    fence: BoundFence,
     /// Set once, by the first failed flush; shared with the slot table (see [`Sink::failure`]).
     failed: Failure,
     closed: bool,
@@ -108,6 +129,8 @@ type SlotTable<W> = BTreeMap<DispatcherId, (SlotRef<W>, watch::Receiver<Ts>, Fai
 struct Shared<B: Backend> {
     backend: B,
     slots: StdMutex<SlotTable<B::Writer>>,
+    /// Installed once, before the first dispatcher opens ([`Runner::set_fence`]).
+    fence: std::sync::OnceLock<WriteFence>,
 }
 
 enum Op {
@@ -146,6 +169,7 @@ impl<B: Backend> Runner<B> {
         let shared = Arc::new(Shared {
             backend,
             slots: StdMutex::new(BTreeMap::new()),
+            fence: std::sync::OnceLock::new(),
         });
         let ticker = interval.map(|iv| tokio::spawn(tick_loop(Arc::downgrade(&shared), iv)));
         Runner { shared, ticker }
@@ -153,6 +177,26 @@ impl<B: Backend> Runner<B> {
 
     pub fn backend(&self) -> &B {
         &self.shared.backend
+    }
+
+    /// Installs the write fence (cluster mode; see [`crate::fence`]). Refused once a dispatcher
+    /// is open (it would stay unfenced) or when a fence is already installed.
+    pub fn set_fence(&self, fence: WriteFence) -> Result<()> {
+        let slots = self
+            .shared
+            .slots
+            .lock()
+            .map_err(|_| SinkError::contract("-", "slot table poisoned"))?;
+        if !slots.is_empty() {
+            return Err(SinkError::contract(
+                "-",
+                "the write fence must be installed before any dispatcher opens",
+            ));
+        }
+        self.shared
+            .fence
+            .set(fence)
+            .map_err(|_| SinkError::contract("-", "a write fence is already installed"))
     }
 
     fn slot(&self, d: DispatcherId) -> Result<SlotRef<B::Writer>> {
@@ -210,7 +254,7 @@ async fn flush_slot<B: Backend>(b: &B, s: &mut Slot<B::Writer>) -> Result<Ts> {
     s.check_usable()?;
     let target = s.written.max(s.resolved);
     if b.has_buffered(&s.writer) {
-        if let Err(e) = b.flush(&mut s.writer).await {
+        if let Err(e) = b.flush(&mut s.writer, &s.fence).await {
             return Err(s.fail(e));
         }
     }
@@ -265,7 +309,7 @@ async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out>
             let Some(max_ts) = batch.rows.last().map(|r| r.commit_ts) else {
                 return Ok(Out::Unit);
             };
-            let full = b.buffer(&mut s.writer, batch).await;
+            let full = b.buffer(&mut s.writer, batch, &s.fence).await;
             s.written = max_ts;
             match full {
                 Ok(true) => flush_slot(b, s).await.map(|_| Out::Unit),
@@ -299,7 +343,7 @@ async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out>
                 ));
             }
             flush_slot(b, s).await?;
-            if let Err(e) = b.ddl(&mut s.writer, &ddl, &tables).await {
+            if let Err(e) = b.ddl(&mut s.writer, &ddl, &tables, &s.fence).await {
                 return Err(s.fail(e));
             }
             s.written = ddl.commit_ts;
@@ -331,16 +375,6 @@ impl<B: Backend> Sink for Runner<B> {
         let writer = self.shared.backend.new_writer(dispatcher, &span)?;
         let (tx, rx) = watch::channel(start_ts);
         let failed = Failure::default();
-        let slot = Slot {
-            id: dispatcher,
-            span,
-            writer,
-            written: start_ts,
-            resolved: start_ts,
-            ack: tx,
-            failed: failed.clone(),
-            closed: false,
-        };
         let mut slots = self
             .shared
             .slots
@@ -352,6 +386,18 @@ impl<B: Backend> Sink for Runner<B> {
                 "dispatcher is already open",
             ));
         }
+        // Bound under the slot table's lock: `set_fence` cannot slip in between.
+        let slot = Slot {
+            id: dispatcher,
+            span,
+            writer,
+            written: start_ts,
+            resolved: start_ts,
+            ack: tx,
+            fence: BoundFence::bind(self.shared.fence.get()),
+            failed: failed.clone(),
+            closed: false,
+        };
         slots.insert(dispatcher, (Arc::new(Mutex::new(slot)), rx.clone(), failed));
         Ok(rx)
     }
@@ -388,7 +434,8 @@ impl<B: Backend> Sink for Runner<B> {
     }
 
     async fn write_checkpoint(&self, ts: Ts) -> Result<()> {
-        self.shared.backend.checkpoint(ts).await
+        let fence = BoundFence::any(self.shared.fence.get());
+        self.shared.backend.checkpoint(ts, &fence).await
     }
 
     async fn close(&self, dispatcher: DispatcherId) -> CloseReport {

@@ -1,7 +1,9 @@
 //! Three `sluice server` nodes on etcd (started by `sluice_testkit::etcd` with auto-compaction)
 //! replicating a real MariaDB to another through the MySQL sink while writes run: a kill -9 of
 //! a non-coordinator node, a kill -9 of the coordinator's node, a SIGTERM of a node (handover);
-//! the dead nodes' work moves to live nodes, and the final `sluice check` passes.
+//! the dead nodes' work moves to live nodes, and the final `sluice check` passes. Nodes paused
+//! (SIGSTOP) past their lease fence themselves and rejoin; a frozen node's buffered sink rows
+//! are never written after it wakes.
 
 mod common;
 use common::*;
@@ -233,6 +235,123 @@ fn paused_node_fences_itself_and_rejoins() {
     up.exec("INSERT INTO f.t2 VALUES (100000, 1)").expect("write");
     wait_checkpoint(&out, &base, "fence", master_ts(&up), 120);
     let r = check(&out, &up_url, &down_url, "f.*");
+    assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
+    let logs: Vec<std::path::PathBuf> = servers.iter().map(|s| s.log.clone()).collect();
+    let refs: Vec<&std::path::Path> = logs.iter().map(|p| p.as_path()).collect();
+    out.assert_no_secret(&refs);
+    drop(servers);
+    for d in dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// Every file name under `root` (relative), recursively; nothing when `root` does not exist.
+fn names_under(root: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(rel) = p.strip_prefix(root) {
+                out.push(rel.to_string_lossy().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Rows a node handed to the sink of changefeed `cf` (its `sluice_sink_rows_total`).
+fn sink_rows(server: &Server, cf: &str) -> Result<u64, String> {
+    let (_, v) = api_raw(&server.url(), "GET", "/metrics", None)?;
+    let text = v.as_str().ok_or(v.to_string())?;
+    let prefix = format!("sluice_sink_rows_total{{changefeed=\"{cf}\"}} ");
+    Ok(text.lines().find_map(|l| l.strip_prefix(prefix.as_str())).and_then(|n| n.trim().parse().ok()).unwrap_or(0))
+}
+
+/// A node frozen (SIGSTOP) right after its storage sink accepted rows and before it flushed them
+/// (`flush-interval=10m`: only a DDL or a close flushes here), for longer than its lease TTL:
+/// the other node takes the table over and writes newer rows. When the frozen node wakes, its
+/// lease has lapsed: it fences itself and closes its dispatchers, and its sink refuses the
+/// close's flush (the write fence), so no file of its old dispatcher ever appears (before the
+/// sink-level fence, that close wrote the stale rows after the newer ones). The output then
+/// replays to the upstream state.
+#[test]
+fn a_frozen_node_does_not_write_its_buffered_rows_after_wake() {
+    let out = Outputs::default();
+    let etcd = Etcd::start().expect("etcd");
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    let (down, down_url) = mariadb_with_user(DOWN_PASS);
+    let dirs: Vec<_> = (0..2).map(|i| tmpdir(&format!("frozen{i}"))).collect();
+    let etcd_url = etcd.url();
+    let servers: Vec<Server> = dirs.iter().map(|d| Server::start_with(d, &up_url, &["--etcd", &etcd_url])).collect();
+    wait_for("2 captures", 30, || {
+        let (_, v) = api_raw(&servers[0].url(), "GET", "/api/v2/captures", None)?;
+        (v["items"].as_array().map(|a| a.len()) == Some(2)).then_some(()).ok_or(v.to_string())
+    });
+    let ddl = "CREATE DATABASE z; CREATE TABLE z.t (id INT PRIMARY KEY, v INT);";
+    up.exec(ddl).expect("ddl");
+    down.exec(ddl).expect("ddl");
+    let root = dirs[0].join("out");
+    let storage = format!(
+        "file://{}?protocol=canal-json&enable-tidb-extension=true&enable-table-across-nodes=true&flush-interval=10m",
+        root.display()
+    );
+    create_changefeed(&out, &servers[0].url(), "frozen", &storage);
+    wait_checkpoint(&out, &servers[0].url(), "frozen", master_ts(&up), 60);
+    let c = coordinator(&out, &servers).expect("coordinator");
+    let x = 1 - c;
+    let xid = servers[x].addr.clone();
+    move_to(&out, &servers, "frozen", "z.t", &xid);
+    // The dispatcher of z.t on x: its files would carry its id.
+    let disp = wait_for("z.t's dispatcher on x", 30, || {
+        let (_, spans) = api_raw(&servers[c].url(), "GET", "/api/v2/changefeeds/frozen/spans", None)?;
+        let table = spans["items"].as_array().and_then(|a| a.iter().find(|i| i["table_name"] == "z.t")).map(|i| i["table_id"].clone()).ok_or(spans.to_string())?;
+        let (_, v) = api_raw(&servers[x].url(), "GET", "/internal/v1/dispatchers/frozen", None)?;
+        out.add(&v.to_string());
+        v["items"].as_array().and_then(|a| a.iter().find(|i| i["table_id"] == table)).and_then(|i| i["dispatcher_id"].as_str()).map(str::to_string).ok_or(v.to_string())
+    });
+    let base = sink_rows(&servers[x], "frozen").expect("metrics");
+    up.exec(&(1..=50).map(|i| format!("INSERT INTO z.t VALUES ({i}, {i});")).collect::<String>()).expect("rows");
+    wait_for("x's sink to accept the rows", 30, || match sink_rows(&servers[x], "frozen")? {
+        n if n >= base + 50 => Ok(()),
+        n => Err(format!("{n} rows")),
+    });
+    let xpid = servers[x].child.as_ref().map(|ch| ch.id()).expect("pid");
+    assert!(std::process::Command::new("kill").args(["-STOP", &xpid.to_string()]).status().map(|s| s.success()).unwrap_or(false));
+    let frozen_at = names_under(&root);
+    assert!(frozen_at.iter().all(|n| !n.contains(&disp)), "x flushed before it froze (the test proves nothing): {frozen_at:?}");
+    // Newer rows, written by the node that takes z.t over; the ALTER makes it flush them now.
+    up.exec("UPDATE z.t SET v = v + 1000; INSERT INTO z.t VALUES (51, 51);").expect("newer rows");
+    let other = servers[c].url();
+    // A request forwarded to the frozen node (when it ran the maintainer) waits 30 s for it.
+    wait_for("z.t off the frozen node", 90, || {
+        let (_, v) = api_raw(&other, "GET", "/api/v2/changefeeds/frozen/spans", None)?;
+        let ok = v["items"].as_array().map(|a| !a.is_empty() && a.iter().all(|i| i["node_id"] != xid.as_str() && i["state"] == "replicating")).unwrap_or(false);
+        ok.then_some(()).ok_or(v.to_string())
+    });
+    up.exec("ALTER TABLE z.t ADD COLUMN w INT DEFAULT 7").expect("alter");
+    wait_checkpoint(&out, &other, "frozen", master_ts(&up), 60);
+    assert!(std::process::Command::new("kill").args(["-CONT", &xpid.to_string()]).status().map(|s| s.success()).unwrap_or(false));
+    wait_for("the frozen node to fence itself and rejoin", 30, || {
+        let log = std::fs::read_to_string(&servers[x].log).map_err(|e| e.to_string())?;
+        let (_, v) = api_raw(&other, "GET", "/api/v2/captures", None)?;
+        let back = v["items"].as_array().map(|a| a.iter().any(|i| i["id"] == xid.as_str())).unwrap_or(false);
+        (log.contains("fencing") && log.contains("rejoined") && back).then_some(()).ok_or(format!("back={back}"))
+    });
+    // Whatever the woken node's sink would still do has had time to land.
+    std::thread::sleep(Duration::from_secs(3));
+    let after = names_under(&root);
+    let stale: Vec<&String> = after.iter().filter(|n| n.contains(&disp)).collect();
+    assert!(stale.is_empty(), "the frozen node wrote its buffered rows after it woke: {stale:?}");
+    let log = std::fs::read_to_string(&servers[x].log).unwrap_or_default();
+    assert!(log.contains("lease is not fresh"), "the woken node's sink refused nothing? {log}");
+    let r = sluice(&out, &["consume", "--storage", &storage, "--downstream", &format!("{down_url}/")]);
+    assert_eq!(r.code, 0, "consume: {} {}", r.stdout, r.stderr);
+    let r = check(&out, &up_url, &down_url, "z.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
     let logs: Vec<std::path::PathBuf> = servers.iter().map(|s| s.log.clone()).collect();
     let refs: Vec<&std::path::Path> = logs.iter().map(|p| p.as_path()).collect();

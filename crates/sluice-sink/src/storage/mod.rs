@@ -18,12 +18,17 @@
 //! - a dispatcher whose span is not the whole table (or every dispatcher, with
 //!   `enable-table-across-nodes`) puts its id in its file names, so two dispatchers never share a
 //!   name, even across a failover;
-//! - the root `metadata` checkpoint never moves backwards.
+//! - the root `metadata` checkpoint never moves backwards;
+//! - with a write fence ([`crate::fence`]) every put (data, index, schema and `metadata` files)
+//!   checks the fence immediately before it: a refused put writes nothing and fails the
+//!   dispatcher with [`SinkError::Fenced`], leaving its rows unacknowledged (the buffers are kept
+//!   only until the dispatcher is closed).
 
 pub mod layout;
 
 use crate::codec;
 use crate::error::{Result, SinkError};
+use crate::fence::BoundFence;
 use crate::runner::{Backend, Runner};
 use crate::uri::{Protocol, StorageConfig, StorageLocation};
 use crate::RowBatch;
@@ -154,6 +159,13 @@ fn is_already_exists(e: &object_store::Error) -> bool {
     matches!(e, object_store::Error::AlreadyExists { .. })
 }
 
+/// What a create-only put did.
+enum Put {
+    Created,
+    /// The name exists (the store's error, for the message).
+    Taken(object_store::Error),
+}
+
 impl Storage {
     /// Where a row goes: `[(None, None)]` (as it is, no partition directory) unless the table is
     /// partitioned and `enable-partition-separator` is on; then the partition of its image (the
@@ -206,22 +218,27 @@ impl Storage {
         })
     }
 
-    async fn put_create(
-        &self,
-        path: &str,
-        bytes: Vec<u8>,
-    ) -> std::result::Result<(), object_store::Error> {
+    /// Creates `path` unless it exists; checks the fence immediately before the put.
+    async fn put_create(&self, path: &str, bytes: Vec<u8>, fence: &BoundFence) -> Result<Put> {
         let opts = PutOptions {
             mode: PutMode::Create,
             ..Default::default()
         };
-        self.store
+        fence.check(&format!("put {path}"))?;
+        match self
+            .store
             .put_opts(&Path::from(path), PutPayload::from(bytes), opts)
             .await
-            .map(|_| ())
+        {
+            Ok(_) => Ok(Put::Created),
+            Err(e) if is_already_exists(&e) => Ok(Put::Taken(e)),
+            Err(e) => Err(SinkError::store("put", path, e)),
+        }
     }
 
-    async fn put_overwrite(&self, path: &str, bytes: Vec<u8>) -> Result<()> {
+    /// Writes `path`, replacing it; checks the fence immediately before the put.
+    async fn put_overwrite(&self, path: &str, bytes: Vec<u8>, fence: &BoundFence) -> Result<()> {
+        fence.check(&format!("put {path}"))?;
         self.store
             .put(&Path::from(path), PutPayload::from(bytes))
             .await
@@ -231,7 +248,7 @@ impl Storage {
 
     /// Writes a schema file unless it is known to exist (an existing file of the same name has
     /// the same content: the name embeds version and checksum).
-    async fn ensure_definition(&self, def: &TableDefinition) -> Result<()> {
+    async fn ensure_definition(&self, def: &TableDefinition, fence: &BoundFence) -> Result<()> {
         let path = def.path();
         if self
             .schemas
@@ -242,11 +259,7 @@ impl Storage {
             return Ok(());
         }
         let body = serde_json::to_vec_pretty(def).map_err(|e| SinkError::Codec(e.to_string()))?;
-        match self.put_create(&path, body).await {
-            Ok(()) => {}
-            Err(e) if is_already_exists(&e) => {}
-            Err(e) => return Err(SinkError::store("put", path, e)),
-        }
+        self.put_create(&path, body, fence).await?;
         if let Ok(mut s) = self.schemas.lock() {
             s.insert(path);
         }
@@ -272,9 +285,9 @@ impl Storage {
         }
     }
 
-    async fn flush_buf(&self, w: &mut StorageWriter, buf: Buf) -> Result<()> {
+    async fn flush_buf(&self, w: &mut StorageWriter, buf: Buf, fence: &BoundFence) -> Result<()> {
         let def = TableDefinition::for_table(&buf.schema, buf.schema.version, "", None);
-        self.ensure_definition(&def).await?;
+        self.ensure_definition(&def, fence).await?;
         let dir = layout::data_dir(&buf.schema, buf.partition, buf.date.as_deref());
         let mut index = match w.next_index.get(&dir) {
             Some(i) => *i,
@@ -286,22 +299,22 @@ impl Storage {
         let name = loop {
             let name = layout::data_name(w.id, index, self.cfg.file_index_width, ext);
             let path = format!("{dir}/{name}");
-            match self.put_create(&path, body.clone()).await {
-                Ok(()) => break name,
-                Err(e) if is_already_exists(&e) => {
+            match self.put_create(&path, body.clone(), fence).await? {
+                Put::Created => break name,
+                Put::Taken(e) => {
                     probes += 1;
                     if probes >= MAX_NAME_PROBES {
                         return Err(SinkError::store("put", path, e));
                     }
                     index += 1;
                 }
-                Err(e) => return Err(SinkError::store("put", path, e)),
             }
         };
         w.next_index.insert(dir.clone(), index + 1);
         self.put_overwrite(
             &layout::index_path(&dir, w.id),
             format!("{name}\n").into_bytes(),
+            fence,
         )
         .await
     }
@@ -320,7 +333,12 @@ impl Backend for Storage {
         })
     }
 
-    async fn buffer(&self, w: &mut StorageWriter, batch: RowBatch) -> Result<bool> {
+    async fn buffer(
+        &self,
+        w: &mut StorageWriter,
+        batch: RowBatch,
+        _fence: &BoundFence,
+    ) -> Result<bool> {
         let schema = batch.schema;
         let mut full = false;
         for row in &batch.rows {
@@ -358,7 +376,7 @@ impl Backend for Storage {
         w.bufs.iter().any(|b| !b.text.is_empty())
     }
 
-    async fn flush(&self, w: &mut StorageWriter) -> Result<()> {
+    async fn flush(&self, w: &mut StorageWriter, fence: &BoundFence) -> Result<()> {
         let bufs = std::mem::take(&mut w.bufs);
         let mut it = bufs.into_iter();
         while let Some(b) = it.next() {
@@ -366,7 +384,7 @@ impl Backend for Storage {
                 continue;
             }
             let keep = b.clone();
-            if let Err(e) = self.flush_buf(w, b).await {
+            if let Err(e) = self.flush_buf(w, b, fence).await {
                 // Keep what was not written so a retry of the same writer could resume.
                 w.bufs = std::iter::once(keep).chain(it).collect();
                 return Err(e);
@@ -380,20 +398,21 @@ impl Backend for Storage {
         _w: &mut StorageWriter,
         ddl: &DdlEvent,
         tables: &[Arc<TableSchema>],
+        fence: &BoundFence,
     ) -> Result<()> {
         if tables.is_empty() {
             let def =
                 TableDefinition::for_database(&ddl.database, ddl.commit_ts, &ddl.query, ddl.kind);
-            return self.ensure_definition(&def).await;
+            return self.ensure_definition(&def, fence).await;
         }
         for t in tables {
             let def = TableDefinition::for_table(t, ddl.commit_ts, &ddl.query, Some(ddl.kind));
-            self.ensure_definition(&def).await?;
+            self.ensure_definition(&def, fence).await?;
         }
         Ok(())
     }
 
-    async fn checkpoint(&self, ts: Ts) -> Result<()> {
+    async fn checkpoint(&self, ts: Ts, fence: &BoundFence) -> Result<()> {
         let mut cur = self.checkpoint.lock().await;
         if ts <= *cur {
             return Ok(());
@@ -401,7 +420,7 @@ impl Backend for Storage {
         let body = serde_json::json!({ "checkpoint-ts": ts })
             .to_string()
             .into_bytes();
-        self.put_overwrite(layout::METADATA, body).await?;
+        self.put_overwrite(layout::METADATA, body, fence).await?;
         *cur = ts;
         Ok(())
     }
