@@ -4,6 +4,9 @@
 //! `cargo test -p sluice-sim --features mutations --test mutations`.
 #![cfg(feature = "mutations")]
 
+mod common;
+
+use common::{create_and_settle, expect, fatal_sink_error, step, table, world, write};
 use sluice_control::mutations;
 use sluice_sim::scenario;
 use sluice_sim::world::Sim;
@@ -144,39 +147,23 @@ fn dropped_tables_stay_dropped_fires_when_a_dropped_table_comes_back() {
 
 /// Retryable sink errors on one node, then `changefeed-normal`: they are handled inside the
 /// dispatcher, so the changefeed never restarts.
-const RETRYABLE_SINK_ERRORS: &str = r#"
-name = "retryable sink errors leave the changefeed normal"
-[world]
-nodes = ["n1", "n2"]
-maintainer = "n1"
-sink = "mysql"
-[[world.tables]]
-id = 10
-name = "app.t1"
-rows = 20
-[[step]]
-op = "create_changefeed"
-[[step]]
-op = "settle"
-[[step]]
-op = "x-sink_error"
-table = 10
-count = 2
-retryable = true
-[[step]]
-op = "write"
-table = 10
-rows = 40
-txn-rows = 4
-[[step]]
-op = "settle"
-[[step]]
-op = "expect"
-check = "sink-matches-upstream"
-[[step]]
-op = "expect"
-check = "changefeed-normal"
-"#;
+fn retryable_sink_errors() -> String {
+    [
+        world(
+            "retryable sink errors leave the changefeed normal",
+            &["n1", "n2"],
+            Some("n1"),
+        ),
+        table(10, "app.t1", 20),
+        create_and_settle(),
+        "[[step]]\nop = \"x-sink_error\"\ntable = 10\ncount = 2\nretryable = true\n".into(),
+        write(10, 40, Some(4)),
+        step("settle"),
+        expect("sink-matches-upstream"),
+        expect("changefeed-normal"),
+    ]
+    .concat()
+}
 
 fn run_str(text: &str, muts: &[&str]) -> Result<(), String> {
     mutations::clear();
@@ -194,17 +181,19 @@ fn run_str(text: &str, muts: &[&str]) -> Result<(), String> {
 fn changefeed_normal_fails_when_a_sink_error_restarts_the_changefeed() {
     let file = "48-failed-write-then-later-resolved-ts.toml";
     run(file, &[]).unwrap_or_else(|e| panic!("{file} fails without mutations: {e}"));
-    run_str(RETRYABLE_SINK_ERRORS, &[])
+    run_str(&retryable_sink_errors(), &[])
         .unwrap_or_else(|e| panic!("retryable sink errors fail without mutations: {e}"));
     // With the mutation the changefeed restarts (and, restarted, recovers: only the checks see
     // it). A restart that answers no failed dispatcher is seen first by error-acted-once, when the
     // restart is recorded; changefeed-normal would see it at its expect.
-    let e = run_str(RETRYABLE_SINK_ERRORS, &["sink-error-restarts-changefeed"])
-        .expect_err("a changefeed restart must be noticed");
+    let e = run_str(
+        &retryable_sink_errors(),
+        &["sink-error-restarts-changefeed"],
+    )
+    .expect_err("a changefeed restart must be noticed");
     assert!(e.starts_with("error-acted-once"), "{e}");
     // changefeed-normal itself sees every restart, also a legitimate one (one fatal error).
-    let fatal_then_normal =
-        format!("{ONE_FATAL_SINK_ERROR}[[step]]\nop = \"expect\"\ncheck = \"changefeed-normal\"\n");
+    let fatal_then_normal = format!("{}{}", one_fatal_sink_error(), expect("changefeed-normal"));
     let e = run_str(&fatal_then_normal, &[]).expect_err("a restart after a fatal error");
     assert!(
         e.contains("the changefeed was stopped or restarted as a whole"),
@@ -213,45 +202,27 @@ fn changefeed_normal_fails_when_a_sink_error_restarts_the_changefeed() {
 }
 
 /// One fatal sink error on a table whose dispatcher runs on the maintainer's node.
-const ONE_FATAL_SINK_ERROR: &str = r#"
-name = "one fatal sink error"
-[world]
-nodes = ["n1", "n2"]
-maintainer = "n1"
-sink = "mysql"
-[world.scheduler]
-balance = false
-[[world.tables]]
-id = 10
-name = "app.t1"
-rows = 20
-[[step]]
-op = "create_changefeed"
-[[step]]
-op = "settle"
-[[step]]
-op = "x-sink_error"
-table = 10
-retryable = false
-[[step]]
-op = "write"
-table = 10
-rows = 12
-txn-rows = 3
-[[step]]
-op = "settle"
-[[step]]
-op = "expect"
-check = "sink-matches-upstream"
-"#;
+fn one_fatal_sink_error() -> String {
+    [
+        world("one fatal sink error", &["n1", "n2"], Some("n1")),
+        common::NO_BALANCE.into(),
+        table(10, "app.t1", 20),
+        create_and_settle(),
+        fatal_sink_error(None, 10),
+        write(10, 12, Some(3)),
+        step("settle"),
+        expect("sink-matches-upstream"),
+    ]
+    .concat()
+}
 
 #[test]
 fn error_acted_once_fires_when_an_error_restarts_the_changefeed_without_a_close() {
-    run_str(ONE_FATAL_SINK_ERROR, &[])
+    run_str(&one_fatal_sink_error(), &[])
         .unwrap_or_else(|e| panic!("one fatal sink error fails without mutations: {e}"));
     // The failed dispatcher is never closed: the next maintainer adopts it and its one error
     // restarts the changefeed a second time.
-    let e = run_str(ONE_FATAL_SINK_ERROR, &["error-restart-without-close"])
+    let e = run_str(&one_fatal_sink_error(), &["error-restart-without-close"])
         .expect_err("a second restart for one error must be noticed");
     assert!(e.starts_with("error-acted-once"), "{e}");
 }
