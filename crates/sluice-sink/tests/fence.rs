@@ -5,8 +5,9 @@
 //! refused while one opened under the current incarnation writes; a retry and a commit after
 //! the lease lapsed are refused; DDLs and checkpoints are fenced too.
 
-use futures::TryStreamExt;
-use object_store::ObjectStore;
+mod common;
+
+use common::list;
 use sluice_sink::mysql::MysqlSink;
 use sluice_sink::storage::StorageSink;
 use sluice_sink::testing::*;
@@ -72,6 +73,23 @@ fn batch(schema: &Arc<TableSchema>, ids: std::ops::RangeInclusive<u64>, ts: Ts) 
     }
 }
 
+/// Opens dispatcher `d` on the whole of table `table` from `start_ts` (`what`: the failure's
+/// message).
+async fn open(s: &dyn Sink, d: DispatcherId, table: u64, start_ts: Ts, what: &str) -> AckReceiver {
+    s.open(d, Span::whole_table(TableId(table)), start_ts)
+        .await
+        .expect(what)
+}
+
+/// Gives `batch` to dispatcher `d` (`what`: the failure's message).
+async fn write(s: &dyn Sink, d: DispatcherId, batch: RowBatch, what: &str) {
+    s.write_rows(d, batch).await.expect(what);
+}
+
+fn dispatcher(epoch: u64, seq: u64) -> DispatcherId {
+    DispatcherId { epoch, seq }
+}
+
 /// `ALTER TABLE …` in database `d` at commit ts 20.
 fn alter_at_20(query: &str) -> DdlEvent {
     DdlEvent {
@@ -123,17 +141,6 @@ fn assert_fenced(e: &SinkError, incarnation: &str) -> String {
     msg
 }
 
-async fn list(store: &Arc<dyn ObjectStore>) -> Vec<String> {
-    let mut v: Vec<String> = store
-        .list(None)
-        .map_ok(|m| m.location.to_string())
-        .try_collect()
-        .await
-        .expect("list");
-    v.sort();
-    v
-}
-
 fn storage_sink(uri: &str, lease: &Arc<Lease>) -> StorageSink {
     let SinkConfig::Storage(cfg) = SinkUri::parse(uri).expect("uri").config else {
         panic!("storage")
@@ -180,15 +187,10 @@ async fn storage_tick_scenario(uri: &str) -> Result<(), Raced> {
     let s = storage_sink(uri, &lease);
     let store = s.store();
     let schema = Arc::new(simple_schema("d", "t", 1, 1));
-    let d = DispatcherId { epoch: 1, seq: 1 };
-    let mut acks = s
-        .open(d, Span::whole_table(TableId(1)), 5)
-        .await
-        .expect("open");
+    let d = dispatcher(1, 1);
+    let mut acks = open(&s, d, 1, 5, "open").await;
     let before = lease.calls();
-    s.write_rows(d, batch(&schema, 1..=3, 10))
-        .await
-        .expect("buffered");
+    write(&s, d, batch(&schema, 1..=3, 10), "buffered").await;
     if lease.set(0) != before {
         return Err(Raced);
     }
@@ -219,13 +221,9 @@ async fn storage_tick_scenario(uri: &str) -> Result<(), Raced> {
     );
     // The node rejoins as incarnation 2: its new dispatcher writes, the old one never does.
     lease.set(2);
-    let d2 = DispatcherId { epoch: 2, seq: 1 };
-    s.open(d2, Span::whole_table(TableId(1)), 5)
-        .await
-        .expect("open d2");
-    s.write_rows(d2, batch(&schema, 1..=3, 10))
-        .await
-        .expect("d2 rows");
+    let d2 = dispatcher(2, 1);
+    open(&s, d2, 1, 5, "open d2").await;
+    write(&s, d2, batch(&schema, 1..=3, 10), "d2 rows").await;
     assert_eq!(s.flush(d2).await.expect("d2 flush"), 10);
     s.write_checkpoint(10)
         .await
@@ -265,30 +263,20 @@ async fn storage_refuses_a_dispatcher_of_an_older_incarnation() {
         Arc::new(simple_schema("d", "old", 1, 1)),
         Arc::new(simple_schema("d", "new", 2, 1)),
     );
-    let d1 = DispatcherId { epoch: 1, seq: 1 };
-    let d2 = DispatcherId { epoch: 2, seq: 1 };
-    s.open(d1, Span::whole_table(TableId(1)), 0)
-        .await
-        .expect("open d1");
-    s.write_rows(d1, batch(&old_t, 1..=3, 10))
-        .await
-        .expect("d1 rows");
+    let d1 = dispatcher(1, 1);
+    let d2 = dispatcher(2, 1);
+    open(&s, d1, 1, 0, "open d1").await;
+    write(&s, d1, batch(&old_t, 1..=3, 10), "d1 rows").await;
     lease.set(2);
-    s.open(d2, Span::whole_table(TableId(2)), 0)
-        .await
-        .expect("open d2");
-    s.write_rows(d2, batch(&new_t, 1..=3, 10))
-        .await
-        .expect("d2 rows");
+    open(&s, d2, 2, 0, "open d2").await;
+    write(&s, d2, batch(&new_t, 1..=3, 10), "d2 rows").await;
     assert_eq!(s.flush(d2).await.expect("d2 writes"), 10);
     let e = s.flush(d1).await.expect_err("d1 is of incarnation 1");
     assert_fenced(&e, "incarnation 1, now 2");
     assert_eq!(s.durable_ts(d1), Some(0));
-    let d3 = DispatcherId { epoch: 1, seq: 3 };
+    let d3 = dispatcher(1, 3);
     lease.set(1);
-    s.open(d3, Span::whole_table(TableId(1)), 0)
-        .await
-        .expect("open d3");
+    open(&s, d3, 1, 0, "open d3").await;
     lease.set(2);
     let ddl = alter_at_20("ALTER TABLE old ADD COLUMN x INT");
     let v20 = Arc::new(simple_schema("d", "old", 1, 20));
@@ -322,19 +310,44 @@ fn count(db: &MariaDb, sql: &str) -> String {
     db.query_one(sql).expect("query")
 }
 
+/// [`count`] after `ms` milliseconds (periodic flushes, retries) have passed.
+async fn count_after(db: &MariaDb, ms: u64, sql: &str) -> String {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    count(db, sql)
+}
+
+/// A MariaDB downstream on which `setup` ran.
+fn mariadb(setup: &str) -> MariaDb {
+    let db = MariaDb::start().expect("mariadb");
+    db.exec(setup).expect("ddl");
+    db
+}
+
+/// Creates tables `d.{a}` and `d.{b}`, each `(id BIGINT PRIMARY KEY, v VARCHAR(64))`.
+fn create_two_tables(db: &MariaDb, a: &str, b: &str) {
+    db.exec(&format!(
+        "CREATE TABLE d.{a} (id BIGINT PRIMARY KEY, v VARCHAR(64)); CREATE TABLE d.{b} (id BIGINT PRIMARY KEY, v VARCHAR(64));"
+    ))
+    .expect("tables");
+}
+
+/// Flushes dispatcher `d`, which must be refused (`who` starts the message if it is not).
+async fn flush_refused(s: &dyn Sink, d: DispatcherId, who: &str) -> SinkError {
+    match s.flush(d).await {
+        Err(e) => e,
+        Ok(t) => panic!("{who}flushed to {t}"),
+    }
+}
+
 /// MySQL: rows accepted while the lease is fresh (40 rows: the `LOAD DATA` path; 1 row: a
 /// statement), the lease lapses before the periodic flush (every 200 ms): nothing reaches the
 /// downstream, acks stay, `Fenced`. A DDL and the checkpoint are refused too, without a trace
 /// in `sluice_sink.ddl_ts` or `sluice_sink.checkpoint`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_refuses_the_periodic_flush_once_the_lease_is_not_fresh() {
-    let db = MariaDb::start().expect("mariadb");
-    db.exec("CREATE DATABASE d").expect("ddl");
+    let db = mariadb("CREATE DATABASE d");
     for n in 0..10u32 {
-        db.exec(&format!(
-            "CREATE TABLE d.bulk{n} (id BIGINT PRIMARY KEY, v VARCHAR(64)); CREATE TABLE d.one{n} (id BIGINT PRIMARY KEY, v VARCHAR(64));"
-        ))
-        .expect("tables");
+        create_two_tables(&db, &format!("bulk{n}"), &format!("one{n}"));
         match mysql_tick_scenario(&db, n).await {
             Ok(()) => return,
             Err(Raced) => eprintln!("a periodic flush ran before the lease moved; again"),
@@ -348,25 +361,12 @@ async fn mysql_tick_scenario(db: &MariaDb, n: u32) -> Result<(), Raced> {
     let s = mysql_sink(db, "worker-count=2", &lease).await;
     let bulk = Arc::new(simple_schema("d", &format!("bulk{n}"), 1, 1));
     let one = Arc::new(simple_schema("d", &format!("one{n}"), 2, 1));
-    let (d1, d2) = (
-        DispatcherId { epoch: 1, seq: 1 },
-        DispatcherId { epoch: 1, seq: 2 },
-    );
-    let mut a1 = s
-        .open(d1, Span::whole_table(TableId(1)), 5)
-        .await
-        .expect("open");
-    let mut a2 = s
-        .open(d2, Span::whole_table(TableId(2)), 5)
-        .await
-        .expect("open");
+    let (d1, d2) = (dispatcher(1, 1), dispatcher(1, 2));
+    let mut a1 = open(&s, d1, 1, 5, "open").await;
+    let mut a2 = open(&s, d2, 2, 5, "open").await;
     let before = lease.calls();
-    s.write_rows(d1, batch(&bulk, 1..=40, 10))
-        .await
-        .expect("buffered");
-    s.write_rows(d2, batch(&one, 1..=1, 10))
-        .await
-        .expect("buffered");
+    write(&s, d1, batch(&bulk, 1..=40, 10), "buffered").await;
+    write(&s, d2, batch(&one, 1..=1, 10), "buffered").await;
     if lease.set(0) != before {
         return Err(Raced);
     }
@@ -375,8 +375,10 @@ async fn mysql_tick_scenario(db: &MariaDb, n: u32) -> Result<(), Raced> {
         assert_fenced(&s.failure(d).expect("kept"), "incarnation 1");
     }
     // Several periodic flushes later, still nothing downstream.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(count(db, &format!("SELECT COUNT(*) FROM d.bulk{n}")), "0");
+    assert_eq!(
+        count_after(db, 600, &format!("SELECT COUNT(*) FROM d.bulk{n}")).await,
+        "0"
+    );
     assert_eq!(count(db, &format!("SELECT COUNT(*) FROM d.one{n}")), "0");
     assert_eq!(s.close(d1).await.durable_ts, 5);
     assert_eq!(
@@ -385,10 +387,8 @@ async fn mysql_tick_scenario(db: &MariaDb, n: u32) -> Result<(), Raced> {
         "close wrote"
     );
     // A dispatcher opened while the lease is not fresh can write nothing, not even a DDL.
-    let d3 = DispatcherId { epoch: 1, seq: 3 };
-    s.open(d3, Span::whole_table(TableId(1)), 5)
-        .await
-        .expect("open");
+    let d3 = dispatcher(1, 3);
+    open(&s, d3, 1, 5, "open").await;
     let ddl = alter_at_20(&format!("ALTER TABLE bulk{n} ADD COLUMN x INT"));
     let v20 = Arc::new(simple_schema("d", &format!("bulk{n}"), 1, 20));
     let e = s
@@ -416,43 +416,25 @@ async fn mysql_tick_scenario(db: &MariaDb, n: u32) -> Result<(), Raced> {
 /// checkpoint is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_refuses_a_dispatcher_of_an_older_incarnation() {
-    let db = MariaDb::start().expect("mariadb");
-    db.exec("CREATE DATABASE d").expect("ddl");
+    let db = mariadb("CREATE DATABASE d");
     for n in 0..10u32 {
-        db.exec(&format!(
-            "CREATE TABLE d.old{n} (id BIGINT PRIMARY KEY, v VARCHAR(64)); CREATE TABLE d.new{n} (id BIGINT PRIMARY KEY, v VARCHAR(64));"
-        ))
-        .expect("tables");
+        create_two_tables(&db, &format!("old{n}"), &format!("new{n}"));
         let lease = Lease::new(1);
         let s = mysql_sink(&db, "worker-count=2", &lease).await;
         let old_t = Arc::new(simple_schema("d", &format!("old{n}"), 1, 1));
         let new_t = Arc::new(simple_schema("d", &format!("new{n}"), 2, 1));
-        let (d1, d2) = (
-            DispatcherId { epoch: 1, seq: 1 },
-            DispatcherId { epoch: 2, seq: 1 },
-        );
-        s.open(d1, Span::whole_table(TableId(1)), 0)
-            .await
-            .expect("open d1");
+        let (d1, d2) = (dispatcher(1, 1), dispatcher(2, 1));
+        open(&s, d1, 1, 0, "open d1").await;
         let before = lease.calls();
-        s.write_rows(d1, batch(&old_t, 1..=40, 10))
-            .await
-            .expect("d1 rows");
+        write(&s, d1, batch(&old_t, 1..=40, 10), "d1 rows").await;
         if lease.set(2) != before {
             eprintln!("a periodic flush ran before the lease moved; again");
             continue;
         }
-        s.open(d2, Span::whole_table(TableId(2)), 0)
-            .await
-            .expect("open d2");
-        s.write_rows(d2, batch(&new_t, 1..=40, 10))
-            .await
-            .expect("d2 rows");
+        open(&s, d2, 2, 0, "open d2").await;
+        write(&s, d2, batch(&new_t, 1..=40, 10), "d2 rows").await;
         assert_eq!(s.flush(d2).await.expect("d2 writes"), 10);
-        let e = match s.flush(d1).await {
-            Err(e) => e,
-            Ok(t) => panic!("d1 of incarnation 1 flushed to {t}"),
-        };
+        let e = flush_refused(&s, d1, "d1 of incarnation 1 ").await;
         assert_fenced(&e, "incarnation 1, now 2");
         let ddl = alter_at_20(&format!("ALTER TABLE new{n} ADD COLUMN x INT"));
         let v20 = Arc::new(simple_schema("d", &format!("new{n}"), 2, 20));
@@ -474,9 +456,8 @@ async fn mysql_refuses_a_dispatcher_of_an_older_incarnation() {
 /// lapses, so it cannot land when the downstream comes back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_refuses_a_retry_after_the_lease_lapsed() {
-    let mut db = MariaDb::start().expect("mariadb");
-    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64))")
-        .expect("ddl");
+    let mut db =
+        mariadb("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64))");
     let lease = Lease::new(1);
     let s = mysql_sink(
         &db,
@@ -485,15 +466,10 @@ async fn mysql_refuses_a_retry_after_the_lease_lapsed() {
     )
     .await;
     let schema = Arc::new(simple_schema("d", "t", 1, 1));
-    let d = DispatcherId { epoch: 1, seq: 1 };
-    let mut acks = s
-        .open(d, Span::whole_table(TableId(1)), 5)
-        .await
-        .expect("open");
+    let d = dispatcher(1, 1);
+    let mut acks = open(&s, d, 1, 5, "open").await;
     db.stop(false).expect("kill the downstream");
-    s.write_rows(d, batch(&schema, 1..=3, 10))
-        .await
-        .expect("buffered");
+    write(&s, d, batch(&schema, 1..=3, 10), "buffered").await;
     // The periodic flush (every 200 ms) fails against the dead downstream and retries.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(s.durable_ts(d), Some(5));
@@ -505,9 +481,8 @@ async fn mysql_refuses_a_retry_after_the_lease_lapsed() {
         "a retry landed after the lease lapsed"
     );
     assert_fenced(&s.failure(d).expect("kept"), "incarnation 1");
-    tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
-        count(&db, "SELECT COUNT(*) FROM d.t"),
+        count_after(&db, 500, "SELECT COUNT(*) FROM d.t").await,
         "0",
         "a retry landed after the lease lapsed"
     );
@@ -517,16 +492,12 @@ async fn mysql_refuses_a_retry_after_the_lease_lapsed() {
 /// its commit is rolled back: the commit is checked again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_rolls_back_a_transaction_whose_lease_lapses_before_commit() {
-    let db = MariaDb::start().expect("mariadb");
-    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64)); INSERT INTO d.t VALUES (9, 'kept')")
-        .expect("ddl");
+    let db = mariadb("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64)); INSERT INTO d.t VALUES (9, 'kept')");
     let lease = Lease::new(1);
     let s = mysql_sink(&db, "worker-count=1", &lease).await;
     let schema = Arc::new(simple_schema("d", "t", 1, 1));
-    let d = DispatcherId { epoch: 1, seq: 1 };
-    s.open(d, Span::whole_table(TableId(1)), 5)
-        .await
-        .expect("open");
+    let d = dispatcher(1, 1);
+    open(&s, d, 1, 5, "open").await;
     // Three upserts (one REPLACE) and a delete of another key (one DELETE): one transaction of
     // two statements. Its attempt's check passes; the check before COMMIT is refused.
     lease.pass_only(1);
@@ -537,27 +508,19 @@ async fn mysql_rolls_back_a_transaction_whose_lease_lapses_before_commit() {
     del.kind = RowKind::Delete;
     del.before = del.after.take();
     rows.push(del);
-    s.write_rows(
-        d,
-        RowBatch {
-            schema: schema.clone(),
-            rows,
-        },
-    )
-    .await
-    .expect("buffered");
-    let e = match s.flush(d).await {
-        Err(e) => e,
-        Ok(t) => panic!("flushed to {t}"),
+    let rows = RowBatch {
+        schema: schema.clone(),
+        rows,
     };
+    write(&s, d, rows, "buffered").await;
+    let e = flush_refused(&s, d, "").await;
     let msg = assert_fenced(&e, "incarnation 1");
     assert!(
         msg.contains("commit rows"),
         "refused elsewhere than at the commit: {msg}"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        count(&db, "SELECT GROUP_CONCAT(id ORDER BY id) FROM d.t"),
+        count_after(&db, 300, "SELECT GROUP_CONCAT(id ORDER BY id) FROM d.t").await,
         "9",
         "the transaction committed"
     );
@@ -576,38 +539,23 @@ async fn blackhole_counts_only_under_the_current_incarnation() {
         "a second fence is refused"
     );
     let schema = Arc::new(simple_schema("d", "t", 1, 1));
-    let (d1, d2) = (
-        DispatcherId { epoch: 1, seq: 1 },
-        DispatcherId { epoch: 2, seq: 1 },
-    );
-    s.open(d1, Span::whole_table(TableId(1)), 0)
-        .await
-        .expect("open d1");
+    let (d1, d2) = (dispatcher(1, 1), dispatcher(2, 1));
+    open(&s, d1, 1, 0, "open d1").await;
     lease.set(2);
-    s.open(d2, Span::whole_table(TableId(1)), 0)
-        .await
-        .expect("open d2");
+    open(&s, d2, 1, 0, "open d2").await;
     let e = s
         .write_rows(d1, batch(&schema, 1..=3, 10))
         .await
         .expect_err("d1 is of incarnation 1");
     assert_fenced(&e, "incarnation 1, now 2");
-    s.write_rows(d2, batch(&schema, 1..=3, 10))
-        .await
-        .expect("d2 counts");
+    write(&s, d2, batch(&schema, 1..=3, 10), "d2 counts").await;
     assert_eq!(
         s.counters().rows.load(std::sync::atomic::Ordering::Relaxed),
         3
     );
     let unfenced = BlackholeSink::new_blackhole();
-    unfenced
-        .open(d1, Span::whole_table(TableId(1)), 0)
-        .await
-        .expect("open");
-    unfenced
-        .write_rows(d1, batch(&schema, 1..=3, 10))
-        .await
-        .expect("no fence");
+    open(&unfenced, d1, 1, 0, "open").await;
+    write(&unfenced, d1, batch(&schema, 1..=3, 10), "no fence").await;
     assert!(
         unfenced.set_fence(lease.fence()).is_err(),
         "too late: a dispatcher is open"

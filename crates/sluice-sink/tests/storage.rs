@@ -6,7 +6,9 @@
 //! Golden files live in tests/golden/; `UPDATE_GOLDEN=1 cargo test -p sluice-sink` rewrites them
 //! (then review the diff).
 
-use futures::TryStreamExt;
+mod common;
+
+use common::list;
 use object_store::{ObjectStore, ObjectStoreExt};
 use sluice_sink::codec::{canal, csv, value_text};
 use sluice_sink::storage::StorageSink;
@@ -41,17 +43,6 @@ fn golden(name: &str, actual: &str) {
     let expected = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display()));
     assert_eq!(actual, expected, "golden {name} differs");
-}
-
-async fn list(store: &Arc<dyn ObjectStore>) -> Vec<String> {
-    let mut v: Vec<String> = store
-        .list(None)
-        .map_ok(|m| m.location.to_string())
-        .try_collect()
-        .await
-        .expect("list");
-    v.sort();
-    v
 }
 
 async fn read(store: &Arc<dyn ObjectStore>, p: &str) -> String {
