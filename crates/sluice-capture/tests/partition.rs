@@ -56,6 +56,15 @@ fn ints_with_edges(rng: &mut Rng, n: usize, lo: i64, hi: i64, edges: &[i64]) -> 
     v
 }
 
+/// `edges` (SQL literals) first, then values of `more` until there are `n`.
+fn edges_then(edges: &[&str], n: usize, mut more: impl FnMut() -> String) -> Vec<String> {
+    let mut v: Vec<String> = edges.iter().map(|e| e.to_string()).collect();
+    while v.len() < n {
+        v.push(more());
+    }
+    v
+}
+
 fn random_date(rng: &mut Rng) -> String {
     format!(
         "'{:04}-{:02}-{:02}'",
@@ -125,20 +134,19 @@ fn tables() -> Vec<Table> {
         ints_with_edges(&mut rng, n, -3000, 3000, &int_edges),
     ));
     // RANGE on BIGINT UNSIGNED across 2^63.
-    let mut big: Vec<String> = [
-        "0",
-        "1",
-        "9223372036854775807",
-        "9223372036854775808",
-        "18446744073709551615",
-        "18446744073709551614",
-        "NULL",
-    ]
-    .map(String::from)
-    .to_vec();
-    while big.len() < n {
-        big.push((rng.next() << 33 ^ rng.next() << 2 ^ rng.next()).to_string());
-    }
+    let big = edges_then(
+        &[
+            "0",
+            "1",
+            "9223372036854775807",
+            "9223372036854775808",
+            "18446744073709551615",
+            "18446744073709551614",
+            "NULL",
+        ],
+        n,
+        || (rng.next() << 33 ^ rng.next() << 2 ^ rng.next()).to_string(),
+    );
     t.push(one(
         "r_bigu",
         "CREATE TABLE {t} (id INT NOT NULL, u BIGINT UNSIGNED) PARTITION BY RANGE (u) (PARTITION p0 VALUES LESS THAN (1000), \
@@ -147,20 +155,19 @@ fn tables() -> Vec<Table> {
         big.clone(),
     ));
     // RANGE with YEAR(date).
-    let mut dates: Vec<String> = [
-        "'1999-12-31'",
-        "'2000-01-01'",
-        "'2009-12-31'",
-        "'2010-01-01'",
-        "'1000-01-01'",
-        "'9999-12-31'",
-        "NULL",
-    ]
-    .map(String::from)
-    .to_vec();
-    while dates.len() < n {
-        dates.push(random_date(&mut rng));
-    }
+    let dates = edges_then(
+        &[
+            "'1999-12-31'",
+            "'2000-01-01'",
+            "'2009-12-31'",
+            "'2010-01-01'",
+            "'1000-01-01'",
+            "'9999-12-31'",
+            "NULL",
+        ],
+        n,
+        || random_date(&mut rng),
+    );
     t.push(one(
         "r_year",
         "CREATE TABLE {t} (id INT NOT NULL, d DATE) PARTITION BY RANGE (YEAR(d)) (PARTITION p0 VALUES LESS THAN (2000), \
@@ -168,18 +175,17 @@ fn tables() -> Vec<Table> {
         dates.clone(),
     ));
     // RANGE with TO_DAYS(datetime), bounds written as TO_DAYS('…') in the DDL.
-    let mut dts: Vec<String> = [
-        "'2019-12-31 23:59:59.999'",
-        "'2020-01-01 00:00:00'",
-        "'2020-06-30 12:00:00.5'",
-        "'1000-01-01 00:00:00'",
-        "NULL",
-    ]
-    .map(String::from)
-    .to_vec();
-    while dts.len() < n {
-        dts.push(random_datetime(&mut rng, true));
-    }
+    let dts = edges_then(
+        &[
+            "'2019-12-31 23:59:59.999'",
+            "'2020-01-01 00:00:00'",
+            "'2020-06-30 12:00:00.5'",
+            "'1000-01-01 00:00:00'",
+            "NULL",
+        ],
+        n,
+        || random_datetime(&mut rng, true),
+    );
     t.push(one(
         "r_todays",
         "CREATE TABLE {t} (id INT NOT NULL, dt DATETIME(3)) PARTITION BY RANGE (TO_DAYS(dt)) (\
@@ -188,23 +194,24 @@ fn tables() -> Vec<Table> {
         dts.clone(),
     ));
     // RANGE with UNIX_TIMESTAMP(timestamp(2)), fractions at the bounds.
-    let mut ts: Vec<String> = [
-        "'1970-01-01 00:00:01'",
-        "'2000-01-01 00:00:00'",
-        "'1999-12-31 23:59:59.99'",
-        "'2000-01-01 00:00:00.01'",
-        "'2038-01-19 03:14:07.99'",
-        "NULL",
-    ]
-    .map(String::from)
-    .to_vec();
-    while ts.len() < n {
-        ts.push(format!(
-            "FROM_UNIXTIME({}.{:02})",
-            rng.range(1, 2_147_483_647),
-            rng.range(0, 99)
-        ));
-    }
+    let ts = edges_then(
+        &[
+            "'1970-01-01 00:00:01'",
+            "'2000-01-01 00:00:00'",
+            "'1999-12-31 23:59:59.99'",
+            "'2000-01-01 00:00:00.01'",
+            "'2038-01-19 03:14:07.99'",
+            "NULL",
+        ],
+        n,
+        || {
+            format!(
+                "FROM_UNIXTIME({}.{:02})",
+                rng.range(1, 2_147_483_647),
+                rng.range(0, 99)
+            )
+        },
+    );
     t.push(one(
         "r_unix",
         "CREATE TABLE {t} (id INT NOT NULL, ts TIMESTAMP(2) NULL DEFAULT NULL) PARTITION BY RANGE (UNIX_TIMESTAMP(ts)) (\
@@ -212,29 +219,30 @@ fn tables() -> Vec<Table> {
         ts.clone(),
     ));
     // RANGE of TIME_TO_SEC of a fractional TIME (the server floors: -10:00:01.4 → -36002).
-    let mut times: Vec<String> = [
-        "'-10:00:01.4'",
-        "'-10:00:01.6'",
-        "'-10:00:01'",
-        "'-10:00:02'",
-        "'10:00:01.6'",
-        "'10:00:00.99'",
-        "'00:00:00'",
-        "'-00:00:00.5'",
-        "NULL",
-    ]
-    .map(String::from)
-    .to_vec();
-    while times.len() < n {
-        times.push(format!(
-            "'{}{:02}:{:02}:{:02}.{:02}'",
-            if rng.range(0, 1) == 0 { "-" } else { "" },
-            rng.range(0, 12),
-            rng.range(0, 59),
-            rng.range(0, 59),
-            rng.range(0, 99)
-        ));
-    }
+    let times = edges_then(
+        &[
+            "'-10:00:01.4'",
+            "'-10:00:01.6'",
+            "'-10:00:01'",
+            "'-10:00:02'",
+            "'10:00:01.6'",
+            "'10:00:00.99'",
+            "'00:00:00'",
+            "'-00:00:00.5'",
+            "NULL",
+        ],
+        n,
+        || {
+            format!(
+                "'{}{:02}:{:02}:{:02}.{:02}'",
+                if rng.range(0, 1) == 0 { "-" } else { "" },
+                rng.range(0, 12),
+                rng.range(0, 59),
+                rng.range(0, 59),
+                rng.range(0, 99)
+            )
+        },
+    );
     t.push(one(
         "r_timesec",
         "CREATE TABLE {t} (id INT NOT NULL, tm TIME(2)) PARTITION BY RANGE (TIME_TO_SEC(tm)) (PARTITION p0 VALUES LESS THAN (-36002), \
@@ -252,18 +260,17 @@ fn tables() -> Vec<Table> {
 
     // RANGE COLUMNS on (int, varchar) with latin1_swedish_ci (the server's default here),
     // utf8mb4_general_ci and utf8mb4_bin.
-    let mut words: Vec<String> = Vec::new();
-    while words.len() < n {
+    let words = edges_then(&[], n, || {
         let a = rng.range(-15, 15);
         let w = rng.pick(WORDS);
-        words.push(if rng.range(0, 9) == 0 {
+        if rng.range(0, 9) == 0 {
             format!("{a}, NULL")
         } else if rng.range(0, 14) == 0 {
             format!("NULL, {}", sql_str(w))
         } else {
             format!("{a}, {}", sql_str(w))
-        });
-    }
+        }
+    });
     let rc = "PARTITION BY RANGE COLUMNS(a, s) (PARTITION p0 VALUES LESS THAN (-10, 'k'), PARTITION p1 VALUES LESS THAN (0, 'M'), \
               PARTITION p2 VALUES LESS THAN (0, MAXVALUE), PARTITION p3 VALUES LESS THAN (10, 'b'), PARTITION p4 VALUES LESS THAN (MAXVALUE, MAXVALUE))";
     t.push(one(
@@ -364,12 +371,11 @@ fn tables() -> Vec<Table> {
     ));
     // LIST COLUMNS on strings with case and trailing-space differences, and on (int, string)
     // with NULLs.
-    let mut lw: Vec<String> = Vec::new();
-    while lw.len() < n {
-        lw.push(sql_str(rng.pick(&[
+    let mut lw = edges_then(&[], n, || {
+        sql_str(rng.pick(&[
             "a", "A", "a ", "b", "B", "c", "C  ", "d", "D", "e", "E", "x", "é", "É", "ä",
-        ])));
-    }
+        ]))
+    });
     lw.push("NULL".into());
     let lc = "PARTITION BY LIST COLUMNS(s) (PARTITION p0 VALUES IN ('a', 'B'), PARTITION p1 VALUES IN ('c', 'D '), \
               PARTITION p2 VALUES IN ('e'), PARTITION pd DEFAULT)";
@@ -388,12 +394,11 @@ fn tables() -> Vec<Table> {
         &format!("CREATE TABLE {{t}} (id INT NOT NULL, s VARCHAR(5) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin) {lc}"),
         lw.clone(),
     ));
-    let mut pairs = Vec::new();
-    while pairs.len() < n {
+    let pairs = edges_then(&[], n, || {
         let a = ["NULL", "1", "2", "3"][(rng.next() % 4) as usize];
         let s = ["NULL", "'x'", "'X'", "'y'", "'z'"][(rng.next() % 5) as usize];
-        pairs.push(format!("{a}, {s}"));
-    }
+        format!("{a}, {s}")
+    });
     t.push(one(
         "lc_pair",
         "CREATE TABLE {t} (id INT NOT NULL, a INT, s VARCHAR(3)) PARTITION BY LIST COLUMNS(a, s) (\
@@ -419,12 +424,11 @@ fn tables() -> Vec<Table> {
         "CREATE TABLE {t} (id INT NOT NULL, u BIGINT UNSIGNED) PARTITION BY HASH (u) PARTITIONS 7",
         big.clone(),
     ));
-    let mut sbig: Vec<String> = ["-9223372036854775808", "9223372036854775807", "-1", "NULL"]
-        .map(String::from)
-        .to_vec();
-    while sbig.len() < n {
-        sbig.push(((rng.next() << 33 ^ rng.next() << 2 ^ rng.next()) as i64).to_string());
-    }
+    let sbig = edges_then(
+        &["-9223372036854775808", "9223372036854775807", "-1", "NULL"],
+        n,
+        || ((rng.next() << 33 ^ rng.next() << 2 ^ rng.next()) as i64).to_string(),
+    );
     t.push(one(
         "h_big",
         "CREATE TABLE {t} (id INT NOT NULL, b BIGINT) PARTITION BY HASH (b) PARTITIONS 6",
@@ -531,10 +535,7 @@ fn tables() -> Vec<Table> {
         "CREATE TABLE {t} (id INT NOT NULL, d DATE) PARTITION BY KEY (d) PARTITIONS 5",
         dates.clone(),
     ));
-    let mut dt6 = Vec::new();
-    while dt6.len() < n {
-        dt6.push(random_datetime(&mut rng, true));
-    }
+    let mut dt6 = edges_then(&[], n, || random_datetime(&mut rng, true));
     dt6.push("NULL".into());
     t.push(one(
         "k_datetime6",
