@@ -25,6 +25,28 @@ fn coordinator(out: &Outputs, servers: &[Server]) -> Option<usize> {
     None
 }
 
+/// `n` servers on one etcd, data dirs tagged `tag`, once all of them are registered.
+fn start_cluster(n: usize, tag: &str, up_url: &str, etcd_url: &str) -> (Vec<std::path::PathBuf>, Vec<Server>) {
+    let dirs: Vec<_> = (0..n).map(|i| tmpdir(&format!("{tag}{i}"))).collect();
+    let servers: Vec<Server> = dirs.iter().map(|d| Server::start_with(d, up_url, &["--etcd", etcd_url])).collect();
+    wait_for(&format!("{n} captures"), 30, || {
+        let (_, v) = api_raw(&servers[0].url(), "GET", "/api/v2/captures", None)?;
+        (v["items"].as_array().map(|a| a.len()) == Some(n)).then_some(()).ok_or(v.to_string())
+    });
+    (dirs, servers)
+}
+
+/// End of a cluster test: no secret in any server log, servers stopped, data dirs removed.
+fn finish(out: &Outputs, servers: Vec<Server>, dirs: Vec<std::path::PathBuf>) {
+    let logs: Vec<std::path::PathBuf> = servers.iter().map(|s| s.log.clone()).collect();
+    let refs: Vec<&std::path::Path> = logs.iter().map(|p| p.as_path()).collect();
+    out.assert_no_secret(&refs);
+    drop(servers);
+    for d in dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
 fn any_live(servers: &[Server]) -> String {
     servers.iter().find(|s| s.child.is_some()).map(|s| s.url()).unwrap_or_default()
 }
@@ -177,13 +199,7 @@ fn run(files: bool) {
     let (_, v) = api(&out, &any_live(&servers), "GET", "/api/v2/changefeeds/ha", None);
     assert_eq!(v["state"], "normal", "{v}");
     eprintln!("final changefeed: {v}");
-    let logs: Vec<std::path::PathBuf> = servers.iter().map(|s| s.log.clone()).collect();
-    let refs: Vec<&std::path::Path> = logs.iter().map(|p| p.as_path()).collect();
-    out.assert_no_secret(&refs);
-    drop(servers);
-    for d in dirs {
-        let _ = std::fs::remove_dir_all(d);
-    }
+    finish(&out, servers, dirs);
 }
 
 /// A node paused (SIGSTOP) for longer than the lease TTL while writes run: the others take its
@@ -195,13 +211,7 @@ fn paused_node_fences_itself_and_rejoins() {
     let etcd = Etcd::start().expect("etcd");
     let (up, up_url) = mariadb_with_user(UP_PASS);
     let (down, down_url) = mariadb_with_user(DOWN_PASS);
-    let dirs: Vec<_> = (0..3).map(|i| tmpdir(&format!("fence{i}"))).collect();
-    let etcd_url = etcd.url();
-    let servers: Vec<Server> = dirs.iter().map(|d| Server::start_with(d, &up_url, &["--etcd", &etcd_url])).collect();
-    wait_for("3 captures", 30, || {
-        let (_, v) = api_raw(&servers[0].url(), "GET", "/api/v2/captures", None)?;
-        (v["items"].as_array().map(|a| a.len()) == Some(3)).then_some(()).ok_or(v.to_string())
-    });
+    let (dirs, servers) = start_cluster(3, "fence", &up_url, &etcd.url());
     let ddl = "CREATE DATABASE f; CREATE TABLE f.t1 (id INT PRIMARY KEY, v INT); CREATE TABLE f.t2 (id INT PRIMARY KEY, v INT);";
     up.exec(ddl).expect("ddl");
     down.exec(ddl).expect("ddl");
@@ -236,13 +246,7 @@ fn paused_node_fences_itself_and_rejoins() {
     wait_checkpoint(&out, &base, "fence", master_ts(&up), 120);
     let r = check(&out, &up_url, &down_url, "f.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
-    let logs: Vec<std::path::PathBuf> = servers.iter().map(|s| s.log.clone()).collect();
-    let refs: Vec<&std::path::Path> = logs.iter().map(|p| p.as_path()).collect();
-    out.assert_no_secret(&refs);
-    drop(servers);
-    for d in dirs {
-        let _ = std::fs::remove_dir_all(d);
-    }
+    finish(&out, servers, dirs);
 }
 
 /// Every file name under `root` (relative), recursively; nothing when `root` does not exist.
@@ -285,13 +289,7 @@ fn a_frozen_node_does_not_write_its_buffered_rows_after_wake() {
     let etcd = Etcd::start().expect("etcd");
     let (up, up_url) = mariadb_with_user(UP_PASS);
     let (down, down_url) = mariadb_with_user(DOWN_PASS);
-    let dirs: Vec<_> = (0..2).map(|i| tmpdir(&format!("frozen{i}"))).collect();
-    let etcd_url = etcd.url();
-    let servers: Vec<Server> = dirs.iter().map(|d| Server::start_with(d, &up_url, &["--etcd", &etcd_url])).collect();
-    wait_for("2 captures", 30, || {
-        let (_, v) = api_raw(&servers[0].url(), "GET", "/api/v2/captures", None)?;
-        (v["items"].as_array().map(|a| a.len()) == Some(2)).then_some(()).ok_or(v.to_string())
-    });
+    let (dirs, servers) = start_cluster(2, "frozen", &up_url, &etcd.url());
     let ddl = "CREATE DATABASE z; CREATE TABLE z.t (id INT PRIMARY KEY, v INT);";
     up.exec(ddl).expect("ddl");
     down.exec(ddl).expect("ddl");
@@ -353,13 +351,7 @@ fn a_frozen_node_does_not_write_its_buffered_rows_after_wake() {
     assert_eq!(r.code, 0, "consume: {} {}", r.stdout, r.stderr);
     let r = check(&out, &up_url, &down_url, "z.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
-    let logs: Vec<std::path::PathBuf> = servers.iter().map(|s| s.log.clone()).collect();
-    let refs: Vec<&std::path::Path> = logs.iter().map(|p| p.as_path()).collect();
-    out.assert_no_secret(&refs);
-    drop(servers);
-    for d in dirs {
-        let _ = std::fs::remove_dir_all(d);
-    }
+    finish(&out, servers, dirs);
 }
 
 /// A node that joins after tables were created and dropped (its own snapshot would number the
