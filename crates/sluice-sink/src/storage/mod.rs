@@ -101,7 +101,6 @@ pub fn build_store(cfg: &StorageConfig) -> Result<Arc<dyn ObjectStore>> {
     }
 }
 
-#[derive(Clone)]
 struct Buf {
     schema: Arc<TableSchema>,
     /// Position of the partition in the layout (with `enable-partition-separator`).
@@ -167,19 +166,17 @@ enum Put {
 }
 
 impl Storage {
-    /// Where a row goes: `[(None, None)]` (as it is, no partition directory) unless the table is
-    /// partitioned and `enable-partition-separator` is on; then the partition of its image (the
-    /// old image for a delete). An update whose images lie in two partitions (possible only
+    /// Where a row of a partitioned table goes (with `enable-partition-separator`): the
+    /// partition of its image (the old image for a delete), with the row to write there when it
+    /// is not the row itself. An update whose images lie in two partitions (possible only
     /// without a unique key: the server requires the partitioning columns in every unique key)
     /// becomes a delete in the old partition and an insert in the new one, as TiDB logs it.
     fn placed(
         &self,
+        p: &sluice_types::Partitioning,
         schema: &TableSchema,
         row: &RowEvent,
-    ) -> Result<Vec<(Option<usize>, Option<RowEvent>)>> {
-        let Some(p) = schema.partitioning.as_ref().filter(|_| self.cfg.partition_separator) else {
-            return Ok(vec![(None, None)]);
-        };
+    ) -> Result<Vec<(usize, Option<RowEvent>)>> {
         let place = |image: &Option<Vec<Value>>| -> Result<usize> {
             let values = image.as_deref().ok_or_else(|| {
                 SinkError::Codec(format!("row of {} has no image", schema.qualified_name()))
@@ -199,12 +196,12 @@ impl Storage {
             })
         };
         Ok(match row.kind {
-            RowKind::Insert => vec![(Some(place(&row.after)?), None)],
-            RowKind::Delete => vec![(Some(place(&row.before)?), None)],
+            RowKind::Insert => vec![(place(&row.after)?, None)],
+            RowKind::Delete => vec![(place(&row.before)?, None)],
             RowKind::Update => {
                 let (old, new) = (place(&row.before)?, place(&row.after)?);
                 if old == new {
-                    vec![(Some(new), None)]
+                    vec![(new, None)]
                 } else {
                     let mut del = row.clone();
                     del.kind = RowKind::Delete;
@@ -212,14 +209,51 @@ impl Storage {
                     let mut ins = row.clone();
                     ins.kind = RowKind::Insert;
                     ins.before = None;
-                    vec![(Some(old), Some(del)), (Some(new), Some(ins))]
+                    vec![(old, Some(del)), (new, Some(ins))]
                 }
             }
         })
     }
 
     /// Creates `path` unless it exists; checks the fence immediately before the put.
-    async fn put_create(&self, path: &str, bytes: Vec<u8>, fence: &BoundFence) -> Result<Put> {
+    /// Encodes `row` into the buffer of its directory (creating it); true when that buffer
+    /// reached `file-size`.
+    fn append(
+        &self,
+        w: &mut StorageWriter,
+        schema: &Arc<TableSchema>,
+        partition: Option<usize>,
+        date: &Option<String>,
+        row: &RowEvent,
+    ) -> Result<bool> {
+        // Most rows go where the previous one went.
+        let last = w.bufs.len().checked_sub(1);
+        let i = match last
+            .filter(|&l| w.bufs[l].holds(schema, partition, date))
+            .or_else(|| w.bufs.iter().position(|b| b.holds(schema, partition, date)))
+        {
+            Some(i) => i,
+            None => {
+                w.bufs.push(Buf {
+                    schema: schema.clone(),
+                    partition,
+                    date: date.clone(),
+                    text: String::new(),
+                });
+                w.bufs.len() - 1
+            }
+        };
+        let b = &mut w.bufs[i];
+        match self.cfg.protocol {
+            Protocol::Csv => codec::csv::encode_row(&mut b.text, &self.cfg.csv, schema, row)?,
+            Protocol::CanalJson => {
+                codec::canal::encode_row(&mut b.text, self.cfg.tidb_extension, schema, row)?
+            }
+        }
+        Ok(b.text.len() as u64 >= self.cfg.file_size)
+    }
+
+    async fn put_create(&self, path: &str, bytes: PutPayload, fence: &BoundFence) -> Result<Put> {
         let opts = PutOptions {
             mode: PutMode::Create,
             ..Default::default()
@@ -227,7 +261,7 @@ impl Storage {
         fence.check(&format!("put {path}"))?;
         match self
             .store
-            .put_opts(&Path::from(path), PutPayload::from(bytes), opts)
+            .put_opts(&Path::from(path), bytes, opts)
             .await
         {
             Ok(_) => Ok(Put::Created),
@@ -259,7 +293,7 @@ impl Storage {
             return Ok(());
         }
         let body = serde_json::to_vec_pretty(def).map_err(|e| SinkError::Codec(e.to_string()))?;
-        self.put_create(&path, body, fence).await?;
+        self.put_create(&path, PutPayload::from(body), fence).await?;
         if let Ok(mut s) = self.schemas.lock() {
             s.insert(path);
         }
@@ -294,7 +328,8 @@ impl Storage {
             None => self.read_next_index(&dir, w.id).await?,
         };
         let ext = self.cfg.protocol.extension();
-        let body = buf.text.into_bytes();
+        // Shared, not copied, by every attempt at a name.
+        let body = PutPayload::from(buf.text.into_bytes());
         let mut probes = 0;
         let name = loop {
             let name = layout::data_name(w.id, index, self.cfg.file_index_width, ext);
@@ -340,33 +375,18 @@ impl Backend for Storage {
         _fence: &BoundFence,
     ) -> Result<bool> {
         let schema = batch.schema;
+        let partitioning = schema.partitioning.as_ref().filter(|_| self.cfg.partition_separator);
         let mut full = false;
         for row in &batch.rows {
             let date = layout::date_dir(self.cfg.date_separator, row.commit_time_ms);
-            for (partition, part) in self.placed(&schema, row)? {
-                let i = match w.bufs.iter().position(|b| b.holds(&schema, partition, &date)) {
-                    Some(i) => i,
-                    None => {
-                        w.bufs.push(Buf {
-                            schema: schema.clone(),
-                            partition,
-                            date: date.clone(),
-                            text: String::new(),
-                        });
-                        w.bufs.len() - 1
-                    }
-                };
-                let b = &mut w.bufs[i];
-                let row = part.as_ref().unwrap_or(row);
-                match self.cfg.protocol {
-                    Protocol::Csv => {
-                        codec::csv::encode_row(&mut b.text, &self.cfg.csv, &schema, row)?
-                    }
-                    Protocol::CanalJson => {
-                        codec::canal::encode_row(&mut b.text, self.cfg.tidb_extension, &schema, row)?
+            match partitioning {
+                None => full |= self.append(w, &schema, None, &date, row)?,
+                Some(p) => {
+                    for (partition, part) in self.placed(p, &schema, row)? {
+                        let row = part.as_ref().unwrap_or(row);
+                        full |= self.append(w, &schema, Some(partition), &date, row)?;
                     }
                 }
-                full |= b.text.len() as u64 >= self.cfg.file_size;
             }
         }
         Ok(full || w.bufs.len() >= MAX_OPEN_BUFFERS)
@@ -377,17 +397,11 @@ impl Backend for Storage {
     }
 
     async fn flush(&self, w: &mut StorageWriter, fence: &BoundFence) -> Result<()> {
-        let bufs = std::mem::take(&mut w.bufs);
-        let mut it = bufs.into_iter();
-        while let Some(b) = it.next() {
-            if b.text.is_empty() {
-                continue;
-            }
-            let keep = b.clone();
-            if let Err(e) = self.flush_buf(w, b, fence).await {
-                // Keep what was not written so a retry of the same writer could resume.
-                w.bufs = std::iter::once(keep).chain(it).collect();
-                return Err(e);
+        // A failed flush fails the dispatcher (the runner never flushes it again; its successor
+        // replays from the checkpoint), so what was not written need not be kept.
+        for b in std::mem::take(&mut w.bufs) {
+            if !b.text.is_empty() {
+                self.flush_buf(w, b, fence).await?;
             }
         }
         Ok(())
