@@ -427,7 +427,6 @@ impl Mysql {
         F: Fn(Conn) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, mysql_async::Error>>,
     {
-        let read_timeout = read_timeout.unwrap_or(Duration::MAX);
         let mut backoff = self.cfg.retry_backoff;
         let mut attempt = 0;
         loop {
@@ -444,10 +443,9 @@ impl Mysql {
                     fence.check(what)?;
                     let id = c.id();
                     let call = f(c);
-                    let answered = if read_timeout == Duration::MAX {
-                        Ok(call.await)
-                    } else {
-                        tokio::time::timeout(read_timeout, call).await
+                    let answered = match read_timeout {
+                        None => Ok(call.await),
+                        Some(limit) => tokio::time::timeout(limit, call).await.map_err(|_| limit),
                     };
                     match answered {
                         Ok(Err(mysql_async::Error::Other(e))) => match e.downcast::<SinkError>() {
@@ -455,9 +453,9 @@ impl Mysql {
                             Err(e) => Err(SinkError::db(what, mysql_async::Error::Other(e))),
                         },
                         Ok(r) => r.map_err(|e| SinkError::db(what, e)),
-                        Err(_) => Err(SinkError::Timeout {
+                        Err(limit) => Err(SinkError::Timeout {
                             what: what.to_string(),
-                            after: read_timeout,
+                            after: limit,
                             param: "read-timeout",
                             killed: self.kill(id).await,
                         }),
