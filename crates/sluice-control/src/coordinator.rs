@@ -131,6 +131,8 @@ struct Feed {
     placed_inc: u64,
     /// When the placed maintainer last reported (or was placed).
     last_report: Millis,
+    /// The current maintainer's last reported warning (not persisted: it describes now).
+    warning: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -176,6 +178,9 @@ pub struct FeedView {
     pub config: ChangefeedConfig,
     /// The resolved ts the current maintainer reported (at least the checkpoint).
     pub resolved: Ts,
+    /// What stops a `Normal` changefeed's progress now (capture stopped, a sink retrying, a
+    /// table held), as its maintainer last reported; the API shows the state `warning`.
+    pub warning: Option<String>,
 }
 
 pub struct Coordinator {
@@ -218,6 +223,7 @@ fn new_feed(info: ChangefeedInfo, info_rev: u64, checkpoint: Ts) -> Feed {
         info_unsaved: false,
         placed_inc: 0,
         last_report: 0,
+        warning: None,
     }
 }
 
@@ -294,6 +300,10 @@ impl Coordinator {
                 sink_uri: f.info.config.sink_uri.clone(),
                 config: f.info.config.clone(),
                 resolved: f.resolved.max(f.checkpoint),
+                warning: f
+                    .warning
+                    .clone()
+                    .filter(|_| f.info.state == FeedState::Normal),
             })
             .collect()
     }
@@ -832,8 +842,10 @@ impl Coordinator {
             }
         }
         f.last_report = now;
+        f.warning = status.warning.clone();
         f.resolved = f.resolved.max(status.resolved);
-        if status.checkpoint > f.reported {
+        let moved = status.checkpoint > f.reported;
+        if moved {
             f.reported = status.checkpoint;
             if f.errors_in_row > 0 {
                 f.errors_in_row = 0;
@@ -860,7 +872,28 @@ impl Coordinator {
             _ => {}
         }
         let _ = rev;
+        if moved {
+            self.clear_recovered_error(&status.cf, out);
+        }
         self.save_checkpoint(&status.cf, out);
+    }
+
+    /// A running changefeed whose checkpoint moves again no longer shows the error it was
+    /// restarted for (the restart count stays).
+    fn clear_recovered_error(&mut self, cf: &ChangefeedId, out: &mut Vec<Effect>) {
+        let Some(f) = self.feeds.get(cf) else {
+            return;
+        };
+        if f.info.state != FeedState::Normal
+            || f.info.error.is_none()
+            || f.meta_busy
+            || f.pending_state.is_some()
+        {
+            return;
+        }
+        let mut info = f.info.clone();
+        info.error = None;
+        self.set_info(cf, info, out);
     }
 
     fn save_checkpoint(&mut self, cf: &ChangefeedId, out: &mut Vec<Effect>) {

@@ -120,6 +120,8 @@ struct Dispatcher {
     /// Retryable sink failures in a row, and the flushed ts when the count last restarted.
     sink_failures: u32,
     sink_failures_since: Ts,
+    /// The last retryable sink error: a warning while no progress was made since it.
+    last_sink_error: Option<String>,
 }
 
 impl Dispatcher {
@@ -147,7 +149,24 @@ impl Dispatcher {
             write_rate: 0,
             sink_failures: 0,
             sink_failures_since: 0,
+            last_sink_error: None,
         }
+    }
+
+    /// What stops this dispatcher's progress without failing it: retryable sink errors with no
+    /// progress since the last one.
+    fn warning(&self) -> Option<String> {
+        let e = self.last_sink_error.as_ref()?;
+        (self.sink_failures > 0 && self.checkpoint() <= self.sink_failures_since).then(|| {
+            format!(
+                "span {:?} of table {}: the sink is retrying ({} failures without progress, \
+                 limit {}): {e}",
+                self.span,
+                self.span.table.0,
+                self.sink_failures,
+                crate::config::MAX_SINK_RETRIES_WITHOUT_PROGRESS
+            )
+        })
     }
 
     fn checkpoint(&self) -> Ts {
@@ -230,6 +249,9 @@ pub struct DispatcherManager {
     closed: bool,
     hb_seq: u64,
     last_hb: Option<Millis>,
+    /// A condition of the whole node that stops this changefeed's progress here (capture
+    /// stopped), set by the node; reported as a warning in every heartbeat while it lasts.
+    node_warning: Option<String>,
     pub stale_dropped: u64,
 }
 
@@ -268,6 +290,7 @@ impl DispatcherManager {
             closed: false,
             hb_seq: 0,
             last_hb: None,
+            node_warning: None,
             stale_dropped: 0,
         }
     }
@@ -1134,6 +1157,7 @@ impl DispatcherManager {
             d.sink_failures_since = cp;
         }
         d.sink_failures += 1;
+        d.last_sink_error = Some(truncate_error(message.clone()));
         if d.sink_failures > crate::config::MAX_SINK_RETRIES_WITHOUT_PROGRESS {
             let message = format!(
                 "the sink failed {} times in a row without progress (last: {message})",
@@ -1477,6 +1501,7 @@ impl DispatcherManager {
                 })
                 .take(MAX_ERRORS_PER_HEARTBEAT)
                 .collect();
+            let warnings = self.warnings();
             let msg = Message::Heartbeat {
                 cf: self.cf.clone(),
                 epoch: self.owner_epoch(),
@@ -1485,6 +1510,7 @@ impl DispatcherManager {
                 complete: true,
                 dispatchers: reports,
                 errors,
+                warnings,
             };
             self.send_owner(out, msg);
         }
@@ -1492,6 +1518,21 @@ impl DispatcherManager {
 
     pub fn node(&self) -> &NodeId {
         &self.node
+    }
+
+    /// Sets (or clears) the node-wide warning (see `node_warning`).
+    pub fn set_node_warning(&mut self, warning: Option<String>) {
+        self.node_warning = warning;
+    }
+
+    /// The current warnings: the node's own, then each dispatcher's, bounded.
+    pub fn warnings(&self) -> Vec<String> {
+        self.node_warning
+            .iter()
+            .cloned()
+            .chain(self.dispatchers.values().filter_map(|d| d.warning()))
+            .take(MAX_ERRORS_PER_HEARTBEAT)
+            .collect()
     }
 }
 

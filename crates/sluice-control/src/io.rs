@@ -154,6 +154,9 @@ pub enum Input {
         on: bool,
     },
     Request(UserRequest),
+    /// Capture on this node stopped with this error (or runs again: `None`). While it is set,
+    /// every changefeed with work here reads `warning` with this message.
+    CaptureStatus { error: Option<String> },
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -236,6 +236,11 @@ pub enum Message {
         /// changefeed closes them.
         #[serde(default)]
         errors: Vec<DispatcherErrorReport>,
+        /// Conditions that stop progress without failing anything, current at this heartbeat
+        /// (capture stopped on this node, a sink retrying, a table held at a capture error); at
+        /// most [`crate::config::MAX_ERRORS_PER_HEARTBEAT`]. Empty once they are gone.
+        #[serde(default)]
+        warnings: Vec<String>,
     },
     Rejected {
         cf: ChangefeedId,
@@ -346,4 +351,8 @@ pub struct MaintainerStatus {
     pub checkpoint: Ts,
     pub resolved: Ts,
     pub error: Option<String>,
+    /// The first current warning any node reported (see `Message::Heartbeat::warnings`): the
+    /// changefeed reads `warning` while it is set.
+    #[serde(default)]
+    pub warning: Option<String>,
 }

@@ -51,6 +51,8 @@ pub struct NodeState {
     dms: BTreeMap<ChangefeedId, DispatcherManager>,
     closed_epochs: BTreeMap<ChangefeedId, Epoch>,
     last_stopped_report: Millis,
+    /// Capture's error on this node, if it is stopped (see `Input::CaptureStatus`).
+    capture_error: Option<String>,
     pub stale_dropped: u64,
 }
 
@@ -68,6 +70,7 @@ impl NodeState {
             dms: BTreeMap::new(),
             closed_epochs: BTreeMap::new(),
             last_stopped_report: 0,
+            capture_error: None,
             stale_dropped: 0,
         }
     }
@@ -196,8 +199,22 @@ impl NodeState {
                 self.reap_closed(&mut out);
             }
             Input::Request(req) => self.on_request(now, req, &mut out),
+            Input::CaptureStatus { error } => self.on_capture_status(error),
         }
         out
+    }
+
+    /// Capture stopped (or runs again) on this node: every changefeed with work here says so.
+    fn on_capture_status(&mut self, error: Option<String>) {
+        self.capture_error = error.map(|e| {
+            crate::msg::truncate_error(format!("capture stopped on node {}: {e}", self.id))
+        });
+        for dm in self.dms.values_mut() {
+            dm.set_node_warning(self.capture_error.clone());
+        }
+        for m in self.maintainers.values_mut() {
+            m.set_node_warning(self.capture_error.clone());
+        }
     }
 
     fn on_request(&mut self, now: Millis, req: UserRequest, out: &mut Vec<Effect>) {
@@ -266,7 +283,7 @@ impl NodeState {
                 }
                 self.stopped_maintainers.remove(&cf);
                 let ctx = self.view.ctx(now);
-                let m = Maintainer::new(
+                let mut m = Maintainer::new(
                     &ctx,
                     cf.clone(),
                     epoch,
@@ -275,6 +292,7 @@ impl NodeState {
                     config,
                     out,
                 );
+                m.set_node_warning(self.capture_error.clone());
                 self.maintainers.insert(cf, m);
             }
             Message::RemoveMaintainer {
@@ -322,6 +340,7 @@ impl NodeState {
                             checkpoint: 0,
                             resolved: 0,
                             error: None,
+                            warning: None,
                         },
                     );
                 }
@@ -383,10 +402,10 @@ impl NodeState {
                         }));
                         return;
                     }
-                    self.dms.insert(
-                        cf.clone(),
-                        DispatcherManager::new(cf.clone(), self.id.clone(), self.incarnation),
-                    );
+                    let mut dm =
+                        DispatcherManager::new(cf.clone(), self.id.clone(), self.incarnation);
+                    dm.set_node_warning(self.capture_error.clone());
+                    self.dms.insert(cf.clone(), dm);
                 }
                 let cf = cf.clone();
                 if let Some(dm) = self.dms.get_mut(&cf) {

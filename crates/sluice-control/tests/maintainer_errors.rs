@@ -131,6 +131,7 @@ fn heartbeat(seq: u64, epoch: Epoch, errors: &[(DispatcherId, &str)]) -> Message
                 message: m.to_string(),
             })
             .collect(),
+        warnings: Vec::new(),
     }
 }
 
@@ -250,6 +251,7 @@ fn an_error_of_a_dispatcher_being_removed_is_ignored() {
             complete: true,
             dispatchers: vec![closing, report(id(6), 4)],
             errors: Vec::new(),
+            warnings: Vec::new(),
         },
         &mut out,
     );
@@ -268,4 +270,25 @@ fn an_error_of_a_dispatcher_being_removed_is_ignored() {
         &mut out,
     );
     assert!(m.status().error.unwrap_or_default().contains("real"));
+}
+
+/// A node's warnings (capture stopped, a sink retrying) show in the maintainer's status while
+/// that node reports them, and are gone with the first heartbeat without them.
+#[test]
+fn warnings_follow_the_nodes_heartbeats() {
+    let w = World::new();
+    let mut m = maintainer(&w);
+    let mut out = Vec::new();
+    let mut hb = heartbeat(1, EPOCH, &[]);
+    if let Message::Heartbeat { warnings, .. } = &mut hb {
+        warnings.push("capture stopped on node n2: bad DDL".into());
+    }
+    m.on_message(&w.ctx(10), &n("n2"), hb, &mut out);
+    assert_eq!(
+        m.status().warning.as_deref(),
+        Some("capture stopped on node n2: bad DDL")
+    );
+    assert_eq!(m.status().error, None, "a warning is not an error");
+    m.on_message(&w.ctx(20), &n("n2"), heartbeat(2, EPOCH, &[]), &mut out);
+    assert_eq!(m.status().warning, None);
 }

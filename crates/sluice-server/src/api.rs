@@ -193,18 +193,27 @@ fn state_name(s: FeedState) -> &'static str {
     }
 }
 
+/// The state users see: a running changefeed whose progress is stopped reads `warning`.
+pub fn feed_state_name(f: &sluice_control::coordinator::FeedView) -> &'static str {
+    if f.warning.is_some() {
+        "warning"
+    } else {
+        state_name(f.state)
+    }
+}
+
 fn feed_json(s: &Shell, f: &sluice_control::coordinator::FeedView) -> Json {
     let time = s.capture.time_of(f.checkpoint).map(rfc3339_ms);
     let resolved = s.node.maintainer(&f.id).map(|m| m.status().resolved).unwrap_or(f.resolved).max(f.resolved).max(f.checkpoint);
     let maintainer_addr = f.maintainer.as_ref().map(|n| s.net.addrs.get(n).cloned().unwrap_or_else(|| n.as_str().to_string()));
     json!({
         "id": f.id.as_str(),
-        "state": state_name(f.state),
+        "state": feed_state_name(f),
         "checkpoint_ts": f.checkpoint,
         "checkpoint_time": time,
         "resolved_ts": resolved,
         "maintainer_addr": maintainer_addr,
-        "error": f.error.as_ref().map(|e| json!({"message": scrub(e)})),
+        "error": f.warning.as_ref().or(f.error.as_ref()).map(|e| json!({"message": scrub(e)})),
         "restarts": f.restarts,
         "sink_uri": mask_url(&f.sink_uri),
         "epoch": f.epoch.0,

@@ -54,12 +54,19 @@ pub fn render(shell: &Shell) -> String {
     let _ = writeln!(o, "# TYPE sluice_changefeed_checkpoint_lag_seconds gauge");
     let mut resolved_lines = String::new();
     let mut ops_lines = String::new();
+    let mut state_lines = String::new();
     if let Some(c) = shell.node.coordinator() {
         for f in c.feeds() {
             let t = cap.time_of(f.checkpoint).unwrap_or(0);
             let lag = if t == 0 { 0.0 } else { now.saturating_sub(t) as f64 / 1000.0 };
             let _ = writeln!(o, "sluice_changefeed_checkpoint_lag_seconds{{changefeed=\"{}\"}} {lag:.3}", esc(f.id.as_str()));
+            let _ = writeln!(state_lines, "sluice_changefeed_state{{changefeed=\"{}\",state=\"{}\"}} 1", esc(f.id.as_str()), crate::api::feed_state_name(&f));
         }
+    }
+    if !state_lines.is_empty() {
+        let _ = writeln!(o, "# HELP sluice_changefeed_state The changefeed's state as the API shows it (normal, warning, stopped, failed), on the coordinator's node.");
+        let _ = writeln!(o, "# TYPE sluice_changefeed_state gauge");
+        o.push_str(&state_lines);
     }
     for mt in shell.node.maintainers() {
         let st = mt.status();

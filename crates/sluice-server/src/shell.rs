@@ -96,6 +96,8 @@ pub struct Shell {
     pub metrics: Arc<Metrics>,
     sink_cp_written: BTreeMap<ChangefeedId, (Ts, Instant)>,
     last_gc: Instant,
+    /// The capture error last given to the control plane (`Input::CaptureStatus`).
+    capture_error_sent: Option<String>,
     pub regions: BTreeMap<TableId, Vec<Key>>,
     /// The last checkpoint this node's coordinator persisted, per changefeed.
     pub persisted: BTreeMap<ChangefeedId, Ts>,
@@ -175,6 +177,7 @@ impl Shell {
             metrics,
             sink_cp_written: BTreeMap::new(),
             last_gc: Instant::now(),
+            capture_error_sent: None,
             regions: BTreeMap::new(),
             persisted: BTreeMap::new(),
             stopping: false,
@@ -287,6 +290,11 @@ impl Shell {
 
     /// Periodic work: the tick, event delivery, schema answers, GC.
     pub fn on_tick(&mut self) {
+        let capture_error = self.capture.error();
+        if capture_error != self.capture_error_sent {
+            self.capture_error_sent = capture_error.clone();
+            self.local.push_back(Input::CaptureStatus { error: capture_error });
+        }
         self.local.push_back(Input::Tick);
         self.drain();
         self.feed_all();

@@ -26,6 +26,8 @@ use tokio::sync::watch;
 
 /// At most this many (commit ts → commit time) samples are kept for `checkpoint_time` and lag.
 pub const MAX_TIME_SAMPLES: usize = 65_536;
+/// A restarted capture that ran this long without an error is healthy again.
+pub const HEALTHY_AFTER: Duration = Duration::from_secs(2);
 /// Wait this long before rebuilding the reader after a fatal capture error.
 pub const FATAL_RETRY: Duration = Duration::from_secs(5);
 
@@ -179,6 +181,9 @@ async fn run(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, se
         tracing::info!(position = %start, "capture: reading the binlog");
         let reader = BinlogReader::new(ReaderConfig::new(upstream.clone(), server_id, start));
         let mut pump = Pump::new(Capture::new(reader, history), shared.store.clone(), hs.clone());
+        // A restarted capture clears its error once it got past where it stopped, or ran
+        // without one for HEALTHY_AFTER (an idle upstream does not move the store).
+        let (restarted, stalled_at) = (std::time::Instant::now(), shared.store.resolved());
         let err = loop {
             let step = tokio::select! {
                 r = pump.step() => r,
@@ -186,7 +191,9 @@ async fn run(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, se
             };
             match step {
                 Ok(item) => {
-                    shared.set_error(None);
+                    if shared.store.resolved() > stalled_at || restarted.elapsed() >= HEALTHY_AFTER {
+                        shared.set_error(None);
+                    }
                     match &item {
                         Captured::Rows { commit_ts, rows } => {
                             shared.rows_captured.fetch_add(rows.len() as u64, Ordering::Relaxed);

@@ -158,6 +158,11 @@ pub struct Maintainer {
     barrier: Barrier,
     requests: VecDeque<PendingRequest>,
     hb_seen: BTreeMap<NodeId, (u64, u64)>,
+    /// The warnings each node's last heartbeat carried (nodes with none are absent).
+    warnings: BTreeMap<NodeId, Vec<String>>,
+    /// Capture stopped on this maintainer's own node (it may have no dispatchers yet: a
+    /// bootstrap that waits for capture reports it through this).
+    node_warning: Option<String>,
     last_status: Option<Millis>,
     last_balance: Millis,
     error: Option<String>,
@@ -226,6 +231,8 @@ impl Maintainer {
             barrier: Barrier::default(),
             requests: VecDeque::new(),
             hb_seen: BTreeMap::new(),
+            warnings: BTreeMap::new(),
+            node_warning: None,
             last_status: None,
             last_balance: ctx.now,
             error: None,
@@ -277,6 +284,13 @@ impl Maintainer {
             checkpoint: self.committed,
             resolved: self.resolved,
             error: self.error.clone(),
+            warning: self
+                .warnings
+                .values()
+                .flatten()
+                .next()
+                .or(self.node_warning.as_ref())
+                .cloned(),
         }
     }
     pub fn trigger_id(&self) -> DispatcherId {
@@ -601,6 +615,7 @@ impl Maintainer {
                 complete,
                 dispatchers,
                 errors,
+                warnings,
                 ..
             } => {
                 if self.ready.get(from) != Some(&incarnation)
@@ -625,6 +640,7 @@ impl Maintainer {
                     _ => {}
                 }
                 self.hb_seen.insert(from.clone(), (incarnation, seq));
+                self.on_warnings(from, warnings);
                 self.on_reports(ctx, from, &dispatchers, complete, out);
                 for e in errors.into_iter().take(MAX_ERRORS_PER_HEARTBEAT) {
                     self.on_dispatcher_error(from, e.id, e.message, out);
@@ -654,6 +670,21 @@ impl Maintainer {
                 kind: other.kind(),
                 reason: "not for a maintainer",
             })),
+        }
+    }
+
+    /// Sets (or clears) the warning of this maintainer's own node.
+    pub fn set_node_warning(&mut self, warning: Option<String>) {
+        self.node_warning = warning;
+    }
+
+    /// The node's current warnings replace what it said before (none: it has none now).
+    fn on_warnings(&mut self, from: &NodeId, mut warnings: Vec<String>) {
+        warnings.truncate(MAX_ERRORS_PER_HEARTBEAT);
+        if warnings.is_empty() {
+            self.warnings.remove(from);
+        } else {
+            self.warnings.insert(from.clone(), warnings);
         }
     }
 
@@ -2458,6 +2489,7 @@ impl Maintainer {
         for n in gone {
             self.ready.remove(&n);
             self.hb_seen.remove(&n);
+            self.warnings.remove(&n);
             let ids: Vec<DispatcherId> = self
                 .tracked
                 .iter()
