@@ -88,6 +88,10 @@ pub struct ReaderConfig {
     /// Decode rows with the fast parser ([`crate::rowimage`]); `false` forces mysql_common's
     /// generic path (used by tests to check both agree).
     pub fast_decode: bool,
+    /// Set while the reader keeps failing to reconnect (from the second failure in a row: what
+    /// failed and how often), cleared once it hands out an event again: so a capture that
+    /// retries forever is visible to whoever shares this cell (the server's changefeed state).
+    pub retrying: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl ReaderConfig {
@@ -103,6 +107,7 @@ impl ReaderConfig {
             max_txn_bytes: DEFAULT_MAX_TXN_BYTES,
             chunk_bytes: DEFAULT_CHUNK_BYTES,
             fast_decode: true,
+            retrying: Default::default(),
         }
     }
 }
@@ -317,12 +322,26 @@ impl BinlogReader {
         CaptureError::from_mysql(e)
     }
 
+    fn set_retrying(&self, state: Option<String>) {
+        *self
+            .cfg
+            .retrying
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = state;
+    }
+
     async fn backoff(&mut self, err: CaptureError) -> Result<()> {
         self.drop_connection();
         if !err.is_retryable() {
             return Err(err);
         }
         self.failures += 1;
+        if self.failures >= 2 {
+            self.set_retrying(Some(format!(
+                "reading the upstream's binlog failed {} times in a row, retrying: {err}",
+                self.failures
+            )));
+        }
         if let Some(max) = self.cfg.max_reconnects {
             if self.failures > max {
                 return Err(err);
@@ -378,7 +397,10 @@ impl BinlogReader {
             self.stats.events += 1;
             match self.handle(ev) {
                 Ok(Some(out)) => {
-                    self.failures = 0;
+                    if self.failures > 0 {
+                        self.failures = 0;
+                        self.set_retrying(None);
+                    }
                     return Ok(out);
                 }
                 Ok(None) => {}

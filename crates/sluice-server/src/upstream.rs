@@ -36,6 +36,8 @@ pub struct CaptureShared {
     pub history: RwLock<Arc<SchemaHistory>>,
     pub captured: watch::Sender<Ts>,
     pub error: Mutex<Option<String>>,
+    /// The binlog reader's "keeps failing to reconnect" notice ([`ReaderConfig::retrying`]).
+    retrying: Arc<Mutex<Option<String>>>,
     times: Mutex<BTreeMap<Ts, u64>>,
     pub rows_captured: AtomicU64,
     pub txns_captured: AtomicU64,
@@ -49,8 +51,14 @@ impl CaptureShared {
     pub fn captured(&self) -> Ts {
         *self.captured.borrow()
     }
+    /// Why capture makes no progress now, if it does not: a stop with an error, or a reader
+    /// that keeps failing to reach the upstream (secrets scrubbed).
     pub fn error(&self) -> Option<String> {
-        self.error.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        let stopped = self.error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        stopped.or_else(|| {
+            let r = self.retrying.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            r.map(|m| scrub(&m))
+        })
     }
     fn set_error(&self, e: Option<String>) {
         *self.error.lock().unwrap_or_else(|p| p.into_inner()) = e;
@@ -143,6 +151,7 @@ pub async fn open(data_dir: &Path, upstream: &str, cache_bytes: u64, skip_unpars
         history: RwLock::new(Arc::new(history)),
         captured: tx,
         error: Mutex::new(None),
+        retrying: Default::default(),
         times: Mutex::new(BTreeMap::new()),
         rows_captured: AtomicU64::new(0),
         txns_captured: AtomicU64::new(0),
@@ -179,7 +188,9 @@ async fn run(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, se
         let history = (*shared.history()).clone();
         let start = Pump::resume_position(&shared.store, &history);
         tracing::info!(position = %start, "capture: reading the binlog");
-        let reader = BinlogReader::new(ReaderConfig::new(upstream.clone(), server_id, start));
+        let mut cfg = ReaderConfig::new(upstream.clone(), server_id, start);
+        cfg.retrying = shared.retrying.clone();
+        let reader = BinlogReader::new(cfg);
         let mut pump = Pump::new(Capture::new(reader, history), shared.store.clone(), hs.clone());
         // A restarted capture clears its error once it got past where it stopped, or ran
         // without one for HEALTHY_AFTER (an idle upstream does not move the store).
