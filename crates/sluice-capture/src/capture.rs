@@ -50,16 +50,7 @@ pub enum Captured {
     Abort(BinlogPos),
 }
 
-/// True when the history describes the table exactly as the TABLE_MAP does (column names in
-/// order).
-fn agrees(schema: &TableSchema, meta: &crate::decode::TableMeta) -> bool {
-    schema.columns.len() == meta.columns.len()
-        && schema
-            .columns
-            .iter()
-            .zip(&meta.columns)
-            .all(|(a, b)| a.name.eq_ignore_ascii_case(&b.name))
-}
+use crate::binlog_schema::agrees;
 
 fn key_spec(schema: &TableSchema, change: &RowChange) -> Vec<(usize, u16)> {
     let cols = &change.table.columns;
@@ -99,6 +90,7 @@ pub fn convert(history: &mut SchemaHistory, txn: Transaction) -> Result<Vec<Capt
         }
     }
     let (ts, ms) = (txn.commit_ts, txn.commit_time_ms);
+    history.settle_from_binlog(ts, txn.rows.iter().map(|r| &r.table));
     let rows = convert_rows(history, ts, ts, ms, txn.rows)?;
     if txn.chunked_rows > 0 {
         out.push(Captured::CommitStaged {
@@ -117,10 +109,11 @@ pub fn convert(history: &mut SchemaHistory, txn: Transaction) -> Result<Vec<Capt
 }
 
 /// Converts an early chunk of a large transaction (rows carry commit ts 0 until the commit).
-pub fn convert_chunk(history: &SchemaHistory, chunk: TxnChunk) -> Result<Captured> {
+pub fn convert_chunk(history: &mut SchemaHistory, chunk: TxnChunk) -> Result<Captured> {
     // No DDL lies between the transaction's start and its commit, so the schema at its start
     // is the schema at its commit.
     let at = chunk.start.ts().unwrap_or(history.head);
+    history.settle_from_binlog(at, chunk.rows.iter().map(|r| &r.table));
     let rows = convert_rows(history, at, 0, 0, chunk.rows)?;
     Ok(Captured::Chunk {
         start: chunk.start,
@@ -321,7 +314,7 @@ impl Capture {
             }
             match self.reader.next().await? {
                 ReaderEvent::Resolved(ts) => return Ok(Captured::Resolved(ts)),
-                ReaderEvent::Chunk(c) => return convert_chunk(&self.history, c),
+                ReaderEvent::Chunk(c) => return convert_chunk(&mut self.history, c),
                 ReaderEvent::Abort(start) => return Ok(Captured::Abort(start)),
                 ReaderEvent::Transaction(t) => {
                     self.sample_heartbeat(&t);
@@ -345,6 +338,8 @@ pub struct Pump {
     /// Call [`EventStore::persist`] after this many transactions (and on every DDL).
     pub persist_every: u64,
     since_persist: u64,
+    /// The history revision last saved through `history_store`.
+    saved_revision: u64,
 }
 
 impl Pump {
@@ -359,6 +354,7 @@ impl Pump {
             history_store,
             persist_every: 1000,
             since_persist: 0,
+            saved_revision: 0,
         }
     }
 
@@ -376,6 +372,12 @@ impl Pump {
     /// Captures one item into the store and returns it.
     pub async fn step(&mut self) -> Result<Captured> {
         let item = self.capture.next().await?;
+        if self.capture.history.revision != self.saved_revision && !matches!(item, Captured::Ddl(_)) {
+            // Versions completed or repaired from the binlog: saved before their rows are
+            // stored, so a restart never finds rows whose version the saved history lacks.
+            self.history_store.save(&self.capture.history).await?;
+            self.saved_revision = self.capture.history.revision;
+        }
         match &item {
             Captured::Rows { commit_ts, rows } => {
                 if self.capture.history.head == *commit_ts {
@@ -389,6 +391,7 @@ impl Pump {
             }
             Captured::Ddl(ddl) => {
                 self.history_store.save(&self.capture.history).await?;
+                self.saved_revision = self.capture.history.revision;
                 self.store.append_ddl(ddl)?;
                 self.since_persist = self.persist_every;
             }

@@ -73,7 +73,7 @@ pub enum CaptureError {
     /// A DDL statement could not be parsed or applied (fatal unless configured to skip).
     #[error(
         "cannot apply DDL at commit ts {commit_ts} (database `{database}`): {message}; statement: {query}. \
-         Set skip_unparseable_ddl to skip such statements (the schema of the tables they touch may then be wrong)"
+         Set skip-unparseable-ddl = true in the server configuration to skip such statements (they are then not replicated)"
     )]
     Ddl {
         commit_ts: u64,

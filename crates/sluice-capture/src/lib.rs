@@ -1,7 +1,8 @@
 //! Capture from MariaDB/MySQL: the upstream check ([`check`]), the binlog reader ([`binlog`]),
 //! row decoding ([`decode`], [`rowimage`], MySQL binary JSON in [`jsonb`]), commit ts and
 //! positions ([`pos`]), row keys ([`keys`]), the schema history ([`schema`]; column charsets and
-//! collations in [`charset`]), the glue that turns transactions into Sluice events and feeds the
+//! collations in [`charset`]; definitions taken from the binlog where the history cannot follow
+//! a DDL or disagrees with the binlog in [`binlog_schema`]), the glue that turns transactions into Sluice events and feeds the
 //! store ([`capture`]), the per-node event store ([`store`], records in [`codec`]), regions from
 //! upstream statistics ([`regions`]) and the opt-in heartbeat table ([`heartbeat`]).
 //! `docs/capture.md` is the operator's view.
@@ -25,6 +26,7 @@
 //! - errors are typed and classified retryable or fatal ([`error::CaptureError::class`]).
 
 pub mod binlog;
+pub mod binlog_schema;
 pub mod capture;
 pub mod charset;
 pub mod check;

@@ -58,6 +58,10 @@ pub struct TableVersion {
     pub from: Ts,
     pub to: Option<Ts>,
     pub schema: TableSchema,
+    /// Made by a DDL the history could not parse: completed from the first TABLE_MAP of the
+    /// table after it ([`crate::binlog_schema`]).
+    #[serde(default)]
+    pub from_binlog: bool,
 }
 
 /// A DDL that was skipped because it could not be parsed.
@@ -99,6 +103,14 @@ pub struct SchemaHistory {
     /// existed: their later string columns keep only what the DDL itself says.
     #[serde(default)]
     pub charsets: CharsetDefaults,
+    /// Versions taken from the binlog because the history's own disagreed with it (newest
+    /// [`crate::binlog_schema::MAX_REPAIRS_KEPT`]).
+    #[serde(default)]
+    pub repairs: Vec<crate::binlog_schema::SchemaRepair>,
+    /// Grows with every change that is not a DDL event of its own (versions completed or
+    /// repaired from the binlog): whoever keeps or publishes the history saves it again.
+    #[serde(default)]
+    pub revision: u64,
 }
 
 /// A boxed future, so [`SchemaStore`] can be implemented over async clients (etcd) and used as
@@ -404,6 +416,8 @@ impl SchemaHistory {
             names: BTreeMap::new(),
             sequences: Default::default(),
             charsets: CharsetDefaults::default(),
+            repairs: Vec::new(),
+            revision: 0,
         }
     }
 
@@ -555,6 +569,7 @@ impl SchemaHistory {
                         version: 0,
                         partitioning,
                     },
+                    from_binlog: false,
                 }],
             );
         }
@@ -639,6 +654,14 @@ impl SchemaHistory {
         })
     }
 
+    pub(crate) fn close_table(&mut self, id: TableId, ts: Ts) {
+        self.close(id, ts)
+    }
+
+    pub(crate) fn push_version_at(&mut self, schema: TableSchema, ts: Ts) {
+        self.push_version(schema, ts)
+    }
+
     fn close(&mut self, id: TableId, ts: Ts) {
         if let Some(v) = self.tables.get_mut(&id).and_then(|v| v.last_mut()) {
             if v.to.is_none() {
@@ -656,6 +679,7 @@ impl SchemaHistory {
             from: ts,
             to: None,
             schema,
+            from_binlog: false,
         });
     }
 
@@ -728,6 +752,7 @@ impl SchemaHistory {
                         Err(e2) => {
                             return self.unparseable(
                                 commit_ts,
+                                commit_time_ms,
                                 database,
                                 query,
                                 format!("{e}; without table options: {e2}"),
@@ -746,7 +771,9 @@ impl SchemaHistory {
                         &alter_cs,
                     ))
                 }
-                None => return self.unparseable(commit_ts, database, query, e.to_string()),
+                None => {
+                    return self.unparseable(commit_ts, commit_time_ms, database, query, e.to_string())
+                }
             },
         };
         let mut work = self.clone();
@@ -765,7 +792,9 @@ impl SchemaHistory {
             match applied {
                 Ok(Some(k)) => kind = k,
                 Ok(None) => {}
-                Err(msg) => return self.unparseable(commit_ts, database, query, msg),
+                Err(msg) => {
+                    return self.unparseable(commit_ts, commit_time_ms, database, query, msg)
+                }
             }
         }
         if let Some(text) = &partition_text {
@@ -937,6 +966,7 @@ impl SchemaHistory {
     fn unparseable(
         &mut self,
         commit_ts: Ts,
+        commit_time_ms: u64,
         database: &str,
         query: &str,
         message: String,
@@ -951,12 +981,7 @@ impl SchemaHistory {
             self.head = commit_ts;
             return Ok(None);
         }
-        Err(CaptureError::Ddl {
-            commit_ts,
-            database: database.into(),
-            query: query.into(),
-            message,
-        })
+        Ok(self.follow_unparsed(commit_ts, commit_time_ms, database, query, message))
     }
 
     fn find_id(&self, db: &str, name: &str, ts: Ts) -> Option<TableId> {
@@ -2153,15 +2178,27 @@ mod tests {
     }
 
     #[test]
-    fn unparseable_ddl_is_an_error_unless_skipped() {
+    fn unparseable_ddl_follows_the_binlog_unless_skipped() {
         let mut h = h();
         let q = "ALTER TABLE t FROBNICATE (id) WITH ((10)";
         apply(&mut h, 10, "CREATE TABLE t (id INT PRIMARY KEY)");
         let before = h.clone();
-        let e = h.apply(F + 20, 0, "d", q).expect_err("must fail");
-        assert!(matches!(e, CaptureError::Ddl { .. }));
-        assert!(e.to_string().contains("skip_unparseable_ddl"), "{e}");
-        assert_eq!(h, before, "a failed DDL leaves the history unchanged");
+        let id = h.table_at("d", "t", F + 10).expect("t").table_id;
+        // Not skipped: an event for the table, a new version completed from the next TABLE_MAP.
+        let ev = h.apply(F + 20, 0, "d", q).expect("followed").expect("an event");
+        assert_eq!(ev.kind, DdlKind::AlterTable);
+        assert_eq!(ev.influence.scope, InfluenceScope::Tables(vec![id]));
+        let v = h.tables[&id].last().expect("version");
+        assert!(v.from_binlog && v.from == F + 20, "{v:?}");
+        assert_eq!(h.skipped.len(), 1);
+        // A statement whose table cannot be named: every dispatcher stops at it.
+        let ev = h
+            .apply(F + 30, 0, "d", "CREATE TABLE")
+            .expect("followed")
+            .expect("an event");
+        assert_eq!(ev.influence.scope, InfluenceScope::All);
+        // Skipped by configuration: no event, nothing changes but the record.
+        let mut h = before;
         h.skip_unparseable_ddl = true;
         assert!(h.apply(F + 20, 0, "d", q).expect("skipped").is_none());
         assert_eq!(h.skipped.len(), 1);

@@ -397,8 +397,11 @@ async fn heartbeat_table_advances_resolved_and_measures_lag_without_leaking_rows
     assert_eq!(hb.commit_ts, *empty_txns.last().expect("last"));
 }
 
+/// A history that is wrong about a table (a DDL it misread) is repaired from the binlog's
+/// TABLE_MAP at the first rows of that table: capture goes on, the rows carry every column and
+/// are keyed by the binlog's primary key, and the repair is recorded.
 #[tokio::test]
-async fn a_history_that_disagrees_with_the_binlog_stops_capture_unless_skipping() {
+async fn a_history_that_disagrees_with_the_binlog_is_repaired_from_it() {
     let db = MariaDb::start().expect("mariadb");
     db.exec("CREATE DATABASE d; CREATE TABLE d.t (id INT PRIMARY KEY, a INT)")
         .expect("sql");
@@ -409,41 +412,96 @@ async fn a_history_that_disagrees_with_the_binlog_stops_capture_unless_skipping(
             v.schema.columns.retain(|c| c.name != "a");
         }
     }
+    let t = history.table_at("d", "t", history.head).expect("t").table_id;
     db.exec("INSERT INTO d.t VALUES (7, 1); CREATE TABLE d.marker (id INT PRIMARY KEY)")
         .expect("sql");
     let mut c = Capture::new(
         reader(&db.url(), 801, history.snapshot_pos.clone()),
-        history.clone(),
-    );
-    let err = loop {
-        match c.next().await {
-            Ok(_) => continue,
-            Err(e) => break e,
-        }
-    };
-    assert!(
-        err.to_string()
-            .contains("disagrees with the binlog about d.t"),
-        "{err}"
-    );
-    assert!(!err.is_retryable());
-    // With skip_unparseable_ddl the TABLE_MAP's primary key routes the row.
-    history.skip_unparseable_ddl = true;
-    let t = history
-        .table_at("d", "t", history.head)
-        .expect("t")
-        .table_id;
-    let mut c = Capture::new(
-        reader(&db.url(), 802, history.snapshot_pos.clone()),
         history,
     );
     let items = capture_until(&mut c, "marker").await;
-    let rows = triples(&items);
-    assert_eq!(rows.len(), 1);
+    let rows: Vec<_> = items
+        .iter()
+        .flat_map(|i| match i {
+            Captured::Rows { rows, .. } => rows.clone(),
+            _ => vec![],
+        })
+        .collect();
+    assert_eq!(rows.len(), 1, "{items:?}");
+    assert_eq!(rows[0].after, Some(vec![Value::Int(7), Value::Int(1)]));
     assert_eq!(
-        rows[0].1,
+        rows[0].key,
         sluice_capture::keys::row_key(t, &[Value::Int(7)], &[(0, 0)])
     );
+    let h = &c.history;
+    let now = h.table_at("d", "t", h.head).expect("t");
+    let names: Vec<&str> = now.columns.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["id", "a"], "the repaired version has the binlog's columns");
+    assert_eq!(now.version, rows[0].commit_ts, "the repair is a version at the rows' ts");
+    assert_eq!(rows[0].schema_version, now.version, "rows name the repaired version");
+    assert_eq!(h.repairs.len(), 1, "{:?}", h.repairs);
+    assert_eq!(h.repairs[0].table, "d.t");
+}
+
+/// DDLs MariaDB accepts, whether or not the history's parser understands them, never stop
+/// capture: after each, the rows that follow are captured with the columns the server has and
+/// the history's version of the table agrees with the binlog.
+#[tokio::test]
+async fn ddls_the_history_may_not_parse_never_stop_capture() {
+    let db = MariaDb::start().expect("mariadb");
+    db.exec("CREATE DATABASE d").expect("sql");
+    let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
+    let cases: &[(&str, &str, &str)] = &[
+        ("g", "CREATE TABLE d.g (id INT PRIMARY KEY, v INT, s INT AS (v+1) PERSISTENT)", "INSERT INTO d.g (id, v) VALUES (1, 1)"),
+        ("sv", "CREATE TABLE d.sv (id INT PRIMARY KEY, v INT) WITH SYSTEM VERSIONING", "INSERT INTO d.sv VALUES (1, 1)"),
+        ("av", "CREATE TABLE d.av (id INT PRIMARY KEY, v INT); ALTER TABLE d.av ADD SYSTEM VERSIONING", "INSERT INTO d.av VALUES (1, 1)"),
+        ("ok", "CREATE TABLE d.ok (id INT PRIMARY KEY, v INT); ALTER TABLE d.ok DISABLE KEYS; ALTER TABLE d.ok ORDER BY v", "INSERT INTO d.ok VALUES (1, 1)"),
+        ("multi", "CREATE TABLE d.multi (id INT PRIMARY KEY); ALTER TABLE d.multi ADD COLUMN (a INT, b VARCHAR(8)), ADD COLUMN IF NOT EXISTS a INT", "INSERT INTO d.multi VALUES (1, 2, 'x')"),
+        ("9lives", "CREATE TABLE d.9lives (id INT PRIMARY KEY, c BLOB, UNIQUE KEY (c))", "INSERT INTO d.9lives VALUES (1, 'x')"),
+    ];
+    for (_, ddl, dml) in cases {
+        db.exec(ddl).expect("ddl accepted upstream");
+        db.exec(dml).expect("dml");
+    }
+    db.exec("CREATE TABLE d.marker (id INT PRIMARY KEY)").expect("marker");
+    let mut c = Capture::new(
+        reader(&db.url(), 803, history.snapshot_pos.clone()),
+        history,
+    );
+    let items = capture_until(&mut c, "marker").await;
+    for (table, ..) in cases {
+        let want: Vec<String> = db
+            .query(&format!(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'd' AND TABLE_NAME = '{table}' ORDER BY ORDINAL_POSITION"
+            ))
+            .expect("columns")
+            .into_iter()
+            .map(|r| r[0].clone())
+            .collect();
+        let h = &c.history;
+        let s = h.table_at("d", table, h.head).unwrap_or_else(|| panic!("d.{table} unknown to the history"));
+        let row = items
+            .iter()
+            .flat_map(|i| match i {
+                Captured::Rows { rows, .. } => rows.clone(),
+                _ => vec![],
+            })
+            .find(|r| r.table_id == s.table_id)
+            .unwrap_or_else(|| panic!("no row of d.{table} captured: {items:?}"));
+        let got: Vec<String> = s.columns.iter().map(|c| c.name.clone()).collect();
+        let width = row.after.as_ref().map(|a| a.len()).unwrap_or(0);
+        assert_eq!(width, got.len(), "d.{table}: the row and its version have the same columns: {got:?}");
+        eprintln!("d.{table}: server {want:?}, history {got:?}, row width {width}");
+        if width == want.len() {
+            assert_eq!(got, want, "d.{table}: the history names the server's columns");
+        } else {
+            // Hidden columns the server logs but does not list (or the reverse): every listed
+            // column the history knows must still be there, in the server's order.
+            let listed: Vec<&String> = got.iter().filter(|g| want.contains(g)).collect();
+            assert_eq!(listed, want.iter().collect::<Vec<_>>(), "d.{table}: columns out of order or missing");
+        }
+        assert_eq!(row.schema_version, s.version, "d.{table}: rows name the version that describes them");
+    }
 }
 
 /// The server spawns the pump and shares the store: they must be `Send + 'static` / `Sync`

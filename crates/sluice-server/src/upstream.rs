@@ -195,6 +195,7 @@ async fn run(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, se
         // A restarted capture clears its error once it got past where it stopped, or ran
         // without one for HEALTHY_AFTER (an idle upstream does not move the store).
         let (restarted, stalled_at) = (std::time::Instant::now(), shared.store.resolved());
+        let mut published = (pump.capture.history.revision, pump.capture.history.repairs.len());
         let err = loop {
             let step = tokio::select! {
                 r = pump.step() => r,
@@ -226,6 +227,7 @@ async fn run(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, se
                         Captured::Resolved(ts) => shared.sample(*ts, now_ms()),
                         Captured::Chunk { .. } | Captured::Abort(_) => {}
                     }
+                    publish_binlog_definitions(&shared, &pump.capture.history, &mut published);
                     let r = shared.store.resolved();
                     shared.captured.send_if_modified(|c| {
                         if r > *c {
@@ -253,6 +255,27 @@ async fn run(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, se
             }
         }
     }
+}
+
+/// Versions completed or repaired from the binlog are published like a DDL's (sinks look the
+/// rows' versions up in the shared history), and each repair is logged once.
+fn publish_binlog_definitions(shared: &CaptureShared, h: &SchemaHistory, published: &mut (u64, usize)) {
+    if h.revision == published.0 {
+        return;
+    }
+    for r in h.repairs.iter().skip(published.1.min(h.repairs.len())) {
+        tracing::warn!(
+            table = %r.table,
+            ts = r.ts,
+            "capture: the schema history disagreed with the binlog about {} (history columns {:?}, binlog columns {:?}); \
+             the table's definition was taken from the binlog",
+            r.table,
+            r.history_columns,
+            r.binlog_columns
+        );
+    }
+    *published = (h.revision, h.repairs.len());
+    *shared.history.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(h.clone());
 }
 
 /// How often table regions are recomputed from the upstream's statistics.

@@ -1,0 +1,460 @@
+//! Table definitions taken from the binlog itself, so one table's DDL never stops capture.
+//!
+//! With `binlog_row_metadata=FULL` every TABLE_MAP event carries the column names, types,
+//! nullability, charsets, ENUM/SET members and the primary key of the table its rows belong to:
+//! everything capture needs to key and describe those rows. This module uses it in two places:
+//!
+//! - **A DDL the history cannot parse** ([`SchemaHistory::follow_unparsed`]): when the statement
+//!   names the table it creates or alters (`CREATE [OR REPLACE] TABLE t …`, `ALTER [ONLINE]
+//!   [IGNORE] TABLE t …`, `CREATE … INDEX … ON t`, `DROP INDEX … ON t`), the DDL still becomes an
+//!   event for that table (the downstream gets the statement as the upstream logged it), and the
+//!   table's new version is marked *from the binlog*: its definition is completed from the first
+//!   TABLE_MAP of the table after the DDL. A statement whose table cannot be named becomes an
+//!   event that every dispatcher stops at (nothing is lost or reordered around it) and changes no
+//!   table; the next check below repairs any table it changed.
+//! - **A history that disagrees with the binlog** ([`SchemaHistory::settle_from_binlog`]): when a
+//!   TABLE_MAP's columns differ from the history's version of the table (names or count), the
+//!   history was wrong about it (a DDL it misread). Rows are never keyed or described with the
+//!   wrong definition: a new version is made from the TABLE_MAP at the rows' commit ts and the
+//!   repair is recorded in [`SchemaHistory::repairs`] (logged and counted by the server).
+//!
+//! Invariants: a version made here carries over, column by column, what the history knew of a
+//! column with the same name and a compatible type (the full SQL type, JSON-ness, collation
+//! names), so only what the history did not know comes from the binlog; the result is a pure
+//! function of the binlog, so every node that reads the same binlog makes the same versions.
+
+use crate::decode::TableMeta;
+use crate::schema::{SchemaHistory, SkippedDdl};
+use serde::{Deserialize, Serialize};
+use sluice_types::{
+    ColumnDef, ColumnType, DdlEvent, DdlInfluence, DdlKind, InfluenceScope, TableId, TableSchema,
+    Ts,
+};
+use sqlparser::dialect::MySqlDialect;
+use sqlparser::tokenizer::{Token, Tokenizer};
+use std::sync::Arc;
+
+/// At most this many repairs are remembered in the history (the newest are kept).
+pub const MAX_REPAIRS_KEPT: usize = 256;
+
+/// A table version the history had to take from the binlog because its own was wrong.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SchemaRepair {
+    /// The commit ts of the rows whose TABLE_MAP disagreed (the new version's ts).
+    pub ts: Ts,
+    /// `db.table`
+    pub table: String,
+    pub history_columns: Vec<String>,
+    pub binlog_columns: Vec<String>,
+}
+
+/// What an unparsed DDL does, as far as its first words tell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    Create {
+        db: String,
+        table: String,
+        or_replace: bool,
+    },
+    Alter {
+        db: String,
+        table: String,
+    },
+    /// A temporary table: never replicated.
+    Temporary,
+}
+
+fn words(query: &str) -> Vec<Token> {
+    let mut toks = Tokenizer::new(&MySqlDialect {}, query)
+        .tokenize()
+        .unwrap_or_default();
+    toks.retain(|t| !matches!(t, Token::Whitespace(_)));
+    toks.truncate(64);
+    toks
+}
+
+fn keyword(t: Option<&Token>, kw: &str) -> bool {
+    matches!(t, Some(Token::Word(w)) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(kw))
+}
+
+/// Reads `name` or `db.name` at `toks[i..]`; returns it and the index after it.
+fn object_name(toks: &[Token], i: usize, default_db: &str) -> Option<(String, String, usize)> {
+    let Some(Token::Word(a)) = toks.get(i) else {
+        return None;
+    };
+    if matches!(toks.get(i + 1), Some(Token::Period)) {
+        let Some(Token::Word(b)) = toks.get(i + 2) else {
+            return None;
+        };
+        return Some((a.value.clone(), b.value.clone(), i + 3));
+    }
+    Some((default_db.to_string(), a.value.clone(), i + 1))
+}
+
+/// Skips the words in `optional` (in any order) starting at `i`.
+fn skip_words(toks: &[Token], mut i: usize, optional: &[&str]) -> usize {
+    while optional.iter().any(|w| keyword(toks.get(i), w)) {
+        i += 1;
+    }
+    i
+}
+
+/// Skips `IF [NOT] EXISTS`.
+fn skip_if_exists(toks: &[Token], i: usize) -> usize {
+    if !keyword(toks.get(i), "IF") {
+        return i;
+    }
+    skip_words(toks, i + 1, &["NOT", "EXISTS"])
+}
+
+/// The table an unparsed `CREATE TABLE`, `ALTER TABLE` or index DDL is about.
+pub(crate) fn ddl_target(query: &str, default_db: &str) -> Option<Target> {
+    let toks = words(query);
+    if keyword(toks.first(), "ALTER") {
+        let i = skip_words(&toks, 1, &["ONLINE", "OFFLINE", "IGNORE"]);
+        if !keyword(toks.get(i), "TABLE") {
+            return None;
+        }
+        let (db, table, _) = object_name(&toks, skip_if_exists(&toks, i + 1), default_db)?;
+        return Some(Target::Alter { db, table });
+    }
+    if keyword(toks.first(), "DROP") && keyword(toks.get(1), "INDEX") {
+        return index_target(&toks, 2, default_db);
+    }
+    if !keyword(toks.first(), "CREATE") {
+        return None;
+    }
+    let mut i = 1;
+    let or_replace = keyword(toks.get(1), "OR") && keyword(toks.get(2), "REPLACE");
+    if or_replace {
+        i = 3;
+    }
+    if keyword(toks.get(i), "TEMPORARY") {
+        return Some(Target::Temporary);
+    }
+    let i = skip_words(&toks, i, &["UNIQUE", "FULLTEXT", "SPATIAL", "ONLINE", "OFFLINE"]);
+    if keyword(toks.get(i), "INDEX") || keyword(toks.get(i), "KEY") {
+        return index_target(&toks, i + 1, default_db);
+    }
+    if !keyword(toks.get(i), "TABLE") {
+        return None;
+    }
+    let (db, table, _) = object_name(&toks, skip_if_exists(&toks, i + 1), default_db)?;
+    Some(Target::Create {
+        db,
+        table,
+        or_replace,
+    })
+}
+
+/// `… INDEX [IF [NOT] EXISTS] name … ON table`: the table after the first `ON`.
+fn index_target(toks: &[Token], from: usize, default_db: &str) -> Option<Target> {
+    let on = (from..toks.len()).find(|i| keyword(toks.get(*i), "ON"))?;
+    let (db, table, _) = object_name(toks, on + 1, default_db)?;
+    Some(Target::Alter { db, table })
+}
+
+/// True when `history` (a version's column) and `binlog` (the TABLE_MAP's) describe the same
+/// column: the same name, and a type the binlog logs that way (MariaDB logs JSON as LONGTEXT).
+fn same_column(history: &ColumnDef, binlog: &ColumnDef) -> bool {
+    history.name.eq_ignore_ascii_case(&binlog.name)
+        && (history.ty == binlog.ty
+            || (history.ty == ColumnType::Json && binlog.ty == ColumnType::Text))
+}
+
+/// The table as the TABLE_MAP describes it, keeping what `prev` knew of the same columns.
+fn schema_from_binlog(
+    meta: &TableMeta,
+    prev: &TableSchema,
+    version: Ts,
+    carry_keys: bool,
+) -> TableSchema {
+    let columns: Vec<ColumnDef> = meta
+        .column_defs()
+        .into_iter()
+        .map(|b| {
+            prev.columns
+                .iter()
+                .find(|h| same_column(h, &b))
+                .map(|h| ColumnDef {
+                    nullable: b.nullable,
+                    ..h.clone()
+                })
+                .unwrap_or(b)
+        })
+        .collect();
+    let by_name = |old: usize| -> Option<usize> {
+        let name = &prev.columns.get(old)?.name;
+        columns.iter().position(|c| c.name.eq_ignore_ascii_case(name))
+    };
+    let remap = |idx: &[usize]| -> Option<Vec<usize>> { idx.iter().map(|i| by_name(*i)).collect() };
+    // The binlog names the primary key; a history's not-null unique key stands in for a table
+    // without one when its columns are all still there.
+    let key_columns = if !meta.primary_key.is_empty() {
+        meta.primary_key.clone()
+    } else if carry_keys {
+        remap(&prev.key_columns).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let unique_keys = if carry_keys {
+        prev.unique_keys.iter().filter_map(|k| remap(k)).collect()
+    } else {
+        Vec::new()
+    };
+    TableSchema {
+        table_id: prev.table_id,
+        database: prev.database.clone(),
+        name: prev.name.clone(),
+        columns,
+        key_columns,
+        unique_keys,
+        version,
+        partitioning: prev.partitioning.clone(),
+    }
+}
+
+fn column_names(columns: &[ColumnDef]) -> Vec<String> {
+    columns.iter().map(|c| c.name.clone()).collect()
+}
+
+/// True when the history's version and the TABLE_MAP name the same columns in the same order.
+pub fn agrees(schema: &TableSchema, meta: &TableMeta) -> bool {
+    schema.columns.len() == meta.columns.len()
+        && schema
+            .columns
+            .iter()
+            .zip(&meta.columns)
+            .all(|(a, b)| a.name.eq_ignore_ascii_case(&b.name))
+}
+
+impl SchemaHistory {
+    /// A DDL the history could not parse (`message` says why), not skipped by configuration:
+    /// see the module docs. Always returns an event, so the statement reaches the downstream in
+    /// order.
+    pub(crate) fn follow_unparsed(
+        &mut self,
+        commit_ts: Ts,
+        commit_time_ms: u64,
+        database: &str,
+        query: &str,
+        message: String,
+    ) -> Option<DdlEvent> {
+        self.skipped.push(SkippedDdl {
+            commit_ts,
+            database: database.into(),
+            query: query.into(),
+            error: format!("{message} (definition taken from the binlog)"),
+        });
+        let target = ddl_target(query, database);
+        if target == Some(Target::Temporary) {
+            self.head = commit_ts;
+            return None;
+        }
+        let (kind, influence) = match target {
+            Some(Target::Create {
+                db,
+                table,
+                or_replace,
+            }) => self.unparsed_create(commit_ts, &db, &table, or_replace),
+            Some(Target::Alter { db, table }) => self.unparsed_alter(commit_ts, &db, &table),
+            _ => None,
+        }
+        .unwrap_or_else(|| (DdlKind::Other, every_table()));
+        let ev = DdlEvent {
+            commit_ts,
+            commit_time_ms,
+            kind,
+            database: database.to_string(),
+            query: query.to_string(),
+            influence,
+        };
+        self.head = commit_ts;
+        self.ddls.push(ev.clone());
+        self.revision += 1;
+        Some(ev)
+    }
+
+    fn unparsed_create(
+        &mut self,
+        ts: Ts,
+        db: &str,
+        table: &str,
+        or_replace: bool,
+    ) -> Option<(DdlKind, DdlInfluence)> {
+        let name = format!("{db}.{table}");
+        let existing = self.table_at(db, table, ts - 1).map(|s| s.table_id);
+        let mut dropped = Vec::new();
+        match existing {
+            // CREATE TABLE IF NOT EXISTS of a table that exists: nothing changes.
+            Some(id) if !or_replace => return Some((DdlKind::CreateTable, only(vec![id]))),
+            Some(id) => {
+                self.close_table(id, ts);
+                dropped.push(id);
+            }
+            None => {}
+        }
+        let id = TableId(ts);
+        let placeholder = TableSchema {
+            table_id: id,
+            database: db.to_string(),
+            name: table.to_string(),
+            columns: Vec::new(),
+            key_columns: Vec::new(),
+            unique_keys: Vec::new(),
+            version: ts,
+            partitioning: None,
+        };
+        self.push_from_binlog(placeholder, ts);
+        let mut influence = only(dropped.clone());
+        influence.trigger = true;
+        influence.dropped = dropped;
+        influence.added = vec![(id, name)];
+        Some((DdlKind::CreateTable, influence))
+    }
+
+    fn unparsed_alter(
+        &mut self,
+        ts: Ts,
+        db: &str,
+        table: &str,
+    ) -> Option<(DdlKind, DdlInfluence)> {
+        let prev = self.table_at(db, table, ts - 1)?.clone();
+        let id = prev.table_id;
+        self.push_from_binlog(prev, ts);
+        Some((DdlKind::AlterTable, only(vec![id])))
+    }
+
+    /// Completes versions marked from the binlog, and repairs versions that disagree with the
+    /// binlog, for the tables of `metas` at `ts` (see the module docs). Returns whether the
+    /// history changed.
+    pub fn settle_from_binlog<'a>(
+        &mut self,
+        ts: Ts,
+        metas: impl Iterator<Item = &'a Arc<TableMeta>>,
+    ) -> bool {
+        let mut changed = false;
+        let mut seen: Vec<*const TableMeta> = Vec::new();
+        for meta in metas {
+            if seen.contains(&Arc::as_ptr(meta)) {
+                continue;
+            }
+            seen.push(Arc::as_ptr(meta));
+            changed |= self.settle_one(ts, meta);
+        }
+        if changed {
+            self.revision += 1;
+        }
+        changed
+    }
+
+    fn settle_one(&mut self, ts: Ts, meta: &TableMeta) -> bool {
+        let Some(schema) = self.table_at(&meta.database, &meta.table, ts) else {
+            return false;
+        };
+        let id = schema.table_id;
+        let Some(v) = self
+            .tables
+            .get_mut(&id)
+            .and_then(|v| v.iter_mut().rev().find(|v| v.from <= ts))
+        else {
+            return false;
+        };
+        if v.from_binlog {
+            // The first rows after an unparsed DDL: the TABLE_MAP completes that version.
+            let carry = !v.schema.columns.is_empty();
+            v.schema = schema_from_binlog(meta, &v.schema, v.from, carry);
+            v.from_binlog = false;
+            return true;
+        }
+        if agrees(&v.schema, meta) {
+            return false;
+        }
+        let prev = v.schema.clone();
+        self.repairs.push(SchemaRepair {
+            ts,
+            table: prev.qualified_name(),
+            history_columns: column_names(&prev.columns),
+            binlog_columns: meta.columns.iter().map(|c| c.name.clone()).collect(),
+        });
+        if self.repairs.len() > MAX_REPAIRS_KEPT {
+            self.repairs.remove(0);
+        }
+        let repaired = schema_from_binlog(meta, &prev, ts, true);
+        self.push_version_at(repaired, ts);
+        true
+    }
+
+    /// Pushes `schema` as the table's version at `ts`, to be completed from the binlog.
+    fn push_from_binlog(&mut self, schema: TableSchema, ts: Ts) {
+        let id = schema.table_id;
+        self.push_version_at(schema, ts);
+        if let Some(v) = self
+            .tables
+            .get_mut(&id)
+            .and_then(|v| v.last_mut())
+            .filter(|v| v.from == ts)
+        {
+            v.from_binlog = true;
+        }
+    }
+}
+
+/// An influence on exactly `tables` (none: the table trigger only).
+fn only(tables: Vec<TableId>) -> DdlInfluence {
+    DdlInfluence {
+        scope: InfluenceScope::Tables(tables),
+        trigger: false,
+        dropped: vec![],
+        added: vec![],
+        renamed: vec![],
+    }
+}
+
+/// A statement whose tables are unknown: every dispatcher stops at it.
+fn every_table() -> DdlInfluence {
+    DdlInfluence {
+        scope: InfluenceScope::All,
+        trigger: true,
+        dropped: vec![],
+        added: vec![],
+        renamed: vec![],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(q: &str) -> Option<Target> {
+        ddl_target(q, "d")
+    }
+
+    fn alter(db: &str, t: &str) -> Option<Target> {
+        Some(Target::Alter {
+            db: db.into(),
+            table: t.into(),
+        })
+    }
+
+    #[test]
+    fn targets_of_unparsed_ddls() {
+        assert_eq!(target("ALTER TABLE t ADD SYSTEM VERSIONING"), alter("d", "t"));
+        assert_eq!(target("alter online ignore table `x`.`y y` frob"), alter("x", "y y"));
+        assert_eq!(target("ALTER TABLE IF EXISTS e.t ORDER BY a"), alter("e", "t"));
+        assert_eq!(target("CREATE UNIQUE INDEX i USING BTREE ON t (a)"), alter("d", "t"));
+        assert_eq!(target("DROP INDEX IF EXISTS i ON e.t"), alter("e", "t"));
+        assert_eq!(
+            target("CREATE OR REPLACE TABLE IF NOT EXISTS `9x` (a INT) WITH SYSTEM VERSIONING"),
+            Some(Target::Create {
+                db: "d".into(),
+                table: "9x".into(),
+                or_replace: true
+            })
+        );
+        assert_eq!(target("CREATE TEMPORARY TABLE t (a INT)"), Some(Target::Temporary));
+        assert_eq!(target("CREATE TABLE"), None);
+        assert_eq!(target("DROP TABLE t"), None);
+        assert_eq!(target("RENAME TABLE a TO b"), None);
+    }
+}
