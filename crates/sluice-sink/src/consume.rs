@@ -351,11 +351,10 @@ async fn scan_layout(
             report.checkpoint_ts = v.get("checkpoint-ts").and_then(|t| t.as_u64());
             continue;
         }
+        // `<db>/<table>/meta/…`, `<db>/meta/…`, and `meta/…` (a DDL that names no table version,
+        // run in a session without a default database).
         let is_meta = parts.len() >= 2 && parts[parts.len() - 2] == "meta";
-        if is_meta
-            && (parts.len() == 3 || parts.len() == 4)
-            && layout::parse_schema_name(name).is_some()
-        {
+        if is_meta && parts.len() <= 4 && layout::parse_schema_name(name).is_some() {
             report.schema_files += 1;
             scan.add_definition(parse_json(&p, &read_all(store, &p).await?)?);
             continue;
