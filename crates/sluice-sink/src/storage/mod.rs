@@ -19,6 +19,8 @@
 //!   `enable-table-across-nodes`) puts its id in its file names, so two dispatchers never share a
 //!   name, even across a failover;
 //! - the root `metadata` checkpoint never moves backwards;
+//! - [`probe`] (changefeed create and update) writes only a test object named
+//!   [`PROBE_PREFIX`]`-…`, outside the layout's names, and deletes it;
 //! - with a write fence ([`crate::fence`]) every put (data, index, schema and `metadata` files)
 //!   checks the fence immediately before it: a refused put writes nothing and fails the
 //!   dispatcher with [`SinkError::Fenced`], leaving its rows unacknowledged (the buffers are kept
