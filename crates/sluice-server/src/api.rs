@@ -483,9 +483,9 @@ async fn create_changefeed(State(st): State<AppState>, method: Method, uri: Uri,
         Err(ServerError::ChangefeedNotFound(_)) => {}
         Err(e) => return Err(e.into()),
     }
-    // Sink URI: parse, then open once (reachability, credentials).
+    // Sink URI: parse, then check it once (reachability, credentials, writable storage).
     sluice_sink::SinkUri::parse(&sink_uri).map_err(|e| ServerError::InvalidSinkUri(scrub(&e.to_string())))?;
-    match tokio::time::timeout(FORWARD_TIMEOUT, sluice_sink::open_sink(&sink_uri)).await {
+    match tokio::time::timeout(FORWARD_TIMEOUT, sluice_sink::check_sink(&sink_uri)).await {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => return Err(ServerError::InvalidSinkUri(scrub(&e.to_string())).into()),
         Err(_) => return Err(ServerError::InvalidSinkUri(format!("{} did not answer within {} s", mask_url(&sink_uri), FORWARD_TIMEOUT.as_secs())).into()),
@@ -528,7 +528,7 @@ async fn update_changefeed(State(st): State<AppState>, method: Method, uri: Uri,
     if let Some(u) = &b.sink_uri {
         crate::mask::register_url(u);
         sluice_sink::SinkUri::parse(u).map_err(|e| ServerError::InvalidSinkUri(scrub(&e.to_string())))?;
-        match tokio::time::timeout(FORWARD_TIMEOUT, sluice_sink::open_sink(u)).await {
+        match tokio::time::timeout(FORWARD_TIMEOUT, sluice_sink::check_sink(u)).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(ServerError::InvalidSinkUri(scrub(&e.to_string())).into()),
             Err(_) => return Err(ServerError::InvalidSinkUri(format!("{} did not answer within {} s", mask_url(u), FORWARD_TIMEOUT.as_secs())).into()),

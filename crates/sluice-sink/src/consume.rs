@@ -6,9 +6,20 @@
 //! - only names the storage sink writes are read: temporary files (`…#n`, `….tmp.…`), index files
 //!   and unknown names are ignored (counted in the report); data files are found by listing, so an
 //!   index pointing past the data changes nothing;
-//! - rows are applied in (commit ts, file order, line) order, DDLs (schema files with a query) at
-//!   their commit ts before any row above it; files duplicated by a replay repeat whole
-//!   transactions, which sort right after their originals and are no-ops in safe mode; DDLs are recorded in the downstream's `ddl_ts`, so running consume twice is harmless;
+//! - rows are applied in (commit ts, file order, line) order when they carry their commit ts
+//!   (`include-commit-ts`, `enable-tidb-extension`); without it, a row stands at its table
+//!   version's commit ts, and the rows of one table version in (date, partition, dispatcher id,
+//!   file index, line) order: a dispatcher writes in commit order, its successor has a greater id
+//!   (or, without ids, continues the file index), and every key lives in one span at a time;
+//! - DDLs (schema files with a query) are applied at their commit ts, before any row of a later
+//!   table version and after every row of an earlier one, across all tables;
+//! - a layout whose order cannot be known without commit ts (one table version written both by a
+//!   whole-table dispatcher and by dispatchers of split spans; rows of a table an `EXCHANGE
+//!   PARTITION` changed without a new table version) is refused, naming the parameter to set;
+//!   nothing is applied;
+//! - files duplicated by a replay repeat a suffix of a dispatcher's writes, which sorts after the
+//!   original and is a no-op in safe mode; DDLs are recorded in the downstream's `ddl_ts`, so
+//!   running consume twice is harmless;
 //! - the number of rows held in memory is bounded by [`MAX_ROWS`].
 
 use crate::codec::{self, DecodedRow};
@@ -53,14 +64,17 @@ impl std::fmt::Display for ConsumeReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "consumed {} data files, {} schema files; {} rows read, {} rows applied, {} DDLs; {} files ignored; checkpoint {:?}",
+            "consumed {} data files, {} schema files; {} rows read, {} rows applied, {} DDLs; {} files ignored; checkpoint {}",
             self.data_files,
             self.schema_files,
             self.rows_read,
             self.rows_applied,
             self.ddls_applied,
             self.ignored_files.len(),
-            self.checkpoint_ts
+            match self.checkpoint_ts {
+                Some(ts) => ts.to_string(),
+                None => "none".to_string(),
+            }
         )
     }
 }
@@ -133,6 +147,8 @@ enum Item {
     Rows {
         schema: Arc<TableSchema>,
         rows: Vec<RowEvent>,
+        /// The rows carry no commit ts of their own: they stand at their table version's.
+        synthetic_ts: bool,
     },
 }
 
@@ -181,44 +197,144 @@ pub async fn run(args: &ConsumeArgs) -> Result<ConsumeReport> {
                 sink.close(d).await;
                 report.ddls_applied += 1;
             }
-            Item::Rows { schema, rows } => {
-                let Some(first) = rows.first().map(|r| r.commit_ts) else {
-                    continue;
-                };
-                report.rows_applied += rows.len();
-                sink.open(
-                    d,
-                    Span::whole_table(schema.table_id),
-                    first.saturating_sub(1),
-                )
-                .await?;
-                sink.write_rows(d, RowBatch { schema, rows }).await?;
-                sink.flush(d).await?;
-                let r = sink.close(d).await;
-                if let Some(e) = r.error {
-                    return Err(e);
-                }
-            }
+            Item::Rows {
+                schema,
+                rows,
+                synthetic_ts,
+            } => report.rows_applied += apply_rows(&sink, d, schema, rows, synthetic_ts).await?,
         }
     }
     Ok(report)
 }
 
-/// A row with its order key: (commit ts, file order, line).
-struct Placed {
-    ts: Ts,
-    /// (date, partition, dispatcher, index).
-    file: (String, Option<u32>, Option<String>, u64),
-    line: usize,
-    row: DecodedRow,
-    table: (String, String, Ts),
+/// Applies one table version's rows through dispatcher `d`; returns how many.
+async fn apply_rows(
+    sink: &MysqlSink,
+    d: DispatcherId,
+    schema: Arc<TableSchema>,
+    mut rows: Vec<RowEvent>,
+    synthetic_ts: bool,
+) -> Result<usize> {
+    let Some(first) = rows.first().map(|r| r.commit_ts) else {
+        return Ok(0);
+    };
+    let start = if synthetic_ts {
+        // Rows without commit ts (a table version from the snapshot stands at 0): each its own
+        // transaction, numbered in order after 0.
+        for (i, r) in rows.iter_mut().enumerate() {
+            r.commit_ts = i as Ts + 1;
+        }
+        0
+    } else {
+        first.saturating_sub(1)
+    };
+    let n = rows.len();
+    sink.open(d, Span::whole_table(schema.table_id), start)
+        .await?;
+    sink.write_rows(d, RowBatch { schema, rows }).await?;
+    sink.flush(d).await?;
+    match sink.close(d).await.error {
+        Some(e) => Err(e),
+        None => Ok(n),
+    }
 }
 
-async fn read_layout(
+/// A table version: (database, table, commit ts of the version).
+type VersionKey = (String, String, Ts);
+/// A data file's place among the files of its table version: (date, partition, dispatcher id,
+/// file index).
+type FileOrder = (String, Option<u32>, Option<String>, u64);
+
+struct DataFile {
+    path: String,
+    version: VersionKey,
+    order: FileOrder,
+}
+
+/// A DDL that changed a table without making a new version of it: the table's rows from before
+/// and after it share one version directory.
+struct InPlaceDdl {
+    version: VersionKey,
+    ts: Ts,
+    query: String,
+}
+
+/// What the listing holds.
+#[derive(Default)]
+struct Scan {
+    schemas: BTreeMap<VersionKey, Arc<TableSchema>>,
+    ddls: BTreeMap<(Ts, String), DdlEvent>,
+    /// Table ids, assigned per (db, table) in name order.
+    table_ids: BTreeMap<(String, String), TableId>,
+    in_place: Vec<InPlaceDdl>,
+    data: Vec<DataFile>,
+}
+
+impl Scan {
+    fn add_definition(&mut self, def: TableDefinition) {
+        if !def.query.is_empty() {
+            self.ddls
+                .entry((def.table_version, def.query.clone()))
+                .or_insert_with(|| ddl_event(&def));
+        }
+        if def.table.is_empty() {
+            return;
+        }
+        if let Some(s) = &def.sluice_schema {
+            if !def.query.is_empty() && s.version < def.table_version {
+                self.in_place.push(InPlaceDdl {
+                    version: (def.schema.clone(), def.table.clone(), s.version),
+                    ts: def.table_version,
+                    query: def.query.clone(),
+                });
+            }
+        }
+        let n = self.table_ids.len() as u64 + 1;
+        let id = *self
+            .table_ids
+            .entry((def.schema.clone(), def.table.clone()))
+            .or_insert(TableId(n));
+        let mut schema = def
+            .sluice_schema
+            .clone()
+            .unwrap_or_else(|| schema_from_definition(&def, id));
+        schema.table_id = id;
+        schema.version = def.table_version;
+        self.schemas
+            .insert((def.schema, def.table, def.table_version), Arc::new(schema));
+    }
+}
+
+fn ddl_event(def: &TableDefinition) -> DdlEvent {
+    DdlEvent {
+        commit_ts: def.table_version,
+        commit_time_ms: 0,
+        kind: parse_kind(&def.kind),
+        database: def.schema.clone(),
+        query: def.query.clone(),
+        influence: DdlInfluence {
+            scope: InfluenceScope::All,
+            trigger: true,
+            dropped: vec![],
+            added: vec![],
+            renamed: vec![],
+        },
+    }
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(path: &str, b: &[u8]) -> Result<T> {
+    serde_json::from_slice(b).map_err(|e| SinkError::Layout {
+        path: path.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// Lists the layout and reads its metadata and schema files; data files are only named.
+async fn scan_layout(
     store: &Arc<dyn ObjectStore>,
     cfg: &StorageConfig,
     report: &mut ConsumeReport,
-) -> Result<Vec<Item>> {
+) -> Result<Scan> {
     let mut paths: Vec<String> = store
         .list(None)
         .map_ok(|m| m.location.to_string())
@@ -226,121 +342,97 @@ async fn read_layout(
         .await
         .map_err(|e| SinkError::store("list", "/", e))?;
     paths.sort();
-    let ext = cfg.protocol.extension();
-    // (db, table, version) -> schema; table ids are assigned per (db, table) in name order.
-    let mut schemas: BTreeMap<(String, String, Ts), Arc<TableSchema>> = BTreeMap::new();
-    let mut ddls: BTreeMap<(Ts, String), DdlEvent> = BTreeMap::new();
-    let mut table_ids: BTreeMap<(String, String), TableId> = BTreeMap::new();
-    type Dirs = (Option<u32>, Option<String>);
-    let mut data: Vec<(String, String, String, Ts, Dirs, layout::DataName)> = Vec::new();
-    for p in &paths {
+    let mut scan = Scan::default();
+    for p in paths {
         let parts: Vec<&str> = p.split('/').collect();
         let name = parts.last().copied().unwrap_or_default();
         if p == layout::METADATA {
-            let b = read_all(store, p).await?;
-            let v: serde_json::Value =
-                serde_json::from_slice(&b).map_err(|e| SinkError::Layout {
-                    path: p.clone(),
-                    reason: e.to_string(),
-                })?;
+            let v: serde_json::Value = parse_json(&p, &read_all(store, &p).await?)?;
             report.checkpoint_ts = v.get("checkpoint-ts").and_then(|t| t.as_u64());
             continue;
         }
+        // `<db>/<table>/meta/…`, `<db>/meta/…`, and `meta/…` (a DDL that names no table version,
+        // run in a session without a default database).
         let is_meta = parts.len() >= 2 && parts[parts.len() - 2] == "meta";
-        if is_meta
-            && (parts.len() == 3 || parts.len() == 4)
-            && layout::parse_schema_name(name).is_some()
-        {
+        if is_meta && parts.len() <= 4 && layout::parse_schema_name(name).is_some() {
             report.schema_files += 1;
-            let b = read_all(store, p).await?;
-            let def: TableDefinition =
-                serde_json::from_slice(&b).map_err(|e| SinkError::Layout {
-                    path: p.clone(),
-                    reason: e.to_string(),
-                })?;
-            if !def.query.is_empty() {
-                ddls.entry((def.table_version, def.query.clone()))
-                    .or_insert_with(|| DdlEvent {
-                        commit_ts: def.table_version,
-                        commit_time_ms: 0,
-                        kind: parse_kind(&def.kind),
-                        database: def.schema.clone(),
-                        query: def.query.clone(),
-                        influence: DdlInfluence {
-                            scope: InfluenceScope::All,
-                            trigger: true,
-                            dropped: vec![],
-                            added: vec![],
-                            renamed: vec![],
-                        },
-                    });
-            }
-            if !def.table.is_empty() {
-                let n = table_ids.len() as u64 + 1;
-                let id = *table_ids
-                    .entry((def.schema.clone(), def.table.clone()))
-                    .or_insert(TableId(n));
-                let mut schema = def
-                    .sluice_schema
-                    .clone()
-                    .unwrap_or_else(|| schema_from_definition(&def, id));
-                schema.table_id = id;
-                schema.version = def.table_version;
-                schemas.insert(
-                    (def.schema.clone(), def.table.clone(), def.table_version),
-                    Arc::new(schema),
-                );
-            }
+            scan.add_definition(parse_json(&p, &read_all(store, &p).await?)?);
             continue;
         }
         match layout::parse_data_name(name) {
-            Some(dn) if dn.ext == ext && (4..=6).contains(&parts.len()) => {
-                let version: Ts = parts[2].parse().map_err(|_| SinkError::Layout {
-                    path: p.clone(),
-                    reason: "version directory is not a number".into(),
-                })?;
-                // <ver>[/<partition>][/<date>]: one directory between the version and the
-                // name is a date when it has the configured separator's shape, else a partition.
-                let dirs = &parts[3..parts.len() - 1];
-                let (partition, date) = match dirs {
-                    [] => (None, None),
-                    [d] if layout::is_date_dir(cfg.date_separator, d) => (None, Some(d.to_string())),
-                    [p] => (Some(*p), None),
-                    [p, d] => (Some(*p), Some(d.to_string())),
-                    _ => (None, None),
-                };
-                let partition = match partition {
-                    None => None,
-                    Some(p) => Some(p.parse::<u32>().map_err(|_| SinkError::Layout {
-                        path: parts.join("/"),
-                        reason: format!(
-                            "directory {p:?} is neither a partition number nor a date of the \
-                             configured date-separator; pass the parameters the layout was written with"
-                        ),
-                    })?),
-                };
-                data.push((
-                    p.clone(),
-                    parts[0].to_string(),
-                    parts[1].to_string(),
-                    version,
-                    (partition, date),
-                    dn,
-                ));
+            Some(dn) if dn.ext == cfg.protocol.extension() && (4..=6).contains(&parts.len()) => {
+                let file = data_file(cfg, &parts, dn)?;
+                scan.data.push(file);
             }
             _ => report.ignored_files.push(p.clone()),
         }
     }
+    Ok(scan)
+}
+
+/// Places a data file `<db>/<table>/<ver>[/<partition>][/<date>]/<name>` in its table version.
+fn data_file(cfg: &StorageConfig, parts: &[&str], dn: layout::DataName) -> Result<DataFile> {
+    let path = parts.join("/");
+    let version: Ts = parts[2].parse().map_err(|_| SinkError::Layout {
+        path: path.clone(),
+        reason: "version directory is not a number".into(),
+    })?;
+    // One directory between the version and the name is a date when it has the configured
+    // separator's shape, else a partition.
+    let dirs = &parts[3..parts.len() - 1];
+    let (partition, date) = match dirs {
+        [] => (None, None),
+        [d] if layout::is_date_dir(cfg.date_separator, d) => (None, Some(d.to_string())),
+        [p] => (Some(*p), None),
+        [p, d] => (Some(*p), Some(d.to_string())),
+        _ => (None, None),
+    };
+    let partition = match partition {
+        None => None,
+        Some(p) => Some(p.parse::<u32>().map_err(|_| SinkError::Layout {
+            path: path.clone(),
+            reason: format!(
+                "directory {p:?} is neither a partition number nor a date of the configured \
+                 date-separator; pass the parameters the layout was written with"
+            ),
+        })?),
+    };
+    Ok(DataFile {
+        path,
+        version: (parts[0].to_string(), parts[1].to_string(), version),
+        order: (date.unwrap_or_default(), partition, dn.dispatcher, dn.index),
+    })
+}
+
+/// A row with its order key: (commit ts, file order, line).
+struct Placed {
+    ts: Ts,
+    order: FileOrder,
+    line: usize,
+    row: DecodedRow,
+    version: VersionKey,
+}
+
+/// Reads and decodes every data file of `scan`.
+async fn decode_all(
+    store: &Arc<dyn ObjectStore>,
+    cfg: &StorageConfig,
+    scan: &mut Scan,
+    report: &mut ConsumeReport,
+) -> Result<Vec<Placed>> {
     let mut placed: Vec<Placed> = Vec::new();
-    for (path, db, table, version, (partition, date), dn) in data {
-        let key = (db.clone(), table.clone(), version);
-        let schema = schemas.get(&key).ok_or_else(|| SinkError::Layout {
-            path: path.clone(),
-            reason: format!("no schema file for {db}.{table} version {version}"),
-        })?;
-        let bytes = read_all(store, &path).await?;
+    for file in std::mem::take(&mut scan.data) {
+        let (db, table, version) = &file.version;
+        let schema = scan
+            .schemas
+            .get(&file.version)
+            .ok_or_else(|| SinkError::Layout {
+                path: file.path.clone(),
+                reason: format!("no schema file for {db}.{table} version {version}"),
+            })?;
+        let bytes = read_all(store, &file.path).await?;
         let text = String::from_utf8(bytes).map_err(|_| SinkError::Layout {
-            path: path.clone(),
+            path: file.path.clone(),
             reason: "not UTF-8".into(),
         })?;
         let rows = match cfg.protocol {
@@ -348,69 +440,144 @@ async fn read_layout(
             Protocol::CanalJson => codec::canal::decode_file(&text, schema),
         }
         .map_err(|e| SinkError::Layout {
-            path: path.clone(),
+            path: file.path.clone(),
             reason: e.to_string(),
         })?;
         report.data_files += 1;
         report.rows_read += rows.len();
         if report.rows_read > MAX_ROWS {
             return Err(SinkError::Layout {
-                path,
+                path: file.path,
                 reason: format!("more than {MAX_ROWS} rows: consume in parts"),
             });
         }
         for (line, row) in rows.into_iter().enumerate() {
             placed.push(Placed {
-                ts: row.commit_ts.unwrap_or(version),
-                file: (
-                    date.clone().unwrap_or_default(),
-                    partition,
-                    dn.dispatcher.clone(),
-                    dn.index,
-                ),
+                ts: row.commit_ts.unwrap_or(*version),
+                order: file.order.clone(),
                 line,
                 row,
-                table: key.clone(),
+                version: file.version.clone(),
             });
         }
     }
-    placed.sort_by(|a, b| (a.ts, &a.file, a.line).cmp(&(b.ts, &b.file, b.line)));
-    // Rows between two DDLs form a segment, applied per table version in order. A replayed file
-    // repeats whole transactions; sorted by commit ts, each repeat follows its original and is a
-    // no-op in safe mode.
-    let mut items: Vec<Item> = Vec::new();
-    let mut ddl_iter = ddls.into_values().peekable();
-    let mut segment: BTreeMap<(String, String, Ts), Vec<RowEvent>> = BTreeMap::new();
-    let flush_segment = |segment: &mut BTreeMap<(String, String, Ts), Vec<RowEvent>>,
-                         items: &mut Vec<Item>|
-     -> Result<()> {
-        for (key, rows) in std::mem::take(segment) {
-            let schema = schemas
-                .get(&key)
-                .cloned()
-                .ok_or_else(|| SinkError::Layout {
-                    path: key.0.clone(),
-                    reason: "schema vanished".into(),
-                })?;
-            items.push(Item::Rows { schema, rows });
+    Ok(placed)
+}
+
+/// The parameter that puts the commit ts into rows of `protocol`.
+fn commit_ts_param(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::Csv => "include-commit-ts=true",
+        Protocol::CanalJson => "enable-tidb-extension=true",
+    }
+}
+
+/// True for `ALTER TABLE … EXCHANGE PARTITION …`, which moves rows without row events.
+fn is_exchange(query: &str) -> bool {
+    let words: Vec<String> = query
+        .split_whitespace()
+        .map(|w| w.to_ascii_uppercase())
+        .collect();
+    words
+        .windows(2)
+        .any(|w| w[0] == "EXCHANGE" && w[1] == "PARTITION")
+}
+
+/// Refuses a layout whose rows cannot be ordered without their commit ts (see the module docs).
+fn check_orderable(scan: &Scan, placed: &[Placed], protocol: Protocol) -> Result<()> {
+    // Table versions with rows lacking commit ts: (files without, with dispatcher ids).
+    let mut untimed: BTreeMap<&VersionKey, (bool, bool)> = BTreeMap::new();
+    for p in placed.iter().filter(|p| p.row.commit_ts.is_none()) {
+        let e = untimed.entry(&p.version).or_default();
+        match p.order.2 {
+            None => e.0 = true,
+            Some(_) => e.1 = true,
+        }
+    }
+    let param = commit_ts_param(protocol);
+    let at = |(db, table, ver): &VersionKey| format!("{db}/{table}/{ver}");
+    if let Some((v, _)) = untimed.iter().find(|(_, (plain, ids))| *plain && *ids) {
+        return Err(SinkError::Layout {
+            path: at(v),
+            reason: format!(
+                "the rows of {}.{} version {} carry no commit ts and were written both by a \
+                 whole-table dispatcher (files CDC<index>) and by dispatchers of split spans \
+                 (files CDC_<dispatcher>_<index>), so their order cannot be known; write the \
+                 layout with {param}, or with enable-table-across-nodes=true (every file then \
+                 names its dispatcher)",
+                v.0, v.1, v.2
+            ),
+        });
+    }
+    for d in &scan.in_place {
+        if is_exchange(&d.query) && untimed.contains_key(&d.version) {
+            let (db, table, ver) = &d.version;
+            return Err(SinkError::Layout {
+                path: at(&d.version),
+                reason: format!(
+                    "the rows of {db}.{table} version {ver} carry no commit ts, so it cannot be \
+                     known which of them came before `{}` (commit ts {}), which moves rows \
+                     between tables without row events; write the layout with {param}",
+                    d.query, d.ts
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+async fn read_layout(
+    store: &Arc<dyn ObjectStore>,
+    cfg: &StorageConfig,
+    report: &mut ConsumeReport,
+) -> Result<Vec<Item>> {
+    let mut scan = scan_layout(store, cfg, report).await?;
+    let mut placed = decode_all(store, cfg, &mut scan, report).await?;
+    check_orderable(&scan, &placed, cfg.protocol)?;
+    placed.sort_by(|a, b| (a.ts, &a.order, a.line).cmp(&(b.ts, &b.order, b.line)));
+    interleave(scan, placed)
+}
+
+/// Rows of one table version inside a segment, and whether any lacks its commit ts.
+type Segment = BTreeMap<VersionKey, (Vec<RowEvent>, bool)>;
+
+/// Merges the sorted rows with the DDLs: rows between two DDLs form a segment, applied per table
+/// version in order.
+fn interleave(scan: Scan, placed: Vec<Placed>) -> Result<Vec<Item>> {
+    let schemas = scan.schemas;
+    let schema_of = |key: &VersionKey| {
+        schemas.get(key).cloned().ok_or_else(|| SinkError::Layout {
+            path: format!("{}/{}/{}", key.0, key.1, key.2),
+            reason: "schema vanished".into(),
+        })
+    };
+    let flush = |segment: &mut Segment, items: &mut Vec<Item>| -> Result<()> {
+        for (key, (rows, synthetic_ts)) in std::mem::take(segment) {
+            let schema = schema_of(&key)?;
+            items.push(Item::Rows {
+                schema,
+                rows,
+                synthetic_ts,
+            });
         }
         Ok(())
     };
+    let mut items: Vec<Item> = Vec::new();
+    let mut ddls = scan.ddls.into_values().peekable();
+    let mut segment = Segment::new();
     for p in placed {
-        while ddl_iter.peek().is_some_and(|d| d.commit_ts <= p.ts) {
-            if let Some(d) = ddl_iter.next() {
-                flush_segment(&mut segment, &mut items)?;
-                items.push(Item::Ddl(d));
-            }
+        while let Some(d) = ddls.next_if(|d| d.commit_ts <= p.ts) {
+            flush(&mut segment, &mut items)?;
+            items.push(Item::Ddl(d));
         }
-        let schema = schemas.get(&p.table).ok_or_else(|| SinkError::Layout {
-            path: p.table.0.clone(),
-            reason: "schema vanished".into(),
-        })?;
-        let ev = p.row.into_event(schema, p.ts);
-        segment.entry(p.table).or_default().push(ev);
+        let schema = schema_of(&p.version)?;
+        let synthetic = p.row.commit_ts.is_none();
+        let ev = p.row.into_event(&schema, p.ts);
+        let e = segment.entry(p.version).or_default();
+        e.0.push(ev);
+        e.1 |= synthetic;
     }
-    flush_segment(&mut segment, &mut items)?;
-    items.extend(ddl_iter.map(Item::Ddl));
+    flush(&mut segment, &mut items)?;
+    items.extend(ddls.map(Item::Ddl));
     Ok(items)
 }

@@ -25,7 +25,8 @@
 //!   immediately before it is made, whoever makes it (also the periodic flush and `close`), and
 //!   a refused one fails the dispatcher with [`SinkError::Fenced`] (retryable), writing nothing.
 //!
-//! Creating a sink from a URI: [`open_sink`], [`open_sink_with`] (with a write fence).
+//! Creating a sink from a URI: [`open_sink`], [`open_sink_with`] (with a write fence); checking
+//! one before a changefeed is created or updated: [`check_sink`].
 
 pub mod blackhole;
 pub mod check;
@@ -108,6 +109,18 @@ pub trait Sink: Send + Sync {
 /// ticker). See [`open_sink_for`].
 pub async fn open_sink(uri: &str) -> Result<Arc<dyn Sink>> {
     open_sink_for("default", uri).await
+}
+
+/// Checks a sink URI as changefeed create and update do, before anything is created: the URI
+/// parses, a MySQL downstream accepts a connection (address, credentials; the progress tables
+/// are created), a storage location takes a test object and gives it back
+/// ([`storage::probe`]: endpoint, credentials, bucket, a writable directory).
+pub async fn check_sink(uri: &str) -> Result<()> {
+    match SinkUri::parse(uri)?.config {
+        SinkConfig::Blackhole => Ok(()),
+        SinkConfig::Storage(cfg) => storage::probe(&cfg).await,
+        SinkConfig::Mysql(_) => open_sink(uri).await.map(|_| ()),
+    }
 }
 
 /// Builds the sink of one changefeed, without a write fence. The changefeed id keys what the

@@ -137,8 +137,9 @@ async fn end_to_end(storage_uri: &str, up: &MariaDb, down: &MariaDb) {
         ts: 0,
     };
 
-    // Version 1 of d.t (pre-existing): inserts, updates, deletes across a day boundary.
-    let v1 = Arc::new(simple_schema("d", "t", 1, 1));
+    // Version 0 of d.t (pre-existing: the snapshot's version): inserts, updates, deletes across
+    // a day boundary.
+    let v1 = Arc::new(simple_schema("d", "t", 1, 0));
     let dt = DispatcherId { epoch: 1, seq: 1 };
     sink.open(dt, Span::whole_table(TableId(1)), 0)
         .await
@@ -346,6 +347,7 @@ async fn consume_then_check_is_equal_for_every_encoding_on_local_files() {
         "protocol=csv&include-commit-ts=true&file-size=1024",
         "protocol=csv&file-size=2048&date-separator=none",
         "protocol=canal-json&enable-tidb-extension=true&file-size=1024&date-separator=month",
+        "protocol=canal-json&file-size=1024",
     ] {
         let (up, down) = (
             MariaDb::start().expect("up"),
@@ -378,4 +380,181 @@ async fn consume_then_check_is_equal_on_s3() {
         &down,
     )
     .await;
+}
+
+/// Writes d.t (a snapshot table, version 0) through a whole-table dispatcher and then, after a
+/// split, through the dispatcher of the span of ids from 1000: its files carry the dispatcher id,
+/// the others do not. Returns the SQL that gives the upstream the same rows.
+async fn whole_then_split(storage_uri: &str) -> Vec<String> {
+    let SinkConfig::Storage(cfg) = SinkUri::parse(storage_uri).expect("uri").config else {
+        panic!("storage")
+    };
+    let sink = StorageSink::open_storage(cfg).expect("sink");
+    let t = Arc::new(simple_schema("d", "t", 1, 0));
+    let mut w = Workload {
+        sql: Vec::new(),
+        state: BTreeMap::new(),
+        ts: 10,
+    };
+    let whole = DispatcherId { epoch: 1, seq: 1 };
+    sink.open(whole, Span::whole_table(TableId(1)), 0)
+        .await
+        .expect("open whole");
+    let rows: Vec<RowEvent> = (1..=5).map(|id| w.insert(&t, id, "a", DAY2)).collect();
+    sink.write_rows(
+        whole,
+        RowBatch {
+            schema: t.clone(),
+            rows,
+        },
+    )
+    .await
+    .expect("write whole");
+    assert!(sink.close(whole).await.error.is_none());
+    let split = DispatcherId { epoch: 1, seq: 2 };
+    let span = Span::new(
+        TableId(1),
+        Key::row_u64(TableId(1), 1000),
+        Key::table_end(TableId(1)),
+    );
+    sink.open(split, span, w.ts).await.expect("open split");
+    let rows: Vec<RowEvent> = (1000..1005).map(|id| w.insert(&t, id, "b", DAY2)).collect();
+    sink.write_rows(
+        split,
+        RowBatch {
+            schema: t.clone(),
+            rows,
+        },
+    )
+    .await
+    .expect("write split");
+    assert!(sink.close(split).await.error.is_none());
+    w.sql
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layout_without_commit_ts_that_cannot_be_ordered_names_the_parameter() {
+    let (up, down) = (
+        MariaDb::start().expect("up"),
+        MariaDb::start().expect("down"),
+    );
+    let seed = "CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64));";
+    up.exec(seed).expect("seed up");
+    down.exec(seed).expect("seed down");
+    let base =
+        std::env::temp_dir().join(format!("sluice-consume-unordered-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let count = |db: &MariaDb| db.query("SELECT COUNT(*) FROM d.t").expect("count")[0][0].clone();
+    for (params, needle) in [
+        ("protocol=csv", "include-commit-ts=true"),
+        ("protocol=canal-json", "enable-tidb-extension=true"),
+    ] {
+        let uri = format!("file://{}/{}?{params}", base.display(), params.len());
+        whole_then_split(&uri).await;
+        let args = ConsumeArgs {
+            storage: uri.clone(),
+            downstream: down.url(),
+        };
+        let e = consume::run(&args)
+            .await
+            .expect_err("an unorderable layout");
+        let msg = e.to_string();
+        for part in [
+            "d.t version 0",
+            "no commit ts",
+            needle,
+            "enable-table-across-nodes=true",
+        ] {
+            assert!(msg.contains(part), "{part} missing: {msg}");
+        }
+        assert_eq!(
+            count(&down),
+            "0",
+            "rows were applied from a layout refused: {msg}"
+        );
+    }
+    // The same writes with the commit ts in the rows are ordered, and equal to the upstream.
+    let uri = format!(
+        "file://{}/with-ts?protocol=csv&include-commit-ts=true",
+        base.display()
+    );
+    for s in whole_then_split(&uri).await {
+        up.exec(&s).expect("upstream SQL");
+    }
+    let report = consume::run(&ConsumeArgs {
+        storage: uri,
+        downstream: down.url(),
+    })
+    .await
+    .expect("consume with commit ts");
+    assert_eq!(report.rows_applied, 10, "{report}");
+    let cmp = check::run(&CheckArgs::new(&up.url(), &down.url(), "d.*"))
+        .await
+        .expect("check");
+    assert!(cmp.equal(), "{cmp}");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exchange_partition_without_commit_ts_is_refused() {
+    let down = MariaDb::start().expect("down");
+    down.exec("CREATE DATABASE d; CREATE TABLE d.x (id BIGINT PRIMARY KEY, v VARCHAR(64));")
+        .expect("seed down");
+    let dir = std::env::temp_dir().join(format!("sluice-consume-exchange-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let uri = format!("file://{}?protocol=csv", dir.display());
+    let SinkConfig::Storage(cfg) = SinkUri::parse(&uri).expect("uri").config else {
+        panic!("storage")
+    };
+    let sink = StorageSink::open_storage(cfg).expect("sink");
+    // d.x (snapshot version 0) has rows; `EXCHANGE PARTITION` at 100 swaps its rows with a
+    // partition of d.p: d.p gets version 100, d.x keeps version 0 (no new layout).
+    let x = Arc::new(simple_schema("d", "x", 2, 0));
+    let mut w = Workload {
+        sql: Vec::new(),
+        state: BTreeMap::new(),
+        ts: 10,
+    };
+    let dx = DispatcherId { epoch: 1, seq: 2 };
+    sink.open(dx, Span::whole_table(TableId(2)), 0)
+        .await
+        .expect("open x");
+    let rows: Vec<RowEvent> = (1..=3).map(|id| w.insert(&x, id, "x", DAY2)).collect();
+    sink.write_rows(
+        dx,
+        RowBatch {
+            schema: x.clone(),
+            rows,
+        },
+    )
+    .await
+    .expect("write x");
+    assert!(sink.close(dx).await.error.is_none());
+    let trig = DispatcherId { epoch: 1, seq: 0 };
+    sink.open(trig, Span::whole_table(TableId(0)), 0)
+        .await
+        .expect("open trigger");
+    let q = "ALTER TABLE p EXCHANGE PARTITION p0 WITH TABLE x";
+    let p = Arc::new(simple_schema("d", "p", 1, 100));
+    sink.write_ddl(trig, ddl(100, DdlKind::AlterTable, q), vec![p, x.clone()])
+        .await
+        .expect("exchange");
+    sink.close(trig).await;
+    let e = consume::run(&ConsumeArgs {
+        storage: uri,
+        downstream: down.url(),
+    })
+    .await
+    .expect_err("refused");
+    let msg = e.to_string();
+    for part in [
+        "d.x version 0",
+        "EXCHANGE PARTITION",
+        "include-commit-ts=true",
+    ] {
+        assert!(msg.contains(part), "{part} missing: {msg}");
+    }
+    let n = down.query("SELECT COUNT(*) FROM d.x").expect("count")[0][0].clone();
+    assert_eq!(n, "0", "rows were applied from a layout refused");
+    let _ = std::fs::remove_dir_all(&dir);
 }

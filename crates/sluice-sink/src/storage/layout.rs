@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! metadata                                             {"checkpoint-ts": N}
+//! meta/schema_<ver>_<sum10>.json                       DDL naming no table version, no default db
 //! <db>/meta/schema_<ver>_<sum10>.json                  database-level DDL
 //! <db>/<table>/meta/schema_<ver>_<sum10>.json          table schema version (ver = DDL commit ts)
 //! <db>/<table>/<ver>[/<part>][/<date>]/CDC<idx>.<ext>  data file (idx zero-padded)

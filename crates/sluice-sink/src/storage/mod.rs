@@ -19,6 +19,8 @@
 //!   `enable-table-across-nodes`) puts its id in its file names, so two dispatchers never share a
 //!   name, even across a failover;
 //! - the root `metadata` checkpoint never moves backwards;
+//! - [`probe`] (changefeed create and update) writes only a test object named
+//!   [`PROBE_PREFIX`]`-…`, outside the layout's names, and deletes it;
 //! - with a write fence ([`crate::fence`]) every put (data, index, schema and `metadata` files)
 //!   checks the fence immediately before it: a refused put writes nothing and fails the
 //!   dispatcher with [`SinkError::Fenced`], leaving its rows unacknowledged (the buffers are kept
@@ -49,6 +51,16 @@ pub const MAX_OPEN_BUFFERS: usize = 64;
 
 /// Builds the object store a storage config names.
 pub fn build_store(cfg: &StorageConfig) -> Result<Arc<dyn ObjectStore>> {
+    open_store(cfg, false)
+}
+
+/// How long [`probe`] waits for a store: a few short tries, not the sink's minutes of retries.
+const PROBE_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const PROBE_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+const PROBE_RETRIES: usize = 2;
+
+/// `probe`: short timeouts and few retries (S3 only; local files do not wait).
+fn open_store(cfg: &StorageConfig, probe: bool) -> Result<Arc<dyn ObjectStore>> {
     match &cfg.location {
         StorageLocation::Local(p) => {
             std::fs::create_dir_all(p).map_err(|e| SinkError::Store {
@@ -71,7 +83,22 @@ pub fn build_store(cfg: &StorageConfig) -> Result<Arc<dyn ObjectStore>> {
             secret_access_key,
             force_path_style,
         } => {
-            let mut b = object_store::aws::AmazonS3Builder::new()
+            let mut b = object_store::aws::AmazonS3Builder::new();
+            if probe {
+                // First: the client options replace those set by the calls below (allow-http).
+                b = b
+                    .with_retry(object_store::RetryConfig {
+                        backoff: Default::default(),
+                        max_retries: PROBE_RETRIES,
+                        retry_timeout: PROBE_REQUEST_TIMEOUT,
+                    })
+                    .with_client_options(
+                        object_store::ClientOptions::new()
+                            .with_connect_timeout(PROBE_CONNECT_TIMEOUT)
+                            .with_timeout(PROBE_REQUEST_TIMEOUT),
+                    );
+            }
+            b = b
                 .with_bucket_name(bucket)
                 .with_region(region)
                 .with_virtual_hosted_style_request(!force_path_style);
@@ -98,6 +125,98 @@ pub fn build_store(cfg: &StorageConfig) -> Result<Arc<dyn ObjectStore>> {
                 )))
             }
         }
+    }
+}
+
+/// Where object `name` of a location is, as a user wrote the location, without credentials.
+pub fn object_text(location: &StorageLocation, name: &str) -> String {
+    match location {
+        StorageLocation::Local(p) => format!("file://{}", p.join(name).display()),
+        StorageLocation::S3 {
+            bucket,
+            prefix,
+            endpoint,
+            ..
+        } => {
+            let dir = prefix.trim_matches('/');
+            let sep = if dir.is_empty() { "" } else { "/" };
+            let at = endpoint
+                .as_ref()
+                .map(|e| format!(" at {e}"))
+                .unwrap_or_default();
+            format!("s3://{bucket}/{dir}{sep}{name}{at}")
+        }
+    }
+}
+
+/// The names [`probe`] writes start with this (followed by `-<pid>-<nanos>`).
+pub const PROBE_PREFIX: &str = "sluice-probe";
+
+/// Checks that a storage location takes writes and gives them back, as changefeed create does
+/// before anything is created: writes a small object named [`PROBE_PREFIX`]`-…` at the root of
+/// the location, reads it back, then deletes it (a refused delete is ignored: the sink itself
+/// never deletes). An unreachable endpoint, wrong credentials, a missing bucket or an unwritable
+/// directory fail here, within seconds, with the store's reason.
+pub async fn probe(cfg: &StorageConfig) -> Result<()> {
+    const WRITE_TEST: &str = "write of a test object to";
+    const READ_TEST: &str = "read-back of a test object from";
+    let store = open_store(cfg, true)?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let name = format!("{PROBE_PREFIX}-{}-{nanos}", std::process::id());
+    let shown = object_text(&cfg.location, &name);
+    let body: &'static [u8] =
+        b"written by sluice to check this location; deleted after the check\n";
+    let path = Path::from(name.as_str());
+    store
+        .put(&path, PutPayload::from_static(body))
+        .await
+        .map_err(|e| probe_failure(WRITE_TEST, &shown, e))?;
+    let got = match store.get(&path).await {
+        Ok(r) => r.bytes().await,
+        Err(e) => Err(e),
+    }
+    .map_err(|e| probe_failure(READ_TEST, &shown, e))?;
+    let _ = store.delete(&path).await;
+    if got.as_ref() != body {
+        return Err(SinkError::Store {
+            op: READ_TEST,
+            path: shown,
+            retryable: false,
+            source: "the store returned other bytes than were written".into(),
+        });
+    }
+    Ok(())
+}
+
+/// A failed probe step, classified as the store's error is, with every cause in its text (the
+/// store's own message often ends at "error sending request", before "Connection refused").
+fn probe_failure(op: &'static str, shown: &str, e: object_store::Error) -> SinkError {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    match SinkError::store(op, shown, e) {
+        SinkError::Store {
+            op,
+            path,
+            retryable,
+            ..
+        } => SinkError::Store {
+            op,
+            path,
+            retryable,
+            source: text.into(),
+        },
+        other => other,
     }
 }
 
