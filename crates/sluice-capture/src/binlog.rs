@@ -31,6 +31,7 @@
 use crate::decode::{DecodeError, TableMeta};
 use crate::error::{CaptureError, Result};
 use crate::pos::{commit_ts, file_index, BinlogPos};
+use crate::unreplicable::{self, Unreplicable};
 use futures::StreamExt;
 use mysql_async::binlog::events::{Event, EventData, RotateEvent, RowsEventData};
 use mysql_async::binlog::EventType;
@@ -176,6 +177,8 @@ pub struct Transaction {
     /// Rows of this transaction handed out before in [`ReaderEvent::Chunk`]s (they precede
     /// `rows` in transaction order).
     pub chunked_rows: usize,
+    /// Changes the binlog shows but does not carry as full rows ([`crate::unreplicable`]).
+    pub unreplicable: Vec<Unreplicable>,
 }
 
 /// Rows of a transaction not finished yet.
@@ -211,6 +214,8 @@ struct Pending {
     chunked: usize,
     /// A schema statement inside the transaction (CREATE TABLE ... SELECT).
     statement: Option<Statement>,
+    /// Changes of this transaction that cannot be replicated ([`crate::unreplicable`]).
+    unreplicable: Vec<Unreplicable>,
 }
 
 /// Counters, for tests and metrics.
@@ -491,6 +496,7 @@ impl BinlogReader {
                     bytes: 0,
 chunked: 0,
                     statement: None,
+                    unreplicable: Vec::new(),
                 });
                 Ok(None)
             }
@@ -533,6 +539,7 @@ chunked: 0,
                             bytes: 0,
 chunked: 0,
                             statement: None,
+                            unreplicable: Vec::new(),
                         });
                     }
                     return Ok(None);
@@ -551,6 +558,9 @@ chunked: 0,
                     return self.finish(end, header.timestamp(), None).map(Some);
                 }
                 let stmt = Statement { database: q.schema().into_owned(), query };
+                if let Some(tables) = unreplicable::dml_tables(&stmt.query, &stmt.database) {
+                    return self.statement_dml(end, header.timestamp(), start_pos, &stmt, tables);
+                }
                 match &self.pending {
                     Some(_) if !self.pending.as_ref().is_some_and(|p| p.standalone) => {
                         // A statement inside a transaction: CREATE TABLE ... SELECT logs its
@@ -573,6 +583,7 @@ chunked: 0,
                             bytes: 0,
 chunked: 0,
                             statement: None,
+                            unreplicable: Vec::new(),
                         });
                         self.finish(end, header.timestamp(), Some(stmt)).map(Some)
                     }
@@ -588,6 +599,49 @@ chunked: 0,
                 Err(self.decode_err(start_pos, "partial JSON updates: set binlog_row_value_options='' upstream"))
             }
             _ => Ok(None),
+        }
+    }
+
+    /// A DML statement logged as a statement: recorded as unreplicable in its transaction (a
+    /// standalone one is its own transaction, finished here).
+    fn statement_dml(
+        &mut self,
+        end: u64,
+        timestamp: u32,
+        start_pos: u64,
+        stmt: &Statement,
+        tables: Vec<(String, String)>,
+    ) -> Result<Option<ReaderEvent>> {
+        let standalone = self.pending.as_ref().is_none_or(|p| p.standalone);
+        if self.pending.is_none() {
+            self.pending = Some(Pending {
+                start: BinlogPos::new(self.file.clone(), start_pos),
+                gtid: None,
+                standalone: true,
+                rows: Vec::new(),
+                bytes: 0,
+                chunked: 0,
+                statement: None,
+                unreplicable: Vec::new(),
+            });
+        }
+        self.note_unreplicable(Unreplicable {
+            tables,
+            reason: unreplicable::statement_reason(&stmt.query),
+        });
+        if standalone {
+            return self.finish(end, timestamp, None).map(Some);
+        }
+        Ok(None)
+    }
+
+    fn note_unreplicable(&mut self, u: Unreplicable) {
+        if let Some(p) = self.pending.as_mut() {
+            if p.unreplicable.len() < unreplicable::MAX_PER_TRANSACTION
+                && !p.unreplicable.iter().any(|x| x.tables == u.tables)
+            {
+                p.unreplicable.push(u);
+            }
         }
     }
 
@@ -637,70 +691,30 @@ chunked: 0,
                 ),
             });
         }
-        if self.cfg.fast_decode {
-            let bb: Option<Vec<bool>> = rows
-                .columns_before_image()
-                .map(|b| b.iter().map(|x| *x).collect());
-            let ab: Option<Vec<bool>> = rows
-                .columns_after_image()
-                .map(|b| b.iter().map(|x| *x).collect());
-            match crate::rowimage::decode_rows(meta, bb.as_deref(), ab.as_deref(), rows.rows_data())
-            {
-                Ok(decoded) => {
-                    for (before, after) in decoded {
-                        pending.rows.push(RowChange {
-                            table: meta.clone(),
-                            kind,
-                            before,
-                            after,
-                        });
-                    }
-                    return Ok(());
-                }
-                Err(crate::rowimage::FastPath::Error(e)) => {
-                    return Err(CaptureError::Decode {
-                        file: self.file.clone(),
-                        pos: start_pos,
-                        message: e.to_string(),
-                    })
-                }
-                Err(crate::rowimage::FastPath::Unsupported) => {}
-            }
-        }
-        let file = &self.file;
-        let conv = |row: Option<mysql_async::binlog::row::BinlogRow>| -> std::result::Result<Option<Vec<Value>>, DecodeError> {
-            let Some(row) = row else { return Ok(None) };
-            let vals = row.unwrap();
-            if vals.len() != meta.columns.len() {
-                return Err(DecodeError {
-                    column: meta.table.clone(),
-                    message: format!("row image has {} of {} columns: set binlog_row_image=FULL upstream", vals.len(), meta.columns.len()),
-                });
-            }
-            vals.into_iter().zip(meta.columns.iter()).map(|(v, c)| c.decode(v)).collect::<std::result::Result<Vec<_>, _>>().map(Some)
+        // A row image without every column (binlog_row_image=MINIMAL/NOBLOB in the writing
+        // session), or rows that cannot be decoded: that table's change is unreplicable, the
+        // event is skipped, every other table goes on.
+        let meta = meta.clone();
+        let of = rows.num_columns() as usize;
+        let present = [rows.columns_before_image(), rows.columns_after_image()]
+            .into_iter()
+            .flatten()
+            .map(|b| b.count_ones())
+            .min();
+        let problem = match present.filter(|p| *p < of) {
+            Some(p) => Err(unreplicable::image_reason(p, of)),
+            None => decode_event_rows(&rows, &meta, tme, kind, self.cfg.fast_decode),
         };
-        for r in rows.rows(tme) {
-            let (before, after) = r.map_err(|e| CaptureError::Decode {
-                file: file.clone(),
-                pos: start_pos,
-                message: e.to_string(),
-            })?;
-            let before = conv(before).map_err(|e| CaptureError::Decode {
-                file: file.clone(),
-                pos: start_pos,
-                message: e.to_string(),
-            })?;
-            let after = conv(after).map_err(|e| CaptureError::Decode {
-                file: file.clone(),
-                pos: start_pos,
-                message: e.to_string(),
-            })?;
-            pending.rows.push(RowChange {
-                table: meta.clone(),
-                kind,
-                before,
-                after,
-            });
+        match problem {
+            Ok(changes) => {
+                if let Some(p) = self.pending.as_mut() {
+                    p.rows.extend(changes);
+                }
+            }
+            Err(reason) => self.note_unreplicable(Unreplicable {
+                tables: vec![(meta.database.clone(), meta.table.clone())],
+                reason,
+            }),
         }
         Ok(())
     }
@@ -719,6 +733,7 @@ chunked: 0,
             bytes: 0,
             chunked: 0,
             statement: None,
+            unreplicable: Vec::new(),
         });
         let index = file_index(&self.file).ok_or_else(|| CaptureError::Decode {
             file: self.file.clone(),
@@ -737,8 +752,54 @@ chunked: 0,
             rows: p.rows,
             statement: statement.or(p.statement),
             chunked_rows: p.chunked,
+            unreplicable: p.unreplicable,
         }))
     }
+}
+
+/// Decodes the rows of one ROWS event (the fast parser first, mysql_common's generic path for
+/// what it does not support). `Err`: why they cannot be decoded.
+fn decode_event_rows(
+    rows: &RowsEventData<'_>,
+    meta: &Arc<TableMeta>,
+    tme: &mysql_async::binlog::events::TableMapEvent<'_>,
+    kind: RowKind,
+    fast: bool,
+) -> std::result::Result<Vec<RowChange>, String> {
+    let change = |(before, after)| RowChange {
+        table: meta.clone(),
+        kind,
+        before,
+        after,
+    };
+    if fast {
+        let bb: Option<Vec<bool>> = rows.columns_before_image().map(|b| b.iter().map(|x| *x).collect());
+        let ab: Option<Vec<bool>> = rows.columns_after_image().map(|b| b.iter().map(|x| *x).collect());
+        match crate::rowimage::decode_rows(meta, bb.as_deref(), ab.as_deref(), rows.rows_data()) {
+            Ok(decoded) => return Ok(decoded.into_iter().map(change).collect()),
+            Err(crate::rowimage::FastPath::Error(e)) => return Err(format!("rows capture cannot decode: {e}")),
+            Err(crate::rowimage::FastPath::Unsupported) => {}
+        }
+    }
+    let conv = |row: Option<mysql_async::binlog::row::BinlogRow>| -> std::result::Result<Option<Vec<Value>>, DecodeError> {
+        let Some(row) = row else { return Ok(None) };
+        let vals = row.unwrap();
+        if vals.len() != meta.columns.len() {
+            return Err(DecodeError {
+                column: meta.table.clone(),
+                message: format!("row image has {} of {} columns: set binlog_row_image=FULL upstream", vals.len(), meta.columns.len()),
+            });
+        }
+        vals.into_iter().zip(meta.columns.iter()).map(|(v, c)| c.decode(v)).collect::<std::result::Result<Vec<_>, _>>().map(Some)
+    };
+    let mut out = Vec::new();
+    for r in rows.rows(tme) {
+        let (before, after) = r.map_err(|e| format!("rows capture cannot decode: {e}"))?;
+        let before = conv(before).map_err(|e| format!("rows capture cannot decode: {e}"))?;
+        let after = conv(after).map_err(|e| format!("rows capture cannot decode: {e}"))?;
+        out.push(change((before, after)));
+    }
+    Ok(out)
 }
 
 /// Reads `SHOW MASTER STATUS` (the current end of the binlog).

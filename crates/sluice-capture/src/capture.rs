@@ -18,7 +18,10 @@ use crate::keys::row_key;
 use crate::pos::BinlogPos;
 use crate::schema::{is_system_schema, SchemaHistory, SchemaStore};
 use crate::store::EventStore;
-use sluice_types::{ColumnType, DdlEvent, Key, RowEvent, RowKind, TableSchema, Ts, Value};
+use sluice_types::{
+    ColumnType, DdlEvent, DdlInfluence, DdlKind, InfluenceScope, Key, RowEvent, RowKind, TableId,
+    TableSchema, Ts, Value,
+};
 use std::sync::Arc;
 
 /// What one transaction becomes.
@@ -65,9 +68,67 @@ fn key_spec(schema: &TableSchema, change: &RowChange) -> Vec<(usize, u16)> {
         .collect()
 }
 
+/// The event that stops the tables of a transaction's unreplicable changes (see
+/// [`crate::unreplicable`]), before everything else of the transaction; `None` when they touch
+/// no table Sluice captures.
+fn unreplicable_marker(history: &SchemaHistory, txn: &Transaction) -> Option<DdlEvent> {
+    if txn.unreplicable.is_empty() {
+        return None;
+    }
+    // Before the transaction's DDL (`commit_ts - 1` when it has rows) and its rows.
+    let ts = if txn.statement.is_some() {
+        txn.commit_ts - 2
+    } else if txn.rows.is_empty() && txn.chunked_rows == 0 {
+        txn.commit_ts
+    } else {
+        txn.commit_ts - 1
+    };
+    let mut ids = Vec::new();
+    let mut every = false;
+    let mut reasons = Vec::new();
+    for u in &txn.unreplicable {
+        let tracked: Vec<(String, TableId)> = u
+            .tables
+            .iter()
+            .filter(|(db, t)| !is_system_schema(db) && !is_heartbeat(db, t) && !history.is_sequence(db, t))
+            .filter_map(|(db, t)| history.table_at(db, t, ts).map(|s| (format!("{db}.{t}"), s.table_id)))
+            .collect();
+        if u.tables.is_empty() {
+            every = true;
+            reasons.push(format!("tables unknown: {}", u.reason));
+        } else if !tracked.is_empty() {
+            let names: Vec<&str> = tracked.iter().map(|(n, _)| n.as_str()).collect();
+            reasons.push(format!("table {}: {}", names.join(", "), u.reason));
+            ids.extend(tracked.into_iter().map(|(_, id)| id));
+        }
+    }
+    if ids.is_empty() && !every {
+        return None;
+    }
+    ids.sort();
+    ids.dedup();
+    Some(DdlEvent {
+        commit_ts: ts,
+        commit_time_ms: txn.commit_time_ms,
+        kind: DdlKind::Unreplicable,
+        database: String::new(),
+        query: reasons.join("; "),
+        influence: DdlInfluence {
+            scope: if every { InfluenceScope::All } else { InfluenceScope::Tables(ids) },
+            trigger: false,
+            dropped: vec![],
+            added: vec![],
+            renamed: vec![],
+        },
+    })
+}
+
 /// Converts one transaction, applying its DDL (if any) to `history`.
 pub fn convert(history: &mut SchemaHistory, txn: Transaction) -> Result<Vec<Captured>> {
     let mut out = Vec::with_capacity(1);
+    if let Some(marker) = unreplicable_marker(history, &txn) {
+        out.push(Captured::Ddl(marker));
+    }
     if let Some(stmt) = &txn.statement {
         // A DDL with rows in the same transaction (CREATE TABLE ... SELECT) gets the commit ts
         // `commit_ts - 1` (never the end of another transaction) so its rows, at `commit_ts`,

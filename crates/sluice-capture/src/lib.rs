@@ -41,6 +41,7 @@ pub mod regions;
 pub mod rowimage;
 pub mod schema;
 pub mod store;
+pub mod unreplicable;
 
 pub use binlog::{BinlogReader, ReaderConfig, ReaderEvent, Transaction};
 pub use capture::{Capture, Captured, Pump};

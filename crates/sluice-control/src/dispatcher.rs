@@ -33,7 +33,8 @@ use crate::msg::{
     DispatcherPhase, DispatcherReport, Message, RejectReason,
 };
 use sluice_types::{
-    ChangefeedId, DdlEvent, DispatcherId, Epoch, InfluenceScope, Millis, NodeId, Span, TableId, Ts,
+    ChangefeedId, DdlEvent, DdlKind, DispatcherId, Epoch, InfluenceScope, Millis, NodeId, Span,
+    TableId, Ts,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -122,6 +123,9 @@ struct Dispatcher {
     sink_failures_since: Ts,
     /// The last retryable sink error: a warning while no progress was made since it.
     last_sink_error: Option<String>,
+    /// Stopped at an unreplicable change of its table (`DdlKind::Unreplicable`): its ts and
+    /// what it says. The dispatcher goes no further until the event is let through.
+    halted: Option<(Ts, String)>,
 }
 
 impl Dispatcher {
@@ -150,12 +154,20 @@ impl Dispatcher {
             sink_failures: 0,
             sink_failures_since: 0,
             last_sink_error: None,
+            halted: None,
         }
     }
 
     /// What stops this dispatcher's progress without failing it: retryable sink errors with no
     /// progress since the last one.
     fn warning(&self) -> Option<String> {
+        if let Some((ts, what)) = &self.halted {
+            return Some(format!(
+                "span {:?} of table {} stopped at ts {ts}: {what}; to let it go on, add \
+                 \"unreplicable\" to the changefeed's [filter] ignore-event",
+                self.span, self.span.table.0
+            ));
+        }
         let e = self.last_sink_error.as_ref()?;
         (self.sink_failures > 0 && self.checkpoint() <= self.sink_failures_since).then(|| {
             format!(
@@ -1327,6 +1339,22 @@ impl DispatcherManager {
                     d.rows_since_report += 1;
                     d.written_ts = d.written_ts.max(ts);
                     d.buffer.pop_front();
+                }
+                StreamItem::Ddl { ddl, .. } if ddl.kind == DdlKind::Unreplicable => {
+                    if ignore.ignores("unreplicable") {
+                        // Let through by the user: consumed, never written.
+                        d.halted = None;
+                        d.buffer.pop_front();
+                        continue;
+                    }
+                    if d.halted.is_none() {
+                        d.halted = Some((ddl.commit_ts, ddl.query.clone()));
+                        out.push(Effect::Trace(TraceEvent::Log(format!(
+                            "dispatcher {id:?}: stopped at an unreplicable change: {}",
+                            ddl.query
+                        ))));
+                    }
+                    break;
                 }
                 StreamItem::Ddl { ddl, handle } => {
                     let ddl = ddl.clone();

@@ -9,12 +9,14 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "kebab-case", default, deny_unknown_fields)]
 pub struct FilterConfig {
     pub rules: Vec<String>,
-    /// Event types not replicated: `insert`, `update`, `delete`, `ddl`.
+    /// Event types not replicated: `insert`, `update`, `delete`, `ddl`; and `unreplicable`:
+    /// changes the binlog does not carry as full rows (statement-format DML, incomplete row
+    /// images) no longer stop their tables (their rows are missing downstream).
     pub ignore_event: Vec<String>,
 }
 
 /// The event types `ignore-event` accepts.
-pub const EVENT_TYPES: [&str; 4] = ["insert", "update", "delete", "ddl"];
+pub const EVENT_TYPES: [&str; 5] = ["insert", "update", "delete", "ddl", "unreplicable"];
 
 impl FilterConfig {
     /// Whether rows (or DDLs) of this type are dropped.

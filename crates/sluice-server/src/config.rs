@@ -183,9 +183,9 @@ pub fn parse_changefeed_toml(text: &str) -> Result<ChangefeedToml, ServerError> 
         .map_err(|e| ServerError::BadRequest(format!("changefeed config: {}", e.to_string().trim_end())))?;
     if let Some(f) = &t.filter {
         for ev in &f.ignore_event {
-            if !["insert", "update", "delete", "ddl"].contains(&ev.as_str()) {
+            if !sluice_control::filter::EVENT_TYPES.contains(&ev.as_str()) {
                 return Err(ServerError::BadRequest(format!(
-                    "changefeed config: filter.ignore-event {ev:?} is not one of insert, update, delete, ddl"
+                    "changefeed config: filter.ignore-event {ev:?} is not one of {}", sluice_control::filter::EVENT_TYPES.join(", ")
                 )));
             }
         }

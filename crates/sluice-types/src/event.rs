@@ -174,6 +174,11 @@ pub enum DdlKind {
     CreateView,
     DropView,
     Other,
+    /// Not a statement to replicate: changes of these tables happened upstream that the binlog
+    /// does not carry as full rows (statement-format DML, an incomplete row image, rows capture
+    /// cannot decode). `query` says what and how to fix it. Dispatchers stop at it; it is never
+    /// written to a sink.
+    Unreplicable,
 }
 
 /// Which dispatchers a DDL concerns (TiCDC's influence types).
