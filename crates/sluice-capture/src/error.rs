@@ -140,7 +140,13 @@ mod tests {
     #[test]
     fn upstream_server_errors_are_classified_by_the_shared_table() {
         for c in SERVER_CODES {
-            assert_eq!(server_error(c.code).class(), c.class, "{} {}", c.code, c.name);
+            assert_eq!(
+                server_error(c.code).class(),
+                c.class,
+                "{} {}",
+                c.code,
+                c.name
+            );
         }
         // Deadlocks and a read-only upstream are retried, a missing table is not.
         assert!(matches!(server_error(1213), CaptureError::Transient(_)));

@@ -1628,7 +1628,10 @@ name = "db.a"
     #[test]
     fn contract_examples_parse() {
         let files = toml_files(&contract_dir());
-        assert!(!files.is_empty(), "no contract scenarios in scenarios/contract");
+        assert!(
+            !files.is_empty(),
+            "no contract scenarios in scenarios/contract"
+        );
         for f in files {
             if let Err(e) = parse_file(&f) {
                 panic!("{e}");

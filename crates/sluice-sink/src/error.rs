@@ -191,7 +191,13 @@ mod tests {
     #[test]
     fn downstream_server_errors_are_classified_by_the_shared_table() {
         for c in SERVER_CODES {
-            assert_eq!(server_error(c.code).class(), c.class, "{} {}", c.code, c.name);
+            assert_eq!(
+                server_error(c.code).class(),
+                c.class,
+                "{} {}",
+                c.code,
+                c.name
+            );
         }
         assert!(server_error(1213).is_retryable());
         // A packet over max_allowed_packet fails again; so does a code nobody listed.

@@ -95,7 +95,9 @@ mod tests {
 
     #[test]
     fn lost_connections_deadlocks_and_read_only_are_retryable() {
-        for code in [1040, 1053, 1152, 1158, 1205, 1213, 1290, 1317, 1927, 2006, 2013] {
+        for code in [
+            1040, 1053, 1152, 1158, 1205, 1213, 1290, 1317, 1927, 2006, 2013,
+        ] {
             assert_eq!(server_error_class(code), ErrorClass::Retryable, "{code}");
             assert!(server_error_class(code).is_retryable(), "{code}");
         }

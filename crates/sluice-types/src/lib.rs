@@ -7,6 +7,7 @@
 //! - a [`Span`] is a half-open range `[start, end)` with `start < end`, always within one table;
 //! - a [`Ts`] (commit ts) totally orders upstream transactions; it is not a wall-clock time.
 
+pub mod civil;
 pub mod error_class;
 pub mod event;
 pub mod ids;
