@@ -123,35 +123,3 @@ impl CaptureError {
 }
 
 pub type Result<T> = std::result::Result<T, CaptureError>;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use sluice_types::error_class::SERVER_CODES;
-
-    fn server_error(code: u16) -> CaptureError {
-        CaptureError::from_mysql(mysql_async::Error::Server(mysql_async::ServerError {
-            code,
-            message: format!("error {code}"),
-            state: "HY000".into(),
-        }))
-    }
-
-    #[test]
-    fn upstream_server_errors_are_classified_by_the_shared_table() {
-        for c in SERVER_CODES {
-            assert_eq!(
-                server_error(c.code).class(),
-                c.class,
-                "{} {}",
-                c.code,
-                c.name
-            );
-        }
-        // Deadlocks and a read-only upstream are retried, a missing table is not.
-        assert!(matches!(server_error(1213), CaptureError::Transient(_)));
-        assert!(server_error(1290).is_retryable());
-        assert!(matches!(server_error(1146), CaptureError::Sql(_)));
-        assert!(!server_error(1146).is_retryable());
-    }
-}

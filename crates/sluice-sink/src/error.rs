@@ -139,7 +139,9 @@ impl SinkError {
         }
     }
 
-    pub(crate) fn db(what: impl Into<String>, e: mysql_async::Error) -> SinkError {
+    /// A downstream database error, classified: a server error by the
+    /// shared table of codes, a lost connection retryable, a bad URL fatal.
+    pub fn db(what: impl Into<String>, e: mysql_async::Error) -> SinkError {
         let (code, retryable) = classify_mysql(&e);
         SinkError::Db {
             what: what.into(),
@@ -173,35 +175,3 @@ fn classify_mysql(e: &mysql_async::Error) -> (Option<u16>, bool) {
 }
 
 pub type Result<T, E = SinkError> = std::result::Result<T, E>;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use sluice_types::error_class::SERVER_CODES;
-
-    fn server_error(code: u16) -> SinkError {
-        let e = mysql_async::Error::Server(mysql_async::ServerError {
-            code,
-            message: format!("error {code}"),
-            state: "HY000".into(),
-        });
-        SinkError::db("apply rows", e)
-    }
-
-    #[test]
-    fn downstream_server_errors_are_classified_by_the_shared_table() {
-        for c in SERVER_CODES {
-            assert_eq!(
-                server_error(c.code).class(),
-                c.class,
-                "{} {}",
-                c.code,
-                c.name
-            );
-        }
-        assert!(server_error(1213).is_retryable());
-        // A packet over max_allowed_packet fails again; so does a code nobody listed.
-        assert_eq!(server_error(1153).class(), ErrorClass::Fatal);
-        assert_eq!(server_error(1146).class(), ErrorClass::Fatal);
-    }
-}
