@@ -139,8 +139,8 @@ impl SinkError {
         }
     }
 
-    /// A downstream database error, classified: a server error by the
-    /// shared table of codes, a lost connection retryable, a bad URL fatal.
+    /// A downstream database error, classified: a server error by the shared table of codes, a
+    /// lost connection retryable, a bad URL fatal.
     pub fn db(what: impl Into<String>, e: mysql_async::Error) -> SinkError {
         let (code, retryable) = classify_mysql(&e);
         SinkError::Db {
