@@ -22,13 +22,8 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 say "1/6 MariaDB"
-if [ ! -x /usr/sbin/mariadbd ]; then
-  echo "mariadb-server is missing: installing it (sudo apt-get install -y mariadb-server)"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mariadb-server mariadb-client >/dev/null
-  # The Debian package starts a system instance; the demo does not use it.
-fi
-command -v python3 >/dev/null || { echo "python3 is needed to find free ports"; exit 2; }
+# What the demo needs (MariaDB, curl, python3, and protoc to build), installed when missing.
+if [ -n "${SLUICE_BIN:-}" ]; then "$ROOT/scripts/install-deps.sh" run; else "$ROOT/scripts/install-deps.sh" demo; fi
 DB_PORT="$(free_port)"
 mkdir -p "$WORK/mariadb/data"
 cat >"$WORK/mariadb/my.cnf" <<CNF

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-test-deps.sh
+scripts/install-deps.sh test
 
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 status=0

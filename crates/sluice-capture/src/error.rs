@@ -3,16 +3,14 @@
 //! backoff; a *fatal* error needs an operator (wrong upstream settings, purged binlog, a DDL
 //! that cannot be parsed) and must stop the changefeed with the error's message.
 //!
+//! An upstream server error is classified by its code through the table the whole project shares
+//! ([`sluice_types::error_class::SERVER_CODES`]), the same one the sinks use downstream.
+//!
 //! Invariant: every message says what is wrong and, where there is one, how to fix it.
 
 use std::fmt;
 
-/// Whether an error can be retried by reconnecting.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorClass {
-    Retryable,
-    Fatal,
-}
+pub use sluice_types::ErrorClass;
 
 /// One upstream setting that is wrong (see [`crate::check`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +85,10 @@ pub enum CaptureError {
     /// Local storage (event store, persisted history) failed.
     #[error("storage: {0}")]
     Storage(String),
+    /// The upstream refused for now (deadlock, lock wait timeout, read-only during a failover, a
+    /// killed query): a server error whose code the shared table classifies retryable.
+    #[error("upstream refused for now: {0}")]
+    Transient(String),
     /// Other upstream SQL errors.
     #[error("upstream SQL error: {0}")]
     Sql(String),
@@ -95,7 +97,9 @@ pub enum CaptureError {
 impl CaptureError {
     pub fn class(&self) -> ErrorClass {
         match self {
-            CaptureError::Connection(_) | CaptureError::Checksum { .. } => ErrorClass::Retryable,
+            CaptureError::Connection(_)
+            | CaptureError::Transient(_)
+            | CaptureError::Checksum { .. } => ErrorClass::Retryable,
             _ => ErrorClass::Fatal,
         }
     }
@@ -104,17 +108,14 @@ impl CaptureError {
         self.class() == ErrorClass::Retryable
     }
 
-    /// Classifies a mysql_async error: I/O and driver errors are retryable connection errors,
-    /// server errors are SQL errors (fatal) except the ones that mean "server going away".
+    /// Classifies a mysql_async error: I/O and driver errors are retryable connection errors; a
+    /// server error is [`CaptureError::Transient`] or [`CaptureError::Sql`] (fatal) as the
+    /// shared table of server codes classifies its code.
     pub fn from_mysql(e: mysql_async::Error) -> CaptureError {
         match e {
-            mysql_async::Error::Server(ref s) => match s.code {
-                // ER_SERVER_SHUTDOWN, ER_CONNECTION_KILLED, ER_QUERY_INTERRUPTED, ER_CON_COUNT_ERROR,
-                // ER_NET_READ_ERROR..., ER_LOCK_WAIT_TIMEOUT (retry later)
-                1053 | 1927 | 1317 | 1040 | 1158..=1161 | 2013 | 1205 => {
-                    CaptureError::Connection(e.to_string())
-                }
-                _ => CaptureError::Sql(e.to_string()),
+            mysql_async::Error::Server(ref s) => match sluice_types::server_error_class(s.code) {
+                ErrorClass::Retryable => CaptureError::Transient(e.to_string()),
+                ErrorClass::Fatal => CaptureError::Sql(e.to_string()),
             },
             _ => CaptureError::Connection(e.to_string()),
         }

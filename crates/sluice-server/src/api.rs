@@ -167,20 +167,9 @@ macro_rules! at_coordinator {
 // ---------------------------------------------------------------------- views
 
 fn rfc3339_ms(ms: u64) -> String {
-    let secs = (ms / 1000) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z", rem / 3600, (rem % 3600) / 60, rem % 60, ms % 1000)
+    let micros = i64::try_from(ms).unwrap_or(i64::MAX / 1000).saturating_mul(1000);
+    let (y, m, d, h, mi, s, us) = sluice_types::civil::utc_parts(micros);
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:03}Z", us / 1000)
 }
 
 fn state_name(s: FeedState) -> &'static str {
@@ -828,4 +817,14 @@ fn filter_config(f: Option<&crate::config::FilterToml>) -> Result<sluice_control
     let config = sluice_control::filter::FilterConfig { rules: f.rules.clone(), ignore_event: f.ignore_event.clone() };
     sluice_control::filter::TableFilter::new(&config).map_err(|e| ServerError::BadRequest(format!("changefeed config: {e}")))?;
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rfc3339_ms_is_utc_with_milliseconds() {
+        assert_eq!(super::rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(super::rfc3339_ms(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+        assert_eq!(super::rfc3339_ms(951_782_400_007), "2000-02-29T00:00:00.007Z");
+    }
 }

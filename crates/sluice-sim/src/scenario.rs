@@ -2,8 +2,9 @@
 //!
 //! A scenario is a TOML file describing a small world (nodes, upstream tables, scheduler
 //! settings, one model sink) and an ordered list of steps run in simulated time. The format is
-//! a public contract, specified in `/work/shared/scenarios/FORMAT.md` and summarized, together
-//! with the project's `x-` extensions, in `docs/scenario-format.md`.
+//! a public contract, specified in `scenarios/contract/FORMAT.md` (a copy of the steering
+//! repository's, beside its example scenarios) and summarized, together with the project's `x-`
+//! extensions, in `docs/scenario-format.md`.
 //!
 //! This module turns a file into a typed [`Scenario`] and rejects every invalid file with a
 //! [`ScenarioError`] naming the file, the step (1-based) and what is wrong: unknown fields or
@@ -1569,7 +1570,10 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
-    const SHARED: &str = "/work/shared/scenarios";
+    /// `scenarios/contract` of the workspace: the contract's example scenarios.
+    fn contract_dir() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/contract")
+    }
 
     /// `scenarios/catalog` of the workspace (`SLUICE_CATALOG_DIR` overrides it).
     fn catalog_dir() -> PathBuf {
@@ -1622,14 +1626,12 @@ name = "db.a"
     }
 
     #[test]
-    fn shared_examples_parse() {
-        let dir = Path::new(SHARED);
-        if !dir.exists() {
-            eprintln!("{SHARED} not present; skipping");
-            return;
-        }
-        let files = toml_files(dir);
-        assert!(!files.is_empty());
+    fn contract_examples_parse() {
+        let files = toml_files(&contract_dir());
+        assert!(
+            !files.is_empty(),
+            "no contract scenarios in scenarios/contract"
+        );
         for f in files {
             if let Err(e) = parse_file(&f) {
                 panic!("{e}");

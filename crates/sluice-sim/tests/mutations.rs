@@ -17,16 +17,9 @@ fn root() -> PathBuf {
 }
 
 fn run(file: &str, muts: &[&str]) -> Result<(), String> {
-    let path = if let Some(name) = file.strip_prefix("shared:") {
-        let beside = root().join("../shared/scenarios");
-        let dir = match std::env::var_os("SLUICE_SHARED_SCENARIOS") {
-            Some(d) => PathBuf::from(d),
-            None if beside.exists() => beside,
-            None => PathBuf::from("/work/shared/scenarios"),
-        };
-        dir.join(name)
-    } else {
-        root().join("scenarios/catalog").join(file)
+    let path = match file.strip_prefix("contract:") {
+        Some(name) => root().join("scenarios/contract").join(name),
+        None => root().join("scenarios/catalog").join(file),
     };
     mutations::clear();
     for m in muts {
@@ -58,7 +51,7 @@ fn expect_violation(file: &str, muts: &[&str], invariant: &str) {
 #[test]
 fn seed_bug_reproduces_as_one_writer_when_bootstrap_ignores_unknown_tables_and_the_guard_is_off() {
     expect_violation(
-        "shared:seed-duplicate-create-after-failover.toml",
+        "contract:seed-duplicate-create-after-failover.toml",
         &["bootstrap-ignores-unknown-tables", "dm-admits-overlap"],
         "one-writer",
     );
@@ -94,7 +87,7 @@ fn checkpoint_sound_fires_when_the_checkpoint_ignores_moving_spans() {
 #[test]
 fn checkpoint_monotonic_fires_when_the_coordinator_regresses_it() {
     expect_violation(
-        "shared:smoke-three-tables.toml",
+        "contract:smoke-three-tables.toml",
         &["checkpoint-regress"],
         "checkpoint-monotonic",
     );
@@ -103,7 +96,7 @@ fn checkpoint_monotonic_fires_when_the_coordinator_regresses_it() {
 #[test]
 fn no_row_lost_fires_when_a_dispatcher_skips_rows() {
     expect_violation(
-        "shared:smoke-three-tables.toml",
+        "contract:smoke-three-tables.toml",
         &["drop-rows"],
         "no-row-lost",
     );
@@ -112,7 +105,7 @@ fn no_row_lost_fires_when_a_dispatcher_skips_rows() {
 #[test]
 fn no_row_invented_fires_when_a_dispatcher_corrupts_keys() {
     expect_violation(
-        "shared:smoke-three-tables.toml",
+        "contract:smoke-three-tables.toml",
         &["shift-key"],
         "no-row-invented",
     );
@@ -121,7 +114,7 @@ fn no_row_invented_fires_when_a_dispatcher_corrupts_keys() {
 #[test]
 fn per_key_order_fires_when_a_dispatcher_reorders_a_batch() {
     expect_violation(
-        "shared:smoke-three-tables.toml",
+        "contract:smoke-three-tables.toml",
         &["reverse-batch"],
         "per-key-order",
     );
@@ -139,7 +132,7 @@ fn ddl_order_fires_when_the_barrier_passes_before_the_write() {
 #[test]
 fn dropped_tables_stay_dropped_fires_when_a_dropped_table_comes_back() {
     expect_violation(
-        "shared:seed-duplicate-create-after-failover.toml",
+        "contract:seed-duplicate-create-after-failover.toml",
         &["create-dropped-table"],
         "dropped-table-stays-dropped",
     );
@@ -230,7 +223,7 @@ fn error_acted_once_fires_when_an_error_restarts_the_changefeed_without_a_close(
 #[test]
 fn epoch_monotonic_fires_when_a_placement_does_not_bump_the_epoch() {
     expect_violation(
-        "shared:seed-duplicate-create-after-failover.toml",
+        "contract:seed-duplicate-create-after-failover.toml",
         &["epoch-no-bump"],
         "epoch-monotonic",
     );

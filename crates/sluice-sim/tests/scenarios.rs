@@ -1,4 +1,4 @@
-//! The simulator against every scenario file: the shared contract examples (as they are), the
+//! The simulator against every scenario file: the contract examples (as they are), the
 //! project's catalog scenarios (one per failure-catalog entry), determinism of the trace hash,
 //! a random exploration, and the command line's results and exit codes.
 
@@ -12,18 +12,19 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The shared scenarios: `$SLUICE_SHARED_SCENARIOS`, else `../shared/scenarios` next to the
-/// checkout, else the workplace's `/work/shared/scenarios` (for clones made elsewhere).
-fn shared_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("SLUICE_SHARED_SCENARIOS") {
-        return PathBuf::from(d);
-    }
-    let beside = root().join("../shared/scenarios");
-    if beside.exists() {
-        return beside;
-    }
-    PathBuf::from("/work/shared/scenarios")
+/// The contract scenarios: copies, kept byte-identical, of the example scenarios that come with
+/// the scenario format (`scenarios/contract/`, beside their `FORMAT.md`).
+fn contract_dir() -> PathBuf {
+    root().join("scenarios/contract")
 }
+
+/// Every contract scenario by name: a copy that goes missing fails the test below.
+const CONTRACT_SCENARIOS: [&str; 4] = [
+    "ddl-writer-crash-after-write.toml",
+    "seed-duplicate-create-after-failover.toml",
+    "smoke-three-tables.toml",
+    "truncate-while-move-held.toml",
+];
 
 fn toml_files(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -52,20 +53,22 @@ fn run_file(path: &Path, seed: Option<u64>) -> (Result<(), String>, u64) {
 }
 
 #[test]
-fn shared_scenarios_pass_as_they_are() {
-    let dir = shared_dir();
-    if !dir.exists() {
-        panic!(
-            "{} is missing: the shared scenarios are part of the contract",
+fn contract_scenarios_are_all_present_and_pass_as_they_are() {
+    let dir = contract_dir();
+    assert!(
+        dir.join("FORMAT.md").is_file(),
+        "{}/FORMAT.md is missing: the scenario format is part of the contract",
+        dir.display()
+    );
+    for name in CONTRACT_SCENARIOS {
+        assert!(
+            dir.join(name).is_file(),
+            "contract scenario {name} is missing from {}",
             dir.display()
         );
     }
     let files = toml_files(&dir);
-    assert!(
-        files.len() >= 4,
-        "expected the shared example scenarios in {}",
-        dir.display()
-    );
+    assert!(files.len() >= CONTRACT_SCENARIOS.len());
     for f in files {
         let (r, _) = run_file(&f, None);
         if let Err(e) = r {
@@ -109,8 +112,8 @@ fn feature_scenarios_pass() {
 }
 
 #[test]
-fn shared_scenarios_pass_under_other_seeds() {
-    for f in toml_files(&shared_dir()) {
+fn contract_scenarios_pass_under_other_seeds() {
+    for f in toml_files(&contract_dir()) {
         for seed in 1..4 {
             let (r, _) = run_file(&f, Some(seed));
             if let Err(e) = r {
@@ -122,7 +125,7 @@ fn shared_scenarios_pass_under_other_seeds() {
 
 #[test]
 fn same_file_and_seed_give_the_same_trace_hash() {
-    let seedfile = shared_dir().join("seed-duplicate-create-after-failover.toml");
+    let seedfile = contract_dir().join("seed-duplicate-create-after-failover.toml");
     let mut hashes = Vec::new();
     for seed in 0..10u64 {
         let (r1, h1) = run_file(&seedfile, Some(seed));
@@ -193,7 +196,7 @@ fn sink_faults_come_from_their_own_stream() {
 
 #[test]
 fn explore_with_a_scenario_adds_faults_and_keeps_safety() {
-    let base = scenario::parse_file(&shared_dir().join("ddl-writer-crash-after-write.toml"))
+    let base = scenario::parse_file(&contract_dir().join("ddl-writer-crash-after-write.toml"))
         .unwrap_or_else(|e| panic!("{e}"));
     let rep = explore::explore(0, 20, Some(&base), false);
     assert!(rep.failed.is_empty(), "{}", rep.render(0));
@@ -207,7 +210,7 @@ fn sim_bin() -> Command {
 fn cli_run_prints_seed_hash_and_summary() {
     let out = sim_bin()
         .arg("run")
-        .arg(shared_dir().join("smoke-three-tables.toml"))
+        .arg(contract_dir().join("smoke-three-tables.toml"))
         .arg("--seed")
         .arg("7")
         .output()

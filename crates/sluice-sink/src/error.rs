@@ -5,17 +5,15 @@
 //! a bad URI or parameter, a table the sink refuses, a column the downstream lacks, a broken
 //! caller contract).
 //!
+//! A downstream server error is classified by its code through the table the whole project
+//! shares ([`sluice_types::error_class::SERVER_CODES`]), the same one capture uses upstream.
+//!
 //! Invariant: [`SinkError::class`] is a pure function of the error value, so the shell and the
 //! simulator classify identically.
 
 use std::fmt;
 
-/// Whether retrying can help.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorClass {
-    Retryable,
-    Fatal,
-}
+pub use sluice_types::ErrorClass;
 
 type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -141,7 +139,9 @@ impl SinkError {
         }
     }
 
-    pub(crate) fn db(what: impl Into<String>, e: mysql_async::Error) -> SinkError {
+    /// A downstream database error, classified: a server error by the shared table of codes, a
+    /// lost connection retryable, a bad URL fatal.
+    pub fn db(what: impl Into<String>, e: mysql_async::Error) -> SinkError {
         let (code, retryable) = classify_mysql(&e);
         SinkError::Db {
             what: what.into(),
@@ -161,16 +161,12 @@ fn fence_text(bound: &Option<u64>, current: &Option<u64>) -> String {
     }
 }
 
-/// MariaDB/MySQL server error codes that retrying can fix: deadlock, lock wait timeout, lost
-/// connection, server shutdown, too many connections, query interrupted, read-only failover.
-pub const RETRYABLE_SERVER_CODES: &[u16] = &[
-    1205, 1213, 1040, 1053, 1077, 1078, 1079, 1080, 1152, 1153, 1158, 1159, 1160, 1161, 1317, 2006,
-    2013, 1927, 1290,
-];
-
 fn classify_mysql(e: &mysql_async::Error) -> (Option<u16>, bool) {
     match e {
-        mysql_async::Error::Server(s) => (Some(s.code), RETRYABLE_SERVER_CODES.contains(&s.code)),
+        mysql_async::Error::Server(s) => (
+            Some(s.code),
+            sluice_types::server_error_class(s.code).is_retryable(),
+        ),
         mysql_async::Error::Io(_) => (None, true),
         mysql_async::Error::Driver(_) => (None, true),
         mysql_async::Error::Url(_) => (None, false),

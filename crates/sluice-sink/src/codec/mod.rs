@@ -14,29 +14,8 @@ pub mod csv;
 use crate::error::{Result, SinkError};
 use sluice_types::{ColumnDef, ColumnType, RowEvent, RowKind, TableSchema, Value};
 
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-/// A UTC timestamp in microseconds as (y, m, d, h, mi, s, us).
-pub fn utc_parts(micros: i64) -> (i64, u32, u32, u32, u32, u32, u32) {
-    let secs = micros.div_euclid(1_000_000);
-    let us = micros.rem_euclid(1_000_000) as u32;
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400) as u32;
-    let (y, m, d) = civil_from_days(days);
-    (y, m, d, sod / 3600, sod / 60 % 60, sod % 60, us)
-}
+// Times are UTC and split by the one calendar implementation (`sluice_types::civil`).
+pub use sluice_types::civil::{civil_from_days, utc_parts};
 
 fn frac(micros: u32, decimals: u8) -> String {
     if decimals == 0 {
@@ -262,16 +241,5 @@ mod tests {
         }
         assert!(base64_decode("Zm9").is_err());
         assert!(base64_decode("Z!9v").is_err());
-    }
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
-        assert_eq!(
-            utc_parts(1_700_000_000_123_456),
-            (2023, 11, 14, 22, 13, 20, 123_456)
-        );
     }
 }
