@@ -147,6 +147,14 @@ pub(crate) fn ddl_target(query: &str, default_db: &str) -> Option<Target> {
     })
 }
 
+/// The table a `CREATE [OR REPLACE] TABLE` statement creates, if it is one.
+pub fn create_target(query: &str, default_db: &str) -> Option<(String, String)> {
+    match ddl_target(query, default_db)? {
+        Target::Create { db, table, .. } => Some((db, table)),
+        _ => None,
+    }
+}
+
 /// `… INDEX [IF [NOT] EXISTS] name … ON table`: the table after the first `ON`.
 fn index_target(toks: &[Token], from: usize, default_db: &str) -> Option<Target> {
     let on = (from..toks.len()).find(|i| keyword(toks.get(*i), "ON"))?;

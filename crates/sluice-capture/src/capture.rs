@@ -123,9 +123,57 @@ fn unreplicable_marker(history: &SchemaHistory, txn: &Transaction) -> Option<Ddl
     })
 }
 
+/// Rows of a table the history does not know (it missed the table's creation) cannot be
+/// routed to any dispatcher: they are set aside as unreplicable, and since no dispatcher of
+/// that table exists, every table stops at them (loudly), rather than capture stopping or the
+/// rows vanishing. A DDL of the same transaction (CREATE TABLE … SELECT) is applied first.
+fn set_aside_unknown_tables(history: &SchemaHistory, txn: &mut Transaction) {
+    let after_ddl = if txn.statement.is_some() { txn.commit_ts } else { txn.commit_ts - 1 };
+    let unknown = |c: &RowChange| {
+        let (db, t) = (&c.table.database, &c.table.table);
+        !is_system_schema(db)
+            && !is_heartbeat(db, t)
+            && !history.is_sequence(db, t)
+            && history.table_at(db, t, after_ddl).is_none()
+            && !txn_creates(txn.statement.as_ref(), db, t)
+    };
+    let mut names: Vec<String> = Vec::new();
+    for c in txn.rows.iter().filter(|c| unknown(c)) {
+        let n = format!("{}.{}", c.table.database, c.table.table);
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    if names.is_empty() {
+        return;
+    }
+    txn.rows.retain(|c| !unknown(c));
+    txn.unreplicable.push(crate::unreplicable::Unreplicable {
+        tables: Vec::new(),
+        reason: format!(
+            "rows of {} reached the binlog, but the schema history does not know the table (its \
+             creation was missed), so no dispatcher serves it: re-create the changefeed from a \
+             position after the table exists, or let the tables go on and re-copy it",
+            names.join(", ")
+        ),
+    });
+}
+
+/// Whether the transaction's own statement creates `db.t` (its rows are then known once it is
+/// applied).
+fn txn_creates(stmt: Option<&crate::binlog::Statement>, db: &str, t: &str) -> bool {
+    stmt.is_some_and(|s| {
+        matches!(
+            crate::binlog_schema::create_target(&s.query, &s.database),
+            Some((d, n)) if d == db && n == t
+        )
+    })
+}
+
 /// Converts one transaction, applying its DDL (if any) to `history`.
-pub fn convert(history: &mut SchemaHistory, txn: Transaction) -> Result<Vec<Captured>> {
+pub fn convert(history: &mut SchemaHistory, mut txn: Transaction) -> Result<Vec<Captured>> {
     let mut out = Vec::with_capacity(1);
+    set_aside_unknown_tables(history, &mut txn);
     if let Some(marker) = unreplicable_marker(history, &txn) {
         out.push(Captured::Ddl(marker));
     }

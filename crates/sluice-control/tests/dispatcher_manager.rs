@@ -809,3 +809,73 @@ fn heartbeats_carry_a_bounded_number_of_errors_lowest_ids_first() {
         .collect();
     assert_eq!(ids, want);
 }
+
+fn rows_written(out: &[Effect]) -> Vec<u64> {
+    out.iter()
+        .filter_map(|e| match e {
+            Effect::Sink(SinkCommand::WriteRows { rows, .. }) => Some(rows.iter().map(|r| r.0).collect::<Vec<_>>()),
+            Effect::Sink(SinkCommand::WriteDdl { ddl, .. }) => Some(vec![ddl.commit_ts]),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// An unreplicable change stops the dispatcher of its table: nothing after it is written, the
+/// checkpoint stays below it, the heartbeat carries a warning naming it; the changefeed's
+/// `ignore-event = ["unreplicable"]` lets it through (consumed, never written).
+#[test]
+fn an_unreplicable_change_stops_its_dispatcher_with_a_warning_until_let_through() {
+    let holds = Holds::default();
+    let table = TableId(4);
+    let stop = DdlEvent {
+        kind: DdlKind::Unreplicable,
+        query: "table d.t: statement-format DML".into(),
+        ..ddl(130, vec![table], false)
+    };
+    let row = |ts: u64, h: u64| StreamItem::Row {
+        commit_ts: ts,
+        key: Key::row_u64(table, h),
+        handle: h,
+        kind: sluice_types::RowKind::Insert,
+    };
+    let items = vec![row(110, 1), StreamItem::Ddl { ddl: stop.clone(), handle: 2 }, row(150, 3)];
+    let run = |cfg: ChangefeedConfig| {
+        let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+        let mut out = Vec::new();
+        dm.on_message(
+            0,
+            &m1(),
+            Message::Bootstrap { cf: cf(), epoch: Epoch(1), trigger: None, config: cfg, forget: Vec::new() },
+            &holds,
+            &mut out,
+        );
+        let d = id(1, 1);
+        create(&mut dm, &m1(), 1, d, Span::whole_table(table), &holds);
+        let mut out = Vec::new();
+        dm.on_events(0, d, items.clone(), 200, &holds, &mut out);
+        dm.on_sink_flushed(0, d, 110, &holds, &mut out);
+        out.extend(tick(&mut dm, 1000, &holds));
+        let cp = dm.dispatchers().into_iter().find(|v| v.id == d).map(|v| v.checkpoint).unwrap_or(0);
+        (dm, out, cp)
+    };
+    let (dm, out, cp) = run(config());
+    assert_eq!(rows_written(&out), vec![110], "nothing at or after the stop is written");
+    assert_eq!(cp, 129, "the checkpoint stays below the stop");
+    let w = dm.warnings();
+    assert!(w.len() == 1 && w[0].contains("statement-format DML") && w[0].contains("unreplicable"), "{w:?}");
+    let sent: Vec<&Vec<String>> = out
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Send { msg: Message::Heartbeat { warnings, .. }, .. } => Some(warnings),
+            _ => None,
+        })
+        .collect();
+    assert!(sent.iter().any(|w| w.iter().any(|m| m.contains("statement-format DML"))), "{sent:?}");
+
+    let mut cfg = config();
+    cfg.filter.ignore_event = vec!["unreplicable".into()];
+    let (dm, out, _) = run(cfg);
+    assert_eq!(rows_written(&out), vec![110, 150], "let through: consumed, never written");
+    assert!(dm.warnings().is_empty());
+}
