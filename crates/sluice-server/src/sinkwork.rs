@@ -275,8 +275,17 @@ fn error_message(cf: &ChangefeedId, e: &sluice_sink::SinkError) -> String {
     if e.is_retryable() {
         return m;
     }
+    let fix = match e {
+        // The table itself, not the downstream, is what must change.
+        sluice_sink::SinkError::TableRefused { .. } => {
+            "give the table a primary key or a not-null unique key upstream, or set \
+             force-replicate=true in the sink URI (rows may then repeat on replay), or leave it out \
+             with a [filter] rule"
+        }
+        _ => "fix the downstream",
+    };
     format!(
-        "{m} (fatal: retrying cannot fix this; rows after the checkpoint are kept and replayed; fix the downstream, \
+        "{m} (fatal: retrying cannot fix this; rows after the checkpoint are kept and replayed; {fix}, \
          then `sluice cli changefeed resume -c {cf}`)"
     )
 }
