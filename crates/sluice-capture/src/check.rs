@@ -42,9 +42,11 @@ fn problem(setting: &str, actual: &str, expected: &str, fix: &str) -> SettingPro
 pub async fn check_upstream(url: &str) -> Result<UpstreamInfo> {
     let opts = mysql_async::Opts::from_url(url)
         .map_err(|e| CaptureError::Connection(format!("bad url: {e}")))?;
+    let addr = format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port());
+    let user = opts.user().unwrap_or("").to_string();
     let mut conn = mysql_async::Conn::new(opts)
         .await
-        .map_err(CaptureError::from_mysql)?;
+        .map_err(|e| CaptureError::from_connect(&addr, &user, e))?;
     let r = check_conn(&mut conn).await;
     let _ = conn.disconnect().await;
     r

@@ -114,11 +114,52 @@ impl CaptureError {
     pub fn from_mysql(e: mysql_async::Error) -> CaptureError {
         match e {
             mysql_async::Error::Server(ref s) => match sluice_types::server_error_class(s.code) {
-                ErrorClass::Retryable => CaptureError::Transient(e.to_string()),
-                ErrorClass::Fatal => CaptureError::Sql(e.to_string()),
+                ErrorClass::Retryable => CaptureError::Transient(mysql_text(&e)),
+                ErrorClass::Fatal => CaptureError::Sql(mysql_text(&e)),
             },
-            _ => CaptureError::Connection(e.to_string()),
+            _ => CaptureError::Connection(mysql_text(&e)),
         }
+    }
+
+    /// Classifies a failed connection to the upstream at `addr` as `user` (the URL's): a
+    /// refused login is fatal and says where to fix it; anything else is [`Self::from_mysql`]
+    /// with the address and user named.
+    pub fn from_connect(addr: &str, user: &str, e: mysql_async::Error) -> CaptureError {
+        match e {
+            mysql_async::Error::Server(ref s) if sluice_types::error_class::is_login_refused(s.code) => {
+                CaptureError::Sql(format!(
+                    "the upstream at {addr} refused the login of user `{user}` ({s}); check the user and \
+                     password in the upstream URL (--upstream, or `upstream` in the server configuration) \
+                     and that user's grants"
+                ))
+            }
+            e => match CaptureError::from_mysql(e) {
+                CaptureError::Connection(m) => CaptureError::Connection(format!(
+                    "cannot connect to {addr} as user `{user}`: {m}"
+                )),
+                CaptureError::Sql(m) => CaptureError::Sql(format!(
+                    "connecting to the upstream at {addr} as user `{user}`: {m}"
+                )),
+                other => other,
+            },
+        }
+    }
+}
+
+/// A `mysql_async` error's message without the driver's doubled prefixes
+/// (`Input/output error: Input/output error: …`, ``Server error: `…'``): the operating
+/// system's or the server's own message.
+pub fn mysql_text(e: &mysql_async::Error) -> String {
+    use mysql_async::{Error as E, IoError};
+    match e {
+        E::Io(IoError::Io(io)) => io.to_string(),
+        // TLS errors, when a TLS feature is on.
+        #[allow(unreachable_patterns)]
+        E::Io(other) => other.to_string(),
+        E::Server(s) => s.to_string(),
+        E::Driver(d) => d.to_string(),
+        E::Url(u) => format!("connection URL: {u}"),
+        E::Other(o) => o.to_string(),
     }
 }
 

@@ -362,7 +362,8 @@ fn valid_id(id: &str) -> Result<(), ServerError> {
 
 async fn upstream_conn(url: &str) -> Result<mysql_async::Conn, ServerError> {
     let opts = mysql_async::Opts::from_url(url).map_err(|e| ServerError::Upstream(scrub(&format!("bad upstream URL: {e}"))))?;
-    mysql_async::Conn::new(opts).await.map_err(|e| ServerError::Upstream(scrub(&format!("cannot connect: {e}"))))
+    let (addr, user) = (format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port()), opts.user().unwrap_or("").to_string());
+    mysql_async::Conn::new(opts).await.map_err(|e| ServerError::Upstream(scrub(&sluice_capture::CaptureError::from_connect(&addr, &user, e).to_string())))
 }
 
 /// Resolves the start point to a commit ts and checks the upstream still has it and this node's
@@ -378,7 +379,7 @@ async fn resolve_start(st: &AppState, body: &CreateBody) -> Result<Ts, ServerErr
     let logs: Vec<(String, u64)> = conn
         .query::<mysql_async::Row, _>("SHOW BINARY LOGS")
         .await
-        .map_err(|e| ServerError::Upstream(scrub(&format!("SHOW BINARY LOGS: {e}"))))?
+        .map_err(|e| ServerError::Upstream(scrub(&format!("upstream SHOW BINARY LOGS failed: {}", sluice_capture::error::mysql_text(&e)))))?
         .into_iter()
         .filter_map(|r| r.get::<String, usize>(0).map(|f| (f, 0)))
         .collect();
@@ -434,7 +435,7 @@ async fn gtid_position(conn: &mut mysql_async::Conn, gtid: &str, logs: &[(String
         let rows: Vec<mysql_async::Row> = conn
             .query(format!("SHOW BINLOG EVENTS IN '{}'", file.replace('\'', "")))
             .await
-            .map_err(|e| ServerError::Upstream(scrub(&e.to_string())))?;
+            .map_err(|e| ServerError::Upstream(scrub(&format!("upstream SHOW BINLOG EVENTS failed: {}", sluice_capture::error::mysql_text(&e)))))?;
         let mut inside = false;
         for r in rows {
             let ty: String = r.get("Event_type").unwrap_or_default();
@@ -451,6 +452,21 @@ async fn gtid_position(conn: &mut mysql_async::Conn, gtid: &str, logs: &[(String
         }
     }
     Err(ServerError::InvalidStartPoint(format!("GTID {gtid} is not in the upstream's binlog (purged or not yet written)")))
+}
+
+/// Parses a sink URI, then checks it once (reachability, credentials, writable storage). The
+/// message is the sink's own (a parse error already says "invalid sink URI"), secrets scrubbed.
+async fn check_sink_uri(uri: &str) -> Result<(), ServerError> {
+    let refused = |e: sluice_sink::SinkError| match e {
+        e @ sluice_sink::SinkError::InvalidUri { .. } => ServerError::InvalidSinkUri(scrub(&e.to_string())),
+        e => ServerError::InvalidSinkUri(scrub(&format!("sink {} cannot be used: {e}", mask_url(uri)))),
+    };
+    sluice_sink::SinkUri::parse(uri).map_err(refused)?;
+    match tokio::time::timeout(FORWARD_TIMEOUT, sluice_sink::check_sink(uri)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(refused(e)),
+        Err(_) => Err(ServerError::InvalidSinkUri(format!("sink {} did not answer within {} s", mask_url(uri), FORWARD_TIMEOUT.as_secs()))),
+    }
 }
 
 async fn create_changefeed(State(st): State<AppState>, method: Method, uri: Uri, body: Bytes) -> ApiResult {
@@ -472,13 +488,7 @@ async fn create_changefeed(State(st): State<AppState>, method: Method, uri: Uri,
         Err(ServerError::ChangefeedNotFound(_)) => {}
         Err(e) => return Err(e.into()),
     }
-    // Sink URI: parse, then check it once (reachability, credentials, writable storage).
-    sluice_sink::SinkUri::parse(&sink_uri).map_err(|e| ServerError::InvalidSinkUri(scrub(&e.to_string())))?;
-    match tokio::time::timeout(FORWARD_TIMEOUT, sluice_sink::check_sink(&sink_uri)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => return Err(ServerError::InvalidSinkUri(scrub(&e.to_string())).into()),
-        Err(_) => return Err(ServerError::InvalidSinkUri(format!("{} did not answer within {} s", mask_url(&sink_uri), FORWARD_TIMEOUT.as_secs())).into()),
-    }
+    check_sink_uri(&sink_uri).await?;
     // Upstream settings.
     sluice_capture::check_upstream(&st.upstream).await.map_err(|e| ServerError::Upstream(scrub(&e.to_string())))?;
     let start_ts = resolve_start(&st, &b).await?;
@@ -516,12 +526,7 @@ async fn update_changefeed(State(st): State<AppState>, method: Method, uri: Uri,
     }
     if let Some(u) = &b.sink_uri {
         crate::mask::register_url(u);
-        sluice_sink::SinkUri::parse(u).map_err(|e| ServerError::InvalidSinkUri(scrub(&e.to_string())))?;
-        match tokio::time::timeout(FORWARD_TIMEOUT, sluice_sink::check_sink(u)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(ServerError::InvalidSinkUri(scrub(&e.to_string())).into()),
-            Err(_) => return Err(ServerError::InvalidSinkUri(format!("{} did not answer within {} s", mask_url(u), FORWARD_TIMEOUT.as_secs())).into()),
-        }
+        check_sink_uri(u).await?;
     }
     let toml = match &b.config {
         Some(t) => Some(parse_changefeed_toml(t)?),
@@ -647,11 +652,15 @@ async fn tables(State(st): State<AppState>, method: Method, uri: Uri, Path(id): 
     let v = st
         .query(move |s| {
             let m = s.node.maintainer(&cf).ok_or_else(|| ServerError::ChangefeedNotFound(cf.to_string()))?;
-            let mut by: std::collections::BTreeMap<Option<String>, Vec<u64>> = Default::default();
+            // Per node, each table once (a split table has several spans), with its name.
+            let mut by: std::collections::BTreeMap<Option<String>, std::collections::BTreeMap<u64, String>> = Default::default();
             for sp in m.spans() {
-                by.entry(sp.node.map(|n| n.to_string())).or_default().push(sp.span.table.0);
+                by.entry(sp.node.map(|n| n.to_string())).or_default().insert(sp.span.table.0, sp.table_name);
             }
-            let items: Vec<Json> = by.into_iter().map(|(n, t)| json!({"node_id": n, "table_ids": t})).collect();
+            let items: Vec<Json> = by
+                .into_iter()
+                .map(|(n, t)| json!({"node_id": n, "table_ids": t.keys().collect::<Vec<_>>(), "table_names": t.values().collect::<Vec<_>>()}))
+                .collect();
             Ok::<_, ServerError>(json!({"items": items, "total": items.len()}))
         })
         .await??;
@@ -778,11 +787,49 @@ async fn table_request(st: AppState, method: Method, uri: Uri, id: String, body:
                 return Err(ServerError::CaptureNotFound(to.to_string()));
             }
         }
+        if let TableRequest::Split { spans, .. } = &req {
+            split_refusal(s, &cf, table, *spans, m.spans().iter().filter(|sp| sp.span.table == table).count())?;
+        }
         s.deliver(Input::Request(UserRequest::Table { cf, req }));
         Ok(())
     })
     .await??;
     Ok(json_response(StatusCode::ACCEPTED, &json!({"accepted": true})))
+}
+
+/// Why a split of `table` into `want` spans would be rejected by the maintainer, decided here
+/// from the same facts (its spans now, its key, this node's regions of it) so that the caller
+/// hears it instead of a 202; the maintainer still decides at its turn (the facts may change in
+/// between: a DDL, new region statistics), and logs that outcome.
+fn split_refusal(s: &Shell, cf: &ChangefeedId, table: TableId, want: usize, spans_now: usize) -> Result<(), ServerError> {
+    let name = s.capture.history().table_by_id_at(table, Ts::MAX).map(|t| (t.qualified_name(), t.key_columns.is_empty()));
+    let (label, keyless) = match name {
+        Some((n, keyless)) => (format!("table {n} (id {})", table.0), keyless),
+        None => (format!("table {}", table.0), false),
+    };
+    if spans_now == want {
+        return Ok(());
+    }
+    if spans_now > 1 {
+        return Err(ServerError::Conflict(format!(
+            "{label} is already in {spans_now} spans; merge it first with `sluice cli changefeed merge-table -c {cf} --table-id {}`",
+            table.0
+        )));
+    }
+    if keyless {
+        return Err(ServerError::BadRequest(format!(
+            "{label} has no primary key and no not-null unique key: its rows cannot be cut into key ranges, so it stays in one span"
+        )));
+    }
+    let regions = s.regions.get(&table).map(|r| r.len() + 1).unwrap_or(1);
+    if regions < want {
+        return Err(ServerError::BadRequest(format!(
+            "{label} has {regions} region(s) and a split cuts only at region boundaries, so it cannot become {want} spans; \
+             ask for at most {regions} spans, or lower region-size-bytes in the server configuration (regions are computed \
+             from the upstream's table statistics every 60 s)"
+        )));
+    }
+    Ok(())
 }
 
 async fn move_table(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>, body: Bytes) -> ApiResult {

@@ -16,11 +16,14 @@ pub enum ServerError {
     ChangefeedExists(String),
     #[error("capture {0} does not exist; list captures with `sluice cli capture list`")]
     CaptureNotFound(String),
-    #[error("invalid sink URI: {0}")]
+    /// The sink URI is malformed or the sink it names cannot be used; the text says which (the
+    /// sink's own message, which already names the URI).
+    #[error("{0}")]
     InvalidSinkUri(String),
     #[error("invalid start point: {0}")]
     InvalidStartPoint(String),
-    #[error("upstream: {0}")]
+    /// The upstream failed or is not ready; the text names the upstream (capture's errors do).
+    #[error("{0}")]
     Upstream(String),
     #[error("{0}")]
     Conflict(String),

@@ -3,7 +3,8 @@
 //! data path (capture into the event store in [`upstream`], event batches to dispatchers, sink
 //! workers in [`sinkwork`]), the meta store ([`meta`]: embedded on a single node;
 //! [`metabackend`] says where membership and leadership come from), node-to-node messages
-//! ([`net`]) and the HTTP API ([`api`]) with Prometheus [`metrics`].
+//! ([`net`]) and the HTTP API ([`api`]) with Prometheus [`metrics`]. A data dir serves one
+//! process at a time ([`datadir`]).
 //!
 //! Invariants kept across the crate: the state machines are driven only through
 //! `NodeState::handle`; every queue has a named bound; no secret is logged or returned
@@ -12,6 +13,7 @@
 pub mod api;
 pub mod client;
 pub mod config;
+pub mod datadir;
 pub mod error;
 pub mod etcdmeta;
 pub mod mask;
@@ -62,6 +64,8 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     mask::register_url(&cfg.upstream);
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| ServerError::Config(format!("cannot create data dir {}: {e}", cfg.data_dir.display())))?;
+    // Before anything in the dir is opened; held until the process ends.
+    let _data_dir = datadir::lock(&cfg.data_dir, &cfg.addr)?;
     tracing::info!(node = %cfg.node_id, addr = %cfg.addr, upstream = %mask::mask_url(&cfg.upstream), data_dir = %cfg.data_dir.display(), "starting");
     match sluice_capture::check_upstream(&cfg.upstream).await {
         Ok(_) => {}

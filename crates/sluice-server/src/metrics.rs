@@ -84,8 +84,10 @@ pub fn render(shell: &Shell) -> String {
     let _ = writeln!(o, "# HELP sluice_capture_rows_total Rows captured from the upstream binlog by this node.");
     let _ = writeln!(o, "# TYPE sluice_capture_rows_total counter");
     let _ = writeln!(o, "sluice_capture_rows_total{{node=\"{node}\"}} {}", cap.rows_captured.load(Ordering::Relaxed));
+    let _ = writeln!(o, "# HELP sluice_capture_transactions_total Transactions captured from the upstream binlog by this node.");
     let _ = writeln!(o, "# TYPE sluice_capture_transactions_total counter");
     let _ = writeln!(o, "sluice_capture_transactions_total{{node=\"{node}\"}} {}", cap.txns_captured.load(Ordering::Relaxed));
+    let _ = writeln!(o, "# HELP sluice_capture_ddls_total DDL statements captured from the upstream binlog by this node.");
     let _ = writeln!(o, "# TYPE sluice_capture_ddls_total counter");
     let _ = writeln!(o, "sluice_capture_ddls_total{{node=\"{node}\"}} {}", cap.ddls_captured.load(Ordering::Relaxed));
     let _ = writeln!(o, "# HELP sluice_dispatcher_rows_read_total Rows read from the event store for dispatchers, per changefeed.");
@@ -113,6 +115,7 @@ pub fn render(shell: &Shell) -> String {
     let _ = writeln!(o, "# HELP sluice_memory_inflight_bytes Rows read from the event store and not yet accepted by a sink (bounded by memory-quota-bytes).");
     let _ = writeln!(o, "# TYPE sluice_memory_inflight_bytes gauge");
     let _ = writeln!(o, "sluice_memory_inflight_bytes{{node=\"{node}\"}} {}", shell.inflight_bytes);
+    let _ = writeln!(o, "# HELP sluice_memory_quota_bytes The node's memory-quota-bytes: the bound of sluice_memory_inflight_bytes.");
     let _ = writeln!(o, "# TYPE sluice_memory_quota_bytes gauge");
     let _ = writeln!(o, "sluice_memory_quota_bytes{{node=\"{node}\"}} {}", shell.quota_bytes);
     let _ = writeln!(o, "# HELP sluice_errors_total Errors by kind.");

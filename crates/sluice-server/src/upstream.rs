@@ -107,7 +107,7 @@ async fn shared_snapshot(etcd: &[String], upstream: &str) -> Result<SchemaHistor
     }
     let h = SchemaHistory::snapshot(upstream)
         .await
-        .map_err(|e| ServerError::Upstream(format!("schema snapshot failed: {}", scrub(&e.to_string()))))?;
+        .map_err(|e| ServerError::Upstream(format!("upstream schema snapshot failed: {}", scrub(&e.to_string()))))?;
     let value = serde_json::to_vec(&h).map_err(|e| meta(e.to_string()))?;
     let txn = Txn::new()
         .when(vec![Compare::create_revision(SHARED_SNAPSHOT_KEY, CompareOp::Equal, 0)])
@@ -135,7 +135,7 @@ pub async fn open(data_dir: &Path, upstream: &str, cache_bytes: u64, skip_unpars
             let h = if etcd.is_empty() {
                 SchemaHistory::snapshot(upstream)
                     .await
-                    .map_err(|e| ServerError::Upstream(format!("schema snapshot failed: {}", scrub(&e.to_string()))))?
+                    .map_err(|e| ServerError::Upstream(format!("upstream schema snapshot failed: {}", scrub(&e.to_string()))))?
             } else {
                 shared_snapshot(etcd, upstream).await?
             };

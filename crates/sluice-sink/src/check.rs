@@ -13,8 +13,8 @@
 //! - [`CheckReport::equal`] is true only when no table has any difference (exit code 0).
 
 use crate::error::{Result, SinkError};
-use crate::mysql::{pool, quote_ident};
-use crate::uri::{SinkConfig, SinkUri};
+use crate::mysql::{login_error, pool, quote_ident};
+use crate::uri::{MysqlConfig, SinkConfig, SinkUri};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Pool, Row, Value as M};
 use std::collections::BTreeMap;
@@ -160,20 +160,38 @@ fn glob(pattern: &str, s: &str) -> bool {
     go(pattern.as_bytes(), s.as_bytes())
 }
 
-fn connect(uri: &str, what: &str) -> Result<Pool> {
-    match SinkUri::parse(uri)?.config {
-        SinkConfig::Mysql(cfg) => pool(&cfg, 4),
-        _ => Err(SinkError::invalid_uri(
-            &crate::uri::mask_uri(uri),
-            format!("--{what} must be a mysql:// URI"),
-        )),
-    }
+/// One of the two servers compared: its pool, and what a failure on it is called.
+struct Server {
+    pool: Pool,
+    cfg: MysqlConfig,
+    /// `upstream` or `downstream`.
+    side: &'static str,
+    /// The option that names it (`--upstream`).
+    option: &'static str,
 }
 
-async fn conn(p: &Pool, what: &str) -> Result<Conn> {
-    p.get_conn()
-        .await
-        .map_err(|e| SinkError::db(format!("connect to {what}"), e))
+impl Server {
+    fn open(uri: &str, side: &'static str, option: &'static str) -> Result<Server> {
+        match SinkUri::parse(uri)?.config {
+            SinkConfig::Mysql(cfg) => Ok(Server {
+                pool: pool(&cfg, 4)?,
+                cfg,
+                side,
+                option,
+            }),
+            _ => Err(SinkError::invalid_uri(
+                &crate::uri::mask_uri(uri),
+                format!("{option} must be a mysql:// URI"),
+            )),
+        }
+    }
+
+    async fn conn(&self) -> Result<Conn> {
+        self.pool
+            .get_conn()
+            .await
+            .map_err(|e| login_error(&self.cfg, self.side, self.option, e))
+    }
 }
 
 fn text(v: &M) -> String {
@@ -239,11 +257,31 @@ impl Table {
     }
 }
 
+/// Names the server a failed query ran on (the queries below run on either).
+fn on(side: &'static str) -> impl Fn(SinkError) -> SinkError {
+    move |e| match e {
+        SinkError::Db {
+            what,
+            code,
+            retryable,
+            source,
+            ..
+        } => SinkError::Db {
+            side,
+            what,
+            code,
+            retryable,
+            source,
+        },
+        e => e,
+    }
+}
+
 async fn list_tables(up: &mut Conn, patterns: &[String]) -> Result<Vec<(String, String)>> {
     let rows: Vec<(String, String)> = up
         .query("SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' ORDER BY table_schema, table_name")
         .await
-        .map_err(|e| SinkError::db("list upstream tables", e))?;
+        .map_err(|e| SinkError::db_on("upstream", "list tables", e))?;
     Ok(rows
         .into_iter()
         .filter(|(db, _)| !SYSTEM_SCHEMAS.contains(&db.as_str()))
@@ -380,23 +418,23 @@ async fn compare_range(
     while let Some((lo, hi, known_up)) = stack.pop() {
         let u = match known_up {
             Some(s) => s,
-            None => chunk_sum(up, t, &lo, &hi).await?,
+            None => chunk_sum(up, t, &lo, &hi).await.map_err(on("upstream"))?,
         };
-        let d = chunk_sum(down, t, &lo, &hi).await?;
+        let d = chunk_sum(down, t, &lo, &hi).await.map_err(on("downstream"))?;
         if u == d {
             continue;
         }
         let n = u.0 as usize;
         if n > ROW_COMPARE_MAX && !t.keyless {
-            if let Some(mid) = key_at(up, t, &lo, &hi, n / 2 - 1).await? {
+            if let Some(mid) = key_at(up, t, &lo, &hi, n / 2 - 1).await.map_err(on("upstream"))? {
                 stack.push((Some(mid.clone()), hi.clone(), None));
                 stack.push((lo, Some(mid), None));
                 continue;
             }
         }
         let (ur, dr) = (
-            rows_in(up, t, &lo, &hi).await?,
-            rows_in(down, t, &lo, &hi).await?,
+            rows_in(up, t, &lo, &hi).await.map_err(on("upstream"))?,
+            rows_in(down, t, &lo, &hi).await.map_err(on("downstream"))?,
         );
         // Per key, a multiset of row hashes (keyless tables can hold duplicates).
         let mut diffs = Vec::new();
@@ -445,11 +483,11 @@ async fn check_table(
         table: format!("{db}.{name}"),
         ..Default::default()
     };
-    let Some((cols, key)) = describe(up, db, name).await? else {
+    let Some((cols, key)) = describe(up, db, name).await.map_err(on("upstream"))? else {
         rep.schema_difference = Some("table vanished upstream".into());
         return Ok(rep);
     };
-    match describe(down, db, name).await? {
+    match describe(down, db, name).await.map_err(on("downstream"))? {
         None => {
             rep.schema_difference = Some("missing downstream".into());
             return Ok(rep);
@@ -472,14 +510,14 @@ async fn check_table(
         columns: cols,
         key,
     };
-    rep.upstream_rows = chunk_sum(up, &t, &None, &None).await?.0;
-    rep.downstream_rows = chunk_sum(down, &t, &None, &None).await?.0;
+    rep.upstream_rows = chunk_sum(up, &t, &None, &None).await.map_err(on("upstream"))?.0;
+    rep.downstream_rows = chunk_sum(down, &t, &None, &None).await.map_err(on("downstream"))?.0;
     let mut lo: Option<Vec<M>> = None;
     loop {
         let hi = if t.keyless {
             None
         } else {
-            key_at(up, &t, &lo, &None, chunk.max(1) - 1).await?
+            key_at(up, &t, &lo, &None, chunk.max(1) - 1).await.map_err(on("upstream"))?
         };
         rep.chunks += 1;
         compare_range(up, down, &t, lo.clone(), hi.clone(), &mut rep).await?;
@@ -494,12 +532,12 @@ async fn check_table(
 
 /// Compares the selected tables; `Err` only when the comparison itself failed.
 pub async fn run(args: &CheckArgs) -> Result<CheckReport> {
-    let (up_pool, down_pool) = (
-        connect(&args.upstream, "upstream")?,
-        connect(&args.downstream, "downstream")?,
+    let (up_server, down_server) = (
+        Server::open(&args.upstream, "upstream", "--upstream")?,
+        Server::open(&args.downstream, "downstream", "--downstream")?,
     );
-    let mut up = conn(&up_pool, "upstream").await?;
-    let mut down = conn(&down_pool, "downstream").await?;
+    let mut up = up_server.conn().await?;
+    let mut down = down_server.conn().await?;
     let mut report = CheckReport::default();
     for (db, name) in list_tables(&mut up, &args.tables).await? {
         report
@@ -507,8 +545,8 @@ pub async fn run(args: &CheckArgs) -> Result<CheckReport> {
             .push(check_table(&mut up, &mut down, &db, &name, args.chunk_size).await?);
     }
     drop((up, down));
-    let _ = up_pool.disconnect().await;
-    let _ = down_pool.disconnect().await;
+    let _ = up_server.pool.disconnect().await;
+    let _ = down_server.pool.disconnect().await;
     Ok(report)
 }
 

@@ -97,7 +97,7 @@ fn schema_from_definition(def: &TableDefinition, table_id: TableId) -> TableSche
             ColumnDef {
                 name: c.name.clone(),
                 ty,
-                sql_type: c.ty.to_ascii_lowercase(),
+                sql_type: crate::storage::layout::type_case(&c.ty, false),
                 unsigned: false,
                 nullable: c.nullable.as_deref() != Some("false"),
                 charset: None,

@@ -38,10 +38,26 @@ pub enum SinkError {
         #[source]
         source: Cause,
     },
-    /// The downstream database failed (a server error's text carries its code and message).
-    #[error("downstream {what} failed: {source}")]
+    /// A MySQL server failed (a server error's text carries its code and message). `side` is
+    /// `downstream` for a sink, `upstream` or `downstream` for `sluice check`.
+    #[error("{side} {what} failed: {}", cause_text(.source.as_ref()))]
     Db {
+        side: &'static str,
         what: String,
+        code: Option<u16>,
+        retryable: bool,
+        #[source]
+        source: Cause,
+    },
+    /// Connecting to a MySQL server failed: it is unreachable, or it refused the login of
+    /// `user` (`code` 1045 and the like: fatal, the URI's user or password is wrong).
+    #[error("{}", connect_text(.side, .user, .addr, .fix, .code, .source.as_ref()))]
+    Connect {
+        side: &'static str,
+        user: String,
+        addr: String,
+        /// Where the user and password come from (`the sink URI`, `--upstream`).
+        fix: &'static str,
         code: Option<u16>,
         retryable: bool,
         #[source]
@@ -86,7 +102,9 @@ impl SinkError {
             | SinkError::TableRefused { .. }
             | SinkError::Codec(_)
             | SinkError::Layout { .. } => ErrorClass::Fatal,
-            SinkError::Store { retryable, .. } | SinkError::Db { retryable, .. } => {
+            SinkError::Store { retryable, .. }
+            | SinkError::Db { retryable, .. }
+            | SinkError::Connect { retryable, .. } => {
                 if *retryable {
                     ErrorClass::Retryable
                 } else {
@@ -142,13 +160,82 @@ impl SinkError {
     /// A downstream database error, classified: a server error by the shared table of codes, a
     /// lost connection retryable, a bad URL fatal.
     pub fn db(what: impl Into<String>, e: mysql_async::Error) -> SinkError {
+        Self::db_on("downstream", what, e)
+    }
+
+    /// [`SinkError::db`] on a named side (`sluice check` reads an upstream too).
+    pub fn db_on(side: &'static str, what: impl Into<String>, e: mysql_async::Error) -> SinkError {
         let (code, retryable) = classify_mysql(&e);
         SinkError::Db {
+            side,
             what: what.into(),
             code,
             retryable,
             source: Box::new(e),
         }
+    }
+
+    /// A failed connection to `side` at `addr` as `user`; `fix` names where the login is set.
+    pub(crate) fn connect(
+        side: &'static str,
+        user: &str,
+        addr: String,
+        fix: &'static str,
+        e: mysql_async::Error,
+    ) -> SinkError {
+        let (code, retryable) = classify_mysql(&e);
+        SinkError::Connect {
+            side,
+            user: user.to_string(),
+            addr,
+            fix,
+            code,
+            retryable,
+            source: Box::new(e),
+        }
+    }
+}
+
+fn connect_text(
+    side: &str,
+    user: &str,
+    addr: &str,
+    fix: &str,
+    code: &Option<u16>,
+    source: &(dyn std::error::Error + Send + Sync + 'static),
+) -> String {
+    let cause = cause_text(source);
+    match code {
+        Some(c) if sluice_types::error_class::is_login_refused(*c) => format!(
+            "the {side} at {addr} refused the login of user `{user}` ({cause}); \
+             check the user and password in {fix} and that user's grants"
+        ),
+        _ => format!("cannot connect to the {side} at {addr} as user `{user}`: {cause}"),
+    }
+}
+
+/// The text of an error as the user reads it. A `mysql_async` error is shown without its
+/// wrappers (`Input/output error: Input/output error: …`, ``Server error: `…'``): the
+/// operating system's or the server's own message.
+pub fn cause_text(e: &(dyn std::error::Error + Send + Sync + 'static)) -> String {
+    match e.downcast_ref::<mysql_async::Error>() {
+        Some(m) => mysql_text(m),
+        None => e.to_string(),
+    }
+}
+
+/// A `mysql_async` error's message without the driver's doubled prefixes.
+pub fn mysql_text(e: &mysql_async::Error) -> String {
+    use mysql_async::{Error as E, IoError};
+    match e {
+        E::Io(IoError::Io(io)) => io.to_string(),
+        // TLS errors, when a TLS feature is on.
+        #[allow(unreachable_patterns)]
+        E::Io(other) => other.to_string(),
+        E::Server(s) => s.to_string(),
+        E::Driver(d) => d.to_string(),
+        E::Url(u) => format!("connection URL: {u}"),
+        E::Other(o) => o.to_string(),
     }
 }
 

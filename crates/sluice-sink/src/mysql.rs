@@ -161,6 +161,18 @@ fn pool_with(cfg: &MysqlConfig, max_conns: usize, infiles: Option<Arc<Infiles>>)
     Ok(Pool::new(opts))
 }
 
+/// A failed connection to the server `cfg` names, saying which server, address and user
+/// (never the password).
+pub(crate) fn login_error(
+    cfg: &MysqlConfig,
+    side: &'static str,
+    fix: &'static str,
+    e: mysql_async::Error,
+) -> SinkError {
+    let addr = format!("{}:{}", cfg.host, cfg.port);
+    SinkError::connect(side, &cfg.user, addr, fix, e)
+}
+
 /// Options of one downstream connection (session in UTC, foreign key checks off).
 fn conn_opts(cfg: &MysqlConfig) -> OptsBuilder {
     OptsBuilder::default()
@@ -437,7 +449,7 @@ impl Mysql {
                     param: "timeout",
                     killed: String::new(),
                 }),
-                Ok(Err(e)) => Err(SinkError::db(what, e)),
+                Ok(Err(e)) => Err(login_error(&self.cfg, "downstream", "the sink URI", e)),
                 Ok(Ok(c)) => {
                     // Immediately before the call (a refused one returns the connection).
                     fence.check(what)?;

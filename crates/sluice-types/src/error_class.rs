@@ -1,6 +1,7 @@
 //! The error vocabulary every Sluice crate shares: [`ErrorClass`] (can retrying help?) and the one
 //! table of MariaDB/MySQL server error codes with their class ([`SERVER_CODES`]), used by capture
-//! (upstream) and by the sinks (downstream) alike.
+//! (upstream) and by the sinks (downstream) alike, and the codes of a refused login
+//! ([`LOGIN_REFUSED_CODES`]), which both sides report as such.
 //!
 //! Invariants: a code appears at most once in the table; a code the table does not list is
 //! [`ErrorClass::Fatal`] (an error nobody has judged is shown to the operator, not retried
@@ -89,6 +90,16 @@ pub fn server_error_class(code: u16) -> ErrorClass {
     server_code(code).map_or(ErrorClass::Fatal, |c| c.class)
 }
 
+/// Server error codes that mean the login itself was refused (all fatal: the URL's user or
+/// password, or that user's grants, must change): wrong user or password, no password given,
+/// host not allowed to connect, no access to the database, password expired.
+pub const LOGIN_REFUSED_CODES: &[u16] = &[1044, 1045, 1130, 1698, 1862];
+
+/// Whether `code` says the server refused the login (see [`LOGIN_REFUSED_CODES`]).
+pub fn is_login_refused(code: u16) -> bool {
+    LOGIN_REFUSED_CODES.contains(&code)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,6 +126,15 @@ mod tests {
             assert_eq!(server_error_class(code), ErrorClass::Fatal, "{code}");
             assert!(!server_error_class(code).is_retryable(), "{code}");
         }
+    }
+
+    #[test]
+    fn refused_logins_are_fatal() {
+        for &code in LOGIN_REFUSED_CODES {
+            assert!(is_login_refused(code), "{code}");
+            assert_eq!(server_error_class(code), ErrorClass::Fatal, "{code}");
+        }
+        assert!(!is_login_refused(1146) && !is_login_refused(2013));
     }
 
     #[test]

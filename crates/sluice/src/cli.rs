@@ -82,14 +82,16 @@ enum Changefeed {
     Update {
         #[command(flatten)]
         id: CfId,
+        /// The new sink URI (checked like at create).
         #[arg(long)]
         sink_uri: Option<String>,
+        /// Changefeed TOML replacing the [scheduler] and [filter] sections given.
         #[arg(long)]
         config: Option<std::path::PathBuf>,
     },
     /// Remove a changefeed.
     Remove(CfId),
-    /// Which node replicates which table.
+    /// Which node replicates which table (ids and names).
     Tables(CfId),
     /// Every span of the changefeed (table, key range, node, state, operator).
     Spans(CfId),
@@ -99,8 +101,10 @@ enum Changefeed {
     MoveTable {
         #[command(flatten)]
         id: CfId,
+        /// The table's id, as `changefeed tables` or `changefeed spans` lists it.
         #[arg(long)]
         table_id: u64,
+        /// The node to move it to, as `capture list` lists it.
         #[arg(long)]
         target_node_id: String,
     },
@@ -108,8 +112,12 @@ enum Changefeed {
     SplitTable {
         #[command(flatten)]
         id: CfId,
+        /// The table's id, as `changefeed tables` or `changefeed spans` lists it. It must be in
+        /// one span and have a primary or not-null unique key.
         #[arg(long)]
         table_id: u64,
+        /// How many spans to cut it into (2..=1024), at region boundaries: at most as many as
+        /// the table has regions (see region-size-bytes in docs/configuration.md).
         #[arg(long, default_value_t = 2)]
         spans: usize,
     },
@@ -117,6 +125,7 @@ enum Changefeed {
     MergeTable {
         #[command(flatten)]
         id: CfId,
+        /// The table's id, as `changefeed tables` or `changefeed spans` lists it.
         #[arg(long)]
         table_id: u64,
     },
@@ -237,7 +246,7 @@ pub fn run(a: CliArgs) -> ExitCode {
                 let body = json!({"sink_uri": sink_uri, "config": cfg});
                 Ok((call(&s, "PUT", &id_path(&id, ""), Some(body))?, FEED_COLS))
             }
-            Changefeed::Tables(id) => Ok((call(&s, "GET", &id_path(&id, "/tables"), None)?, &["node_id", "table_ids"][..])),
+            Changefeed::Tables(id) => Ok((call(&s, "GET", &id_path(&id, "/tables"), None)?, &["node_id", "table_ids", "table_names"][..])),
             Changefeed::Spans(id) => Ok((
                 call(&s, "GET", &id_path(&id, "/spans"), None)?,
                 &["table_id", "table_name", "node_id", "state", "checkpoint_ts", "operator", "start_key", "end_key"][..],

@@ -113,7 +113,7 @@ impl TableDefinition {
             .enumerate()
             .map(|(i, c)| ColumnDefinition {
                 name: c.name.clone(),
-                ty: c.sql_type.to_ascii_uppercase(),
+                ty: type_case(&c.sql_type, true),
                 nullable: Some(c.nullable.to_string()),
                 is_pk: schema.key_columns.contains(&i).then(|| "true".to_string()),
                 length: (c.length > 0).then(|| c.length.to_string()),
@@ -172,6 +172,34 @@ impl TableDefinition {
             )
         }
     }
+}
+
+/// A column type with its words in upper (or lower) case and its quoted parts as written:
+/// `enum('new','paid')` becomes `ENUM('new','paid')`, never `ENUM('NEW','PAID')` (the values
+/// are data). A quote is doubled (`''`) or backslash-escaped inside a literal, as MariaDB
+/// writes it.
+pub fn type_case(sql: &str, upper: bool) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for ch in sql.chars() {
+        match quote {
+            Some(_) if escaped => escaped = false,
+            Some(_) if ch == '\\' => escaped = true,
+            // A doubled quote closes and reopens: the same text either way.
+            Some(q) if ch == q => quote = None,
+            Some(_) => {}
+            None if ch == '\'' || ch == '"' || ch == '`' => quote = Some(ch),
+            None => {}
+        }
+        let inside = quote.is_some() || ch == '\'' || ch == '"' || ch == '`';
+        out.push(match (inside, upper) {
+            (true, _) => ch,
+            (false, true) => ch.to_ascii_uppercase(),
+            (false, false) => ch.to_ascii_lowercase(),
+        });
+    }
+    out
 }
 
 /// The date directory of a commit time, per separator (UTC).
@@ -276,6 +304,17 @@ pub fn parse_schema_name(name: &str) -> Option<(Ts, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn type_case_keeps_quoted_values() {
+        assert_eq!(type_case("enum('new','paid')", true), "ENUM('new','paid')");
+        assert_eq!(
+            type_case("set('It''s','a\\'b','Up') character set utf8mb4", true),
+            "SET('It''s','a\\'b','Up') CHARACTER SET UTF8MB4"
+        );
+        assert_eq!(type_case("ENUM('New','PAID')", false), "enum('New','PAID')");
+        assert_eq!(type_case("decimal(10,2) unsigned", true), "DECIMAL(10,2) UNSIGNED");
+    }
 
     #[test]
     fn names_roundtrip_and_temp_files_are_not_data() {
