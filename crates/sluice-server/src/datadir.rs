@@ -25,8 +25,16 @@ pub struct DataDirLock {
 /// live process holds it, naming that process as its lock file describes it.
 pub fn lock(dir: &Path, addr: &str) -> Result<DataDirLock, ServerError> {
     let path = dir.join(LOCK_FILE);
-    let io = |what: &str, e: std::io::Error| ServerError::Config(format!("cannot {what} {}: {e}", path.display()));
-    let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(|e| io("open", e))?;
+    let io = |what: &str, e: std::io::Error| {
+        ServerError::Config(format!("cannot {what} {}: {e}", path.display()))
+    };
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| io("open", e))?;
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
@@ -39,13 +47,20 @@ pub fn lock(dir: &Path, addr: &str) -> Result<DataDirLock, ServerError> {
     let text = format!("pid={}\naddr={addr}\n", std::process::id());
     file.set_len(0).map_err(|e| io("write", e))?;
     file.rewind().map_err(|e| io("write", e))?;
-    file.write_all(text.as_bytes()).and_then(|_| file.sync_data()).map_err(|e| io("write", e))?;
+    file.write_all(text.as_bytes())
+        .and_then(|_| file.sync_data())
+        .map_err(|e| io("write", e))?;
     Ok(DataDirLock { _file: file })
 }
 
 /// The refusal: which process holds `dir`, as far as its lock file says.
 fn in_use(dir: &Path, holder: &str) -> String {
-    let field = |k: &str| holder.lines().find_map(|l| l.strip_prefix(k).and_then(|v| v.strip_prefix('='))).map(str::trim);
+    let field = |k: &str| {
+        holder
+            .lines()
+            .find_map(|l| l.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
+            .map(str::trim)
+    };
     let who = match (field("pid"), field("addr")) {
         (Some(pid), Some(addr)) => format!("pid {pid}, API address {addr}"),
         (Some(pid), None) => format!("pid {pid}"),

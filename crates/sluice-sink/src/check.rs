@@ -420,13 +420,18 @@ async fn compare_range(
             Some(s) => s,
             None => chunk_sum(up, t, &lo, &hi).await.map_err(on("upstream"))?,
         };
-        let d = chunk_sum(down, t, &lo, &hi).await.map_err(on("downstream"))?;
+        let d = chunk_sum(down, t, &lo, &hi)
+            .await
+            .map_err(on("downstream"))?;
         if u == d {
             continue;
         }
         let n = u.0 as usize;
         if n > ROW_COMPARE_MAX && !t.keyless {
-            if let Some(mid) = key_at(up, t, &lo, &hi, n / 2 - 1).await.map_err(on("upstream"))? {
+            if let Some(mid) = key_at(up, t, &lo, &hi, n / 2 - 1)
+                .await
+                .map_err(on("upstream"))?
+            {
                 stack.push((Some(mid.clone()), hi.clone(), None));
                 stack.push((lo, Some(mid), None));
                 continue;
@@ -510,14 +515,22 @@ async fn check_table(
         columns: cols,
         key,
     };
-    rep.upstream_rows = chunk_sum(up, &t, &None, &None).await.map_err(on("upstream"))?.0;
-    rep.downstream_rows = chunk_sum(down, &t, &None, &None).await.map_err(on("downstream"))?.0;
+    rep.upstream_rows = chunk_sum(up, &t, &None, &None)
+        .await
+        .map_err(on("upstream"))?
+        .0;
+    rep.downstream_rows = chunk_sum(down, &t, &None, &None)
+        .await
+        .map_err(on("downstream"))?
+        .0;
     let mut lo: Option<Vec<M>> = None;
     loop {
         let hi = if t.keyless {
             None
         } else {
-            key_at(up, &t, &lo, &None, chunk.max(1) - 1).await.map_err(on("upstream"))?
+            key_at(up, &t, &lo, &None, chunk.max(1) - 1)
+                .await
+                .map_err(on("upstream"))?
         };
         rep.chunks += 1;
         compare_range(up, down, &t, lo.clone(), hi.clone(), &mut rep).await?;

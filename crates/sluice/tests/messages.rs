@@ -20,8 +20,18 @@ fn error_msg(v: &serde_json::Value) -> String {
 }
 
 fn create_refused(out: &Outputs, s: &str, id: &str, sink: &str) -> String {
-    let (st, v) = api(out, s, "POST", "/api/v2/changefeeds", Some(&json!({"changefeed_id": id, "sink_uri": sink})));
-    assert_eq!((st, v["error_code"].as_str()), (400, Some("CDC:ErrSinkURIInvalid")), "{v}");
+    let (st, v) = api(
+        out,
+        s,
+        "POST",
+        "/api/v2/changefeeds",
+        Some(&json!({"changefeed_id": id, "sink_uri": sink})),
+    );
+    assert_eq!(
+        (st, v["error_code"].as_str()),
+        (400, Some("CDC:ErrSinkURIInvalid")),
+        "{v}"
+    );
     error_msg(&v)
 }
 
@@ -41,42 +51,100 @@ fn sink_check_and_upstream_errors_say_what_failed_once() {
     let wrong = format!("mysql://sluice:{WRONG_PASS}@127.0.0.1:{}/", down.port());
     let m = create_refused(&out, &s, "bad2", &wrong);
     let at = format!("127.0.0.1:{}", down.port());
-    assert!(m.contains(&format!("the downstream at {at} refused the login of user `sluice`")), "{m}");
-    assert!(m.contains("1045") && m.contains("sink URI") && !m.contains("progress tables"), "{m}");
+    assert!(
+        m.contains(&format!(
+            "the downstream at {at} refused the login of user `sluice`"
+        )),
+        "{m}"
+    );
+    assert!(
+        m.contains("1045") && m.contains("sink URI") && !m.contains("progress tables"),
+        "{m}"
+    );
 
-    let m = create_refused(&out, &s, "bad3", &format!("mysql://sluice:{DOWN_PASS}@127.0.0.1:{dead}/?max-retries=0"));
-    assert!(m.contains(&format!("cannot connect to the downstream at 127.0.0.1:{dead} as user `sluice`")), "{m}");
+    let m = create_refused(
+        &out,
+        &s,
+        "bad3",
+        &format!("mysql://sluice:{DOWN_PASS}@127.0.0.1:{dead}/?max-retries=0"),
+    );
+    assert!(
+        m.contains(&format!(
+            "cannot connect to the downstream at 127.0.0.1:{dead} as user `sluice`"
+        )),
+        "{m}"
+    );
     assert!(!m.contains("Input/output error"), "{m}");
     let (_, v) = api(&out, &s, "GET", "/api/v2/changefeeds", None);
     assert_eq!(v["total"], 0, "a refused create changed nothing: {v}");
 
     // `sluice check`: the side that failed, by name.
-    let r = check(&out, &format!("mysql://sluice:{UP_PASS}@127.0.0.1:{dead}"), &down_url, "");
+    let r = check(
+        &out,
+        &format!("mysql://sluice:{UP_PASS}@127.0.0.1:{dead}"),
+        &down_url,
+        "",
+    );
     assert_eq!(r.code, 2, "{} {}", r.stdout, r.stderr);
-    assert!(r.stderr.contains(&format!("cannot connect to the upstream at 127.0.0.1:{dead} as user `sluice`")), "{}", r.stderr);
-    assert!(!r.stderr.contains("downstream") && !r.stderr.contains("Input/output error"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            "cannot connect to the upstream at 127.0.0.1:{dead} as user `sluice`"
+        )),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !r.stderr.contains("downstream") && !r.stderr.contains("Input/output error"),
+        "{}",
+        r.stderr
+    );
     let r = check(&out, &up_url, &wrong, "");
     assert_eq!(r.code, 2, "{} {}", r.stdout, r.stderr);
-    assert!(r.stderr.contains(&format!("the downstream at {at} refused the login of user `sluice`")), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            "the downstream at {at} refused the login of user `sluice`"
+        )),
+        "{}",
+        r.stderr
+    );
     assert!(r.stderr.contains("--downstream"), "{}", r.stderr);
 
     // A server whose upstream cannot be reached on its first start.
     let fresh = tmpdir("msg-noup");
     let o = Command::new(BIN)
-        .args(["server", "--addr", &format!("127.0.0.1:{}", free_port()), "--data-dir"])
+        .args([
+            "server",
+            "--addr",
+            &format!("127.0.0.1:{}", free_port()),
+            "--data-dir",
+        ])
         .arg(fresh.join("data"))
-        .args(["--upstream", &format!("mysql://sluice:{UP_PASS}@127.0.0.1:{dead}")])
+        .args([
+            "--upstream",
+            &format!("mysql://sluice:{UP_PASS}@127.0.0.1:{dead}"),
+        ])
         .output()
         .expect("run server");
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     out.add(&err);
     out.add(&String::from_utf8_lossy(&o.stdout));
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains(&format!("cannot connect to 127.0.0.1:{dead} as user `sluice`")), "{err}");
-    assert!(!err.contains("Input/output error") && !err.contains("upstream: upstream"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "cannot connect to 127.0.0.1:{dead} as user `sluice`"
+        )),
+        "{err}"
+    );
+    assert!(
+        !err.contains("Input/output error") && !err.contains("upstream: upstream"),
+        "{err}"
+    );
     out.assert_no_secret(&[&server.log]);
     let all = std::fs::read_to_string(&server.log).unwrap_or_default() + &err;
-    assert!(!all.contains(WRONG_PASS), "the wrong password appears in the output");
+    assert!(
+        !all.contains(WRONG_PASS),
+        "the wrong password appears in the output"
+    );
 }
 
 #[test]
@@ -85,9 +153,18 @@ fn a_second_server_on_a_data_dir_names_the_first() {
     let dir = tmpdir("msg-lock");
     let (_up, up_url) = mariadb_with_user(UP_PASS);
     let mut first = Server::start(&dir, &up_url);
-    let pid = first.child.as_ref().map(|c| c.id()).expect("first server's pid");
+    let pid = first
+        .child
+        .as_ref()
+        .map(|c| c.id())
+        .expect("first server's pid");
     let o = Command::new(BIN)
-        .args(["server", "--addr", &format!("127.0.0.1:{}", free_port()), "--data-dir"])
+        .args([
+            "server",
+            "--addr",
+            &format!("127.0.0.1:{}", free_port()),
+            "--data-dir",
+        ])
         .arg(&first.data_dir)
         .args(["--upstream", &up_url])
         .output()
@@ -96,7 +173,10 @@ fn a_second_server_on_a_data_dir_names_the_first() {
     out.add(&err);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("in use by another sluice server"), "{err}");
-    assert!(err.contains(&format!("pid {pid}, API address {}", first.addr)), "{err}");
+    assert!(
+        err.contains(&format!("pid {pid}, API address {}", first.addr)),
+        "{err}"
+    );
     assert!(!err.contains("Database already open"), "{err}");
     // The first one is untouched, and after a kill -9 the dir can be taken again.
     let (st, _) = api(&out, &first.url(), "GET", "/api/v2/health", None);
@@ -110,10 +190,20 @@ fn a_second_server_on_a_data_dir_names_the_first() {
 
 /// The options of `sluice cli changefeed <sub> --help` that have no help text.
 fn options_without_help(sub: &str) -> Vec<String> {
-    let o = Command::new(BIN).args(["cli", "changefeed", sub, "--help"]).output().expect("help");
+    let o = Command::new(BIN)
+        .args(["cli", "changefeed", sub, "--help"])
+        .output()
+        .expect("help");
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(o.status.success() && text.contains("Options:"), "{sub}: {text}");
-    let lines: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("Options:")).skip(1).collect();
+    assert!(
+        o.status.success() && text.contains("Options:"),
+        "{sub}: {text}"
+    );
+    let lines: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Options:"))
+        .skip(1)
+        .collect();
     let mut bare = Vec::new();
     for (i, l) in lines.iter().enumerate() {
         let t = l.trim_start();
@@ -143,7 +233,10 @@ fn table_commands_metrics_and_schema_files_read_right() {
     let server = Server::start(&dir, &up_url);
     let s = server.url();
     let files = dir.join("out");
-    let sink = format!("file://{}?protocol=canal-json&flush-interval=200ms", files.display());
+    let sink = format!(
+        "file://{}?protocol=canal-json&flush-interval=200ms",
+        files.display()
+    );
     create_changefeed(&out, &s, "cf", &sink);
     up.exec("CREATE TABLE d.o (id INT PRIMARY KEY, st ENUM('new','paid','Shipped'), tags SET('a','B')); INSERT INTO d.o VALUES (1,'paid','a,B');")
         .expect("enum table");
@@ -152,24 +245,68 @@ fn table_commands_metrics_and_schema_files_read_right() {
     // changefeed tables: ids and names, each table once.
     let (st, v) = api(&out, &s, "GET", "/api/v2/changefeeds/cf/tables", None);
     assert_eq!(st, 200, "{v}");
-    let names: Vec<String> = v["items"][0]["table_names"].as_array().map(|a| a.iter().filter_map(|n| n.as_str().map(String::from)).collect()).unwrap_or_default();
-    let ids: Vec<u64> = v["items"][0]["table_ids"].as_array().map(|a| a.iter().filter_map(|n| n.as_u64()).collect()).unwrap_or_default();
+    let names: Vec<String> = v["items"][0]["table_names"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|n| n.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    let ids: Vec<u64> = v["items"][0]["table_ids"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|n| n.as_u64()).collect())
+        .unwrap_or_default();
     assert_eq!(names.len(), ids.len(), "{v}");
     for t in ["d.t", "d.nokey", "d.o"] {
         assert!(names.iter().any(|n| n == t), "{t} missing: {v}");
     }
     let id_of = |name: &str| ids[names.iter().position(|n| n == name).unwrap_or(0)];
-    let r = sluice(&out, &["cli", "--server", &s, "changefeed", "tables", "-c", "cf"]);
+    let r = sluice(
+        &out,
+        &["cli", "--server", &s, "changefeed", "tables", "-c", "cf"],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.contains("TABLE_NAMES") && r.stdout.contains("d.nokey"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("TABLE_NAMES") && r.stdout.contains("d.nokey"),
+        "{}",
+        r.stdout
+    );
 
     // split-table that the maintainer would reject: refused, with the reason.
     let t = id_of("d.t").to_string();
-    let r = sluice(&out, &["cli", "--server", &s, "changefeed", "split-table", "-c", "cf", "--table-id", &t, "--spans", "2"]);
+    let r = sluice(
+        &out,
+        &[
+            "cli",
+            "--server",
+            &s,
+            "changefeed",
+            "split-table",
+            "-c",
+            "cf",
+            "--table-id",
+            &t,
+            "--spans",
+            "2",
+        ],
+    );
     assert_eq!(r.code, 1, "{} {}", r.stdout, r.stderr);
     assert!(!r.stdout.contains("accepted"), "{}", r.stdout);
-    assert!(r.stderr.contains("d.t") && r.stderr.contains("1 region(s)") && r.stderr.contains("region-size-bytes"), "{}", r.stderr);
-    let (st, v) = api(&out, &s, "POST", "/api/v2/changefeeds/cf/split_table", Some(&json!({"table_id": id_of("d.nokey"), "spans": 2})));
+    assert!(
+        r.stderr.contains("d.t")
+            && r.stderr.contains("1 region(s)")
+            && r.stderr.contains("region-size-bytes"),
+        "{}",
+        r.stderr
+    );
+    let (st, v) = api(
+        &out,
+        &s,
+        "POST",
+        "/api/v2/changefeeds/cf/split_table",
+        Some(&json!({"table_id": id_of("d.nokey"), "spans": 2})),
+    );
     assert_eq!(st, 400, "{v}");
     assert!(error_msg(&v).contains("no primary key"), "{v}");
     let (_, v) = api(&out, &s, "GET", "/api/v2/changefeeds/cf/spans", None);
@@ -190,14 +327,31 @@ fn table_commands_metrics_and_schema_files_read_right() {
     let (st, v) = api_raw(&s, "GET", "/metrics", None).expect("metrics");
     let text = v.as_str().unwrap_or_default().to_string();
     assert_eq!(st, 200);
-    let typed: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next()).collect();
+    let typed: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
     assert!(typed.len() > 10, "{text}");
     for name in typed {
-        assert!(text.contains(&format!("# HELP {name} ")), "{name} has no HELP:\n{text}");
+        assert!(
+            text.contains(&format!("# HELP {name} ")),
+            "{name} has no HELP:\n{text}"
+        );
     }
 
     // Every option of the changefeed commands has help text.
-    let bare: Vec<String> = ["create", "update", "move-table", "split-table", "merge-table", "tables"].iter().flat_map(|s| options_without_help(s)).collect();
+    let bare: Vec<String> = [
+        "create",
+        "update",
+        "move-table",
+        "split-table",
+        "merge-table",
+        "tables",
+    ]
+    .iter()
+    .flat_map(|s| options_without_help(s))
+    .collect();
     assert!(bare.is_empty(), "options without help: {bare:?}");
     out.assert_no_secret(&[&server.log]);
 }

@@ -313,7 +313,10 @@ mod tests {
             "SET('It''s','a\\'b','Up') CHARACTER SET UTF8MB4"
         );
         assert_eq!(type_case("ENUM('New','PAID')", false), "enum('New','PAID')");
-        assert_eq!(type_case("decimal(10,2) unsigned", true), "DECIMAL(10,2) UNSIGNED");
+        assert_eq!(
+            type_case("decimal(10,2) unsigned", true),
+            "DECIMAL(10,2) UNSIGNED"
+        );
     }
 
     #[test]
