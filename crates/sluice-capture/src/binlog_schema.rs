@@ -408,6 +408,7 @@ fn only(tables: Vec<TableId>) -> DdlInfluence {
         dropped: vec![],
         added: vec![],
         renamed: vec![],
+        sources: vec![],
     }
 }
 
@@ -419,6 +420,7 @@ fn every_table() -> DdlInfluence {
         dropped: vec![],
         added: vec![],
         renamed: vec![],
+        sources: vec![],
     }
 }
 
