@@ -59,7 +59,9 @@ fn server_view(db: &MariaDb) -> (View, BTreeMap<String, Vec<String>>) {
         } else {
             None
         };
-        view.entry(r[0].clone()).or_default().push((r[1].clone(), g));
+        view.entry(r[0].clone())
+            .or_default()
+            .push((r[1].clone(), g));
     }
     let keys = db
         .query(
@@ -77,10 +79,22 @@ fn server_view(db: &MariaDb) -> (View, BTreeMap<String, Vec<String>>) {
 fn history_view(h: &SchemaHistory) -> (View, BTreeMap<String, Vec<String>>) {
     let mut view = View::new();
     let mut keys = BTreeMap::new();
-    for t in h.tables_at(h.head).into_iter().filter(|t| t.database == "g") {
-        let cols = t.columns.iter().map(|c| (c.name.clone(), c.generated)).collect();
+    for t in h
+        .tables_at(h.head)
+        .into_iter()
+        .filter(|t| t.database == "g")
+    {
+        let cols = t
+            .columns
+            .iter()
+            .map(|c| (c.name.clone(), c.generated))
+            .collect();
         view.insert(t.name.clone(), cols);
-        let key = t.key_columns.iter().map(|i| t.columns[*i].name.clone()).collect();
+        let key = t
+            .key_columns
+            .iter()
+            .map(|i| t.columns[*i].name.clone())
+            .collect();
         keys.insert(t.name.clone(), key);
     }
     (view, keys)
@@ -116,9 +130,14 @@ async fn generated_columns_follow_information_schema_through_snapshot_and_ddl() 
         assert_same(&history, &db, stmt);
     }
     // Rows carry every column, generated ones as the server computed them (VIRTUAL ones too).
-    db.exec("INSERT INTO g.snap (id, v) VALUES (1, 20); CREATE TABLE g.marker (id INT PRIMARY KEY)")
-        .expect("row");
-    let mut c = Capture::new(reader(&db.url(), 712, snapshot.snapshot_pos.clone()), snapshot);
+    db.exec(
+        "INSERT INTO g.snap (id, v) VALUES (1, 20); CREATE TABLE g.marker (id INT PRIMARY KEY)",
+    )
+    .expect("row");
+    let mut c = Capture::new(
+        reader(&db.url(), 712, snapshot.snapshot_pos.clone()),
+        snapshot,
+    );
     let row = loop {
         match c.next().await.expect("capture") {
             Captured::Rows { rows, .. } if !rows.is_empty() => break rows[0].clone(),
@@ -161,12 +180,27 @@ fn create_table_like_reads_its_source() {
     let mut h = h();
     apply(&mut h, 10, "CREATE TABLE d.src (id INT PRIMARY KEY)");
     let src = TableId(F + 10);
-    let alter = apply(&mut h, 20, "ALTER TABLE d.src ADD COLUMN x INT AS (id+1) PERSISTENT");
+    let alter = apply(
+        &mut h,
+        20,
+        "ALTER TABLE d.src ADD COLUMN x INT AS (id+1) PERSISTENT",
+    );
     assert!(alter.influence.sources.is_empty());
     let e = apply(&mut h, 30, "CREATE TABLE d.e LIKE d.src");
-    assert_eq!(e.influence.sources, vec![src], "the LIKE waits for its source");
-    assert_eq!(e.influence.added, vec![(TableId(F + 30), "d.e".to_string())]);
-    assert_eq!(e.influence.scope, InfluenceScope::Tables(vec![]), "the source gets no new version");
+    assert_eq!(
+        e.influence.sources,
+        vec![src],
+        "the LIKE waits for its source"
+    );
+    assert_eq!(
+        e.influence.added,
+        vec![(TableId(F + 30), "d.e".to_string())]
+    );
+    assert_eq!(
+        e.influence.scope,
+        InfluenceScope::Tables(vec![]),
+        "the source gets no new version"
+    );
     let copy = h.table_at("d", "e", F + 30).expect("e");
     assert_eq!(copy.columns.len(), 2);
     assert_eq!(copy.columns[1].generated, Some(Generation::Stored));
@@ -179,7 +213,11 @@ fn create_table_like_reads_its_source() {
 #[test]
 fn foreign_key_parents_are_sources() {
     let mut h = h();
-    apply(&mut h, 10, "CREATE TABLE d.p (id INT PRIMARY KEY, k INT, UNIQUE KEY (k))");
+    apply(
+        &mut h,
+        10,
+        "CREATE TABLE d.p (id INT PRIMARY KEY, k INT, UNIQUE KEY (k))",
+    );
     let p = TableId(F + 10);
     let e = apply(
         &mut h,
@@ -188,14 +226,26 @@ fn foreign_key_parents_are_sources() {
     );
     assert_eq!(e.influence.sources, vec![p]);
     let c = TableId(F + 20);
-    let e = apply(&mut h, 30, "ALTER TABLE d.c ADD COLUMN pk INT, ADD FOREIGN KEY (pk) REFERENCES d.p (k)");
+    let e = apply(
+        &mut h,
+        30,
+        "ALTER TABLE d.c ADD COLUMN pk INT, ADD FOREIGN KEY (pk) REFERENCES d.p (k)",
+    );
     assert_eq!(e.influence.scope, InfluenceScope::Tables(vec![c]));
     assert_eq!(e.influence.sources, vec![p]);
     // A table referencing itself changes and reads only itself: no source.
-    let e = apply(&mut h, 40, "ALTER TABLE d.c ADD FOREIGN KEY (pid) REFERENCES c (id)");
+    let e = apply(
+        &mut h,
+        40,
+        "ALTER TABLE d.c ADD FOREIGN KEY (pid) REFERENCES c (id)",
+    );
     assert!(e.influence.sources.is_empty(), "{:?}", e.influence);
     // An unknown parent (not replicated, or created with foreign_key_checks=0) is no source.
-    let e = apply(&mut h, 50, "CREATE TABLE d.o (id INT PRIMARY KEY, FOREIGN KEY (id) REFERENCES d.none (id))");
+    let e = apply(
+        &mut h,
+        50,
+        "CREATE TABLE d.o (id INT PRIMARY KEY, FOREIGN KEY (id) REFERENCES d.none (id))",
+    );
     assert!(e.influence.sources.is_empty());
 }
 
@@ -208,8 +258,11 @@ fn persistent_is_stored_and_words_named_persistent_stay_columns() {
         "CREATE TABLE d.t (id INT PRIMARY KEY, persistent INT, s INT AS (persistent + 1) PERSISTENT, v INT AS (id) , w INT AS ((id)) VIRTUAL) STATS_PERSISTENT=1",
     );
     let t = h.table_at("d", "t", F + 10).expect("t");
-    let g: Vec<(&str, Option<Generation>)> =
-        t.columns.iter().map(|c| (c.name.as_str(), c.generated)).collect();
+    let g: Vec<(&str, Option<Generation>)> = t
+        .columns
+        .iter()
+        .map(|c| (c.name.as_str(), c.generated))
+        .collect();
     assert_eq!(
         g,
         vec![
@@ -225,12 +278,27 @@ fn persistent_is_stored_and_words_named_persistent_stay_columns() {
 
 #[test]
 fn generation_is_read_from_extra_words() {
-    assert_eq!(generation_from_extra("VIRTUAL GENERATED"), Some(Generation::Virtual));
-    assert_eq!(generation_from_extra("STORED GENERATED"), Some(Generation::Stored));
-    assert_eq!(generation_from_extra("VIRTUAL GENERATED, INVISIBLE"), Some(Generation::Virtual));
-    assert_eq!(generation_from_extra("PERSISTENT"), Some(Generation::Stored));
+    assert_eq!(
+        generation_from_extra("VIRTUAL GENERATED"),
+        Some(Generation::Virtual)
+    );
+    assert_eq!(
+        generation_from_extra("STORED GENERATED"),
+        Some(Generation::Stored)
+    );
+    assert_eq!(
+        generation_from_extra("VIRTUAL GENERATED, INVISIBLE"),
+        Some(Generation::Virtual)
+    );
+    assert_eq!(
+        generation_from_extra("PERSISTENT"),
+        Some(Generation::Stored)
+    );
     // MySQL's DEFAULT expressions and ordinary extras are not generated columns.
-    assert_eq!(generation_from_extra("DEFAULT_GENERATED on update CURRENT_TIMESTAMP"), None);
+    assert_eq!(
+        generation_from_extra("DEFAULT_GENERATED on update CURRENT_TIMESTAMP"),
+        None
+    );
     assert_eq!(generation_from_extra("auto_increment"), None);
     assert_eq!(generation_from_extra(""), None);
 }
@@ -241,7 +309,10 @@ fn histories_without_generation_or_sources_load() {
     apply(&mut h, 10, "CREATE TABLE d.t (id INT PRIMARY KEY)");
     apply(&mut h, 20, "CREATE TABLE d.u LIKE d.t");
     let json = String::from_utf8(h.to_json().expect("json")).expect("utf8");
-    assert!(!json.contains("\"generated\""), "ordinary columns serialize as before");
+    assert!(
+        !json.contains("\"generated\""),
+        "ordinary columns serialize as before"
+    );
     let old = json.replace(&format!(",\"sources\":[{}]", F + 10), "");
     assert_ne!(old, json);
     let back = SchemaHistory::from_json(old.as_bytes()).expect("an older history loads");

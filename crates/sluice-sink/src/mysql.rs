@@ -748,7 +748,10 @@ fn col_list(s: &TableSchema, cols: &[usize]) -> String {
 }
 
 /// The values of columns `cols` of a row image, as statement parameters.
-fn params_of<'a>(image: &'a [Value], cols: &'a [usize]) -> impl Iterator<Item = mysql_async::Value> + 'a {
+fn params_of<'a>(
+    image: &'a [Value],
+    cols: &'a [usize],
+) -> impl Iterator<Item = mysql_async::Value> + 'a {
     cols.iter().map(|i| to_param(&image[*i]))
 }
 

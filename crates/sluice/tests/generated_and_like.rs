@@ -22,7 +22,9 @@ fn latest_schema_file(root: &Path, db: &str, table: &str) -> Value {
         })
         .collect();
     names.sort();
-    let (_, path) = names.pop().unwrap_or_else(|| panic!("no schema file in {}", meta.display()));
+    let (_, path) = names
+        .pop()
+        .unwrap_or_else(|| panic!("no schema file in {}", meta.display()));
     serde_json::from_slice(&std::fs::read(&path).expect("schema file")).expect("schema json")
 }
 
@@ -75,11 +77,17 @@ fn generated_columns_replicate_to_mysql_and_through_files() {
     // A table in the snapshot: its definition is on every downstream beforehand, as a user
     // creates it.
     for db in [&up, &down, &consumed] {
-        db.exec(&format!("CREATE DATABASE gen; {SNAPSHOT_TABLE}")).expect("snapshot table");
+        db.exec(&format!("CREATE DATABASE gen; {SNAPSHOT_TABLE}"))
+            .expect("snapshot table");
     }
     let server = Server::start(&dir, &up_url);
     // The keyless table is accepted with force-replicate.
-    create_changefeed(&out, &server.url(), "to-mysql", &format!("{down_url}/?force-replicate=true"));
+    create_changefeed(
+        &out,
+        &server.url(),
+        "to-mysql",
+        &format!("{down_url}/?force-replicate=true"),
+    );
     let root = dir.join("out");
     let storage = format!(
         "file://{}?protocol=canal-json&enable-tidb-extension=true&flush-interval=200ms",
@@ -93,21 +101,46 @@ fn generated_columns_replicate_to_mysql_and_through_files() {
     let r = check(&out, &up_url, &down_url, "gen.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
     for t in ["snap", "g3", "t2", "nokey"] {
-        assert!(r.stdout.contains(&format!("gen.{t}: equal")), "{}", r.stdout);
+        assert!(
+            r.stdout.contains(&format!("gen.{t}: equal")),
+            "{}",
+            r.stdout
+        );
     }
-    let r = sluice(&out, &["cli", "--server", &server.url(), "changefeed", "list"]);
-    assert!(r.stdout.contains("to-mysql") && !r.stdout.contains("error"), "{}", r.stdout);
+    let r = sluice(
+        &out,
+        &["cli", "--server", &server.url(), "changefeed", "list"],
+    );
+    assert!(
+        r.stdout.contains("to-mysql") && !r.stdout.contains("error"),
+        "{}",
+        r.stdout
+    );
     // Schema files flag generated columns, from the snapshot and from DDL.
     let flags = |t: &str| generated_flags(&latest_schema_file(&root, "gen", t));
     let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
-        v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
     };
     assert_eq!(
         flags("snap"),
-        pairs(&[("id", ""), ("v", ""), ("dbl", "VIRTUAL"), ("inc", "STORED"), ("u", "STORED")])
+        pairs(&[
+            ("id", ""),
+            ("v", ""),
+            ("dbl", "VIRTUAL"),
+            ("inc", "STORED"),
+            ("u", "STORED")
+        ])
     );
-    assert_eq!(flags("g3"), pairs(&[("id", ""), ("v", ""), ("s", "STORED")]));
-    assert_eq!(flags("t2"), pairs(&[("id", ""), ("val", ""), ("g", "VIRTUAL")]));
+    assert_eq!(
+        flags("g3"),
+        pairs(&[("id", ""), ("v", ""), ("s", "STORED")])
+    );
+    assert_eq!(
+        flags("t2"),
+        pairs(&[("id", ""), ("val", ""), ("g", "VIRTUAL")])
+    );
     // The files, consumed into a third server, equal the upstream too.
     wait_for("the storage metadata file", 30, || {
         let m = std::fs::read_to_string(root.join("metadata")).map_err(|e| e.to_string())?;
@@ -120,7 +153,13 @@ fn generated_columns_replicate_to_mysql_and_through_files() {
     });
     let r = sluice(
         &out,
-        &["consume", "--storage", &storage, "--downstream", &format!("{consumed_url}/?force-replicate=true")],
+        &[
+            "consume",
+            "--storage",
+            &storage,
+            "--downstream",
+            &format!("{consumed_url}/?force-replicate=true"),
+        ],
     );
     assert_eq!(r.code, 0, "consume: {} {}", r.stdout, r.stderr);
     let r = check(&out, &up_url, &consumed_url, "gen.*");
@@ -161,11 +200,19 @@ fn create_table_like_replays_after_the_alter_of_its_source() {
         .query("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'gen2' AND TABLE_NAME = 'e' ORDER BY ORDINAL_POSITION")
         .expect("columns of e");
     let cols: Vec<&str> = cols.iter().map(|r| r[0].as_str()).collect();
-    assert_eq!(cols, ["id", "pad", "x"], "the copy has the source's definition at the LIKE");
+    assert_eq!(
+        cols,
+        ["id", "pad", "x"],
+        "the copy has the source's definition at the LIKE"
+    );
     let r = check(&out, &up_url, &down_url, "gen2.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
     for t in ["d", "e", "p", "c"] {
-        assert!(r.stdout.contains(&format!("gen2.{t}: equal")), "{}", r.stdout);
+        assert!(
+            r.stdout.contains(&format!("gen2.{t}: equal")),
+            "{}",
+            r.stdout
+        );
     }
     out.assert_no_secret(&[&server.log]);
     drop(server);
