@@ -416,6 +416,7 @@ fn only(tables: Vec<TableId>) -> DdlInfluence {
         dropped: vec![],
         added: vec![],
         renamed: vec![],
+        sources: vec![],
     }
 }
 
@@ -427,6 +428,7 @@ fn every_table() -> DdlInfluence {
         dropped: vec![],
         added: vec![],
         renamed: vec![],
+        sources: vec![],
     }
 }
 

@@ -325,6 +325,7 @@ impl ColumnMeta {
             elements: self.elements.clone(),
             decimals: self.decimals(),
             length: 0,
+            generated: None,
         }
     }
 

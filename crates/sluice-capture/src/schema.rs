@@ -30,8 +30,8 @@ use mysql_async::prelude::Queryable;
 use serde::{Deserialize, Serialize};
 use sluice_types::partition::split_partition_options;
 use sluice_types::{
-    ColumnDef, ColumnType, DdlEvent, DdlInfluence, DdlKind, InfluenceScope, Partitioning, TableId,
-    TableSchema, Ts,
+    ColumnDef, ColumnType, DdlEvent, DdlInfluence, DdlKind, Generation, InfluenceScope,
+    Partitioning, TableId, TableSchema, Ts,
 };
 use sqlparser::ast::{
     AlterTableOperation, ColumnOption, CreateTableLikeKind, CreateTableOptions, ObjectName,
@@ -255,6 +255,7 @@ pub fn column_from_sql_type(name: &str, sql_type: &str) -> ColumnDef {
         } else {
             num(0).unwrap_or(0)
         },
+        generated: None,
     }
 }
 
@@ -293,6 +294,51 @@ fn parse_elements(sql_type: &str) -> Vec<String> {
     out
 }
 
+/// `AS (expr) [VIRTUAL|STORED]`: the server's default is VIRTUAL (MariaDB's PERSISTENT reaches
+/// the parser as STORED, [`normalize_for_parser`]).
+fn generation_of(mode: Option<sqlparser::ast::GeneratedExpressionMode>) -> Generation {
+    match mode {
+        Some(sqlparser::ast::GeneratedExpressionMode::Stored) => Generation::Stored,
+        _ => Generation::Virtual,
+    }
+}
+
+/// A generated column as `information_schema.COLUMNS.EXTRA` shows it: `VIRTUAL GENERATED` or
+/// `STORED GENERATED` (MariaDB before 10.2: `VIRTUAL`, `PERSISTENT`), possibly followed by
+/// `, INVISIBLE`. MySQL's `DEFAULT_GENERATED` (a DEFAULT expression) is not one.
+pub fn generation_from_extra(extra: &str) -> Option<Generation> {
+    let upper = extra.to_ascii_uppercase();
+    let mut words = upper.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+    words.find_map(|w| match w {
+        "VIRTUAL" => Some(Generation::Virtual),
+        "STORED" | "PERSISTENT" => Some(Generation::Stored),
+        _ => None,
+    })
+}
+
+/// The tables a CREATE TABLE's foreign keys reference (table constraints and column
+/// `REFERENCES`).
+fn foreign_parents<'a>(
+    constraints: &'a [TableConstraint],
+    columns: &'a [sqlparser::ast::ColumnDef],
+) -> Vec<&'a ObjectName> {
+    let inline = columns
+        .iter()
+        .flat_map(|c| c.options.iter())
+        .filter_map(|o| match &o.option {
+            ColumnOption::ForeignKey(fk) => Some(&fk.foreign_table),
+            _ => None,
+        });
+    constraints
+        .iter()
+        .filter_map(|c| match c {
+            TableConstraint::ForeignKey(fk) => Some(&fk.foreign_table),
+            _ => None,
+        })
+        .chain(inline)
+        .collect()
+}
+
 fn ident_of_index_expr(e: &impl std::fmt::Display) -> String {
     let s = e.to_string();
     let s = s.split('(').next().unwrap_or(&s).trim();
@@ -314,6 +360,11 @@ fn apply_column_options(
                 pk.push(c.name.clone());
             }
             ColumnOption::Unique(_) => uniques.push(vec![c.name.clone()]),
+            ColumnOption::Generated {
+                generation_expr: Some(_),
+                generation_expr_mode,
+                ..
+            } => c.generated = Some(generation_of(*generation_expr_mode)),
             ColumnOption::Check(ch)
                 if ch.to_string().to_ascii_lowercase().contains("json_valid") =>
             {
@@ -479,10 +530,11 @@ impl SchemaHistory {
             String,
             Option<String>,
             Option<String>,
+            String,
         );
         let cols: Vec<ColRow> = conn
             .query(
-                "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, COLLATION_NAME \
+                "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, COLLATION_NAME, EXTRA \
                  FROM information_schema.COLUMNS ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
             )
             .await
@@ -517,6 +569,7 @@ impl SchemaHistory {
                     d.nullable = c.4 == "YES";
                     d.charset = c.5.clone();
                     d.collation = c.6.clone();
+                    d.generated = generation_from_extra(&c.7);
                     d
                 })
                 .collect();
@@ -784,6 +837,7 @@ impl SchemaHistory {
             dropped: vec![],
             added: vec![],
             renamed: vec![],
+            sources: vec![],
         };
         let mut touched: Vec<TableId> = Vec::new();
         for stmt in &stmts {
@@ -822,6 +876,16 @@ impl SchemaHistory {
             v.sort();
             v.dedup();
         }
+        // A table the DDL changes (or creates) is no mere source (a self-referencing key).
+        let changed = |t: &TableId| match &influence.scope {
+            InfluenceScope::Tables(v) => v.contains(t),
+            _ => false,
+        } || influence.added.iter().any(|(a, _)| a == t);
+        let mut sources = std::mem::take(&mut influence.sources);
+        sources.retain(|t| !changed(t));
+        sources.sort();
+        sources.dedup();
+        influence.sources = sources;
         let ev = DdlEvent {
             commit_ts,
             commit_time_ms,
@@ -895,6 +959,7 @@ impl SchemaHistory {
                 dropped: vec![],
                 added: vec![],
                 renamed: vec![],
+                sources: vec![],
             },
         };
         self.head = commit_ts;
@@ -1125,6 +1190,8 @@ impl SchemaHistory {
                         .cloned()
                         .ok_or_else(|| format!("LIKE source {sdb}.{st} is unknown"))?;
                     table_default = self.charsets.tables.get(&s.table_id).cloned();
+                    // The downstream copies the source's definition: its earlier DDLs first.
+                    inf.sources.push(s.table_id);
                     s.table_id = id;
                     s.database = db.clone();
                     s.name = t.clone();
@@ -1157,6 +1224,10 @@ impl SchemaHistory {
                     let mut keys = KeyNames { pk, uniques };
                     for con in &ct.constraints {
                         apply_constraint(con, &mut keys, &mut columns);
+                    }
+                    for parent in foreign_parents(&ct.constraints, &ct.columns) {
+                        let (pdb, pt) = split_name(parent, &db);
+                        inf.sources.extend(self.find_id(&pdb, &pt, before));
                     }
                     let (key_columns, unique_keys) = choose_key(&columns, &keys.pk, &keys.uniques);
                     TableSchema {
@@ -1295,6 +1366,10 @@ impl SchemaHistory {
                             );
                         }
                         AlterTableOperation::AddConstraint { constraint, .. } => {
+                            if let TableConstraint::ForeignKey(fk) = constraint {
+                                let (pdb, pt) = split_name(&fk.foreign_table, &db);
+                                inf.sources.extend(self.find_id(&pdb, &pt, before));
+                            }
                             apply_constraint(constraint, &mut keys, &mut s.columns)
                         }
                         AlterTableOperation::DropPrimaryKey { .. } => keys.pk.clear(),
@@ -1776,7 +1851,8 @@ fn parse_mysql(sql: &str) -> std::result::Result<Vec<Statement>, sqlparser::pars
 }
 
 /// Rewrites what MariaDB accepts and sqlparser does not, where the meaning is the same:
-/// `CHARSET` (a synonym of `CHARACTER SET`, also on columns) in CREATE/ALTER TABLE, and
+/// `CHARSET` (a synonym of `CHARACTER SET`, also on columns) in CREATE/ALTER TABLE,
+/// `PERSISTENT` right after a generated column's `AS (expr)` (MariaDB's word for `STORED`), and
 /// `CREATE SCHEMA … CHARACTER SET …` (a synonym of CREATE DATABASE).
 fn normalize_for_parser(sql: &str) -> String {
     use sqlparser::tokenizer::{Token, Tokenizer};
@@ -1795,12 +1871,22 @@ fn normalize_for_parser(sql: &str) -> String {
     let mut changed = false;
     let mut out = String::with_capacity(sql.len() + 16);
     let mut schema_done = !create_schema;
+    let mut prev_paren = false;
     for t in &toks {
+        let follows_paren = prev_paren;
+        if !matches!(t, Token::Whitespace(_)) {
+            prev_paren = matches!(t, Token::RParen);
+        }
         match t {
             Token::Word(w) if w.quote_style.is_none() => {
                 let up = w.value.to_ascii_uppercase();
                 if up == "CHARSET" && !create_schema {
                     out.push_str("CHARACTER SET");
+                    changed = true;
+                    continue;
+                }
+                if up == "PERSISTENT" && follows_paren && !create_schema {
+                    out.push_str("STORED");
                     changed = true;
                     continue;
                 }

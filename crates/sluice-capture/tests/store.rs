@@ -60,6 +60,7 @@ fn ordered_by_table_ts_seq_with_spans_cursors_and_gc() {
             dropped: vec![],
             added: vec![],
             renamed: vec![],
+            sources: vec![],
         },
     };
     s.append_ddl(&ddl).expect("ddl");

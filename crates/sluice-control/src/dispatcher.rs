@@ -195,7 +195,8 @@ impl Dispatcher {
     }
 
     fn is_blocking(&self, ddl: &DdlEvent) -> bool {
-        if self.is_trigger || ddl.influence.trigger {
+        // A DDL that reads other tables' definitions waits for their dispatchers too.
+        if self.is_trigger || ddl.influence.trigger || !ddl.influence.sources.is_empty() {
             return true;
         }
         match &ddl.influence.scope {

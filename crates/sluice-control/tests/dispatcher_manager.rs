@@ -361,6 +361,7 @@ fn ddl(ts: u64, tables: Vec<TableId>, trigger: bool) -> DdlEvent {
             dropped: vec![],
             added: vec![],
             renamed: vec![],
+            sources: vec![],
         },
     }
 }

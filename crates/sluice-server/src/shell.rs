@@ -136,7 +136,10 @@ fn ddl_concerns(ddl: &DdlEvent, table: TableId, db: Option<&str>) -> bool {
         InfluenceScope::Database(d) => db.map(|x| x == d).unwrap_or(false),
         InfluenceScope::All => true,
     };
-    scoped || inf.dropped.contains(&table) || inf.renamed.iter().any(|(t, _)| *t == table)
+    scoped
+        || inf.dropped.contains(&table)
+        || inf.renamed.iter().any(|(t, _)| *t == table)
+        || inf.sources.contains(&table)
 }
 
 impl Shell {

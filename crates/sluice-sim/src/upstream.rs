@@ -287,6 +287,7 @@ impl Upstream {
                     dropped: vec![],
                     added: vec![(t, n.clone())],
                     renamed: vec![],
+                    sources: vec![],
                 };
                 (
                     Self::ddl_event(
@@ -311,6 +312,7 @@ impl Upstream {
                     dropped: vec![t],
                     added: vec![],
                     renamed: vec![],
+                    sources: vec![],
                 };
                 (
                     Self::ddl_event(
@@ -350,6 +352,7 @@ impl Upstream {
                     dropped: vec![t],
                     added: vec![(nt, n.clone())],
                     renamed: vec![],
+                    sources: vec![],
                 };
                 (
                     Self::ddl_event(
@@ -376,6 +379,7 @@ impl Upstream {
                     dropped: vec![],
                     added: vec![],
                     renamed: vec![(t, nn.clone())],
+                    sources: vec![],
                 };
                 (
                     Self::ddl_event(
@@ -397,6 +401,7 @@ impl Upstream {
                     dropped: vec![],
                     added: vec![],
                     renamed: vec![],
+                    sources: vec![],
                 };
                 (
                     Self::ddl_event(
@@ -418,6 +423,7 @@ impl Upstream {
                     dropped: vec![],
                     added: vec![],
                     renamed: vec![],
+                    sources: vec![],
                 };
                 (
                     Self::ddl_event(
@@ -444,6 +450,7 @@ impl Upstream {
                     dropped: affected.clone(),
                     added: vec![],
                     renamed: vec![],
+                    sources: vec![],
                 };
                 (
                     Self::ddl_event(
@@ -471,6 +478,7 @@ impl Upstream {
                     dropped: vec![],
                     added: vec![],
                     renamed: vec![],
+                    sources: vec![],
                 };
                 (
                     Self::ddl_event(

@@ -105,6 +105,14 @@ fn schema_from_definition(def: &TableDefinition, table_id: TableId) -> TableSche
                 elements: Vec::new(),
                 decimals: 0,
                 length: 0,
+                // Any flag means generated: such a column is never written.
+                generated: c.generated.as_deref().map(|g| {
+                    if g.eq_ignore_ascii_case("VIRTUAL") {
+                        Generation::Virtual
+                    } else {
+                        Generation::Stored
+                    }
+                }),
             }
         })
         .collect();
@@ -318,6 +326,7 @@ fn ddl_event(def: &TableDefinition) -> DdlEvent {
             dropped: vec![],
             added: vec![],
             renamed: vec![],
+            sources: vec![],
         },
     }
 }

@@ -13,6 +13,9 @@
 //!   and statements are used from then on;
 //! - in safe mode (default) inserts and updates are `REPLACE`, deletes are by key, so applying a
 //!   prefix of the stream again (a replay from the checkpoint) ends in the upstream state;
+//! - generated columns are never written (the downstream computes them; writing one is error
+//!   1906): statements and `LOAD DATA` list only [`TableSchema::written_columns`], and a keyless
+//!   row is found by those columns; a generated column of the key is still used to find rows;
 //! - a table with no primary or not-null unique key is refused ([`SinkError::TableRefused`])
 //!   unless `force-replicate=true`; such tables are written without `REPLACE` (rows may duplicate
 //!   on replay: documented in docs/sinks.md);
@@ -695,18 +698,19 @@ fn load_field(out: &mut Vec<u8>, v: &Value, how: LoadCol) -> bool {
 /// `None` when some value cannot travel in the file exactly.
 fn build_load(rows: &[&Pending]) -> Option<Stmt> {
     let s = &rows[0].schema;
-    let how: Vec<LoadCol> = s.columns.iter().map(load_col).collect();
+    let cols = s.written_columns();
+    let how: Vec<LoadCol> = cols.iter().map(|i| load_col(&s.columns[*i])).collect();
     let mut data = Vec::with_capacity(rows.len() * 64);
     for p in rows {
         let a = p.row.after.as_ref()?;
-        if a.len() != how.len() {
+        if a.len() != s.columns.len() {
             return None;
         }
-        for (k, (v, h)) in a.iter().zip(&how).enumerate() {
+        for (k, (i, h)) in cols.iter().zip(&how).enumerate() {
             if k > 0 {
                 data.push(b'\t');
             }
-            if !load_field(&mut data, v, *h) {
+            if !load_field(&mut data, &a[*i], *h) {
                 return None;
             }
         }
@@ -714,7 +718,7 @@ fn build_load(rows: &[&Pending]) -> Option<Stmt> {
     }
     let mut targets = Vec::with_capacity(how.len());
     let mut sets = Vec::new();
-    for (k, (c, h)) in s.columns.iter().zip(&how).enumerate() {
+    for (k, (c, h)) in cols.iter().map(|i| &s.columns[*i]).zip(&how).enumerate() {
         match h {
             LoadCol::Text => targets.push(quote_ident(&c.name)),
             LoadCol::Hex => {
@@ -747,12 +751,20 @@ fn table_ref(s: &TableSchema) -> String {
     format!("{}.{}", quote_ident(&s.database), quote_ident(&s.name))
 }
 
-fn col_list(s: &TableSchema) -> String {
-    s.columns
-        .iter()
-        .map(|c| quote_ident(&c.name))
+/// The quoted names of columns `cols` of `s`.
+fn col_list(s: &TableSchema, cols: &[usize]) -> String {
+    cols.iter()
+        .map(|i| quote_ident(&s.columns[*i].name))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// The values of columns `cols` of a row image, as statement parameters.
+fn params_of<'a>(
+    image: &'a [Value],
+    cols: &'a [usize],
+) -> impl Iterator<Item = mysql_async::Value> + 'a {
+    cols.iter().map(|i| to_param(&image[*i]))
 }
 
 fn placeholders(n: usize) -> String {
@@ -822,6 +834,8 @@ fn build_statements(
             }
         }
         let s = &first.schema;
+        // Generated columns are computed downstream and never written.
+        let cols = s.written_columns();
         if c == Class::Upsert && load_data && j - i >= LOAD_DATA_MIN_ROWS {
             if let Some(load) = build_load(&rows[i..j]) {
                 out.push(load);
@@ -832,7 +846,7 @@ fn build_statements(
         // A statement binds at most MAX_PLACEHOLDERS values: wide tables get fewer rows each.
         let width = match c {
             Class::Delete => s.key_columns.len(),
-            _ => s.columns.len(),
+            _ => cols.len(),
         };
         j = j.min(i + (MAX_PLACEHOLDERS / width.max(1)).max(1));
         match c {
@@ -844,14 +858,14 @@ fn build_statements(
                 };
                 let mut params = Vec::new();
                 for p in &rows[i..j] {
-                    params.extend(image(p, true)?.iter().map(to_param));
+                    params.extend(params_of(&image(p, true)?, &cols));
                 }
-                let vals = vec![placeholders(s.columns.len()); j - i].join(",");
+                let vals = vec![placeholders(cols.len()); j - i].join(",");
                 out.push(Stmt::Exec(
                     format!(
                         "{verb} INTO {} ({}) VALUES {vals}",
                         table_ref(s),
-                        col_list(s)
+                        col_list(s, &cols)
                     ),
                     params,
                 ));
@@ -877,12 +891,13 @@ fn build_statements(
                 out.push(Stmt::Exec(sql, params));
             }
             Class::Single => {
-                // Updates outside safe mode, and keyless tables: one statement per row.
+                // Updates outside safe mode, and keyless tables: one statement per row. A keyless
+                // row is found by its written columns (generated ones follow from them).
                 let keyed = !s.key_columns.is_empty();
                 let where_cols: Vec<usize> = if keyed {
                     s.key_columns.clone()
                 } else {
-                    (0..s.columns.len()).collect()
+                    cols.clone()
                 };
                 let cond = where_cols
                     .iter()
@@ -893,13 +908,12 @@ fn build_statements(
                 match first.row.kind {
                     RowKind::Update => {
                         let (b, a) = (image(first, false)?, image(first, true)?);
-                        let set = s
-                            .columns
+                        let set = cols
                             .iter()
-                            .map(|c| format!("{} = ?", quote_ident(&c.name)))
+                            .map(|i| format!("{} = ?", quote_ident(&s.columns[*i].name)))
                             .collect::<Vec<_>>()
                             .join(",");
-                        let mut params: Vec<_> = a.iter().map(to_param).collect();
+                        let mut params: Vec<_> = params_of(&a, &cols).collect();
                         params.extend(where_cols.iter().map(|k| to_param(&b[*k])));
                         out.push(Stmt::Exec(
                             format!("UPDATE {} SET {set} WHERE {cond}{limit}", table_ref(s)),
@@ -920,10 +934,10 @@ fn build_statements(
                             format!(
                                 "INSERT INTO {} ({}) VALUES {}",
                                 table_ref(s),
-                                col_list(s),
-                                placeholders(s.columns.len())
+                                col_list(s, &cols),
+                                placeholders(cols.len())
                             ),
-                            a.iter().map(to_param).collect(),
+                            params_of(&a, &cols).collect(),
                         ));
                     }
                 }

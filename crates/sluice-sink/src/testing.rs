@@ -21,6 +21,7 @@ fn col(name: &str, ty: ColumnType, sql: &str, nullable: bool) -> ColumnDef {
         elements: Vec::new(),
         decimals: 0,
         length: 0,
+        generated: None,
     }
 }
 
@@ -226,6 +227,7 @@ fn ddl_event(ts: Ts, db: &str, query: &str, table: TableId) -> DdlEvent {
             dropped: Vec::new(),
             added: Vec::new(),
             renamed: Vec::new(),
+            sources: vec![],
         },
     }
 }

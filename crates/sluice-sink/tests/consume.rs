@@ -118,6 +118,7 @@ fn ddl(ts: Ts, kind: DdlKind, query: &str) -> DdlEvent {
             dropped: vec![],
             added: vec![],
             renamed: vec![],
+            sources: vec![],
         },
     }
 }

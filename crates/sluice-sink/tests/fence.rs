@@ -104,6 +104,7 @@ fn alter_at_20(query: &str) -> DdlEvent {
             dropped: vec![],
             added: vec![],
             renamed: vec![],
+            sources: vec![],
         },
     }
 }

@@ -73,6 +73,7 @@ fn ddl(ts: Ts, kind: DdlKind, db: &str, query: &str) -> DdlEvent {
             dropped: vec![],
             added: vec![],
             renamed: vec![],
+            sources: vec![],
         },
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! Invariants: a [`RowEvent`] carries the commit ts of its transaction and the key it is routed
 //! by; an update that changes the key is emitted as a delete and an insert. A [`DdlEvent`]
-//! carries the [`DdlInfluence`] the barrier uses to decide who must stop at it.
+//! carries the [`DdlInfluence`] the barrier uses to decide who must stop at it. A row carries a
+//! value for every column of its schema version, generated ones included (the binlog's full row
+//! image has them); a generated column is in the routing key only when the upstream's key has it.
 
 use crate::ids::{TableId, Ts};
 use crate::key::Key;
@@ -54,6 +56,29 @@ pub struct ColumnDef {
     /// Fractional seconds precision for TIME/DATETIME/TIMESTAMP, scale for DECIMAL.
     pub decimals: u8,
     pub length: u64,
+    /// `Some` for a generated column (`AS (expr) VIRTUAL|PERSISTENT|STORED`): the server computes
+    /// its value from the other columns, so a database downstream computes it too and refuses
+    /// writes to it. Absent in histories persisted before it existed (no generated columns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generated: Option<Generation>,
+}
+
+/// How a generated column is kept: computed on read (`VIRTUAL`) or stored with the row
+/// (`STORED`, which MariaDB also spells `PERSISTENT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Generation {
+    Virtual,
+    Stored,
+}
+
+impl Generation {
+    /// The SQL word (`VIRTUAL` or `STORED`).
+    pub fn as_sql(self) -> &'static str {
+        match self {
+            Generation::Virtual => "VIRTUAL",
+            Generation::Stored => "STORED",
+        }
+    }
 }
 
 /// A table as it was between two DDLs (a schema version, named by the commit ts of the DDL
@@ -79,6 +104,13 @@ pub struct TableSchema {
 impl TableSchema {
     pub fn qualified_name(&self) -> String {
         format!("{}.{}", self.database, self.name)
+    }
+
+    /// Indexes of the columns a downstream write sets: every column but the generated ones.
+    pub fn written_columns(&self) -> Vec<usize> {
+        (0..self.columns.len())
+            .filter(|i| self.columns[*i].generated.is_none())
+            .collect()
     }
 }
 
@@ -206,6 +238,12 @@ pub struct DdlInfluence {
     pub added: Vec<(TableId, String)>,
     /// Tables renamed: (id, new `db.table`).
     pub renamed: Vec<(TableId, String)>,
+    /// Tables whose definition the DDL reads without changing them: the source of `CREATE TABLE
+    /// … LIKE`, the parent of a foreign key. Their dispatchers stop at it too, so everything
+    /// before it (their own DDLs included) is downstream first; they get no new version and do
+    /// not by themselves make the DDL concern a changefeed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<TableId>,
 }
 
 /// One committed DDL.

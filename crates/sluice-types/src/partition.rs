@@ -2633,6 +2633,7 @@ mod tests {
             elements: Vec::new(),
             decimals: 0,
             length: 0,
+            generated: None,
         }
     }
 

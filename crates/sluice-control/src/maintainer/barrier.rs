@@ -1,5 +1,6 @@
 //! The maintainer's side of the DDL barrier. A blocking DDL at `ddl_ts` is an event: the
-//! dispatchers it concerns report `Waiting` (each only once everything before the DDL is durable);
+//! dispatchers it concerns (those of the tables it changes and of the tables it only reads,
+//! [`DdlInfluence::sources`]) report `Waiting` (each only once everything before the DDL is durable);
 //! when their reports cover every span of every table it concerns (and the table trigger, if it
 //! takes part), exactly one writer is told to write; only after the writer reports `Written`
 //! (the DDL is durable) are the DDL's effects on the span map applied (tables added at the DDL's

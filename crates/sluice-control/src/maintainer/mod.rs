@@ -1282,16 +1282,14 @@ impl Maintainer {
 
     // ------------------------------------------------------------------ barrier
 
-    /// The tables a DDL at `d` concerns: those it names (or of its database, or all), among the
-    /// tables that existed before it.
+    /// The tables a DDL at `d` concerns: those it names (or of its database, or all) and those
+    /// whose definition it reads ([`DdlInfluence::sources`]), among the tables that existed
+    /// before it.
     fn participant_tables(&self, influence: &DdlInfluence, d: Ts) -> Vec<TableId> {
         let before = |s: &TableState| s.created < d;
-        match &influence.scope {
-            InfluenceScope::Tables(ts) => ts
-                .iter()
-                .copied()
-                .filter(|t| self.tables.get(t).map(before).unwrap_or(false))
-                .collect(),
+        let existed = |t: &TableId| self.tables.get(t).map(before).unwrap_or(false);
+        let mut tables: Vec<TableId> = match &influence.scope {
+            InfluenceScope::Tables(ts) => ts.iter().copied().filter(existed).collect(),
             InfluenceScope::Database(db) => {
                 let prefix = format!("{db}.");
                 self.tables
@@ -1306,7 +1304,11 @@ impl Maintainer {
                 .filter(|(_, s)| before(s))
                 .map(|(t, _)| *t)
                 .collect(),
-        }
+        };
+        tables.extend(influence.sources.iter().copied().filter(existed));
+        tables.sort();
+        tables.dedup();
+        tables
     }
 
     /// Is `id` on `from` the current dispatcher of a span of a table this event concerns (or the
@@ -1466,7 +1468,8 @@ impl Maintainer {
             .map(|(id, _)| *id)
             .collect();
         let tables = self.participant_tables(&influence, d);
-        let mut participants: Vec<(DispatcherId, NodeId)> = Vec::new();
+        // With the table each dispatcher serves, to prefer a table the DDL changes as writer.
+        let mut participants: Vec<(DispatcherId, NodeId, TableId)> = Vec::new();
         let mut complete = true;
         for entry in self
             .spans
@@ -1475,7 +1478,7 @@ impl Maintainer {
         {
             match (&entry.state, entry.dispatcher, &entry.node) {
                 (SpanState::Replicating, Some(id), Some(n)) if e.waiting.contains_key(&id) => {
-                    participants.push((id, n.clone()))
+                    participants.push((id, n.clone(), entry.span.table))
                 }
                 _ => complete = false,
             }
@@ -1486,7 +1489,11 @@ impl Maintainer {
         let writer = if influence.trigger {
             Some((self.trigger, self.node.clone()))
         } else {
-            participants.first().cloned()
+            participants
+                .iter()
+                .find(|p| !influence.sources.contains(&p.2))
+                .or(participants.first())
+                .map(|(id, n, _)| (*id, n.clone()))
         };
         let concerns = self.ddl_concerns_changefeed(&influence);
         let Some(e) = self.barrier.events.get_mut(&d) else {

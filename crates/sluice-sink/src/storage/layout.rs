@@ -70,6 +70,15 @@ pub struct ColumnDefinition {
         skip_serializing_if = "Option::is_none"
     )]
     pub scale: Option<String>,
+    /// Sluice's extension: `VIRTUAL` or `STORED` for a generated column (its values are in the
+    /// data files as the upstream computed them; a database downstream computes them itself and
+    /// refuses writes to them). Absent for other columns, so their checksums are TiCDC's.
+    #[serde(
+        rename = "ColumnGenerated",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub generated: Option<String>,
 }
 
 /// A schema file (`schema_<ver>_<sum>.json`): TiCDC's table definition plus Sluice's full schema
@@ -118,6 +127,7 @@ impl TableDefinition {
                 is_pk: schema.key_columns.contains(&i).then(|| "true".to_string()),
                 length: (c.length > 0).then(|| c.length.to_string()),
                 scale: (c.decimals > 0).then(|| c.decimals.to_string()),
+                generated: c.generated.map(|g| g.as_sql().to_string()),
             })
             .collect::<Vec<_>>();
         TableDefinition {
