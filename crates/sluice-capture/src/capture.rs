@@ -119,6 +119,7 @@ fn unreplicable_marker(history: &SchemaHistory, txn: &Transaction) -> Option<Ddl
             dropped: vec![],
             added: vec![],
             renamed: vec![],
+            sources: vec![],
         },
     })
 }
