@@ -91,7 +91,17 @@ struct Failure {
 }
 
 /// `(name, type family, unsigned, nullable, elements, decimals, length, charset, collation)`.
-type ColumnView = (String, ColumnType, bool, bool, Vec<String>, u8, u64, Option<String>, Option<String>);
+type ColumnView = (
+    String,
+    ColumnType,
+    bool,
+    bool,
+    Vec<String>,
+    u8,
+    u64,
+    Option<String>,
+    Option<String>,
+);
 
 /// A table as compared: its columns and its routing key (column names).
 #[derive(Debug, PartialEq)]
@@ -152,14 +162,27 @@ fn history_view(h: &SchemaHistory) -> BTreeMap<(String, String), TableView> {
             .iter()
             .filter_map(|i| t.columns.get(*i).map(|c| c.name.to_ascii_lowercase()))
             .collect();
-        out.insert((t.database.to_ascii_lowercase(), t.name.to_ascii_lowercase()), TableView { columns, key });
+        out.insert(
+            (t.database.to_ascii_lowercase(), t.name.to_ascii_lowercase()),
+            TableView { columns, key },
+        );
     }
     out
 }
 
-type ColumnRow = (String, String, String, String, String, Option<String>, Option<String>);
+type ColumnRow = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+);
 
-async fn upstream_view(conn: &mut mysql_async::Conn) -> mysql_async::Result<BTreeMap<(String, String), TableView>> {
+async fn upstream_view(
+    conn: &mut mysql_async::Conn,
+) -> mysql_async::Result<BTreeMap<(String, String), TableView>> {
     let rows: Vec<ColumnRow> = conn
         .query(
             "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.COLUMN_TYPE, c.IS_NULLABLE, \
@@ -174,7 +197,10 @@ async fn upstream_view(conn: &mut mysql_async::Conn) -> mysql_async::Result<BTre
     for (db, t, name, ty, nullable, cs, coll) in rows {
         let c = column_from_sql_type(&name, &ty);
         out.entry((db.to_ascii_lowercase(), t.to_ascii_lowercase()))
-            .or_insert_with(|| TableView { columns: Vec::new(), key: Vec::new() })
+            .or_insert_with(|| TableView {
+                columns: Vec::new(),
+                key: Vec::new(),
+            })
             .columns
             .push((
                 name.to_ascii_lowercase(),
@@ -187,6 +213,38 @@ async fn upstream_view(conn: &mut mysql_async::Conn) -> mysql_async::Result<BTre
                 cs,
                 coll,
             ));
+    }
+    // A system-versioned table without explicit period columns has MariaDB's implicit
+    // `row_start` and `row_end` last in every row image, though information_schema hides them.
+    let versioned: Vec<(String, String)> = conn
+        .query("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'SYSTEM VERSIONED'")
+        .await?;
+    for (db, t) in versioned {
+        let create: Option<(String, String)> = conn
+            .query_first(format!(
+                "SHOW CREATE TABLE `{}`.`{}`",
+                db.replace('`', "``"),
+                t.replace('`', "``")
+            ))
+            .await?;
+        if create.is_some_and(|c| c.1.to_ascii_uppercase().contains("AS ROW START")) {
+            continue;
+        }
+        if let Some(table) = out.get_mut(&(db.to_ascii_lowercase(), t.to_ascii_lowercase())) {
+            for name in ["row_start", "row_end"] {
+                table.columns.push((
+                    name.into(),
+                    ColumnType::Timestamp,
+                    false,
+                    false,
+                    Vec::new(),
+                    6,
+                    0,
+                    None,
+                    None,
+                ));
+            }
+        }
     }
     // The routing key: PRIMARY, else the first unique index whose columns are all NOT NULL (the
     // server lists indexes in that order).
@@ -202,14 +260,18 @@ async fn upstream_view(conn: &mut mysql_async::Conn) -> mysql_async::Result<BTre
         if non_unique != 0 {
             continue;
         }
-        let list = indexes.entry((db.to_ascii_lowercase(), t.to_ascii_lowercase())).or_default();
+        let list = indexes
+            .entry((db.to_ascii_lowercase(), t.to_ascii_lowercase()))
+            .or_default();
         match list.iter_mut().find(|(n, _)| *n == index) {
             Some((_, cols)) => cols.push(col.to_ascii_lowercase()),
             None => list.push((index, vec![col.to_ascii_lowercase()])),
         }
     }
     for (name, list) in indexes {
-        let Some(table) = out.get_mut(&name) else { continue };
+        let Some(table) = out.get_mut(&name) else {
+            continue;
+        };
         let not_null = |c: &String| table.columns.iter().any(|x| &x.0 == c && !x.3);
         table.key = list
             .iter()
@@ -238,8 +300,16 @@ fn differences(
                 let (class, detail) = table_difference(h, u);
                 out.push((name.clone(), class, detail));
             }
-            (None, Some(_)) => out.push((name.clone(), "table missing from the history".into(), String::new())),
-            (Some(_), None) => out.push((name.clone(), "table only in the history".into(), String::new())),
+            (None, Some(_)) => out.push((
+                name.clone(),
+                "table missing from the history".into(),
+                String::new(),
+            )),
+            (Some(_), None) => out.push((
+                name.clone(),
+                "table only in the history".into(),
+                String::new(),
+            )),
             (None, None) => {}
         }
     }
@@ -251,7 +321,10 @@ fn table_difference(h: &TableView, u: &TableView) -> (String, String) {
     let hn: Vec<&str> = h.columns.iter().map(|c| c.0.as_str()).collect();
     let un: Vec<&str> = u.columns.iter().map(|c| c.0.as_str()).collect();
     if hn != un {
-        return ("column names or order".into(), format!("history {hn:?}, upstream {un:?}"));
+        return (
+            "column names or order".into(),
+            format!("history {hn:?}, upstream {un:?}"),
+        );
     }
     for (a, b) in h.columns.iter().zip(&u.columns) {
         if a == b {
@@ -268,9 +341,15 @@ fn table_difference(h: &TableView, u: &TableView) -> (String, String) {
         } else {
             "charset or collation"
         };
-        return (format!("column {what}"), format!("history {a:?}, upstream {b:?}"));
+        return (
+            format!("column {what}"),
+            format!("history {a:?}, upstream {b:?}"),
+        );
     }
-    ("key columns".into(), format!("history {:?}, upstream {:?}", h.key, u.key))
+    (
+        "key columns".into(),
+        format!("history {:?}, upstream {:?}", h.key, u.key),
+    )
 }
 
 /// Short class of a capture error: the message without commit ts, positions and statement.
@@ -301,16 +380,24 @@ async fn session(url: &str) -> mysql_async::Conn {
     let mut conn = mysql_async::Conn::new(mysql_async::Opts::from_url(url).expect("url"))
         .await
         .expect("connect");
-    conn.query_drop("SET SESSION max_statement_time = 30, lock_wait_timeout = 5, innodb_lock_wait_timeout = 5")
-        .await
-        .expect("session settings");
+    conn.query_drop(
+        "SET SESSION max_statement_time = 30, lock_wait_timeout = 5, innodb_lock_wait_timeout = 5",
+    )
+    .await
+    .expect("session settings");
     conn
 }
 
 async fn master_end(conn: &mut mysql_async::Conn) -> BinlogPos {
-    let row: Option<mysql_async::Row> = conn.query_first("SHOW MASTER STATUS").await.expect("master status");
+    let row: Option<mysql_async::Row> = conn
+        .query_first("SHOW MASTER STATUS")
+        .await
+        .expect("master status");
     let row = row.expect("log_bin is on");
-    BinlogPos::new(row.get::<String, _>(0).expect("file"), row.get::<u64, _>(1).expect("pos"))
+    BinlogPos::new(
+        row.get::<String, _>(0).expect("file"),
+        row.get::<u64, _>(1).expect("pos"),
+    )
 }
 
 impl Replay {
@@ -319,7 +406,10 @@ impl Replay {
         let mut conn = session(&db.url()).await;
         let end = master_end(&mut conn).await;
         let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
-        let capture = Capture::new(reader(&db.url(), 733, history.snapshot_pos.clone()), history);
+        let capture = Capture::new(
+            reader(&db.url(), 733, history.snapshot_pos.clone()),
+            history,
+        );
         Replay {
             db,
             conn,
@@ -340,7 +430,10 @@ impl Replay {
             let _ = write!(sql, "DROP DATABASE `{}`;", d.replace('`', "``"));
         }
         sql.push_str("CREATE DATABASE test");
-        let _ = self.conn.query_drop("DROP TEMPORARY TABLE IF EXISTS t1").await;
+        let _ = self
+            .conn
+            .query_drop("DROP TEMPORARY TABLE IF EXISTS t1")
+            .await;
         self.conn.query_drop(sql).await.expect("reset databases");
         self.conn = session(&self.db.url_db("test")).await;
         self.resync().await;
@@ -350,12 +443,23 @@ impl Replay {
     /// out of the comparison until the next one.
     async fn resync(&mut self) {
         self.counts.snapshots += 1;
-        let history = SchemaHistory::snapshot(&self.db.url()).await.expect("snapshot");
+        let history = SchemaHistory::snapshot(&self.db.url())
+            .await
+            .expect("snapshot");
         self.end = history.snapshot_pos.clone();
-        self.capture = Capture::new(reader(&self.db.url(), 733, history.snapshot_pos.clone()), history);
-        let upstream = upstream_view(&mut self.conn).await.expect("information_schema");
+        self.capture = Capture::new(
+            reader(&self.db.url(), 733, history.snapshot_pos.clone()),
+            history,
+        );
+        let upstream = upstream_view(&mut self.conn)
+            .await
+            .expect("information_schema");
         self.excluded.clear();
-        for (name, class, detail) in differences(&history_view(&self.capture.history), &upstream, &BTreeSet::new()) {
+        for (name, class, detail) in differences(
+            &history_view(&self.capture.history),
+            &upstream,
+            &BTreeSet::new(),
+        ) {
             self.failures.push(Failure {
                 class: format!("snapshot: {class}"),
                 at: self.file.clone(),
@@ -372,7 +476,13 @@ impl Replay {
         let fut = async {
             // Until the reader is past `target`, or says everything up to it was read (a
             // statement may end in events that make no transaction).
-            while self.capture.reader.position().ts().is_some_and(|t| t < target) {
+            while self
+                .capture
+                .reader
+                .position()
+                .ts()
+                .is_some_and(|t| t < target)
+            {
                 match self.capture.next().await {
                     Ok(Captured::Resolved(ts)) if ts >= target => break,
                     Ok(_) => {}
@@ -381,7 +491,9 @@ impl Replay {
             }
         };
         if tokio::time::timeout(CAPTURE_WAIT, fut).await.is_err() {
-            errors.push(format!("capture did not reach the statement's end in {CAPTURE_WAIT:?}"));
+            errors.push(format!(
+                "capture did not reach the statement's end in {CAPTURE_WAIT:?}"
+            ));
         }
         errors
     }
@@ -401,7 +513,11 @@ impl Replay {
             return;
         }
         let ddl = class == Class::Ddl;
-        if ddl { self.counts.ddl_run += 1 } else { self.counts.setup_run += 1 }
+        if ddl {
+            self.counts.ddl_run += 1
+        } else {
+            self.counts.setup_run += 1
+        }
         let ran = tokio::time::timeout(STATEMENT_WAIT, self.conn.query_drop(sql)).await;
         match ran {
             Ok(Ok(())) => {}
@@ -412,7 +528,11 @@ impl Replay {
                 return;
             }
         }
-        if ddl { self.counts.ddl_accepted += 1 } else { self.counts.setup_accepted += 1 }
+        if ddl {
+            self.counts.ddl_accepted += 1
+        } else {
+            self.counts.setup_accepted += 1
+        }
         let end = master_end(&mut self.conn).await;
         if end == self.end {
             self.counts.ddl_no_binlog += usize::from(ddl);
@@ -423,7 +543,11 @@ impl Replay {
         let errors = self.catch_up(end.ts().expect("binlog file index")).await;
         let errors: Vec<String> = errors
             .into_iter()
-            .chain(self.capture.history.skipped[skipped..].iter().map(|s| format!("skipped: {}", s.error)))
+            .chain(
+                self.capture.history.skipped[skipped..]
+                    .iter()
+                    .map(|s| format!("skipped: {}", s.error)),
+            )
             .collect();
         if let Some(e) = errors.first() {
             let kind = if ddl { "ddl" } else { "rows" };
@@ -439,10 +563,15 @@ impl Replay {
     }
 
     async fn compare(&mut self, line: usize, sql: &str) {
-        let upstream = upstream_view(&mut self.conn).await.expect("information_schema");
+        let upstream = upstream_view(&mut self.conn)
+            .await
+            .expect("information_schema");
         let history = history_view(&self.capture.history);
         let diffs = differences(&history, &upstream, &self.excluded);
-        let compared = upstream.keys().filter(|n| !self.excluded.contains(*n)).count();
+        let compared = upstream
+            .keys()
+            .filter(|n| !self.excluded.contains(*n))
+            .count();
         self.counts.table_checks += compared;
         self.counts.tables_equal += compared.saturating_sub(diffs.len());
         if diffs.is_empty() {
@@ -450,14 +579,22 @@ impl Replay {
             return;
         }
         for (name, class, detail) in diffs.into_iter().take(1) {
-            self.fail(format!("schema: {class}"), line, sql, format!("{}.{}: {detail}", name.0, name.1));
+            self.fail(
+                format!("schema: {class}"),
+                line,
+                sql,
+                format!("{}.{}: {detail}", name.0, name.1),
+            );
         }
         self.resync().await;
     }
 
     async fn run_file(&mut self, root: &Path, file: &str) {
         let Ok(bytes) = std::fs::read(root.join(file)) else {
-            panic!("{} not found: install mariadb-test-data (scripts/install-test-deps.sh)", root.join(file).display());
+            panic!(
+                "{} not found: install mariadb-test-data (scripts/install-test-deps.sh)",
+                root.join(file).display()
+            );
         };
         self.file = file.to_string();
         self.counts.files += 1;
@@ -479,8 +616,18 @@ impl Replay {
              followed by an equal schema of every table {}\n\
              setup statements run {}, accepted {}\n\
              table comparisons {}, equal {}; snapshots {}\n",
-            c.files, c.extracted, c.ddl_run, c.ddl_accepted, c.ddl_no_binlog, c.ddl_understood,
-            c.ddl_all_equal, c.setup_run, c.setup_accepted, c.table_checks, c.tables_equal, c.snapshots
+            c.files,
+            c.extracted,
+            c.ddl_run,
+            c.ddl_accepted,
+            c.ddl_no_binlog,
+            c.ddl_understood,
+            c.ddl_all_equal,
+            c.setup_run,
+            c.setup_accepted,
+            c.table_checks,
+            c.tables_equal,
+            c.snapshots
         );
         let mut classes: BTreeMap<&str, Vec<&Failure>> = BTreeMap::new();
         for f in &self.failures {
@@ -488,10 +635,22 @@ impl Replay {
         }
         let mut by_size: Vec<_> = classes.into_iter().collect();
         by_size.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
-        let _ = writeln!(out, "{} failures in {} classes:", self.failures.len(), by_size.len());
+        let _ = writeln!(
+            out,
+            "{} failures in {} classes:",
+            self.failures.len(),
+            by_size.len()
+        );
         for (class, list) in &by_size {
             let f = list[0];
-            let _ = writeln!(out, "{:5} {class}\n      e.g. {}: {}\n      {}", list.len(), f.at, f.sql.replace('\n', " "), f.detail);
+            let _ = writeln!(
+                out,
+                "{:5} {class}\n      e.g. {}: {}\n      {}",
+                list.len(),
+                f.at,
+                f.sql.replace('\n', " "),
+                f.detail
+            );
         }
         out
     }
@@ -531,7 +690,8 @@ fn full_corpus(root: &Path) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_regression_suite_ddl_keeps_the_history_equal_to_the_server() {
-    let root = PathBuf::from(std::env::var("SLUICE_MYSQL_TEST_DIR").unwrap_or_else(|_| SUITE_DIR.into()));
+    let root =
+        PathBuf::from(std::env::var("SLUICE_MYSQL_TEST_DIR").unwrap_or_else(|_| SUITE_DIR.into()));
     let files = selection(&root);
     let mut replay = Replay::start().await;
     for f in &files {
@@ -542,12 +702,19 @@ async fn mariadb_regression_suite_ddl_keeps_the_history_equal_to_the_server() {
     if let Ok(path) = std::env::var("SLUICE_MARIADB_SUITE_REPORT") {
         let mut full = report.clone();
         for f in &replay.failures {
-            let _ = writeln!(full, "\n[{}] {}\n  {}\n  {}", f.class, f.at, f.sql, f.detail);
+            let _ = writeln!(
+                full,
+                "\n[{}] {}\n  {}\n  {}",
+                f.class, f.at, f.sql, f.detail
+            );
         }
         std::fs::write(&path, full).expect("write the report");
     }
     let c = &replay.counts;
     if std::env::var("SLUICE_MARIADB_SUITE").is_err() {
-        assert!(c.ddl_accepted > 1500, "too few DDL statements accepted: the extraction broke?\n{report}");
+        assert!(
+            c.ddl_accepted > 1500,
+            "too few DDL statements accepted: the extraction broke?\n{report}"
+        );
     }
 }

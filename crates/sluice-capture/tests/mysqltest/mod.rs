@@ -36,27 +36,109 @@ pub enum Class {
 
 /// mysqltest commands that may be written without `--` and end with the delimiter.
 const COMMANDS: &[&str] = &[
-    "append_file", "cat_file", "change_user", "character_set", "chmod", "connect", "connection",
-    "copy_file", "copy_files_wildcard", "dec", "die", "diff_files", "dirty_close", "disable_abort_on_error",
-    "disable_connect_log", "disable_info", "disable_metadata", "disable_parsing", "disable_ps_protocol",
-    "disable_query_log", "disable_reconnect", "disable_result_log", "disable_rpl_parse",
-    "disable_session_track_info", "disable_warnings", "disconnect", "echo", "enable_abort_on_error",
-    "enable_connect_log", "enable_info", "enable_metadata", "enable_parsing", "enable_ps_protocol",
-    "enable_query_log", "enable_reconnect", "enable_result_log", "enable_rpl_parse",
-    "enable_session_track_info", "enable_warnings", "end", "end_timer", "error", "exec",
-    "exec_in_background", "execw", "exit", "file_exists", "horizontal_results", "inc", "let",
-    "list_files", "list_files_append_file", "list_files_write_file", "lowercase_result", "mkdir",
-    "move_file", "output", "perl", "ping", "query_attributes", "query_get_value",
-    "query_horizontal", "query_vertical", "real_sleep", "reap", "remove_file",
-    "remove_files_wildcard", "replace_column", "replace_numeric_round", "replace_regex",
-    "replace_result", "require", "reset_connection", "result", "result_format", "rmdir",
-    "save_master_pos", "send_quit", "send_shutdown", "shutdown_server", "skip", "sleep",
-    "sorted_result", "source", "start_timer", "sync_slave_with_master", "sync_with_master",
-    "system", "vertical_results", "wait_for_slave_to_stop", "write_file", "write_line",
-    "disable_prepare_warnings", "enable_prepare_warnings", "disable_view_protocol",
-    "enable_view_protocol", "disable_cursor_protocol", "enable_cursor_protocol",
-    "disable_service_connection", "enable_service_connection", "disable_non_blocking_api",
-    "enable_non_blocking_api", "sync_with_master_gtid",
+    "append_file",
+    "cat_file",
+    "change_user",
+    "character_set",
+    "chmod",
+    "connect",
+    "connection",
+    "copy_file",
+    "copy_files_wildcard",
+    "dec",
+    "die",
+    "diff_files",
+    "dirty_close",
+    "disable_abort_on_error",
+    "disable_connect_log",
+    "disable_info",
+    "disable_metadata",
+    "disable_parsing",
+    "disable_ps_protocol",
+    "disable_query_log",
+    "disable_reconnect",
+    "disable_result_log",
+    "disable_rpl_parse",
+    "disable_session_track_info",
+    "disable_warnings",
+    "disconnect",
+    "echo",
+    "enable_abort_on_error",
+    "enable_connect_log",
+    "enable_info",
+    "enable_metadata",
+    "enable_parsing",
+    "enable_ps_protocol",
+    "enable_query_log",
+    "enable_reconnect",
+    "enable_result_log",
+    "enable_rpl_parse",
+    "enable_session_track_info",
+    "enable_warnings",
+    "end",
+    "end_timer",
+    "error",
+    "exec",
+    "exec_in_background",
+    "execw",
+    "exit",
+    "file_exists",
+    "horizontal_results",
+    "inc",
+    "let",
+    "list_files",
+    "list_files_append_file",
+    "list_files_write_file",
+    "lowercase_result",
+    "mkdir",
+    "move_file",
+    "output",
+    "perl",
+    "ping",
+    "query_attributes",
+    "query_get_value",
+    "query_horizontal",
+    "query_vertical",
+    "real_sleep",
+    "reap",
+    "remove_file",
+    "remove_files_wildcard",
+    "replace_column",
+    "replace_numeric_round",
+    "replace_regex",
+    "replace_result",
+    "require",
+    "reset_connection",
+    "result",
+    "result_format",
+    "rmdir",
+    "save_master_pos",
+    "send_quit",
+    "send_shutdown",
+    "shutdown_server",
+    "skip",
+    "sleep",
+    "sorted_result",
+    "source",
+    "start_timer",
+    "sync_slave_with_master",
+    "sync_with_master",
+    "system",
+    "vertical_results",
+    "wait_for_slave_to_stop",
+    "write_file",
+    "write_line",
+    "disable_prepare_warnings",
+    "enable_prepare_warnings",
+    "disable_view_protocol",
+    "enable_view_protocol",
+    "disable_cursor_protocol",
+    "enable_cursor_protocol",
+    "disable_service_connection",
+    "enable_service_connection",
+    "disable_non_blocking_api",
+    "enable_non_blocking_api",
+    "sync_with_master_gtid",
 ];
 
 /// Commands followed by lines up to a terminator (`EOF` unless given).
@@ -64,19 +146,42 @@ const BLOCK_COMMANDS: &[&str] = &["perl", "write_file", "append_file"];
 
 /// Session variables whose `SET` the replay runs: they change what DDL means.
 const SESSION_VARIABLES: &[&str] = &[
-    "sql_mode", "default_storage_engine", "storage_engine", "default_tmp_storage_engine",
-    "character_set_client", "character_set_connection", "character_set_database",
-    "character_set_server", "character_set_results", "collation_connection",
-    "collation_database", "collation_server", "foreign_key_checks", "unique_checks",
-    "explicit_defaults_for_timestamp", "old_mode", "alter_algorithm",
-    "system_versioning_alter_history", "innodb_strict_mode", "time_zone",
-    "auto_increment_increment", "auto_increment_offset", "names", "character",
-    "check_constraint_checks", "big_tables", "column_compression_threshold",
+    "sql_mode",
+    "default_storage_engine",
+    "storage_engine",
+    "default_tmp_storage_engine",
+    "character_set_client",
+    "character_set_connection",
+    "character_set_database",
+    "character_set_server",
+    "character_set_results",
+    "collation_connection",
+    "collation_database",
+    "collation_server",
+    "foreign_key_checks",
+    "unique_checks",
+    "explicit_defaults_for_timestamp",
+    "old_mode",
+    "alter_algorithm",
+    "system_versioning_alter_history",
+    "innodb_strict_mode",
+    "time_zone",
+    "auto_increment_increment",
+    "auto_increment_offset",
+    "names",
+    "character",
+    "check_constraint_checks",
+    "big_tables",
+    "column_compression_threshold",
 ];
 
 /// Reads a `.test` file's text into the statements it sends.
 pub fn statements(text: &str) -> Vec<SuiteStatement> {
-    let mut r = Reader { delimiter: ";".into(), vars: BTreeMap::new(), out: Vec::new() };
+    let mut r = Reader {
+        delimiter: ";".into(),
+        vars: BTreeMap::new(),
+        out: Vec::new(),
+    };
     let mut buf = String::new();
     let mut start = 0;
     let mut block_end: Option<String> = None;
@@ -129,9 +234,13 @@ impl Reader {
         if let Some(cmd) = t.strip_prefix("--") {
             return Some(self.dash_command(cmd.trim()));
         }
-        let first = t.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').next().unwrap_or("");
+        let first = t
+            .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .next()
+            .unwrap_or("");
         let lower = first.to_ascii_lowercase();
-        if matches!(lower.as_str(), "if" | "while") && t[first.len()..].trim_start().starts_with('(')
+        if matches!(lower.as_str(), "if" | "while")
+            && t[first.len()..].trim_start().starts_with('(')
         {
             return Some(None);
         }
@@ -156,7 +265,11 @@ impl Reader {
                 None
             }
             "eval" | "send_eval" | "query" | "send" => {
-                self.push_sql(0, rest, word.eq_ignore_ascii_case("eval") || word.eq_ignore_ascii_case("send_eval"));
+                self.push_sql(
+                    0,
+                    rest,
+                    word.eq_ignore_ascii_case("eval") || word.eq_ignore_ascii_case("send_eval"),
+                );
                 None
             }
             w if BLOCK_COMMANDS.contains(&w) => Some(block_terminator(w, rest)),
@@ -196,9 +309,16 @@ impl Reader {
     }
 
     fn push_sql(&mut self, line: usize, sql: &str, eval: bool) {
-        let sql = if eval { self.substitute(sql) } else { Some(sql.to_string()) };
+        let sql = if eval {
+            self.substitute(sql)
+        } else {
+            Some(sql.to_string())
+        };
         if let Some(sql) = sql.filter(|s| !s.trim().is_empty()) {
-            self.out.push(SuiteStatement { line, sql: sql.trim().to_string() });
+            self.out.push(SuiteStatement {
+                line,
+                sql: sql.trim().to_string(),
+            });
         }
     }
 
@@ -247,7 +367,9 @@ impl Reader {
 
 fn split_word(s: &str) -> (&str, &str) {
     let s = s.trim_start();
-    let end = s.find(|c: char| !c.is_ascii_alphanumeric() && c != '_').unwrap_or(s.len());
+    let end = s
+        .find(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+        .unwrap_or(s.len());
     (&s[..end], s[end..].trim())
 }
 
@@ -323,9 +445,26 @@ fn words(sql: &str, n: usize) -> Vec<String> {
 
 const DDL_OBJECTS: &[&str] = &["TABLE", "DATABASE", "SCHEMA", "INDEX", "VIEW", "SEQUENCE"];
 const DDL_MODIFIERS: &[&str] = &[
-    "OR", "REPLACE", "TEMPORARY", "IF", "NOT", "EXISTS", "ONLINE", "OFFLINE", "IGNORE", "UNIQUE",
-    "FULLTEXT", "SPATIAL", "ALGORITHM", "DEFINER", "SQL", "SECURITY", "INVOKER", "MERGE",
-    "UNDEFINED", "TEMPTABLE",
+    "OR",
+    "REPLACE",
+    "TEMPORARY",
+    "IF",
+    "NOT",
+    "EXISTS",
+    "ONLINE",
+    "OFFLINE",
+    "IGNORE",
+    "UNIQUE",
+    "FULLTEXT",
+    "SPATIAL",
+    "ALGORITHM",
+    "DEFINER",
+    "SQL",
+    "SECURITY",
+    "INVOKER",
+    "MERGE",
+    "UNDEFINED",
+    "TEMPTABLE",
 ];
 
 /// What the replay does with `sql` (see the module docs).
@@ -357,9 +496,15 @@ pub fn classify(sql: &str) -> Class {
 
 fn classify_set(sql: &str, w: &[String]) -> Class {
     let upper = sql.to_ascii_uppercase();
-    if upper.contains("GLOBAL") || upper.contains("SQL_LOG_BIN") || upper.contains("BINLOG")
-        || upper.contains("GTID") || upper.contains("DEBUG") || upper.contains("PSEUDO")
-        || upper.contains("PASSWORD") || upper.contains("ROLE") || upper.contains("TRANSACTION")
+    if upper.contains("GLOBAL")
+        || upper.contains("SQL_LOG_BIN")
+        || upper.contains("BINLOG")
+        || upper.contains("GTID")
+        || upper.contains("DEBUG")
+        || upper.contains("PSEUDO")
+        || upper.contains("PASSWORD")
+        || upper.contains("ROLE")
+        || upper.contains("TRANSACTION")
     {
         return Class::Skip;
     }
@@ -377,9 +522,17 @@ fn classify_set(sql: &str, w: &[String]) -> Class {
         .iter()
         .skip(1)
         .find(|x| !matches!(x.as_str(), "SESSION" | "LOCAL"))
-        .map(|x| x.trim_start_matches("@@SESSION.").trim_start_matches("@@LOCAL.").trim_start_matches("@@"))
+        .map(|x| {
+            x.trim_start_matches("@@SESSION.")
+                .trim_start_matches("@@LOCAL.")
+                .trim_start_matches("@@")
+        })
         .unwrap_or("");
-    if var.starts_with('@') || SESSION_VARIABLES.iter().any(|v| v.eq_ignore_ascii_case(var)) {
+    if var.starts_with('@')
+        || SESSION_VARIABLES
+            .iter()
+            .any(|v| v.eq_ignore_ascii_case(var))
+    {
         Class::Setup
     } else {
         Class::Skip
@@ -390,7 +543,9 @@ fn classify_set(sql: &str, w: &[String]) -> Class {
 /// or writes files or the binlog directly.
 fn touches_system_schema(sql: &str) -> bool {
     let lower = sql.to_ascii_lowercase();
-    if lower.contains("binlog ") || lower.contains("into outfile") || lower.contains("into dumpfile")
+    if lower.contains("binlog ")
+        || lower.contains("into outfile")
+        || lower.contains("into dumpfile")
         || lower.contains("load_file")
     {
         return true;
@@ -400,14 +555,18 @@ fn touches_system_schema(sql: &str) -> bool {
         .filter(|s| !s.is_empty())
         .collect();
     let system = |s: &str| {
-        matches!(s, "mysql" | "performance_schema" | "information_schema" | "sys" | "mtr")
+        matches!(
+            s,
+            "mysql" | "performance_schema" | "information_schema" | "sys" | "mtr"
+        )
     };
     let words = words(sql, 4);
     let db_stmt = words.first().is_some_and(|f| f == "USE")
         || words.iter().any(|w| w == "DATABASE" || w == "SCHEMA");
-    idents.iter().any(|s| {
-        s.split_once('.').is_some_and(|(db, _)| system(db)) || (db_stmt && system(s))
-    }) || lower.contains("`mysql`.")
+    idents
+        .iter()
+        .any(|s| s.split_once('.').is_some_and(|(db, _)| system(db)) || (db_stmt && system(s)))
+        || lower.contains("`mysql`.")
         || lower.contains("`performance_schema`")
         || lower.contains("`information_schema`")
         || lower.contains("`sys`.")
@@ -451,9 +610,15 @@ mod tests {
         assert_eq!(classify("USE mysql"), Class::Skip);
         assert_eq!(classify("SET GLOBAL sql_mode=''"), Class::Skip);
         assert_eq!(classify("SET sql_mode='maxdb'"), Class::Setup);
-        assert_eq!(classify("SET STATEMENT sql_mode='' FOR ALTER TABLE t ADD b INT"), Class::Ddl);
+        assert_eq!(
+            classify("SET STATEMENT sql_mode='' FOR ALTER TABLE t ADD b INT"),
+            Class::Ddl
+        );
         assert_eq!(classify("INSERT INTO t VALUES (1)"), Class::Setup);
         assert_eq!(classify("SELECT 1"), Class::Skip);
-        assert_eq!(classify("CREATE ALGORITHM=MERGE VIEW v AS SELECT 1"), Class::Ddl);
+        assert_eq!(
+            classify("CREATE ALGORITHM=MERGE VIEW v AS SELECT 1"),
+            Class::Ddl
+        );
     }
 }
