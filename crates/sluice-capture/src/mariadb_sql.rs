@@ -27,6 +27,34 @@ const IMPLICIT_PERIOD: [&str; 2] = [
     "row_end TIMESTAMP(6) NOT NULL",
 ];
 
+/// MariaDB's implicit system-versioning columns, as the row images carry them (last).
+pub fn implicit_period_columns() -> [sluice_types::ColumnDef; 2] {
+    ["row_start", "row_end"].map(|n| {
+        let mut c = crate::schema::column_from_sql_type(n, "timestamp(6)");
+        c.nullable = false;
+        c
+    })
+}
+
+/// `(database, table)` of every system-versioned table without explicit `AS ROW START/END`
+/// columns: information_schema does not list its implicit `row_start`/`row_end`, the binlog
+/// row images do.
+pub async fn tables_with_implicit_period(
+    conn: &mut mysql_async::Conn,
+) -> crate::error::Result<std::collections::BTreeSet<(String, String)>> {
+    use mysql_async::prelude::Queryable;
+    let rows: Vec<(String, String)> = conn
+        .query(
+            "SELECT t.TABLE_SCHEMA, t.TABLE_NAME FROM information_schema.TABLES t \
+             WHERE t.TABLE_TYPE = 'SYSTEM VERSIONED' AND NOT EXISTS (SELECT 1 FROM \
+             information_schema.COLUMNS c WHERE c.TABLE_SCHEMA = t.TABLE_SCHEMA AND \
+             c.TABLE_NAME = t.TABLE_NAME AND c.GENERATION_EXPRESSION = 'ROW START')",
+        )
+        .await
+        .map_err(crate::error::CaptureError::from_mysql)?;
+    Ok(rows.into_iter().collect())
+}
+
 /// See the module docs.
 pub fn prepare(sql: &str) -> String {
     let Ok(toks) = Tokenizer::new(&MySqlDialect {}, sql)
@@ -159,6 +187,10 @@ fn term_end(sig: &[Token], i: usize) -> usize {
         Some(Token::LParen) => group_end(sig, k),
         Some(Token::Word(w)) if w.quote_style.is_none() => {
             let word = w.value.to_ascii_uppercase();
+            if word == "CASE" {
+                let end = sig[k..].iter().position(|t| upper(t) == "END");
+                return end.map_or(sig.len(), |e| k + e + 1);
+            }
             if word == "NEXT" && is_kw(sig.get(k + 1), "VALUE") && is_kw(sig.get(k + 2), "FOR") {
                 return name_end(sig, k + 3);
             }
@@ -207,7 +239,7 @@ fn column_def(def: &[Token], facts: &mut ColumnFacts) -> String {
             Token::LParen => {
                 let end = group_end(def, k);
                 if matches!(type_word.as_str(), "ENUM" | "SET") {
-                    out.extend(def[k..end].iter().map(hex_to_string));
+                    out.extend(def[k..end].iter().map(enum_value));
                 } else {
                     out.extend_from_slice(&def[k..end]);
                 }
@@ -242,6 +274,23 @@ fn attribute(def: &[Token], k: usize, out: &mut Vec<Token>, facts: &mut ColumnFa
             k + 1
         }
         "INVISIBLE" => k + 1,
+        "COMMENT" => term_end(def, k + 1),
+        // AUTO_INCREMENT makes the column NOT NULL, whatever it says.
+        "AUTO_INCREMENT" => {
+            out.extend([word("NOT"), word("NULL")]);
+            k + 1
+        }
+        "CHECK" if matches!(def.get(k + 1), Some(Token::LParen)) => {
+            let end = group_end(def, k + 1);
+            if join(&def[k..end])
+                .to_ascii_lowercase()
+                .contains("json_valid")
+            {
+                out.extend_from_slice(&def[k..end]);
+            }
+            end
+        }
+        "CONSTRAINT" if is_kw(def.get(k + 2), "CHECK") => attribute(def, k + 2, out, facts),
         "COMPRESSED" => {
             if matches!(def.get(k + 1), Some(Token::Eq)) {
                 k + 3
@@ -290,6 +339,16 @@ fn attribute(def: &[Token], k: usize, out: &mut Vec<Token>, facts: &mut ColumnFa
     }
 }
 
+/// An ENUM/SET value as the server stores it: hex written as text, trailing spaces removed.
+fn enum_value(t: &Token) -> Token {
+    match hex_to_string(t) {
+        Token::SingleQuotedString(s) => {
+            Token::SingleQuotedString(s.trim_end_matches(' ').to_string())
+        }
+        other => other,
+    }
+}
+
 /// `0x41` / `X'41'` → `'A'` (ENUM and SET values), other tokens unchanged.
 fn hex_to_string(t: &Token) -> Token {
     let hex = match t {
@@ -319,6 +378,10 @@ fn unique_key(def: &[Token]) -> String {
             k += 2;
             continue;
         }
+        if is_kw(def.get(k), "IF") {
+            k = skip_if_exists(def, k).max(k + 1);
+            continue;
+        }
         if matches!(def[k], Token::LParen) {
             let end = group_end(def, k);
             out.extend_from_slice(&def[k..end]);
@@ -328,6 +391,27 @@ fn unique_key(def: &[Token]) -> String {
         k += 1;
     }
     join(&out)
+}
+
+/// A FOREIGN KEY or CHECK element: kept only when it is a `json_valid()` CHECK (which makes
+/// the column MariaDB's JSON); any other changes no column, and its expression may be
+/// MariaDB syntax sqlparser does not know.
+fn keep_constraint(def: &[Token], prefix: &str, out: &mut Vec<String>) {
+    let text = join(def);
+    if text.to_ascii_lowercase().contains("json_valid") && !is_kw(def.first(), "FOREIGN") {
+        let toks: Vec<Token> = def
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !if_exists_at(def, *i))
+            .map(|(_, t)| t.clone())
+            .collect();
+        out.push(format!("{prefix}{}", join(&toks)));
+    }
+}
+
+/// True when token `i` is part of an `IF [NOT] EXISTS`.
+fn if_exists_at(def: &[Token], i: usize) -> bool {
+    (0..3).any(|back| i >= back && skip_if_exists(def, i - back) > i)
 }
 
 /// What one element of a column list or one ALTER spec is.
@@ -382,7 +466,11 @@ fn prepare_create(sig: &[Token]) -> Option<String> {
             match element_kind(def) {
                 Element::Column => elements.push(column_def(def, &mut facts)),
                 Element::UniqueKey => elements.push(unique_key(def)),
-                Element::Keep => elements.push(join(def)),
+                Element::Keep => {
+                    let mut kept = Vec::new();
+                    keep_constraint(def, "", &mut kept);
+                    elements.extend(kept);
+                }
                 Element::Drop => {}
             }
         }
@@ -496,6 +584,10 @@ fn prepare_alter(sig: &[Token]) -> Option<String> {
             .any(|w| upper(&w[0]) == "ALWAYS" && upper(&w[1]) == "AS");
     let mut specs: Vec<String> = Vec::new();
     for spec in split_commas(whole) {
+        // ORDER BY's column list is the rest of the statement.
+        if is_kw(spec.first(), "ORDER") && is_kw(spec.get(1), "BY") {
+            break;
+        }
         alter_spec(spec, explicit_period, &mut specs);
     }
     if specs.is_empty() {
@@ -511,7 +603,9 @@ fn alter_spec(spec: &[Token], explicit_period: bool, out: &mut Vec<String>) {
     match at(0) {
         "" => {}
         "DISABLE" | "ENABLE" if at(1) == "KEYS" => {}
-        "ORDER" if at(1) == "BY" => {}
+        "DISCARD" | "IMPORT" if at(1) == "TABLESPACE" => {}
+        // DROP KEY/INDEX: the history keeps no index names (as for DROP INDEX … ON).
+        "DROP" if matches!(at(1), "KEY" | "INDEX") => {}
         "ADD" if at(1) == "SYSTEM" => {
             if !explicit_period {
                 out.extend(IMPLICIT_PERIOD.iter().map(|c| format!("ADD COLUMN {c}")));
@@ -567,8 +661,9 @@ fn alter_add(spec: &[Token], out: &mut Vec<String>) {
     if column_word {
         k += 1;
     }
-    let if_not_exists = skip_if_exists(spec, k) != k;
-    let guard = if if_not_exists { "IF NOT EXISTS " } else { "" };
+    // IF NOT EXISTS: the history never adds a column it has (the server accepts that only
+    // with IF NOT EXISTS), so the guard is implied.
+    let guard = "";
     k = skip_if_exists(spec, k);
     let rest = &spec[k..];
     if matches!(rest.first(), Some(Token::LParen)) {
@@ -580,7 +675,7 @@ fn alter_add(spec: &[Token], out: &mut Vec<String>) {
                     column_def(def, &mut ColumnFacts::default())
                 )),
                 Element::UniqueKey => out.push(format!("ADD {}", unique_key(def))),
-                Element::Keep => out.push(format!("ADD {}", join(def))),
+                Element::Keep => keep_constraint(def, "ADD ", out),
                 Element::Drop => {}
             }
         }
@@ -597,7 +692,7 @@ fn alter_add(spec: &[Token], out: &mut Vec<String>) {
             column_def(rest, &mut ColumnFacts::default())
         )),
         Element::UniqueKey => out.push(format!("ADD {}", unique_key(rest))),
-        Element::Keep => out.push(format!("ADD {}", join(rest))),
+        Element::Keep => keep_constraint(rest, "ADD ", out),
         Element::Drop => {}
     }
 }
@@ -627,6 +722,16 @@ mod tests {
             ("ALTER TABLE t MODIFY IF EXISTS a INT DEFAULT 1, ORDER BY a", "ALTER TABLE t MODIFY COLUMN a INT"),
             ("CREATE UNIQUE INDEX i USING HASH ON t (a) COMMENT 'x'", "CREATE UNIQUE INDEX i ON t (a)"),
             ("GRANT ALL ON *.* TO u", "GRANT ALL ON *.* TO u"),
+            (
+                "ALTER TABLE t ADD COLUMN IF NOT EXISTS a INT AUTO_INCREMENT COMMENT \"c\", DROP KEY IF EXISTS k, \
+                 ADD FOREIGN KEY IF NOT EXISTS f (a) REFERENCES p (a), ORDER BY a, b",
+                "ALTER TABLE t ADD COLUMN a INT NOT NULL",
+            ),
+            (
+                "CREATE TABLE t (a ENUM('x ', 'y') CHECK (a <> 'y'), j TEXT CHECK (json_valid(j)), \
+                 CONSTRAINT c CHECK (a mod 2), INDEX (a))",
+                "CREATE TABLE t (a ENUM ('x', 'y'), j TEXT CHECK (json_valid (j)))",
+            ),
         ];
         for (sql, want) in cases {
             let squeeze = |s: &str| s.split_whitespace().collect::<String>();

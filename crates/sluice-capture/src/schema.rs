@@ -466,9 +466,11 @@ impl SchemaHistory {
             .map_err(e)?;
         h.sequences = seqs.into_iter().map(|(d, t)| qualified(&d, &t)).collect();
         let mut tables: Vec<(String, String, Option<String>)> = conn
-            .query("SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_COLLATION FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'")
+            .query("SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_COLLATION FROM information_schema.TABLES WHERE TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED')")
             .await
             .map_err(e)?;
+        // System-versioned tables without explicit period columns: MariaDB's implicit ones.
+        let implicit_period = crate::mariadb_sql::tables_with_implicit_period(conn).await?;
         tables.retain(|(d, _, _)| !is_system_schema(d));
         tables.sort();
         type ColRow = (
@@ -520,6 +522,9 @@ impl SchemaHistory {
                     d
                 })
                 .collect();
+            if implicit_period.contains(&(db.clone(), name.clone())) {
+                columns.extend(crate::mariadb_sql::implicit_period_columns());
+            }
             for (_, _, clause) in checks.iter().filter(|c| &c.0 == db && &c.1 == name) {
                 let cl = clause.to_ascii_lowercase();
                 if let Some(rest) = cl.strip_prefix("json_valid(") {
@@ -1221,14 +1226,15 @@ impl SchemaHistory {
                         AlterTableOperation::AddColumn {
                             column_def,
                             column_position,
-                            if_not_exists,
                             ..
                         } => {
                             let exists = s
                                 .columns
                                 .iter()
                                 .any(|c| c.name.eq_ignore_ascii_case(&column_def.name.value));
-                            if *if_not_exists && exists {
+                            // The server adds an existing column only under IF NOT EXISTS
+                            // (which MariaDB's syntax may have carried): nothing changes.
+                            if exists {
                                 continue;
                             }
                             let mut d = column_from_sql_type(
@@ -1316,7 +1322,8 @@ impl SchemaHistory {
                             let n = match table_name {
                                 RenameTableNameKind::As(n) | RenameTableNameKind::To(n) => n,
                             };
-                            let (ndb, nt) = split_name(n, &db);
+                            // An unqualified new name is in the session's database.
+                            let (ndb, nt) = split_name(n, default_db);
                             s.database = ndb.clone();
                             s.name = nt.clone();
                             renamed = Some(qualified(&ndb, &nt));

@@ -19,12 +19,11 @@
 mod common;
 mod mysqltest;
 
-use common::reader;
 use mysql_async::prelude::Queryable;
 use mysqltest::{classify, Class};
 use sluice_capture::capture::{Capture, Captured};
 use sluice_capture::schema::{column_from_sql_type, is_system_schema, SchemaHistory};
-use sluice_capture::BinlogPos;
+use sluice_capture::{BinlogPos, BinlogReader, ReaderConfig};
 use sluice_testkit::mariadb::MariaDb;
 use sluice_types::{ColumnType, Ts};
 use std::collections::{BTreeMap, BTreeSet};
@@ -376,6 +375,17 @@ struct Replay {
     file: String,
 }
 
+/// A reader that gives up after two reconnects: an event it cannot read is reported (and the
+/// replay takes a new snapshot past it) instead of being retried for minutes.
+fn reader(url: &str, start: BinlogPos) -> BinlogReader {
+    let mut cfg = ReaderConfig::new(url, 733, start);
+    cfg.heartbeat = Duration::from_millis(200);
+    cfg.backoff_initial = Duration::from_millis(20);
+    cfg.backoff_max = Duration::from_millis(100);
+    cfg.max_reconnects = Some(2);
+    BinlogReader::new(cfg)
+}
+
 async fn session(url: &str) -> mysql_async::Conn {
     let mut conn = mysql_async::Conn::new(mysql_async::Opts::from_url(url).expect("url"))
         .await
@@ -407,7 +417,7 @@ impl Replay {
         let end = master_end(&mut conn).await;
         let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
         let capture = Capture::new(
-            reader(&db.url(), 733, history.snapshot_pos.clone()),
+            reader(&db.url(), history.snapshot_pos.clone()),
             history,
         );
         Replay {
@@ -448,7 +458,7 @@ impl Replay {
             .expect("snapshot");
         self.end = history.snapshot_pos.clone();
         self.capture = Capture::new(
-            reader(&self.db.url(), 733, history.snapshot_pos.clone()),
+            reader(&self.db.url(), history.snapshot_pos.clone()),
             history,
         );
         let upstream = upstream_view(&mut self.conn)
@@ -486,7 +496,11 @@ impl Replay {
                 match self.capture.next().await {
                     Ok(Captured::Resolved(ts)) if ts >= target => break,
                     Ok(_) => {}
-                    Err(e) => errors.push(e.to_string()),
+                    Err(e) => {
+                        // The history or the reader is now behind: the caller takes a snapshot.
+                        errors.push(e.to_string());
+                        break;
+                    }
                 }
             }
         };
