@@ -306,12 +306,15 @@ fn attribute(def: &[Token], k: usize, out: &mut Vec<Token>, facts: &mut ColumnFa
             k + 3
         }
         "WITH" | "WITHOUT" if is_kw(def.get(k + 1), "SYSTEM") => k + 3,
+        // A period column is NOT NULL.
         "GENERATED" if is_kw(def.get(k + 3), "ROW") => {
             facts.row_period = true;
+            out.extend([word("NOT"), word("NULL")]);
             k + 5
         }
         "AS" if is_kw(def.get(k + 1), "ROW") => {
             facts.row_period = true;
+            out.extend([word("NOT"), word("NULL")]);
             k + 3
         }
         "BINARY" if !matches!(upper(&def[k - 1]).as_str(), "SET" | "CHARSET" | "COLLATE") => {

@@ -416,10 +416,7 @@ impl Replay {
         let mut conn = session(&db.url()).await;
         let end = master_end(&mut conn).await;
         let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
-        let capture = Capture::new(
-            reader(&db.url(), history.snapshot_pos.clone()),
-            history,
-        );
+        let capture = Capture::new(reader(&db.url(), history.snapshot_pos.clone()), history);
         Replay {
             db,
             conn,
