@@ -358,6 +358,11 @@ fn error_class(message: &str) -> String {
         _ => message,
     };
     let m = m.split("; statement:").next().unwrap_or(m);
+    let m = m.split(": history columns").next().unwrap_or(m);
+    let m = match m.find("cannot decode binlog event at ") {
+        Some(0) => m.split_once(": ").map_or(m, |(_, rest)| rest),
+        _ => m,
+    };
     let m = m.split(" at Line:").next().unwrap_or(m);
     let m = m.strip_prefix("sql parser error: ").unwrap_or(m);
     m.chars().take(120).collect::<String>().to_ascii_lowercase()
@@ -723,9 +728,20 @@ async fn mariadb_regression_suite_ddl_keeps_the_history_equal_to_the_server() {
     }
     let c = &replay.counts;
     if std::env::var("SLUICE_MARIADB_SUITE").is_err() {
+        // The selection as measured (docs/capture.md): 3,322 DDL accepted, 94% understood, 93%
+        // followed by an equal schema of every table (83% and 82% before mariadb_sql).
         assert!(
-            c.ddl_accepted > 1500,
+            c.ddl_accepted > 3000,
             "too few DDL statements accepted: the extraction broke?\n{report}"
+        );
+        let share = |n: usize| n as f64 / c.ddl_accepted as f64;
+        assert!(
+            share(c.ddl_understood) >= 0.93,
+            "DDL understood by the history fell\n{report}"
+        );
+        assert!(
+            share(c.ddl_all_equal) >= 0.92,
+            "DDL followed by an equal schema fell\n{report}"
         );
     }
 }
