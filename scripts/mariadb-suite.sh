@@ -5,7 +5,7 @@
 # selection (crates/sluice-capture/tests/mariadb_suite.rs, SELECTION) in a few minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-test-deps.sh
+scripts/install-deps.sh test
 report=$(realpath -m "${1:-target/mariadb-suite-report.txt}")
 mkdir -p "$(dirname "$report")"
 SLUICE_MARIADB_SUITE=full SLUICE_MARIADB_SUITE_REPORT="$report" \

@@ -152,11 +152,23 @@ fn split_commas(sig: &[Token]) -> Vec<&[Token]> {
 
 /// The end of a table name starting at `i` (`t`, `db.t`).
 fn name_end(sig: &[Token], i: usize) -> usize {
-    if matches!(sig.get(i + 1), Some(Token::Period)) {
+    let end = if matches!(sig.get(i + 1), Some(Token::Period)) {
         i + 3
     } else {
         i + 1
-    }
+    };
+    end.min(sig.len())
+}
+
+/// The tokens inside the group `sig[open..end]` (`end` from [`group_end`]; an unclosed group
+/// runs to the end).
+fn inside(sig: &[Token], open: usize, end: usize) -> &[Token] {
+    let close = if matches!(sig.get(end.wrapping_sub(1)), Some(Token::RParen)) && end > open + 1 {
+        end - 1
+    } else {
+        end
+    };
+    sig.get(open + 1..close).unwrap_or(&[])
 }
 
 /// Index after `IF [NOT] EXISTS` at `i`, or `i`.
@@ -360,7 +372,9 @@ fn hex_to_string(t: &Token) -> Token {
         Token::Word(w) if w.quote_style.is_none() => w.value.strip_prefix("0x"),
         _ => None,
     };
-    let Some(h) = hex else { return t.clone() };
+    let Some(h) = hex.filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit())) else {
+        return t.clone();
+    };
     let bytes: Option<Vec<u8>> = (0..h.len() / 2 * 2)
         .step_by(2)
         .map(|i| u8::from_str_radix(&h[i..i + 2], 16).ok())
@@ -465,7 +479,7 @@ fn prepare_create(sig: &[Token]) -> Option<String> {
         && !is_kw(sig.get(k + 1), "LIKE");
     if has_list {
         let end = group_end(sig, k);
-        for def in split_commas(&sig[k + 1..end - 1]) {
+        for def in split_commas(inside(sig, k, end)) {
             match element_kind(def) {
                 Element::Column => elements.push(column_def(def, &mut facts)),
                 Element::UniqueKey => elements.push(unique_key(def)),
@@ -532,7 +546,7 @@ fn table_options(sig: &[Token]) -> (String, bool, String) {
                     None => j,
                 };
                 if charset {
-                    kept.push(join(&sig[start..j]));
+                    kept.push(join(&sig[start..j.min(sig.len())]));
                 }
                 k = j.max(k + 1);
             }
@@ -572,13 +586,13 @@ fn prepare_alter(sig: &[Token]) -> Option<String> {
     let table = sig.iter().take(4).position(|t| upper(t) == "TABLE")?;
     let name = skip_if_exists(sig, table + 1);
     let mut k = name_end(sig, name);
-    let head = format!("ALTER {}", join(&sig[table..k]));
+    let head = format!("ALTER {}", join(sig.get(table..k).unwrap_or(&[])));
     if is_kw(sig.get(k), "WAIT") {
         k += 2;
     } else if is_kw(sig.get(k), "NOWAIT") {
         k += 1;
     }
-    let whole = &sig[k..];
+    let whole = sig.get(k..).unwrap_or(&[]);
     let explicit_period = whole
         .windows(2)
         .any(|w| upper(&w[0]) == "AS" && upper(&w[1]) == "ROW")
@@ -630,8 +644,8 @@ fn alter_spec(spec: &[Token], explicit_period: bool, out: &mut Vec<String>) {
             k = skip_if_exists(spec, k);
             let names = if at(0) == "CHANGE" { 2 } else { 1 };
             let mut facts = ColumnFacts::default();
-            let def = column_def(&spec[k + names - 1..], &mut facts);
-            let lead = join(&spec[k..k + names - 1]);
+            let def = column_def(spec.get(k + names - 1..).unwrap_or(&[]), &mut facts);
+            let lead = join(spec.get(k..k + names - 1).unwrap_or(&[]));
             out.push(format!(
                 "{} COLUMN {}{}",
                 at(0),
@@ -671,7 +685,7 @@ fn alter_add(spec: &[Token], out: &mut Vec<String>) {
     let rest = &spec[k..];
     if matches!(rest.first(), Some(Token::LParen)) {
         let end = group_end(rest, 0);
-        for def in split_commas(&rest[1..end - 1]) {
+        for def in split_commas(inside(rest, 0, end)) {
             match element_kind(def) {
                 Element::Column => out.push(format!(
                     "ADD COLUMN {guard}{}",
@@ -704,6 +718,25 @@ fn alter_add(spec: &[Token], out: &mut Vec<String>) {
 mod tests {
     use super::prepare;
 
+    /// Every prefix of real statements (cut anywhere, as a truncated or odd statement would
+    /// be) is rewritten without a panic.
+    #[test]
+    fn no_statement_prefix_panics() {
+        let statements = [
+            "CREATE OR REPLACE TABLE db.t (a INT DEFAULT (NEXT VALUE FOR db.s) COMPRESSED=zlib, \
+             b ENUM(0x41, 'b ') BINARY CHARACTER SET latin1, PERIOD FOR p (a, b), \
+             UNIQUE KEY IF NOT EXISTS u USING HASH (b(3))) WITH SYSTEM VERSIONING",
+            "ALTER ONLINE IGNORE TABLE t WAIT 1 ADD COLUMN IF NOT EXISTS (x INT, y INT AS (x) \
+             PERSISTENT), MODIFY IF EXISTS a INT, CHANGE b c INT, RENAME t2, ORDER BY a, b",
+            "CREATE UNIQUE INDEX IF NOT EXISTS i USING BTREE ON t (a(2), b) COMMENT 'x'",
+        ];
+        for sql in statements {
+            for (i, _) in sql.char_indices() {
+                let _ = prepare(&sql[..i]);
+            }
+        }
+    }
+
     #[test]
     fn rewrites_mariadb_syntax() {
         let cases = [
@@ -725,6 +758,7 @@ mod tests {
             ("ALTER TABLE t MODIFY IF EXISTS a INT DEFAULT 1, ORDER BY a", "ALTER TABLE t MODIFY COLUMN a INT"),
             ("CREATE UNIQUE INDEX i USING HASH ON t (a) COMMENT 'x'", "CREATE UNIQUE INDEX i ON t (a)"),
             ("GRANT ALL ON *.* TO u", "GRANT ALL ON *.* TO u"),
+            ("CREATE TABLE", "CREATE TABLE"),
             (
                 "ALTER TABLE t ADD COLUMN IF NOT EXISTS a INT AUTO_INCREMENT COMMENT \"c\", DROP KEY IF EXISTS k, \
                  ADD FOREIGN KEY IF NOT EXISTS f (a) REFERENCES p (a), ORDER BY a, b",

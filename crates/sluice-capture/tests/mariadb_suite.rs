@@ -359,6 +359,7 @@ fn error_class(message: &str) -> String {
     };
     let m = m.split("; statement:").next().unwrap_or(m);
     let m = m.split(": history columns").next().unwrap_or(m);
+    let m = m.split(" history columns").next().unwrap_or(m);
     let m = match m.find("cannot decode binlog event at ") {
         Some(0) => m.split_once(": ").map_or(m, |(_, rest)| rest),
         _ => m,
@@ -556,13 +557,24 @@ impl Replay {
         }
         self.end = end.clone();
         let skipped = self.capture.history.skipped.len();
+        let repairs = self.capture.history.repairs.len();
         let errors = self.catch_up(end.ts().expect("binlog file index")).await;
         let errors: Vec<String> = errors
             .into_iter()
             .chain(
                 self.capture.history.skipped[skipped..]
                     .iter()
-                    .map(|s| format!("skipped: {}", s.error)),
+                    .map(|s| s.error.clone()),
+            )
+            .chain(
+                self.capture.history.repairs[repairs.min(self.capture.history.repairs.len())..]
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "repaired from the binlog: history columns {:?}, binlog columns {:?}",
+                            r.history_columns, r.binlog_columns
+                        )
+                    }),
             )
             .collect();
         if let Some(e) = errors.first() {
@@ -608,7 +620,7 @@ impl Replay {
     async fn run_file(&mut self, root: &Path, file: &str) {
         let Ok(bytes) = std::fs::read(root.join(file)) else {
             panic!(
-                "{} not found: install mariadb-test-data (scripts/install-test-deps.sh)",
+                "{} not found: install mariadb-test-data (scripts/install-deps.sh test)",
                 root.join(file).display()
             );
         };
