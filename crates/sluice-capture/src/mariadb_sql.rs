@@ -334,13 +334,7 @@ fn attribute(def: &[Token], k: usize, out: &mut Vec<Token>, facts: &mut ColumnFa
             // explicit charset it is spelled out; otherwise the table's charset applies.
             let cs = def.windows(3).find_map(|w| {
                 let (a, b) = (upper(&w[0]), upper(&w[1]));
-                if a == "CHARACTER" && b == "SET" {
-                    Some(w[2].to_string())
-                } else if b == "CHARSET" {
-                    Some(w[2].to_string())
-                } else {
-                    None
-                }
+                ((a == "CHARACTER" && b == "SET") || b == "CHARSET").then(|| w[2].to_string())
             });
             if let Some(cs) = cs.filter(|c| !c.eq_ignore_ascii_case("binary")) {
                 out.extend([

@@ -169,6 +169,9 @@ fn history_view(h: &SchemaHistory) -> BTreeMap<(String, String), TableView> {
     out
 }
 
+/// `(index name, column names)` of one unique index.
+type UniqueIndex = (String, Vec<String>);
+
 type ColumnRow = (
     String,
     String,
@@ -254,7 +257,7 @@ async fn upstream_view(
              ORDER BY TABLE_SCHEMA, TABLE_NAME, INDEX_NAME = 'PRIMARY' DESC, SEQ_IN_INDEX",
         )
         .await?;
-    let mut indexes: BTreeMap<(String, String), Vec<(String, Vec<String>)>> = BTreeMap::new();
+    let mut indexes: BTreeMap<(String, String), Vec<UniqueIndex>> = BTreeMap::new();
     for (db, t, index, col, non_unique) in keys {
         if non_unique != 0 {
             continue;
