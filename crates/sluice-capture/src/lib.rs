@@ -1,8 +1,9 @@
 //! Capture from MariaDB/MySQL: the upstream check ([`check`]), the binlog reader ([`binlog`]),
 //! row decoding ([`decode`], [`rowimage`], MySQL binary JSON in [`jsonb`]), commit ts and
 //! positions ([`pos`]), row keys ([`keys`]), the schema history ([`schema`]; column charsets and
-//! collations in [`charset`]; definitions taken from the binlog where the history cannot follow
-//! a DDL or disagrees with the binlog in [`binlog_schema`]), the glue that turns transactions into Sluice events and feeds the
+//! collations in [`charset`], MariaDB's DDL syntax made parseable in [`mariadb_sql`];
+//! definitions taken from the binlog where the history cannot follow a DDL or disagrees with
+//! the binlog in [`binlog_schema`]), the glue that turns transactions into Sluice events and feeds the
 //! store ([`capture`]), the per-node event store ([`store`], records in [`codec`]), regions from
 //! upstream statistics ([`regions`]) and the opt-in heartbeat table ([`heartbeat`]).
 //! `docs/capture.md` is the operator's view.
@@ -36,6 +37,7 @@ pub mod error;
 pub mod heartbeat;
 pub mod jsonb;
 pub mod keys;
+pub mod mariadb_sql;
 pub mod pos;
 pub mod regions;
 pub mod rowimage;

@@ -517,9 +517,11 @@ impl SchemaHistory {
             .map_err(e)?;
         h.sequences = seqs.into_iter().map(|(d, t)| qualified(&d, &t)).collect();
         let mut tables: Vec<(String, String, Option<String>)> = conn
-            .query("SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_COLLATION FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'")
+            .query("SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_COLLATION FROM information_schema.TABLES WHERE TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED')")
             .await
             .map_err(e)?;
+        // System-versioned tables without explicit period columns: MariaDB's implicit ones.
+        let implicit_period = crate::mariadb_sql::tables_with_implicit_period(conn).await?;
         tables.retain(|(d, _, _)| !is_system_schema(d));
         tables.sort();
         type ColRow = (
@@ -573,6 +575,9 @@ impl SchemaHistory {
                     d
                 })
                 .collect();
+            if implicit_period.contains(&(db.clone(), name.clone())) {
+                columns.extend(crate::mariadb_sql::implicit_period_columns());
+            }
             for (_, _, clause) in checks.iter().filter(|c| &c.0 == db && &c.1 == name) {
                 let cl = clause.to_ascii_lowercase();
                 if let Some(rest) = cl.strip_prefix("json_valid(") {
@@ -749,7 +754,11 @@ impl SchemaHistory {
         if commit_ts <= self.head {
             return Ok(self.ddls.iter().find(|d| d.commit_ts == commit_ts).cloned());
         }
-        if let Some((create, name)) = sequence_statement(query) {
+        // Executable comments are executed by the server (`/*!50100 CREATE TABLE … */`,
+        // `/*M!100500 ALTER … */`): their content is the statement. The event keeps `query`.
+        let opened = expand_executable_comments(query);
+        let text = opened.as_str();
+        if let Some((create, name)) = sequence_statement(text) {
             let name = sqlparser::parser::Parser::new(&MySqlDialect {})
                 .try_with_sql(&name)
                 .and_then(|mut p| p.parse_object_name(false))
@@ -779,16 +788,18 @@ impl SchemaHistory {
             self.head = commit_ts;
             return Ok(None);
         }
-        if !is_schema_statement(query) {
+        if !is_schema_statement(text) {
             return Ok(None);
         }
         // Partition options are kept apart: sqlparser does not know MySQL's partition syntax,
         // and they change the layout of a table version, never its columns.
-        let (sql, partition_text) = if is_create_or_alter_table(query) {
-            split_partition_options(&expand_executable_comments(query))
+        let (sql, partition_text) = if is_create_or_alter_table(text) {
+            split_partition_options(text)
         } else {
-            (query.to_string(), None)
+            (text.to_string(), None)
         };
+        // MariaDB's syntax in the words sqlparser reads, with the same effect on columns.
+        let sql = crate::mariadb_sql::prepare(&sql);
         // Charset options of an ALTER TABLE (sqlparser knows none of them): the table default
         // and CONVERT TO CHARACTER SET.
         let alter_cs = strip_alter_options(&sql)
@@ -1288,6 +1299,15 @@ impl SchemaHistory {
                             column_position,
                             ..
                         } => {
+                            let exists = s
+                                .columns
+                                .iter()
+                                .any(|c| c.name.eq_ignore_ascii_case(&column_def.name.value));
+                            // The server adds an existing column only under IF NOT EXISTS
+                            // (which MariaDB's syntax may have carried): nothing changes.
+                            if exists {
+                                continue;
+                            }
                             let mut d = column_from_sql_type(
                                 &column_def.name.value,
                                 &column_def.data_type.to_string(),
@@ -1377,7 +1397,8 @@ impl SchemaHistory {
                             let n = match table_name {
                                 RenameTableNameKind::As(n) | RenameTableNameKind::To(n) => n,
                             };
-                            let (ndb, nt) = split_name(n, &db);
+                            // An unqualified new name is in the session's database.
+                            let (ndb, nt) = split_name(n, default_db);
                             s.database = ndb.clone();
                             s.name = nt.clone();
                             renamed = Some(qualified(&ndb, &nt));
@@ -1516,6 +1537,10 @@ fn place_column(
 ) {
     use sqlparser::ast::MySQLColumnPosition as P;
     let old = replace.and_then(|n| columns.iter().position(|c| c.name.eq_ignore_ascii_case(n)));
+    if replace.is_some() && old.is_none() {
+        // MODIFY/CHANGE IF EXISTS of a column that is not there: the server changed nothing.
+        return;
+    }
     match (old, pos) {
         (Some(i), None) => {
             columns[i] = col;
@@ -1535,7 +1560,23 @@ fn place_column(
             Some(i) => columns.insert(i + 1, col),
             None => columns.push(col),
         },
-        None => columns.push(col),
+        None => {
+            // MariaDB keeps the implicit system-versioning columns last.
+            let at = columns.len() - implicit_period_columns(columns);
+            columns.insert(at, col)
+        }
+    }
+}
+
+/// 2 when the table ends with the implicit `row_start`, `row_end` columns MariaDB adds for
+/// `WITH SYSTEM VERSIONING` ([`crate::mariadb_sql`]), else 0.
+fn implicit_period_columns(columns: &[ColumnDef]) -> usize {
+    let implicit = |c: &ColumnDef, name: &str| {
+        c.name == name && c.ty == ColumnType::Timestamp && c.decimals == 6 && !c.nullable
+    };
+    match columns {
+        [.., s, e] if implicit(s, "row_start") && implicit(e, "row_end") => 2,
+        _ => 0,
     }
 }
 

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Replays MariaDB's whole regression suite (every main/*.test, suite/*/t/*.test, suite/*/*.test
+# of Debian's mariadb-test-data) through capture and writes the counts and every failure to
+# target/mariadb-suite-report.txt (or $1). Hours on a small machine; the test command replays a
+# selection (crates/sluice-capture/tests/mariadb_suite.rs, SELECTION) in a few minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh test
+report=$(realpath -m "${1:-target/mariadb-suite-report.txt}")
+mkdir -p "$(dirname "$report")"
+SLUICE_MARIADB_SUITE=full SLUICE_MARIADB_SUITE_REPORT="$report" \
+  cargo nextest run -p sluice-capture --test mariadb_suite --no-capture \
+  -E 'test(mariadb_regression_suite)' --slow-timeout 86400s
+echo "report: $report"
