@@ -188,7 +188,7 @@ fn schema_from_binlog(
                     nullable: b.nullable,
                     ..h.clone()
                 })
-                .unwrap_or(b)
+                .unwrap_or_else(|| hidden_generated(b))
         })
         .collect();
     let by_name = |old: usize| -> Option<usize> {
@@ -220,6 +220,20 @@ fn schema_from_binlog(
         version,
         partitioning: prev.partitioning.clone(),
     }
+}
+
+/// A column only the binlog names: MariaDB's hidden `DB_ROW_HASH_<n>` (the hash behind a UNIQUE
+/// key on a BLOB or long string) is a virtual generated column the server computes; it is in
+/// the row image but must never be written to a downstream.
+fn hidden_generated(mut c: ColumnDef) -> ColumnDef {
+    let is_hash = c
+        .name
+        .strip_prefix("DB_ROW_HASH_")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    if is_hash {
+        c.generated = Some(sluice_types::Generation::Virtual);
+    }
+    c
 }
 
 fn column_names(columns: &[ColumnDef]) -> Vec<String> {

@@ -246,6 +246,8 @@ fn convert_rows(
         version: Ts,
         spec: Vec<(usize, u16)>,
         json_cols: Vec<usize>,
+        /// A system-versioned table's implicit `row_end` column.
+        row_end: Option<usize>,
     }
     // Per transaction, each TABLE_MAP resolves once (rows of one ROWS event share its Arc).
     let mut cache: Vec<Resolved> = Vec::new();
@@ -300,6 +302,7 @@ fn convert_rows(
                     version: schema.version,
                     spec: key_spec(schema, &change),
                     json_cols,
+                    row_end: implicit_row_end(schema).filter(|_| agrees(schema, &change.table)),
                 });
                 &cache[cache.len() - 1]
             }
@@ -328,7 +331,11 @@ fn convert_rows(
                 after,
             };
         let (before, after) = (fix(change.before), fix(change.after));
-        match change.kind {
+        let Some(kind) = versioned_kind(r.row_end, change.kind, before.as_deref(), after.as_deref())
+        else {
+            continue;
+        };
+        match kind {
             RowKind::Insert => {
                 let after = after.unwrap_or_default();
                 rows.push(ev(
@@ -362,6 +369,49 @@ fn convert_rows(
         }
     }
     Ok(rows)
+}
+
+/// The index of a system-versioned table's implicit `row_end` (the last column, generated,
+/// after `row_start`), if the table has one.
+fn implicit_row_end(schema: &TableSchema) -> Option<usize> {
+    let n = schema.columns.len();
+    let [.., s, e] = schema.columns.as_slice() else {
+        return None;
+    };
+    (s.name == "row_start" && e.name == "row_end" && s.generated.is_some() && e.generated.is_some())
+        .then(|| n - 1)
+}
+
+/// A `row_end` at or past 2038-01-19 03:14:07 (MariaDB's largest TIMESTAMP; 2106 on newer
+/// 64-bit servers) marks the current version of a row; any earlier one, a history row.
+fn is_current(row_end: Option<&Value>) -> bool {
+    match row_end {
+        Some(Value::Timestamp { micros }) => *micros >= 0x7FFF_FFFF * 1_000_000,
+        _ => true,
+    }
+}
+
+/// What a row change of a system-versioned table means for a downstream that keeps only current
+/// rows: MariaDB logs a DELETE as an UPDATE that ends the row's period, and an UPDATE as the
+/// update plus an INSERT of the old version as a history row. `None`: a history row, not
+/// replicated. Tables without `row_end` keep their kind.
+fn versioned_kind(
+    row_end: Option<usize>,
+    kind: RowKind,
+    before: Option<&[Value]>,
+    after: Option<&[Value]>,
+) -> Option<RowKind> {
+    let Some(i) = row_end else {
+        return Some(kind);
+    };
+    let current = |img: Option<&[Value]>| is_current(img.and_then(|v| v.get(i)));
+    match kind {
+        RowKind::Insert => current(after).then_some(RowKind::Insert),
+        RowKind::Delete => current(before).then_some(RowKind::Delete),
+        RowKind::Update if !current(before) => None,
+        RowKind::Update if !current(after) => Some(RowKind::Delete),
+        RowKind::Update => Some(RowKind::Update),
+    }
 }
 
 /// A reader plus the history it keeps current: the unit a node runs per upstream.

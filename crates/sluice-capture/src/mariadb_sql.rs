@@ -32,6 +32,8 @@ pub fn implicit_period_columns() -> [sluice_types::ColumnDef; 2] {
     ["row_start", "row_end"].map(|n| {
         let mut c = crate::schema::column_from_sql_type(n, "timestamp(6)");
         c.nullable = false;
+        // GENERATED ALWAYS AS ROW START/END: the server sets them, a downstream computes its own.
+        c.generated = Some(sluice_types::Generation::Stored);
         c
     })
 }

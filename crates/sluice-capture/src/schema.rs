@@ -730,6 +730,11 @@ impl SchemaHistory {
 
     fn push_version(&mut self, mut schema: TableSchema, ts: Ts) {
         schema.version = ts;
+        // MariaDB's implicit system-versioning columns are generated (the server sets them).
+        let from = schema.columns.len() - implicit_period_columns(&schema.columns);
+        for c in &mut schema.columns[from..] {
+            c.generated = Some(sluice_types::Generation::Stored);
+        }
         let id = schema.table_id;
         self.index_name(id, &schema.database.clone(), &schema.name.clone());
         self.close(id, ts);

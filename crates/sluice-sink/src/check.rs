@@ -279,7 +279,7 @@ fn on(side: &'static str) -> impl Fn(SinkError) -> SinkError {
 
 async fn list_tables(up: &mut Conn, patterns: &[String]) -> Result<Vec<(String, String)>> {
     let rows: Vec<(String, String)> = up
-        .query("SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' ORDER BY table_schema, table_name")
+        .query("SELECT table_schema, table_name FROM information_schema.tables WHERE table_type IN ('BASE TABLE', 'SYSTEM VERSIONED') ORDER BY table_schema, table_name")
         .await
         .map_err(|e| SinkError::db_on("upstream", "list tables", e))?;
     Ok(rows
