@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: unit, contract and integration tests (they start their own MariaDB,
-# S3 and etcd where needed) plus every simulator scenario. This is the README's test command
+# The whole test suite: formatting and lints, unit, contract and integration tests (they start
+# their own MariaDB, S3 and etcd where needed) plus every simulator scenario. This is the README's test command
 # and what .ci/run calls.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +9,11 @@ scripts/install-deps.sh test
 
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 status=0
+# Style first: formatting and lints are part of the suite (rustfmt and clippy ship with rustup).
+echo "== cargo fmt --check"
+cargo fmt --all --check || { echo "formatting differs: run cargo fmt --all"; status=1; }
+echo "== cargo clippy -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings || status=1
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast || status=1
   # Every simulator invariant must fire under its named mutation (feature off everywhere else).

@@ -328,11 +328,7 @@ impl BinlogReader {
     }
 
     fn set_retrying(&self, state: Option<String>) {
-        *self
-            .cfg
-            .retrying
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = state;
+        *self.cfg.retrying.lock().unwrap_or_else(|p| p.into_inner()) = state;
     }
 
     async fn backoff(&mut self, err: CaptureError) -> Result<()> {
@@ -773,11 +769,17 @@ fn decode_event_rows(
         after,
     };
     if fast {
-        let bb: Option<Vec<bool>> = rows.columns_before_image().map(|b| b.iter().map(|x| *x).collect());
-        let ab: Option<Vec<bool>> = rows.columns_after_image().map(|b| b.iter().map(|x| *x).collect());
+        let bb: Option<Vec<bool>> = rows
+            .columns_before_image()
+            .map(|b| b.iter().map(|x| *x).collect());
+        let ab: Option<Vec<bool>> = rows
+            .columns_after_image()
+            .map(|b| b.iter().map(|x| *x).collect());
         match crate::rowimage::decode_rows(meta, bb.as_deref(), ab.as_deref(), rows.rows_data()) {
             Ok(decoded) => return Ok(decoded.into_iter().map(change).collect()),
-            Err(crate::rowimage::FastPath::Error(e)) => return Err(format!("rows capture cannot decode: {e}")),
+            Err(crate::rowimage::FastPath::Error(e)) => {
+                return Err(format!("rows capture cannot decode: {e}"))
+            }
             Err(crate::rowimage::FastPath::Unsupported) => {}
         }
     }

@@ -132,7 +132,11 @@ pub(crate) fn ddl_target(query: &str, default_db: &str) -> Option<Target> {
     if keyword(toks.get(i), "TEMPORARY") {
         return Some(Target::Temporary);
     }
-    let i = skip_words(&toks, i, &["UNIQUE", "FULLTEXT", "SPATIAL", "ONLINE", "OFFLINE"]);
+    let i = skip_words(
+        &toks,
+        i,
+        &["UNIQUE", "FULLTEXT", "SPATIAL", "ONLINE", "OFFLINE"],
+    );
     if keyword(toks.get(i), "INDEX") || keyword(toks.get(i), "KEY") {
         return index_target(&toks, i + 1, default_db);
     }
@@ -193,7 +197,9 @@ fn schema_from_binlog(
         .collect();
     let by_name = |old: usize| -> Option<usize> {
         let name = &prev.columns.get(old)?.name;
-        columns.iter().position(|c| c.name.eq_ignore_ascii_case(name))
+        columns
+            .iter()
+            .position(|c| c.name.eq_ignore_ascii_case(name))
     };
     let remap = |idx: &[usize]| -> Option<Vec<usize>> { idx.iter().map(|i| by_name(*i)).collect() };
     // The binlog names the primary key; a history's not-null unique key stands in for a table
@@ -335,12 +341,7 @@ impl SchemaHistory {
         Some((DdlKind::CreateTable, influence))
     }
 
-    fn unparsed_alter(
-        &mut self,
-        ts: Ts,
-        db: &str,
-        table: &str,
-    ) -> Option<(DdlKind, DdlInfluence)> {
+    fn unparsed_alter(&mut self, ts: Ts, db: &str, table: &str) -> Option<(DdlKind, DdlInfluence)> {
         let prev = self.table_at(db, table, ts - 1)?.clone();
         let id = prev.table_id;
         self.push_from_binlog(prev, ts);
@@ -463,10 +464,22 @@ mod tests {
 
     #[test]
     fn targets_of_unparsed_ddls() {
-        assert_eq!(target("ALTER TABLE t ADD SYSTEM VERSIONING"), alter("d", "t"));
-        assert_eq!(target("alter online ignore table `x`.`y y` frob"), alter("x", "y y"));
-        assert_eq!(target("ALTER TABLE IF EXISTS e.t ORDER BY a"), alter("e", "t"));
-        assert_eq!(target("CREATE UNIQUE INDEX i USING BTREE ON t (a)"), alter("d", "t"));
+        assert_eq!(
+            target("ALTER TABLE t ADD SYSTEM VERSIONING"),
+            alter("d", "t")
+        );
+        assert_eq!(
+            target("alter online ignore table `x`.`y y` frob"),
+            alter("x", "y y")
+        );
+        assert_eq!(
+            target("ALTER TABLE IF EXISTS e.t ORDER BY a"),
+            alter("e", "t")
+        );
+        assert_eq!(
+            target("CREATE UNIQUE INDEX i USING BTREE ON t (a)"),
+            alter("d", "t")
+        );
         assert_eq!(target("DROP INDEX IF EXISTS i ON e.t"), alter("e", "t"));
         assert_eq!(
             target("CREATE OR REPLACE TABLE IF NOT EXISTS `9x` (a INT) WITH SYSTEM VERSIONING"),
@@ -476,7 +489,10 @@ mod tests {
                 or_replace: true
             })
         );
-        assert_eq!(target("CREATE TEMPORARY TABLE t (a INT)"), Some(Target::Temporary));
+        assert_eq!(
+            target("CREATE TEMPORARY TABLE t (a INT)"),
+            Some(Target::Temporary)
+        );
         assert_eq!(target("CREATE TABLE"), None);
         assert_eq!(target("DROP TABLE t"), None);
         assert_eq!(target("RENAME TABLE a TO b"), None);

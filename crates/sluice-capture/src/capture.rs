@@ -90,8 +90,14 @@ fn unreplicable_marker(history: &SchemaHistory, txn: &Transaction) -> Option<Ddl
         let tracked: Vec<(String, TableId)> = u
             .tables
             .iter()
-            .filter(|(db, t)| !is_system_schema(db) && !is_heartbeat(db, t) && !history.is_sequence(db, t))
-            .filter_map(|(db, t)| history.table_at(db, t, ts).map(|s| (format!("{db}.{t}"), s.table_id)))
+            .filter(|(db, t)| {
+                !is_system_schema(db) && !is_heartbeat(db, t) && !history.is_sequence(db, t)
+            })
+            .filter_map(|(db, t)| {
+                history
+                    .table_at(db, t, ts)
+                    .map(|s| (format!("{db}.{t}"), s.table_id))
+            })
             .collect();
         if u.tables.is_empty() {
             every = true;
@@ -114,7 +120,11 @@ fn unreplicable_marker(history: &SchemaHistory, txn: &Transaction) -> Option<Ddl
         database: String::new(),
         query: reasons.join("; "),
         influence: DdlInfluence {
-            scope: if every { InfluenceScope::All } else { InfluenceScope::Tables(ids) },
+            scope: if every {
+                InfluenceScope::All
+            } else {
+                InfluenceScope::Tables(ids)
+            },
             trigger: false,
             dropped: vec![],
             added: vec![],
@@ -129,7 +139,11 @@ fn unreplicable_marker(history: &SchemaHistory, txn: &Transaction) -> Option<Ddl
 /// that table exists, every table stops at them (loudly), rather than capture stopping or the
 /// rows vanishing. A DDL of the same transaction (CREATE TABLE … SELECT) is applied first.
 fn set_aside_unknown_tables(history: &SchemaHistory, txn: &mut Transaction) {
-    let after_ddl = if txn.statement.is_some() { txn.commit_ts } else { txn.commit_ts - 1 };
+    let after_ddl = if txn.statement.is_some() {
+        txn.commit_ts
+    } else {
+        txn.commit_ts - 1
+    };
     let unknown = |c: &RowChange| {
         let (db, t) = (&c.table.database, &c.table.table);
         !is_system_schema(db)
@@ -331,7 +345,8 @@ fn convert_rows(
                 after,
             };
         let (before, after) = (fix(change.before), fix(change.after));
-        let Some(kind) = versioned_kind(r.row_end, change.kind, before.as_deref(), after.as_deref())
+        let Some(kind) =
+            versioned_kind(r.row_end, change.kind, before.as_deref(), after.as_deref())
         else {
             continue;
         };
@@ -532,7 +547,8 @@ impl Pump {
     /// Captures one item into the store and returns it.
     pub async fn step(&mut self) -> Result<Captured> {
         let item = self.capture.next().await?;
-        if self.capture.history.revision != self.saved_revision && !matches!(item, Captured::Ddl(_)) {
+        if self.capture.history.revision != self.saved_revision && !matches!(item, Captured::Ddl(_))
+        {
             // Versions completed or repaired from the binlog: saved before their rows are
             // stored, so a restart never finds rows whose version the saved history lacks.
             self.history_store.save(&self.capture.history).await?;

@@ -815,20 +815,18 @@ impl SchemaHistory {
             Err(e) => match strip_alter_options(&sql) {
                 // ALTER TABLE with table options sqlparser does not know (ENGINE=, CONVERT TO
                 // CHARACTER SET, LOCK=, ...): they change no column; parse the rest.
-                Some(stripped) if stripped.specs_left => {
-                    match parse_mysql(&stripped.query) {
-                        Ok(s) => s,
-                        Err(e2) => {
-                            return self.unparseable(
-                                commit_ts,
-                                commit_time_ms,
-                                database,
-                                query,
-                                format!("{e}; without table options: {e2}"),
-                            )
-                        }
+                Some(stripped) if stripped.specs_left => match parse_mysql(&stripped.query) {
+                    Ok(s) => s,
+                    Err(e2) => {
+                        return self.unparseable(
+                            commit_ts,
+                            commit_time_ms,
+                            database,
+                            query,
+                            format!("{e}; without table options: {e2}"),
+                        )
                     }
-                }
+                },
                 Some(stripped) => {
                     return Ok(self.options_only_alter(
                         commit_ts,
@@ -841,7 +839,13 @@ impl SchemaHistory {
                     ))
                 }
                 None => {
-                    return self.unparseable(commit_ts, commit_time_ms, database, query, e.to_string())
+                    return self.unparseable(
+                        commit_ts,
+                        commit_time_ms,
+                        database,
+                        query,
+                        e.to_string(),
+                    )
                 }
             },
         };
@@ -857,8 +861,14 @@ impl SchemaHistory {
         };
         let mut touched: Vec<TableId> = Vec::new();
         for stmt in &stmts {
-            let applied =
-                work.apply_stmt(commit_ts, database, stmt, &alter_cs, &mut influence, &mut touched);
+            let applied = work.apply_stmt(
+                commit_ts,
+                database,
+                stmt,
+                &alter_cs,
+                &mut influence,
+                &mut touched,
+            );
             match applied {
                 Ok(Some(k)) => kind = k,
                 Ok(None) => {}
@@ -1295,7 +1305,12 @@ impl SchemaHistory {
                 let charsets = &self.charsets;
                 let resolve = |d: &mut ColumnDef, opts: &[ColumnOption]| {
                     let (cs, coll) = column_charset_options(opts);
-                    charsets.resolve_column(d, cs.as_deref(), coll.as_deref(), table_default.as_ref());
+                    charsets.resolve_column(
+                        d,
+                        cs.as_deref(),
+                        coll.as_deref(),
+                        table_default.as_ref(),
+                    );
                 };
                 for op in &at.operations {
                     match op {
@@ -1903,8 +1918,8 @@ fn parse_mysql(sql: &str) -> std::result::Result<Vec<Statement>, sqlparser::pars
 fn normalize_for_parser(sql: &str) -> String {
     use sqlparser::tokenizer::{Token, Tokenizer};
     let words = leading_words(sql, 2);
-    let create_schema = words.first().is_some_and(|w| w == "CREATE")
-        && words.get(1).is_some_and(|w| w == "SCHEMA");
+    let create_schema =
+        words.first().is_some_and(|w| w == "CREATE") && words.get(1).is_some_and(|w| w == "SCHEMA");
     if !create_schema && !is_create_or_alter_table(sql) {
         return sql.to_string();
     }
@@ -1989,9 +2004,7 @@ async fn read_charset_defaults(conn: &mut mysql_async::Conn) -> Result<CharsetDe
         .is_some_and(|v| v.contains("MariaDB"));
     if d.charset_collations.contains_key("utf8mb3") {
         let utf8 = match var(conn, "old_mode").await {
-            Some(m) if mariadb && !m.to_ascii_uppercase().contains("UTF8_IS_UTF8MB3") => {
-                "utf8mb4"
-            }
+            Some(m) if mariadb && !m.to_ascii_uppercase().contains("UTF8_IS_UTF8MB3") => "utf8mb4",
             _ => "utf8mb3",
         };
         d.aliases.insert("utf8".into(), utf8.into());
@@ -2022,7 +2035,10 @@ async fn read_partitioning(
         db.replace('`', "``"),
         name.replace('`', "``")
     );
-    let row: Option<(String, String)> = conn.query_first(q).await.map_err(CaptureError::from_mysql)?;
+    let row: Option<(String, String)> = conn
+        .query_first(q)
+        .await
+        .map_err(CaptureError::from_mysql)?;
     let create = row.map(|r| r.1).unwrap_or_default();
     let (_, text) = split_partition_options(&expand_executable_comments(&create));
     let Some(text) = text else {
@@ -2031,7 +2047,8 @@ async fn read_partitioning(
             &format!("no partition options found in SHOW CREATE TABLE {db}.{name}"),
         ));
     };
-    Ok(Partitioning::parse(&text).unwrap_or_else(|e| Partitioning::unsupported(&text, &e.to_string())))
+    Ok(Partitioning::parse(&text)
+        .unwrap_or_else(|e| Partitioning::unsupported(&text, &e.to_string())))
 }
 
 /// The other table of `EXCHANGE PARTITION p WITH TABLE other [WITH|WITHOUT VALIDATION]`, as
@@ -2056,7 +2073,13 @@ fn exchange_partner(op: &str) -> Option<String> {
     let mut name = String::new();
     for t in &sig[at + 2..] {
         match t {
-            Token::Word(w) if w.quote_style.is_none() && (w.value.eq_ignore_ascii_case("WITH") || w.value.eq_ignore_ascii_case("WITHOUT")) => break,
+            Token::Word(w)
+                if w.quote_style.is_none()
+                    && (w.value.eq_ignore_ascii_case("WITH")
+                        || w.value.eq_ignore_ascii_case("WITHOUT")) =>
+            {
+                break
+            }
             Token::Word(_) | Token::Period => name.push_str(&t.to_string()),
             _ => break,
         }
@@ -2073,7 +2096,12 @@ fn is_create_or_alter_table(query: &str) -> bool {
         && words
             .iter()
             .skip(1)
-            .find(|w| !matches!(w.as_str(), "OR" | "REPLACE" | "TEMPORARY" | "ONLINE" | "IGNORE"))
+            .find(|w| {
+                !matches!(
+                    w.as_str(),
+                    "OR" | "REPLACE" | "TEMPORARY" | "ONLINE" | "IGNORE"
+                )
+            })
             .is_some_and(|w| w == "TABLE")
 }
 
@@ -2317,7 +2345,10 @@ mod tests {
         let before = h.clone();
         let id = h.table_at("d", "t", F + 10).expect("t").table_id;
         // Not skipped: an event for the table, a new version completed from the next TABLE_MAP.
-        let ev = h.apply(F + 20, 0, "d", q).expect("followed").expect("an event");
+        let ev = h
+            .apply(F + 20, 0, "d", q)
+            .expect("followed")
+            .expect("an event");
         assert_eq!(ev.kind, DdlKind::AlterTable);
         assert_eq!(ev.influence.scope, InfluenceScope::Tables(vec![id]));
         let v = h.tables[&id].last().expect("version");
@@ -2344,30 +2375,49 @@ mod tests {
         apply(&mut h, 25, "CREATE DATABASE e");
         apply(&mut h, 30, "CREATE TABLE e.z (id INT PRIMARY KEY)");
         let (t, xy, z) = (TableId(F + 10), TableId(F + 20), TableId(F + 30));
-        let ev = apply(&mut h, 40, "ALTER TABLE t EXCHANGE PARTITION a WITH TABLE `x y` WITHOUT VALIDATION");
+        let ev = apply(
+            &mut h,
+            40,
+            "ALTER TABLE t EXCHANGE PARTITION a WITH TABLE `x y` WITHOUT VALIDATION",
+        );
         assert_eq!(ev.influence.scope, InfluenceScope::Tables(vec![t, xy]));
-        let ev = apply(&mut h, 50, "alter table t exchange partition b with table e.z");
+        let ev = apply(
+            &mut h,
+            50,
+            "alter table t exchange partition b with table e.z",
+        );
         assert_eq!(ev.influence.scope, InfluenceScope::Tables(vec![t, z]));
         let ev = apply(&mut h, 60, "ALTER TABLE t TRUNCATE PARTITION a");
         assert_eq!(ev.influence.scope, InfluenceScope::Tables(vec![t]));
-        assert_eq!(exchange_partner("EXCHANGE PARTITION p WITH TABLE `d`.`w`"), Some("`d`.`w`".into()));
+        assert_eq!(
+            exchange_partner("EXCHANGE PARTITION p WITH TABLE `d`.`w`"),
+            Some("`d`.`w`".into())
+        );
         assert_eq!(exchange_partner("DROP PARTITION p"), None);
     }
 
     #[test]
     fn executable_comments_open_and_other_text_stays() {
         assert_eq!(
-            expand_executable_comments("CREATE TABLE t (id INT) /*!50100 PARTITION BY HASH (id) */"),
+            expand_executable_comments(
+                "CREATE TABLE t (id INT) /*!50100 PARTITION BY HASH (id) */"
+            ),
             "CREATE TABLE t (id INT)   PARTITION BY HASH (id)  "
         );
         assert_eq!(
             expand_executable_comments("CREATE TABLE t (c VARCHAR(9) DEFAULT '/*!1 x */') /* PARTITION BY KEY () */ /*M!100100 ENGINE=InnoDB */"),
             "CREATE TABLE t (c VARCHAR(9) DEFAULT '/*!1 x */') /* PARTITION BY KEY () */   ENGINE=InnoDB  "
         );
-        assert!(is_create_or_alter_table("/* x */ CREATE OR REPLACE TABLE t (id INT)"));
-        assert!(is_create_or_alter_table("alter online table t add partition (partition p9 values less than (9))"));
+        assert!(is_create_or_alter_table(
+            "/* x */ CREATE OR REPLACE TABLE t (id INT)"
+        ));
+        assert!(is_create_or_alter_table(
+            "alter online table t add partition (partition p9 values less than (9))"
+        ));
         assert!(!is_create_or_alter_table("CREATE INDEX i ON t (a)"));
-        assert!(!is_create_or_alter_table("ALTER DATABASE d CHARSET utf8mb4"));
+        assert!(!is_create_or_alter_table(
+            "ALTER DATABASE d CHARSET utf8mb4"
+        ));
     }
 
     #[test]
@@ -2386,7 +2436,11 @@ mod tests {
                 .map(|p| p.partitions.iter().map(|d| d.name.clone()).collect())
         };
         let s = h.table_at("d", "t", F + 10).expect("t").clone();
-        assert_eq!(s.columns.len(), 2, "columns parsed past the partition clause");
+        assert_eq!(
+            s.columns.len(),
+            2,
+            "columns parsed past the partition clause"
+        );
         assert_eq!(s.key_columns, vec![0]);
         assert_eq!(names(&h), Some(vec!["a".to_string(), "b".to_string()]));
         // A partition operation alone: a new version, same columns, new layout.
@@ -2402,7 +2456,11 @@ mod tests {
         assert_eq!(v2.columns, s.columns);
         assert_eq!(names(&h), Some(vec!["a".into(), "b".into(), "c".into()]));
         // Column changes and a partition operation in one ALTER.
-        apply(&mut h, 30, "ALTER TABLE t ADD COLUMN w INT, DROP PARTITION a");
+        apply(
+            &mut h,
+            30,
+            "ALTER TABLE t ADD COLUMN w INT, DROP PARTITION a",
+        );
         assert_eq!(h.table_at("d", "t", F + 30).expect("t").columns.len(), 3);
         assert_eq!(names(&h), Some(vec!["b".into(), "c".into()]));
         // Column changes alone keep the layout; TRUNCATE PARTITION keeps it.
@@ -2412,11 +2470,22 @@ mod tests {
         apply(&mut h, 60, "ALTER TABLE t REMOVE PARTITIONING");
         assert_eq!(names(&h), None);
         // The historical layouts stay readable by commit ts.
-        let at = |ts: u64| h.table_at("d", "t", F + ts).and_then(|s| s.partitioning.clone()).map(|p| p.partitions.len());
-        assert_eq!((at(10), at(20), at(30), at(60)), (Some(2), Some(3), Some(2), None));
+        let at = |ts: u64| {
+            h.table_at("d", "t", F + ts)
+                .and_then(|s| s.partitioning.clone())
+                .map(|p| p.partitions.len())
+        };
+        assert_eq!(
+            (at(10), at(20), at(30), at(60)),
+            (Some(2), Some(3), Some(2), None)
+        );
         // mysqldump's executable comment form and a layout Sluice cannot model: the table is
         // tracked, the layout says why rows cannot be placed.
-        apply(&mut h, 70, "CREATE TABLE u (id INT PRIMARY KEY) /*!50100 PARTITION BY HASH (id) PARTITIONS 3 */");
+        apply(
+            &mut h,
+            70,
+            "CREATE TABLE u (id INT PRIMARY KEY) /*!50100 PARTITION BY HASH (id) PARTITIONS 3 */",
+        );
         let u = h.table_at("d", "u", F + 70).expect("u");
         assert_eq!(u.partitioning.as_ref().map(|p| p.partitions.len()), Some(3));
         apply(&mut h, 80, "CREATE TABLE w (id INT PRIMARY KEY) PARTITION BY HASH (SOUNDEX_NOT_A_FUNCTION(id)) PARTITIONS 2");
@@ -2433,7 +2502,11 @@ mod tests {
     }
 
     /// `(column, charset, collation)` of every column of `db.t` now.
-    fn charsets_of(h: &SchemaHistory, db: &str, t: &str) -> Vec<(String, Option<String>, Option<String>)> {
+    fn charsets_of(
+        h: &SchemaHistory,
+        db: &str,
+        t: &str,
+    ) -> Vec<(String, Option<String>, Option<String>)> {
         h.table_at(db, t, u64::MAX)
             .unwrap_or_else(|| panic!("{db}.{t}"))
             .columns
@@ -2451,7 +2524,11 @@ mod tests {
         let want: Vec<(String, String, String)> = want
             .iter()
             .map(|(n, co)| {
-                let cs = if co.is_empty() { "" } else { charset_prefix(co) };
+                let cs = if co.is_empty() {
+                    ""
+                } else {
+                    charset_prefix(co)
+                };
                 (n.to_string(), cs.to_string(), co.to_string())
             })
             .collect();
@@ -2464,7 +2541,10 @@ mod tests {
     }
 
     fn db_default(h: &SchemaHistory, db: &str) -> Option<String> {
-        h.charsets.databases.get(db).and_then(|c| c.collation.clone())
+        h.charsets
+            .databases
+            .get(db)
+            .and_then(|c| c.collation.clone())
     }
 
     #[test]
@@ -2473,11 +2553,22 @@ mod tests {
         apply(&mut h, 10, "CREATE DATABASE d0");
         apply(&mut h, 11, "CREATE DATABASE d1 CHARACTER SET latin1");
         apply(&mut h, 12, "CREATE DATABASE d2 COLLATE utf8mb4_bin");
-        apply(&mut h, 13, "CREATE DATABASE d3 DEFAULT CHARSET=utf8 COLLATE=utf8_unicode_ci");
+        apply(
+            &mut h,
+            13,
+            "CREATE DATABASE d3 DEFAULT CHARSET=utf8 COLLATE=utf8_unicode_ci",
+        );
         apply(&mut h, 14, "CREATE SCHEMA d4 CHARACTER SET utf8");
-        apply(&mut h, 15, "CREATE DATABASE IF NOT EXISTS `d5` /*!40100 DEFAULT CHARACTER SET latin1 */");
+        apply(
+            &mut h,
+            15,
+            "CREATE DATABASE IF NOT EXISTS `d5` /*!40100 DEFAULT CHARACTER SET latin1 */",
+        );
         let dbs = |h: &SchemaHistory| -> Vec<Option<String>> {
-            ["d0", "d1", "d2", "d3", "d4", "d5"].iter().map(|d| db_default(h, d)).collect()
+            ["d0", "d1", "d2", "d3", "d4", "d5"]
+                .iter()
+                .map(|d| db_default(h, d))
+                .collect()
         };
         let s = |x: &str| Some(x.to_string());
         assert_eq!(
@@ -2492,23 +2583,44 @@ mod tests {
             ]
         );
         // IF NOT EXISTS of an existing database changes nothing.
-        apply(&mut h, 16, "CREATE DATABASE IF NOT EXISTS d1 CHARACTER SET ascii");
+        apply(
+            &mut h,
+            16,
+            "CREATE DATABASE IF NOT EXISTS d1 CHARACTER SET ascii",
+        );
         assert_eq!(db_default(&h, "d1"), s("latin1_swedish_ci"));
         // ALTER DATABASE: new defaults, no event, no table version.
         apply(&mut h, 20, "CREATE TABLE d1.t (a CHAR(1))");
         let (ddls, versions) = (h.ddls.len(), h.tables.values().map(Vec::len).sum::<usize>());
-        assert!(h.apply(F + 21, 0, "d", "ALTER DATABASE d1 CHARACTER SET utf8mb3").expect("ok").is_none());
-        assert!(h.apply(F + 22, 0, "d2", "ALTER DATABASE COLLATE ascii_bin").expect("ok").is_none());
+        assert!(h
+            .apply(F + 21, 0, "d", "ALTER DATABASE d1 CHARACTER SET utf8mb3")
+            .expect("ok")
+            .is_none());
+        assert!(h
+            .apply(F + 22, 0, "d2", "ALTER DATABASE COLLATE ascii_bin")
+            .expect("ok")
+            .is_none());
         assert!(h
             .apply(F + 23, 0, "d", "ALTER SCHEMA `d3` DEFAULT CHARACTER SET = latin1 DEFAULT COLLATE = latin1_general_cs")
             .expect("ok")
             .is_none());
-        assert!(h.apply(F + 24, 0, "d", "ALTER DATABASE d0 COMMENT 'x'").expect("ok").is_none());
-        assert_eq!((h.ddls.len(), h.tables.values().map(Vec::len).sum::<usize>()), (ddls, versions));
+        assert!(h
+            .apply(F + 24, 0, "d", "ALTER DATABASE d0 COMMENT 'x'")
+            .expect("ok")
+            .is_none());
+        assert_eq!(
+            (h.ddls.len(), h.tables.values().map(Vec::len).sum::<usize>()),
+            (ddls, versions)
+        );
         assert_eq!(h.head, F + 24);
         assert_eq!(
             dbs(&h)[..4].to_vec(),
-            vec![s("utf8mb4_general_ci"), s("utf8mb3_general_ci"), s("ascii_bin"), s("latin1_general_cs")]
+            vec![
+                s("utf8mb4_general_ci"),
+                s("utf8mb3_general_ci"),
+                s("ascii_bin"),
+                s("latin1_general_cs")
+            ]
         );
         expect(&h, "d1", "t", &[("a", "latin1_swedish_ci")]);
         apply(&mut h, 30, "CREATE TABLE d1.u (a CHAR(1))");
@@ -2516,7 +2628,10 @@ mod tests {
         // DROP DATABASE forgets the default; a new database of that name takes the server's.
         apply(&mut h, 40, "DROP DATABASE d1");
         assert_eq!(db_default(&h, "d1"), None);
-        assert!(h.charsets.tables.is_empty(), "the tables' defaults went with them");
+        assert!(
+            h.charsets.tables.is_empty(),
+            "the tables' defaults went with them"
+        );
         apply(&mut h, 41, "CREATE DATABASE d1");
         assert_eq!(db_default(&h, "d1"), s("utf8mb4_general_ci"));
     }
@@ -2563,24 +2678,73 @@ mod tests {
             ],
         );
         let t1 = h.table_at("d1", "t1", u64::MAX).expect("t1");
-        assert_eq!((t1.columns[12].ty, t1.columns[12].sql_type.as_str()), (ColumnType::VarBinary, "varbinary(3)"));
+        assert_eq!(
+            (t1.columns[12].ty, t1.columns[12].sql_type.as_str()),
+            (ColumnType::VarBinary, "varbinary(3)")
+        );
         assert_eq!(t1.columns[19].ty, ColumnType::Json);
-        assert_eq!(table_default(&h, "d1", "t1").as_deref(), Some("latin1_swedish_ci"));
+        assert_eq!(
+            table_default(&h, "d1", "t1").as_deref(),
+            Some("latin1_swedish_ci")
+        );
         // Table options: charset alone, collation alone, both, DEFAULT, binary.
-        apply(&mut h, 103, "CREATE TABLE d1.t2 (a CHAR(3), b VARCHAR(3) CHARACTER SET latin1) CHARSET=utf8mb4");
-        expect(&h, "d1", "t2", &[("a", "utf8mb4_general_ci"), ("b", "latin1_swedish_ci")]);
+        apply(
+            &mut h,
+            103,
+            "CREATE TABLE d1.t2 (a CHAR(3), b VARCHAR(3) CHARACTER SET latin1) CHARSET=utf8mb4",
+        );
+        expect(
+            &h,
+            "d1",
+            "t2",
+            &[("a", "utf8mb4_general_ci"), ("b", "latin1_swedish_ci")],
+        );
         apply(&mut h, 104, "CREATE TABLE d1.t3 (a CHAR(3), b VARCHAR(3) CHARACTER SET latin1) COLLATE=utf8mb4_unicode_ci");
-        expect(&h, "d1", "t3", &[("a", "utf8mb4_unicode_ci"), ("b", "latin1_swedish_ci")]);
+        expect(
+            &h,
+            "d1",
+            "t3",
+            &[("a", "utf8mb4_unicode_ci"), ("b", "latin1_swedish_ci")],
+        );
         apply(&mut h, 105, "CREATE TABLE d1.t4 (a CHAR(3), b VARCHAR(3) COLLATE latin1_german1_ci) ENGINE=InnoDB DEFAULT CHARACTER SET = utf8 COLLATE = utf8_bin");
-        expect(&h, "d1", "t4", &[("a", "utf8mb3_bin"), ("b", "latin1_german1_ci")]);
-        assert_eq!(table_default(&h, "d1", "t4").as_deref(), Some("utf8mb3_bin"));
-        apply(&mut h, 106, "CREATE TABLE d1.t5 (a CHAR(3), g JSON) CHARSET latin1");
-        expect(&h, "d1", "t5", &[("a", "latin1_swedish_ci"), ("g", "utf8mb4_bin")]);
-        apply(&mut h, 107, "CREATE TABLE d1.t6 (a CHAR(3) COLLATE utf8mb4_bin) CHARSET latin1");
+        expect(
+            &h,
+            "d1",
+            "t4",
+            &[("a", "utf8mb3_bin"), ("b", "latin1_german1_ci")],
+        );
+        assert_eq!(
+            table_default(&h, "d1", "t4").as_deref(),
+            Some("utf8mb3_bin")
+        );
+        apply(
+            &mut h,
+            106,
+            "CREATE TABLE d1.t5 (a CHAR(3), g JSON) CHARSET latin1",
+        );
+        expect(
+            &h,
+            "d1",
+            "t5",
+            &[("a", "latin1_swedish_ci"), ("g", "utf8mb4_bin")],
+        );
+        apply(
+            &mut h,
+            107,
+            "CREATE TABLE d1.t6 (a CHAR(3) COLLATE utf8mb4_bin) CHARSET latin1",
+        );
         expect(&h, "d1", "t6", &[("a", "utf8mb4_bin")]);
-        apply(&mut h, 108, "CREATE TABLE d1.t7 (a CHAR(2)) CHARSET=DEFAULT");
+        apply(
+            &mut h,
+            108,
+            "CREATE TABLE d1.t7 (a CHAR(2)) CHARSET=DEFAULT",
+        );
         expect(&h, "d1", "t7", &[("a", "latin1_swedish_ci")]);
-        apply(&mut h, 109, "CREATE TABLE d1.t8 (a TEXT, b VARCHAR(3), c ENUM('a')) CHARSET=binary");
+        apply(
+            &mut h,
+            109,
+            "CREATE TABLE d1.t8 (a TEXT, b VARCHAR(3), c ENUM('a')) CHARSET=binary",
+        );
         expect(&h, "d1", "t8", &[("a", ""), ("b", ""), ("c", "binary")]);
         let t8 = h.table_at("d1", "t8", u64::MAX).expect("t8");
         assert_eq!(
@@ -2589,19 +2753,48 @@ mod tests {
         );
         // A table in a database whose default collation is not its charset's default.
         apply(&mut h, 110, "CREATE DATABASE e1 COLLATE latin1_german1_ci");
-        apply(&mut h, 111, "CREATE TABLE e1.b1 (a CHAR(3), b CHAR(3) CHARACTER SET latin1)");
-        expect(&h, "e1", "b1", &[("a", "latin1_german1_ci"), ("b", "latin1_swedish_ci")]);
+        apply(
+            &mut h,
+            111,
+            "CREATE TABLE e1.b1 (a CHAR(3), b CHAR(3) CHARACTER SET latin1)",
+        );
+        expect(
+            &h,
+            "e1",
+            "b1",
+            &[("a", "latin1_german1_ci"), ("b", "latin1_swedish_ci")],
+        );
         apply(&mut h, 112, "CREATE TABLE e1.b2 (a CHAR(3), b CHAR(3) CHARACTER SET latin1) CHARSET=latin1 COLLATE=latin1_bin");
-        expect(&h, "e1", "b2", &[("a", "latin1_bin"), ("b", "latin1_swedish_ci")]);
+        expect(
+            &h,
+            "e1",
+            "b2",
+            &[("a", "latin1_bin"), ("b", "latin1_swedish_ci")],
+        );
         apply(&mut h, 113, "CREATE TABLE e1.b3 (a CHAR(3)) CHARSET=latin1");
         expect(&h, "e1", "b3", &[("a", "latin1_swedish_ci")]);
         // LIKE copies the columns and the table default.
         apply(&mut h, 114, "CREATE TABLE e1.b4 LIKE e1.b2");
-        expect(&h, "e1", "b4", &[("a", "latin1_bin"), ("b", "latin1_swedish_ci")]);
+        expect(
+            &h,
+            "e1",
+            "b4",
+            &[("a", "latin1_bin"), ("b", "latin1_swedish_ci")],
+        );
         apply(&mut h, 115, "ALTER TABLE e1.b4 ADD COLUMN c VARCHAR(2)");
-        expect(&h, "e1", "b4", &[("a", "latin1_bin"), ("b", "latin1_swedish_ci"), ("c", "latin1_bin")]);
+        expect(
+            &h,
+            "e1",
+            "b4",
+            &[
+                ("a", "latin1_bin"),
+                ("b", "latin1_swedish_ci"),
+                ("c", "latin1_bin"),
+            ],
+        );
         // The session's database when the table is unqualified.
-        h.apply(F + 116, 0, "e1", "CREATE TABLE b5 (a VARCHAR(1))").expect("ok");
+        h.apply(F + 116, 0, "e1", "CREATE TABLE b5 (a VARCHAR(1))")
+            .expect("ok");
         expect(&h, "e1", "b5", &[("a", "latin1_german1_ci")]);
     }
 
@@ -2610,80 +2803,234 @@ mod tests {
         let mut h = hcs();
         apply(&mut h, 101, "CREATE DATABASE d1 CHARACTER SET latin1");
         let q = |h: &mut SchemaHistory, ts: u64, sql: &str| {
-            h.apply(F + ts, 0, "d1", sql).expect("apply").expect("event")
+            h.apply(F + ts, 0, "d1", sql)
+                .expect("apply")
+                .expect("event")
         };
         // A new default applies to the columns defined in the same statement.
-        q(&mut h, 102, "CREATE TABLE a3 (a CHAR(3), b TEXT, c VARCHAR(3)) CHARSET latin1");
-        q(&mut h, 103, "ALTER TABLE a3 DEFAULT CHARSET=utf8mb4, ADD COLUMN d VARCHAR(3), MODIFY b TINYTEXT");
-        expect(&h, "d1", "a3", &[("a", "latin1_swedish_ci"), ("b", "utf8mb4_general_ci"), ("c", "latin1_swedish_ci"), ("d", "utf8mb4_general_ci")]);
+        q(
+            &mut h,
+            102,
+            "CREATE TABLE a3 (a CHAR(3), b TEXT, c VARCHAR(3)) CHARSET latin1",
+        );
+        q(
+            &mut h,
+            103,
+            "ALTER TABLE a3 DEFAULT CHARSET=utf8mb4, ADD COLUMN d VARCHAR(3), MODIFY b TINYTEXT",
+        );
+        expect(
+            &h,
+            "d1",
+            "a3",
+            &[
+                ("a", "latin1_swedish_ci"),
+                ("b", "utf8mb4_general_ci"),
+                ("c", "latin1_swedish_ci"),
+                ("d", "utf8mb4_general_ci"),
+            ],
+        );
         // COLLATE alone (an options-only ALTER: an event, no new version).
         let versions = h.tables.values().map(Vec::len).sum::<usize>();
         let ev = q(&mut h, 104, "ALTER TABLE a3 COLLATE utf8mb4_unicode_ci");
         assert_eq!(ev.kind, DdlKind::AlterTable);
         assert_eq!(h.tables.values().map(Vec::len).sum::<usize>(), versions);
-        assert_eq!(table_default(&h, "d1", "a3").as_deref(), Some("utf8mb4_unicode_ci"));
-        q(&mut h, 105, "ALTER TABLE a3 ADD COLUMN e CHAR(1), CHANGE c c2 VARCHAR(4) CHARACTER SET latin1");
-        expect(&h, "d1", "a3", &[("a", "latin1_swedish_ci"), ("b", "utf8mb4_general_ci"), ("c2", "latin1_swedish_ci"), ("d", "utf8mb4_general_ci"), ("e", "utf8mb4_unicode_ci")]);
+        assert_eq!(
+            table_default(&h, "d1", "a3").as_deref(),
+            Some("utf8mb4_unicode_ci")
+        );
+        q(
+            &mut h,
+            105,
+            "ALTER TABLE a3 ADD COLUMN e CHAR(1), CHANGE c c2 VARCHAR(4) CHARACTER SET latin1",
+        );
+        expect(
+            &h,
+            "d1",
+            "a3",
+            &[
+                ("a", "latin1_swedish_ci"),
+                ("b", "utf8mb4_general_ci"),
+                ("c2", "latin1_swedish_ci"),
+                ("d", "utf8mb4_general_ci"),
+                ("e", "utf8mb4_unicode_ci"),
+            ],
+        );
         // CHARSET alone resets the collation to the charset's default.
-        q(&mut h, 106, "CREATE TABLE b5 (a CHAR(3)) CHARSET utf8mb4 COLLATE utf8mb4_bin");
+        q(
+            &mut h,
+            106,
+            "CREATE TABLE b5 (a CHAR(3)) CHARSET utf8mb4 COLLATE utf8mb4_bin",
+        );
         q(&mut h, 107, "ALTER TABLE b5 CHARSET utf8mb4");
-        q(&mut h, 108, "ALTER TABLE b5 ADD COLUMN b CHAR(2), ADD COLUMN c CHAR(2) CHARSET latin1");
-        expect(&h, "d1", "b5", &[("a", "utf8mb4_bin"), ("b", "utf8mb4_general_ci"), ("c", "latin1_swedish_ci")]);
+        q(
+            &mut h,
+            108,
+            "ALTER TABLE b5 ADD COLUMN b CHAR(2), ADD COLUMN c CHAR(2) CHARSET latin1",
+        );
+        expect(
+            &h,
+            "d1",
+            "b5",
+            &[
+                ("a", "utf8mb4_bin"),
+                ("b", "utf8mb4_general_ci"),
+                ("c", "latin1_swedish_ci"),
+            ],
+        );
         // MODIFY redefines a column from the table default, whatever it had.
-        q(&mut h, 109, "CREATE TABLE b9 (a CHAR(3) COLLATE latin1_bin) CHARSET ascii");
+        q(
+            &mut h,
+            109,
+            "CREATE TABLE b9 (a CHAR(3) COLLATE latin1_bin) CHARSET ascii",
+        );
         q(&mut h, 110, "ALTER TABLE b9 MODIFY a CHAR(3)");
         expect(&h, "d1", "b9", &[("a", "ascii_general_ci")]);
         // CONVERT TO: every charset column but binary ones, JSON too; TEXT stays text.
         q(&mut h, 111, "CREATE TABLE a1 (a CHAR(3), b TEXT, c ENUM('x'), d VARCHAR(3) COLLATE latin1_bin, e BLOB, g JSON, h VARCHAR(10) CHARACTER SET utf8mb4, i SET('a') CHARACTER SET binary, n INT) CHARSET latin1");
         let before = h.table_at("d1", "a1", u64::MAX).expect("a1").version;
-        q(&mut h, 112, "ALTER TABLE a1 CONVERT TO CHARACTER SET utf8mb4");
+        q(
+            &mut h,
+            112,
+            "ALTER TABLE a1 CONVERT TO CHARACTER SET utf8mb4",
+        );
         let a1 = h.table_at("d1", "a1", u64::MAX).expect("a1");
         assert!(a1.version > before, "CONVERT TO alone makes a new version");
         assert_eq!(a1.columns[5].ty, ColumnType::Json);
-        expect(&h, "d1", "a1", &[("a", "utf8mb4_general_ci"), ("b", "utf8mb4_general_ci"), ("c", "utf8mb4_general_ci"), ("d", "utf8mb4_general_ci"), ("e", ""), ("g", "utf8mb4_general_ci"), ("h", "utf8mb4_general_ci"), ("i", "binary"), ("n", "")]);
-        assert_eq!(table_default(&h, "d1", "a1").as_deref(), Some("utf8mb4_general_ci"));
-        q(&mut h, 113, "CREATE TABLE a4 (a CHAR(3), b VARCHAR(3)) CHARSET utf8mb4");
-        q(&mut h, 114, "ALTER TABLE a4 CONVERT TO CHARACTER SET latin1 COLLATE latin1_bin");
+        expect(
+            &h,
+            "d1",
+            "a1",
+            &[
+                ("a", "utf8mb4_general_ci"),
+                ("b", "utf8mb4_general_ci"),
+                ("c", "utf8mb4_general_ci"),
+                ("d", "utf8mb4_general_ci"),
+                ("e", ""),
+                ("g", "utf8mb4_general_ci"),
+                ("h", "utf8mb4_general_ci"),
+                ("i", "binary"),
+                ("n", ""),
+            ],
+        );
+        assert_eq!(
+            table_default(&h, "d1", "a1").as_deref(),
+            Some("utf8mb4_general_ci")
+        );
+        q(
+            &mut h,
+            113,
+            "CREATE TABLE a4 (a CHAR(3), b VARCHAR(3)) CHARSET utf8mb4",
+        );
+        q(
+            &mut h,
+            114,
+            "ALTER TABLE a4 CONVERT TO CHARACTER SET latin1 COLLATE latin1_bin",
+        );
         expect(&h, "d1", "a4", &[("a", "latin1_bin"), ("b", "latin1_bin")]);
         q(&mut h, 115, "ALTER TABLE a4 CONVERT TO CHARSET DEFAULT");
-        expect(&h, "d1", "a4", &[("a", "latin1_swedish_ci"), ("b", "latin1_swedish_ci")]);
+        expect(
+            &h,
+            "d1",
+            "a4",
+            &[("a", "latin1_swedish_ci"), ("b", "latin1_swedish_ci")],
+        );
         // CONVERT TO wins over the columns of the same statement, whatever the order.
         q(&mut h, 116, "CREATE TABLE c3 (a VARCHAR(3)) CHARSET=latin1");
         q(&mut h, 117, "ALTER TABLE c3 ADD COLUMN b VARCHAR(3), CONVERT TO CHARACTER SET utf8mb4, MODIFY a VARCHAR(3) CHARACTER SET ascii");
-        expect(&h, "d1", "c3", &[("a", "utf8mb4_general_ci"), ("b", "utf8mb4_general_ci")]);
+        expect(
+            &h,
+            "d1",
+            "c3",
+            &[("a", "utf8mb4_general_ci"), ("b", "utf8mb4_general_ci")],
+        );
         // Table-default-only ALTER leaves the columns; later columns take it.
-        q(&mut h, 118, "CREATE TABLE a6 (a CHAR(3), b VARCHAR(3) CHARACTER SET latin1) CHARSET utf8mb4");
+        q(
+            &mut h,
+            118,
+            "CREATE TABLE a6 (a CHAR(3), b VARCHAR(3) CHARACTER SET latin1) CHARSET utf8mb4",
+        );
         q(&mut h, 119, "ALTER TABLE a6 CHARACTER SET latin1");
         q(&mut h, 120, "ALTER TABLE a6 ADD COLUMN c CHAR(2)");
-        expect(&h, "d1", "a6", &[("a", "utf8mb4_general_ci"), ("b", "latin1_swedish_ci"), ("c", "latin1_swedish_ci")]);
+        expect(
+            &h,
+            "d1",
+            "a6",
+            &[
+                ("a", "utf8mb4_general_ci"),
+                ("b", "latin1_swedish_ci"),
+                ("c", "latin1_swedish_ci"),
+            ],
+        );
         // CONVERT TO with an explicit default: columns converted, the default as written.
         q(&mut h, 121, "CREATE TABLE q5 (a CHAR(3)) CHARSET utf8mb4");
-        q(&mut h, 122, "ALTER TABLE q5 DEFAULT CHARSET ascii, CONVERT TO CHARACTER SET latin1");
+        q(
+            &mut h,
+            122,
+            "ALTER TABLE q5 DEFAULT CHARSET ascii, CONVERT TO CHARACTER SET latin1",
+        );
         q(&mut h, 123, "ALTER TABLE q5 ADD COLUMN b CHAR(1)");
-        expect(&h, "d1", "q5", &[("a", "latin1_swedish_ci"), ("b", "ascii_general_ci")]);
+        expect(
+            &h,
+            "d1",
+            "q5",
+            &[("a", "latin1_swedish_ci"), ("b", "ascii_general_ci")],
+        );
         // CONVERT TO binary: the binary types.
-        q(&mut h, 124, "ALTER TABLE a6 CONVERT TO CHARACTER SET binary");
+        q(
+            &mut h,
+            124,
+            "ALTER TABLE a6 CONVERT TO CHARACTER SET binary",
+        );
         let a6 = h.table_at("d1", "a6", u64::MAX).expect("a6");
         assert_eq!(
-            a6.columns.iter().map(|c| (c.ty, c.sql_type.as_str(), c.charset.is_none())).collect::<Vec<_>>(),
-            vec![(ColumnType::Binary, "binary(3)", true), (ColumnType::VarBinary, "varbinary(3)", true), (ColumnType::Binary, "binary(2)", true)]
+            a6.columns
+                .iter()
+                .map(|c| (c.ty, c.sql_type.as_str(), c.charset.is_none()))
+                .collect::<Vec<_>>(),
+            vec![
+                (ColumnType::Binary, "binary(3)", true),
+                (ColumnType::VarBinary, "varbinary(3)", true),
+                (ColumnType::Binary, "binary(2)", true)
+            ]
         );
         // Options among other table options, with the ENGINE first.
         q(&mut h, 125, "CREATE TABLE o (a CHAR(1))");
-        q(&mut h, 126, "ALTER TABLE o ENGINE=InnoDB DEFAULT CHARSET=ascii");
+        q(
+            &mut h,
+            126,
+            "ALTER TABLE o ENGINE=InnoDB DEFAULT CHARSET=ascii",
+        );
         q(&mut h, 127, "ALTER TABLE o ADD COLUMN b CHAR(1)");
-        expect(&h, "d1", "o", &[("a", "latin1_swedish_ci"), ("b", "ascii_general_ci")]);
+        expect(
+            &h,
+            "d1",
+            "o",
+            &[("a", "latin1_swedish_ci"), ("b", "ascii_general_ci")],
+        );
         // TRUNCATE (a new id) and RENAME keep the default; DROP forgets it.
         q(&mut h, 128, "TRUNCATE TABLE o");
         q(&mut h, 129, "RENAME TABLE o TO o2");
         q(&mut h, 130, "ALTER TABLE o2 ADD COLUMN c CHAR(1)");
-        expect(&h, "d1", "o2", &[("a", "latin1_swedish_ci"), ("b", "ascii_general_ci"), ("c", "ascii_general_ci")]);
+        expect(
+            &h,
+            "d1",
+            "o2",
+            &[
+                ("a", "latin1_swedish_ci"),
+                ("b", "ascii_general_ci"),
+                ("c", "ascii_general_ci"),
+            ],
+        );
         let n = h.charsets.tables.len();
         q(&mut h, 131, "DROP TABLE o2");
         assert_eq!(h.charsets.tables.len(), n - 1);
         // Partition operations and CONVERT TO in one options-only ALTER.
         q(&mut h, 132, "CREATE TABLE p (id INT NOT NULL, code VARCHAR(3)) CHARSET latin1 PARTITION BY LIST COLUMNS (code) (PARTITION a VALUES IN ('a'), PARTITION b VALUES IN ('b'))");
-        q(&mut h, 133, "ALTER TABLE p CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin");
+        q(
+            &mut h,
+            133,
+            "ALTER TABLE p CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+        );
         let p = h.table_at("d1", "p", u64::MAX).expect("p");
         assert_eq!(p.columns[1].collation.as_deref(), Some("utf8mb4_bin"));
         assert!(p.partitioning.is_some(), "the layout stays");
@@ -2693,14 +3040,26 @@ mod tests {
     fn charset_synonyms_do_not_break_columns_named_charset() {
         let mut h = hcs();
         apply(&mut h, 101, "CREATE DATABASE d1 CHARACTER SET latin1");
-        apply(&mut h, 102, "CREATE TABLE d1.t (charset VARCHAR(3), b CHAR(1))");
-        apply(&mut h, 103, "ALTER TABLE d1.t ADD COLUMN c CHAR(1) CHARSET ascii, CHARSET utf8mb4");
+        apply(
+            &mut h,
+            102,
+            "CREATE TABLE d1.t (charset VARCHAR(3), b CHAR(1))",
+        );
+        apply(
+            &mut h,
+            103,
+            "ALTER TABLE d1.t ADD COLUMN c CHAR(1) CHARSET ascii, CHARSET utf8mb4",
+        );
         apply(&mut h, 104, "ALTER TABLE d1.t MODIFY charset VARCHAR(4)");
         expect(
             &h,
             "d1",
             "t",
-            &[("charset", "utf8mb4_general_ci"), ("b", "latin1_swedish_ci"), ("c", "ascii_general_ci")],
+            &[
+                ("charset", "utf8mb4_general_ci"),
+                ("b", "latin1_swedish_ci"),
+                ("c", "ascii_general_ci"),
+            ],
         );
     }
 
@@ -2713,12 +3072,19 @@ mod tests {
         assert_eq!(back, h);
         // A history persisted before `charsets` existed loads; without defaults, string columns
         // of later DDLs keep only what the DDL says (the charset's compiled-in default).
-        let mut v: serde_json::Value = serde_json::from_slice(&h.to_json().expect("json")).expect("value");
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&h.to_json().expect("json")).expect("value");
         v.as_object_mut().expect("object").remove("charsets");
-        let mut old = SchemaHistory::from_json(&serde_json::to_vec(&v).expect("bytes")).expect("old loads");
+        let mut old =
+            SchemaHistory::from_json(&serde_json::to_vec(&v).expect("bytes")).expect("old loads");
         assert_eq!(old.charsets, CharsetDefaults::default());
         apply(&mut old, 103, "CREATE TABLE d1.u (a CHAR(1), b CHAR(1) CHARACTER SET latin1, c CHAR(1) COLLATE utf8mb4_bin)");
-        expect(&old, "d1", "u", &[("a", ""), ("b", "latin1_swedish_ci"), ("c", "utf8mb4_bin")]);
+        expect(
+            &old,
+            "d1",
+            "u",
+            &[("a", ""), ("b", "latin1_swedish_ci"), ("c", "utf8mb4_bin")],
+        );
     }
 
     #[test]

@@ -77,9 +77,11 @@ pub fn dml_tables(query: &str, default_db: &str) -> Option<Vec<(String, String)>
     let mut out: Vec<(String, String)> = Vec::new();
     let mut i = start;
     while i < toks.len() {
-        let introduces = ["INSERT", "REPLACE", "DELETE", "INTO", "UPDATE", "FROM", "JOIN", "TABLE"]
-            .iter()
-            .any(|w| is_word(toks.get(i), w));
+        let introduces = [
+            "INSERT", "REPLACE", "DELETE", "INTO", "UPDATE", "FROM", "JOIN", "TABLE",
+        ]
+        .iter()
+        .any(|w| is_word(toks.get(i), w));
         i += 1;
         if !introduces {
             continue;
@@ -151,9 +153,15 @@ mod tests {
 
     #[test]
     fn tables_of_dml_statements() {
-        assert_eq!(dml_tables("INSERT INTO t VALUES (1)", "d"), Some(vec![t("d", "t")]));
         assert_eq!(
-            dml_tables("insert low_priority ignore into `x`.`a b` (c) select * from y", "d"),
+            dml_tables("INSERT INTO t VALUES (1)", "d"),
+            Some(vec![t("d", "t")])
+        );
+        assert_eq!(
+            dml_tables(
+                "insert low_priority ignore into `x`.`a b` (c) select * from y",
+                "d"
+            ),
             Some(vec![t("x", "a b"), t("d", "y")])
         );
         assert_eq!(
@@ -161,17 +169,26 @@ mod tests {
             Some(vec![t("d", "a"), t("e", "b")])
         );
         assert_eq!(
-            dml_tables("DELETE QUICK FROM t1, t2 USING t1 JOIN t2 WHERE t1.id = t2.id", "d"),
+            dml_tables(
+                "DELETE QUICK FROM t1, t2 USING t1 JOIN t2 WHERE t1.id = t2.id",
+                "d"
+            ),
             Some(vec![t("d", "t1"), t("d", "t2")])
         );
-        assert_eq!(dml_tables("REPLACE t SET a = 1", "d"), Some(vec![t("d", "t")]));
+        assert_eq!(
+            dml_tables("REPLACE t SET a = 1", "d"),
+            Some(vec![t("d", "t")])
+        );
         assert_eq!(dml_tables("INSERT INTO", "d"), Some(vec![]));
         assert_eq!(
             dml_tables("LOAD DATA LOCAL INFILE '/x' REPLACE INTO TABLE t", "d"),
             Some(vec![t("d", "t")])
         );
         assert_eq!(
-            dml_tables("SET STATEMENT max_statement_time=5 FOR UPDATE t SET a = 1", "d"),
+            dml_tables(
+                "SET STATEMENT max_statement_time=5 FOR UPDATE t SET a = 1",
+                "d"
+            ),
             Some(vec![t("d", "t")])
         );
         assert_eq!(dml_tables("CREATE TABLE t (a INT)", "d"), None);

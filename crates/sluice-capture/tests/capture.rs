@@ -412,7 +412,10 @@ async fn a_history_that_disagrees_with_the_binlog_is_repaired_from_it() {
             v.schema.columns.retain(|c| c.name != "a");
         }
     }
-    let t = history.table_at("d", "t", history.head).expect("t").table_id;
+    let t = history
+        .table_at("d", "t", history.head)
+        .expect("t")
+        .table_id;
     db.exec("INSERT INTO d.t VALUES (7, 1); CREATE TABLE d.marker (id INT PRIMARY KEY)")
         .expect("sql");
     let mut c = Capture::new(
@@ -436,9 +439,19 @@ async fn a_history_that_disagrees_with_the_binlog_is_repaired_from_it() {
     let h = &c.history;
     let now = h.table_at("d", "t", h.head).expect("t");
     let names: Vec<&str> = now.columns.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(names, ["id", "a"], "the repaired version has the binlog's columns");
-    assert_eq!(now.version, rows[0].commit_ts, "the repair is a version at the rows' ts");
-    assert_eq!(rows[0].schema_version, now.version, "rows name the repaired version");
+    assert_eq!(
+        names,
+        ["id", "a"],
+        "the repaired version has the binlog's columns"
+    );
+    assert_eq!(
+        now.version, rows[0].commit_ts,
+        "the repair is a version at the rows' ts"
+    );
+    assert_eq!(
+        rows[0].schema_version, now.version,
+        "rows name the repaired version"
+    );
     assert_eq!(h.repairs.len(), 1, "{:?}", h.repairs);
     assert_eq!(h.repairs[0].table, "d.t");
 }
@@ -463,7 +476,8 @@ async fn ddls_the_history_may_not_parse_never_stop_capture() {
         db.exec(ddl).expect("ddl accepted upstream");
         db.exec(dml).expect("dml");
     }
-    db.exec("CREATE TABLE d.marker (id INT PRIMARY KEY)").expect("marker");
+    db.exec("CREATE TABLE d.marker (id INT PRIMARY KEY)")
+        .expect("marker");
     let mut c = Capture::new(
         reader(&db.url(), 803, history.snapshot_pos.clone()),
         history,
@@ -479,7 +493,9 @@ async fn ddls_the_history_may_not_parse_never_stop_capture() {
             .map(|r| r[0].clone())
             .collect();
         let h = &c.history;
-        let s = h.table_at("d", table, h.head).unwrap_or_else(|| panic!("d.{table} unknown to the history"));
+        let s = h
+            .table_at("d", table, h.head)
+            .unwrap_or_else(|| panic!("d.{table} unknown to the history"));
         let row = items
             .iter()
             .flat_map(|i| match i {
@@ -490,17 +506,31 @@ async fn ddls_the_history_may_not_parse_never_stop_capture() {
             .unwrap_or_else(|| panic!("no row of d.{table} captured: {items:?}"));
         let got: Vec<String> = s.columns.iter().map(|c| c.name.clone()).collect();
         let width = row.after.as_ref().map(|a| a.len()).unwrap_or(0);
-        assert_eq!(width, got.len(), "d.{table}: the row and its version have the same columns: {got:?}");
+        assert_eq!(
+            width,
+            got.len(),
+            "d.{table}: the row and its version have the same columns: {got:?}"
+        );
         eprintln!("d.{table}: server {want:?}, history {got:?}, row width {width}");
         if width == want.len() {
-            assert_eq!(got, want, "d.{table}: the history names the server's columns");
+            assert_eq!(
+                got, want,
+                "d.{table}: the history names the server's columns"
+            );
         } else {
             // Hidden columns the server logs but does not list (or the reverse): every listed
             // column the history knows must still be there, in the server's order.
             let listed: Vec<&String> = got.iter().filter(|g| want.contains(g)).collect();
-            assert_eq!(listed, want.iter().collect::<Vec<_>>(), "d.{table}: columns out of order or missing");
+            assert_eq!(
+                listed,
+                want.iter().collect::<Vec<_>>(),
+                "d.{table}: columns out of order or missing"
+            );
         }
-        assert_eq!(row.schema_version, s.version, "d.{table}: rows name the version that describes them");
+        assert_eq!(
+            row.schema_version, s.version,
+            "d.{table}: rows name the version that describes them"
+        );
     }
 }
 

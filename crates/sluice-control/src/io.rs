@@ -156,7 +156,9 @@ pub enum Input {
     Request(UserRequest),
     /// Capture on this node stopped with this error (or runs again: `None`). While it is set,
     /// every changefeed with work here reads `warning` with this message.
-    CaptureStatus { error: Option<String> },
+    CaptureStatus {
+        error: Option<String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -814,7 +814,9 @@ fn heartbeats_carry_a_bounded_number_of_errors_lowest_ids_first() {
 fn rows_written(out: &[Effect]) -> Vec<u64> {
     out.iter()
         .filter_map(|e| match e {
-            Effect::Sink(SinkCommand::WriteRows { rows, .. }) => Some(rows.iter().map(|r| r.0).collect::<Vec<_>>()),
+            Effect::Sink(SinkCommand::WriteRows { rows, .. }) => {
+                Some(rows.iter().map(|r| r.0).collect::<Vec<_>>())
+            }
             Effect::Sink(SinkCommand::WriteDdl { ddl, .. }) => Some(vec![ddl.commit_ts]),
             _ => None,
         })
@@ -840,14 +842,27 @@ fn an_unreplicable_change_stops_its_dispatcher_with_a_warning_until_let_through(
         handle: h,
         kind: sluice_types::RowKind::Insert,
     };
-    let items = vec![row(110, 1), StreamItem::Ddl { ddl: stop.clone(), handle: 2 }, row(150, 3)];
+    let items = vec![
+        row(110, 1),
+        StreamItem::Ddl {
+            ddl: stop.clone(),
+            handle: 2,
+        },
+        row(150, 3),
+    ];
     let run = |cfg: ChangefeedConfig| {
         let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
         let mut out = Vec::new();
         dm.on_message(
             0,
             &m1(),
-            Message::Bootstrap { cf: cf(), epoch: Epoch(1), trigger: None, config: cfg, forget: Vec::new() },
+            Message::Bootstrap {
+                cf: cf(),
+                epoch: Epoch(1),
+                trigger: None,
+                config: cfg,
+                forget: Vec::new(),
+            },
             &holds,
             &mut out,
         );
@@ -857,26 +872,49 @@ fn an_unreplicable_change_stops_its_dispatcher_with_a_warning_until_let_through(
         dm.on_events(0, d, items.clone(), 200, &holds, &mut out);
         dm.on_sink_flushed(0, d, 110, &holds, &mut out);
         out.extend(tick(&mut dm, 1000, &holds));
-        let cp = dm.dispatchers().into_iter().find(|v| v.id == d).map(|v| v.checkpoint).unwrap_or(0);
+        let cp = dm
+            .dispatchers()
+            .into_iter()
+            .find(|v| v.id == d)
+            .map(|v| v.checkpoint)
+            .unwrap_or(0);
         (dm, out, cp)
     };
     let (dm, out, cp) = run(config());
-    assert_eq!(rows_written(&out), vec![110], "nothing at or after the stop is written");
+    assert_eq!(
+        rows_written(&out),
+        vec![110],
+        "nothing at or after the stop is written"
+    );
     assert_eq!(cp, 129, "the checkpoint stays below the stop");
     let w = dm.warnings();
-    assert!(w.len() == 1 && w[0].contains("statement-format DML") && w[0].contains("unreplicable"), "{w:?}");
+    assert!(
+        w.len() == 1 && w[0].contains("statement-format DML") && w[0].contains("unreplicable"),
+        "{w:?}"
+    );
     let sent: Vec<&Vec<String>> = out
         .iter()
         .filter_map(|e| match e {
-            Effect::Send { msg: Message::Heartbeat { warnings, .. }, .. } => Some(warnings),
+            Effect::Send {
+                msg: Message::Heartbeat { warnings, .. },
+                ..
+            } => Some(warnings),
             _ => None,
         })
         .collect();
-    assert!(sent.iter().any(|w| w.iter().any(|m| m.contains("statement-format DML"))), "{sent:?}");
+    assert!(
+        sent.iter()
+            .any(|w| w.iter().any(|m| m.contains("statement-format DML"))),
+        "{sent:?}"
+    );
 
     let mut cfg = config();
     cfg.filter.ignore_event = vec!["unreplicable".into()];
     let (dm, out, _) = run(cfg);
-    assert_eq!(rows_written(&out), vec![110, 150], "let through: consumed, never written");
+    assert_eq!(
+        rows_written(&out),
+        vec![110, 150],
+        "let through: consumed, never written"
+    );
     assert!(dm.warnings().is_empty());
 }

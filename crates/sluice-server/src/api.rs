@@ -70,7 +70,8 @@ impl IntoResponse for ApiError {
 fn json_response(status: StatusCode, v: &Json) -> Response {
     let text = scrub(&v.to_string());
     let mut r = (status, text).into_response();
-    r.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    r.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
     r
 }
 
@@ -81,7 +82,10 @@ fn ok(v: Json) -> Result<Response, ApiError> {
 type ApiResult = Result<Response, ApiError>;
 
 impl AppState {
-    pub async fn query<T: Send + 'static>(&self, f: impl FnOnce(&mut Shell) -> T + Send + 'static) -> Result<T, ServerError> {
+    pub async fn query<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Shell) -> T + Send + 'static,
+    ) -> Result<T, ServerError> {
         let (tx, rx) = oneshot::channel();
         let q: crate::shell::QueryFn = Box::new(move |s: &mut Shell| {
             let _ = tx.send(f(s));
@@ -90,7 +94,8 @@ impl AppState {
             .send_timeout(ShellMsg::Query(q), Duration::from_secs(5))
             .await
             .map_err(|_| ServerError::NotReady("the node is busy or shutting down".into()))?;
-        rx.await.map_err(|_| ServerError::NotReady("the node is shutting down".into()))
+        rx.await
+            .map_err(|_| ServerError::NotReady("the node is shutting down".into()))
     }
 }
 
@@ -102,8 +107,16 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v2/captures/{id}/cordon", post(cordon))
         .route("/api/v2/captures/{id}/uncordon", post(uncordon))
         .route("/api/v2/captures/{id}/drain", post(drain))
-        .route("/api/v2/changefeeds", get(list_changefeeds).post(create_changefeed))
-        .route("/api/v2/changefeeds/{id}", get(get_changefeed).put(update_changefeed).delete(remove_changefeed))
+        .route(
+            "/api/v2/changefeeds",
+            get(list_changefeeds).post(create_changefeed),
+        )
+        .route(
+            "/api/v2/changefeeds/{id}",
+            get(get_changefeed)
+                .put(update_changefeed)
+                .delete(remove_changefeed),
+        )
         .route("/api/v2/changefeeds/{id}/pause", post(pause_changefeed))
         .route("/api/v2/changefeeds/{id}/resume", post(resume_changefeed))
         .route("/api/v2/changefeeds/{id}/tables", get(tables))
@@ -121,7 +134,11 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn not_found(uri: Uri) -> ApiResult {
-    Err(ServerError::BadRequest(format!("no route {}; see docs/api.md for the routes", uri.path())).into())
+    Err(ServerError::BadRequest(format!(
+        "no route {}; see docs/api.md for the routes",
+        uri.path()
+    ))
+    .into())
 }
 
 // ---------------------------------------------------------------------- forwarding
@@ -138,8 +155,16 @@ async fn coordinator_at(st: &AppState) -> Result<Where, ServerError> {
             return Ok(Where::Here);
         }
         match s.node.leader() {
-            Some(l) => Ok(Where::There(s.net.addrs.get(l).cloned().unwrap_or_else(|| l.as_str().to_string()))),
-            None => Err(ServerError::NotReady("no coordinator is elected yet".into())),
+            Some(l) => Ok(Where::There(
+                s.net
+                    .addrs
+                    .get(l)
+                    .cloned()
+                    .unwrap_or_else(|| l.as_str().to_string()),
+            )),
+            None => Err(ServerError::NotReady(
+                "no coordinator is elected yet".into(),
+            )),
         }
     })
     .await?
@@ -152,7 +177,8 @@ async fn forward(addr: &str, method: &Method, uri: &Uri, body: &[u8]) -> ApiResu
         .map_err(|e| ServerError::NotReady(format!("forwarding to {addr}: {e}")))?;
     let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut resp = (status, r.body).into_response();
-    resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
     Ok(resp)
 }
 
@@ -167,9 +193,14 @@ macro_rules! at_coordinator {
 // ---------------------------------------------------------------------- views
 
 fn rfc3339_ms(ms: u64) -> String {
-    let micros = i64::try_from(ms).unwrap_or(i64::MAX / 1000).saturating_mul(1000);
+    let micros = i64::try_from(ms)
+        .unwrap_or(i64::MAX / 1000)
+        .saturating_mul(1000);
     let (y, m, d, h, mi, s, us) = sluice_types::civil::utc_parts(micros);
-    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:03}Z", us / 1000)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{:03}Z",
+        us / 1000
+    )
 }
 
 fn state_name(s: FeedState) -> &'static str {
@@ -193,8 +224,20 @@ pub fn feed_state_name(f: &sluice_control::coordinator::FeedView) -> &'static st
 
 fn feed_json(s: &Shell, f: &sluice_control::coordinator::FeedView) -> Json {
     let time = s.capture.time_of(f.checkpoint).map(rfc3339_ms);
-    let resolved = s.node.maintainer(&f.id).map(|m| m.status().resolved).unwrap_or(f.resolved).max(f.resolved).max(f.checkpoint);
-    let maintainer_addr = f.maintainer.as_ref().map(|n| s.net.addrs.get(n).cloned().unwrap_or_else(|| n.as_str().to_string()));
+    let resolved = s
+        .node
+        .maintainer(&f.id)
+        .map(|m| m.status().resolved)
+        .unwrap_or(f.resolved)
+        .max(f.resolved)
+        .max(f.checkpoint);
+    let maintainer_addr = f.maintainer.as_ref().map(|n| {
+        s.net
+            .addrs
+            .get(n)
+            .cloned()
+            .unwrap_or_else(|| n.as_str().to_string())
+    });
     json!({
         "id": f.id.as_str(),
         "state": feed_state_name(f),
@@ -210,7 +253,9 @@ fn feed_json(s: &Shell, f: &sluice_control::coordinator::FeedView) -> Json {
 }
 
 async fn health(State(st): State<AppState>) -> ApiResult {
-    let (ready, capture_error) = st.query(|s| (s.node.leader().is_some(), s.capture.error())).await?;
+    let (ready, capture_error) = st
+        .query(|s| (s.node.leader().is_some(), s.capture.error()))
+        .await?;
     if !ready {
         return Err(ServerError::NotReady("no coordinator elected yet".into()).into());
     }
@@ -267,14 +312,21 @@ async fn captures(State(st): State<AppState>) -> ApiResult {
     ok(v)
 }
 
-async fn capture_request(st: AppState, method: Method, uri: Uri, id: String, req: fn(NodeId) -> UserRequest) -> ApiResult {
+async fn capture_request(
+    st: AppState,
+    method: Method,
+    uri: Uri,
+    id: String,
+    req: fn(NodeId) -> UserRequest,
+) -> ApiResult {
     at_coordinator!(st, method, uri, Bytes::new());
     let node = NodeId::new(id.clone());
-    let known = st.query({
-        let node = node.clone();
-        move |s| s.members.contains_key(&node)
-    })
-    .await?;
+    let known = st
+        .query({
+            let node = node.clone();
+            move |s| s.members.contains_key(&node)
+        })
+        .await?;
     if !known {
         return Err(ServerError::CaptureNotFound(id).into());
     }
@@ -283,13 +335,36 @@ async fn capture_request(st: AppState, method: Method, uri: Uri, id: String, req
     ok(json!({}))
 }
 
-async fn cordon(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
-    capture_request(st, method, uri, id, |node| UserRequest::Cordon { node, on: true }).await
+async fn cordon(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> ApiResult {
+    capture_request(st, method, uri, id, |node| UserRequest::Cordon {
+        node,
+        on: true,
+    })
+    .await
 }
-async fn uncordon(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
-    capture_request(st, method, uri, id, |node| UserRequest::Cordon { node, on: false }).await
+async fn uncordon(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> ApiResult {
+    capture_request(st, method, uri, id, |node| UserRequest::Cordon {
+        node,
+        on: false,
+    })
+    .await
 }
-async fn drain(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+async fn drain(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> ApiResult {
     capture_request(st, method, uri, id, |node| UserRequest::Drain { node }).await
 }
 
@@ -297,11 +372,19 @@ async fn list_changefeeds(State(st): State<AppState>, method: Method, uri: Uri) 
     at_coordinator!(st, method, uri, Bytes::new());
     let v = st
         .query(|s| {
-            let c = s.node.coordinator().ok_or_else(|| ServerError::NotReady("the coordinator is starting".into()))?;
+            let c = s
+                .node
+                .coordinator()
+                .ok_or_else(|| ServerError::NotReady("the coordinator is starting".into()))?;
             if !c.is_ready() {
                 return Err(ServerError::NotReady("the coordinator is loading".into()));
             }
-            let items: Vec<Json> = c.feeds().iter().filter(|f| f.state != FeedState::Removed).map(|f| feed_json(s, f)).collect();
+            let items: Vec<Json> = c
+                .feeds()
+                .iter()
+                .filter(|f| f.state != FeedState::Removed)
+                .map(|f| feed_json(s, f))
+                .collect();
             Ok(json!({"items": items, "total": items.len()}))
         })
         .await??;
@@ -312,11 +395,18 @@ async fn list_changefeeds(State(st): State<AppState>, method: Method, uri: Uri) 
 async fn feed_view(st: &AppState, id: &str) -> Result<Json, ServerError> {
     let cf = ChangefeedId::new(id);
     st.query(move |s| {
-        let c = s.node.coordinator().ok_or_else(|| ServerError::NotReady("the coordinator is starting".into()))?;
+        let c = s
+            .node
+            .coordinator()
+            .ok_or_else(|| ServerError::NotReady("the coordinator is starting".into()))?;
         if !c.is_ready() {
             return Err(ServerError::NotReady("the coordinator is loading".into()));
         }
-        match c.feeds().into_iter().find(|f| f.id == cf && f.state != FeedState::Removed) {
+        match c
+            .feeds()
+            .into_iter()
+            .find(|f| f.id == cf && f.state != FeedState::Removed)
+        {
             Some(f) => Ok(feed_json(s, &f)),
             None => Err(ServerError::ChangefeedNotFound(cf.to_string())),
         }
@@ -324,7 +414,12 @@ async fn feed_view(st: &AppState, id: &str) -> Result<Json, ServerError> {
     .await?
 }
 
-async fn get_changefeed(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+async fn get_changefeed(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> ApiResult {
     at_coordinator!(st, method, uri, Bytes::new());
     ok(feed_view(&st, &id).await?)
 }
@@ -350,7 +445,11 @@ fn parse_body<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, 
 }
 
 fn valid_id(id: &str) -> Result<(), ServerError> {
-    let ok = !id.is_empty() && id.len() <= 128 && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if ok {
         Ok(())
     } else {
@@ -361,35 +460,63 @@ fn valid_id(id: &str) -> Result<(), ServerError> {
 }
 
 async fn upstream_conn(url: &str) -> Result<mysql_async::Conn, ServerError> {
-    let opts = mysql_async::Opts::from_url(url).map_err(|e| ServerError::Upstream(scrub(&format!("bad upstream URL: {e}"))))?;
-    let (addr, user) = (format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port()), opts.user().unwrap_or("").to_string());
-    mysql_async::Conn::new(opts).await.map_err(|e| ServerError::Upstream(scrub(&sluice_capture::CaptureError::from_connect(&addr, &user, e).to_string())))
+    let opts = mysql_async::Opts::from_url(url)
+        .map_err(|e| ServerError::Upstream(scrub(&format!("bad upstream URL: {e}"))))?;
+    let (addr, user) = (
+        format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port()),
+        opts.user().unwrap_or("").to_string(),
+    );
+    mysql_async::Conn::new(opts).await.map_err(|e| {
+        ServerError::Upstream(scrub(
+            &sluice_capture::CaptureError::from_connect(&addr, &user, e).to_string(),
+        ))
+    })
 }
 
 /// Resolves the start point to a commit ts and checks the upstream still has it and this node's
 /// schema history and event store reach back to it.
 async fn resolve_start(st: &AppState, body: &CreateBody) -> Result<Ts, ServerError> {
     use mysql_async::prelude::Queryable;
-    let given = [body.start_ts.is_some(), body.start_position.is_some(), body.start_gtid.is_some()].iter().filter(|x| **x).count();
+    let given = [
+        body.start_ts.is_some(),
+        body.start_position.is_some(),
+        body.start_gtid.is_some(),
+    ]
+    .iter()
+    .filter(|x| **x)
+    .count();
     if given > 1 {
-        return Err(ServerError::InvalidStartPoint("give at most one of start_ts, start_position and start_gtid".into()));
+        return Err(ServerError::InvalidStartPoint(
+            "give at most one of start_ts, start_position and start_gtid".into(),
+        ));
     }
     let mut conn = upstream_conn(&st.upstream).await?;
-    let head = sluice_capture::binlog::master_position(&mut conn).await.map_err(|e| ServerError::Upstream(scrub(&e.to_string())))?;
+    let head = sluice_capture::binlog::master_position(&mut conn)
+        .await
+        .map_err(|e| ServerError::Upstream(scrub(&e.to_string())))?;
     let logs: Vec<(String, u64)> = conn
         .query::<mysql_async::Row, _>("SHOW BINARY LOGS")
         .await
-        .map_err(|e| ServerError::Upstream(scrub(&format!("upstream SHOW BINARY LOGS failed: {}", sluice_capture::error::mysql_text(&e)))))?
+        .map_err(|e| {
+            ServerError::Upstream(scrub(&format!(
+                "upstream SHOW BINARY LOGS failed: {}",
+                sluice_capture::error::mysql_text(&e)
+            )))
+        })?
         .into_iter()
         .filter_map(|r| r.get::<String, usize>(0).map(|f| (f, 0)))
         .collect();
     let pos: BinlogPos = if let Some(ts) = body.start_ts {
         BinlogPos::from_ts(head.base(), ts)
     } else if let Some(p) = &body.start_position {
-        let (file, off) = p
-            .rsplit_once(':')
-            .ok_or_else(|| ServerError::InvalidStartPoint(format!("{p:?} is not FILE:POS (e.g. mysql-bin.000003:4)")))?;
-        let off: u64 = off.parse().map_err(|_| ServerError::InvalidStartPoint(format!("position {off:?} in {p:?} is not a number")))?;
+        let (file, off) = p.rsplit_once(':').ok_or_else(|| {
+            ServerError::InvalidStartPoint(format!(
+                "{p:?} is not FILE:POS (e.g. mysql-bin.000003:4)"
+            ))
+        })?;
+        let off: u64 = off.parse().map_err(|_| {
+            ServerError::InvalidStartPoint(format!("position {off:?} in {p:?} is not a number"))
+        })?;
         BinlogPos::new(file, off)
     } else if let Some(g) = &body.start_gtid {
         gtid_position(&mut conn, g, &logs).await?
@@ -397,17 +524,23 @@ async fn resolve_start(st: &AppState, body: &CreateBody) -> Result<Ts, ServerErr
         head.clone()
     };
     let _ = conn.disconnect().await;
-    let ts = pos.ts().ok_or_else(|| ServerError::InvalidStartPoint(format!("{pos} is not a binlog position of this upstream")))?;
+    let ts = pos.ts().ok_or_else(|| {
+        ServerError::InvalidStartPoint(format!("{pos} is not a binlog position of this upstream"))
+    })?;
     if !logs.is_empty() && !logs.iter().any(|(f, _)| *f == pos.file) {
         let first = logs.first().map(|l| l.0.clone()).unwrap_or_default();
-        let in_range = sluice_capture::pos::file_index(&pos.file) > sluice_capture::pos::file_index(&first);
+        let in_range =
+            sluice_capture::pos::file_index(&pos.file) > sluice_capture::pos::file_index(&first);
         if !in_range {
             return Err(ServerError::InvalidStartPoint(format!(
                 "binlog file {} was already purged upstream (the oldest is {first}); start at or after {first}:4, or omit the start point to start now",
                 pos.file
             )));
         }
-        return Err(ServerError::InvalidStartPoint(format!("binlog file {} does not exist upstream", pos.file)));
+        return Err(ServerError::InvalidStartPoint(format!(
+            "binlog file {} does not exist upstream",
+            pos.file
+        )));
     }
     let head_ts = head.ts().unwrap_or(u64::MAX);
     if ts > head_ts {
@@ -425,17 +558,31 @@ async fn resolve_start(st: &AppState, body: &CreateBody) -> Result<Ts, ServerErr
 }
 
 /// The position right after the transaction of MariaDB GTID `gtid` (`domain-server-seq`).
-async fn gtid_position(conn: &mut mysql_async::Conn, gtid: &str, logs: &[(String, u64)]) -> Result<BinlogPos, ServerError> {
+async fn gtid_position(
+    conn: &mut mysql_async::Conn,
+    gtid: &str,
+    logs: &[(String, u64)],
+) -> Result<BinlogPos, ServerError> {
     use mysql_async::prelude::Queryable;
     let parts: Vec<&str> = gtid.split('-').collect();
     if parts.len() != 3 || parts.iter().any(|p| p.parse::<u64>().is_err()) {
-        return Err(ServerError::InvalidStartPoint(format!("{gtid:?} is not a MariaDB GTID domain-server-seq (e.g. 0-1-42)")));
+        return Err(ServerError::InvalidStartPoint(format!(
+            "{gtid:?} is not a MariaDB GTID domain-server-seq (e.g. 0-1-42)"
+        )));
     }
     for (file, _) in logs {
         let rows: Vec<mysql_async::Row> = conn
-            .query(format!("SHOW BINLOG EVENTS IN '{}'", file.replace('\'', "")))
+            .query(format!(
+                "SHOW BINLOG EVENTS IN '{}'",
+                file.replace('\'', "")
+            ))
             .await
-            .map_err(|e| ServerError::Upstream(scrub(&format!("upstream SHOW BINLOG EVENTS failed: {}", sluice_capture::error::mysql_text(&e)))))?;
+            .map_err(|e| {
+                ServerError::Upstream(scrub(&format!(
+                    "upstream SHOW BINLOG EVENTS failed: {}",
+                    sluice_capture::error::mysql_text(&e)
+                )))
+            })?;
         let mut inside = false;
         for r in rows {
             let ty: String = r.get("Event_type").unwrap_or_default();
@@ -446,35 +593,61 @@ async fn gtid_position(conn: &mut mysql_async::Conn, gtid: &str, logs: &[(String
                     break;
                 }
                 inside = info.split_whitespace().any(|w| w == gtid);
-            } else if inside && (ty == "Xid" || ty == "Query" && !info.eq_ignore_ascii_case("BEGIN") || ty == "Query" && info.eq_ignore_ascii_case("COMMIT")) {
+            } else if inside
+                && (ty == "Xid"
+                    || ty == "Query" && !info.eq_ignore_ascii_case("BEGIN")
+                    || ty == "Query" && info.eq_ignore_ascii_case("COMMIT"))
+            {
                 return Ok(BinlogPos::new(file.clone(), end));
             }
         }
     }
-    Err(ServerError::InvalidStartPoint(format!("GTID {gtid} is not in the upstream's binlog (purged or not yet written)")))
+    Err(ServerError::InvalidStartPoint(format!(
+        "GTID {gtid} is not in the upstream's binlog (purged or not yet written)"
+    )))
 }
 
 /// Parses a sink URI, then checks it once (reachability, credentials, writable storage). The
 /// message is the sink's own (a parse error already says "invalid sink URI"), secrets scrubbed.
 async fn check_sink_uri(uri: &str) -> Result<(), ServerError> {
     let refused = |e: sluice_sink::SinkError| match e {
-        e @ sluice_sink::SinkError::InvalidUri { .. } => ServerError::InvalidSinkUri(scrub(&e.to_string())),
-        e => ServerError::InvalidSinkUri(scrub(&format!("sink {} cannot be used: {e}", mask_url(uri)))),
+        e @ sluice_sink::SinkError::InvalidUri { .. } => {
+            ServerError::InvalidSinkUri(scrub(&e.to_string()))
+        }
+        e => ServerError::InvalidSinkUri(scrub(&format!(
+            "sink {} cannot be used: {e}",
+            mask_url(uri)
+        ))),
     };
     sluice_sink::SinkUri::parse(uri).map_err(refused)?;
     match tokio::time::timeout(FORWARD_TIMEOUT, sluice_sink::check_sink(uri)).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(refused(e)),
-        Err(_) => Err(ServerError::InvalidSinkUri(format!("sink {} did not answer within {} s", mask_url(uri), FORWARD_TIMEOUT.as_secs()))),
+        Err(_) => Err(ServerError::InvalidSinkUri(format!(
+            "sink {} did not answer within {} s",
+            mask_url(uri),
+            FORWARD_TIMEOUT.as_secs()
+        ))),
     }
 }
 
-async fn create_changefeed(State(st): State<AppState>, method: Method, uri: Uri, body: Bytes) -> ApiResult {
+async fn create_changefeed(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    body: Bytes,
+) -> ApiResult {
     at_coordinator!(st, method, uri, body);
     let b: CreateBody = parse_body(&body)?;
-    let id = b.changefeed_id.clone().ok_or_else(|| ServerError::BadRequest("changefeed_id is required".into()))?;
+    let id = b
+        .changefeed_id
+        .clone()
+        .ok_or_else(|| ServerError::BadRequest("changefeed_id is required".into()))?;
     valid_id(&id)?;
-    let sink_uri = b.sink_uri.clone().ok_or_else(|| ServerError::BadRequest("sink_uri is required".into()))?;
+    let sink_uri = b
+        .sink_uri
+        .clone()
+        .ok_or_else(|| ServerError::BadRequest("sink_uri is required".into()))?;
     crate::mask::register_url(&sink_uri);
     let cfg_toml = match &b.config {
         Some(t) => parse_changefeed_toml(t)?,
@@ -490,11 +663,22 @@ async fn create_changefeed(State(st): State<AppState>, method: Method, uri: Uri,
     }
     check_sink_uri(&sink_uri).await?;
     // Upstream settings.
-    sluice_capture::check_upstream(&st.upstream).await.map_err(|e| ServerError::Upstream(scrub(&e.to_string())))?;
+    sluice_capture::check_upstream(&st.upstream)
+        .await
+        .map_err(|e| ServerError::Upstream(scrub(&e.to_string())))?;
     let start_ts = resolve_start(&st, &b).await?;
     let scheduler = cfg_toml.scheduler.unwrap_or_else(SchedulerConfig::default);
-    let config = ChangefeedConfig { sink_uri, start_ts, scheduler, preferred_node: None, filter };
-    let req = UserRequest::CreateChangefeed { cf: cf.clone(), config };
+    let config = ChangefeedConfig {
+        sink_uri,
+        start_ts,
+        scheduler,
+        preferred_node: None,
+        filter,
+    };
+    let req = UserRequest::CreateChangefeed {
+        cf: cf.clone(),
+        config,
+    };
     st.query(move |s| s.deliver(Input::Request(req))).await?;
     let deadline = tokio::time::Instant::now() + ACCEPT_WAIT;
     loop {
@@ -502,7 +686,11 @@ async fn create_changefeed(State(st): State<AppState>, method: Method, uri: Uri,
             Ok(v) => return ok(v),
             Err(ServerError::ChangefeedNotFound(_)) if tokio::time::Instant::now() < deadline => {}
             Err(ServerError::ChangefeedNotFound(_)) => {
-                return Err(ServerError::NotReady(format!("changefeed {id} was not created within {} s", ACCEPT_WAIT.as_secs())).into())
+                return Err(ServerError::NotReady(format!(
+                    "changefeed {id} was not created within {} s",
+                    ACCEPT_WAIT.as_secs()
+                ))
+                .into())
             }
             Err(e) => return Err(e.into()),
         }
@@ -517,7 +705,13 @@ struct UpdateBody {
     config: Option<String>,
 }
 
-async fn update_changefeed(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>, body: Bytes) -> ApiResult {
+async fn update_changefeed(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     at_coordinator!(st, method, uri, body);
     let b: UpdateBody = parse_body(&body)?;
     let v = feed_view(&st, &id).await?;
@@ -540,8 +734,15 @@ async fn update_changefeed(State(st): State<AppState>, method: Method, uri: Uri,
     let want = {
         let cf = cf.clone();
         st.query(move |s| {
-            let c = s.node.coordinator().ok_or_else(|| ServerError::NotReady("the coordinator is starting".into()))?;
-            let f = c.feeds().into_iter().find(|f| f.id == cf).ok_or_else(|| ServerError::ChangefeedNotFound(cf.to_string()))?;
+            let c = s
+                .node
+                .coordinator()
+                .ok_or_else(|| ServerError::NotReady("the coordinator is starting".into()))?;
+            let f = c
+                .feeds()
+                .into_iter()
+                .find(|f| f.id == cf)
+                .ok_or_else(|| ServerError::ChangefeedNotFound(cf.to_string()))?;
             let mut config = f.config.clone();
             if let Some(u) = b.sink_uri {
                 config.sink_uri = u;
@@ -552,7 +753,10 @@ async fn update_changefeed(State(st): State<AppState>, method: Method, uri: Uri,
             if let Some(f) = filter {
                 config.filter = f;
             }
-            s.deliver(Input::Request(UserRequest::UpdateChangefeed { cf: cf.clone(), config: config.clone() }));
+            s.deliver(Input::Request(UserRequest::UpdateChangefeed {
+                cf: cf.clone(),
+                config: config.clone(),
+            }));
             Ok::<_, ServerError>(config)
         })
         .await??
@@ -561,47 +765,106 @@ async fn update_changefeed(State(st): State<AppState>, method: Method, uri: Uri,
     loop {
         let done = {
             let (cf, want) = (cf.clone(), want.clone());
-            st.query(move |s| s.node.coordinator().and_then(|c| c.feeds().into_iter().find(|f| f.id == cf)).map(|f| f.config == want).unwrap_or(false)).await?
+            st.query(move |s| {
+                s.node
+                    .coordinator()
+                    .and_then(|c| c.feeds().into_iter().find(|f| f.id == cf))
+                    .map(|f| f.config == want)
+                    .unwrap_or(false)
+            })
+            .await?
         };
         if done {
             return ok(feed_view(&st, &id).await?);
         }
         if tokio::time::Instant::now() >= deadline {
-            return Ok(json_response(StatusCode::ACCEPTED, &json!({"accepted": true})));
+            return Ok(json_response(
+                StatusCode::ACCEPTED,
+                &json!({"accepted": true}),
+            ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
-async fn state_request(st: &AppState, id: &str, req: UserRequest, want: &'static [&'static str]) -> ApiResult {
+async fn state_request(
+    st: &AppState,
+    id: &str,
+    req: UserRequest,
+    want: &'static [&'static str],
+) -> ApiResult {
     feed_view(st, id).await?;
     st.query(move |s| s.deliver(Input::Request(req))).await?;
     let deadline = tokio::time::Instant::now() + ACCEPT_WAIT;
     loop {
         match feed_view(st, id).await {
             Ok(v) if want.iter().any(|w| v["state"] == *w) => return ok(v),
-            Err(ServerError::ChangefeedNotFound(_)) if want.contains(&"removed") => return ok(json!({})),
+            Err(ServerError::ChangefeedNotFound(_)) if want.contains(&"removed") => {
+                return ok(json!({}))
+            }
             Err(e) if !matches!(e, ServerError::ChangefeedNotFound(_)) => return Err(e.into()),
             _ => {}
         }
         if tokio::time::Instant::now() >= deadline {
-            return Ok(json_response(StatusCode::ACCEPTED, &json!({"accepted": true})));
+            return Ok(json_response(
+                StatusCode::ACCEPTED,
+                &json!({"accepted": true}),
+            ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
-async fn pause_changefeed(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+async fn pause_changefeed(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> ApiResult {
     at_coordinator!(st, method, uri, Bytes::new());
-    state_request(&st, &id, UserRequest::PauseChangefeed { cf: ChangefeedId::new(id.clone()) }, &["stopped"]).await
+    state_request(
+        &st,
+        &id,
+        UserRequest::PauseChangefeed {
+            cf: ChangefeedId::new(id.clone()),
+        },
+        &["stopped"],
+    )
+    .await
 }
-async fn resume_changefeed(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+async fn resume_changefeed(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> ApiResult {
     at_coordinator!(st, method, uri, Bytes::new());
-    state_request(&st, &id, UserRequest::ResumeChangefeed { cf: ChangefeedId::new(id.clone()) }, &["normal"]).await
+    state_request(
+        &st,
+        &id,
+        UserRequest::ResumeChangefeed {
+            cf: ChangefeedId::new(id.clone()),
+        },
+        &["normal"],
+    )
+    .await
 }
-async fn remove_changefeed(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+async fn remove_changefeed(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> ApiResult {
     at_coordinator!(st, method, uri, Bytes::new());
-    state_request(&st, &id, UserRequest::RemoveChangefeed { cf: ChangefeedId::new(id.clone()) }, &["removed"]).await
+    state_request(
+        &st,
+        &id,
+        UserRequest::RemoveChangefeed {
+            cf: ChangefeedId::new(id.clone()),
+        },
+        &["removed"],
+    )
+    .await
 }
 
 // ---------------------------------------------------------------------- table views and requests
@@ -611,7 +874,13 @@ async fn maintainer_at(st: &AppState, id: &str) -> Result<Where, ServerError> {
     let cf = ChangefeedId::new(id);
     let here = {
         let cf = cf.clone();
-        st.query(move |s| s.node.maintainer(&cf).map(|m| m.is_bootstrapped()).unwrap_or(false)).await?
+        st.query(move |s| {
+            s.node
+                .maintainer(&cf)
+                .map(|m| m.is_bootstrapped())
+                .unwrap_or(false)
+        })
+        .await?
     };
     if here {
         return Ok(Where::Here);
@@ -619,9 +888,15 @@ async fn maintainer_at(st: &AppState, id: &str) -> Result<Where, ServerError> {
     let v = match coordinator_at(st).await? {
         Where::Here => feed_view(st, id).await?,
         Where::There(addr) => {
-            let r = crate::client::request(&addr, "GET", &format!("/api/v2/changefeeds/{id}"), None, FORWARD_TIMEOUT)
-                .await
-                .map_err(|e| ServerError::NotReady(e.to_string()))?;
+            let r = crate::client::request(
+                &addr,
+                "GET",
+                &format!("/api/v2/changefeeds/{id}"),
+                None,
+                FORWARD_TIMEOUT,
+            )
+            .await
+            .map_err(|e| ServerError::NotReady(e.to_string()))?;
             if r.status == 404 {
                 return Err(ServerError::ChangefeedNotFound(id.to_string()));
             }
@@ -630,7 +905,10 @@ async fn maintainer_at(st: &AppState, id: &str) -> Result<Where, ServerError> {
     };
     match v["maintainer_addr"].as_str() {
         Some(a) if a != st.addr => Ok(Where::There(a.to_string())),
-        _ => Err(ServerError::NotReady(format!("the maintainer of changefeed {id} is not ready (state {})", v["state"]))),
+        _ => Err(ServerError::NotReady(format!(
+            "the maintainer of changefeed {id} is not ready (state {})",
+            v["state"]
+        ))),
     }
 }
 
@@ -646,7 +924,12 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-async fn tables(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+async fn tables(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> ApiResult {
     at_maintainer!(st, id, method, uri, Bytes::new());
     let cf = ChangefeedId::new(id.clone());
     let v = st
@@ -667,12 +950,20 @@ async fn tables(State(st): State<AppState>, method: Method, uri: Uri, Path(id): 
     ok(v)
 }
 
-async fn spans(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+async fn spans(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> ApiResult {
     at_maintainer!(st, id, method, uri, Bytes::new());
     let cf = ChangefeedId::new(id.clone());
     let v = st
         .query(move |s| {
-            let m = s.node.maintainer(&cf).ok_or_else(|| ServerError::ChangefeedNotFound(cf.to_string()))?;
+            let m = s
+                .node
+                .maintainer(&cf)
+                .ok_or_else(|| ServerError::ChangefeedNotFound(cf.to_string()))?;
             let items: Vec<Json> = m
                 .spans()
                 .into_iter()
@@ -724,19 +1015,37 @@ async fn local_dispatchers(State(st): State<AppState>, Path(id): Path<String>) -
     ok(json!({"items": items}))
 }
 
-async fn dispatchers(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>) -> ApiResult {
+async fn dispatchers(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> ApiResult {
     at_coordinator!(st, method, uri, Bytes::new());
     feed_view(&st, &id).await?;
     let cf = ChangefeedId::new(id.clone());
     let (mut items, others) = st
         .query(move |s| {
-            let others: Vec<String> = s.members.iter().filter(|(n, _)| **n != s.node_id).map(|(_, a)| a.clone()).collect();
+            let others: Vec<String> = s
+                .members
+                .iter()
+                .filter(|(n, _)| **n != s.node_id)
+                .map(|(_, a)| a.clone())
+                .collect();
             (local_dispatcher_items(s, &cf), others)
         })
         .await?;
     let mut unreachable = Vec::new();
     for addr in others {
-        match crate::client::request(&addr, "GET", &format!("/internal/v1/dispatchers/{id}"), None, Duration::from_secs(5)).await {
+        match crate::client::request(
+            &addr,
+            "GET",
+            &format!("/internal/v1/dispatchers/{id}"),
+            None,
+            Duration::from_secs(5),
+        )
+        .await
+        {
             Ok(r) if r.status == 200 => {
                 if let Ok(v) = serde_json::from_slice::<Json>(&r.body) {
                     if let Some(a) = v["items"].as_array() {
@@ -758,19 +1067,38 @@ struct TableBody {
     spans: Option<usize>,
 }
 
-async fn table_request(st: AppState, method: Method, uri: Uri, id: String, body: Bytes, kind: &'static str) -> ApiResult {
+async fn table_request(
+    st: AppState,
+    method: Method,
+    uri: Uri,
+    id: String,
+    body: Bytes,
+    kind: &'static str,
+) -> ApiResult {
     let b: TableBody = parse_body(&body)?;
     at_maintainer!(st, id, method, uri, body);
-    let table = TableId(b.table_id.ok_or_else(|| ServerError::BadRequest("table_id is required".into()))?);
+    let table = TableId(
+        b.table_id
+            .ok_or_else(|| ServerError::BadRequest("table_id is required".into()))?,
+    );
     let req = match kind {
         "move" => {
-            let to = b.target_node_id.clone().ok_or_else(|| ServerError::BadRequest("target_node_id is required".into()))?;
-            TableRequest::Move { table, to: NodeId::new(to) }
+            let to = b
+                .target_node_id
+                .clone()
+                .ok_or_else(|| ServerError::BadRequest("target_node_id is required".into()))?;
+            TableRequest::Move {
+                table,
+                to: NodeId::new(to),
+            }
         }
         "split" => {
             let n = b.spans.unwrap_or(2);
             if !(2..=1024).contains(&n) {
-                return Err(ServerError::BadRequest(format!("spans must be within 2..=1024, got {n}")).into());
+                return Err(ServerError::BadRequest(format!(
+                    "spans must be within 2..=1024, got {n}"
+                ))
+                .into());
             }
             TableRequest::Split { table, spans: n }
         }
@@ -794,15 +1122,28 @@ async fn table_request(st: AppState, method: Method, uri: Uri, id: String, body:
         Ok(())
     })
     .await??;
-    Ok(json_response(StatusCode::ACCEPTED, &json!({"accepted": true})))
+    Ok(json_response(
+        StatusCode::ACCEPTED,
+        &json!({"accepted": true}),
+    ))
 }
 
 /// Why a split of `table` into `want` spans would be rejected by the maintainer, decided here
 /// from the same facts (its spans now, its key, this node's regions of it) so that the caller
 /// hears it instead of a 202; the maintainer still decides at its turn (the facts may change in
 /// between: a DDL, new region statistics), and logs that outcome.
-fn split_refusal(s: &Shell, cf: &ChangefeedId, table: TableId, want: usize, spans_now: usize) -> Result<(), ServerError> {
-    let name = s.capture.history().table_by_id_at(table, Ts::MAX).map(|t| (t.qualified_name(), t.key_columns.is_empty()));
+fn split_refusal(
+    s: &Shell,
+    cf: &ChangefeedId,
+    table: TableId,
+    want: usize,
+    spans_now: usize,
+) -> Result<(), ServerError> {
+    let name = s
+        .capture
+        .history()
+        .table_by_id_at(table, Ts::MAX)
+        .map(|t| (t.qualified_name(), t.key_columns.is_empty()));
     let (label, keyless) = match name {
         Some((n, keyless)) => (format!("table {n} (id {})", table.0), keyless),
         None => (format!("table {}", table.0), false),
@@ -832,26 +1173,51 @@ fn split_refusal(s: &Shell, cf: &ChangefeedId, table: TableId, want: usize, span
     Ok(())
 }
 
-async fn move_table(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>, body: Bytes) -> ApiResult {
+async fn move_table(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     table_request(st, method, uri, id, body, "move").await
 }
-async fn split_table(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>, body: Bytes) -> ApiResult {
+async fn split_table(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     table_request(st, method, uri, id, body, "split").await
 }
-async fn merge_table(State(st): State<AppState>, method: Method, uri: Uri, Path(id): Path<String>, body: Bytes) -> ApiResult {
+async fn merge_table(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     table_request(st, method, uri, id, body, "merge").await
 }
 
 async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
     let text = st.query(|s| crate::metrics::render(s)).await?;
     let mut r = (StatusCode::OK, scrub(&text)).into_response();
-    r.headers_mut().insert("content-type", HeaderValue::from_static("text/plain; version=0.0.4"));
+    r.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
     Ok(r)
 }
 
 async fn message(State(st): State<AppState>, body: Bytes) -> ApiResult {
-    let env: Envelope = serde_json::from_slice(&body).map_err(|e| ServerError::BadRequest(format!("message: {e}")))?;
-    match st.tx.try_send(ShellMsg::Input(Input::Message { from: env.from, msg: env.msg })) {
+    let env: Envelope = serde_json::from_slice(&body)
+        .map_err(|e| ServerError::BadRequest(format!("message: {e}")))?;
+    match st.tx.try_send(ShellMsg::Input(Input::Message {
+        from: env.from,
+        msg: env.msg,
+    })) {
         Ok(()) => Ok(json_response(StatusCode::ACCEPTED, &json!({}))),
         Err(_) => Err(ServerError::NotReady("the node's input queue is full".into()).into()),
     }
@@ -859,10 +1225,18 @@ async fn message(State(st): State<AppState>, body: Bytes) -> ApiResult {
 
 /// The `[filter]` section: table rules (applied by the maintainer) and event types to drop
 /// (applied by the dispatchers), validated here so a bad one changes nothing.
-fn filter_config(f: Option<&crate::config::FilterToml>) -> Result<sluice_control::filter::FilterConfig, ServerError> {
-    let Some(f) = f else { return Ok(Default::default()) };
-    let config = sluice_control::filter::FilterConfig { rules: f.rules.clone(), ignore_event: f.ignore_event.clone() };
-    sluice_control::filter::TableFilter::new(&config).map_err(|e| ServerError::BadRequest(format!("changefeed config: {e}")))?;
+fn filter_config(
+    f: Option<&crate::config::FilterToml>,
+) -> Result<sluice_control::filter::FilterConfig, ServerError> {
+    let Some(f) = f else {
+        return Ok(Default::default());
+    };
+    let config = sluice_control::filter::FilterConfig {
+        rules: f.rules.clone(),
+        ignore_event: f.ignore_event.clone(),
+    };
+    sluice_control::filter::TableFilter::new(&config)
+        .map_err(|e| ServerError::BadRequest(format!("changefeed config: {e}")))?;
     Ok(config)
 }
 
@@ -871,7 +1245,13 @@ mod tests {
     #[test]
     fn rfc3339_ms_is_utc_with_milliseconds() {
         assert_eq!(super::rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(super::rfc3339_ms(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
-        assert_eq!(super::rfc3339_ms(951_782_400_007), "2000-02-29T00:00:00.007Z");
+        assert_eq!(
+            super::rfc3339_ms(1_700_000_000_123),
+            "2023-11-14T22:13:20.123Z"
+        );
+        assert_eq!(
+            super::rfc3339_ms(951_782_400_007),
+            "2000-02-29T00:00:00.007Z"
+        );
     }
 }

@@ -16,7 +16,10 @@ pub enum ClientError {
     #[error("bad server URL {0:?}: expected http://host:port")]
     BadUrl(String),
     #[error("cannot reach {addr}: {source}; is `sluice server` running there?")]
-    Connect { addr: String, source: std::io::Error },
+    Connect {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("talking to {addr}: {message}")]
     Protocol { addr: String, message: String },
     #[error("{addr} did not answer within {secs} s")]
@@ -35,20 +38,38 @@ pub struct Response {
 }
 
 /// `base` is `http://host:port` (or `host:port`); `path` starts with `/`.
-pub async fn request(base: &str, method: &str, path: &str, body: Option<&[u8]>, timeout: Duration) -> Result<Response, ClientError> {
-    let hostport = base.trim_end_matches('/').strip_prefix("http://").unwrap_or(base.trim_end_matches('/')).to_string();
+pub async fn request(
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<Response, ClientError> {
+    let hostport = base
+        .trim_end_matches('/')
+        .strip_prefix("http://")
+        .unwrap_or(base.trim_end_matches('/'))
+        .to_string();
     if hostport.is_empty() || hostport.contains('/') || base.starts_with("https://") {
         return Err(ClientError::BadUrl(base.to_string()));
     }
     let addr = hostport.clone();
     let fut = async {
-        let mut s = TcpStream::connect(&hostport).await.map_err(|source| ClientError::Connect { addr: addr.clone(), source })?;
+        let mut s = TcpStream::connect(&hostport)
+            .await
+            .map_err(|source| ClientError::Connect {
+                addr: addr.clone(),
+                source,
+            })?;
         let body = body.unwrap_or_default();
         let head = format!(
             "{method} {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
             body.len()
         );
-        let proto = |e: std::io::Error| ClientError::Protocol { addr: addr.clone(), message: e.to_string() };
+        let proto = |e: std::io::Error| ClientError::Protocol {
+            addr: addr.clone(),
+            message: e.to_string(),
+        };
         s.write_all(head.as_bytes()).await.map_err(proto)?;
         s.write_all(body).await.map_err(proto)?;
         let mut buf = Vec::new();
@@ -60,27 +81,45 @@ pub async fn request(base: &str, method: &str, path: &str, body: Option<&[u8]>, 
             }
             buf.extend_from_slice(&chunk[..n]);
             if buf.len() > MAX_RESPONSE_BYTES + 65536 {
-                return Err(ClientError::Protocol { addr: addr.clone(), message: "response too large".into() });
+                return Err(ClientError::Protocol {
+                    addr: addr.clone(),
+                    message: "response too large".into(),
+                });
             }
         }
-        parse_response(&buf).map_err(|m| ClientError::Protocol { addr: addr.clone(), message: m })
+        parse_response(&buf).map_err(|m| ClientError::Protocol {
+            addr: addr.clone(),
+            message: m,
+        })
     };
     match tokio::time::timeout(timeout, fut).await {
         Ok(r) => r,
-        Err(_) => Err(ClientError::Timeout { addr, secs: timeout.as_secs() }),
+        Err(_) => Err(ClientError::Timeout {
+            addr,
+            secs: timeout.as_secs(),
+        }),
     }
 }
 
 fn parse_response(buf: &[u8]) -> Result<Response, String> {
-    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").ok_or("no response header")?;
+    let end = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or("no response header")?;
     let head = std::str::from_utf8(&buf[..end]).map_err(|_| "bad response header")?;
     let mut lines = head.split("\r\n");
     let status_line = lines.next().ok_or("empty response")?;
-    let status: u16 = status_line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or("bad status line")?;
+    let status: u16 = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or("bad status line")?;
     let mut chunked = false;
     let mut len: Option<usize> = None;
     for l in lines {
-        let Some((k, v)) = l.split_once(':') else { continue };
+        let Some((k, v)) = l.split_once(':') else {
+            continue;
+        };
         let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
         if k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked") {
             chunked = true;
@@ -93,9 +132,13 @@ fn parse_response(buf: &[u8]) -> Result<Response, String> {
         let mut out = Vec::new();
         let mut i = 0;
         loop {
-            let nl = rest[i..].windows(2).position(|w| w == b"\r\n").ok_or("bad chunk")?;
+            let nl = rest[i..]
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .ok_or("bad chunk")?;
             let size_s = std::str::from_utf8(&rest[i..i + nl]).map_err(|_| "bad chunk size")?;
-            let size = usize::from_str_radix(size_s.split(';').next().unwrap_or("").trim(), 16).map_err(|_| "bad chunk size")?;
+            let size = usize::from_str_radix(size_s.split(';').next().unwrap_or("").trim(), 16)
+                .map_err(|_| "bad chunk size")?;
             i += nl + 2;
             if size == 0 {
                 break;

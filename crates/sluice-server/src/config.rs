@@ -103,12 +103,17 @@ impl ServerConfig {
             Some(p) => load_file(p)?,
             None => FileConfig::default(),
         };
-        let addr = flags.addr.or(file.addr).unwrap_or_else(|| DEFAULT_ADDR.to_string());
-        let advertise_addr = flags.advertise_addr.or(file.advertise_addr).unwrap_or_else(|| addr.clone());
-        let data_dir = flags
-            .data_dir
-            .or(file.data_dir)
-            .ok_or_else(|| ServerError::Config("--data-dir is required (or data-dir in the config file)".into()))?;
+        let addr = flags
+            .addr
+            .or(file.addr)
+            .unwrap_or_else(|| DEFAULT_ADDR.to_string());
+        let advertise_addr = flags
+            .advertise_addr
+            .or(file.advertise_addr)
+            .unwrap_or_else(|| addr.clone());
+        let data_dir = flags.data_dir.or(file.data_dir).ok_or_else(|| {
+            ServerError::Config("--data-dir is required (or data-dir in the config file)".into())
+        })?;
         let upstream = flags.upstream.or(file.upstream).ok_or_else(|| {
             ServerError::Config("--upstream mysql://user:pass@host:port is required (or upstream in the config file)".into())
         })?;
@@ -119,18 +124,31 @@ impl ServerConfig {
             )));
         }
         url::Url::parse(&upstream).map_err(|e| {
-            ServerError::Config(format!("upstream {} is not a valid URL: {e}", crate::mask::mask_url(&upstream)))
+            ServerError::Config(format!(
+                "upstream {} is not a valid URL: {e}",
+                crate::mask::mask_url(&upstream)
+            ))
         })?;
         let etcd: Vec<String> = flags
             .etcd
             .or(file.etcd)
-            .map(|s| s.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect())
+            .map(|s| {
+                s.split(',')
+                    .map(|x| x.trim().to_string())
+                    .filter(|x| !x.is_empty())
+                    .collect()
+            })
             .unwrap_or_default();
-        let node_id = flags.node_id.or(file.node_id).unwrap_or_else(|| advertise_addr.clone());
+        let node_id = flags
+            .node_id
+            .or(file.node_id)
+            .unwrap_or_else(|| advertise_addr.clone());
         let server_id = file.server_id.unwrap_or_else(|| derive_server_id(&node_id));
         let lease_ttl_secs = file.lease_ttl_secs.unwrap_or(DEFAULT_LEASE_TTL_SECS);
         if !(2..=60).contains(&lease_ttl_secs) {
-            return Err(ServerError::Config(format!("lease-ttl-secs must be within 2..=60, got {lease_ttl_secs}")));
+            return Err(ServerError::Config(format!(
+                "lease-ttl-secs must be within 2..=60, got {lease_ttl_secs}"
+            )));
         }
         let log_level = file.log_level.unwrap_or_else(|| "info".into());
         if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
@@ -147,11 +165,20 @@ impl ServerConfig {
             node_id,
             server_id,
             lease_ttl_secs,
-            memory_quota_bytes: file.memory_quota_bytes.unwrap_or(DEFAULT_MEMORY_QUOTA_BYTES).max(1 << 20),
-            store_cache_bytes: file.store_cache_bytes.unwrap_or(DEFAULT_STORE_CACHE_BYTES).max(1 << 20),
+            memory_quota_bytes: file
+                .memory_quota_bytes
+                .unwrap_or(DEFAULT_MEMORY_QUOTA_BYTES)
+                .max(1 << 20),
+            store_cache_bytes: file
+                .store_cache_bytes
+                .unwrap_or(DEFAULT_STORE_CACHE_BYTES)
+                .max(1 << 20),
             log_level,
             skip_unparseable_ddl: file.skip_unparseable_ddl.unwrap_or(false),
-            region_size_bytes: file.region_size_bytes.unwrap_or(DEFAULT_REGION_SIZE_BYTES).max(1),
+            region_size_bytes: file
+                .region_size_bytes
+                .unwrap_or(DEFAULT_REGION_SIZE_BYTES)
+                .max(1),
         })
     }
 }
@@ -179,13 +206,15 @@ pub struct FilterToml {
 }
 
 pub fn parse_changefeed_toml(text: &str) -> Result<ChangefeedToml, ServerError> {
-    let t: ChangefeedToml = toml::from_str(text)
-        .map_err(|e| ServerError::BadRequest(format!("changefeed config: {}", e.to_string().trim_end())))?;
+    let t: ChangefeedToml = toml::from_str(text).map_err(|e| {
+        ServerError::BadRequest(format!("changefeed config: {}", e.to_string().trim_end()))
+    })?;
     if let Some(f) = &t.filter {
         for ev in &f.ignore_event {
             if !sluice_control::filter::EVENT_TYPES.contains(&ev.as_str()) {
                 return Err(ServerError::BadRequest(format!(
-                    "changefeed config: filter.ignore-event {ev:?} is not one of {}", sluice_control::filter::EVENT_TYPES.join(", ")
+                    "changefeed config: filter.ignore-event {ev:?} is not one of {}",
+                    sluice_control::filter::EVENT_TYPES.join(", ")
                 )));
             }
         }

@@ -63,7 +63,9 @@ impl ServerError {
             | ServerError::InvalidSinkUri(_)
             | ServerError::InvalidStartPoint(_)
             | ServerError::Upstream(_) => StatusCode::BAD_REQUEST,
-            ServerError::ChangefeedNotFound(_) | ServerError::CaptureNotFound(_) => StatusCode::NOT_FOUND,
+            ServerError::ChangefeedNotFound(_) | ServerError::CaptureNotFound(_) => {
+                StatusCode::NOT_FOUND
+            }
             ServerError::ChangefeedExists(_) | ServerError::Conflict(_) => StatusCode::CONFLICT,
             ServerError::NotReady(_) | ServerError::Meta(_) => StatusCode::SERVICE_UNAVAILABLE,
             ServerError::Internal(_) | ServerError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -72,6 +74,9 @@ impl ServerError {
 
     /// Whether retrying the same call later may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, ServerError::NotReady(_) | ServerError::Meta(_) | ServerError::Io(_))
+        matches!(
+            self,
+            ServerError::NotReady(_) | ServerError::Meta(_) | ServerError::Io(_)
+        )
     }
 }

@@ -73,25 +73,58 @@ fn node_key(id: &NodeId) -> String {
 }
 
 impl EtcdMeta {
-    pub async fn connect(endpoints: &[String], node: NodeId, addr: String, incarnation: u64, ttl_secs: u64, results: mpsc::UnboundedSender<Input>) -> Result<EtcdMeta, ServerError> {
-        let opts = ConnectOptions::new().with_connect_timeout(Duration::from_secs(3)).with_timeout(CALL_TIMEOUT);
-        let client = tokio::time::timeout(Duration::from_secs(10), Client::connect(endpoints, Some(opts)))
-            .await
-            .map_err(|_| ServerError::Meta(format!("etcd {endpoints:?} did not answer within 10 s")))?
-            .map_err(|e| ServerError::Meta(format!("cannot connect to etcd {endpoints:?}: {e}")))?;
-        let view = Arc::new(Mutex::new(View { want_incarnation: incarnation, ..Default::default() }));
+    pub async fn connect(
+        endpoints: &[String],
+        node: NodeId,
+        addr: String,
+        incarnation: u64,
+        ttl_secs: u64,
+        results: mpsc::UnboundedSender<Input>,
+    ) -> Result<EtcdMeta, ServerError> {
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(3))
+            .with_timeout(CALL_TIMEOUT);
+        let client = tokio::time::timeout(
+            Duration::from_secs(10),
+            Client::connect(endpoints, Some(opts)),
+        )
+        .await
+        .map_err(|_| ServerError::Meta(format!("etcd {endpoints:?} did not answer within 10 s")))?
+        .map_err(|e| ServerError::Meta(format!("cannot connect to etcd {endpoints:?}: {e}")))?;
+        let view = Arc::new(Mutex::new(View {
+            want_incarnation: incarnation,
+            ..Default::default()
+        }));
         let ttl = Duration::from_secs(ttl_secs);
         let (tx, rx) = mpsc::channel(MAX_QUEUED_META_OPS);
-        let m = EtcdMeta { client: client.clone(), view: view.clone(), ops: tx, ttl };
+        let m = EtcdMeta {
+            client: client.clone(),
+            view: view.clone(),
+            ops: tx,
+            ttl,
+        };
         m.register(node.clone(), addr.clone(), incarnation).await?;
-        tokio::spawn(keepalive(client.clone(), view.clone(), node.clone(), addr, ttl));
+        tokio::spawn(keepalive(
+            client.clone(),
+            view.clone(),
+            node.clone(),
+            addr,
+            ttl,
+        ));
         tokio::spawn(poll(client.clone(), view, node));
         tokio::spawn(run_ops(client, rx, results));
         Ok(m)
     }
 
-    async fn register(&self, node: NodeId, addr: String, incarnation: u64) -> Result<(), ServerError> {
-        let lease = grant_and_register(&self.client, &node, &addr, incarnation, self.ttl).await.map_err(ServerError::Meta)?;
+    async fn register(
+        &self,
+        node: NodeId,
+        addr: String,
+        incarnation: u64,
+    ) -> Result<(), ServerError> {
+        let lease = grant_and_register(&self.client, &node, &addr, incarnation, self.ttl)
+            .await
+            .map_err(ServerError::Meta)?;
         let mut v = lock(&self.view);
         v.lease = lease;
         v.incarnation = incarnation;
@@ -112,7 +145,6 @@ impl EtcdMeta {
             _ => None,
         }
     }
-
 }
 
 /// Delete the election key if it is ours and revoke the lease (SIGTERM).
@@ -121,7 +153,11 @@ pub async fn resign_with(client: Client, view: Arc<Mutex<View>>, node: &NodeId) 
         lock(&view).resign = true;
         let mut c = client;
         let txn = Txn::new()
-            .when(vec![Compare::value(keys::COORDINATOR, CompareOp::Equal, node.as_str())])
+            .when(vec![Compare::value(
+                keys::COORDINATOR,
+                CompareOp::Equal,
+                node.as_str(),
+            )])
             .and_then(vec![TxnOp::delete(keys::COORDINATOR, None)]);
         let _ = c.txn(txn).await;
         let lease = lock(&view).lease;
@@ -130,15 +166,41 @@ pub async fn resign_with(client: Client, view: Arc<Mutex<View>>, node: &NodeId) 
     }
 }
 
-async fn grant_and_register(client: &Client, node: &NodeId, addr: &str, incarnation: u64, ttl: Duration) -> Result<i64, String> {
+async fn grant_and_register(
+    client: &Client,
+    node: &NodeId,
+    addr: &str,
+    incarnation: u64,
+    ttl: Duration,
+) -> Result<i64, String> {
     let mut c = client.clone();
-    let lease = c.lease_grant(ttl.as_secs() as i64, None).await.map_err(|e| format!("lease grant: {e}"))?.id();
-    let rec = serde_json::to_vec(&NodeRecord { addr: addr.to_string(), incarnation }).map_err(|e| e.to_string())?;
-    c.put(node_key(node), rec, Some(PutOptions::new().with_lease(lease))).await.map_err(|e| format!("registering {node}: {e}"))?;
+    let lease = c
+        .lease_grant(ttl.as_secs() as i64, None)
+        .await
+        .map_err(|e| format!("lease grant: {e}"))?
+        .id();
+    let rec = serde_json::to_vec(&NodeRecord {
+        addr: addr.to_string(),
+        incarnation,
+    })
+    .map_err(|e| e.to_string())?;
+    c.put(
+        node_key(node),
+        rec,
+        Some(PutOptions::new().with_lease(lease)),
+    )
+    .await
+    .map_err(|e| format!("registering {node}: {e}"))?;
     Ok(lease)
 }
 
-async fn keepalive(client: Client, view: Arc<Mutex<View>>, node: NodeId, addr: String, ttl: Duration) {
+async fn keepalive(
+    client: Client,
+    view: Arc<Mutex<View>>,
+    node: NodeId,
+    addr: String,
+    ttl: Duration,
+) {
     let period = ttl / 3;
     loop {
         let (lease, want, have, resign) = {
@@ -192,10 +254,15 @@ async fn poll(client: Client, view: Arc<Mutex<View>>, node: NodeId) {
         let mut c = client.clone();
         let started = Instant::now();
         let once = async {
-            let nodes = c.get(keys::NODE, Some(GetOptions::new().with_prefix())).await.ok()?;
+            let nodes = c
+                .get(keys::NODE, Some(GetOptions::new().with_prefix()))
+                .await
+                .ok()?;
             let mut alive = BTreeMap::new();
             for kv in nodes.kvs() {
-                let id = String::from_utf8_lossy(kv.key()).trim_start_matches(keys::NODE).to_string();
+                let id = String::from_utf8_lossy(kv.key())
+                    .trim_start_matches(keys::NODE)
+                    .to_string();
                 if let Ok(r) = serde_json::from_slice::<NodeRecord>(kv.value()) {
                     alive.insert(NodeId::new(id), r);
                 }
@@ -203,12 +270,23 @@ async fn poll(client: Client, view: Arc<Mutex<View>>, node: NodeId) {
             let mut leader = None;
             let lr = c.get(keys::COORDINATOR, None).await.ok()?;
             if let Some(kv) = lr.kvs().first() {
-                leader = Some((NodeId::new(String::from_utf8_lossy(kv.value()).to_string()), kv.mod_revision() as u64));
+                leader = Some((
+                    NodeId::new(String::from_utf8_lossy(kv.value()).to_string()),
+                    kv.mod_revision() as u64,
+                ));
             } else if alive.contains_key(&node) {
                 // Campaign: create the key under our lease if nobody holds it.
                 let txn = Txn::new()
-                    .when(vec![Compare::create_revision(keys::COORDINATOR, CompareOp::Equal, 0)])
-                    .and_then(vec![TxnOp::put(keys::COORDINATOR, node.as_str(), Some(PutOptions::new().with_lease(lease)))]);
+                    .when(vec![Compare::create_revision(
+                        keys::COORDINATOR,
+                        CompareOp::Equal,
+                        0,
+                    )])
+                    .and_then(vec![TxnOp::put(
+                        keys::COORDINATOR,
+                        node.as_str(),
+                        Some(PutOptions::new().with_lease(lease)),
+                    )]);
                 if let Ok(r) = c.txn(txn).await {
                     if r.succeeded() {
                         let rev = r.header().map(|h| h.revision()).unwrap_or(0) as u64;
@@ -217,23 +295,39 @@ async fn poll(client: Client, view: Arc<Mutex<View>>, node: NodeId) {
                     }
                 }
             }
-            let infos = c.get(keys::CHANGEFEED_INFO, Some(GetOptions::new().with_prefix())).await.ok()?;
+            let infos = c
+                .get(keys::CHANGEFEED_INFO, Some(GetOptions::new().with_prefix()))
+                .await
+                .ok()?;
             let mut epochs = BTreeMap::new();
             for kv in infos.kvs() {
                 if let Ok(i) = serde_json::from_slice::<ChangefeedInfo>(kv.value()) {
                     epochs.insert(i.id.clone(), Epoch(i.epoch));
                 }
             }
-            let statuses = c.get(keys::CHANGEFEED_STATUS, Some(GetOptions::new().with_prefix())).await.ok()?;
+            let statuses = c
+                .get(
+                    keys::CHANGEFEED_STATUS,
+                    Some(GetOptions::new().with_prefix()),
+                )
+                .await
+                .ok()?;
             let min_cp = statuses
                 .kvs()
                 .iter()
-                .filter_map(|kv| serde_json::from_slice::<sluice_control::coordinator::ChangefeedStatusRecord>(kv.value()).ok())
+                .filter_map(|kv| {
+                    serde_json::from_slice::<sluice_control::coordinator::ChangefeedStatusRecord>(
+                        kv.value(),
+                    )
+                    .ok()
+                })
                 .map(|st| st.checkpoint_ts)
                 .min();
             Some((alive, leader, epochs, min_cp))
         };
-        if let Ok(Some((alive, leader, epochs, min_cp))) = tokio::time::timeout(CALL_TIMEOUT, once).await {
+        if let Ok(Some((alive, leader, epochs, min_cp))) =
+            tokio::time::timeout(CALL_TIMEOUT, once).await
+        {
             let mut v = lock(&view);
             v.min_checkpoint = min_cp;
             v.alive = alive;
@@ -244,7 +338,11 @@ async fn poll(client: Client, view: Arc<Mutex<View>>, node: NodeId) {
     }
 }
 
-async fn run_ops(client: Client, mut rx: mpsc::Receiver<(u64, MetaOp)>, results: mpsc::UnboundedSender<Input>) {
+async fn run_ops(
+    client: Client,
+    mut rx: mpsc::Receiver<(u64, MetaOp)>,
+    results: mpsc::UnboundedSender<Input>,
+) {
     while let Some((req, op)) = rx.recv().await {
         let mut c = client.clone();
         let result = match tokio::time::timeout(CALL_TIMEOUT, apply(&mut c, &op)).await {
@@ -264,25 +362,43 @@ async fn run_ops(client: Client, mut rx: mpsc::Receiver<(u64, MetaOp)>, results:
 async fn apply(c: &mut Client, op: &MetaOp) -> Result<MetaResult, etcd_client::Error> {
     match op {
         MetaOp::Get { prefix } => {
-            let r = c.get(prefix.as_str(), Some(GetOptions::new().with_prefix())).await?;
+            let r = c
+                .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+                .await?;
             let revision = r.header().map(|h| h.revision()).unwrap_or(0) as u64;
             let kvs = r
                 .kvs()
                 .iter()
-                .map(|kv| Kv { key: String::from_utf8_lossy(kv.key()).to_string(), value: kv.value().to_vec(), mod_revision: kv.mod_revision() as u64 })
+                .map(|kv| Kv {
+                    key: String::from_utf8_lossy(kv.key()).to_string(),
+                    value: kv.value().to_vec(),
+                    mod_revision: kv.mod_revision() as u64,
+                })
                 .collect();
             Ok(MetaResult::Got { kvs, revision })
         }
-        MetaOp::Txn { compares, puts, deletes } => {
+        MetaOp::Txn {
+            compares,
+            puts,
+            deletes,
+        } => {
             let cmps: Vec<Compare> = compares
                 .iter()
-                .map(|MetaCompare::ModRevision { key, rev }| Compare::mod_revision(key.as_str(), CompareOp::Equal, *rev as i64))
+                .map(|MetaCompare::ModRevision { key, rev }| {
+                    Compare::mod_revision(key.as_str(), CompareOp::Equal, *rev as i64)
+                })
                 .collect();
-            let mut ops: Vec<TxnOp> = puts.iter().map(|(k, v)| TxnOp::put(k.as_str(), v.clone(), None)).collect();
+            let mut ops: Vec<TxnOp> = puts
+                .iter()
+                .map(|(k, v)| TxnOp::put(k.as_str(), v.clone(), None))
+                .collect();
             ops.extend(deletes.iter().map(|k| TxnOp::delete(k.as_str(), None)));
             let r = c.txn(Txn::new().when(cmps).and_then(ops)).await?;
             let revision = r.header().map(|h| h.revision()).unwrap_or(0) as u64;
-            Ok(MetaResult::Txn { succeeded: r.succeeded(), revision })
+            Ok(MetaResult::Txn {
+                succeeded: r.succeeded(),
+                revision,
+            })
         }
     }
 }

@@ -36,7 +36,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 /// Bump and return this data dir's incarnation counter (a restarted node is a new incarnation).
 fn next_incarnation(dir: &std::path::Path) -> Result<u64, ServerError> {
     let p = dir.join("incarnation");
-    let cur: u64 = std::fs::read_to_string(&p).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    let cur: u64 = std::fs::read_to_string(&p)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
     let next = cur + 1;
     let tmp = dir.join("incarnation.tmp");
     std::fs::write(&tmp, next.to_string())?;
@@ -62,8 +65,12 @@ async fn shutdown_signal() {
 /// Runs a node until SIGTERM / SIGINT.
 pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     mask::register_url(&cfg.upstream);
-    std::fs::create_dir_all(&cfg.data_dir)
-        .map_err(|e| ServerError::Config(format!("cannot create data dir {}: {e}", cfg.data_dir.display())))?;
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
+        ServerError::Config(format!(
+            "cannot create data dir {}: {e}",
+            cfg.data_dir.display()
+        ))
+    })?;
     // Before anything in the dir is opened; held until the process ends.
     let _data_dir = datadir::lock(&cfg.data_dir, &cfg.addr)?;
     tracing::info!(node = %cfg.node_id, addr = %cfg.addr, upstream = %mask::mask_url(&cfg.upstream), data_dir = %cfg.data_dir.display(), "starting");
@@ -72,16 +79,32 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         // A node with a schema history can start while the upstream is unreachable: capture
         // retries. Wrong settings, or a first start (the snapshot needs the upstream), are fatal.
         Err(e) if e.is_retryable() && cfg.data_dir.join("schema-history.json").exists() => {
-            tracing::warn!("upstream not reachable now, capture will retry: {}", scrub(&e.to_string()));
+            tracing::warn!(
+                "upstream not reachable now, capture will retry: {}",
+                scrub(&e.to_string())
+            );
         }
         Err(e) => return Err(ServerError::Upstream(scrub(&e.to_string()))),
     }
     let listener = tokio::net::TcpListener::bind(&cfg.addr)
         .await
         .map_err(|e| ServerError::Config(format!("cannot listen on {}: {e}", cfg.addr)))?;
-    let capture = upstream::open(&cfg.data_dir, &cfg.upstream, cfg.store_cache_bytes, cfg.skip_unparseable_ddl, &cfg.etcd).await?;
+    let capture = upstream::open(
+        &cfg.data_dir,
+        &cfg.upstream,
+        cfg.store_cache_bytes,
+        cfg.skip_unparseable_ddl,
+        &cfg.etcd,
+    )
+    .await?;
     let (stop_tx, stop_rx) = watch::channel(false);
-    let capture_thread = upstream::spawn(capture.clone(), cfg.data_dir.clone(), cfg.upstream.clone(), cfg.server_id, stop_rx);
+    let capture_thread = upstream::spawn(
+        capture.clone(),
+        cfg.data_dir.clone(),
+        cfg.upstream.clone(),
+        cfg.server_id,
+        stop_rx,
+    );
     // Incarnations grow across restarts; a fenced process counts up within its block.
     let incarnation = next_incarnation(&cfg.data_dir)? * 1_000_000;
     let node_id = NodeId::new(cfg.node_id.clone());
@@ -90,12 +113,27 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     let meta = if cfg.etcd.is_empty() {
         metabackend::MetaBackend::embedded(&cfg.data_dir, &node_id, &cfg.advertise_addr)?
     } else {
-        let m = etcdmeta::EtcdMeta::connect(&cfg.etcd, node_id.clone(), cfg.advertise_addr.clone(), incarnation, cfg.lease_ttl_secs, meta_tx).await?;
-        metabackend::MetaBackend::Etcd { meta: Box::new(m), known_alive: None, known_leader: None, fences: 0 }
+        let m = etcdmeta::EtcdMeta::connect(
+            &cfg.etcd,
+            node_id.clone(),
+            cfg.advertise_addr.clone(),
+            incarnation,
+            cfg.lease_ttl_secs,
+            meta_tx,
+        )
+        .await?;
+        metabackend::MetaBackend::Etcd {
+            meta: Box::new(m),
+            known_alive: None,
+            known_leader: None,
+            fences: 0,
+        }
     };
     let cluster = meta.is_cluster();
     let etcd_client = match &meta {
-        metabackend::MetaBackend::Etcd { meta, .. } => Some((meta.client.clone(), meta.view.clone())),
+        metabackend::MetaBackend::Etcd { meta, .. } => {
+            Some((meta.client.clone(), meta.view.clone()))
+        }
         _ => None,
     };
     let mut net = net::Net::default();
@@ -115,7 +153,8 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     shell.store_path = cfg.data_dir.join("events.redb");
     if let Some((_, view)) = &etcd_client {
         let view = view.clone();
-        let limit = Duration::from_secs(cfg.lease_ttl_secs).saturating_sub(Duration::from_millis(2 * shell::TICK_MS));
+        let limit = Duration::from_secs(cfg.lease_ttl_secs)
+            .saturating_sub(Duration::from_millis(2 * shell::TICK_MS));
         shell.registry.set_guard(Arc::new(move || {
             let v = view.lock().unwrap_or_else(|p| p.into_inner());
             let fresh = v.renewed.map(|r| r.elapsed() < limit).unwrap_or(false);
@@ -125,7 +164,12 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     shell.upstream_masked = mask::mask_url(&cfg.upstream);
     let (tx, rx) = mpsc::channel(shell::MAX_QUEUED_INPUTS);
     let shell_task = tokio::spawn(shell::run(shell, rx, report_rx, meta_rx));
-    let regions = tokio::spawn(upstream::regions_task(capture.clone(), cfg.upstream.clone(), cfg.region_size_bytes, tx.clone()));
+    let regions = tokio::spawn(upstream::regions_task(
+        capture.clone(),
+        cfg.upstream.clone(),
+        cfg.region_size_bytes,
+        tx.clone(),
+    ));
     let state = api::AppState {
         tx: tx.clone(),
         capture: capture.clone(),
@@ -133,7 +177,12 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         node_id,
         addr: cfg.advertise_addr.clone(),
     };
-    tracing::info!(incarnation, cluster, "serving the API on http://{}", cfg.addr);
+    tracing::info!(
+        incarnation,
+        cluster,
+        "serving the API on http://{}",
+        cfg.addr
+    );
     let app = api::router(state.clone());
     let (stop_http_tx, stop_http_rx) = oneshot::channel::<()>();
     let server = tokio::spawn(async move {
@@ -191,7 +240,19 @@ async fn handover(st: &api::AppState) {
     let deadline = tokio::time::Instant::now() + HANDOVER_TIMEOUT;
     let path = format!("/api/v2/captures/{}/drain", me.as_str());
     loop {
-        let leader = st.query(|s| s.node.leader().map(|l| s.net.addrs.get(l).cloned().unwrap_or_else(|| l.as_str().to_string()))).await.ok().flatten();
+        let leader = st
+            .query(|s| {
+                s.node.leader().map(|l| {
+                    s.net
+                        .addrs
+                        .get(l)
+                        .cloned()
+                        .unwrap_or_else(|| l.as_str().to_string())
+                })
+            })
+            .await
+            .ok()
+            .flatten();
         if let Some(addr) = leader {
             match client::request(&addr, "POST", &path, None, Duration::from_secs(5)).await {
                 Ok(r) if r.status < 300 => break,
@@ -217,7 +278,11 @@ async fn handover(st: &api::AppState) {
             return;
         }
         if tokio::time::Instant::now() >= deadline {
-            tracing::warn!(left = busy.0, "handover incomplete after {} s", HANDOVER_TIMEOUT.as_secs());
+            tracing::warn!(
+                left = busy.0,
+                "handover incomplete after {} s",
+                HANDOVER_TIMEOUT.as_secs()
+            );
             return;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -229,14 +294,49 @@ async fn undrain_on_start(st: api::AppState) {
     let me = st.node_id.clone();
     for _ in 0..600 {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let leader = st.query(|s| s.node.leader().map(|l| s.net.addrs.get(l).cloned().unwrap_or_else(|| l.as_str().to_string()))).await.ok().flatten();
+        let leader = st
+            .query(|s| {
+                s.node.leader().map(|l| {
+                    s.net
+                        .addrs
+                        .get(l)
+                        .cloned()
+                        .unwrap_or_else(|| l.as_str().to_string())
+                })
+            })
+            .await
+            .ok()
+            .flatten();
         let Some(addr) = leader else { continue };
-        let Ok(r) = client::request(&addr, "GET", "/api/v2/captures", None, Duration::from_secs(5)).await else { continue };
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&r.body) else { continue };
-        let Some(items) = v["items"].as_array() else { continue };
-        let Some(mine) = items.iter().find(|i| i["id"] == me.as_str()) else { continue };
+        let Ok(r) = client::request(
+            &addr,
+            "GET",
+            "/api/v2/captures",
+            None,
+            Duration::from_secs(5),
+        )
+        .await
+        else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&r.body) else {
+            continue;
+        };
+        let Some(items) = v["items"].as_array() else {
+            continue;
+        };
+        let Some(mine) = items.iter().find(|i| i["id"] == me.as_str()) else {
+            continue;
+        };
         if mine["draining"] == true {
-            let _ = client::request(&addr, "POST", &format!("/api/v2/captures/{}/uncordon", me.as_str()), None, Duration::from_secs(5)).await;
+            let _ = client::request(
+                &addr,
+                "POST",
+                &format!("/api/v2/captures/{}/uncordon", me.as_str()),
+                None,
+                Duration::from_secs(5),
+            )
+            .await;
             tracing::info!("this node was drained before it stopped: uncordoned");
         }
         return;

@@ -38,10 +38,19 @@ impl EmbeddedMeta {
     pub fn open(dir: &Path) -> Result<EmbeddedMeta, ServerError> {
         let path = dir.join("meta.json");
         let state = match std::fs::read(&path) {
-            Ok(b) => serde_json::from_slice(&b)
-                .map_err(|e| ServerError::Meta(format!("{} is corrupt ({e}); restore it from a backup", path.display())))?,
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+                ServerError::Meta(format!(
+                    "{} is corrupt ({e}); restore it from a backup",
+                    path.display()
+                ))
+            })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::default(),
-            Err(e) => return Err(ServerError::Meta(format!("reading {}: {e}", path.display()))),
+            Err(e) => {
+                return Err(ServerError::Meta(format!(
+                    "reading {}: {e}",
+                    path.display()
+                )))
+            }
         };
         Ok(EmbeddedMeta { path, state })
     }
@@ -51,7 +60,10 @@ impl EmbeddedMeta {
     }
 
     pub fn get(&self, key: &str) -> Option<(Vec<u8>, u64)> {
-        self.state.kvs.get(key).map(|e| (e.value.clone(), e.mod_revision))
+        self.state
+            .kvs
+            .get(key)
+            .map(|e| (e.value.clone(), e.mod_revision))
     }
 
     fn persist(&self, st: &State) -> Result<(), ServerError> {
@@ -71,7 +83,11 @@ impl EmbeddedMeta {
 
     /// Unconditional put (used by the shell for its own keys, e.g. the election key).
     pub fn put(&mut self, key: &str, value: Vec<u8>) -> Result<u64, ServerError> {
-        match self.apply(&MetaOp::Txn { compares: vec![], puts: vec![(key.to_string(), value)], deletes: vec![] })? {
+        match self.apply(&MetaOp::Txn {
+            compares: vec![],
+            puts: vec![(key.to_string(), value)],
+            deletes: vec![],
+        })? {
             MetaResult::Txn { revision, .. } => Ok(revision),
             _ => Err(ServerError::Meta("unexpected result".into())),
         }
@@ -85,33 +101,59 @@ impl EmbeddedMeta {
                     .kvs
                     .range(prefix.clone()..)
                     .take_while(|(k, _)| k.starts_with(prefix.as_str()))
-                    .map(|(k, e)| Kv { key: k.clone(), value: e.value.clone(), mod_revision: e.mod_revision })
+                    .map(|(k, e)| Kv {
+                        key: k.clone(),
+                        value: e.value.clone(),
+                        mod_revision: e.mod_revision,
+                    })
                     .collect();
-                Ok(MetaResult::Got { kvs, revision: self.state.revision })
+                Ok(MetaResult::Got {
+                    kvs,
+                    revision: self.state.revision,
+                })
             }
-            MetaOp::Txn { compares, puts, deletes } => {
+            MetaOp::Txn {
+                compares,
+                puts,
+                deletes,
+            } => {
                 for c in compares {
                     let Compare::ModRevision { key, rev } = c;
                     let have = self.state.kvs.get(key).map(|e| e.mod_revision).unwrap_or(0);
                     if have != *rev {
-                        return Ok(MetaResult::Txn { succeeded: false, revision: self.state.revision });
+                        return Ok(MetaResult::Txn {
+                            succeeded: false,
+                            revision: self.state.revision,
+                        });
                     }
                 }
                 if puts.is_empty() && deletes.is_empty() {
-                    return Ok(MetaResult::Txn { succeeded: true, revision: self.state.revision });
+                    return Ok(MetaResult::Txn {
+                        succeeded: true,
+                        revision: self.state.revision,
+                    });
                 }
                 let mut next = self.state.clone();
                 next.revision += 1;
                 let rev = next.revision;
                 for (k, v) in puts {
-                    next.kvs.insert(k.clone(), Entry { value: v.clone(), mod_revision: rev });
+                    next.kvs.insert(
+                        k.clone(),
+                        Entry {
+                            value: v.clone(),
+                            mod_revision: rev,
+                        },
+                    );
                 }
                 for k in deletes {
                     next.kvs.remove(k);
                 }
                 self.persist(&next)?;
                 self.state = next;
-                Ok(MetaResult::Txn { succeeded: true, revision: rev })
+                Ok(MetaResult::Txn {
+                    succeeded: true,
+                    revision: rev,
+                })
             }
         }
     }
@@ -130,13 +172,39 @@ mod tests {
         let mut m = EmbeddedMeta::open(&dir).unwrap();
         let r1 = m.put("/a", b"1".to_vec()).unwrap();
         let bad = m
-            .apply(&MetaOp::Txn { compares: vec![Compare::ModRevision { key: "/a".into(), rev: r1 + 5 }], puts: vec![("/a".into(), b"2".to_vec())], deletes: vec![] })
+            .apply(&MetaOp::Txn {
+                compares: vec![Compare::ModRevision {
+                    key: "/a".into(),
+                    rev: r1 + 5,
+                }],
+                puts: vec![("/a".into(), b"2".to_vec())],
+                deletes: vec![],
+            })
             .unwrap();
-        assert_eq!(bad, MetaResult::Txn { succeeded: false, revision: r1 });
+        assert_eq!(
+            bad,
+            MetaResult::Txn {
+                succeeded: false,
+                revision: r1
+            }
+        );
         let ok = m
-            .apply(&MetaOp::Txn { compares: vec![Compare::ModRevision { key: "/a".into(), rev: r1 }], puts: vec![("/a".into(), b"2".to_vec())], deletes: vec![] })
+            .apply(&MetaOp::Txn {
+                compares: vec![Compare::ModRevision {
+                    key: "/a".into(),
+                    rev: r1,
+                }],
+                puts: vec![("/a".into(), b"2".to_vec())],
+                deletes: vec![],
+            })
             .unwrap();
-        assert_eq!(ok, MetaResult::Txn { succeeded: true, revision: r1 + 1 });
+        assert_eq!(
+            ok,
+            MetaResult::Txn {
+                succeeded: true,
+                revision: r1 + 1
+            }
+        );
         drop(m);
         let m = EmbeddedMeta::open(&dir).unwrap();
         assert_eq!(m.get("/a"), Some((b"2".to_vec(), r1 + 1)));

@@ -20,7 +20,11 @@ use sluice_types::{ChangefeedId, Epoch, NodeId};
 use std::collections::BTreeMap;
 
 pub enum MetaBackend {
-    Embedded { store: EmbeddedMeta, announced: bool, leader_rev: u64 },
+    Embedded {
+        store: EmbeddedMeta,
+        announced: bool,
+        leader_rev: u64,
+    },
     Etcd {
         meta: Box<crate::etcdmeta::EtcdMeta>,
         known_alive: Option<BTreeMap<NodeId, u64>>,
@@ -32,11 +36,22 @@ pub enum MetaBackend {
 
 impl MetaBackend {
     /// Opens the embedded store and takes the election key.
-    pub fn embedded(dir: &std::path::Path, node: &NodeId, addr: &str) -> Result<MetaBackend, ServerError> {
+    pub fn embedded(
+        dir: &std::path::Path,
+        node: &NodeId,
+        addr: &str,
+    ) -> Result<MetaBackend, ServerError> {
         let mut store = EmbeddedMeta::open(dir)?;
         let leader_rev = store.put(keys::COORDINATOR, node.as_str().as_bytes().to_vec())?;
-        store.put(&format!("{}{}", keys::NODE, node.as_str()), addr.as_bytes().to_vec())?;
-        Ok(MetaBackend::Embedded { store, announced: false, leader_rev })
+        store.put(
+            &format!("{}{}", keys::NODE, node.as_str()),
+            addr.as_bytes().to_vec(),
+        )?;
+        Ok(MetaBackend::Embedded {
+            store,
+            announced: false,
+            leader_rev,
+        })
     }
 
     /// Applies an operation now when the backend is synchronous.
@@ -58,7 +73,9 @@ impl MetaBackend {
     pub fn apply_async(&mut self, req: u64, op: MetaOp) -> Option<MetaResult> {
         match self {
             MetaBackend::Embedded { .. } => Some(MetaResult::Unavailable),
-            MetaBackend::Etcd { meta, .. } => (!meta.submit(req, op)).then_some(MetaResult::Unavailable),
+            MetaBackend::Etcd { meta, .. } => {
+                (!meta.submit(req, op)).then_some(MetaResult::Unavailable)
+            }
         }
     }
 
@@ -82,8 +99,12 @@ impl MetaBackend {
         if self.is_cluster() {
             return None;
         }
-        match self.apply_now(&MetaOp::Get { prefix: prefix.to_string() })? {
-            MetaResult::Got { kvs, .. } => Some(kvs.into_iter().map(|kv| (kv.key, kv.value)).collect()),
+        match self.apply_now(&MetaOp::Get {
+            prefix: prefix.to_string(),
+        })? {
+            MetaResult::Got { kvs, .. } => {
+                Some(kvs.into_iter().map(|kv| (kv.key, kv.value)).collect())
+            }
             _ => None,
         }
     }
@@ -109,22 +130,46 @@ impl MetaBackend {
 pub fn on_tick(shell: &mut Shell) {
     let mut inputs = Vec::new();
     match &mut shell.meta {
-        MetaBackend::Embedded { announced, leader_rev, .. } => {
+        MetaBackend::Embedded {
+            announced,
+            leader_rev,
+            ..
+        } => {
             if !*announced {
                 *announced = true;
-                shell.members.insert(shell.node_id.clone(), shell.advertise_addr.clone());
-                let alive: BTreeMap<NodeId, u64> = [(shell.node_id.clone(), shell.incarnation)].into_iter().collect();
+                shell
+                    .members
+                    .insert(shell.node_id.clone(), shell.advertise_addr.clone());
+                let alive: BTreeMap<NodeId, u64> = [(shell.node_id.clone(), shell.incarnation)]
+                    .into_iter()
+                    .collect();
                 inputs.push(Input::NodesChanged { alive });
-                inputs.push(Input::Leader { node: Some(shell.node_id.clone()), rev: *leader_rev });
+                inputs.push(Input::Leader {
+                    node: Some(shell.node_id.clone()),
+                    rev: *leader_rev,
+                });
             }
         }
-        MetaBackend::Etcd { meta, known_alive, known_leader, .. } => {
+        MetaBackend::Etcd {
+            meta,
+            known_alive,
+            known_leader,
+            ..
+        } => {
             let v = meta.view.lock().unwrap_or_else(|p| p.into_inner());
             if v.incarnation != shell.incarnation {
                 return; // fenced, not rejoined yet
             }
-            let alive: BTreeMap<NodeId, u64> = v.alive.iter().map(|(n, r)| (n.clone(), r.incarnation)).collect();
-            shell.members = v.alive.iter().map(|(n, r)| (n.clone(), r.addr.clone())).collect();
+            let alive: BTreeMap<NodeId, u64> = v
+                .alive
+                .iter()
+                .map(|(n, r)| (n.clone(), r.incarnation))
+                .collect();
+            shell.members = v
+                .alive
+                .iter()
+                .map(|(n, r)| (n.clone(), r.addr.clone()))
+                .collect();
             for (n, r) in &v.alive {
                 shell.net.addrs.insert(n.clone(), r.addr.clone());
             }
@@ -132,10 +177,17 @@ pub fn on_tick(shell: &mut Shell) {
                 *known_alive = Some(alive.clone());
                 inputs.push(Input::NodesChanged { alive });
             }
-            let leader = v.leader.clone().map(|(n, r)| (Some(n), r)).unwrap_or((None, 0));
+            let leader = v
+                .leader
+                .clone()
+                .map(|(n, r)| (Some(n), r))
+                .unwrap_or((None, 0));
             if known_leader.as_ref() != Some(&leader) && v.refreshed.is_some() {
                 *known_leader = Some(leader.clone());
-                inputs.push(Input::Leader { node: leader.0, rev: leader.1 });
+                inputs.push(Input::Leader {
+                    node: leader.0,
+                    rev: leader.1,
+                });
             }
         }
     }
@@ -147,11 +199,22 @@ pub fn on_tick(shell: &mut Shell) {
 /// Fencing: a node that could not renew its lease for nearly a TTL drops everything before etcd
 /// lets the lease expire, and asks for a new lease as a new incarnation.
 pub fn check_fence(shell: &mut Shell) {
-    let MetaBackend::Etcd { meta, known_alive, known_leader, fences } = &mut shell.meta else { return };
+    let MetaBackend::Etcd {
+        meta,
+        known_alive,
+        known_leader,
+        fences,
+    } = &mut shell.meta
+    else {
+        return;
+    };
     let (stale, want) = {
         let v = meta.view.lock().unwrap_or_else(|p| p.into_inner());
-        let limit = meta.ttl.saturating_sub(std::time::Duration::from_millis(2 * crate::shell::TICK_MS));
-        let stale = v.incarnation == shell.incarnation && v.renewed.map(|r| r.elapsed() >= limit).unwrap_or(true);
+        let limit = meta
+            .ttl
+            .saturating_sub(std::time::Duration::from_millis(2 * crate::shell::TICK_MS));
+        let stale = v.incarnation == shell.incarnation
+            && v.renewed.map(|r| r.elapsed() >= limit).unwrap_or(true);
         (stale, v.want_incarnation)
     };
     if !stale || want != shell.incarnation {
@@ -161,7 +224,13 @@ pub fn check_fence(shell: &mut Shell) {
     let next = shell.incarnation + 1;
     *known_alive = None;
     *known_leader = None;
-    meta.view.lock().unwrap_or_else(|p| p.into_inner()).want_incarnation = next;
-    tracing::error!(incarnation = next, "lease not renewed for nearly its TTL: fencing (dropping all work) and rejoining");
+    meta.view
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .want_incarnation = next;
+    tracing::error!(
+        incarnation = next,
+        "lease not renewed for nearly its TTL: fencing (dropping all work) and rejoining"
+    );
     shell.reset(next);
 }

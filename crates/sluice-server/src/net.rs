@@ -38,13 +38,24 @@ pub struct Net {
 
 impl Net {
     pub fn send(&mut self, to: &NodeId, from: NodeId, msg: Message) {
-        let addr = self.addrs.get(to).cloned().unwrap_or_else(|| to.as_str().to_string());
+        let addr = self
+            .addrs
+            .get(to)
+            .cloned()
+            .unwrap_or_else(|| to.as_str().to_string());
         let tx = self.peers.entry(to.clone()).or_insert_with(|| {
             let (tx, rx) = mpsc::channel(MAX_QUEUED_MESSAGES_PER_PEER);
             tokio::spawn(peer(addr, rx));
             tx
         });
-        if tx.try_send(Envelope { from, incarnation: self.incarnation, msg }).is_err() {
+        if tx
+            .try_send(Envelope {
+                from,
+                incarnation: self.incarnation,
+                msg,
+            })
+            .is_err()
+        {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -57,8 +68,18 @@ impl Net {
 
 async fn peer(addr: String, mut rx: mpsc::Receiver<Envelope>) {
     while let Some(env) = rx.recv().await {
-        let Ok(body) = serde_json::to_vec(&env) else { continue };
-        match client::request(&addr, "POST", "/internal/v1/message", Some(&body), SEND_TIMEOUT).await {
+        let Ok(body) = serde_json::to_vec(&env) else {
+            continue;
+        };
+        match client::request(
+            &addr,
+            "POST",
+            "/internal/v1/message",
+            Some(&body),
+            SEND_TIMEOUT,
+        )
+        .await
+        {
             Ok(r) if r.status < 300 => {}
             Ok(r) => tracing::debug!(peer = %addr, status = r.status, "message refused"),
             Err(e) => tracing::debug!(peer = %addr, "message not delivered: {e}"),

@@ -29,7 +29,10 @@ use sluice_control::msg::Message;
 use sluice_control::node::NodeState;
 use sluice_control::{Effect, Input, SinkCommand, StreamItem, TraceEvent};
 use sluice_sink::RowBatch;
-use sluice_types::{ChangefeedId, DdlEvent, DispatcherId, Epoch, InfluenceScope, Key, NodeId, RowEvent, Span, TableId, TableSchema, Ts, Value};
+use sluice_types::{
+    ChangefeedId, DdlEvent, DispatcherId, Epoch, InfluenceScope, Key, NodeId, RowEvent, Span,
+    TableId, TableSchema, Ts, Value,
+};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -124,7 +127,11 @@ fn value_size(v: &Value) -> usize {
 }
 
 pub fn row_size(r: &RowEvent) -> usize {
-    let img = |i: &Option<Vec<Value>>| i.as_ref().map(|v| v.iter().map(value_size).sum::<usize>()).unwrap_or(0);
+    let img = |i: &Option<Vec<Value>>| {
+        i.as_ref()
+            .map(|v| v.iter().map(value_size).sum::<usize>())
+            .unwrap_or(0)
+    };
     96 + r.key.0.len() + img(&r.before) + img(&r.after)
 }
 
@@ -215,7 +222,8 @@ impl Shell {
         self.local.clear();
         self.incarnation = incarnation;
         self.node = NodeState::new(self.node_id.clone(), incarnation);
-        let regions: Vec<(TableId, Vec<Key>)> = self.regions.iter().map(|(t, r)| (*t, r.clone())).collect();
+        let regions: Vec<(TableId, Vec<Key>)> =
+            self.regions.iter().map(|(t, r)| (*t, r.clone())).collect();
         for (table, regions) in regions {
             self.local.push_back(Input::Regions { table, regions });
         }
@@ -241,14 +249,21 @@ impl Shell {
 
     /// Hand the rows gathered for a dispatcher to its sink worker.
     fn send_rows(&mut self, key: &(ChangefeedId, DispatcherId)) {
-        let Some(taken) = self.batching.remove(key) else { return };
+        let Some(taken) = self.batching.remove(key) else {
+            return;
+        };
         let (cf, id) = (key.0.clone(), key.1);
         let bytes: usize = taken.iter().map(|t| t.1).sum();
         let n = taken.len();
         let mut batches: Vec<RowBatch> = Vec::new();
         let mut failed = None;
         for (row, _) in taken {
-            let same = batches.last().map(|b| b.schema.table_id == row.table_id && b.schema.version == row.schema_version).unwrap_or(false);
+            let same = batches
+                .last()
+                .map(|b| {
+                    b.schema.table_id == row.table_id && b.schema.version == row.schema_version
+                })
+                .unwrap_or(false);
             if same {
                 if let Some(b) = batches.last_mut() {
                     b.rows.push(row);
@@ -256,9 +271,15 @@ impl Shell {
                 continue;
             }
             match self.schema_of(row.table_id, row.commit_ts) {
-                Some(schema) => batches.push(RowBatch { schema, rows: vec![row] }),
+                Some(schema) => batches.push(RowBatch {
+                    schema,
+                    rows: vec![row],
+                }),
                 None => {
-                    failed = Some(format!("no schema for table {} at commit ts {}", row.table_id, row.commit_ts));
+                    failed = Some(format!(
+                        "no schema for table {} at commit ts {}",
+                        row.table_id, row.commit_ts
+                    ));
                     break;
                 }
             }
@@ -270,7 +291,14 @@ impl Shell {
         }
         match self.worker(&cf, id) {
             Some(w) => {
-                if w.tx.send(SinkJob::Rows { batches, rows: n, bytes }).is_err() {
+                if w.tx
+                    .send(SinkJob::Rows {
+                        batches,
+                        rows: n,
+                        bytes,
+                    })
+                    .is_err()
+                {
                     self.inflight_bytes = self.inflight_bytes.saturating_sub(bytes as u64);
                 }
             }
@@ -285,7 +313,11 @@ impl Shell {
         if let Input::Regions { table, regions } = input {
             self.regions.insert(*table, regions.clone());
         }
-        if let Input::Message { msg: Message::Bootstrap { cf, config, .. } | Message::AddMaintainer { cf, config, .. }, .. } = input {
+        if let Input::Message {
+            msg: Message::Bootstrap { cf, config, .. } | Message::AddMaintainer { cf, config, .. },
+            ..
+        } = input
+        {
             crate::mask::register_url(&config.sink_uri);
             self.sink_uris.insert(cf.clone(), config.sink_uri.clone());
         }
@@ -296,7 +328,9 @@ impl Shell {
         let capture_error = self.capture.error();
         if capture_error != self.capture_error_sent {
             self.capture_error_sent = capture_error.clone();
-            self.local.push_back(Input::CaptureStatus { error: capture_error });
+            self.local.push_back(Input::CaptureStatus {
+                error: capture_error,
+            });
         }
         self.local.push_back(Input::Tick);
         self.drain();
@@ -305,7 +339,12 @@ impl Shell {
         let due: Vec<(ChangefeedId, Ts)> = self
             .persisted
             .iter()
-            .filter(|(cf, ts)| self.sink_cp_written.get(*cf).map(|(t, at)| **ts > *t && at.elapsed() >= SINK_CHECKPOINT_INTERVAL).unwrap_or(true))
+            .filter(|(cf, ts)| {
+                self.sink_cp_written
+                    .get(*cf)
+                    .map(|(t, at)| **ts > *t && at.elapsed() >= SINK_CHECKPOINT_INTERVAL)
+                    .unwrap_or(true)
+            })
             .map(|(cf, ts)| (cf.clone(), *ts))
             .collect();
         for (cf, ts) in due {
@@ -321,7 +360,13 @@ impl Shell {
     pub fn on_meta_input(&mut self, input: Input) {
         if let Input::MetaResult { req, result } = &input {
             if let Some(cps) = self.meta_checkpoints.remove(req) {
-                if matches!(result, MetaResult::Txn { succeeded: true, .. }) {
+                if matches!(
+                    result,
+                    MetaResult::Txn {
+                        succeeded: true,
+                        ..
+                    }
+                ) {
                     for (cf, ts) in cps {
                         self.on_persisted_checkpoint(cf, ts);
                     }
@@ -340,13 +385,21 @@ impl Shell {
             }
         }
         if r.written_rows > 0 {
-            self.metrics.add_written(&r.cf, r.written_rows as u64, r.done_bytes as u64);
+            self.metrics
+                .add_written(&r.cf, r.written_rows as u64, r.done_bytes as u64);
         }
         if r.finished {
             self.workers.remove(&key);
         }
-        if let Some(Input::SinkError { message, retryable, .. }) = &r.input {
-            self.metrics.error(if *retryable { "sink_retryable" } else { "sink_fatal" });
+        if let Some(Input::SinkError {
+            message, retryable, ..
+        }) = &r.input
+        {
+            self.metrics.error(if *retryable {
+                "sink_retryable"
+            } else {
+                "sink_fatal"
+            });
             tracing::warn!(changefeed = %r.cf, dispatcher = ?r.id, retryable, "sink error: {message}");
         }
         if let Some(input) = r.input {
@@ -358,26 +411,57 @@ impl Shell {
         if let Some(u) = self.sink_uris.get(cf) {
             return Some(u.clone());
         }
-        self.node.coordinator().and_then(|c| c.feeds().into_iter().find(|f| &f.id == cf).map(|f| f.sink_uri))
+        self.node.coordinator().and_then(|c| {
+            c.feeds()
+                .into_iter()
+                .find(|f| &f.id == cf)
+                .map(|f| f.sink_uri)
+        })
     }
 
     fn worker(&mut self, cf: &ChangefeedId, id: DispatcherId) -> Option<&mut Worker> {
         let key = (cf.clone(), id);
         if !self.workers.contains_key(&key) {
             let uri = self.worker_uri(cf)?;
-            let tx = spawn_worker(self.registry.clone(), cf.clone(), id, uri, self.incarnation, self.report_tx.clone());
-            self.workers.insert(key.clone(), Worker { tx, inflight_rows: 0 });
+            let tx = spawn_worker(
+                self.registry.clone(),
+                cf.clone(),
+                id,
+                uri,
+                self.incarnation,
+                self.report_tx.clone(),
+            );
+            self.workers.insert(
+                key.clone(),
+                Worker {
+                    tx,
+                    inflight_rows: 0,
+                },
+            );
         }
         self.workers.get_mut(&key)
     }
 
     fn sink_error(&mut self, cf: &ChangefeedId, id: DispatcherId, message: String) {
-        self.local.push_back(Input::SinkError { cf: cf.clone(), id, retryable: false, message });
+        self.local.push_back(Input::SinkError {
+            cf: cf.clone(),
+            id,
+            retryable: false,
+            message,
+        });
     }
 
-    fn release_pending(&mut self, key: &(ChangefeedId, DispatcherId), pred: impl Fn(u64, &RowEvent) -> bool) {
+    fn release_pending(
+        &mut self,
+        key: &(ChangefeedId, DispatcherId),
+        pred: impl Fn(u64, &RowEvent) -> bool,
+    ) {
         if let Some(p) = self.pending.get_mut(key) {
-            let drop: Vec<u64> = p.iter().filter(|(h, (r, _))| pred(**h, r)).map(|(h, _)| *h).collect();
+            let drop: Vec<u64> = p
+                .iter()
+                .filter(|(h, (r, _))| pred(**h, r))
+                .map(|(h, _)| *h)
+                .collect();
             let mut rows = 0;
             for h in drop {
                 if let Some((_, b)) = p.remove(&h) {
@@ -395,57 +479,79 @@ impl Shell {
         match e {
             Effect::Send { to, msg } => {
                 if to == self.node_id {
-                    self.local.push_back(Input::Message { from: self.node_id.clone(), msg });
+                    self.local.push_back(Input::Message {
+                        from: self.node_id.clone(),
+                        msg,
+                    });
                 } else {
                     self.net.send(&to, self.node_id.clone(), msg);
                 }
             }
-            Effect::Meta { req, op } => {
-                match self.meta.apply_now(&op) {
-                    Some(result) => {
-                        if let (MetaResult::Txn { succeeded: true, .. }, MetaOp::Txn { puts, .. }) = (&result, &op) {
-                            for (k, v) in puts {
-                                if let Some(cf) = k.strip_prefix(keys::CHANGEFEED_STATUS) {
-                                    if let Ok(st) = serde_json::from_slice::<ChangefeedStatusRecord>(v) {
-                                        self.on_persisted_checkpoint(ChangefeedId::new(cf), st.checkpoint_ts);
-                                    }
+            Effect::Meta { req, op } => match self.meta.apply_now(&op) {
+                Some(result) => {
+                    if let (
+                        MetaResult::Txn {
+                            succeeded: true, ..
+                        },
+                        MetaOp::Txn { puts, .. },
+                    ) = (&result, &op)
+                    {
+                        for (k, v) in puts {
+                            if let Some(cf) = k.strip_prefix(keys::CHANGEFEED_STATUS) {
+                                if let Ok(st) = serde_json::from_slice::<ChangefeedStatusRecord>(v)
+                                {
+                                    self.on_persisted_checkpoint(
+                                        ChangefeedId::new(cf),
+                                        st.checkpoint_ts,
+                                    );
                                 }
                             }
                         }
+                    }
+                    self.local.push_back(Input::MetaResult { req, result });
+                }
+                None => {
+                    if let MetaOp::Txn { puts, .. } = &op {
+                        let cps: Vec<(ChangefeedId, Ts)> = puts
+                            .iter()
+                            .filter_map(|(k, v)| {
+                                let cf = k.strip_prefix(keys::CHANGEFEED_STATUS)?;
+                                let st =
+                                    serde_json::from_slice::<ChangefeedStatusRecord>(v).ok()?;
+                                Some((ChangefeedId::new(cf), st.checkpoint_ts))
+                            })
+                            .collect();
+                        if !cps.is_empty() {
+                            if self.meta_checkpoints.len() >= MAX_QUEUED_INPUTS {
+                                self.meta_checkpoints.clear();
+                            }
+                            self.meta_checkpoints.insert(req, cps);
+                        }
+                    }
+                    if let Some(result) = self.meta.apply_async(req, op) {
                         self.local.push_back(Input::MetaResult { req, result });
                     }
-                    None => {
-                        if let MetaOp::Txn { puts, .. } = &op {
-                            let cps: Vec<(ChangefeedId, Ts)> = puts
-                                .iter()
-                                .filter_map(|(k, v)| {
-                                    let cf = k.strip_prefix(keys::CHANGEFEED_STATUS)?;
-                                    let st = serde_json::from_slice::<ChangefeedStatusRecord>(v).ok()?;
-                                    Some((ChangefeedId::new(cf), st.checkpoint_ts))
-                                })
-                                .collect();
-                            if !cps.is_empty() {
-                                if self.meta_checkpoints.len() >= MAX_QUEUED_INPUTS {
-                                    self.meta_checkpoints.clear();
-                                }
-                                self.meta_checkpoints.insert(req, cps);
-                            }
-                        }
-                        if let Some(result) = self.meta.apply_async(req, op) {
-                            self.local.push_back(Input::MetaResult { req, result });
-                        }
-                    }
                 }
-            }
+            },
             Effect::LoadSchema { cf, epoch, at_ts } => {
                 // Answered on the next tick (capture may have to catch up to `at_ts` first).
                 self.schema_waits.push((cf, epoch, at_ts, Instant::now()));
             }
-            Effect::Subscribe { cf, id, span, is_trigger, start_ts } => {
+            Effect::Subscribe {
+                cf,
+                id,
+                span,
+                is_trigger,
+                start_ts,
+            } => {
                 let key = (cf.clone(), id);
                 // This node's event store starts where its capture first started: it cannot
                 // serve an older start, and must say so rather than deliver a silent gap.
-                let floor = self.capture.history().snapshot_ts.max(self.capture.store.gc_ts());
+                let floor = self
+                    .capture
+                    .history()
+                    .snapshot_ts
+                    .max(self.capture.store.gc_ts());
                 if start_ts < floor {
                     self.metrics.error("start_before_event_store");
                     let m = format!(
@@ -461,13 +567,22 @@ impl Shell {
                     s.cursor = start_ts;
                     self.release_pending(&key, |_, r| r.commit_ts > start_ts);
                 } else {
-                    self.subs.insert(key, Sub { span: span.clone(), is_trigger, cursor: start_ts });
+                    self.subs.insert(
+                        key,
+                        Sub {
+                            span: span.clone(),
+                            is_trigger,
+                            cursor: start_ts,
+                        },
+                    );
                 }
                 match self.worker(&cf, id) {
                     Some(w) => {
                         let _ = w.tx.send(SinkJob::Open { span, start_ts });
                     }
-                    None => self.sink_error(&cf, id, format!("no sink URI known for changefeed {cf}")),
+                    None => {
+                        self.sink_error(&cf, id, format!("no sink URI known for changefeed {cf}"))
+                    }
                 }
             }
             Effect::Unsubscribe { cf, id } => {
@@ -492,19 +607,35 @@ impl Shell {
                 self.metrics.error("changefeed_restart");
                 tracing::warn!(changefeed = %cf, "changefeed restarted: {}", scrub(reason));
             }
-            TraceEvent::RequestDone { cf, req, outcome } => tracing::info!(changefeed = %cf, "request {req:?}: {outcome}"),
-            TraceEvent::DispatcherStarted { cf, id, span, start_ts } => {
+            TraceEvent::RequestDone { cf, req, outcome } => {
+                tracing::info!(changefeed = %cf, "request {req:?}: {outcome}")
+            }
+            TraceEvent::DispatcherStarted {
+                cf,
+                id,
+                span,
+                start_ts,
+            } => {
                 tracing::debug!(changefeed = %cf, dispatcher = ?id, span = ?span, start_ts, "dispatcher started")
             }
-            TraceEvent::DispatcherClosed { cf, id } => tracing::debug!(changefeed = %cf, dispatcher = ?id, "dispatcher closed"),
-            TraceEvent::MaintainerBootstrapped { cf, epoch } => tracing::info!(changefeed = %cf, epoch = epoch.0, "maintainer bootstrapped"),
+            TraceEvent::DispatcherClosed { cf, id } => {
+                tracing::debug!(changefeed = %cf, dispatcher = ?id, "dispatcher closed")
+            }
+            TraceEvent::MaintainerBootstrapped { cf, epoch } => {
+                tracing::info!(changefeed = %cf, epoch = epoch.0, "maintainer bootstrapped")
+            }
             _ => {}
         }
     }
 
     fn sink_command(&mut self, cmd: SinkCommand) {
         match cmd {
-            SinkCommand::WriteRows { cf, id, span: _, rows } => {
+            SinkCommand::WriteRows {
+                cf,
+                id,
+                span: _,
+                rows,
+            } => {
                 let key = (cf.clone(), id);
                 let max_handle = rows.iter().map(|r| r.2).max().unwrap_or(0);
                 let mut taken: Vec<(RowEvent, usize)> = Vec::with_capacity(rows.len());
@@ -524,19 +655,32 @@ impl Shell {
                 if missing > 0 {
                     let bytes: usize = taken.iter().map(|t| t.1).sum();
                     self.inflight_bytes = self.inflight_bytes.saturating_sub(bytes as u64);
-                    self.sink_error(&cf, id, format!("internal: {missing} rows of a sink write are no longer in the shell"));
+                    self.sink_error(
+                        &cf,
+                        id,
+                        format!(
+                            "internal: {missing} rows of a sink write are no longer in the shell"
+                        ),
+                    );
                     return;
                 }
                 self.batching.entry(key).or_default().extend(taken);
             }
-            SinkCommand::WriteDdl { cf, id, ddl, handle: _ } => {
+            SinkCommand::WriteDdl {
+                cf,
+                id,
+                ddl,
+                handle: _,
+            } => {
                 self.send_rows(&(cf.clone(), id));
                 let tables = self.ddl_tables(&ddl);
                 match self.worker(&cf, id) {
                     Some(w) => {
                         let _ = w.tx.send(SinkJob::Ddl { ddl, tables });
                     }
-                    None => self.sink_error(&cf, id, format!("no sink URI known for changefeed {cf}")),
+                    None => {
+                        self.sink_error(&cf, id, format!("no sink URI known for changefeed {cf}"))
+                    }
                 }
             }
             SinkCommand::Flush { cf, id } => {
@@ -545,7 +689,9 @@ impl Shell {
                     Some(w) => {
                         let _ = w.tx.send(SinkJob::Flush);
                     }
-                    None => self.sink_error(&cf, id, format!("no sink URI known for changefeed {cf}")),
+                    None => {
+                        self.sink_error(&cf, id, format!("no sink URI known for changefeed {cf}"))
+                    }
                 }
             }
             SinkCommand::Close { cf, id } => {
@@ -589,7 +735,9 @@ impl Shell {
         ids.extend(ddl.influence.renamed.iter().map(|(t, _)| *t));
         ids.sort();
         ids.dedup();
-        ids.into_iter().filter_map(|t| self.schema_of(t, ddl.commit_ts)).collect()
+        ids.into_iter()
+            .filter_map(|t| self.schema_of(t, ddl.commit_ts))
+            .collect()
     }
 
     // ------------------------------------------------------------------ event delivery
@@ -608,7 +756,9 @@ impl Shell {
 
     fn feed(&mut self, key: &(ChangefeedId, DispatcherId)) {
         let captured = self.capture.captured();
-        let Some(sub) = self.subs.get(key) else { return };
+        let Some(sub) = self.subs.get(key) else {
+            return;
+        };
         if sub.cursor >= captured {
             return;
         }
@@ -633,7 +783,13 @@ impl Shell {
                             // One transaction larger than a delivery: it goes whole.
                             match store.scan(&span, last.saturating_sub(1), last, usize::MAX) {
                                 Ok(b) => rows = b.rows,
-                                Err(e) => return self.sink_error(&key.0, key.1, format!("event store: {e}")),
+                                Err(e) => {
+                                    return self.sink_error(
+                                        &key.0,
+                                        key.1,
+                                        format!("event store: {e}"),
+                                    )
+                                }
                             }
                             upto = last;
                         } else {
@@ -657,17 +813,31 @@ impl Shell {
         let db = if is_trigger {
             None
         } else {
-            history.tables.get(&span.table).and_then(|v| v.last()).map(|v| v.schema.database.clone())
+            history
+                .tables
+                .get(&span.table)
+                .and_then(|v| v.last())
+                .map(|v| v.schema.database.clone())
         };
         let mut ddls: VecDeque<DdlEvent> = ddls
             .into_iter()
-            .filter(|d| if is_trigger { d.influence.trigger } else { ddl_concerns(d, span.table, db.as_deref()) })
+            .filter(|d| {
+                if is_trigger {
+                    d.influence.trigger
+                } else {
+                    ddl_concerns(d, span.table, db.as_deref())
+                }
+            })
             .collect();
         let pending = self.pending.entry(key.clone()).or_default();
         let mut added_bytes = 0u64;
         let n_rows = fetched.len();
         for row in fetched {
-            while ddls.front().map(|d| d.commit_ts < row.commit_ts).unwrap_or(false) {
+            while ddls
+                .front()
+                .map(|d| d.commit_ts < row.commit_ts)
+                .unwrap_or(false)
+            {
                 if let Some(d) = ddls.pop_front() {
                     items.push(StreamItem::Ddl { ddl: d, handle: 0 });
                 }
@@ -676,7 +846,12 @@ impl Shell {
             self.next_handle += 1;
             let size = row_size(&row);
             added_bytes += size as u64;
-            items.push(StreamItem::Row { commit_ts: row.commit_ts, key: row.key.clone(), handle: h, kind: row.kind });
+            items.push(StreamItem::Row {
+                commit_ts: row.commit_ts,
+                key: row.key.clone(),
+                handle: h,
+                kind: row.kind,
+            });
             pending.insert(h, (row, size));
         }
         for d in ddls {
@@ -690,7 +865,12 @@ impl Shell {
         if let Some(s) = self.subs.get_mut(key) {
             s.cursor = upto;
         }
-        self.local.push_back(Input::Events { cf: key.0.clone(), id: key.1, items, resolved_ts: upto });
+        self.local.push_back(Input::Events {
+            cf: key.0.clone(),
+            id: key.1,
+            items,
+            resolved_ts: upto,
+        });
         self.drain();
     }
 
@@ -737,8 +917,17 @@ impl Shell {
                 })
                 .collect();
             let ddls_after = history.ddls_after(at_ts).to_vec();
-            let snapshot = SchemaSnapshot { at_ts, tables, ddls_after };
-            self.local.push_back(Input::Schema { cf, epoch, snapshot, persisted_epoch });
+            let snapshot = SchemaSnapshot {
+                at_ts,
+                tables,
+                ddls_after,
+            };
+            self.local.push_back(Input::Schema {
+                cf,
+                epoch,
+                snapshot,
+                persisted_epoch,
+            });
         }
         self.drain();
     }
@@ -747,12 +936,19 @@ impl Shell {
 
     fn on_persisted_checkpoint(&mut self, cf: ChangefeedId, ts: Ts) {
         self.persisted.insert(cf.clone(), ts);
-        let due = self.sink_cp_written.get(&cf).map(|(t, at)| ts > *t && at.elapsed() >= SINK_CHECKPOINT_INTERVAL).unwrap_or(true);
+        let due = self
+            .sink_cp_written
+            .get(&cf)
+            .map(|(t, at)| ts > *t && at.elapsed() >= SINK_CHECKPOINT_INTERVAL)
+            .unwrap_or(true);
         if !due {
             return;
         }
-        let Some(uri) = self.worker_uri(&cf) else { return };
-        self.sink_cp_written.insert(cf.clone(), (ts, Instant::now()));
+        let Some(uri) = self.worker_uri(&cf) else {
+            return;
+        };
+        self.sink_cp_written
+            .insert(cf.clone(), (ts, Instant::now()));
         let registry = self.registry.clone();
         tokio::spawn(async move {
             match registry.get(&cf, &uri).await {
@@ -761,7 +957,9 @@ impl Shell {
                         tracing::warn!(changefeed = %cf, "writing the sink checkpoint: {}", scrub(&e.to_string()));
                     }
                 }
-                Err(e) => tracing::warn!(changefeed = %cf, "opening the sink for its checkpoint: {}", scrub(&e.to_string())),
+                Err(e) => {
+                    tracing::warn!(changefeed = %cf, "opening the sink for its checkpoint: {}", scrub(&e.to_string()))
+                }
             }
         });
     }
@@ -772,7 +970,11 @@ impl Shell {
         // was captured one GC interval ago (a changefeed created now starts at the head).
         let min: Option<Option<Ts>> = match self.node.coordinator() {
             Some(c) if c.is_ready() => Some(
-                c.feeds().iter().filter(|f| f.state != sluice_control::coordinator::FeedState::Removed).map(|f| f.checkpoint).min(),
+                c.feeds()
+                    .iter()
+                    .filter(|f| f.state != sluice_control::coordinator::FeedState::Removed)
+                    .map(|f| f.checkpoint)
+                    .min(),
             ),
             _ => self.meta.min_checkpoint(),
         };
@@ -792,12 +994,20 @@ impl Shell {
 
     /// Number of dispatchers running on this node, all changefeeds.
     pub fn dispatcher_count(&self) -> usize {
-        self.node.dispatcher_managers().map(|(_, dm)| dm.dispatchers().len()).sum()
+        self.node
+            .dispatcher_managers()
+            .map(|(_, dm)| dm.dispatchers().len())
+            .sum()
     }
 }
 
 /// Runs the shell until shutdown.
-pub async fn run(mut shell: Shell, mut rx: mpsc::Receiver<ShellMsg>, mut reports: mpsc::UnboundedReceiver<SinkReport>, mut meta_rx: mpsc::UnboundedReceiver<Input>) {
+pub async fn run(
+    mut shell: Shell,
+    mut rx: mpsc::Receiver<ShellMsg>,
+    mut reports: mpsc::UnboundedReceiver<SinkReport>,
+    mut meta_rx: mpsc::UnboundedReceiver<Input>,
+) {
     let mut tick = tokio::time::interval(Duration::from_millis(TICK_MS));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut captured = shell.capture.captured.subscribe();

@@ -32,9 +32,19 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, Mutex};
 
 pub enum SinkJob {
-    Open { span: Span, start_ts: Ts },
-    Rows { batches: Vec<RowBatch>, rows: usize, bytes: usize },
-    Ddl { ddl: DdlEvent, tables: Vec<Arc<TableSchema>> },
+    Open {
+        span: Span,
+        start_ts: Ts,
+    },
+    Rows {
+        batches: Vec<RowBatch>,
+        rows: usize,
+        bytes: usize,
+    },
+    Ddl {
+        ddl: DdlEvent,
+        tables: Vec<Arc<TableSchema>>,
+    },
     Flush,
     Close,
 }
@@ -81,7 +91,11 @@ impl SinkRegistry {
         }
     }
 
-    pub async fn get(&self, cf: &ChangefeedId, uri: &str) -> Result<Arc<dyn Sink>, sluice_sink::SinkError> {
+    pub async fn get(
+        &self,
+        cf: &ChangefeedId,
+        uri: &str,
+    ) -> Result<Arc<dyn Sink>, sluice_sink::SinkError> {
         let mut s = self.sinks.lock().await;
         if let Some((u, sink)) = s.get(cf) {
             if u == uri {
@@ -129,8 +143,20 @@ async fn worker(
     mut rx: mpsc::UnboundedReceiver<SinkJob>,
     report: mpsc::UnboundedSender<SinkReport>,
 ) {
-    let send = |input: Option<Input>, done_rows: usize, done_bytes: usize, written_rows: usize, finished: bool| {
-        let _ = report.send(SinkReport { input, cf: cf.clone(), id, done_rows, done_bytes, written_rows, finished });
+    let send = |input: Option<Input>,
+                done_rows: usize,
+                done_bytes: usize,
+                written_rows: usize,
+                finished: bool| {
+        let _ = report.send(SinkReport {
+            input,
+            cf: cf.clone(),
+            id,
+            done_rows,
+            done_bytes,
+            written_rows,
+            finished,
+        });
     };
     // Whether this session's failure was already reported (only the first error of a failed
     // session is; the later ones are the same failure, returned again as `Earlier`).
@@ -140,7 +166,12 @@ async fn worker(
         if reported.swap(true, Relaxed) && matches!(e, sluice_sink::SinkError::Earlier(_)) {
             return None;
         }
-        Some(Input::SinkError { cf: cf.clone(), id, retryable: e.is_retryable(), message: error_message(&cf, e) })
+        Some(Input::SinkError {
+            cf: cf.clone(),
+            id,
+            retryable: e.is_retryable(),
+            message: error_message(&cf, e),
+        })
     };
     let mut sink: Option<Arc<dyn Sink>> = None;
     let mut ack: Option<sluice_sink::AckReceiver> = None;
@@ -209,7 +240,11 @@ async fn worker(
                     Err(e) => send(err(&e), 0, 0, 0, false),
                 }
             }
-            SinkJob::Rows { batches, rows, bytes } => {
+            SinkJob::Rows {
+                batches,
+                rows,
+                bytes,
+            } => {
                 let Some(s) = &sink else {
                     send(None, rows, bytes, 0, false);
                     continue;
@@ -229,14 +264,34 @@ async fn worker(
             SinkJob::Ddl { ddl, tables } => {
                 let Some(s) = &sink else { continue };
                 match s.write_ddl(id, ddl, tables).await {
-                    Ok(ts) => send(Some(Input::SinkFlushed { cf: cf.clone(), id, ts }), 0, 0, 0, false),
+                    Ok(ts) => send(
+                        Some(Input::SinkFlushed {
+                            cf: cf.clone(),
+                            id,
+                            ts,
+                        }),
+                        0,
+                        0,
+                        0,
+                        false,
+                    ),
                     Err(e) => send(err(&e), 0, 0, 0, false),
                 }
             }
             SinkJob::Flush => {
                 let Some(s) = &sink else { continue };
                 match s.flush(id).await {
-                    Ok(ts) => send(Some(Input::SinkFlushed { cf: cf.clone(), id, ts }), 0, 0, 0, false),
+                    Ok(ts) => send(
+                        Some(Input::SinkFlushed {
+                            cf: cf.clone(),
+                            id,
+                            ts,
+                        }),
+                        0,
+                        0,
+                        0,
+                        false,
+                    ),
                     Err(e) => send(err(&e), 0, 0, 0, false),
                 }
             }
@@ -254,7 +309,13 @@ async fn worker(
                         send(None, rows, bytes, 0, false);
                     }
                 }
-                send(Some(Input::SinkClosed { cf: cf.clone(), id }), 0, 0, 0, true);
+                send(
+                    Some(Input::SinkClosed { cf: cf.clone(), id }),
+                    0,
+                    0,
+                    0,
+                    true,
+                );
                 return;
             }
         }

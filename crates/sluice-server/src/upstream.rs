@@ -46,7 +46,10 @@ pub struct CaptureShared {
 
 impl CaptureShared {
     pub fn history(&self) -> Arc<SchemaHistory> {
-        self.history.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.history
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
     pub fn captured(&self) -> Ts {
         *self.captured.borrow()
@@ -56,7 +59,11 @@ impl CaptureShared {
     pub fn error(&self) -> Option<String> {
         let stopped = self.error.lock().unwrap_or_else(|p| p.into_inner()).clone();
         stopped.or_else(|| {
-            let r = self.retrying.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let r = self
+                .retrying
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
             r.map(|m| scrub(&m))
         })
     }
@@ -67,7 +74,9 @@ impl CaptureShared {
         let mut t = self.times.lock().unwrap_or_else(|p| p.into_inner());
         t.insert(ts, ms);
         while t.len() > MAX_TIME_SAMPLES {
-            let Some(first) = t.keys().next().copied() else { break };
+            let Some(first) = t.keys().next().copied() else {
+                break;
+            };
             t.remove(&first);
         }
     }
@@ -79,7 +88,10 @@ impl CaptureShared {
 }
 
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn history_path(dir: &Path) -> PathBuf {
@@ -96,27 +108,45 @@ pub const SHARED_SNAPSHOT_KEY: &str = "/sluice/schema/snapshot";
 async fn shared_snapshot(etcd: &[String], upstream: &str) -> Result<SchemaHistory, ServerError> {
     use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
     let meta = |e: String| ServerError::Meta(format!("shared schema snapshot in etcd: {e}"));
-    let mut c = tokio::time::timeout(std::time::Duration::from_secs(10), Client::connect(etcd, None))
+    let mut c = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        Client::connect(etcd, None),
+    )
+    .await
+    .map_err(|_| meta(format!("{etcd:?} did not answer within 10 s")))?
+    .map_err(|e| meta(e.to_string()))?;
+    let read = |v: &[u8]| {
+        serde_json::from_slice::<SchemaHistory>(v).map_err(|e| meta(format!("unreadable: {e}")))
+    };
+    let got = c
+        .get(SHARED_SNAPSHOT_KEY, None)
         .await
-        .map_err(|_| meta(format!("{etcd:?} did not answer within 10 s")))?
         .map_err(|e| meta(e.to_string()))?;
-    let read = |v: &[u8]| serde_json::from_slice::<SchemaHistory>(v).map_err(|e| meta(format!("unreadable: {e}")));
-    let got = c.get(SHARED_SNAPSHOT_KEY, None).await.map_err(|e| meta(e.to_string()))?;
     if let Some(kv) = got.kvs().first() {
         return read(kv.value());
     }
-    let h = SchemaHistory::snapshot(upstream)
-        .await
-        .map_err(|e| ServerError::Upstream(format!("upstream schema snapshot failed: {}", scrub(&e.to_string()))))?;
+    let h = SchemaHistory::snapshot(upstream).await.map_err(|e| {
+        ServerError::Upstream(format!(
+            "upstream schema snapshot failed: {}",
+            scrub(&e.to_string())
+        ))
+    })?;
     let value = serde_json::to_vec(&h).map_err(|e| meta(e.to_string()))?;
     let txn = Txn::new()
-        .when(vec![Compare::create_revision(SHARED_SNAPSHOT_KEY, CompareOp::Equal, 0)])
+        .when(vec![Compare::create_revision(
+            SHARED_SNAPSHOT_KEY,
+            CompareOp::Equal,
+            0,
+        )])
         .and_then(vec![TxnOp::put(SHARED_SNAPSHOT_KEY, value, None)]);
     let r = c.txn(txn).await.map_err(|e| meta(e.to_string()))?;
     if r.succeeded() {
         return Ok(h);
     }
-    let got = c.get(SHARED_SNAPSHOT_KEY, None).await.map_err(|e| meta(e.to_string()))?;
+    let got = c
+        .get(SHARED_SNAPSHOT_KEY, None)
+        .await
+        .map_err(|e| meta(e.to_string()))?;
     match got.kvs().first() {
         Some(kv) => read(kv.value()),
         None => Err(meta("published by another node, then gone".into())),
@@ -125,26 +155,48 @@ async fn shared_snapshot(etcd: &[String], upstream: &str) -> Result<SchemaHistor
 
 /// Opens the event store and the schema history (taking a snapshot on the first start; in a
 /// cluster, the snapshot every node shares).
-pub async fn open(data_dir: &Path, upstream: &str, cache_bytes: u64, skip_unparseable: bool, etcd: &[String]) -> Result<Arc<CaptureShared>, ServerError> {
-    let store = EventStore::open(&data_dir.join("events.redb"), StoreConfig { cache_bytes: cache_bytes as usize })
-        .map_err(|e| ServerError::Internal(format!("event store: {e}")))?;
+pub async fn open(
+    data_dir: &Path,
+    upstream: &str,
+    cache_bytes: u64,
+    skip_unparseable: bool,
+    etcd: &[String],
+) -> Result<Arc<CaptureShared>, ServerError> {
+    let store = EventStore::open(
+        &data_dir.join("events.redb"),
+        StoreConfig {
+            cache_bytes: cache_bytes as usize,
+        },
+    )
+    .map_err(|e| ServerError::Internal(format!("event store: {e}")))?;
     let hs = FileSchemaStore(history_path(data_dir));
-    let mut history = match hs.load().await.map_err(|e| ServerError::Internal(scrub(&e.to_string())))? {
+    let mut history = match hs
+        .load()
+        .await
+        .map_err(|e| ServerError::Internal(scrub(&e.to_string())))?
+    {
         Some(h) => h,
         None => {
             let h = if etcd.is_empty() {
-                SchemaHistory::snapshot(upstream)
-                    .await
-                    .map_err(|e| ServerError::Upstream(format!("upstream schema snapshot failed: {}", scrub(&e.to_string()))))?
+                SchemaHistory::snapshot(upstream).await.map_err(|e| {
+                    ServerError::Upstream(format!(
+                        "upstream schema snapshot failed: {}",
+                        scrub(&e.to_string())
+                    ))
+                })?
             } else {
                 shared_snapshot(etcd, upstream).await?
             };
-            hs.save(&h).await.map_err(|e| ServerError::Internal(e.to_string()))?;
+            hs.save(&h)
+                .await
+                .map_err(|e| ServerError::Internal(e.to_string()))?;
             h
         }
     };
     history.skip_unparseable_ddl = skip_unparseable;
-    let captured = Pump::resume_position(&store, &history).ts().unwrap_or(history.snapshot_ts);
+    let captured = Pump::resume_position(&store, &history)
+        .ts()
+        .unwrap_or(history.snapshot_ts);
     let (tx, _) = watch::channel(captured.max(store.resolved()));
     let shared = Arc::new(CaptureShared {
         store: Arc::new(store),
@@ -163,11 +215,20 @@ pub async fn open(data_dir: &Path, upstream: &str, cache_bytes: u64, skip_unpars
 }
 
 /// Starts the capture thread. It stops when `stop` turns true.
-pub fn spawn(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, server_id: u32, stop: watch::Receiver<bool>) -> std::thread::JoinHandle<()> {
+pub fn spawn(
+    shared: Arc<CaptureShared>,
+    data_dir: PathBuf,
+    upstream: String,
+    server_id: u32,
+    stop: watch::Receiver<bool>,
+) -> std::thread::JoinHandle<()> {
     std::thread::Builder::new()
         .name("sluice-capture".into())
         .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
                 Ok(rt) => rt,
                 Err(e) => {
                     shared.set_error(Some(format!("cannot start the capture runtime: {e}")));
@@ -179,7 +240,13 @@ pub fn spawn(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, se
         .unwrap_or_else(|e| panic!("cannot spawn the capture thread: {e}"))
 }
 
-async fn run(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, server_id: u32, mut stop: watch::Receiver<bool>) {
+async fn run(
+    shared: Arc<CaptureShared>,
+    data_dir: PathBuf,
+    upstream: String,
+    server_id: u32,
+    mut stop: watch::Receiver<bool>,
+) {
     let hs: Arc<dyn SchemaStore> = Arc::new(FileSchemaStore(history_path(&data_dir)));
     loop {
         if *stop.borrow() {
@@ -191,11 +258,18 @@ async fn run(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, se
         let mut cfg = ReaderConfig::new(upstream.clone(), server_id, start);
         cfg.retrying = shared.retrying.clone();
         let reader = BinlogReader::new(cfg);
-        let mut pump = Pump::new(Capture::new(reader, history), shared.store.clone(), hs.clone());
+        let mut pump = Pump::new(
+            Capture::new(reader, history),
+            shared.store.clone(),
+            hs.clone(),
+        );
         // A restarted capture clears its error once it got past where it stopped, or ran
         // without one for HEALTHY_AFTER (an idle upstream does not move the store).
         let (restarted, stalled_at) = (std::time::Instant::now(), shared.store.resolved());
-        let mut published = (pump.capture.history.revision, pump.capture.history.repairs.len());
+        let mut published = (
+            pump.capture.history.revision,
+            pump.capture.history.repairs.len(),
+        );
         let err = loop {
             let step = tokio::select! {
                 r = pump.step() => r,
@@ -203,25 +277,42 @@ async fn run(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, se
             };
             match step {
                 Ok(item) => {
-                    if shared.store.resolved() > stalled_at || restarted.elapsed() >= HEALTHY_AFTER {
+                    if shared.store.resolved() > stalled_at || restarted.elapsed() >= HEALTHY_AFTER
+                    {
                         shared.set_error(None);
                     }
                     match &item {
                         Captured::Rows { commit_ts, rows } => {
-                            shared.rows_captured.fetch_add(rows.len() as u64, Ordering::Relaxed);
+                            shared
+                                .rows_captured
+                                .fetch_add(rows.len() as u64, Ordering::Relaxed);
                             shared.txns_captured.fetch_add(1, Ordering::Relaxed);
-                            let ms = rows.first().map(|r| r.commit_time_ms).unwrap_or_else(now_ms);
+                            let ms = rows
+                                .first()
+                                .map(|r| r.commit_time_ms)
+                                .unwrap_or_else(now_ms);
                             shared.sample(*commit_ts, ms);
                         }
                         Captured::Ddl(d) => {
                             shared.ddls_captured.fetch_add(1, Ordering::Relaxed);
                             shared.sample(d.commit_ts, d.commit_time_ms);
-                            *shared.history.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(pump.capture.history.clone());
+                            *shared.history.write().unwrap_or_else(|p| p.into_inner()) =
+                                Arc::new(pump.capture.history.clone());
                         }
-                        Captured::CommitStaged { commit_ts, staged_rows, rows, .. } => {
-                            shared.rows_captured.fetch_add((rows.len() + staged_rows) as u64, Ordering::Relaxed);
+                        Captured::CommitStaged {
+                            commit_ts,
+                            staged_rows,
+                            rows,
+                            ..
+                        } => {
+                            shared
+                                .rows_captured
+                                .fetch_add((rows.len() + staged_rows) as u64, Ordering::Relaxed);
                             shared.txns_captured.fetch_add(1, Ordering::Relaxed);
-                            let ms = rows.first().map(|r| r.commit_time_ms).unwrap_or_else(now_ms);
+                            let ms = rows
+                                .first()
+                                .map(|r| r.commit_time_ms)
+                                .unwrap_or_else(now_ms);
                             shared.sample(*commit_ts, ms);
                         }
                         Captured::Resolved(ts) => shared.sample(*ts, now_ms()),
@@ -259,7 +350,11 @@ async fn run(shared: Arc<CaptureShared>, data_dir: PathBuf, upstream: String, se
 
 /// Versions completed or repaired from the binlog are published like a DDL's (sinks look the
 /// rows' versions up in the shared history), and each repair is logged once.
-fn publish_binlog_definitions(shared: &CaptureShared, h: &SchemaHistory, published: &mut (u64, usize)) {
+fn publish_binlog_definitions(
+    shared: &CaptureShared,
+    h: &SchemaHistory,
+    published: &mut (u64, usize),
+) {
     if h.revision == published.0 {
         return;
     }
@@ -284,9 +379,17 @@ pub const REGIONS_REFRESH: Duration = Duration::from_secs(60);
 /// Feeds `Input::Regions` for every captured table with a routing key: at start, then every
 /// [`REGIONS_REFRESH`], and soon after a DDL (new tables). Regions only steer the split
 /// scheduler; errors are logged and retried at the next round.
-pub async fn regions_task(shared: Arc<CaptureShared>, upstream: String, region_size: u64, tx: tokio::sync::mpsc::Sender<crate::shell::ShellMsg>) {
+pub async fn regions_task(
+    shared: Arc<CaptureShared>,
+    upstream: String,
+    region_size: u64,
+    tx: tokio::sync::mpsc::Sender<crate::shell::ShellMsg>,
+) {
     use sluice_capture::regions::{table_regions, RegionConfig};
-    let cfg = RegionConfig { region_size: region_size.max(1), ..RegionConfig::default() };
+    let cfg = RegionConfig {
+        region_size: region_size.max(1),
+        ..RegionConfig::default()
+    };
     let mut last_ddls = u64::MAX;
     let mut last_full = std::time::Instant::now() - REGIONS_REFRESH;
     loop {
@@ -300,17 +403,25 @@ pub async fn regions_task(shared: Arc<CaptureShared>, upstream: String, region_s
                 Ok(opts) => match mysql_async::Conn::new(opts).await {
                     Ok(mut conn) => {
                         for t in history.tables_at(at) {
-                            if sluice_capture::schema::is_system_schema(&t.database) || t.key_columns.is_empty() {
+                            if sluice_capture::schema::is_system_schema(&t.database)
+                                || t.key_columns.is_empty()
+                            {
                                 continue;
                             }
                             match table_regions(&mut conn, t, &cfg).await {
                                 Ok(regions) => {
-                                    let input = sluice_control::Input::Regions { table: t.table_id, regions };
-                                    if tx.send(crate::shell::ShellMsg::Input(input)).await.is_err() {
+                                    let input = sluice_control::Input::Regions {
+                                        table: t.table_id,
+                                        regions,
+                                    };
+                                    if tx.send(crate::shell::ShellMsg::Input(input)).await.is_err()
+                                    {
                                         return;
                                     }
                                 }
-                                Err(e) => tracing::debug!(table = %t.qualified_name(), "regions: {}", scrub(&e.to_string())),
+                                Err(e) => {
+                                    tracing::debug!(table = %t.qualified_name(), "regions: {}", scrub(&e.to_string()))
+                                }
                             }
                         }
                         let _ = conn.disconnect().await;

@@ -237,7 +237,11 @@ async fn main() {
     line(
         &format!(
             "mysql sink ({}), best of {ROUNDS}",
-            if params.is_empty() { "defaults" } else { &params }
+            if params.is_empty() {
+                "defaults"
+            } else {
+                &params
+            }
         ),
         n,
         best_sink,

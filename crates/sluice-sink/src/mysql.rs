@@ -1298,11 +1298,18 @@ mod tests {
                 let Stmt::Exec(_, params) = st else {
                     panic!("statements only")
                 };
-                assert!(params.len() <= MAX_PLACEHOLDERS, "{} placeholders", params.len());
+                assert!(
+                    params.len() <= MAX_PLACEHOLDERS,
+                    "{} placeholders",
+                    params.len()
+                );
                 bound += params.len();
             }
             assert_eq!(bound, 300 * 300, "every value bound once");
-            assert!(stmts.len() >= 2, "300 rows of 300 columns need two statements");
+            assert!(
+                stmts.len() >= 2,
+                "300 rows of 300 columns need two statements"
+            );
         }
     }
 

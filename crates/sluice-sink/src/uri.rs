@@ -616,12 +616,18 @@ mod tests {
         };
         assert_eq!(c.password.expose(), "hunter2pw");
         assert_eq!(c.worker_count, 2);
-        assert_eq!((c.timeout, c.read_timeout), (DEFAULT_DOWNSTREAM_TIMEOUT, DEFAULT_DOWNSTREAM_TIMEOUT));
+        assert_eq!(
+            (c.timeout, c.read_timeout),
+            (DEFAULT_DOWNSTREAM_TIMEOUT, DEFAULT_DOWNSTREAM_TIMEOUT)
+        );
         let t = SinkUri::parse("mysql://u@h/?read-timeout=30s&timeout=5s").expect("parses");
         let SinkConfig::Mysql(t) = t.config else {
             panic!("mysql")
         };
-        assert_eq!((t.timeout, t.read_timeout), (Duration::from_secs(5), Duration::from_secs(30)));
+        assert_eq!(
+            (t.timeout, t.read_timeout),
+            (Duration::from_secs(5), Duration::from_secs(30))
+        );
         let e = SinkUri::parse("mysql://u@h/?read-timeout=1ms").expect_err("too short");
         assert!(e.to_string().contains("read-timeout"), "{e}");
         let e = SinkUri::parse("mysql://root:hunter2pw@127.0.0.1/?max-txn-row=x").expect_err("bad");

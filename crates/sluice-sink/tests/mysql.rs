@@ -541,7 +541,10 @@ async fn each_ddl_takes_effect_once_even_after_an_ambiguous_crash() {
              INSERT INTO sluice_sink.ddl_ts VALUES ('default', 33, 0, 'x'), ('default', 34, 0, 'x')")
         .expect("plant partitions");
     for (ts, q) in [
-        (33, "ALTER TABLE pt ADD PARTITION (PARTITION c VALUES LESS THAN (30))"),
+        (
+            33,
+            "ALTER TABLE pt ADD PARTITION (PARTITION c VALUES LESS THAN (30))",
+        ),
         (34, "ALTER TABLE pt DROP PARTITION a"),
     ] {
         s.write_ddl(trig2, ddl(ts, DdlKind::AlterTable, q), vec![])
@@ -770,16 +773,34 @@ async fn an_unanswered_write_times_out_is_killed_and_is_retryable() {
     let db = MariaDb::start().expect("mariadb");
     db.exec("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64))")
         .expect("ddl");
-    let s = sink(&db, "worker-count=1&read-timeout=1s&max-retries=1&retry-backoff=10ms").await;
+    let s = sink(
+        &db,
+        "worker-count=1&read-timeout=1s&max-retries=1&retry-backoff=10ms",
+    )
+    .await;
     let schema = Arc::new(simple_schema("d", "t", 1, 1));
     let mut locker = mysql_async::Conn::from_url(db.url()).await.expect("locker");
     locker.query_drop("BEGIN").await.expect("begin");
-    locker.query_drop("INSERT INTO d.t VALUES (1, 'locker'), (2, 'locker')").await.expect("lock rows");
+    locker
+        .query_drop("INSERT INTO d.t VALUES (1, 'locker'), (2, 'locker')")
+        .await
+        .expect("lock rows");
     let d = DispatcherId { epoch: 1, seq: 1 };
-    s.open(d, Span::whole_table(TableId(1)), 0).await.expect("open");
-    let rows: Vec<RowEvent> = (1..=40).map(|i| simple_insert(&schema, i, "x", 10, 0)).collect();
+    s.open(d, Span::whole_table(TableId(1)), 0)
+        .await
+        .expect("open");
+    let rows: Vec<RowEvent> = (1..=40)
+        .map(|i| simple_insert(&schema, i, "x", 10, 0))
+        .collect();
     let write = async {
-        s.write_rows(d, RowBatch { schema: schema.clone(), rows: rows.clone() }).await?;
+        s.write_rows(
+            d,
+            RowBatch {
+                schema: schema.clone(),
+                rows: rows.clone(),
+            },
+        )
+        .await?;
         s.flush(d).await
     };
     let e = tokio::time::timeout(std::time::Duration::from_secs(40), write)
@@ -788,26 +809,56 @@ async fn an_unanswered_write_times_out_is_killed_and_is_retryable() {
         .expect_err("a locked table cannot be written");
     assert!(e.is_retryable(), "{e}");
     let msg = e.to_string();
-    assert!(msg.contains("read-timeout") && msg.contains("killed"), "{msg}");
+    assert!(
+        msg.contains("read-timeout") && msg.contains("killed"),
+        "{msg}"
+    );
     // Nothing of the sink is left waiting on the server (kills are asynchronous: wait a little).
     let mut waiting = String::new();
     for _ in 0..100 {
         waiting = db
-            .query_one("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
+            .query_one(
+                "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
+            )
             .expect("innodb_trx");
         if waiting == "0" {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    assert_eq!(waiting, "0", "a killed statement is still waiting on the server");
-    locker.query_drop("ROLLBACK").await.expect("release the rows");
+    assert_eq!(
+        waiting, "0",
+        "a killed statement is still waiting on the server"
+    );
+    locker
+        .query_drop("ROLLBACK")
+        .await
+        .expect("release the rows");
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    assert_eq!(db.query_one("SELECT COUNT(*) FROM d.t").expect("count"), "0", "a timed-out write committed later");
+    assert_eq!(
+        db.query_one("SELECT COUNT(*) FROM d.t").expect("count"),
+        "0",
+        "a timed-out write committed later"
+    );
     s.close(d).await;
     let d2 = DispatcherId { epoch: 1, seq: 2 };
-    s.open(d2, Span::whole_table(TableId(1)), 0).await.expect("open again");
-    s.write_rows(d2, RowBatch { schema: schema.clone(), rows }).await.expect("write");
-    s.flush(d2).await.expect("flush once the downstream answers");
-    assert_eq!(db.query_one("SELECT COUNT(*) FROM d.t").expect("count"), "40");
+    s.open(d2, Span::whole_table(TableId(1)), 0)
+        .await
+        .expect("open again");
+    s.write_rows(
+        d2,
+        RowBatch {
+            schema: schema.clone(),
+            rows,
+        },
+    )
+    .await
+    .expect("write");
+    s.flush(d2)
+        .await
+        .expect("flush once the downstream answers");
+    assert_eq!(
+        db.query_one("SELECT COUNT(*) FROM d.t").expect("count"),
+        "40"
+    );
 }

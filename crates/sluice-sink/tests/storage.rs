@@ -624,7 +624,9 @@ async fn partitioned_rows_go_to_their_partition_directory() {
         .expect("sink");
         let s = range_partitioned(true);
         let d = DispatcherId { epoch: 1, seq: 1 };
-        sink.open(d, Span::whole_table(s.table_id), 299).await.expect("open");
+        sink.open(d, Span::whole_table(s.table_id), 299)
+            .await
+            .expect("open");
         // An update moving a keyless row from `lo` to `hi` is a delete in `lo` and an insert in `hi`.
         let mut moved = simple_insert(&s, 12, "moved", 302, FEB01);
         moved.kind = RowKind::Update;
@@ -634,16 +636,40 @@ async fn partitioned_rows_go_to_their_partition_directory() {
             simple_insert(&s, 42, "x", 301, FEB01),
             moved,
         ];
-        sink.write_rows(d, RowBatch { schema: s.clone(), rows }).await.expect("write");
+        sink.write_rows(
+            d,
+            RowBatch {
+                schema: s.clone(),
+                rows,
+            },
+        )
+        .await
+        .expect("write");
         sink.flush(d).await.expect("flush");
         let store = sink.store();
-        let paths: Vec<String> = list(&store).await.into_iter().filter(|p| p.ends_with(".csv")).collect();
+        let paths: Vec<String> = list(&store)
+            .await
+            .into_iter()
+            .filter(|p| p.ends_with(".csv"))
+            .collect();
         if expect_dirs {
-            assert_eq!(paths, vec!["shop/parts/300/0/CDC000001.csv", "shop/parts/300/1/CDC000001.csv"]);
+            assert_eq!(
+                paths,
+                vec![
+                    "shop/parts/300/0/CDC000001.csv",
+                    "shop/parts/300/1/CDC000001.csv"
+                ]
+            );
             let lo = read(&store, "shop/parts/300/0/CDC000001.csv").await;
             let hi = read(&store, "shop/parts/300/1/CDC000001.csv").await;
-            assert_eq!(lo, "\"I\",\"parts\",\"shop\",3,\"c\"\r\n\"D\",\"parts\",\"shop\",3,\"c\"\r\n");
-            assert_eq!(hi, "\"I\",\"parts\",\"shop\",42,\"x\"\r\n\"I\",\"parts\",\"shop\",12,\"moved\"\r\n");
+            assert_eq!(
+                lo,
+                "\"I\",\"parts\",\"shop\",3,\"c\"\r\n\"D\",\"parts\",\"shop\",3,\"c\"\r\n"
+            );
+            assert_eq!(
+                hi,
+                "\"I\",\"parts\",\"shop\",42,\"x\"\r\n\"I\",\"parts\",\"shop\",12,\"moved\"\r\n"
+            );
         } else {
             assert_eq!(paths, vec!["shop/parts/300/CDC000001.csv"]);
             let all = read(&store, "shop/parts/300/CDC000001.csv").await;
@@ -656,15 +682,29 @@ async fn partitioned_rows_go_to_their_partition_directory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_that_cannot_be_placed_is_a_fatal_error_naming_the_table() {
     let dir = tempdir("parts-unsupported");
-    let sink = StorageSink::open_storage(storage_cfg(&format!("file://{}?date-separator=none", dir.display())))
-        .expect("sink");
+    let sink = StorageSink::open_storage(storage_cfg(&format!(
+        "file://{}?date-separator=none",
+        dir.display()
+    )))
+    .expect("sink");
     let mut s = simple_schema("shop", "odd", 8, 300);
-    s.partitioning = Some(Partitioning::unsupported("PARTITION BY SYSTEM_TIME", "SYSTEM_TIME partitioning is not modelled"));
+    s.partitioning = Some(Partitioning::unsupported(
+        "PARTITION BY SYSTEM_TIME",
+        "SYSTEM_TIME partitioning is not modelled",
+    ));
     let s = Arc::new(s);
     let d = DispatcherId { epoch: 1, seq: 2 };
-    sink.open(d, Span::whole_table(s.table_id), 299).await.expect("open");
+    sink.open(d, Span::whole_table(s.table_id), 299)
+        .await
+        .expect("open");
     let r = sink
-        .write_rows(d, RowBatch { schema: s.clone(), rows: vec![simple_insert(&s, 1, "a", 301, FEB01)] })
+        .write_rows(
+            d,
+            RowBatch {
+                schema: s.clone(),
+                rows: vec![simple_insert(&s, 1, "a", 301, FEB01)],
+            },
+        )
         .await;
     let e = match r {
         Err(e) => e,
@@ -672,7 +712,18 @@ async fn a_row_that_cannot_be_placed_is_a_fatal_error_naming_the_table() {
     };
     assert!(!e.is_retryable(), "{e}");
     let msg = e.to_string();
-    assert!(msg.contains("shop.odd") && msg.contains("SYSTEM_TIME") && msg.contains("enable-partition-separator=false"), "{msg}");
-    assert!(list(&sink.store()).await.iter().all(|p| !p.ends_with(".csv")), "nothing written");
+    assert!(
+        msg.contains("shop.odd")
+            && msg.contains("SYSTEM_TIME")
+            && msg.contains("enable-partition-separator=false"),
+        "{msg}"
+    );
+    assert!(
+        list(&sink.store())
+            .await
+            .iter()
+            .all(|p| !p.ends_with(".csv")),
+        "nothing written"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -48,13 +48,25 @@ fn free_port() -> Result<u16> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .map_err(|source| EtcdError::Io { what: "finding a free port".into(), source })
+        .map_err(|source| EtcdError::Io {
+            what: "finding a free port".into(),
+            source,
+        })
 }
 
 fn healthy(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500)) else { return false };
+    let Ok(mut s) =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500))
+    else {
+        return false;
+    };
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").as_bytes()).is_err() {
+    if s.write_all(
+        format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .is_err()
+    {
         return false;
     }
     let mut buf = String::new();
@@ -70,12 +82,25 @@ impl Etcd {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let mut last = String::new();
         for _ in 0..PORT_RETRIES {
-            let dir = std::env::temp_dir().join(format!("sluice-etcd-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+            let dir = std::env::temp_dir().join(format!(
+                "sluice-etcd-{}-{}",
+                std::process::id(),
+                SEQ.fetch_add(1, Ordering::Relaxed)
+            ));
             let _ = fs::remove_dir_all(&dir);
-            fs::create_dir_all(&dir).map_err(|source| EtcdError::Io { what: format!("creating {}", dir.display()), source })?;
+            fs::create_dir_all(&dir).map_err(|source| EtcdError::Io {
+                what: format!("creating {}", dir.display()),
+                source,
+            })?;
             let (cp, pp) = (free_port()?, free_port()?);
-            let log = fs::File::create(dir.join("etcd.log")).map_err(|source| EtcdError::Io { what: "creating the log".into(), source })?;
-            let log2 = log.try_clone().map_err(|source| EtcdError::Io { what: "cloning the log".into(), source })?;
+            let log = fs::File::create(dir.join("etcd.log")).map_err(|source| EtcdError::Io {
+                what: "creating the log".into(),
+                source,
+            })?;
+            let log2 = log.try_clone().map_err(|source| EtcdError::Io {
+                what: "cloning the log".into(),
+                source,
+            })?;
             let client = format!("http://127.0.0.1:{cp}");
             let peer = format!("http://127.0.0.1:{pp}");
             let child = Command::new(ETCD)
@@ -87,18 +112,31 @@ impl Etcd {
                 .arg(format!("--initial-advertise-peer-urls={peer}"))
                 .arg(format!("--initial-cluster=sluice-test={peer}"))
                 .arg("--auto-compaction-mode=revision")
-                .arg(format!("--auto-compaction-retention={COMPACTION_RETENTION}"))
+                .arg(format!(
+                    "--auto-compaction-retention={COMPACTION_RETENTION}"
+                ))
                 .stdout(Stdio::from(log))
                 .stderr(Stdio::from(log2))
                 .spawn()
-                .map_err(|source| EtcdError::Io { what: "spawning etcd".into(), source })?;
-            let mut e = Etcd { child: Some(child), dir, client_port: cp };
+                .map_err(|source| EtcdError::Io {
+                    what: "spawning etcd".into(),
+                    source,
+                })?;
+            let mut e = Etcd {
+                child: Some(child),
+                dir,
+                client_port: cp,
+            };
             let deadline = Instant::now() + START_TIMEOUT;
             loop {
                 if healthy(cp) {
                     return Ok(e);
                 }
-                let exited = e.child.as_mut().and_then(|c| c.try_wait().ok().flatten()).is_some();
+                let exited = e
+                    .child
+                    .as_mut()
+                    .and_then(|c| c.try_wait().ok().flatten())
+                    .is_some();
                 if exited || Instant::now() > deadline {
                     last = e.log_tail();
                     break;

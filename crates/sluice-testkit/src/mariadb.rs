@@ -132,9 +132,9 @@ fn is_root() -> bool {
     fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0") || l.split_whitespace().nth(1) == Some("0"))
+            s.lines().find(|l| l.starts_with("Uid:")).map(|l| {
+                l.split_whitespace().nth(2) == Some("0") || l.split_whitespace().nth(1) == Some("0")
+            })
         })
         .unwrap_or(false)
 }
@@ -174,11 +174,18 @@ fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
 
 /// Removes directories left behind by test processes that no longer run (killed before Drop).
 fn remove_stale_dirs() {
-    let Ok(entries) = fs::read_dir(tmp_root()) else { return };
+    let Ok(entries) = fs::read_dir(tmp_root()) else {
+        return;
+    };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let rest = name.strip_prefix("sluice-mdb-tpl-").or_else(|| name.strip_prefix("sluice-mdb-"));
-        let Some(pid) = rest.and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok()) else {
+        let rest = name
+            .strip_prefix("sluice-mdb-tpl-")
+            .or_else(|| name.strip_prefix("sluice-mdb-"));
+        let Some(pid) = rest
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
             continue;
         };
         if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
@@ -203,7 +210,9 @@ fn install_template() -> std::result::Result<PathBuf, String> {
         .arg("--auth-root-authentication-method=normal")
         .arg("--skip-test-db")
         .stdin(Stdio::null());
-    let out = cmd.output().map_err(|e| format!("running mariadb-install-db: {e}"))?;
+    let out = cmd
+        .output()
+        .map_err(|e| format!("running mariadb-install-db: {e}"))?;
     if !out.status.success() {
         return Err(format!(
             "exit {}: {}{}",
@@ -220,7 +229,9 @@ fn template() -> Result<PathBuf> {
     TEMPLATE
         .get_or_init(|| {
             // One retry: an install can fail on a transient resource problem.
-            install_template().or_else(|first| install_template().map_err(|second| format!("{first}\nretry: {second}")))
+            install_template().or_else(|first| {
+                install_template().map_err(|second| format!("{first}\nretry: {second}"))
+            })
         })
         .clone()
         .map_err(MariaDbError::Install)
@@ -228,7 +239,9 @@ fn template() -> Result<PathBuf> {
 
 fn free_port() -> Result<u16> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(io_err("binding a free port"))?;
-    Ok(l.local_addr().map_err(io_err("reading the bound port"))?.port())
+    Ok(l.local_addr()
+        .map_err(io_err("reading the bound port"))?
+        .port())
 }
 
 fn log_tail(path: &Path) -> String {
@@ -259,8 +272,14 @@ impl MariaDb {
             .unwrap_or(0);
         let dir = tmp_root().join(format!("sluice-mdb-{}-{n}-{nanos:x}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        copy_dir(&tpl, &dir.join("data")).map_err(io_err(format!("copying the template to {}", dir.display())))?;
-        let mut db = MariaDb { dir, port: 0, opts, child: None };
+        copy_dir(&tpl, &dir.join("data"))
+            .map_err(io_err(format!("copying the template to {}", dir.display())))?;
+        let mut db = MariaDb {
+            dir,
+            port: 0,
+            opts,
+            child: None,
+        };
         fs::create_dir_all(db.tmpdir()).map_err(io_err("creating the tmpdir"))?;
         for _ in 0..PORT_RETRIES {
             db.port = free_port()?;
@@ -272,7 +291,9 @@ impl MariaDb {
                 Attempt::PortTaken => continue,
             }
         }
-        Err(MariaDbError::Start(format!("no free port after {PORT_RETRIES} attempts")))
+        Err(MariaDbError::Start(format!(
+            "no free port after {PORT_RETRIES} attempts"
+        )))
     }
 
     fn args(&self) -> Vec<String> {
@@ -281,7 +302,10 @@ impl MariaDb {
         v.push(format!("--datadir={}", self.datadir().display()));
         v.push(format!("--tmpdir={}", self.tmpdir().display()));
         v.push(format!("--socket={}", self.socket().display()));
-        v.push(format!("--pid-file={}", self.dir.join("mariadbd.pid").display()));
+        v.push(format!(
+            "--pid-file={}",
+            self.dir.join("mariadbd.pid").display()
+        ));
         v.push(format!("--log-error={}", self.error_log().display()));
         v.push(format!("--port={}", self.port));
         v.push("--bind-address=127.0.0.1".into());
@@ -306,7 +330,10 @@ impl MariaDb {
         v.push(format!("--binlog-row-image={}", o.row_image));
         v.push(format!("--binlog-row-metadata={}", o.row_metadata));
         v.push(format!("--binlog-checksum={}", o.checksum));
-        v.push(format!("--log-bin-compress={}", if o.compress { "ON" } else { "OFF" }));
+        v.push(format!(
+            "--log-bin-compress={}",
+            if o.compress { "ON" } else { "OFF" }
+        ));
         v.extend(o.extra_args.iter().cloned());
         v
     }
@@ -324,10 +351,14 @@ impl MariaDb {
         loop {
             if let Some(status) = child.try_wait().map_err(io_err("waiting for mariadbd"))? {
                 let log = log_tail(&self.error_log());
-                if log.contains("Address already in use") || log.contains("Can't start server: Bind") {
+                if log.contains("Address already in use")
+                    || log.contains("Can't start server: Bind")
+                {
                     return Ok(Attempt::PortTaken);
                 }
-                return Err(MariaDbError::Start(format!("mariadbd exited with {status}; error log:\n{log}")));
+                return Err(MariaDbError::Start(format!(
+                    "mariadbd exited with {status}; error log:\n{log}"
+                )));
             }
             if self.accepts_connections() {
                 return Ok(Attempt::Ready(child));
@@ -349,7 +380,9 @@ impl MariaDb {
         if !self.socket().exists() {
             return false;
         }
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else { return false };
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
         let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
         let mut hdr = [0u8; 5];
         // Packet header (3 bytes length, 1 byte seq) then protocol version 10 (0xff = error).
@@ -433,9 +466,13 @@ impl MariaDb {
                 sql: sql.to_string(),
                 stderr: "no stdin".into(),
             })?;
-            stdin.write_all(sql.as_bytes()).map_err(io_err("writing SQL to the client"))?;
+            stdin
+                .write_all(sql.as_bytes())
+                .map_err(io_err("writing SQL to the client"))?;
         }
-        let out = child.wait_with_output().map_err(io_err("waiting for the mariadb client"))?;
+        let out = child
+            .wait_with_output()
+            .map_err(io_err("waiting for the mariadb client"))?;
         if !out.status.success() {
             return Err(MariaDbError::Sql {
                 sql: sql.to_string(),
@@ -454,7 +491,10 @@ impl MariaDb {
             .into_iter()
             .next()
             .and_then(|r| r.into_iter().next())
-            .ok_or_else(|| MariaDbError::Sql { sql: sql.into(), stderr: "no rows".into() })
+            .ok_or_else(|| MariaDbError::Sql {
+                sql: sql.into(),
+                stderr: "no rows".into(),
+            })
     }
 
     /// `(file, position)` from `SHOW MASTER STATUS`.
@@ -478,7 +518,9 @@ impl MariaDb {
                 loop {
                     match child.try_wait() {
                         Ok(Some(_)) => break,
-                        Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+                        Ok(None) if Instant::now() < deadline => {
+                            std::thread::sleep(Duration::from_millis(50))
+                        }
                         _ => {
                             let _ = child.kill();
                             let _ = child.wait();
@@ -507,9 +549,14 @@ impl MariaDb {
                     return Ok(());
                 }
                 // Keep the port (clients hold the url); someone else holds it briefly.
-                Attempt::PortTaken if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+                Attempt::PortTaken if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(200))
+                }
                 Attempt::PortTaken => {
-                    return Err(MariaDbError::Start(format!("port {} stayed taken", self.port)));
+                    return Err(MariaDbError::Start(format!(
+                        "port {} stayed taken",
+                        self.port
+                    )));
                 }
             }
         }
@@ -548,16 +595,30 @@ mod tests {
         let rows = db
             .query("SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@binlog_row_metadata, @@port")
             .expect("query");
-        assert_eq!(rows, vec![vec!["1", "ROW", "FULL", "FULL", &db.port().to_string()]]);
+        assert_eq!(
+            rows,
+            vec![vec!["1", "ROW", "FULL", "FULL", &db.port().to_string()]]
+        );
         db.exec("CREATE DATABASE d; CREATE TABLE d.t (id INT PRIMARY KEY); INSERT INTO d.t VALUES (1),(2)")
             .expect("exec");
-        assert_eq!(db.query_one("SELECT COUNT(*) FROM d.t").expect("count"), "2");
+        assert_eq!(
+            db.query_one("SELECT COUNT(*) FROM d.t").expect("count"),
+            "2"
+        );
         let (file, pos) = db.master_status().expect("status");
         assert_eq!(file, "mysql-bin.000001");
         assert!(pos > 4);
         // TCP login as root without a password works (what url() promises).
         let out = Command::new("mariadb")
-            .args(["--no-defaults", "-h127.0.0.1", &format!("-P{}", db.port()), "-uroot", "-N", "-e", "SELECT 7"])
+            .args([
+                "--no-defaults",
+                "-h127.0.0.1",
+                &format!("-P{}", db.port()),
+                "-uroot",
+                "-N",
+                "-e",
+                "SELECT 7",
+            ])
             .output()
             .expect("client");
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
@@ -566,17 +627,27 @@ mod tests {
     #[test]
     fn parallel_instances_and_wrong_settings() {
         let a = std::thread::spawn(|| {
-            MariaDb::start_with(Options { binlog: BinlogMode::Off, ..Options::default() }).expect("start off")
+            MariaDb::start_with(Options {
+                binlog: BinlogMode::Off,
+                ..Options::default()
+            })
+            .expect("start off")
         });
         let b = std::thread::spawn(|| {
-            MariaDb::start_with(Options { binlog: BinlogMode::Statement, ..Options::default() })
-                .expect("start stmt")
+            MariaDb::start_with(Options {
+                binlog: BinlogMode::Statement,
+                ..Options::default()
+            })
+            .expect("start stmt")
         });
         let a = a.join().expect("join");
         let b = b.join().expect("join");
         assert_ne!(a.port(), b.port());
         assert_eq!(a.query_one("SELECT @@log_bin").expect("q"), "0");
-        assert_eq!(b.query_one("SELECT @@binlog_format").expect("q"), "STATEMENT");
+        assert_eq!(
+            b.query_one("SELECT @@binlog_format").expect("q"),
+            "STATEMENT"
+        );
         let dir = a.dir().to_path_buf();
         drop(a);
         assert!(!dir.exists(), "drop removes the directory");

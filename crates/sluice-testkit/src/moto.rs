@@ -48,7 +48,10 @@ pub enum MotoError {
     #[error("moto_server did not start: {0}")]
     Start(String),
     #[error("HTTP request {request} failed: {status_line}")]
-    Http { request: String, status_line: String },
+    Http {
+        request: String,
+        status_line: String,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, MotoError>;
@@ -96,7 +99,10 @@ fn moto_binary() -> Result<String> {
 
 fn free_port() -> Result<u16> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(io_err("binding port 0"))?;
-    let port = l.local_addr().map_err(io_err("reading local address"))?.port();
+    let port = l
+        .local_addr()
+        .map_err(io_err("reading local address"))?
+        .port();
     Ok(port)
 }
 
@@ -129,7 +135,12 @@ impl Moto {
                 .stderr(logf2)
                 .spawn()
                 .map_err(io_err("spawning moto_server"))?;
-            let mut moto = Moto { dir: dir.clone(), port, bucket: bucket.to_string(), child: Some(child) };
+            let mut moto = Moto {
+                dir: dir.clone(),
+                port,
+                bucket: bucket.to_string(),
+                child: Some(child),
+            };
             match moto.wait_ready() {
                 Ok(()) => {
                     moto.create_bucket(bucket)?;
@@ -159,7 +170,9 @@ impl Moto {
                 }
             }
             if Instant::now() > deadline {
-                return Err(MotoError::Start(format!("not ready after {START_TIMEOUT:?}")));
+                return Err(MotoError::Start(format!(
+                    "not ready after {START_TIMEOUT:?}"
+                )));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -167,17 +180,24 @@ impl Moto {
 
     /// Sends one HTTP/1.1 request with an empty body; returns the status line and the body.
     fn http(&self, method: &str, path: &str) -> Result<(String, String)> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).map_err(io_err("connecting to moto"))?;
-        s.set_read_timeout(Some(Duration::from_secs(30))).map_err(io_err("setting timeout"))?;
+        let mut s =
+            TcpStream::connect(("127.0.0.1", self.port)).map_err(io_err("connecting to moto"))?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))
+            .map_err(io_err("setting timeout"))?;
         let req = format!(
             "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
             self.port
         );
-        s.write_all(req.as_bytes()).map_err(io_err("writing request"))?;
+        s.write_all(req.as_bytes())
+            .map_err(io_err("writing request"))?;
         let mut resp = String::new();
-        s.read_to_string(&mut resp).map_err(io_err("reading response"))?;
+        s.read_to_string(&mut resp)
+            .map_err(io_err("reading response"))?;
         let status = resp.lines().next().unwrap_or_default().to_string();
-        let body = resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        let body = resp
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
         Ok((status, body))
     }
 
@@ -187,7 +207,10 @@ impl Moto {
         if status.contains(" 200") {
             Ok(())
         } else {
-            Err(MotoError::Http { request: format!("PUT /{bucket}"), status_line: status })
+            Err(MotoError::Http {
+                request: format!("PUT /{bucket}"),
+                status_line: status,
+            })
         }
     }
 
@@ -252,6 +275,9 @@ mod tests {
         assert!(body.contains("<Name>sluice-b1</Name>"), "{body}");
         let port = m.port();
         drop(m);
-        assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "server still up after drop");
+        assert!(
+            TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "server still up after drop"
+        );
     }
 }

@@ -18,4 +18,4 @@ pub use error_class::{server_error_class, ErrorClass};
 pub use event::*;
 pub use ids::*;
 pub use key::*;
-pub use partition::{Partitioning, PartitionError};
+pub use partition::{PartitionError, Partitioning};

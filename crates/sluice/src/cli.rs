@@ -151,20 +151,32 @@ enum CliError {
 fn read_config(p: &Option<std::path::PathBuf>) -> Result<Option<String>, CliError> {
     match p {
         None => Ok(None),
-        Some(p) => std::fs::read_to_string(p).map(Some).map_err(|e| CliError::Usage(format!("cannot read {}: {e}", p.display()))),
+        Some(p) => std::fs::read_to_string(p)
+            .map(Some)
+            .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", p.display()))),
     }
 }
 
 fn call(server: &str, method: &str, path: &str, body: Option<Value>) -> Result<Value, CliError> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| CliError::Usage(e.to_string()))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Usage(e.to_string()))?;
     let body = body.map(|b| b.to_string().into_bytes());
     let r = rt
-        .block_on(client::request(server, method, path, body.as_deref(), CALL_TIMEOUT))
+        .block_on(client::request(
+            server,
+            method,
+            path,
+            body.as_deref(),
+            CALL_TIMEOUT,
+        ))
         .map_err(|e| CliError::Usage(e.to_string()))?;
     let v: Value = if r.body.is_empty() {
         json!({})
     } else {
-        serde_json::from_slice(&r.body).unwrap_or_else(|_| json!({"error_msg": String::from_utf8_lossy(&r.body)}))
+        serde_json::from_slice(&r.body)
+            .unwrap_or_else(|_| json!({"error_msg": String::from_utf8_lossy(&r.body)}))
     };
     if r.status >= 400 {
         return Err(CliError::Refused(v));
@@ -187,17 +199,32 @@ fn table(rows: &[Value], cols: &[&str]) -> String {
     for r in rows {
         grid.push(cols.iter().map(|c| cell(&r[*c])).collect());
     }
-    let widths: Vec<usize> = (0..cols.len()).map(|i| grid.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..cols.len())
+        .map(|i| grid.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
     let mut out = String::new();
     for r in grid {
-        let line: Vec<String> = r.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths[i])).collect();
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
         out.push_str(line.join("  ").trim_end());
         out.push('\n');
     }
     out
 }
 
-const FEED_COLS: &[&str] = &["id", "state", "checkpoint_ts", "checkpoint_time", "resolved_ts", "maintainer_addr", "restarts", "error"];
+const FEED_COLS: &[&str] = &[
+    "id",
+    "state",
+    "checkpoint_ts",
+    "checkpoint_time",
+    "resolved_ts",
+    "maintainer_addr",
+    "restarts",
+    "error",
+];
 
 fn render(v: &Value, cols: &[&str]) -> String {
     if let Some(items) = v["items"].as_array() {
@@ -224,21 +251,39 @@ pub fn run(a: CliArgs) -> ExitCode {
     let id_path = |id: &CfId, tail: &str| format!("/api/v2/changefeeds/{}{tail}", id.changefeed_id);
     let result: Result<(Value, &[&str]), CliError> = (|| match a.command {
         CliCommand::Changefeed(c) => match c {
-            Changefeed::Create { id, sink_uri, start_ts, start_position, start_gtid, config } => {
+            Changefeed::Create {
+                id,
+                sink_uri,
+                start_ts,
+                start_position,
+                start_gtid,
+                config,
+            } => {
                 register_url(&sink_uri);
                 let cfg = read_config(&config)?;
                 let body = json!({
                     "changefeed_id": id.changefeed_id, "sink_uri": sink_uri, "start_ts": start_ts,
                     "start_position": start_position, "start_gtid": start_gtid, "config": cfg,
                 });
-                Ok((call(&s, "POST", "/api/v2/changefeeds", Some(body))?, FEED_COLS))
+                Ok((
+                    call(&s, "POST", "/api/v2/changefeeds", Some(body))?,
+                    FEED_COLS,
+                ))
             }
             Changefeed::List => Ok((call(&s, "GET", "/api/v2/changefeeds", None)?, FEED_COLS)),
             Changefeed::Query(id) => Ok((call(&s, "GET", &id_path(&id, ""), None)?, FEED_COLS)),
-            Changefeed::Pause(id) => Ok((call(&s, "POST", &id_path(&id, "/pause"), None)?, FEED_COLS)),
-            Changefeed::Resume(id) => Ok((call(&s, "POST", &id_path(&id, "/resume"), None)?, FEED_COLS)),
+            Changefeed::Pause(id) => {
+                Ok((call(&s, "POST", &id_path(&id, "/pause"), None)?, FEED_COLS))
+            }
+            Changefeed::Resume(id) => {
+                Ok((call(&s, "POST", &id_path(&id, "/resume"), None)?, FEED_COLS))
+            }
             Changefeed::Remove(id) => Ok((call(&s, "DELETE", &id_path(&id, ""), None)?, FEED_COLS)),
-            Changefeed::Update { id, sink_uri, config } => {
+            Changefeed::Update {
+                id,
+                sink_uri,
+                config,
+            } => {
                 if let Some(u) = &sink_uri {
                     register_url(u);
                 }
@@ -246,48 +291,126 @@ pub fn run(a: CliArgs) -> ExitCode {
                 let body = json!({"sink_uri": sink_uri, "config": cfg});
                 Ok((call(&s, "PUT", &id_path(&id, ""), Some(body))?, FEED_COLS))
             }
-            Changefeed::Tables(id) => Ok((call(&s, "GET", &id_path(&id, "/tables"), None)?, &["node_id", "table_ids", "table_names"][..])),
+            Changefeed::Tables(id) => Ok((
+                call(&s, "GET", &id_path(&id, "/tables"), None)?,
+                &["node_id", "table_ids", "table_names"][..],
+            )),
             Changefeed::Spans(id) => Ok((
                 call(&s, "GET", &id_path(&id, "/spans"), None)?,
-                &["table_id", "table_name", "node_id", "state", "checkpoint_ts", "operator", "start_key", "end_key"][..],
+                &[
+                    "table_id",
+                    "table_name",
+                    "node_id",
+                    "state",
+                    "checkpoint_ts",
+                    "operator",
+                    "start_key",
+                    "end_key",
+                ][..],
             )),
             Changefeed::Dispatchers(id) => Ok((
                 call(&s, "GET", &id_path(&id, "/dispatchers"), None)?,
-                &["node_id", "dispatcher_id", "table_id", "state", "checkpoint_ts", "is_trigger"][..],
+                &[
+                    "node_id",
+                    "dispatcher_id",
+                    "table_id",
+                    "state",
+                    "checkpoint_ts",
+                    "is_trigger",
+                ][..],
             )),
-            Changefeed::MoveTable { id, table_id, target_node_id } => Ok((
-                call(&s, "POST", &id_path(&id, "/move_table"), Some(json!({"table_id": table_id, "target_node_id": target_node_id})))?,
+            Changefeed::MoveTable {
+                id,
+                table_id,
+                target_node_id,
+            } => Ok((
+                call(
+                    &s,
+                    "POST",
+                    &id_path(&id, "/move_table"),
+                    Some(json!({"table_id": table_id, "target_node_id": target_node_id})),
+                )?,
                 &[][..],
             )),
-            Changefeed::SplitTable { id, table_id, spans } => Ok((
-                call(&s, "POST", &id_path(&id, "/split_table"), Some(json!({"table_id": table_id, "spans": spans})))?,
+            Changefeed::SplitTable {
+                id,
+                table_id,
+                spans,
+            } => Ok((
+                call(
+                    &s,
+                    "POST",
+                    &id_path(&id, "/split_table"),
+                    Some(json!({"table_id": table_id, "spans": spans})),
+                )?,
                 &[][..],
             )),
-            Changefeed::MergeTable { id, table_id } => {
-                Ok((call(&s, "POST", &id_path(&id, "/merge_table"), Some(json!({"table_id": table_id})))?, &[][..]))
-            }
+            Changefeed::MergeTable { id, table_id } => Ok((
+                call(
+                    &s,
+                    "POST",
+                    &id_path(&id, "/merge_table"),
+                    Some(json!({"table_id": table_id})),
+                )?,
+                &[][..],
+            )),
         },
         CliCommand::Capture(c) => {
             let cols: &[&str] = &["id", "address", "is_owner", "cordoned", "draining"];
             match c {
                 Capture::List => Ok((call(&s, "GET", "/api/v2/captures", None)?, cols)),
-                Capture::Cordon { capture_id } => Ok((call(&s, "POST", &format!("/api/v2/captures/{capture_id}/cordon"), None)?, cols)),
-                Capture::Uncordon { capture_id } => Ok((call(&s, "POST", &format!("/api/v2/captures/{capture_id}/uncordon"), None)?, cols)),
-                Capture::Drain { capture_id } => Ok((call(&s, "POST", &format!("/api/v2/captures/{capture_id}/drain"), None)?, cols)),
+                Capture::Cordon { capture_id } => Ok((
+                    call(
+                        &s,
+                        "POST",
+                        &format!("/api/v2/captures/{capture_id}/cordon"),
+                        None,
+                    )?,
+                    cols,
+                )),
+                Capture::Uncordon { capture_id } => Ok((
+                    call(
+                        &s,
+                        "POST",
+                        &format!("/api/v2/captures/{capture_id}/uncordon"),
+                        None,
+                    )?,
+                    cols,
+                )),
+                Capture::Drain { capture_id } => Ok((
+                    call(
+                        &s,
+                        "POST",
+                        &format!("/api/v2/captures/{capture_id}/drain"),
+                        None,
+                    )?,
+                    cols,
+                )),
             }
         }
     })();
     match result {
         Ok((v, cols)) => {
-            let text = if a.output == Output::Json { format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()) } else { render(&v, cols) };
+            let text = if a.output == Output::Json {
+                format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
+            } else {
+                render(&v, cols)
+            };
             print!("{}", scrub(&text));
             ExitCode::SUCCESS
         }
         Err(CliError::Refused(v)) => {
             if a.output == Output::Json {
-                println!("{}", scrub(&serde_json::to_string_pretty(&v).unwrap_or_default()));
+                println!(
+                    "{}",
+                    scrub(&serde_json::to_string_pretty(&v).unwrap_or_default())
+                );
             }
-            eprintln!("error: {} ({})", scrub(&cell(&v["error_msg"])), cell(&v["error_code"]));
+            eprintln!(
+                "error: {} ({})",
+                scrub(&cell(&v["error_msg"])),
+                cell(&v["error_code"])
+            );
             ExitCode::from(1)
         }
         Err(CliError::Usage(m)) => {

@@ -18,7 +18,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "sluice", version, about = "Sluice: change data capture from MySQL-compatible databases")]
+#[command(
+    name = "sluice",
+    version,
+    about = "Sluice: change data capture from MySQL-compatible databases"
+)]
 struct Args {
     #[command(subcommand)]
     command: Command,
@@ -95,11 +99,18 @@ fn init_logs(level: &str) {
         "trace" => tracing::Level::TRACE,
         _ => tracing::Level::INFO,
     };
-    let _ = tracing_subscriber::fmt().with_max_level(level).with_ansi(false).with_writer(|| ScrubWriter).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_ansi(false)
+        .with_writer(|| ScrubWriter)
+        .try_init();
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| format!("cannot start the runtime: {e}"))
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -154,14 +165,21 @@ fn check(a: CheckArgs) -> ExitCode {
             println!("{}", scrub(&report.to_string()));
             ExitCode::from(report.exit_code() as u8)
         }
-        Err(e) => fail(format!("check {} against {}: {e}", mask_url(&a.upstream), mask_url(&a.downstream))),
+        Err(e) => fail(format!(
+            "check {} against {}: {e}",
+            mask_url(&a.upstream),
+            mask_url(&a.downstream)
+        )),
     }
 }
 
 fn consume(a: ConsumeArgs) -> ExitCode {
     register_url(&a.storage);
     register_url(&a.downstream);
-    let args = sluice_sink::consume::ConsumeArgs { storage: a.storage.clone(), downstream: a.downstream.clone() };
+    let args = sluice_sink::consume::ConsumeArgs {
+        storage: a.storage.clone(),
+        downstream: a.downstream.clone(),
+    };
     let rt = match runtime() {
         Ok(r) => r,
         Err(e) => return fail(e),
@@ -171,7 +189,11 @@ fn consume(a: ConsumeArgs) -> ExitCode {
             println!("{}", scrub(&report.to_string()));
             ExitCode::SUCCESS
         }
-        Err(e) => fail(format!("consume {} into {}: {e}", mask_url(&a.storage), mask_url(&a.downstream))),
+        Err(e) => fail(format!(
+            "consume {} into {}: {e}",
+            mask_url(&a.storage),
+            mask_url(&a.downstream)
+        )),
     }
 }
 

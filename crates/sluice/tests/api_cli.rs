@@ -11,7 +11,14 @@ use sluice_testkit::mariadb::{BinlogMode, MariaDb, Options};
 fn feed_ids(out: &Outputs, s: &str) -> Vec<String> {
     let (st, v) = api(out, s, "GET", "/api/v2/changefeeds", None);
     assert_eq!(st, 200, "{v}");
-    v["items"].as_array().map(|a| a.iter().filter_map(|f| f["id"].as_str().map(String::from)).collect()).unwrap_or_default()
+    v["items"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f["id"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[test]
@@ -26,7 +33,11 @@ fn routes_commands_and_bad_input() {
     // Tiny regions, so that a split has boundaries to cut at.
     let server_toml = dir.join("server.toml");
     std::fs::write(&server_toml, "region-size-bytes = 1\n").expect("toml");
-    let server = Server::start_with(&dir, &up_url, &["--config", server_toml.to_str().unwrap_or("")]);
+    let server = Server::start_with(
+        &dir,
+        &up_url,
+        &["--config", server_toml.to_str().unwrap_or("")],
+    );
     let s = server.url();
 
     // health, status, captures, metrics
@@ -35,36 +46,95 @@ fn routes_commands_and_bad_input() {
     let (st, v) = api(&out, &s, "GET", "/api/v2/status", None);
     assert_eq!(st, 200);
     assert_eq!(v["is_owner"], true, "{v}");
-    assert!(v["upstream"].as_str().unwrap_or("").contains("******"), "{v}");
+    assert!(
+        v["upstream"].as_str().unwrap_or("").contains("******"),
+        "{v}"
+    );
     let (st, v) = api(&out, &s, "GET", "/api/v2/captures", None);
     assert_eq!(st, 200);
-    let me = v["items"][0]["id"].as_str().expect("capture id").to_string();
+    let me = v["items"][0]["id"]
+        .as_str()
+        .expect("capture id")
+        .to_string();
     assert_eq!(v["items"][0]["is_owner"], true);
     assert_eq!(v["items"][0]["cordoned"], false);
 
     // create through the CLI, with a scheduler section
     let cfg = dir.join("cf.toml");
-    std::fs::write(&cfg, "[scheduler]\nenable-table-across-nodes = true\nregion-threshold = 1\n").expect("toml");
+    std::fs::write(
+        &cfg,
+        "[scheduler]\nenable-table-across-nodes = true\nregion-threshold = 1\n",
+    )
+    .expect("toml");
     let sink = format!("{down_url}/");
-    let r = sluice(&out, &["cli", "--server", &s, "changefeed", "create", "-c", "cf1", "--sink-uri", &sink, "--config", cfg.to_str().unwrap_or("")]);
+    let r = sluice(
+        &out,
+        &[
+            "cli",
+            "--server",
+            &s,
+            "changefeed",
+            "create",
+            "-c",
+            "cf1",
+            "--sink-uri",
+            &sink,
+            "--config",
+            cfg.to_str().unwrap_or(""),
+        ],
+    );
     assert_eq!(r.code, 0, "{} {}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("cf1") && r.stdout.contains("******"), "{}", r.stdout);
-    up.exec("INSERT INTO d.t VALUES (3,3); UPDATE d.t SET v = 10 WHERE id = 1;").expect("write");
+    assert!(
+        r.stdout.contains("cf1") && r.stdout.contains("******"),
+        "{}",
+        r.stdout
+    );
+    up.exec("INSERT INTO d.t VALUES (3,3); UPDATE d.t SET v = 10 WHERE id = 1;")
+        .expect("write");
     wait_checkpoint(&out, &s, "cf1", master_ts(&up), 60);
 
     // list / query, table output and json output
     let r = sluice(&out, &["cli", "--server", &s, "changefeed", "list"]);
     assert_eq!(r.code, 0);
-    assert!(r.stdout.starts_with("ID") && r.stdout.contains("cf1"), "{}", r.stdout);
-    let r = sluice(&out, &["cli", "--server", &s, "--output", "json", "changefeed", "query", "-c", "cf1"]);
+    assert!(
+        r.stdout.starts_with("ID") && r.stdout.contains("cf1"),
+        "{}",
+        r.stdout
+    );
+    let r = sluice(
+        &out,
+        &[
+            "cli",
+            "--server",
+            &s,
+            "--output",
+            "json",
+            "changefeed",
+            "query",
+            "-c",
+            "cf1",
+        ],
+    );
     assert_eq!(r.code, 0);
     let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("json output");
-    for k in ["id", "state", "checkpoint_ts", "checkpoint_time", "resolved_ts", "maintainer_addr", "error", "restarts"] {
+    for k in [
+        "id",
+        "state",
+        "checkpoint_ts",
+        "checkpoint_time",
+        "resolved_ts",
+        "maintainer_addr",
+        "error",
+        "restarts",
+    ] {
         assert!(v.get(k).is_some(), "{k} missing in {v}");
     }
     assert_eq!(v["state"], "normal");
     let t = v["checkpoint_time"].as_str().expect("checkpoint_time");
-    assert!(t.len() == 24 && t.ends_with('Z') && &t[19..20] == ".", "RFC 3339 with ms: {t}");
+    assert!(
+        t.len() == 24 && t.ends_with('Z') && &t[19..20] == ".",
+        "RFC 3339 with ms: {t}"
+    );
 
     // tables, spans, dispatchers
     let (st, v) = api(&out, &s, "GET", "/api/v2/changefeeds/cf1/tables", None);
@@ -77,18 +147,51 @@ fn routes_commands_and_bad_input() {
     let (st, v) = api(&out, &s, "GET", "/api/v2/changefeeds/cf1/dispatchers", None);
     assert_eq!(st, 200);
     let ds = v["items"].as_array().expect("dispatchers");
-    assert_eq!(ds.iter().filter(|d| d["is_trigger"] == false).count(), 1, "{v}");
-    assert_eq!(ds.iter().filter(|d| d["is_trigger"] == true).count(), 1, "{v}");
+    assert_eq!(
+        ds.iter().filter(|d| d["is_trigger"] == false).count(),
+        1,
+        "{v}"
+    );
+    assert_eq!(
+        ds.iter().filter(|d| d["is_trigger"] == true).count(),
+        1,
+        "{v}"
+    );
     for cmd in ["tables", "spans", "dispatchers"] {
-        let r = sluice(&out, &["cli", "--server", &s, "changefeed", cmd, "-c", "cf1"]);
+        let r = sluice(
+            &out,
+            &["cli", "--server", &s, "changefeed", cmd, "-c", "cf1"],
+        );
         assert_eq!(r.code, 0, "{cmd}: {}", r.stderr);
     }
 
     // table operations: accepted
     let tid = table_id.to_string();
     for (args, spans) in [
-        (vec!["move-table", "-c", "cf1", "--table-id", &tid, "--target-node-id", &me], 1),
-        (vec!["split-table", "-c", "cf1", "--table-id", &tid, "--spans", "2"], 2),
+        (
+            vec![
+                "move-table",
+                "-c",
+                "cf1",
+                "--table-id",
+                &tid,
+                "--target-node-id",
+                &me,
+            ],
+            1,
+        ),
+        (
+            vec![
+                "split-table",
+                "-c",
+                "cf1",
+                "--table-id",
+                &tid,
+                "--spans",
+                "2",
+            ],
+            2,
+        ),
         (vec!["merge-table", "-c", "cf1", "--table-id", &tid], 1),
     ] {
         let mut a = vec!["cli", "--server", &s, "changefeed"];
@@ -101,51 +204,142 @@ fn routes_commands_and_bad_input() {
             let (_, v) = api_raw(&s, "GET", "/api/v2/changefeeds/cf1/spans", None)?;
             let (_, d) = api_raw(&s, "GET", "/api/v2/changefeeds/cf1/dispatchers", None)?;
             let a = v["items"].as_array().cloned().unwrap_or_default();
-            let ds = d["items"].as_array().map(|a| a.iter().filter(|x| x["is_trigger"] == false && x["state"] == "working").count()).unwrap_or(0);
+            let ds = d["items"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter(|x| x["is_trigger"] == false && x["state"] == "working")
+                        .count()
+                })
+                .unwrap_or(0);
             if a.len() == spans && a.iter().all(|x| x["operator"].is_null()) && ds == spans {
                 Ok(())
             } else {
                 Err(format!("{v} {d}"))
             }
         });
-        up.exec(&format!("INSERT INTO d.t VALUES ({}, 0); UPDATE d.t SET v = v + 1;", 100 + spans * 10 + args.len())).expect("write");
+        up.exec(&format!(
+            "INSERT INTO d.t VALUES ({}, 0); UPDATE d.t SET v = v + 1;",
+            100 + spans * 10 + args.len()
+        ))
+        .expect("write");
     }
     wait_checkpoint(&out, &s, "cf1", master_ts(&up), 60);
     let r = check(&out, &up_url, &down_url, "d.*");
-    assert_eq!(r.code, 0, "check after move/split/merge: {} {}", r.stdout, r.stderr);
-    let (st, v) = api(&out, &s, "POST", "/api/v2/changefeeds/cf1/move_table", Some(&json!({"table_id": 999999, "target_node_id": me})));
+    assert_eq!(
+        r.code, 0,
+        "check after move/split/merge: {} {}",
+        r.stdout, r.stderr
+    );
+    let (st, v) = api(
+        &out,
+        &s,
+        "POST",
+        "/api/v2/changefeeds/cf1/move_table",
+        Some(&json!({"table_id": 999999, "target_node_id": me})),
+    );
     assert_eq!(st, 400, "{v}");
-    assert!(v["error_msg"].as_str().unwrap_or("").contains("not replicated"), "{v}");
-    let (st, v) = api(&out, &s, "POST", "/api/v2/changefeeds/cf1/move_table", Some(&json!({"table_id": table_id, "target_node_id": "nowhere:1"})));
-    assert_eq!((st, v["error_code"].as_str()), (404, Some("CDC:ErrCaptureNotExist")), "{v}");
-    let (st, v) = api(&out, &s, "POST", "/api/v2/changefeeds/cf1/split_table", Some(&json!({"table_id": table_id, "spans": 1})));
+    assert!(
+        v["error_msg"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not replicated"),
+        "{v}"
+    );
+    let (st, v) = api(
+        &out,
+        &s,
+        "POST",
+        "/api/v2/changefeeds/cf1/move_table",
+        Some(&json!({"table_id": table_id, "target_node_id": "nowhere:1"})),
+    );
+    assert_eq!(
+        (st, v["error_code"].as_str()),
+        (404, Some("CDC:ErrCaptureNotExist")),
+        "{v}"
+    );
+    let (st, v) = api(
+        &out,
+        &s,
+        "POST",
+        "/api/v2/changefeeds/cf1/split_table",
+        Some(&json!({"table_id": table_id, "spans": 1})),
+    );
     assert_eq!(st, 400, "{v}");
 
     // pause, update (refused while running, and not supported yet), resume
-    let (st, v) = api(&out, &s, "PUT", "/api/v2/changefeeds/cf1", Some(&json!({"sink_uri": sink})));
+    let (st, v) = api(
+        &out,
+        &s,
+        "PUT",
+        "/api/v2/changefeeds/cf1",
+        Some(&json!({"sink_uri": sink})),
+    );
     assert_eq!(st, 409, "{v}");
     assert_eq!(v["error_code"], "CDC:ErrChangefeedUpdateRefused", "{v}");
-    assert!(v["error_msg"].as_str().unwrap_or("").contains("pause"), "{v}");
-    let r = sluice(&out, &["cli", "--server", &s, "changefeed", "pause", "-c", "cf1"]);
+    assert!(
+        v["error_msg"].as_str().unwrap_or("").contains("pause"),
+        "{v}"
+    );
+    let r = sluice(
+        &out,
+        &["cli", "--server", &s, "changefeed", "pause", "-c", "cf1"],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("stopped"), "{}", r.stdout);
     let bad_toml = dir.join("bad.toml");
     std::fs::write(&bad_toml, "[scheduler]\nno-such-key = 1\n").expect("toml");
-    let r = sluice(&out, &["cli", "--server", &s, "changefeed", "update", "-c", "cf1", "--config", bad_toml.to_str().unwrap_or("")]);
+    let r = sluice(
+        &out,
+        &[
+            "cli",
+            "--server",
+            &s,
+            "changefeed",
+            "update",
+            "-c",
+            "cf1",
+            "--config",
+            bad_toml.to_str().unwrap_or(""),
+        ],
+    );
     assert_eq!(r.code, 1, "{} {}", r.stdout, r.stderr);
     assert!(r.stderr.contains("no-such-key"), "{}", r.stderr);
     // A valid update while paused: a new scheduler section, the same sink.
     let good_toml = dir.join("good.toml");
     std::fs::write(&good_toml, "[scheduler]\nbalance = false\n").expect("toml");
-    let r = sluice(&out, &["cli", "--server", &s, "changefeed", "update", "-c", "cf1", "--sink-uri", &sink, "--config", good_toml.to_str().unwrap_or("")]);
+    let r = sluice(
+        &out,
+        &[
+            "cli",
+            "--server",
+            &s,
+            "changefeed",
+            "update",
+            "-c",
+            "cf1",
+            "--sink-uri",
+            &sink,
+            "--config",
+            good_toml.to_str().unwrap_or(""),
+        ],
+    );
     assert_eq!(r.code, 0, "{} {}", r.stdout, r.stderr);
     assert!(r.stdout.contains("stopped"), "{}", r.stdout);
-    let r = sluice(&out, &["cli", "--server", &s, "changefeed", "resume", "-c", "cf1"]);
+    let r = sluice(
+        &out,
+        &["cli", "--server", &s, "changefeed", "resume", "-c", "cf1"],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("normal"), "{}", r.stdout);
 
     // captures: cordon, uncordon, drain, uncordon
-    for (cmd, cordoned) in [("cordon", true), ("uncordon", false), ("drain", true), ("uncordon", false)] {
+    for (cmd, cordoned) in [
+        ("cordon", true),
+        ("uncordon", false),
+        ("drain", true),
+        ("uncordon", false),
+    ] {
         let r = sluice(&out, &["cli", "--server", &s, "capture", cmd, &me]);
         assert_eq!(r.code, 0, "{cmd}: {}", r.stderr);
         wait_for(&format!("{cmd} visible"), 10, || {
@@ -160,41 +354,129 @@ fn routes_commands_and_bad_input() {
     let r = sluice(&out, &["cli", "--server", &s, "capture", "list"]);
     assert_eq!(r.code, 0);
     assert!(r.stdout.contains(&me));
-    let r = sluice(&out, &["cli", "--server", &s, "capture", "cordon", "no-such-node"]);
+    let r = sluice(
+        &out,
+        &["cli", "--server", &s, "capture", "cordon", "no-such-node"],
+    );
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("CDC:ErrCaptureNotExist"), "{}", r.stderr);
 
     // ---- bad input: a clear error, non-zero exit, nothing changed
     let before = feed_ids(&out, &s);
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec!["query".into(), "-c".into(), "nope".into()], "CDC:ErrChangeFeedNotExists"),
-        (vec!["pause".into(), "-c".into(), "nope".into()], "CDC:ErrChangeFeedNotExists"),
-        (vec!["remove".into(), "-c".into(), "nope".into()], "CDC:ErrChangeFeedNotExists"),
-        (vec!["tables".into(), "-c".into(), "nope".into()], "CDC:ErrChangeFeedNotExists"),
-        (vec!["create".into(), "-c".into(), "cf1".into(), "--sink-uri".into(), sink.clone()], "CDC:ErrChangeFeedAlreadyExists"),
-        (vec!["create".into(), "-c".into(), "bad1".into(), "--sink-uri".into(), "foo://x".into()], "CDC:ErrSinkURIInvalid"),
-        (vec!["create".into(), "-c".into(), "bad2".into(), "--sink-uri".into(), format!("file://{}/x?protocol=avro", dir.display())], "CDC:ErrSinkURIInvalid"),
         (
-            vec!["create".into(), "-c".into(), "bad3".into(), "--sink-uri".into(), format!("mysql://sluice:{DOWN_PASS}-wrong@127.0.0.1:{}/", _down.port())],
+            vec!["query".into(), "-c".into(), "nope".into()],
+            "CDC:ErrChangeFeedNotExists",
+        ),
+        (
+            vec!["pause".into(), "-c".into(), "nope".into()],
+            "CDC:ErrChangeFeedNotExists",
+        ),
+        (
+            vec!["remove".into(), "-c".into(), "nope".into()],
+            "CDC:ErrChangeFeedNotExists",
+        ),
+        (
+            vec!["tables".into(), "-c".into(), "nope".into()],
+            "CDC:ErrChangeFeedNotExists",
+        ),
+        (
+            vec![
+                "create".into(),
+                "-c".into(),
+                "cf1".into(),
+                "--sink-uri".into(),
+                sink.clone(),
+            ],
+            "CDC:ErrChangeFeedAlreadyExists",
+        ),
+        (
+            vec![
+                "create".into(),
+                "-c".into(),
+                "bad1".into(),
+                "--sink-uri".into(),
+                "foo://x".into(),
+            ],
             "CDC:ErrSinkURIInvalid",
         ),
-        (vec!["create".into(), "-c".into(), "bad4".into(), "--sink-uri".into(), sink.clone(), "--config".into(), bad_toml.display().to_string()], "CDC:ErrAPIInvalidParam"),
-        (vec!["create".into(), "-c".into(), "bad5".into(), "--sink-uri".into(), sink.clone(), "--start-ts".into(), "1".into()], "CDC:ErrStartTsBeforeGC"),
-        (vec!["create".into(), "-c".into(), "bad 6".into(), "--sink-uri".into(), sink.clone()], "CDC:ErrAPIInvalidParam"),
+        (
+            vec![
+                "create".into(),
+                "-c".into(),
+                "bad2".into(),
+                "--sink-uri".into(),
+                format!("file://{}/x?protocol=avro", dir.display()),
+            ],
+            "CDC:ErrSinkURIInvalid",
+        ),
+        (
+            vec![
+                "create".into(),
+                "-c".into(),
+                "bad3".into(),
+                "--sink-uri".into(),
+                format!(
+                    "mysql://sluice:{DOWN_PASS}-wrong@127.0.0.1:{}/",
+                    _down.port()
+                ),
+            ],
+            "CDC:ErrSinkURIInvalid",
+        ),
+        (
+            vec![
+                "create".into(),
+                "-c".into(),
+                "bad4".into(),
+                "--sink-uri".into(),
+                sink.clone(),
+                "--config".into(),
+                bad_toml.display().to_string(),
+            ],
+            "CDC:ErrAPIInvalidParam",
+        ),
+        (
+            vec![
+                "create".into(),
+                "-c".into(),
+                "bad5".into(),
+                "--sink-uri".into(),
+                sink.clone(),
+                "--start-ts".into(),
+                "1".into(),
+            ],
+            "CDC:ErrStartTsBeforeGC",
+        ),
+        (
+            vec![
+                "create".into(),
+                "-c".into(),
+                "bad 6".into(),
+                "--sink-uri".into(),
+                sink.clone(),
+            ],
+            "CDC:ErrAPIInvalidParam",
+        ),
     ];
     for (args, code) in &cases {
         let mut a: Vec<&str> = vec!["cli", "--server", &s, "changefeed"];
         a.extend(args.iter().map(|x| x.as_str()));
         let r = sluice(&out, &a);
         assert_eq!(r.code, 1, "{a:?}: {} {}", r.stdout, r.stderr);
-        assert!(r.stderr.contains(code), "{a:?}: expected {code}: {}", r.stderr);
+        assert!(
+            r.stderr.contains(code),
+            "{a:?}: expected {code}: {}",
+            r.stderr
+        );
     }
     // A purged start point.
-    up.exec("FLUSH BINARY LOGS; FLUSH BINARY LOGS;").expect("flush");
+    up.exec("FLUSH BINARY LOGS; FLUSH BINARY LOGS;")
+        .expect("flush");
     let (cur, _) = up.master_status().expect("master");
     // The server's own binlog dump must have moved on before the old files can be purged.
     let purged = wait_for("binlog purge", 30, || {
-        up.exec(&format!("PURGE BINARY LOGS TO '{cur}'")).map_err(|e| e.to_string())?;
+        up.exec(&format!("PURGE BINARY LOGS TO '{cur}'"))
+            .map_err(|e| e.to_string())?;
         let logs = up.query("SHOW BINARY LOGS").map_err(|e| e.to_string())?;
         if logs.iter().any(|r| r[0] == "mysql-bin.000001") {
             Err(format!("{logs:?}"))
@@ -203,21 +485,66 @@ fn routes_commands_and_bad_input() {
         }
     });
     assert!(purged);
-    let r = sluice(&out, &["cli", "--server", &s, "changefeed", "create", "-c", "bad7", "--sink-uri", &sink, "--start-position", "mysql-bin.000001:4"]);
+    let r = sluice(
+        &out,
+        &[
+            "cli",
+            "--server",
+            &s,
+            "changefeed",
+            "create",
+            "-c",
+            "bad7",
+            "--sink-uri",
+            &sink,
+            "--start-position",
+            "mysql-bin.000001:4",
+        ],
+    );
     assert_eq!(r.code, 1, "{} {}", r.stdout, r.stderr);
-    assert!(r.stderr.contains("purged") && r.stderr.contains("CDC:ErrStartTsBeforeGC"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("purged") && r.stderr.contains("CDC:ErrStartTsBeforeGC"),
+        "{}",
+        r.stderr
+    );
     // Unknown route, bad JSON, unknown JSON field.
     let (st, v) = api(&out, &s, "GET", "/api/v2/nothing", None);
-    assert_eq!((st, v["error_code"].as_str()), (400, Some("CDC:ErrAPIInvalidParam")), "{v}");
-    let (st, _) = api(&out, &s, "POST", "/api/v2/changefeeds", Some(&json!({"changefeed_id": "x", "sink_uri": sink, "bogus": 1})));
+    assert_eq!(
+        (st, v["error_code"].as_str()),
+        (400, Some("CDC:ErrAPIInvalidParam")),
+        "{v}"
+    );
+    let (st, _) = api(
+        &out,
+        &s,
+        "POST",
+        "/api/v2/changefeeds",
+        Some(&json!({"changefeed_id": "x", "sink_uri": sink, "bogus": 1})),
+    );
     assert_eq!(st, 400);
     // CLI usage errors: exit 2.
-    let r = sluice(&out, &["cli", "--server", "http://127.0.0.1:1", "changefeed", "list"]);
+    let r = sluice(
+        &out,
+        &[
+            "cli",
+            "--server",
+            "http://127.0.0.1:1",
+            "changefeed",
+            "list",
+        ],
+    );
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert_eq!(feed_ids(&out, &s), before, "bad input changed the changefeeds");
+    assert_eq!(
+        feed_ids(&out, &s),
+        before,
+        "bad input changed the changefeeds"
+    );
 
     // remove
-    let r = sluice(&out, &["cli", "--server", &s, "changefeed", "remove", "-c", "cf1"]);
+    let r = sluice(
+        &out,
+        &["cli", "--server", &s, "changefeed", "remove", "-c", "cf1"],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(feed_ids(&out, &s).is_empty());
 
@@ -226,7 +553,15 @@ fn routes_commands_and_bad_input() {
     let text = v.as_str().unwrap_or("").to_string();
     out.add(&text);
     assert_eq!(st, 200);
-    for m in ["sluice_capture_rows_total", "sluice_sink_rows_total", "sluice_dispatchers", "sluice_event_store_bytes", "sluice_memory_inflight_bytes", "sluice_errors_total", "sluice_changefeed_checkpoint_lag_seconds"] {
+    for m in [
+        "sluice_capture_rows_total",
+        "sluice_sink_rows_total",
+        "sluice_dispatchers",
+        "sluice_event_store_bytes",
+        "sluice_memory_inflight_bytes",
+        "sluice_errors_total",
+        "sluice_changefeed_checkpoint_lag_seconds",
+    ] {
         assert!(text.contains(m), "{m} missing:\n{text}");
     }
     out.assert_no_secret(&[&server.log]);
@@ -238,16 +573,42 @@ fn routes_commands_and_bad_input() {
 fn server_refuses_an_upstream_without_row_binlog() {
     let out = Outputs::default();
     let dir = tmpdir("stmt");
-    let db = MariaDb::start_with(Options { binlog: BinlogMode::Statement, ..Options::default() }).expect("mariadb");
+    let db = MariaDb::start_with(Options {
+        binlog: BinlogMode::Statement,
+        ..Options::default()
+    })
+    .expect("mariadb");
     db.exec(&format!("CREATE USER 'sluice'@'127.0.0.1' IDENTIFIED BY '{UP_PASS}'; GRANT ALL ON *.* TO 'sluice'@'127.0.0.1';")).expect("user");
     let url = format!("mysql://sluice:{UP_PASS}@127.0.0.1:{}", db.port());
-    let r = sluice(&out, &["server", "--addr", &format!("127.0.0.1:{}", free_port()), "--data-dir", dir.join("d").to_str().unwrap_or(""), "--upstream", &url]);
+    let r = sluice(
+        &out,
+        &[
+            "server",
+            "--addr",
+            &format!("127.0.0.1:{}", free_port()),
+            "--data-dir",
+            dir.join("d").to_str().unwrap_or(""),
+            "--upstream",
+            &url,
+        ],
+    );
     assert_ne!(r.code, 0);
     assert!(r.stderr.contains("binlog_format"), "{}", r.stderr);
     // A bad server TOML key.
     let cfg = dir.join("server.toml");
     std::fs::write(&cfg, "addr = \"127.0.0.1:1\"\nno-such-key = true\n").expect("toml");
-    let r = sluice(&out, &["server", "--config", cfg.to_str().unwrap_or(""), "--data-dir", "/nonexistent", "--upstream", &url]);
+    let r = sluice(
+        &out,
+        &[
+            "server",
+            "--config",
+            cfg.to_str().unwrap_or(""),
+            "--data-dir",
+            "/nonexistent",
+            "--upstream",
+            &url,
+        ],
+    );
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("no-such-key"), "{}", r.stderr);
     out.assert_no_secret(&[]);

@@ -26,12 +26,22 @@ fn coordinator(out: &Outputs, servers: &[Server]) -> Option<usize> {
 }
 
 /// `n` servers on one etcd, data dirs tagged `tag`, once all of them are registered.
-fn start_cluster(n: usize, tag: &str, up_url: &str, etcd_url: &str) -> (Vec<std::path::PathBuf>, Vec<Server>) {
+fn start_cluster(
+    n: usize,
+    tag: &str,
+    up_url: &str,
+    etcd_url: &str,
+) -> (Vec<std::path::PathBuf>, Vec<Server>) {
     let dirs: Vec<_> = (0..n).map(|i| tmpdir(&format!("{tag}{i}"))).collect();
-    let servers: Vec<Server> = dirs.iter().map(|d| Server::start_with(d, up_url, &["--etcd", etcd_url])).collect();
+    let servers: Vec<Server> = dirs
+        .iter()
+        .map(|d| Server::start_with(d, up_url, &["--etcd", etcd_url]))
+        .collect();
     wait_for(&format!("{n} captures"), 30, || {
         let (_, v) = api_raw(&servers[0].url(), "GET", "/api/v2/captures", None)?;
-        (v["items"].as_array().map(|a| a.len()) == Some(n)).then_some(()).ok_or(v.to_string())
+        (v["items"].as_array().map(|a| a.len()) == Some(n))
+            .then_some(())
+            .ok_or(v.to_string())
     });
     (dirs, servers)
 }
@@ -48,17 +58,37 @@ fn finish(out: &Outputs, servers: Vec<Server>, dirs: Vec<std::path::PathBuf>) {
 }
 
 fn any_live(servers: &[Server]) -> String {
-    servers.iter().find(|s| s.child.is_some()).map(|s| s.url()).unwrap_or_default()
+    servers
+        .iter()
+        .find(|s| s.child.is_some())
+        .map(|s| s.url())
+        .unwrap_or_default()
 }
 
 /// Polls until no span of the changefeed is placed on `dead` and every span replicates;
 /// returns how long it took.
-fn wait_moved_off(out: &Outputs, servers: &[Server], cf: &str, dead: &str, secs: u64, t0: Instant) -> Duration {
+fn wait_moved_off(
+    out: &Outputs,
+    servers: &[Server],
+    cf: &str,
+    dead: &str,
+    secs: u64,
+    t0: Instant,
+) -> Duration {
     wait_for(&format!("work off {dead}"), secs, || {
-        let (s, v) = api_raw(&any_live(servers), "GET", &format!("/api/v2/changefeeds/{cf}/spans"), None)?;
+        let (s, v) = api_raw(
+            &any_live(servers),
+            "GET",
+            &format!("/api/v2/changefeeds/{cf}/spans"),
+            None,
+        )?;
         out.add(&v.to_string());
         let items = v["items"].as_array().ok_or(format!("{s} {v}"))?;
-        if !items.is_empty() && items.iter().all(|i| i["node_id"] != dead && i["state"] == "replicating") {
+        if !items.is_empty()
+            && items
+                .iter()
+                .all(|i| i["node_id"] != dead && i["state"] == "replicating")
+        {
             Ok(())
         } else {
             Err(v.to_string())
@@ -71,16 +101,43 @@ fn wait_moved_off(out: &Outputs, servers: &[Server], cf: &str, dead: &str, secs:
 fn move_to(out: &Outputs, servers: &[Server], cf: &str, name: &str, node: &str) {
     let base = any_live(servers);
     let table = wait_for(&format!("{name} in the spans"), 30, || {
-        let (_, v) = api_raw(&base, "GET", &format!("/api/v2/changefeeds/{cf}/spans"), None)?;
+        let (_, v) = api_raw(
+            &base,
+            "GET",
+            &format!("/api/v2/changefeeds/{cf}/spans"),
+            None,
+        )?;
         out.add(&v.to_string());
-        v["items"].as_array().and_then(|a| a.iter().find(|i| i["table_name"] == name)).and_then(|i| i["table_id"].as_u64()).ok_or(v.to_string())
+        v["items"]
+            .as_array()
+            .and_then(|a| a.iter().find(|i| i["table_name"] == name))
+            .and_then(|i| i["table_id"].as_u64())
+            .ok_or(v.to_string())
     });
     let body = serde_json::json!({"table_id": table, "target_node_id": node});
-    let (st, v) = api(out, &base, "POST", &format!("/api/v2/changefeeds/{cf}/move_table"), Some(&body));
+    let (st, v) = api(
+        out,
+        &base,
+        "POST",
+        &format!("/api/v2/changefeeds/{cf}/move_table"),
+        Some(&body),
+    );
     assert_eq!(st, 202, "{v}");
     wait_for(&format!("{name} on {node}"), 30, || {
-        let (_, v) = api_raw(&base, "GET", &format!("/api/v2/changefeeds/{cf}/spans"), None)?;
-        let ok = v["items"].as_array().map(|a| a.iter().any(|i| i["table_name"] == name && i["node_id"] == node && i["state"] == "replicating")).unwrap_or(false);
+        let (_, v) = api_raw(
+            &base,
+            "GET",
+            &format!("/api/v2/changefeeds/{cf}/spans"),
+            None,
+        )?;
+        let ok = v["items"]
+            .as_array()
+            .map(|a| {
+                a.iter().any(|i| {
+                    i["table_name"] == name && i["node_id"] == node && i["state"] == "replicating"
+                })
+            })
+            .unwrap_or(false);
         if ok {
             Ok(())
         } else {
@@ -108,7 +165,10 @@ fn run(files: bool) {
     let (_down, down_url) = mariadb_with_user(DOWN_PASS);
     let dirs: Vec<_> = (0..3).map(|i| tmpdir(&format!("cluster{i}"))).collect();
     let etcd_url = etcd.url();
-    let mut servers: Vec<Server> = dirs.iter().map(|d| Server::start_with(d, &up_url, &["--etcd", &etcd_url])).collect();
+    let mut servers: Vec<Server> = dirs
+        .iter()
+        .map(|d| Server::start_with(d, &up_url, &["--etcd", &etcd_url]))
+        .collect();
     wait_for("3 captures", 30, || {
         let (_, v) = api_raw(&servers[0].url(), "GET", "/api/v2/captures", None)?;
         if v["items"].as_array().map(|a| a.len()) == Some(3) {
@@ -122,7 +182,11 @@ fn run(files: bool) {
     up.exec(ddl).expect("ddl");
     _down.exec(ddl).expect("ddl");
     let storage = format!("file://{}/out?protocol=canal-json&enable-tidb-extension=true&enable-table-across-nodes=true&flush-interval=200ms", dirs[0].display());
-    let sink = if files { storage.clone() } else { format!("{down_url}/?worker-count=4") };
+    let sink = if files {
+        storage.clone()
+    } else {
+        format!("{down_url}/?worker-count=4")
+    };
     create_changefeed(&out, &servers[1].url(), "ha", &sink);
     wait_checkpoint(&out, &servers[0].url(), "ha", master_ts(&up), 60);
 
@@ -162,7 +226,11 @@ fn run(files: bool) {
     move_to(&out, &servers, "ha", "c.t3", &cid);
     let t0 = Instant::now();
     servers[c].kill9();
-    wait_for("a new coordinator", 30, || coordinator(&out, &servers).filter(|n| *n != c).ok_or_else(|| "none".to_string()));
+    wait_for("a new coordinator", 30, || {
+        coordinator(&out, &servers)
+            .filter(|n| *n != c)
+            .ok_or_else(|| "none".to_string())
+    });
     let took = wait_moved_off(&out, &servers, "ha", &cid, 30, t0);
     eprintln!("work of killed coordinator {cid} rescheduled {took:?} after the kill");
     servers[c].restart_after_kill();
@@ -183,7 +251,8 @@ fn run(files: bool) {
     wait_checkpoint(&out, &any_live(&servers), "ha", target, 120);
     if files {
         wait_for("the storage metadata file", 30, || {
-            let m = std::fs::read_to_string(dirs[0].join("out/metadata")).map_err(|e| e.to_string())?;
+            let m =
+                std::fs::read_to_string(dirs[0].join("out/metadata")).map_err(|e| e.to_string())?;
             let v: serde_json::Value = serde_json::from_str(&m).map_err(|e| e.to_string())?;
             if v["checkpoint-ts"].as_u64().unwrap_or(0) >= target {
                 Ok(())
@@ -191,12 +260,27 @@ fn run(files: bool) {
                 Err(m)
             }
         });
-        let r = sluice(&out, &["consume", "--storage", &storage, "--downstream", &format!("{down_url}/")]);
+        let r = sluice(
+            &out,
+            &[
+                "consume",
+                "--storage",
+                &storage,
+                "--downstream",
+                &format!("{down_url}/"),
+            ],
+        );
         assert_eq!(r.code, 0, "consume: {} {}", r.stdout, r.stderr);
     }
     let r = check(&out, &up_url, &down_url, "c.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
-    let (_, v) = api(&out, &any_live(&servers), "GET", "/api/v2/changefeeds/ha", None);
+    let (_, v) = api(
+        &out,
+        &any_live(&servers),
+        "GET",
+        "/api/v2/changefeeds/ha",
+        None,
+    );
     assert_eq!(v["state"], "normal", "{v}");
     eprintln!("final changefeed: {v}");
     finish(&out, servers, dirs);
@@ -222,27 +306,53 @@ fn paused_node_fences_itself_and_rejoins() {
     let xid = servers[x].addr.clone();
     move_to(&out, &servers, "fence", "f.t1", &xid);
     let xpid = servers[x].child.as_ref().map(|ch| ch.id()).expect("pid");
-    assert!(std::process::Command::new("kill").args(["-STOP", &xpid.to_string()]).status().map(|s| s.success()).unwrap_or(false));
+    assert!(std::process::Command::new("kill")
+        .args(["-STOP", &xpid.to_string()])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false));
     for i in 0..200 {
         up.exec(&format!("INSERT INTO f.t1 VALUES ({i}, {i}); INSERT INTO f.t2 VALUES ({i}, {i}); UPDATE f.t1 SET v = v + 1 WHERE id = {};", i / 2)).expect("write");
         std::thread::sleep(Duration::from_millis(40));
     }
     // The others took t1 over while x was stopped.
-    let others: Vec<&Server> = servers.iter().enumerate().filter(|(i, _)| *i != x).map(|(_, s)| s).collect();
+    let others: Vec<&Server> = servers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != x)
+        .map(|(_, s)| s)
+        .collect();
     let base = others[0].url();
     wait_for("t1 off the paused node", 30, || {
         let (_, v) = api_raw(&base, "GET", "/api/v2/changefeeds/fence/spans", None)?;
-        let ok = v["items"].as_array().map(|a| !a.is_empty() && a.iter().all(|i| i["node_id"] != xid.as_str() && i["state"] == "replicating")).unwrap_or(false);
+        let ok = v["items"]
+            .as_array()
+            .map(|a| {
+                !a.is_empty()
+                    && a.iter()
+                        .all(|i| i["node_id"] != xid.as_str() && i["state"] == "replicating")
+            })
+            .unwrap_or(false);
         ok.then_some(()).ok_or(v.to_string())
     });
-    assert!(std::process::Command::new("kill").args(["-CONT", &xpid.to_string()]).status().map(|s| s.success()).unwrap_or(false));
+    assert!(std::process::Command::new("kill")
+        .args(["-CONT", &xpid.to_string()])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false));
     wait_for("the paused node to fence itself and rejoin", 30, || {
         let log = std::fs::read_to_string(&servers[x].log).map_err(|e| e.to_string())?;
         let (_, v) = api_raw(&base, "GET", "/api/v2/captures", None)?;
-        let back = v["items"].as_array().map(|a| a.iter().any(|i| i["id"] == xid.as_str())).unwrap_or(false);
-        (log.contains("fencing") && log.contains("rejoined") && back).then_some(()).ok_or(format!("back={back}"))
+        let back = v["items"]
+            .as_array()
+            .map(|a| a.iter().any(|i| i["id"] == xid.as_str()))
+            .unwrap_or(false);
+        (log.contains("fencing") && log.contains("rejoined") && back)
+            .then_some(())
+            .ok_or(format!("back={back}"))
     });
-    up.exec("INSERT INTO f.t2 VALUES (100000, 1)").expect("write");
+    up.exec("INSERT INTO f.t2 VALUES (100000, 1)")
+        .expect("write");
     wait_checkpoint(&out, &base, "fence", master_ts(&up), 120);
     let r = check(&out, &up_url, &down_url, "f.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
@@ -254,7 +364,9 @@ fn names_under(root: &std::path::Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in entries.flatten() {
             let p = e.path();
             if p.is_dir() {
@@ -273,7 +385,11 @@ fn sink_rows(server: &Server, cf: &str) -> Result<u64, String> {
     let (_, v) = api_raw(&server.url(), "GET", "/metrics", None)?;
     let text = v.as_str().ok_or(v.to_string())?;
     let prefix = format!("sluice_sink_rows_total{{changefeed=\"{cf}\"}} ");
-    Ok(text.lines().find_map(|l| l.strip_prefix(prefix.as_str())).and_then(|n| n.trim().parse().ok()).unwrap_or(0))
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0))
 }
 
 /// A node frozen (SIGSTOP) right after its storage sink accepted rows and before it flushed them
@@ -306,48 +422,114 @@ fn a_frozen_node_does_not_write_its_buffered_rows_after_wake() {
     move_to(&out, &servers, "frozen", "z.t", &xid);
     // The dispatcher of z.t on x: its files would carry its id.
     let disp = wait_for("z.t's dispatcher on x", 30, || {
-        let (_, spans) = api_raw(&servers[c].url(), "GET", "/api/v2/changefeeds/frozen/spans", None)?;
-        let table = spans["items"].as_array().and_then(|a| a.iter().find(|i| i["table_name"] == "z.t")).map(|i| i["table_id"].clone()).ok_or(spans.to_string())?;
-        let (_, v) = api_raw(&servers[x].url(), "GET", "/internal/v1/dispatchers/frozen", None)?;
+        let (_, spans) = api_raw(
+            &servers[c].url(),
+            "GET",
+            "/api/v2/changefeeds/frozen/spans",
+            None,
+        )?;
+        let table = spans["items"]
+            .as_array()
+            .and_then(|a| a.iter().find(|i| i["table_name"] == "z.t"))
+            .map(|i| i["table_id"].clone())
+            .ok_or(spans.to_string())?;
+        let (_, v) = api_raw(
+            &servers[x].url(),
+            "GET",
+            "/internal/v1/dispatchers/frozen",
+            None,
+        )?;
         out.add(&v.to_string());
-        v["items"].as_array().and_then(|a| a.iter().find(|i| i["table_id"] == table)).and_then(|i| i["dispatcher_id"].as_str()).map(str::to_string).ok_or(v.to_string())
+        v["items"]
+            .as_array()
+            .and_then(|a| a.iter().find(|i| i["table_id"] == table))
+            .and_then(|i| i["dispatcher_id"].as_str())
+            .map(str::to_string)
+            .ok_or(v.to_string())
     });
     let base = sink_rows(&servers[x], "frozen").expect("metrics");
-    up.exec(&(1..=50).map(|i| format!("INSERT INTO z.t VALUES ({i}, {i});")).collect::<String>()).expect("rows");
-    wait_for("x's sink to accept the rows", 30, || match sink_rows(&servers[x], "frozen")? {
-        n if n >= base + 50 => Ok(()),
-        n => Err(format!("{n} rows")),
+    up.exec(
+        &(1..=50)
+            .map(|i| format!("INSERT INTO z.t VALUES ({i}, {i});"))
+            .collect::<String>(),
+    )
+    .expect("rows");
+    wait_for("x's sink to accept the rows", 30, || {
+        match sink_rows(&servers[x], "frozen")? {
+            n if n >= base + 50 => Ok(()),
+            n => Err(format!("{n} rows")),
+        }
     });
     let xpid = servers[x].child.as_ref().map(|ch| ch.id()).expect("pid");
-    assert!(std::process::Command::new("kill").args(["-STOP", &xpid.to_string()]).status().map(|s| s.success()).unwrap_or(false));
+    assert!(std::process::Command::new("kill")
+        .args(["-STOP", &xpid.to_string()])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false));
     let frozen_at = names_under(&root);
-    assert!(frozen_at.iter().all(|n| !n.contains(&disp)), "x flushed before it froze (the test proves nothing): {frozen_at:?}");
+    assert!(
+        frozen_at.iter().all(|n| !n.contains(&disp)),
+        "x flushed before it froze (the test proves nothing): {frozen_at:?}"
+    );
     // Newer rows, written by the node that takes z.t over; the ALTER makes it flush them now.
-    up.exec("UPDATE z.t SET v = v + 1000; INSERT INTO z.t VALUES (51, 51);").expect("newer rows");
+    up.exec("UPDATE z.t SET v = v + 1000; INSERT INTO z.t VALUES (51, 51);")
+        .expect("newer rows");
     let other = servers[c].url();
     // A request forwarded to the frozen node (when it ran the maintainer) waits 30 s for it.
     wait_for("z.t off the frozen node", 90, || {
         let (_, v) = api_raw(&other, "GET", "/api/v2/changefeeds/frozen/spans", None)?;
-        let ok = v["items"].as_array().map(|a| !a.is_empty() && a.iter().all(|i| i["node_id"] != xid.as_str() && i["state"] == "replicating")).unwrap_or(false);
+        let ok = v["items"]
+            .as_array()
+            .map(|a| {
+                !a.is_empty()
+                    && a.iter()
+                        .all(|i| i["node_id"] != xid.as_str() && i["state"] == "replicating")
+            })
+            .unwrap_or(false);
         ok.then_some(()).ok_or(v.to_string())
     });
-    up.exec("ALTER TABLE z.t ADD COLUMN w INT DEFAULT 7").expect("alter");
+    up.exec("ALTER TABLE z.t ADD COLUMN w INT DEFAULT 7")
+        .expect("alter");
     wait_checkpoint(&out, &other, "frozen", master_ts(&up), 60);
-    assert!(std::process::Command::new("kill").args(["-CONT", &xpid.to_string()]).status().map(|s| s.success()).unwrap_or(false));
+    assert!(std::process::Command::new("kill")
+        .args(["-CONT", &xpid.to_string()])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false));
     wait_for("the frozen node to fence itself and rejoin", 30, || {
         let log = std::fs::read_to_string(&servers[x].log).map_err(|e| e.to_string())?;
         let (_, v) = api_raw(&other, "GET", "/api/v2/captures", None)?;
-        let back = v["items"].as_array().map(|a| a.iter().any(|i| i["id"] == xid.as_str())).unwrap_or(false);
-        (log.contains("fencing") && log.contains("rejoined") && back).then_some(()).ok_or(format!("back={back}"))
+        let back = v["items"]
+            .as_array()
+            .map(|a| a.iter().any(|i| i["id"] == xid.as_str()))
+            .unwrap_or(false);
+        (log.contains("fencing") && log.contains("rejoined") && back)
+            .then_some(())
+            .ok_or(format!("back={back}"))
     });
     // Whatever the woken node's sink would still do has had time to land.
     std::thread::sleep(Duration::from_secs(3));
     let after = names_under(&root);
     let stale: Vec<&String> = after.iter().filter(|n| n.contains(&disp)).collect();
-    assert!(stale.is_empty(), "the frozen node wrote its buffered rows after it woke: {stale:?}");
+    assert!(
+        stale.is_empty(),
+        "the frozen node wrote its buffered rows after it woke: {stale:?}"
+    );
     let log = std::fs::read_to_string(&servers[x].log).unwrap_or_default();
-    assert!(log.contains("lease is not fresh"), "the woken node's sink refused nothing? {log}");
-    let r = sluice(&out, &["consume", "--storage", &storage, "--downstream", &format!("{down_url}/")]);
+    assert!(
+        log.contains("lease is not fresh"),
+        "the woken node's sink refused nothing? {log}"
+    );
+    let r = sluice(
+        &out,
+        &[
+            "consume",
+            "--storage",
+            &storage,
+            "--downstream",
+            &format!("{down_url}/"),
+        ],
+    );
     assert_eq!(r.code, 0, "consume: {} {}", r.stdout, r.stderr);
     let r = check(&out, &up_url, &down_url, "z.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
@@ -368,13 +550,26 @@ fn a_late_node_shares_the_snapshot_and_agrees_on_table_ids() {
     down.exec(ddl).expect("ddl");
     let etcd_url = etcd.url();
     let dirs: Vec<_> = (0..2).map(|i| tmpdir(&format!("late{i}"))).collect();
-    let mut servers = vec![Server::start_with(&dirs[0], &up_url, &["--etcd", &etcd_url])];
-    create_changefeed(&out, &servers[0].url(), "late", &format!("{down_url}/?worker-count=2"));
+    let mut servers = vec![Server::start_with(
+        &dirs[0],
+        &up_url,
+        &["--etcd", &etcd_url],
+    )];
+    create_changefeed(
+        &out,
+        &servers[0].url(),
+        "late",
+        &format!("{down_url}/?worker-count=2"),
+    );
     // A table that sorts before the others appears: a fresh snapshot would shift their numbers.
     up.exec("CREATE TABLE c.a (id INT PRIMARY KEY, v INT); INSERT INTO c.a VALUES (1, 1); INSERT INTO c.b VALUES (1, 1), (2, 2); INSERT INTO c.d VALUES (5, 5);")
         .expect("writes");
     wait_checkpoint(&out, &servers[0].url(), "late", master_ts(&up), 60);
-    servers.push(Server::start_with(&dirs[1], &up_url, &["--etcd", &etcd_url]));
+    servers.push(Server::start_with(
+        &dirs[1],
+        &up_url,
+        &["--etcd", &etcd_url],
+    ));
     let late = servers[1].addr.clone();
     wait_for("2 captures", 30, || {
         let (_, v) = api_raw(&servers[0].url(), "GET", "/api/v2/captures", None)?;

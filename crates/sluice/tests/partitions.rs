@@ -35,10 +35,15 @@ fn workload(up: &sluice_testkit::mariadb::MariaDb) {
     for id in -40i64..40 {
         sql.push_str(&format!("INSERT INTO p.h VALUES ({id}, {});", id * 3));
     }
-    for (i, code) in ["de", "US", "fr", "ca", "jp", "Au", "it"].iter().enumerate() {
+    for (i, code) in ["de", "US", "fr", "ca", "jp", "Au", "it"]
+        .iter()
+        .enumerate()
+    {
         sql.push_str(&format!("INSERT INTO p.l VALUES ('{code}', {i});"));
     }
-    sql.push_str("UPDATE p.h SET n = n + 1 WHERE id % 3 = 0; DELETE FROM p.h WHERE id % 10 = 0; COMMIT;");
+    sql.push_str(
+        "UPDATE p.h SET n = n + 1 WHERE id % 3 = 0; DELETE FROM p.h WHERE id % 10 = 0; COMMIT;",
+    );
     up.exec(&sql).expect("hash and list rows");
     // Partition DDLs: the layout changes, the columns do not.
     up.exec(
@@ -57,7 +62,8 @@ fn workload(up: &sluice_testkit::mariadb::MariaDb) {
     }
     sql.push_str("INSERT INTO p.l VALUES ('cn', 100), ('IN', 101), ('de', 102); COMMIT;");
     up.exec(&sql).expect("rows after the partition ddls");
-    up.exec("ALTER TABLE p.l DROP PARTITION other; INSERT INTO p.l VALUES ('ca', 200);").expect("drop partition");
+    up.exec("ALTER TABLE p.l DROP PARTITION other; INSERT INTO p.l VALUES ('ca', 200);")
+        .expect("drop partition");
 }
 
 /// Every file under `root`, as (path, path relative to `root`).
@@ -70,7 +76,11 @@ fn files_under(root: &Path) -> Vec<(PathBuf, String)> {
             if p.is_dir() {
                 stack.push(p);
             } else {
-                let rel = p.strip_prefix(root).expect("under root").to_string_lossy().to_string();
+                let rel = p
+                    .strip_prefix(root)
+                    .expect("under root")
+                    .to_string_lossy()
+                    .to_string();
                 out.push((p, rel));
             }
         }
@@ -84,13 +94,26 @@ fn data_files(root: &Path) -> Vec<(String, u64, Option<usize>, String)> {
     for (p, rel) in files_under(root) {
         let parts: Vec<&str> = rel.split('/').collect();
         let name = parts.last().copied().unwrap_or_default();
-        if parts.len() < 4 || !name.starts_with("CDC") || !name.ends_with(".json") || parts.contains(&"meta") {
+        if parts.len() < 4
+            || !name.starts_with("CDC")
+            || !name.ends_with(".json")
+            || parts.contains(&"meta")
+        {
             continue;
         }
         let version: u64 = parts[2].parse().expect("version dir");
         // <db>/<table>/<ver>[/<partition>]/<date>/CDC…: the date dir is last.
-        let partition = (parts.len() == 6).then(|| parts[3].parse::<usize>().expect("partition dir is a number"));
-        out.push((format!("{}.{}", parts[0], parts[1]), version, partition, std::fs::read_to_string(&p).expect("read")));
+        let partition = (parts.len() == 6).then(|| {
+            parts[3]
+                .parse::<usize>()
+                .expect("partition dir is a number")
+        });
+        out.push((
+            format!("{}.{}", parts[0], parts[1]),
+            version,
+            partition,
+            std::fs::read_to_string(&p).expect("read"),
+        ));
     }
     out
 }
@@ -102,14 +125,22 @@ fn partition_names(root: &Path, table: &str, version: u64) -> Vec<String> {
     for e in std::fs::read_dir(&meta).expect("meta dir").flatten() {
         let name = e.file_name().to_string_lossy().to_string();
         if name.starts_with(&format!("schema_{version}_")) {
-            let v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).expect("read")).expect("json");
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).expect("read"))
+                .expect("json");
             return v["SluiceSchema"]["partitioning"]["partitions"]
                 .as_array()
-                .map(|a| a.iter().filter_map(|p| p["name"].as_str().map(str::to_string)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|p| p["name"].as_str().map(str::to_string))
+                        .collect()
+                })
                 .unwrap_or_default();
         }
     }
-    panic!("no schema file for {table} version {version} in {}", meta.display());
+    panic!(
+        "no schema file for {table} version {version} in {}",
+        meta.display()
+    );
 }
 
 fn wait_files(out: &Outputs, server: &Server, id: &str, root: &Path, target: u64) {
@@ -131,13 +162,21 @@ fn partitioned_tables_go_to_partition_directories_and_consume_back_equal() {
     let dir = tmpdir("partitions");
     let (up, up_url) = mariadb_with_user(UP_PASS);
     let (down, down_url) = mariadb_with_user(DOWN_PASS);
-    up.exec(&format!("CREATE DATABASE p; {RANGE_DDL}")).expect("upstream");
-    down.exec(&format!("CREATE DATABASE p; {RANGE_DDL}")).expect("downstream seeded like the upstream");
+    up.exec(&format!("CREATE DATABASE p; {RANGE_DDL}"))
+        .expect("upstream");
+    down.exec(&format!("CREATE DATABASE p; {RANGE_DDL}"))
+        .expect("downstream seeded like the upstream");
     let server = Server::start(&dir, &up_url);
     let root = dir.join("out");
-    let storage = format!("file://{}?protocol=canal-json&enable-tidb-extension=true&flush-interval=200ms", root.display());
+    let storage = format!(
+        "file://{}?protocol=canal-json&enable-tidb-extension=true&flush-interval=200ms",
+        root.display()
+    );
     let flat_root = dir.join("flat");
-    let flat = format!("file://{}?protocol=csv&enable-partition-separator=false&flush-interval=200ms", flat_root.display());
+    let flat = format!(
+        "file://{}?protocol=csv&enable-partition-separator=false&flush-interval=200ms",
+        flat_root.display()
+    );
     create_changefeed(&out, &server.url(), "parts", &storage);
     create_changefeed(&out, &server.url(), "flat", &flat);
     workload(&up);
@@ -150,20 +189,31 @@ fn partitioned_tables_go_to_partition_directories_and_consume_back_equal() {
     let mut checked = 0;
     let mut dirs_seen: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
     let files = data_files(&root);
-    let latest: BTreeMap<String, u64> = files.iter().fold(BTreeMap::new(), |mut m, (t, v, _, _)| {
-        let e = m.entry(t.clone()).or_insert(*v);
-        *e = (*e).max(*v);
-        m
-    });
+    let latest: BTreeMap<String, u64> =
+        files.iter().fold(BTreeMap::new(), |mut m, (t, v, _, _)| {
+            let e = m.entry(t.clone()).or_insert(*v);
+            *e = (*e).max(*v);
+            m
+        });
     for (table, version, partition, text) in &files {
-        let partition = partition.unwrap_or_else(|| panic!("{table} v{version}: data outside a partition directory"));
-        dirs_seen.entry(table.clone()).or_default().insert(partition);
+        let partition = partition
+            .unwrap_or_else(|| panic!("{table} v{version}: data outside a partition directory"));
+        dirs_seen
+            .entry(table.clone())
+            .or_default()
+            .insert(partition);
         if latest.get(table) != Some(version) {
             continue;
         }
         let names = partition_names(&root, table, *version);
-        let pname = names.get(partition).unwrap_or_else(|| panic!("{table} v{version}: partition dir {partition} beyond {names:?}"));
-        let key = if table == "p.l" { "CONCAT(code, ':', id)" } else { "id" };
+        let pname = names.get(partition).unwrap_or_else(|| {
+            panic!("{table} v{version}: partition dir {partition} beyond {names:?}")
+        });
+        let key = if table == "p.l" {
+            "CONCAT(code, ':', id)"
+        } else {
+            "id"
+        };
         let stored: BTreeSet<String> = up
             .query(&format!("SELECT {key} FROM {table} PARTITION (`{pname}`)"))
             .expect("partition query")
@@ -177,7 +227,11 @@ fn partitioned_tables_go_to_partition_directories_and_consume_back_equal() {
             }
             for row in v["data"].as_array().into_iter().flatten() {
                 let k = if table == "p.l" {
-                    format!("{}:{}", row["code"].as_str().unwrap_or_default(), row["id"].as_str().unwrap_or_default())
+                    format!(
+                        "{}:{}",
+                        row["code"].as_str().unwrap_or_default(),
+                        row["id"].as_str().unwrap_or_default()
+                    )
                 } else {
                     row["id"].as_str().unwrap_or_default().to_string()
                 };
@@ -185,18 +239,38 @@ fn partitioned_tables_go_to_partition_directories_and_consume_back_equal() {
                     checked += 1;
                 } else {
                     // Not stored there now: it must be stored nowhere else either (deleted later).
-                    let anywhere = up.query_one(&format!("SELECT COUNT(*) FROM {table} WHERE {key} = '{k}'")).expect("count");
+                    let anywhere = up
+                        .query_one(&format!("SELECT COUNT(*) FROM {table} WHERE {key} = '{k}'"))
+                        .expect("count");
                     assert_eq!(anywhere, "0", "{table} row {k} is in partition dir {partition} ({pname}) but the server stores it elsewhere");
                 }
             }
         }
     }
-    assert!(checked >= 60, "too few rows checked against the server's partitions: {checked}");
-    assert!(dirs_seen.get("p.h").is_some_and(|s| s.len() >= 3), "hash rows spread over partitions: {dirs_seen:?}");
-    assert!(dirs_seen.get("p.r").is_some_and(|s| s.len() >= 3), "range rows spread over partitions: {dirs_seen:?}");
+    assert!(
+        checked >= 60,
+        "too few rows checked against the server's partitions: {checked}"
+    );
+    assert!(
+        dirs_seen.get("p.h").is_some_and(|s| s.len() >= 3),
+        "hash rows spread over partitions: {dirs_seen:?}"
+    );
+    assert!(
+        dirs_seen.get("p.r").is_some_and(|s| s.len() >= 3),
+        "range rows spread over partitions: {dirs_seen:?}"
+    );
 
     // 2. The layout consumes back to the upstream state (partition DDLs replayed downstream).
-    let r = sluice(&out, &["consume", "--storage", &storage, "--downstream", &format!("{down_url}/")]);
+    let r = sluice(
+        &out,
+        &[
+            "consume",
+            "--storage",
+            &storage,
+            "--downstream",
+            &format!("{down_url}/"),
+        ],
+    );
     assert_eq!(r.code, 0, "consume: {} {}", r.stdout, r.stderr);
     let r = check(&out, &up_url, &down_url, "p.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
@@ -212,7 +286,10 @@ fn partitioned_tables_go_to_partition_directories_and_consume_back_equal() {
             flat_files += 1;
         }
     }
-    assert!(flat_files >= 3, "flat layout has too few files: {flat_files}");
+    assert!(
+        flat_files >= 3,
+        "flat layout has too few files: {flat_files}"
+    );
     out.assert_no_secret(&[&server.log]);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);

@@ -9,7 +9,14 @@ use common::*;
 use serde_json::Value;
 
 /// Polls the changefeed until `ok` accepts it; returns it.
-fn wait_feed(out: &Outputs, server: &str, id: &str, what: &str, secs: u64, ok: impl Fn(&Value) -> bool) -> Value {
+fn wait_feed(
+    out: &Outputs,
+    server: &str,
+    id: &str,
+    what: &str,
+    secs: u64,
+    ok: impl Fn(&Value) -> bool,
+) -> Value {
     wait_for(&format!("changefeed {id}: {what}"), secs, || {
         let (s, v) = api_raw(server, "GET", &format!("/api/v2/changefeeds/{id}"), None)?;
         out.add(&v.to_string());
@@ -22,7 +29,11 @@ fn wait_feed(out: &Outputs, server: &str, id: &str, what: &str, secs: u64, ok: i
 }
 
 fn is_warning_with(v: &Value, needle: &str) -> bool {
-    v["state"] == "warning" && v["error"]["message"].as_str().unwrap_or("").contains(needle)
+    v["state"] == "warning"
+        && v["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains(needle)
 }
 
 fn is_clean_normal(v: &Value) -> bool {
@@ -34,7 +45,11 @@ fn metrics_state(out: &Outputs, server: &str, id: &str) -> String {
     out.add(&body);
     let prefix = format!("sluice_changefeed_state{{changefeed=\"{id}\",state=\"");
     body.lines()
-        .find_map(|l| l.strip_prefix(&prefix).and_then(|r| r.split('"').next()).map(str::to_string))
+        .find_map(|l| {
+            l.strip_prefix(&prefix)
+                .and_then(|r| r.split('"').next())
+                .map(str::to_string)
+        })
         .unwrap_or_default()
 }
 
@@ -42,7 +57,9 @@ fn metrics_state(out: &Outputs, server: &str, id: &str) -> String {
 fn reqwest_free_get(base: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let addr = base.trim_start_matches("http://");
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else { return String::new() };
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
     let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
     let mut body = String::new();
     let _ = s.read_to_string(&mut body);
@@ -63,17 +80,38 @@ fn a_changefeed_with_its_upstream_down_reads_warning_then_normal_again() {
     create_changefeed(&out, &s, "up", &down_url);
     up.exec("INSERT INTO t.a VALUES (1, 1)").expect("insert");
     wait_checkpoint(&out, &s, "up", master_ts(&up), 60);
-    assert!(is_clean_normal(&wait_feed(&out, &s, "up", "normal", 10, is_clean_normal)));
+    assert!(is_clean_normal(&wait_feed(
+        &out,
+        &s,
+        "up",
+        "normal",
+        10,
+        is_clean_normal
+    )));
 
     up.stop(false).expect("stop upstream");
-    let v = wait_feed(&out, &s, "up", "warning naming the binlog", 30, |v| is_warning_with(v, "binlog"));
+    let v = wait_feed(&out, &s, "up", "warning naming the binlog", 30, |v| {
+        is_warning_with(v, "binlog")
+    });
     eprintln!("with the upstream down: {v}");
-    assert_eq!(metrics_state(&out, &s, "up"), "warning", "/metrics must agree with the API");
-    let r = sluice(&out, &["cli", "--server", &s, "changefeed", "query", "-c", "up"]);
-    assert!(r.stdout.contains("warning"), "changefeed query must show the warning: {}", r.stdout);
+    assert_eq!(
+        metrics_state(&out, &s, "up"),
+        "warning",
+        "/metrics must agree with the API"
+    );
+    let r = sluice(
+        &out,
+        &["cli", "--server", &s, "changefeed", "query", "-c", "up"],
+    );
+    assert!(
+        r.stdout.contains("warning"),
+        "changefeed query must show the warning: {}",
+        r.stdout
+    );
 
     up.start_again().expect("start upstream");
-    up.exec("INSERT INTO t.a VALUES (2, 2)").expect("insert after restart");
+    up.exec("INSERT INTO t.a VALUES (2, 2)")
+        .expect("insert after restart");
     wait_checkpoint(&out, &s, "up", master_ts(&up), 60);
     wait_feed(&out, &s, "up", "normal with no error", 30, is_clean_normal);
     assert_eq!(metrics_state(&out, &s, "up"), "normal");
@@ -98,15 +136,33 @@ fn a_changefeed_with_its_downstream_down_reads_warning_then_normal_again() {
     wait_checkpoint(&out, &s, "down", master_ts(&up), 60);
 
     down.stop(false).expect("stop downstream");
-    up.exec("INSERT INTO t.b VALUES (1, 1), (2, 2)").expect("insert");
+    up.exec("INSERT INTO t.b VALUES (1, 1), (2, 2)")
+        .expect("insert");
     let target = master_ts(&up);
-    let v = wait_feed(&out, &s, "down", "warning naming the retrying sink", 60, |v| is_warning_with(v, "retrying"));
+    let v = wait_feed(
+        &out,
+        &s,
+        "down",
+        "warning naming the retrying sink",
+        60,
+        |v| is_warning_with(v, "retrying"),
+    );
     eprintln!("with the downstream down: {v}");
-    assert!(v["checkpoint_ts"].as_u64().unwrap_or(u64::MAX) < target, "checkpoint passed unapplied rows: {v}");
+    assert!(
+        v["checkpoint_ts"].as_u64().unwrap_or(u64::MAX) < target,
+        "checkpoint passed unapplied rows: {v}"
+    );
 
     down.start_again().expect("start downstream");
     wait_checkpoint(&out, &s, "down", target, 120);
-    wait_feed(&out, &s, "down", "normal with no error", 30, is_clean_normal);
+    wait_feed(
+        &out,
+        &s,
+        "down",
+        "normal with no error",
+        30,
+        is_clean_normal,
+    );
     let r = check(&out, &up_url, &down_url, "t.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
 }

@@ -75,7 +75,10 @@ fn readme_layouts_without_commit_ts_consume_into_an_equal_downstream() {
     let mut sinks = Vec::new();
     for (name, params) in layouts {
         let out_dir = dir.join(name);
-        let uri = format!("file://{}?{params}&file-size=1024&flush-interval=200ms", out_dir.display());
+        let uri = format!(
+            "file://{}?{params}&file-size=1024&flush-interval=200ms",
+            out_dir.display()
+        );
         create_changefeed(&out, &server.url(), name, &uri);
         sinks.push((name, out_dir, uri));
     }
@@ -89,17 +92,44 @@ fn readme_layouts_without_commit_ts_consume_into_an_equal_downstream() {
     for (name, _, uri) in &sinks {
         let (down, down_url) = mariadb_with_user(DOWN_PASS);
         down.exec(SEED).expect("seed downstream");
-        let r = sluice(&out, &["consume", "--storage", uri, "--downstream", &format!("{down_url}/")]);
+        let r = sluice(
+            &out,
+            &[
+                "consume",
+                "--storage",
+                uri,
+                "--downstream",
+                &format!("{down_url}/"),
+            ],
+        );
         assert_eq!(r.code, 0, "consume {name}: {} {}", r.stdout, r.stderr);
         let cp = r.stdout.split("checkpoint ").nth(1).unwrap_or("").trim();
-        assert!(cp.parse::<u64>().is_ok_and(|c| c >= target), "{name}: the checkpoint is not printed as a number: {}", r.stdout);
+        assert!(
+            cp.parse::<u64>().is_ok_and(|c| c >= target),
+            "{name}: the checkpoint is not printed as a number: {}",
+            r.stdout
+        );
         let r = check(&out, &up_url, &down_url, "app.*,shop.*");
         assert_eq!(r.code, 0, "check {name}: {} {}", r.stdout, r.stderr);
-        for t in ["app.a", "app.b", "app.c2", "shop.accounts", "shop.events", "shop.late_6"] {
-            assert!(r.stdout.contains(&format!("{t}: equal")), "{name}: {t} not compared equal: {}", r.stdout);
+        for t in [
+            "app.a",
+            "app.b",
+            "app.c2",
+            "shop.accounts",
+            "shop.events",
+            "shop.late_6",
+        ] {
+            assert!(
+                r.stdout.contains(&format!("{t}: equal")),
+                "{name}: {t} not compared equal: {}",
+                r.stdout
+            );
         }
         let gone = down.query("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = 'app' AND table_name IN ('gone', 'c')").expect("query");
-        assert_eq!(gone[0][0], "0", "{name}: a dropped or renamed table is still downstream");
+        assert_eq!(
+            gone[0][0], "0",
+            "{name}: a dropped or renamed table is still downstream"
+        );
     }
     out.assert_no_secret(&[&server.log]);
     drop(server);
@@ -109,15 +139,32 @@ fn readme_layouts_without_commit_ts_consume_into_an_equal_downstream() {
 /// Makes `dir` refuse new files even for root (`chattr +i`), and checks that it does.
 fn refuse_writes(dir: &Path) {
     std::fs::create_dir_all(dir).expect("dir");
-    let st = std::process::Command::new("chmod").arg("0555").arg(dir).status().expect("chmod");
+    let st = std::process::Command::new("chmod")
+        .arg("0555")
+        .arg(dir)
+        .status()
+        .expect("chmod");
     assert!(st.success());
-    let _ = std::process::Command::new("chattr").arg("+i").arg(dir).status();
-    assert!(std::fs::write(dir.join("try"), b"x").is_err(), "cannot make {} unwritable here (chattr +i needs CAP_LINUX_IMMUTABLE as root)", dir.display());
+    let _ = std::process::Command::new("chattr")
+        .arg("+i")
+        .arg(dir)
+        .status();
+    assert!(
+        std::fs::write(dir.join("try"), b"x").is_err(),
+        "cannot make {} unwritable here (chattr +i needs CAP_LINUX_IMMUTABLE as root)",
+        dir.display()
+    );
 }
 
 fn allow_writes(dir: &Path) {
-    let _ = std::process::Command::new("chattr").arg("-i").arg(dir).status();
-    let _ = std::process::Command::new("chmod").arg("0755").arg(dir).status();
+    let _ = std::process::Command::new("chattr")
+        .arg("-i")
+        .arg(dir)
+        .status();
+    let _ = std::process::Command::new("chmod")
+        .arg("0755")
+        .arg(dir)
+        .status();
 }
 
 #[test]
@@ -132,31 +179,84 @@ fn unusable_storage_is_refused_at_create_and_nothing_is_created() {
     let locked = dir.join("locked");
     refuse_writes(&locked);
     let cases = [
-        ("no-listener", moto.sink_uri("p").replace(&moto.endpoint(), &format!("http://127.0.0.1:{closed}")), format!("127.0.0.1:{closed}")),
-        ("no-bucket", moto.sink_uri("p").replace("s3://sluice-create/", "s3://no-such-bucket/"), "no-such-bucket".to_string()),
-        ("locked", format!("file://{}?protocol=csv", locked.display()), locked.display().to_string()),
+        (
+            "no-listener",
+            moto.sink_uri("p")
+                .replace(&moto.endpoint(), &format!("http://127.0.0.1:{closed}")),
+            format!("127.0.0.1:{closed}"),
+        ),
+        (
+            "no-bucket",
+            moto.sink_uri("p")
+                .replace("s3://sluice-create/", "s3://no-such-bucket/"),
+            "no-such-bucket".to_string(),
+        ),
+        (
+            "locked",
+            format!("file://{}?protocol=csv", locked.display()),
+            locked.display().to_string(),
+        ),
     ];
     for (id, uri, needle) in &cases {
         let started = std::time::Instant::now();
-        let r = sluice(&out, &["cli", "--server", &s, "changefeed", "create", "-c", id, "--sink-uri", uri]);
+        let r = sluice(
+            &out,
+            &[
+                "cli",
+                "--server",
+                &s,
+                "changefeed",
+                "create",
+                "-c",
+                id,
+                "--sink-uri",
+                uri,
+            ],
+        );
         assert_eq!(r.code, 1, "{id}: {} {}", r.stdout, r.stderr);
         for part in ["CDC:ErrSinkURIInvalid", "test object", needle.as_str()] {
-            assert!(r.stderr.contains(part), "{id}: {part} missing: {}", r.stderr);
+            assert!(
+                r.stderr.contains(part),
+                "{id}: {part} missing: {}",
+                r.stderr
+            );
         }
-        eprintln!("{id} refused after {:?}: {}", started.elapsed(), r.stderr.trim());
+        eprintln!(
+            "{id} refused after {:?}: {}",
+            started.elapsed(),
+            r.stderr.trim()
+        );
     }
     let (st, v) = api(&out, &s, "GET", "/api/v2/changefeeds", None);
     assert_eq!(st, 200, "{v}");
-    assert_eq!(v["items"].as_array().map(Vec::len), Some(0), "a refused create left a changefeed: {v}");
+    assert_eq!(
+        v["items"].as_array().map(Vec::len),
+        Some(0),
+        "a refused create left a changefeed: {v}"
+    );
     allow_writes(&locked);
-    assert_eq!(std::fs::read_dir(&locked).expect("read dir").count(), 0, "a refused create wrote into the directory");
+    assert_eq!(
+        std::fs::read_dir(&locked).expect("read dir").count(),
+        0,
+        "a refused create wrote into the directory"
+    );
     // Usable locations are accepted, and the check leaves nothing behind.
     let fine = dir.join("fine");
-    for (id, uri) in [("s3-ok", moto.sink_uri("ok")), ("file-ok", format!("file://{}?protocol=csv", fine.display()))] {
+    for (id, uri) in [
+        ("s3-ok", moto.sink_uri("ok")),
+        ("file-ok", format!("file://{}?protocol=csv", fine.display())),
+    ] {
         create_changefeed(&out, &s, id, &uri);
     }
-    let left: Vec<String> = std::fs::read_dir(&fine).expect("read dir").filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
-    assert!(!left.iter().any(|n| n.starts_with("sluice-probe")), "the create check left its test object: {left:?}");
+    let left: Vec<String> = std::fs::read_dir(&fine)
+        .expect("read dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !left.iter().any(|n| n.starts_with("sluice-probe")),
+        "the create check left its test object: {left:?}"
+    );
     out.assert_no_secret(&[&server.log]);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);

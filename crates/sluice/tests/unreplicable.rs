@@ -27,10 +27,10 @@ fn stops_the_table_then_goes_on(name: &str, session: &str, needle: &str) {
     create_changefeed(&out, &s, name, &down_url);
     wait_checkpoint(&out, &s, name, master_ts(&up), 60);
 
-
     up.exec(&format!("{session}; UPDATE u.stopped SET v = v + 1 WHERE id = 1; INSERT INTO u.stopped VALUES (2, 2, 2);"))
         .expect("write under the session setting");
-    up.exec("INSERT INTO u.other VALUES (1, 1), (2, 2)").expect("other table");
+    up.exec("INSERT INTO u.other VALUES (1, 1), (2, 2)")
+        .expect("other table");
     let v = wait_for("the table to stop with a warning", 30, || {
         let v = feed(&out, &s, name);
         let msg = v["error"]["message"].as_str().unwrap_or("").to_string();
@@ -43,32 +43,71 @@ fn stops_the_table_then_goes_on(name: &str, session: &str, needle: &str) {
     eprintln!("stopped: {v}");
     // Every other table goes on, capture included.
     wait_for("the other table's rows downstream", 30, || {
-        let n = down.query_one("SELECT COUNT(*) FROM u.other").map_err(|e| e.to_string())?;
-        if n == "2" { Ok(()) } else { Err(n) }
+        let n = down
+            .query_one("SELECT COUNT(*) FROM u.other")
+            .map_err(|e| e.to_string())?;
+        if n == "2" {
+            Ok(())
+        } else {
+            Err(n)
+        }
     });
     let (_, st) = api(&out, &s, "GET", "/api/v2/status", None);
     assert!(st["capture_error"].is_null(), "capture must not stop: {st}");
     // The stopped table's checkpoint holds the changefeed below the unreplicable change.
     std::thread::sleep(std::time::Duration::from_secs(2));
     let v = feed(&out, &s, name);
-    assert!(v["checkpoint_ts"].as_u64().unwrap_or(u64::MAX) < master_ts(&up), "checkpoint passed the stop: {v}");
-    assert_eq!(down.query_one("SELECT v FROM u.stopped WHERE id = 1").expect("v"), "1", "nothing after the stop was written");
+    assert!(
+        v["checkpoint_ts"].as_u64().unwrap_or(u64::MAX) < master_ts(&up),
+        "checkpoint passed the stop: {v}"
+    );
+    assert_eq!(
+        down.query_one("SELECT v FROM u.stopped WHERE id = 1")
+            .expect("v"),
+        "1",
+        "nothing after the stop was written"
+    );
 
     // The user repairs the table by hand and lets it go on.
-    down.exec("UPDATE u.stopped SET v = 2 WHERE id = 1; INSERT INTO u.stopped VALUES (2, 2, 2)").expect("manual re-copy");
-    let r = sluice(&out, &["cli", "--server", &s, "changefeed", "pause", "-c", name]);
+    down.exec("UPDATE u.stopped SET v = 2 WHERE id = 1; INSERT INTO u.stopped VALUES (2, 2, 2)")
+        .expect("manual re-copy");
+    let r = sluice(
+        &out,
+        &["cli", "--server", &s, "changefeed", "pause", "-c", name],
+    );
     assert_eq!(r.code, 0, "pause: {} {}", r.stdout, r.stderr);
     let cfg = dir.join("go-on.toml");
     std::fs::write(&cfg, "[filter]\nignore-event = [\"unreplicable\"]\n").expect("config");
-    let r = sluice(&out, &["cli", "--server", &s, "changefeed", "update", "-c", name, "--config", cfg.to_str().unwrap_or("")]);
+    let r = sluice(
+        &out,
+        &[
+            "cli",
+            "--server",
+            &s,
+            "changefeed",
+            "update",
+            "-c",
+            name,
+            "--config",
+            cfg.to_str().unwrap_or(""),
+        ],
+    );
     assert_eq!(r.code, 0, "update: {} {}", r.stdout, r.stderr);
-    let r = sluice(&out, &["cli", "--server", &s, "changefeed", "resume", "-c", name]);
+    let r = sluice(
+        &out,
+        &["cli", "--server", &s, "changefeed", "resume", "-c", name],
+    );
     assert_eq!(r.code, 0, "resume: {} {}", r.stdout, r.stderr);
-    up.exec("INSERT INTO u.stopped VALUES (3, 3, 3)").expect("after");
+    up.exec("INSERT INTO u.stopped VALUES (3, 3, 3)")
+        .expect("after");
     wait_checkpoint(&out, &s, name, master_ts(&up), 60);
     wait_for("normal again", 30, || {
         let v = feed(&out, &s, name);
-        if v["state"] == "normal" { Ok(()) } else { Err(v.to_string()) }
+        if v["state"] == "normal" {
+            Ok(())
+        } else {
+            Err(v.to_string())
+        }
     });
     let r = check(&out, &up_url, &down_url, "u.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
@@ -76,10 +115,18 @@ fn stops_the_table_then_goes_on(name: &str, session: &str, needle: &str) {
 
 #[test]
 fn a_statement_format_session_stops_its_table_not_the_others() {
-    stops_the_table_then_goes_on("stmt", "SET SESSION binlog_format = 'STATEMENT'", "binlog_format");
+    stops_the_table_then_goes_on(
+        "stmt",
+        "SET SESSION binlog_format = 'STATEMENT'",
+        "binlog_format",
+    );
 }
 
 #[test]
 fn a_minimal_row_image_session_stops_its_table_not_the_others() {
-    stops_the_table_then_goes_on("minimal", "SET SESSION binlog_row_image = 'MINIMAL'", "binlog_row_image");
+    stops_the_table_then_goes_on(
+        "minimal",
+        "SET SESSION binlog_row_image = 'MINIMAL'",
+        "binlog_row_image",
+    );
 }

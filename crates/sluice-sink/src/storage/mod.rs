@@ -229,7 +229,12 @@ struct Buf {
 }
 
 impl Buf {
-    fn holds(&self, schema: &Arc<TableSchema>, partition: Option<usize>, date: &Option<String>) -> bool {
+    fn holds(
+        &self,
+        schema: &Arc<TableSchema>,
+        partition: Option<usize>,
+        date: &Option<String>,
+    ) -> bool {
         (Arc::ptr_eq(&self.schema, schema)
             || (self.schema.version == schema.version && self.schema.table_id == schema.table_id))
             && self.partition == partition
@@ -378,11 +383,7 @@ impl Storage {
             ..Default::default()
         };
         fence.check(&format!("put {path}"))?;
-        match self
-            .store
-            .put_opts(&Path::from(path), bytes, opts)
-            .await
-        {
+        match self.store.put_opts(&Path::from(path), bytes, opts).await {
             Ok(_) => Ok(Put::Created),
             Err(e) if is_already_exists(&e) => Ok(Put::Taken(e)),
             Err(e) => Err(SinkError::store("put", path, e)),
@@ -412,7 +413,8 @@ impl Storage {
             return Ok(());
         }
         let body = serde_json::to_vec_pretty(def).map_err(|e| SinkError::Codec(e.to_string()))?;
-        self.put_create(&path, PutPayload::from(body), fence).await?;
+        self.put_create(&path, PutPayload::from(body), fence)
+            .await?;
         if let Ok(mut s) = self.schemas.lock() {
             s.insert(path);
         }
@@ -494,7 +496,10 @@ impl Backend for Storage {
         _fence: &BoundFence,
     ) -> Result<bool> {
         let schema = batch.schema;
-        let partitioning = schema.partitioning.as_ref().filter(|_| self.cfg.partition_separator);
+        let partitioning = schema
+            .partitioning
+            .as_ref()
+            .filter(|_| self.cfg.partition_separator);
         let mut full = false;
         for row in &batch.rows {
             let date = layout::date_dir(self.cfg.date_separator, row.commit_time_ms);

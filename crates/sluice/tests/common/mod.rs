@@ -17,11 +17,18 @@ pub const UP_PASS: &str = "Up-s3cret-7731";
 pub const DOWN_PASS: &str = "Down-s3cret-4410";
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
 }
 
 pub fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sluice-e2e-{name}-{}-{}", std::process::id(), free_port()));
+    let d = std::env::temp_dir().join(format!(
+        "sluice-e2e-{name}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("tmpdir");
     d
@@ -40,7 +47,11 @@ pub fn mariadb_with_user(pass: &str) -> (MariaDb, String) {
 
 pub fn master_ts(db: &MariaDb) -> u64 {
     let (file, pos) = db.master_status().expect("master status");
-    let idx: u64 = file.rsplit('.').next().and_then(|s| s.parse().ok()).expect("binlog index");
+    let idx: u64 = file
+        .rsplit('.')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .expect("binlog index");
     (idx << 32) | pos
 }
 
@@ -49,7 +60,10 @@ pub struct Outputs(Mutex<Vec<String>>);
 
 impl Outputs {
     pub fn add(&self, s: &str) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(s.to_string());
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(s.to_string());
     }
     pub fn assert_no_secret(&self, logs: &[&Path]) {
         let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner()).join("\n");
@@ -58,10 +72,14 @@ impl Outputs {
         }
         assert!(!all.is_empty(), "no output was collected");
         for p in [UP_PASS, DOWN_PASS] {
-            assert!(!all.contains(p), "a test password appears in the output: ...{}...", {
-                let i = all.find(p).unwrap_or(0);
-                &all[i.saturating_sub(200)..(i + 50).min(all.len())]
-            });
+            assert!(
+                !all.contains(p),
+                "a test password appears in the output: ...{}...",
+                {
+                    let i = all.find(p).unwrap_or(0);
+                    &all[i.saturating_sub(200)..(i + 50).min(all.len())]
+                }
+            );
         }
     }
 }
@@ -97,7 +115,11 @@ impl Server {
 
     fn spawn(&mut self) {
         self.runs += 1;
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log");
         let err = log.try_clone().expect("log");
         let child = Command::new(BIN)
             .args(["server", "--addr", &self.addr, "--data-dir"])
@@ -124,10 +146,17 @@ impl Server {
             }
             if let Some(c) = self.child.as_mut() {
                 if let Ok(Some(st)) = c.try_wait() {
-                    panic!("server exited with {st}: {}", std::fs::read_to_string(&self.log).unwrap_or_default());
+                    panic!(
+                        "server exited with {st}: {}",
+                        std::fs::read_to_string(&self.log).unwrap_or_default()
+                    );
                 }
             }
-            assert!(Instant::now() < deadline, "server not ready: {}", std::fs::read_to_string(&self.log).unwrap_or_default());
+            assert!(
+                Instant::now() < deadline,
+                "server not ready: {}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -141,7 +170,10 @@ impl Server {
 
     pub fn sigterm(&mut self) -> Option<std::process::ExitStatus> {
         let c = self.child.take()?;
-        let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
         let mut c = c;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -174,18 +206,44 @@ impl Drop for Server {
     }
 }
 
-pub fn api_raw(base: &str, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Value), String> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+pub fn api_raw(
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Result<(u16, Value), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     let b = body.map(|b| b.to_string().into_bytes());
     let r = rt
-        .block_on(sluice_server::client::request(base, method, path, b.as_deref(), Duration::from_secs(60)))
+        .block_on(sluice_server::client::request(
+            base,
+            method,
+            path,
+            b.as_deref(),
+            Duration::from_secs(60),
+        ))
         .map_err(|e| e.to_string())?;
-    let v = if r.body.is_empty() { Value::Null } else { serde_json::from_slice(&r.body).unwrap_or(Value::String(String::from_utf8_lossy(&r.body).into())) };
+    let v = if r.body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&r.body)
+            .unwrap_or(Value::String(String::from_utf8_lossy(&r.body).into()))
+    };
     Ok((r.status, v))
 }
 
-pub fn api(out: &Outputs, base: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let (s, v) = api_raw(base, method, path, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+pub fn api(
+    out: &Outputs,
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let (s, v) =
+        api_raw(base, method, path, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"));
     out.add(&v.to_string());
     (s, v)
 }
@@ -214,14 +272,29 @@ pub fn wait_for<T>(what: &str, secs: u64, mut f: impl FnMut() -> Result<T, Strin
     loop {
         match f() {
             Ok(v) => return v,
-            Err(last) if Instant::now() >= deadline => panic!("{what} not reached within {secs} s: {last}"),
+            Err(last) if Instant::now() >= deadline => {
+                panic!("{what} not reached within {secs} s: {last}")
+            }
             Err(_) => std::thread::sleep(Duration::from_millis(200)),
         }
     }
 }
 
 pub fn create_changefeed(out: &Outputs, server: &str, id: &str, sink: &str) {
-    let r = sluice(out, &["cli", "--server", server, "changefeed", "create", "-c", id, "--sink-uri", sink]);
+    let r = sluice(
+        out,
+        &[
+            "cli",
+            "--server",
+            server,
+            "changefeed",
+            "create",
+            "-c",
+            id,
+            "--sink-uri",
+            sink,
+        ],
+    );
     assert_eq!(r.code, 0, "create: {} {}", r.stdout, r.stderr);
 }
 
@@ -281,5 +354,16 @@ pub fn workload(db: &MariaDb, schema: &str, from: u32, rounds: u32) {
 }
 
 pub fn check(out: &Outputs, up: &str, down: &str, tables: &str) -> Run {
-    sluice(out, &["check", "--upstream", up, "--downstream", down, "--tables", tables])
+    sluice(
+        out,
+        &[
+            "check",
+            "--upstream",
+            up,
+            "--downstream",
+            down,
+            "--tables",
+            tables,
+        ],
+    )
 }
