@@ -406,12 +406,14 @@ fn unique_key(def: &[Token]) -> String {
     join(&out)
 }
 
-/// A FOREIGN KEY or CHECK element: kept only when it is a `json_valid()` CHECK (which makes
-/// the column MariaDB's JSON); any other changes no column, and its expression may be
-/// MariaDB syntax sqlparser does not know.
+/// A FOREIGN KEY or CHECK element: kept when it is a `json_valid()` CHECK (which makes the
+/// column MariaDB's JSON) or a FOREIGN KEY (its parent is a table the DDL depends on: the
+/// barrier waits for it); any other CHECK changes no column, and its expression may be MariaDB
+/// syntax sqlparser does not know.
 fn keep_constraint(def: &[Token], prefix: &str, out: &mut Vec<String>) {
     let text = join(def);
-    if text.to_ascii_lowercase().contains("json_valid") && !is_kw(def.first(), "FOREIGN") {
+    let foreign = def.iter().take(3).any(|t| is_kw(Some(t), "FOREIGN"));
+    if foreign || text.to_ascii_lowercase().contains("json_valid") {
         let toks: Vec<Token> = def
             .iter()
             .enumerate()
@@ -758,7 +760,7 @@ mod tests {
             (
                 "ALTER TABLE t ADD COLUMN IF NOT EXISTS a INT AUTO_INCREMENT COMMENT \"c\", DROP KEY IF EXISTS k, \
                  ADD FOREIGN KEY IF NOT EXISTS f (a) REFERENCES p (a), ORDER BY a, b",
-                "ALTER TABLE t ADD COLUMN a INT NOT NULL",
+                "ALTER TABLE t ADD COLUMN a INT NOT NULL, ADD FOREIGN KEY f (a) REFERENCES p (a)",
             ),
             (
                 "CREATE TABLE t (a ENUM('x ', 'y') CHECK (a <> 'y'), j TEXT CHECK (json_valid(j)), \
