@@ -26,7 +26,8 @@ pub const MAX_ERROR_MESSAGE_LEN: usize = 1024;
 pub const BALANCE_INTERVAL_MS: Millis = 2_000;
 /// At most this many operators are started per scheduler round.
 pub const MAX_OPERATORS_PER_ROUND: usize = 64;
-/// At most this many unconsumed stream items a dispatcher buffers.
+/// At most this many unconsumed stream items a dispatcher buffers, plus the rest of the
+/// transaction it is in (a transaction is never cut).
 pub const MAX_BUFFERED_ITEMS: usize = 4096;
 /// At most this many rows go into one sink write.
 pub const MAX_ROWS_PER_WRITE: usize = 512;

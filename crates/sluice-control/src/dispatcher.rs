@@ -996,16 +996,11 @@ impl DispatcherManager {
             if ts <= d.received_upto {
                 continue; // a repeat from before the cursor
             }
-            if d.buffer.len() >= MAX_BUFFERED_ITEMS {
-                // Full: keep whole transactions only and ask again from the last complete one.
-                while d
-                    .buffer
-                    .back()
-                    .map(|b| b.commit_ts() == ts)
-                    .unwrap_or(false)
-                {
-                    d.buffer.pop_back();
-                }
+            // Full: stop at the next transaction boundary and ask again from there. A
+            // transaction is never cut (one larger than the bound is taken whole: cutting it
+            // and asking again would fetch it again, for ever).
+            let boundary = d.buffer.back().is_none_or(|b| b.commit_ts() != ts);
+            if d.buffer.len() >= MAX_BUFFERED_ITEMS && boundary {
                 d.received_upto = ts.saturating_sub(1);
                 resubscribe_from = Some(d.received_upto);
                 break;

@@ -918,3 +918,52 @@ fn an_unreplicable_change_stops_its_dispatcher_with_a_warning_until_let_through(
     );
     assert!(dm.warnings().is_empty());
 }
+
+/// A transaction larger than the dispatcher's buffer bound is taken whole: no cut, no request to
+/// fetch it again (which would fetch the same transaction for ever).
+#[test]
+fn a_transaction_larger_than_the_buffer_is_taken_whole() {
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let d = id(1, 1);
+    let table = TableId(4);
+    create(&mut dm, &m1(), 1, d, Span::whole_table(table), &holds);
+    let big = sluice_control::config::MAX_BUFFERED_ITEMS as u64 + 500;
+    let mut items: Vec<StreamItem> = (0..big)
+        .map(|h| StreamItem::Row {
+            commit_ts: 110,
+            key: Key::row_u64(table, h),
+            handle: h,
+            kind: sluice_types::RowKind::Insert,
+        })
+        .collect();
+    // The next transaction starts past the bound: the dispatcher stops before it.
+    items.push(StreamItem::Row {
+        commit_ts: 120,
+        key: Key::row_u64(table, big),
+        handle: big,
+        kind: sluice_types::RowKind::Insert,
+    });
+    let mut out = Vec::new();
+    dm.on_events(0, d, items, 130, &holds, &mut out);
+    let written = rows_written(&out);
+    assert_eq!(
+        written.len() as u64,
+        big,
+        "the whole large transaction is written"
+    );
+    assert!(written.iter().all(|ts| *ts == 110));
+    let resubscribed: Vec<u64> = out
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Subscribe { start_ts, .. } => Some(*start_ts),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        resubscribed,
+        vec![119],
+        "asked again from the boundary, after the whole transaction"
+    );
+}
