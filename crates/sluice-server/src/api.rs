@@ -50,6 +50,8 @@ pub struct AppState {
     pub upstream: Arc<String>,
     pub node_id: NodeId,
     pub addr: String,
+    /// `--enable-debug-holds`: `/api/v2/debug/holds` may switch hold points.
+    pub debug_holds: bool,
 }
 
 pub struct ApiError(pub ServerError);
@@ -125,6 +127,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v2/changefeeds/{id}/move_table", post(move_table))
         .route("/api/v2/changefeeds/{id}/split_table", post(split_table))
         .route("/api/v2/changefeeds/{id}/merge_table", post(merge_table))
+        .route("/api/v2/debug/holds", get(list_holds).post(set_holds))
         .route("/metrics", get(metrics))
         .route("/internal/v1/message", post(message))
         .route("/internal/v1/dispatchers/{id}", get(local_dispatchers))
@@ -333,6 +336,75 @@ async fn capture_request(
     let r = req(node);
     st.query(move |s| s.deliver(Input::Request(r))).await?;
     ok(json!({}))
+}
+
+/// The hold points of this node (`--enable-debug-holds` only): the very switches the
+/// simulator's scenarios flip (`Input::Hold`), so a test on real processes freezes the same
+/// piece of work the simulator does.
+async fn list_holds(State(st): State<AppState>) -> ApiResult {
+    holds_allowed(&st)?;
+    let on = st
+        .query(|s| {
+            sluice_control::hold::HoldPoint::ALL
+                .iter()
+                .filter(|p| s.node.holds().is_on(**p))
+                .map(|p| p.name())
+                .collect::<Vec<_>>()
+        })
+        .await?;
+    let points: Vec<&str> = sluice_control::hold::HoldPoint::ALL
+        .iter()
+        .map(|p| p.name())
+        .collect();
+    ok(json!({"node": st.node_id.as_str(), "holds": on, "points": points}))
+}
+
+/// Body: `{"point": NAME, "on": BOOL}` or `{"clear": true}` (every point off). Answers the holds
+/// that are on afterwards.
+async fn set_holds(State(st): State<AppState>, body: Bytes) -> ApiResult {
+    holds_allowed(&st)?;
+    let body: Json = parse_body(&body)?;
+    let switches: Vec<(sluice_control::hold::HoldPoint, bool)> = if body["clear"] == true {
+        sluice_control::hold::HoldPoint::ALL
+            .iter()
+            .map(|p| (*p, false))
+            .collect()
+    } else {
+        let name = body["point"].as_str().ok_or_else(|| {
+            ServerError::BadRequest(
+                "body must be {\"point\": NAME, \"on\": true|false} or {\"clear\": true}".into(),
+            )
+        })?;
+        let point: sluice_control::hold::HoldPoint = name.parse().map_err(|e: String| {
+            let all: Vec<&str> = sluice_control::hold::HoldPoint::ALL
+                .iter()
+                .map(|p| p.name())
+                .collect();
+            ServerError::BadRequest(format!("{e}; hold points: {}", all.join(", ")))
+        })?;
+        vec![(point, body["on"].as_bool().unwrap_or(true))]
+    };
+    for (point, on) in switches {
+        st.tx
+            .send_timeout(
+                ShellMsg::Input(Input::Hold { point, on }),
+                Duration::from_secs(5),
+            )
+            .await
+            .map_err(|_| ServerError::NotReady("the node is busy or shutting down".into()))?;
+    }
+    list_holds(State(st)).await
+}
+
+fn holds_allowed(st: &AppState) -> Result<(), ServerError> {
+    if st.debug_holds {
+        return Ok(());
+    }
+    Err(ServerError::Forbidden(
+        "debug holds are off on this node: they freeze replication, so only a server started with \
+         --enable-debug-holds (a test node, never a production one) accepts them"
+            .into(),
+    ))
 }
 
 async fn cordon(

@@ -64,6 +64,8 @@ pub struct ServerConfig {
     pub log_level: String,
     pub skip_unparseable_ddl: bool,
     pub region_size_bytes: u64,
+    /// `/api/v2/debug/holds` answers only when set.
+    pub enable_debug_holds: bool,
 }
 
 /// Command-line values (each overrides the file).
@@ -76,6 +78,8 @@ pub struct Flags {
     pub etcd: Option<String>,
     pub node_id: Option<String>,
     pub config: Option<PathBuf>,
+    /// `--enable-debug-holds` (a flag only: never taken from a config file).
+    pub enable_debug_holds: bool,
 }
 
 pub fn load_file(path: &Path) -> Result<FileConfig, ServerError> {
@@ -175,6 +179,7 @@ impl ServerConfig {
                 .max(1 << 20),
             log_level,
             skip_unparseable_ddl: file.skip_unparseable_ddl.unwrap_or(false),
+            enable_debug_holds: flags.enable_debug_holds,
             region_size_bytes: file
                 .region_size_bytes
                 .unwrap_or(DEFAULT_REGION_SIZE_BYTES)

@@ -27,6 +27,9 @@ pub enum ServerError {
     Upstream(String),
     #[error("{0}")]
     Conflict(String),
+    /// The node does not allow this (e.g. debug holds without `--enable-debug-holds`).
+    #[error("{0}")]
+    Forbidden(String),
     #[error("not ready: {0}; retry in a few seconds")]
     NotReady(String),
     #[error("meta store: {0}")]
@@ -50,6 +53,7 @@ impl ServerError {
             ServerError::InvalidStartPoint(_) => "CDC:ErrStartTsBeforeGC",
             ServerError::Upstream(_) => "CDC:ErrUpstreamNotReady",
             ServerError::Conflict(_) => "CDC:ErrChangefeedUpdateRefused",
+            ServerError::Forbidden(_) => "CDC:ErrForbidden",
             ServerError::NotReady(_) => "CDC:ErrClusterNotReady",
             ServerError::Meta(_) => "CDC:ErrMetaStore",
             ServerError::Internal(_) | ServerError::Io(_) => "CDC:ErrInternalServerError",
@@ -67,6 +71,7 @@ impl ServerError {
                 StatusCode::NOT_FOUND
             }
             ServerError::ChangefeedExists(_) | ServerError::Conflict(_) => StatusCode::CONFLICT,
+            ServerError::Forbidden(_) => StatusCode::FORBIDDEN,
             ServerError::NotReady(_) | ServerError::Meta(_) => StatusCode::SERVICE_UNAVAILABLE,
             ServerError::Internal(_) | ServerError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

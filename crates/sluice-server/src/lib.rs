@@ -176,6 +176,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         upstream: Arc::new(cfg.upstream.clone()),
         node_id,
         addr: cfg.advertise_addr.clone(),
+        debug_holds: cfg.enable_debug_holds,
     };
     tracing::info!(
         incarnation,

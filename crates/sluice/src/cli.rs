@@ -39,6 +39,44 @@ enum CliCommand {
     /// Captures (nodes): list, cordon, uncordon, drain.
     #[command(subcommand)]
     Capture(Capture),
+    /// Test-only switches of a node started with --enable-debug-holds.
+    #[command(subcommand)]
+    Debug(Debug),
+}
+
+#[derive(Subcommand)]
+enum Debug {
+    /// The control plane's hold points on the node --server names.
+    #[command(subcommand)]
+    Holds(Holds),
+}
+
+#[derive(Subcommand)]
+enum Holds {
+    /// The hold points that are on (and every point's name).
+    List,
+    /// Switch a hold point on (`--off`: off), e.g. create_dispatcher, ddl_after_write.
+    Set {
+        /// The hold point's name (as in the simulator's scenario format).
+        point: String,
+        /// Switch it off instead.
+        #[arg(long)]
+        off: bool,
+    },
+    /// Switch every hold point off.
+    Clear,
+}
+
+/// The API call a `debug holds` command makes.
+fn holds_call(s: &str, h: Holds) -> Result<Value, CliError> {
+    let path = "/api/v2/debug/holds";
+    match h {
+        Holds::List => call(s, "GET", path, None),
+        Holds::Set { point, off } => {
+            call(s, "POST", path, Some(json!({"point": point, "on": !off})))
+        }
+        Holds::Clear => call(s, "POST", path, Some(json!({"clear": true}))),
+    }
 }
 
 #[derive(Args)]
@@ -355,6 +393,7 @@ pub fn run(a: CliArgs) -> ExitCode {
                 &[][..],
             )),
         },
+        CliCommand::Debug(Debug::Holds(h)) => Ok((holds_call(&s, h)?, &["node", "holds"][..])),
         CliCommand::Capture(c) => {
             let cols: &[&str] = &["id", "address", "is_owner", "cordoned", "draining"];
             match c {

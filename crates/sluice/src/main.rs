@@ -63,6 +63,10 @@ struct ServerArgs {
     /// Server TOML (kebab-case keys; see docs/configuration.md).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Let `/api/v2/debug/holds` switch the control plane's hold points on this node (for the
+    /// failover suite; never on a production node: a hold freezes replication).
+    #[arg(long)]
+    enable_debug_holds: bool,
 }
 
 #[derive(ClapArgs)]
@@ -130,6 +134,7 @@ fn server(a: ServerArgs) -> ExitCode {
         etcd: a.etcd,
         node_id: a.node_id,
         config: a.config,
+        enable_debug_holds: a.enable_debug_holds,
     };
     let cfg = match sluice_server::config::ServerConfig::resolve(flags) {
         Ok(c) => c,
