@@ -218,6 +218,22 @@ struct Pending {
     unreplicable: Vec<Unreplicable>,
 }
 
+impl Pending {
+    /// A transaction that begins at `start` with nothing read yet.
+    fn starting(start: BinlogPos, gtid: Option<Gtid>, standalone: bool) -> Pending {
+        Pending {
+            start,
+            gtid,
+            standalone,
+            rows: Vec::new(),
+            bytes: 0,
+            chunked: 0,
+            statement: None,
+            unreplicable: Vec::new(),
+        }
+    }
+}
+
 /// Counters, for tests and metrics.
 #[derive(Clone, Debug, Default)]
 pub struct ReaderStats {
@@ -484,16 +500,7 @@ impl BinlogReader {
             GTID => {
                 let (gtid, flags) =
                     parse_gtid_body(ev.data(), header.server_id()).ok_or_else(|| self.decode_err(start_pos, "short GTID event"))?;
-                self.pending = Some(Pending {
-                    start: BinlogPos::new(self.file.clone(), start_pos),
-                    gtid: Some(gtid),
-                    standalone: flags & GTID_FL_STANDALONE != 0,
-                    rows: Vec::new(),
-                    bytes: 0,
-chunked: 0,
-                    statement: None,
-                    unreplicable: Vec::new(),
-                });
+                self.pending = Some(Pending::starting(BinlogPos::new(self.file.clone(), start_pos), Some(gtid), flags & GTID_FL_STANDALONE != 0));
                 Ok(None)
             }
             ANNOTATE_ROWS | BINLOG_CHECKPOINT | GTID_LIST | START_ENCRYPTION => Ok(None),
@@ -527,16 +534,7 @@ chunked: 0,
                 let trimmed = query.trim();
                 if trimmed.eq_ignore_ascii_case("BEGIN") {
                     if self.pending.is_none() {
-                        self.pending = Some(Pending {
-                            start: BinlogPos::new(self.file.clone(), start_pos),
-                            gtid: None,
-                            standalone: false,
-                            rows: Vec::new(),
-                            bytes: 0,
-chunked: 0,
-                            statement: None,
-                            unreplicable: Vec::new(),
-                        });
+                        self.pending = Some(Pending::starting(BinlogPos::new(self.file.clone(), start_pos), None, false));
                     }
                     return Ok(None);
                 }
@@ -571,16 +569,7 @@ chunked: 0,
                     }
                     Some(_) => self.finish(end, header.timestamp(), Some(stmt)).map(Some),
                     None => {
-                        self.pending = Some(Pending {
-                            start: BinlogPos::new(self.file.clone(), start_pos),
-                            gtid: None,
-                            standalone: true,
-                            rows: Vec::new(),
-                            bytes: 0,
-chunked: 0,
-                            statement: None,
-                            unreplicable: Vec::new(),
-                        });
+                        self.pending = Some(Pending::starting(BinlogPos::new(self.file.clone(), start_pos), None, true));
                         self.finish(end, header.timestamp(), Some(stmt)).map(Some)
                     }
                 }
@@ -610,16 +599,11 @@ chunked: 0,
     ) -> Result<Option<ReaderEvent>> {
         let standalone = self.pending.as_ref().is_none_or(|p| p.standalone);
         if self.pending.is_none() {
-            self.pending = Some(Pending {
-                start: BinlogPos::new(self.file.clone(), start_pos),
-                gtid: None,
-                standalone: true,
-                rows: Vec::new(),
-                bytes: 0,
-                chunked: 0,
-                statement: None,
-                unreplicable: Vec::new(),
-            });
+            self.pending = Some(Pending::starting(
+                BinlogPos::new(self.file.clone(), start_pos),
+                None,
+                true,
+            ));
         }
         self.note_unreplicable(Unreplicable {
             tables,
@@ -721,16 +705,10 @@ chunked: 0,
         timestamp: u32,
         statement: Option<Statement>,
     ) -> Result<ReaderEvent> {
-        let p = self.pending.take().unwrap_or(Pending {
-            start: self.committed.clone(),
-            gtid: None,
-            standalone: true,
-            rows: Vec::new(),
-            bytes: 0,
-            chunked: 0,
-            statement: None,
-            unreplicable: Vec::new(),
-        });
+        let p =
+            self.pending
+                .take()
+                .unwrap_or(Pending::starting(self.committed.clone(), None, true));
         let index = file_index(&self.file).ok_or_else(|| CaptureError::Decode {
             file: self.file.clone(),
             pos: end,

@@ -425,26 +425,12 @@ impl SchemaHistory {
 
 /// An influence on exactly `tables` (none: the table trigger only).
 fn only(tables: Vec<TableId>) -> DdlInfluence {
-    DdlInfluence {
-        scope: InfluenceScope::Tables(tables),
-        trigger: false,
-        dropped: vec![],
-        added: vec![],
-        renamed: vec![],
-        sources: vec![],
-    }
+    DdlInfluence::scoped(InfluenceScope::Tables(tables), false)
 }
 
 /// A statement whose tables are unknown: every dispatcher stops at it.
 fn every_table() -> DdlInfluence {
-    DdlInfluence {
-        scope: InfluenceScope::All,
-        trigger: true,
-        dropped: vec![],
-        added: vec![],
-        renamed: vec![],
-        sources: vec![],
-    }
+    DdlInfluence::scoped(InfluenceScope::All, true)
 }
 
 #[cfg(test)]

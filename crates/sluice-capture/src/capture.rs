@@ -119,18 +119,14 @@ fn unreplicable_marker(history: &SchemaHistory, txn: &Transaction) -> Option<Ddl
         kind: DdlKind::Unreplicable,
         database: String::new(),
         query: reasons.join("; "),
-        influence: DdlInfluence {
-            scope: if every {
+        influence: DdlInfluence::scoped(
+            if every {
                 InfluenceScope::All
             } else {
                 InfluenceScope::Tables(ids)
             },
-            trigger: false,
-            dropped: vec![],
-            added: vec![],
-            renamed: vec![],
-            sources: vec![],
-        },
+            false,
+        ),
     })
 }
 

@@ -246,6 +246,21 @@ pub struct DdlInfluence {
     pub sources: Vec<TableId>,
 }
 
+impl DdlInfluence {
+    /// An influence on `scope` that adds, drops and renames nothing (the table trigger takes
+    /// part when `trigger`).
+    pub fn scoped(scope: InfluenceScope, trigger: bool) -> DdlInfluence {
+        DdlInfluence {
+            scope,
+            trigger,
+            dropped: vec![],
+            added: vec![],
+            renamed: vec![],
+            sources: vec![],
+        }
+    }
+}
+
 /// One committed DDL.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DdlEvent {
