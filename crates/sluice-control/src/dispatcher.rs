@@ -163,8 +163,7 @@ impl Dispatcher {
     fn warning(&self) -> Option<String> {
         if let Some((ts, what)) = &self.halted {
             return Some(format!(
-                "span {:?} of table {} stopped at ts {ts}: {what}; to let it go on, add \
-                 \"unreplicable\" to the changefeed's [filter] ignore-event",
+                "span {:?} of table {} stopped at ts {ts}: {what}",
                 self.span, self.span.table.0
             ));
         }
@@ -1197,6 +1196,22 @@ impl DispatcherManager {
         ))));
     }
 
+    /// The sink refuses this dispatcher's table as it is (`Input::SinkError::table_only`, e.g.
+    /// no key): the dispatcher stops where its sink acknowledged (nothing more is written, its
+    /// checkpoint stays), reports a warning naming the fix, and the changefeed goes on with its
+    /// other tables instead of restarting for one table.
+    pub fn on_table_refused(&mut self, id: DispatcherId, message: String, out: &mut Vec<Effect>) {
+        let cf = self.cf.clone();
+        let Some(d) = self.dispatchers.get_mut(&id) else {
+            return;
+        };
+        if d.phase != Phase::Working || d.halted.is_some() {
+            return;
+        }
+        let at = d.checkpoint() + 1;
+        halt(&cf, id, d, at, truncate_error(message), out);
+    }
+
     /// A hold point was switched on this node.
     pub fn on_hold(
         &mut self,
@@ -1284,7 +1299,7 @@ impl DispatcherManager {
         let Some(d) = self.dispatchers.get_mut(&id) else {
             return;
         };
-        if d.phase != Phase::Working {
+        if d.phase != Phase::Working || d.halted.is_some() {
             return;
         }
         let mut rows: Vec<(Ts, sluice_types::Key, u64)> = Vec::new();
@@ -1344,11 +1359,12 @@ impl DispatcherManager {
                         continue;
                     }
                     if d.halted.is_none() {
-                        d.halted = Some((ddl.commit_ts, ddl.query.clone()));
-                        out.push(Effect::Trace(TraceEvent::Log(format!(
-                            "dispatcher {id:?}: stopped at an unreplicable change: {}",
+                        let what = format!(
+                            "{}; to let it go on, add \"unreplicable\" to the changefeed's \
+                             [filter] ignore-event",
                             ddl.query
-                        ))));
+                        );
+                        halt(&cf, id, d, ddl.commit_ts, what, out);
                     }
                     break;
                 }
@@ -1558,6 +1574,23 @@ impl DispatcherManager {
             .take(MAX_ERRORS_PER_HEARTBEAT)
             .collect()
     }
+}
+
+/// The dispatcher stops for good at `at` (see `Dispatcher::halted`): it takes no more events
+/// and says why in every heartbeat until the changefeed is restarted by the user.
+fn halt(
+    cf: &ChangefeedId,
+    id: DispatcherId,
+    d: &mut Dispatcher,
+    at: Ts,
+    what: String,
+    out: &mut Vec<Effect>,
+) {
+    out.push(Effect::Trace(TraceEvent::Log(format!(
+        "dispatcher {id:?}: stopped: {what}"
+    ))));
+    d.halted = Some((at, what));
+    out.push(Effect::Unsubscribe { cf: cf.clone(), id });
 }
 
 fn stopped_report(id: DispatcherId, span: Span, cp: Ts) -> DispatcherReport {

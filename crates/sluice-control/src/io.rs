@@ -147,6 +147,10 @@ pub enum Input {
         cf: ChangefeedId,
         id: DispatcherId,
         retryable: bool,
+        /// The sink refuses this table as it is (e.g. no key): retrying cannot help and the
+        /// changefeed's other tables are fine. The dispatcher stops with a warning; the
+        /// changefeed is not restarted for it.
+        table_only: bool,
         message: String,
     },
     Hold {

@@ -185,10 +185,15 @@ impl NodeState {
                 cf,
                 id,
                 retryable,
+                table_only,
                 message,
             } => {
                 if let Some(dm) = self.dms.get_mut(&cf) {
-                    dm.on_sink_error(id, retryable, message, &mut out);
+                    if table_only {
+                        dm.on_table_refused(id, message, &mut out);
+                    } else {
+                        dm.on_sink_error(id, retryable, message, &mut out);
+                    }
                 }
             }
             Input::Hold { point, on } => {

@@ -447,6 +447,7 @@ impl Shell {
             cf: cf.clone(),
             id,
             retryable: false,
+            table_only: false,
             message,
         });
     }

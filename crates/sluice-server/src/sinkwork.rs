@@ -170,6 +170,7 @@ async fn worker(
             cf: cf.clone(),
             id,
             retryable: e.is_retryable(),
+            table_only: e.is_table_refusal(),
             message: error_message(&cf, e),
         })
     };

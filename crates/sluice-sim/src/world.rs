@@ -934,6 +934,7 @@ impl Sim {
                                 cf,
                                 id,
                                 retryable,
+                                table_only: false,
                                 message: "injected sink write failure".into(),
                             },
                         },

@@ -120,6 +120,15 @@ impl SinkError {
         self.class() == ErrorClass::Retryable
     }
 
+    /// The sink refuses one table as it is (fatal for that table only: the others are fine).
+    pub fn is_table_refusal(&self) -> bool {
+        match self {
+            SinkError::TableRefused { .. } => true,
+            SinkError::Earlier(inner) => inner.is_table_refusal(),
+            _ => false,
+        }
+    }
+
     pub(crate) fn invalid_uri(uri: &impl fmt::Display, reason: impl Into<String>) -> SinkError {
         SinkError::InvalidUri {
             uri: uri.to_string(),

@@ -130,3 +130,79 @@ fn a_minimal_row_image_session_stops_its_table_not_the_others() {
         "binlog_row_image",
     );
 }
+
+/// A table the MySQL sink refuses as it is (no primary or not-null unique key) stops alone:
+/// the changefeed reads `warning` naming the fix, is not restarted, and every other table goes
+/// on; with `force-replicate=true` (pause, update, resume) the table replicates too.
+#[test]
+fn a_table_the_sink_refuses_stops_alone_and_names_the_fix() {
+    let out = Outputs::default();
+    let dir = tmpdir("refused");
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    let (down, down_url) = mariadb_with_user(DOWN_PASS);
+    let ddl = "CREATE DATABASE u; CREATE TABLE u.nokey (a INT, b INT); CREATE TABLE u.other (id INT PRIMARY KEY, v INT);";
+    up.exec(ddl).expect("ddl");
+    down.exec(ddl).expect("ddl");
+    let server = Server::start(&dir, &up_url);
+    let s = server.url();
+    create_changefeed(&out, &s, "refused", &down_url);
+    wait_checkpoint(&out, &s, "refused", master_ts(&up), 60);
+    up.exec("INSERT INTO u.nokey VALUES (1, 1); INSERT INTO u.other VALUES (1, 1)")
+        .expect("rows");
+    let v = wait_for("the keyless table to stop with a warning", 30, || {
+        let v = feed(&out, &s, "refused");
+        let msg = v["error"]["message"].as_str().unwrap_or("").to_string();
+        if v["state"] == "warning" && msg.contains("u.nokey") && msg.contains("force-replicate") {
+            Ok(v)
+        } else {
+            Err(v.to_string())
+        }
+    });
+    eprintln!("refused: {v}");
+    wait_for("the other table's row downstream", 30, || {
+        let n = down
+            .query_one("SELECT COUNT(*) FROM u.other")
+            .map_err(|e| e.to_string())?;
+        if n == "1" {
+            Ok(())
+        } else {
+            Err(n)
+        }
+    });
+    up.exec("INSERT INTO u.other VALUES (2, 2)").expect("more");
+    wait_for("the other table keeps going", 30, || {
+        let n = down
+            .query_one("SELECT COUNT(*) FROM u.other")
+            .map_err(|e| e.to_string())?;
+        if n == "2" {
+            Ok(())
+        } else {
+            Err(n)
+        }
+    });
+    let v = feed(&out, &s, "refused");
+    assert_eq!(
+        v["restarts"], 0,
+        "one table's refusal must not restart the changefeed: {v}"
+    );
+
+    for cmd in [
+        &["pause"][..],
+        &[
+            "update",
+            "--sink-uri",
+            &format!("{down_url}/?force-replicate=true"),
+        ][..],
+        &["resume"][..],
+    ] {
+        let mut args = vec!["cli", "--server", &s, "changefeed"];
+        args.extend_from_slice(&cmd[..1]);
+        args.extend_from_slice(&["-c", "refused"]);
+        args.extend_from_slice(&cmd[1..]);
+        let r = sluice(&out, &args);
+        assert_eq!(r.code, 0, "{cmd:?}: {} {}", r.stdout, r.stderr);
+    }
+    wait_checkpoint(&out, &s, "refused", master_ts(&up), 60);
+    let r = check(&out, &up_url, &down_url, "u.*");
+    assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
+}
