@@ -290,6 +290,7 @@ impl SchemaHistory {
         }
         .unwrap_or_else(|| (DdlKind::Other, every_table()));
         let ev = DdlEvent {
+            session: Default::default(),
             commit_ts,
             commit_time_ms,
             kind,

@@ -235,6 +235,7 @@ impl Upstream {
         influence: DdlInfluence,
     ) -> DdlEvent {
         DdlEvent {
+            session: Default::default(),
             commit_ts: ts,
             commit_time_ms: 0,
             kind,

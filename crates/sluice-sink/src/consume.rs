@@ -146,6 +146,7 @@ fn parse_kind(s: &str) -> DdlKind {
         "AlterTable" => DdlKind::AlterTable,
         "CreateView" => DdlKind::CreateView,
         "DropView" => DdlKind::DropView,
+        "AlterDatabase" => DdlKind::AlterDatabase,
         _ => DdlKind::Other,
     }
 }
@@ -315,6 +316,7 @@ impl Scan {
 
 fn ddl_event(def: &TableDefinition) -> DdlEvent {
     DdlEvent {
+        session: Default::default(),
         commit_ts: def.table_version,
         commit_time_ms: 0,
         kind: parse_kind(&def.kind),
