@@ -555,8 +555,8 @@ impl BinlogReader {
                 }
                 let stmt = Statement {
                     database: q.schema().into_owned(),
+                    session: crate::session::of_statement(q.status_vars(), &query),
                     query,
-                    session: crate::session::from_status_vars(q.status_vars()),
                 };
                 if let Some(tables) = unreplicable::dml_tables(&stmt.query, &stmt.database) {
                     return self.statement_dml(end, header.timestamp(), start_pos, &stmt, tables);

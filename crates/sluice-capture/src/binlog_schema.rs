@@ -291,6 +291,7 @@ impl SchemaHistory {
         .unwrap_or_else(|| (DdlKind::Other, every_table()));
         let ev = DdlEvent {
             session: Default::default(),
+            object_database: None,
             commit_ts,
             commit_time_ms,
             kind,

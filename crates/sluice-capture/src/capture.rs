@@ -115,6 +115,7 @@ fn unreplicable_marker(history: &SchemaHistory, txn: &Transaction) -> Option<Ddl
     ids.dedup();
     Some(DdlEvent {
         session: Default::default(),
+        object_database: None,
         commit_ts: ts,
         commit_time_ms: txn.commit_time_ms,
         kind: DdlKind::Unreplicable,

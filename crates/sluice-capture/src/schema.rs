@@ -845,14 +845,13 @@ impl SchemaHistory {
             );
             return Ok(Some(ev));
         }
-        if let Some(kind) = view_statement(text) {
-            return Ok(Some(self.trigger_ddl(
-                commit_ts,
-                commit_time_ms,
-                database,
-                query,
-                kind,
-            )));
+        if let Some((kind, view_db)) = view_statement(text) {
+            let mut ev = self.trigger_ddl(commit_ts, commit_time_ms, database, query, kind);
+            if let Some(last) = self.ddls.last_mut().filter(|_| view_db.is_some()) {
+                last.object_database = view_db.clone();
+                ev.object_database = view_db;
+            }
+            return Ok(Some(ev));
         }
         if !is_schema_statement(text) {
             return Ok(None);
@@ -975,6 +974,7 @@ impl SchemaHistory {
         influence.sources = sources;
         let ev = DdlEvent {
             session: Default::default(),
+            object_database: None,
             commit_ts,
             commit_time_ms,
             kind,
@@ -1018,6 +1018,7 @@ impl SchemaHistory {
                 sources: vec![],
             },
             session: DdlSession::default(),
+            object_database: None,
         };
         self.head = commit_ts;
         self.ddls.push(ev.clone());
@@ -1073,6 +1074,7 @@ impl SchemaHistory {
         }
         let ev = DdlEvent {
             session: Default::default(),
+            object_database: None,
             commit_ts,
             commit_time_ms,
             kind: DdlKind::AlterTable,
@@ -1996,30 +1998,36 @@ fn alter_database_statement(query: &str, default_db: &str) -> Option<(String, Ch
 }
 
 /// `CREATE [OR REPLACE] [ALGORITHM = …] [DEFINER = …] [SQL SECURITY …] VIEW`, `ALTER … VIEW`
-/// (both [`DdlKind::CreateView`]) and `DROP VIEW` ([`DdlKind::DropView`]); `None` for anything
-/// else. Views are not parsed: they change no table the history tracks.
-fn view_statement(query: &str) -> Option<DdlKind> {
+/// (both [`DdlKind::CreateView`]) and `DROP VIEW` ([`DdlKind::DropView`]), with the database
+/// the (first) view's name gives; `None` for anything else. Views are not parsed: they change no
+/// table the history tracks.
+fn view_statement(query: &str) -> Option<(DdlKind, Option<String>)> {
     use sqlparser::tokenizer::{Token, Tokenizer};
     let toks = Tokenizer::new(&MySqlDialect {}, query).tokenize().ok()?;
-    let mut words = toks
+    let sig: Vec<&Token> = toks
         .iter()
         .filter(|t| !matches!(t, Token::Whitespace(_)))
-        .map(|t| match t {
-            Token::Word(w) if w.quote_style.is_none() => w.value.to_ascii_uppercase(),
-            // Quoted names and values of the clauses before VIEW (`DEFINER = 'u'@'h'`).
-            _ => String::from("?"),
-        });
-    let kind = match words.next()?.as_str() {
+        .collect();
+    // Unquoted words upper-cased; quoted names and the values of the clauses before VIEW
+    // (`DEFINER = 'u'@'h'`) are "?".
+    let word = |t: &Token| match t {
+        Token::Word(w) if w.quote_style.is_none() => w.value.to_ascii_uppercase(),
+        _ => String::from("?"),
+    };
+    let kind = match word(sig.first()?).as_str() {
         "CREATE" | "ALTER" => DdlKind::CreateView,
         "DROP" => DdlKind::DropView,
         _ => return None,
     };
-    // Only the words of the clauses MariaDB allows before VIEW (and their values) may precede it.
     // A DEFINER's value: a user name and a host, unquoted words too (`root@localhost`).
     let mut definer_words = 0;
-    for w in words.take(32) {
-        match w.as_str() {
-            "VIEW" => return Some(kind),
+    let mut view_at = None;
+    for (i, t) in sig.iter().enumerate().take(32).skip(1) {
+        match word(t).as_str() {
+            "VIEW" => {
+                view_at = Some(i);
+                break;
+            }
             "DEFINER" => definer_words = 2,
             "OR" | "REPLACE" | "ALGORITHM" | "UNDEFINED" | "MERGE" | "TEMPTABLE" | "SQL"
             | "SECURITY" | "INVOKER" | "?" => {}
@@ -2027,7 +2035,18 @@ fn view_statement(query: &str) -> Option<DdlKind> {
             _ => return None,
         }
     }
-    None
+    let mut k = view_at? + 1;
+    while matches!(
+        sig.get(k).map(|t| word(t)).as_deref(),
+        Some("IF" | "NOT" | "EXISTS")
+    ) {
+        k += 1;
+    }
+    let db = match (sig.get(k), sig.get(k + 1), sig.get(k + 2)) {
+        (Some(Token::Word(d)), Some(Token::Period), Some(Token::Word(_))) => Some(d.value.clone()),
+        _ => None,
+    };
+    Some((kind, db))
 }
 
 /// Parses with sqlparser's MySQL dialect; a statement it rejects is tried again with the
@@ -2380,11 +2399,19 @@ mod tests {
             "ALTER DEFINER = CURRENT_USER() SQL SECURITY INVOKER VIEW v AS SELECT 2",
             "ALTER ALGORITHM = MERGE VIEW v AS SELECT 2",
         ] {
-            assert_eq!(view_statement(q), create, "{q}");
+            assert_eq!(view_statement(q).map(|v| v.0), create, "{q}");
         }
         assert_eq!(
             view_statement("DROP VIEW IF EXISTS v, w"),
-            Some(DdlKind::DropView)
+            Some((DdlKind::DropView, None))
+        );
+        assert_eq!(
+            view_statement("CREATE OR REPLACE VIEW `d 1`.v AS SELECT 1"),
+            Some((DdlKind::CreateView, Some("d 1".to_string())))
+        );
+        assert_eq!(
+            view_statement("DROP VIEW IF EXISTS x.v"),
+            Some((DdlKind::DropView, Some("x".to_string())))
         );
         for q in [
             "CREATE TABLE view (a INT)",
@@ -2434,7 +2461,7 @@ mod tests {
                 F + 12,
                 0,
                 "d",
-                "SET STATEMENT sql_mode='MAXDB' FOR CREATE TABLE t (id INT PRIMARY KEY, ts TIMESTAMP)",
+                "SET STATEMENT max_statement_time=10 FOR CREATE TABLE t (id INT PRIMARY KEY, ts TIMESTAMP)",
                 &session,
             )
             .expect("apply")

@@ -11,8 +11,10 @@
 //! - [`as_sql_mode_reads`] rewrites a statement only for the modes that change how the server
 //!   reads a definition (`ANSI_QUOTES`, `MAXDB`), so the history sees what the server made;
 //! - [`strip_set_statement`] returns the statement `SET STATEMENT` applies to, or the input
-//!   unchanged; the settings themselves are already in the status variables, which MariaDB logs
-//!   with the statement's values.
+//!   unchanged; the statement keeps its prefix downstream (sinks run it as logged). MariaDB logs
+//!   the prefix's values in the status variables but parses the statement under the session's
+//!   own `sql_mode`, so a prefix that sets `sql_mode` leaves [`DdlSession::sql_mode`] unknown
+//!   ([`of_statement`]): the history parses with no mode, a sink under its own.
 
 use mysql_async::binlog::events::{StatusVarVal, StatusVars};
 use sluice_types::DdlSession;
@@ -100,38 +102,56 @@ pub fn from_status_vars(vars: &StatusVars<'_>) -> DdlSession {
     s
 }
 
+/// The session of a statement read from the binlog: its status variables, except a `sql_mode`
+/// the statement sets itself with `SET STATEMENT sql_mode = … FOR`. MariaDB logs that value, but
+/// parses the statement under the session's own mode, which the event does not carry: the
+/// sink's mode stands for it (the statement, run as logged, sets the rest).
+pub fn of_statement(vars: &StatusVars<'_>, query: &str) -> DdlSession {
+    let mut s = from_status_vars(vars);
+    if let Some((assignments, _)) = split_set_statement(query) {
+        if assignments.to_ascii_lowercase().contains("sql_mode") {
+            s.sql_mode = None;
+        }
+    }
+    s
+}
+
 /// The statement of `SET STATEMENT var = value [, …] FOR <statement>`; other text unchanged.
 pub fn strip_set_statement(query: &str) -> &str {
+    split_set_statement(query).map_or(query, |(_, statement)| statement)
+}
+
+/// `(assignments, statement)` of `SET STATEMENT <assignments> FOR <statement>`.
+fn split_set_statement(query: &str) -> Option<(&str, &str)> {
     use sqlparser::dialect::MySqlDialect;
     use sqlparser::tokenizer::{Token, Tokenizer};
     let head = query.trim_start();
     let word = |t: &Token, k: &str| matches!(t, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(k));
-    let Ok(toks) = Tokenizer::new(&MySqlDialect {}, head).tokenize_with_location() else {
-        return query;
-    };
+    let toks = Tokenizer::new(&MySqlDialect {}, head)
+        .tokenize_with_location()
+        .ok()?;
     let mut sig = toks
         .iter()
         .filter(|t| !matches!(t.token, Token::Whitespace(_)));
-    if !sig.next().is_some_and(|t| word(&t.token, "SET"))
-        || !sig.next().is_some_and(|t| word(&t.token, "STATEMENT"))
-    {
-        return query;
+    if !sig.next().is_some_and(|t| word(&t.token, "SET")) {
+        return None;
     }
+    let statement_word = sig.next().filter(|t| word(&t.token, "STATEMENT"))?;
+    let after_word = offset_of(head, statement_word.span.end.line, statement_word.span.end.column)?;
     let mut depth = 0i32;
     for t in sig {
         match &t.token {
             Token::LParen => depth += 1,
             Token::RParen => depth -= 1,
             tok if depth == 0 && word(tok, "FOR") => {
-                let end = t.span.end;
-                return offset_of(head, end.line, end.column)
-                    .map(|o| head[o..].trim_start())
-                    .unwrap_or(query);
+                let start = offset_of(head, t.span.start.line, t.span.start.column)?;
+                let end = offset_of(head, t.span.end.line, t.span.end.column)?;
+                return Some((head[after_word..start].trim(), head[end..].trim_start()));
             }
             _ => {}
         }
     }
-    query
+    None
 }
 
 /// `statement` as the server reads it under `sql_mode`, in the syntax the history parses: with

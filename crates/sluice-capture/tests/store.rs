@@ -50,6 +50,7 @@ fn ordered_by_table_ts_seq_with_spans_cursors_and_gc() {
         .expect("t30");
     let ddl = DdlEvent {
         session: Default::default(),
+        object_database: None,
         commit_ts: 40,
         commit_time_ms: 0,
         kind: DdlKind::AlterTable,

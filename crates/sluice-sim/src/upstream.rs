@@ -236,6 +236,7 @@ impl Upstream {
     ) -> DdlEvent {
         DdlEvent {
             session: Default::default(),
+            object_database: None,
             commit_ts: ts,
             commit_time_ms: 0,
             kind,

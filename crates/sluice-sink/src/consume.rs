@@ -317,6 +317,7 @@ impl Scan {
 fn ddl_event(def: &TableDefinition) -> DdlEvent {
     DdlEvent {
         session: Default::default(),
+        object_database: None,
         commit_ts: def.table_version,
         commit_time_ms: 0,
         kind: parse_kind(&def.kind),

@@ -94,6 +94,7 @@ fn dispatcher(epoch: u64, seq: u64) -> DispatcherId {
 fn alter_at_20(query: &str) -> DdlEvent {
     DdlEvent {
         session: Default::default(),
+        object_database: None,
         commit_ts: 20,
         commit_time_ms: 0,
         kind: DdlKind::AlterTable,

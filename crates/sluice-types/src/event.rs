@@ -278,6 +278,17 @@ pub struct DdlEvent {
     /// (empty for events recorded before capture read them).
     #[serde(default, skip_serializing_if = "DdlSession::is_empty")]
     pub session: DdlSession,
+    /// The database of what a DDL that changes no table creates or drops (a view), when the
+    /// statement names one: where a storage sink records the DDL. `None`: `database`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_database: Option<String>,
+}
+
+impl DdlEvent {
+    /// The database a DDL belongs to: its object's, else the statement's default database.
+    pub fn target_database(&self) -> &str {
+        self.object_database.as_deref().unwrap_or(&self.database)
+    }
 }
 
 /// The settings of the upstream session a DDL ran under that change its meaning, read from the

@@ -540,7 +540,7 @@ impl Backend for Storage {
     ) -> Result<()> {
         if tables.is_empty() {
             let def =
-                TableDefinition::for_database(&ddl.database, ddl.commit_ts, &ddl.query, ddl.kind);
+                TableDefinition::for_database(ddl.target_database(), ddl.commit_ts, &ddl.query, ddl.kind);
             return self.ensure_definition(&def, fence).await;
         }
         for t in tables {
