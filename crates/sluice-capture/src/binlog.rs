@@ -160,7 +160,7 @@ pub struct Statement {
     pub database: String,
     pub query: String,
     /// The session settings the statement ran under ([`crate::session`]).
-    pub session: sluice_types::DdlSession,
+    pub session: Box<sluice_types::DdlSession>,
 }
 
 /// One complete upstream transaction.
@@ -555,7 +555,7 @@ impl BinlogReader {
                 }
                 let stmt = Statement {
                     database: q.schema().into_owned(),
-                    session: crate::session::of_statement(q.status_vars(), &query),
+                    session: Box::new(crate::session::of_statement(q.status_vars(), &query)),
                     query,
                 };
                 if let Some(tables) = unreplicable::dml_tables(&stmt.query, &stmt.database) {

@@ -780,9 +780,10 @@ impl SchemaHistory {
         let fresh = commit_ts > self.head;
         let mut ev = self.apply_statement(commit_ts, commit_time_ms, database, query, session)?;
         if let Some(ev) = ev.as_mut().filter(|_| fresh) {
+            let session = (!session.is_empty()).then(|| Box::new(session.clone()));
             ev.session = session.clone();
             if let Some(last) = self.ddls.last_mut().filter(|d| d.commit_ts == commit_ts) {
-                last.session = session.clone();
+                last.session = session;
             }
         }
         Ok(ev)
@@ -848,8 +849,8 @@ impl SchemaHistory {
         if let Some((kind, view_db)) = view_statement(text) {
             let mut ev = self.trigger_ddl(commit_ts, commit_time_ms, database, query, kind);
             if let Some(last) = self.ddls.last_mut().filter(|_| view_db.is_some()) {
-                last.object_database = view_db.clone();
-                ev.object_database = view_db;
+                last.object_database = view_db.as_deref().map(Box::from);
+                ev.object_database = view_db.map(String::into_boxed_str);
             }
             return Ok(Some(ev));
         }
@@ -1017,7 +1018,7 @@ impl SchemaHistory {
                 renamed: vec![],
                 sources: vec![],
             },
-            session: DdlSession::default(),
+            session: None,
             object_database: None,
         };
         self.head = commit_ts;
@@ -2467,8 +2468,11 @@ mod tests {
             .expect("apply")
             .expect("event");
         assert_eq!(ev.kind, DdlKind::CreateTable);
-        assert_eq!(ev.session, session);
-        assert_eq!(h.ddls.last().map(|d| &d.session), Some(&session));
+        assert_eq!(ev.session.as_deref(), Some(&session));
+        assert_eq!(
+            h.ddls.last().and_then(|d| d.session.as_deref()),
+            Some(&session)
+        );
         let types = |h: &SchemaHistory, t: &str, ts: u64| -> Vec<ColumnType> {
             let s = h.table_at("d", t, F + ts).expect("table");
             s.columns.iter().map(|c| c.ty).collect()

@@ -137,7 +137,11 @@ fn split_set_statement(query: &str) -> Option<(&str, &str)> {
         return None;
     }
     let statement_word = sig.next().filter(|t| word(&t.token, "STATEMENT"))?;
-    let after_word = offset_of(head, statement_word.span.end.line, statement_word.span.end.column)?;
+    let after_word = offset_of(
+        head,
+        statement_word.span.end.line,
+        statement_word.span.end.column,
+    )?;
     let mut depth = 0i32;
     for t in sig {
         match &t.token {

@@ -152,7 +152,7 @@ fn parse_kind(s: &str) -> DdlKind {
 }
 
 enum Item {
-    Ddl(DdlEvent),
+    Ddl(Box<DdlEvent>),
     Rows {
         schema: Arc<TableSchema>,
         rows: Vec<RowEvent>,
@@ -202,7 +202,7 @@ pub async fn run(args: &ConsumeArgs) -> Result<ConsumeReport> {
                 let ts = ddl.commit_ts;
                 sink.open(d, Span::whole_table(TableId(0)), ts.saturating_sub(1))
                     .await?;
-                sink.write_ddl(d, ddl, Vec::new()).await?;
+                sink.write_ddl(d, *ddl, Vec::new()).await?;
                 sink.close(d).await;
                 report.ddls_applied += 1;
             }
@@ -580,7 +580,7 @@ fn interleave(scan: Scan, placed: Vec<Placed>) -> Result<Vec<Item>> {
     for p in placed {
         while let Some(d) = ddls.next_if(|d| d.commit_ts <= p.ts) {
             flush(&mut segment, &mut items)?;
-            items.push(Item::Ddl(d));
+            items.push(Item::Ddl(Box::new(d)));
         }
         let schema = schema_of(&p.version)?;
         let synthetic = p.row.commit_ts.is_none();
@@ -590,6 +590,6 @@ fn interleave(scan: Scan, placed: Vec<Placed>) -> Result<Vec<Item>> {
         e.1 |= synthetic;
     }
     flush(&mut segment, &mut items)?;
-    items.extend(ddls.map(Item::Ddl));
+    items.extend(ddls.map(|d| Item::Ddl(Box::new(d))));
     Ok(items)
 }

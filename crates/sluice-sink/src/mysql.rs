@@ -1186,7 +1186,7 @@ impl Backend for Mysql {
         };
         let db = ddl.database.clone();
         let orig = ddl.query.clone();
-        let session = ddl.session.clone();
+        let session = ddl.session.clone().unwrap_or_default();
         let kind = ddl.kind;
         self.with_retry("record ddl_ts", fence, |mut c| {
             let (cf, orig) = (cf.clone(), orig.clone());

@@ -276,12 +276,12 @@ pub struct DdlEvent {
     pub influence: DdlInfluence,
     /// The upstream session settings the statement ran under, where they change what it does
     /// (empty for events recorded before capture read them).
-    #[serde(default, skip_serializing_if = "DdlSession::is_empty")]
-    pub session: DdlSession,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<Box<DdlSession>>,
     /// The database of what a DDL that changes no table creates or drops (a view), when the
     /// statement names one: where a storage sink records the DDL. `None`: `database`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub object_database: Option<String>,
+    pub object_database: Option<Box<str>>,
 }
 
 impl DdlEvent {

@@ -127,6 +127,10 @@ const SESSION_WORKLOAD: &str = "CREATE DATABASE sm;
      INSERT INTO sm.stmt VALUES (1, '2024-05-06 07:08:09');
      INSERT INTO sm.quoted (id) VALUES (1), (2);
      INSERT INTO sm.plain VALUES (1, '2024-01-02 03:04:05');
+     SET SESSION time_zone = '+05:00';
+     CREATE TABLE sm.tz (id INT PRIMARY KEY, at TIMESTAMP NOT NULL DEFAULT '2020-01-01 00:00:00');
+     SET SESSION time_zone = DEFAULT;
+     INSERT INTO sm.tz (id) VALUES (1);
      SET SESSION collation_server = 'latin1_german1_ci';
      CREATE DATABASE sl;
      SET SESSION collation_server = DEFAULT;
@@ -184,7 +188,11 @@ fn ddl_runs_under_the_upstream_session_and_alter_database_replicates() {
             .map(|c| c["ColumnType"].as_str().unwrap_or("").to_string())
             .collect()
     };
-    for (table, ty) in [("maxdb", "DATETIME"), ("stmt", "TIMESTAMP"), ("plain", "TIMESTAMP")] {
+    for (table, ty) in [
+        ("maxdb", "DATETIME"),
+        ("stmt", "TIMESTAMP"),
+        ("plain", "TIMESTAMP"),
+    ] {
         let tys = column_type(table);
         assert!(
             !tys.is_empty() && tys.iter().all(|t| t == ty),
@@ -193,9 +201,10 @@ fn ddl_runs_under_the_upstream_session_and_alter_database_replicates() {
     }
     // ALTER DATABASE is recorded as a database-level schema file.
     assert!(
-        files
-            .iter()
-            .any(|f| f["Type"] == "AlterDatabase" && f["Query"].as_str().is_some_and(|q| q.contains("latin1_bin"))),
+        files.iter().any(|f| f["Type"] == "AlterDatabase"
+            && f["Query"]
+                .as_str()
+                .is_some_and(|q| q.contains("latin1_bin"))),
         "{files:?}"
     );
     s.finish();
