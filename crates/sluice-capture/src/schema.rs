@@ -1010,14 +1010,7 @@ impl SchemaHistory {
             kind,
             database: database.to_string(),
             query: query.to_string(),
-            influence: DdlInfluence {
-                scope,
-                trigger: true,
-                dropped: vec![],
-                added: vec![],
-                renamed: vec![],
-                sources: vec![],
-            },
+            influence: DdlInfluence::scoped(scope, true),
             session: None,
             object_database: None,
         };
