@@ -20,7 +20,11 @@
 //! - every character column has the charset and collation *names* the server gives it, resolved
 //!   from the history alone ([`crate::charset`]): server, database and table defaults read at the
 //!   snapshot are kept current by the DDLs (`CREATE/ALTER DATABASE`, table options, `CONVERT
-//!   TO`); `ALTER DATABASE` changes only those defaults (no event, no table version).
+//!   TO`); `ALTER DATABASE` changes only those defaults (a database-level event, no table
+//!   version);
+//! - view DDLs and `ALTER DATABASE` are events the table trigger writes, never table versions;
+//!   a DDL is read as the `sql_mode` of its session makes the server read it
+//!   ([`crate::session`]).
 
 use crate::binlog::master_position;
 use crate::charset::{scan_charset_options, AlterCharset, CharsetDefaults, CharsetOptions};
@@ -2364,7 +2368,7 @@ pub fn is_schema_statement(query: &str) -> bool {
     let object = rest.first().copied().unwrap_or("");
     match first {
         "RENAME" | "TRUNCATE" => object == "TABLE" || first == "TRUNCATE",
-        // ALTER DATABASE only changes defaults of tables created later: nothing tracked.
+        // ALTER DATABASE is handled before parsing (`alter_database_statement`).
         "ALTER" if matches!(object, "DATABASE" | "SCHEMA") => false,
         "CREATE" | "DROP" | "ALTER" => {
             matches!(object, "TABLE" | "DATABASE" | "SCHEMA" | "VIEW" | "INDEX")
