@@ -67,9 +67,10 @@ pub const TXNS_PER_WORKER_PER_FLUSH: usize = 4;
 /// Upper bound of one retry backoff step.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Server errors meaning "this DDL already took effect", accepted when replaying an unfinished DDL
-/// (1517: duplicate partition name, 1507: no such partition to drop/reorganize).
+/// (1517: duplicate partition name, 1507: no such partition to drop/reorganize, 4092: unknown
+/// view, from a `DROP VIEW` replayed).
 pub const DDL_ALREADY_DONE: &[u16] = &[
-    1007, 1008, 1050, 1051, 1060, 1061, 1091, 1146, 1054, 1176, 1517, 1507,
+    1007, 1008, 1050, 1051, 1060, 1061, 1091, 1146, 1054, 1176, 1517, 1507, 4092,
 ];
 
 /// A run of at least this many safe-mode upserts (inserts and updates) of one table is applied as
