@@ -159,6 +159,8 @@ pub struct Statement {
     /// The default database of the session.
     pub database: String,
     pub query: String,
+    /// The session settings the statement ran under ([`crate::session`]).
+    pub session: Box<sluice_types::DdlSession>,
 }
 
 /// One complete upstream transaction.
@@ -551,7 +553,11 @@ impl BinlogReader {
                     }
                     return self.finish(end, header.timestamp(), None).map(Some);
                 }
-                let stmt = Statement { database: q.schema().into_owned(), query };
+                let stmt = Statement {
+                    database: q.schema().into_owned(),
+                    session: Box::new(crate::session::of_statement(q.status_vars(), &query)),
+                    query,
+                };
                 if let Some(tables) = unreplicable::dml_tables(&stmt.query, &stmt.database) {
                     return self.statement_dml(end, header.timestamp(), start_pos, &stmt, tables);
                 }

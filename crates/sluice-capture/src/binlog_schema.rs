@@ -290,6 +290,8 @@ impl SchemaHistory {
         }
         .unwrap_or_else(|| (DdlKind::Other, every_table()));
         let ev = DdlEvent {
+            session: Default::default(),
+            object_database: None,
             commit_ts,
             commit_time_ms,
             kind,

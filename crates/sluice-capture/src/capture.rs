@@ -114,6 +114,8 @@ fn unreplicable_marker(history: &SchemaHistory, txn: &Transaction) -> Option<Ddl
     ids.sort();
     ids.dedup();
     Some(DdlEvent {
+        session: Default::default(),
+        object_database: None,
         commit_ts: ts,
         commit_time_ms: txn.commit_time_ms,
         kind: DdlKind::Unreplicable,
@@ -197,7 +199,13 @@ pub fn convert(history: &mut SchemaHistory, mut txn: Transaction) -> Result<Vec<
         } else {
             txn.commit_ts - 1
         };
-        match history.apply(ddl_ts, txn.commit_time_ms, &stmt.database, &stmt.query)? {
+        match history.apply_in_session(
+            ddl_ts,
+            txn.commit_time_ms,
+            &stmt.database,
+            &stmt.query,
+            &stmt.session,
+        )? {
             Some(ddl) => out.push(Captured::Ddl(ddl)),
             None if txn.rows.is_empty() => out.push(Captured::Rows {
                 commit_ts: txn.commit_ts,

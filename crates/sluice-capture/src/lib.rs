@@ -42,6 +42,7 @@ pub mod pos;
 pub mod regions;
 pub mod rowimage;
 pub mod schema;
+pub mod session;
 pub mod store;
 pub mod unreplicable;
 

@@ -20,7 +20,11 @@
 //! - every character column has the charset and collation *names* the server gives it, resolved
 //!   from the history alone ([`crate::charset`]): server, database and table defaults read at the
 //!   snapshot are kept current by the DDLs (`CREATE/ALTER DATABASE`, table options, `CONVERT
-//!   TO`); `ALTER DATABASE` changes only those defaults (no event, no table version).
+//!   TO`); `ALTER DATABASE` changes only those defaults (a database-level event, no table
+//!   version);
+//! - view DDLs and `ALTER DATABASE` are events the table trigger writes, never table versions;
+//!   a DDL is read as the `sql_mode` of its session makes the server read it
+//!   ([`crate::session`]).
 
 use crate::binlog::master_position;
 use crate::charset::{scan_charset_options, AlterCharset, CharsetDefaults, CharsetOptions};
@@ -30,7 +34,7 @@ use mysql_async::prelude::Queryable;
 use serde::{Deserialize, Serialize};
 use sluice_types::partition::split_partition_options;
 use sluice_types::{
-    ColumnDef, ColumnType, DdlEvent, DdlInfluence, DdlKind, Generation, InfluenceScope,
+    ColumnDef, ColumnType, DdlEvent, DdlInfluence, DdlKind, DdlSession, Generation, InfluenceScope,
     Partitioning, TableId, TableSchema, Ts,
 };
 use sqlparser::ast::{
@@ -756,13 +760,59 @@ impl SchemaHistory {
         database: &str,
         query: &str,
     ) -> Result<Option<DdlEvent>> {
+        self.apply_in_session(
+            commit_ts,
+            commit_time_ms,
+            database,
+            query,
+            &DdlSession::default(),
+        )
+    }
+
+    /// [`SchemaHistory::apply`] of a statement read from the binlog, with the session it ran
+    /// under: the history reads the statement as that `sql_mode` makes the server read it
+    /// ([`crate::session::as_sql_mode_reads`]), and a new DDL event carries the session (a
+    /// replayed one has it already).
+    pub fn apply_in_session(
+        &mut self,
+        commit_ts: Ts,
+        commit_time_ms: u64,
+        database: &str,
+        query: &str,
+        session: &DdlSession,
+    ) -> Result<Option<DdlEvent>> {
+        let fresh = commit_ts > self.head;
+        let mut ev = self.apply_statement(commit_ts, commit_time_ms, database, query, session)?;
+        if let Some(ev) = ev.as_mut().filter(|_| fresh) {
+            let session = (!session.is_empty()).then(|| Box::new(session.clone()));
+            ev.session = session.clone();
+            if let Some(last) = self.ddls.last_mut().filter(|d| d.commit_ts == commit_ts) {
+                last.session = session;
+            }
+        }
+        Ok(ev)
+    }
+
+    fn apply_statement(
+        &mut self,
+        commit_ts: Ts,
+        commit_time_ms: u64,
+        database: &str,
+        query: &str,
+        session: &DdlSession,
+    ) -> Result<Option<DdlEvent>> {
         if commit_ts <= self.head {
             return Ok(self.ddls.iter().find(|d| d.commit_ts == commit_ts).cloned());
         }
         // Executable comments are executed by the server (`/*!50100 CREATE TABLE … */`,
         // `/*M!100500 ALTER … */`): their content is the statement. The event keeps `query`.
         let opened = expand_executable_comments(query);
-        let text = opened.as_str();
+        // `SET STATEMENT … FOR <DDL>`: the DDL (its settings are in the event's session).
+        let moded = crate::session::as_sql_mode_reads(
+            crate::session::strip_set_statement(opened.as_str()),
+            session.sql_mode.as_deref(),
+        );
+        let text = moded.as_ref();
         if let Some((create, name)) = sequence_statement(text) {
             let name = sqlparser::parser::Parser::new(&MySqlDialect {})
                 .try_with_sql(&name)
@@ -778,8 +828,9 @@ impl SchemaHistory {
             self.head = commit_ts;
             return Ok(None);
         }
-        if let Some((db, options)) = alter_database_statement(query, database) {
-            // Only the defaults of tables created later change: no event, no table version.
+        if let Some((db, options)) = alter_database_statement(text, database) {
+            // Only the defaults of tables created later change: no table version, an event the
+            // table trigger writes so the downstream database gets the same defaults.
             let server = self.charsets.server.clone();
             if let Some(cc) = self.charsets.resolve(
                 options.charset.as_deref(),
@@ -790,8 +841,22 @@ impl SchemaHistory {
                     self.charsets.databases.insert(db, cc);
                 }
             }
-            self.head = commit_ts;
-            return Ok(None);
+            let ev = self.trigger_ddl(
+                commit_ts,
+                commit_time_ms,
+                database,
+                query,
+                DdlKind::AlterDatabase,
+            );
+            return Ok(Some(ev));
+        }
+        if let Some((kind, view_db)) = view_statement(text) {
+            let mut ev = self.trigger_ddl(commit_ts, commit_time_ms, database, query, kind);
+            if let Some(last) = self.ddls.last_mut().filter(|_| view_db.is_some()) {
+                last.object_database = view_db.as_deref().map(Box::from);
+                ev.object_database = view_db.map(String::into_boxed_str);
+            }
+            return Ok(Some(ev));
         }
         if !is_schema_statement(text) {
             return Ok(None);
@@ -913,6 +978,8 @@ impl SchemaHistory {
         sources.dedup();
         influence.sources = sources;
         let ev = DdlEvent {
+            session: Default::default(),
+            object_database: None,
             commit_ts,
             commit_time_ms,
             kind,
@@ -924,6 +991,36 @@ impl SchemaHistory {
         work.ddls.push(ev.clone());
         *self = work;
         Ok(Some(ev))
+    }
+
+    /// A DDL that changes no table (views, database defaults): the table trigger writes it. A
+    /// view DDL waits for every table (a view reads their definitions, so each table's earlier
+    /// DDLs must be downstream first); `DROP VIEW` and `ALTER DATABASE` wait for none.
+    fn trigger_ddl(
+        &mut self,
+        commit_ts: Ts,
+        commit_time_ms: u64,
+        database: &str,
+        query: &str,
+        kind: DdlKind,
+    ) -> DdlEvent {
+        let scope = match kind {
+            DdlKind::CreateView => InfluenceScope::All,
+            _ => InfluenceScope::Tables(Vec::new()),
+        };
+        let ev = DdlEvent {
+            commit_ts,
+            commit_time_ms,
+            kind,
+            database: database.to_string(),
+            query: query.to_string(),
+            influence: DdlInfluence::scoped(scope, true),
+            session: None,
+            object_database: None,
+        };
+        self.head = commit_ts;
+        self.ddls.push(ev.clone());
+        ev
     }
 
     /// An ALTER TABLE that only sets table options: a DDL event for the table, no new version
@@ -974,6 +1071,8 @@ impl SchemaHistory {
             }
         }
         let ev = DdlEvent {
+            session: Default::default(),
+            object_database: None,
             commit_ts,
             commit_time_ms,
             kind: DdlKind::AlterTable,
@@ -1896,6 +1995,58 @@ fn alter_database_statement(query: &str, default_db: &str) -> Option<(String, Ch
     Some((db, scan_charset_options(&words).default))
 }
 
+/// `CREATE [OR REPLACE] [ALGORITHM = …] [DEFINER = …] [SQL SECURITY …] VIEW`, `ALTER … VIEW`
+/// (both [`DdlKind::CreateView`]) and `DROP VIEW` ([`DdlKind::DropView`]), with the database
+/// the (first) view's name gives; `None` for anything else. Views are not parsed: they change no
+/// table the history tracks.
+fn view_statement(query: &str) -> Option<(DdlKind, Option<String>)> {
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let toks = Tokenizer::new(&MySqlDialect {}, query).tokenize().ok()?;
+    let sig: Vec<&Token> = toks
+        .iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .collect();
+    // Unquoted words upper-cased; quoted names and the values of the clauses before VIEW
+    // (`DEFINER = 'u'@'h'`) are "?".
+    let word = |t: &Token| match t {
+        Token::Word(w) if w.quote_style.is_none() => w.value.to_ascii_uppercase(),
+        _ => String::from("?"),
+    };
+    let kind = match word(sig.first()?).as_str() {
+        "CREATE" | "ALTER" => DdlKind::CreateView,
+        "DROP" => DdlKind::DropView,
+        _ => return None,
+    };
+    // A DEFINER's value: a user name and a host, unquoted words too (`root@localhost`).
+    let mut definer_words = 0;
+    let mut view_at = None;
+    for (i, t) in sig.iter().enumerate().take(32).skip(1) {
+        match word(t).as_str() {
+            "VIEW" => {
+                view_at = Some(i);
+                break;
+            }
+            "DEFINER" => definer_words = 2,
+            "OR" | "REPLACE" | "ALGORITHM" | "UNDEFINED" | "MERGE" | "TEMPTABLE" | "SQL"
+            | "SECURITY" | "INVOKER" | "?" => {}
+            _ if definer_words > 0 => definer_words -= 1,
+            _ => return None,
+        }
+    }
+    let mut k = view_at? + 1;
+    while matches!(
+        sig.get(k).map(|t| word(t)).as_deref(),
+        Some("IF" | "NOT" | "EXISTS")
+    ) {
+        k += 1;
+    }
+    let db = match (sig.get(k), sig.get(k + 1), sig.get(k + 2)) {
+        (Some(Token::Word(d)), Some(Token::Period), Some(Token::Word(_))) => Some(d.value.clone()),
+        _ => None,
+    };
+    Some((kind, db))
+}
+
 /// Parses with sqlparser's MySQL dialect; a statement it rejects is tried again with the
 /// synonyms it does not know rewritten ([`normalize_for_parser`]), so a statement that parses as
 /// written is never rewritten (a column may be named `charset`).
@@ -2217,7 +2368,7 @@ pub fn is_schema_statement(query: &str) -> bool {
     let object = rest.first().copied().unwrap_or("");
     match first {
         "RENAME" | "TRUNCATE" => object == "TABLE" || first == "TRUNCATE",
-        // ALTER DATABASE only changes defaults of tables created later: nothing tracked.
+        // ALTER DATABASE is handled before parsing (`alter_database_statement`).
         "ALTER" if matches!(object, "DATABASE" | "SCHEMA") => false,
         "CREATE" | "DROP" | "ALTER" => {
             matches!(object, "TABLE" | "DATABASE" | "SCHEMA" | "VIEW" | "INDEX")
@@ -2234,6 +2385,100 @@ pub fn is_schema_statement(query: &str) -> bool {
 mod tests {
     use super::*;
     use crate::charset::charset_prefix;
+
+    #[test]
+    fn view_statements_are_recognised_with_their_clauses() {
+        let create = Some(DdlKind::CreateView);
+        for q in [
+            "CREATE VIEW v AS SELECT 1",
+            "CREATE OR REPLACE VIEW d.v AS SELECT 1",
+            "CREATE ALGORITHM=UNDEFINED DEFINER=`root`@`localhost` SQL SECURITY DEFINER VIEW `v` AS select 1 AS `1`",
+            "CREATE DEFINER=root@localhost VIEW v AS SELECT 1",
+            "ALTER DEFINER = CURRENT_USER() SQL SECURITY INVOKER VIEW v AS SELECT 2",
+            "ALTER ALGORITHM = MERGE VIEW v AS SELECT 2",
+        ] {
+            assert_eq!(view_statement(q).map(|v| v.0), create, "{q}");
+        }
+        assert_eq!(
+            view_statement("DROP VIEW IF EXISTS v, w"),
+            Some((DdlKind::DropView, None))
+        );
+        assert_eq!(
+            view_statement("CREATE OR REPLACE VIEW `d 1`.v AS SELECT 1"),
+            Some((DdlKind::CreateView, Some("d 1".to_string())))
+        );
+        assert_eq!(
+            view_statement("DROP VIEW IF EXISTS x.v"),
+            Some((DdlKind::DropView, Some("x".to_string())))
+        );
+        for q in [
+            "CREATE TABLE view (a INT)",
+            "CREATE TABLE t (view INT)",
+            "CREATE DEFINER=`u`@`h` TRIGGER trg BEFORE INSERT ON t FOR EACH ROW SET NEW.view = 1",
+            "DROP TABLE v",
+        ] {
+            assert_eq!(view_statement(q), None, "{q}");
+        }
+    }
+
+    #[test]
+    fn views_and_alter_database_are_trigger_events() {
+        let mut h = h();
+        apply(&mut h, 11, "CREATE DATABASE d");
+        apply(&mut h, 12, "CREATE TABLE d.t (id INT PRIMARY KEY)");
+        let v = apply(
+            &mut h,
+            13,
+            "CREATE ALGORITHM=UNDEFINED DEFINER=`root`@`localhost` SQL SECURITY DEFINER VIEW `v` AS select `id` from `t`",
+        );
+        assert_eq!(v.kind, DdlKind::CreateView);
+        assert_eq!(v.influence.scope, InfluenceScope::All);
+        assert!(v.influence.trigger && v.influence.added.is_empty());
+        let d = apply(&mut h, 14, "DROP VIEW v");
+        assert_eq!(d.kind, DdlKind::DropView);
+        assert_eq!(d.influence.scope, InfluenceScope::Tables(vec![]));
+        let a = apply(&mut h, 15, "ALTER DATABASE d CHARACTER SET latin1");
+        assert_eq!(a.kind, DdlKind::AlterDatabase);
+        assert_eq!(a.influence.scope, InfluenceScope::Tables(vec![]));
+        assert!(a.influence.trigger);
+        // No table version, and the table is unchanged.
+        assert_eq!(h.tables_at(F + 15).len(), 1);
+        assert_eq!(h.ddls.len(), 5);
+    }
+
+    #[test]
+    fn set_statement_ddl_is_applied_with_the_session_it_ran_under() {
+        let mut h = h();
+        apply(&mut h, 11, "CREATE DATABASE d");
+        let session = DdlSession {
+            sql_mode: Some("MAXDB".into()),
+            ..DdlSession::default()
+        };
+        let ev = h
+            .apply_in_session(
+                F + 12,
+                0,
+                "d",
+                "SET STATEMENT max_statement_time=10 FOR CREATE TABLE t (id INT PRIMARY KEY, ts TIMESTAMP)",
+                &session,
+            )
+            .expect("apply")
+            .expect("event");
+        assert_eq!(ev.kind, DdlKind::CreateTable);
+        assert_eq!(ev.session.as_deref(), Some(&session));
+        assert_eq!(
+            h.ddls.last().and_then(|d| d.session.as_deref()),
+            Some(&session)
+        );
+        let types = |h: &SchemaHistory, t: &str, ts: u64| -> Vec<ColumnType> {
+            let s = h.table_at("d", t, F + ts).expect("table");
+            s.columns.iter().map(|c| c.ty).collect()
+        };
+        // MAXDB: TIMESTAMP is DATETIME, as the server made it; without it, TIMESTAMP.
+        assert_eq!(types(&h, "t", 12), [ColumnType::Int, ColumnType::DateTime]);
+        apply(&mut h, 13, "CREATE TABLE u (ts TIMESTAMP)");
+        assert_eq!(types(&h, "u", 13), [ColumnType::Timestamp]);
+    }
 
     const F: u64 = 1 << 32;
 
@@ -2589,28 +2834,28 @@ mod tests {
             "CREATE DATABASE IF NOT EXISTS d1 CHARACTER SET ascii",
         );
         assert_eq!(db_default(&h, "d1"), s("latin1_swedish_ci"));
-        // ALTER DATABASE: new defaults, no event, no table version.
+        // ALTER DATABASE: new defaults, an event for the table trigger, no table version.
         apply(&mut h, 20, "CREATE TABLE d1.t (a CHAR(1))");
         let (ddls, versions) = (h.ddls.len(), h.tables.values().map(Vec::len).sum::<usize>());
         assert!(h
             .apply(F + 21, 0, "d", "ALTER DATABASE d1 CHARACTER SET utf8mb3")
             .expect("ok")
-            .is_none());
+            .is_some_and(|e| e.kind == DdlKind::AlterDatabase));
         assert!(h
             .apply(F + 22, 0, "d2", "ALTER DATABASE COLLATE ascii_bin")
             .expect("ok")
-            .is_none());
+            .is_some_and(|e| e.kind == DdlKind::AlterDatabase));
         assert!(h
             .apply(F + 23, 0, "d", "ALTER SCHEMA `d3` DEFAULT CHARACTER SET = latin1 DEFAULT COLLATE = latin1_general_cs")
             .expect("ok")
-            .is_none());
+            .is_some_and(|e| e.kind == DdlKind::AlterDatabase));
         assert!(h
             .apply(F + 24, 0, "d", "ALTER DATABASE d0 COMMENT 'x'")
             .expect("ok")
-            .is_none());
+            .is_some_and(|e| e.kind == DdlKind::AlterDatabase));
         assert_eq!(
             (h.ddls.len(), h.tables.values().map(Vec::len).sum::<usize>()),
-            (ddls, versions)
+            (ddls + 4, versions)
         );
         assert_eq!(h.head, F + 24);
         assert_eq!(

@@ -49,6 +49,8 @@ fn ordered_by_table_ts_seq_with_spans_cursors_and_gc() {
     s.append_txn(30, &[row(1, 1, 30), row(1, 9, 30)])
         .expect("t30");
     let ddl = DdlEvent {
+        session: Default::default(),
+        object_database: None,
         commit_ts: 40,
         commit_time_ms: 0,
         kind: DdlKind::AlterTable,

@@ -350,6 +350,8 @@ fn merge_starts_the_target_only_after_every_source_closed() {
 
 fn ddl(ts: u64, tables: Vec<TableId>, trigger: bool) -> DdlEvent {
     DdlEvent {
+        session: Default::default(),
+        object_database: None,
         commit_ts: ts,
         commit_time_ms: 0,
         kind: DdlKind::AlterTable,
@@ -832,6 +834,8 @@ fn an_unreplicable_change_stops_its_dispatcher_with_a_warning_until_let_through(
     let holds = Holds::default();
     let table = TableId(4);
     let stop = DdlEvent {
+        session: Default::default(),
+        object_database: None,
         kind: DdlKind::Unreplicable,
         query: "table d.t: statement-format DML".into(),
         ..ddl(130, vec![table], false)

@@ -60,7 +60,7 @@ pub enum UEvent {
         value: Option<u64>,
     },
     Ddl {
-        ddl: DdlEvent,
+        ddl: Box<DdlEvent>,
         affected: Vec<TableId>,
     },
 }
@@ -235,6 +235,8 @@ impl Upstream {
         influence: DdlInfluence,
     ) -> DdlEvent {
         DdlEvent {
+            session: Default::default(),
+            object_database: None,
             commit_ts: ts,
             commit_time_ms: 0,
             kind,
@@ -492,7 +494,10 @@ impl Upstream {
                 )
             }
         };
-        self.push(UEvent::Ddl { ddl: ev, affected });
+        self.push(UEvent::Ddl {
+            ddl: Box::new(ev),
+            affected,
+        });
         (ts, created)
     }
 
@@ -512,7 +517,7 @@ impl Upstream {
         let ddls_after = self.history[start..]
             .iter()
             .filter_map(|e| match e {
-                UEvent::Ddl { ddl, .. } => Some(ddl.clone()),
+                UEvent::Ddl { ddl, .. } => Some((**ddl).clone()),
                 _ => None,
             })
             .collect();
@@ -568,7 +573,7 @@ impl Upstream {
                     }
                 }
                 UEvent::Ddl { ddl, .. } => items.push(StreamItem::Ddl {
-                    ddl: ddl.clone(),
+                    ddl: (**ddl).clone(),
                     handle: i as u64,
                 }),
             }

@@ -146,12 +146,13 @@ fn parse_kind(s: &str) -> DdlKind {
         "AlterTable" => DdlKind::AlterTable,
         "CreateView" => DdlKind::CreateView,
         "DropView" => DdlKind::DropView,
+        "AlterDatabase" => DdlKind::AlterDatabase,
         _ => DdlKind::Other,
     }
 }
 
 enum Item {
-    Ddl(DdlEvent),
+    Ddl(Box<DdlEvent>),
     Rows {
         schema: Arc<TableSchema>,
         rows: Vec<RowEvent>,
@@ -201,7 +202,7 @@ pub async fn run(args: &ConsumeArgs) -> Result<ConsumeReport> {
                 let ts = ddl.commit_ts;
                 sink.open(d, Span::whole_table(TableId(0)), ts.saturating_sub(1))
                     .await?;
-                sink.write_ddl(d, ddl, Vec::new()).await?;
+                sink.write_ddl(d, *ddl, Vec::new()).await?;
                 sink.close(d).await;
                 report.ddls_applied += 1;
             }
@@ -315,6 +316,8 @@ impl Scan {
 
 fn ddl_event(def: &TableDefinition) -> DdlEvent {
     DdlEvent {
+        session: Default::default(),
+        object_database: None,
         commit_ts: def.table_version,
         commit_time_ms: 0,
         kind: parse_kind(&def.kind),
@@ -577,7 +580,7 @@ fn interleave(scan: Scan, placed: Vec<Placed>) -> Result<Vec<Item>> {
     for p in placed {
         while let Some(d) = ddls.next_if(|d| d.commit_ts <= p.ts) {
             flush(&mut segment, &mut items)?;
-            items.push(Item::Ddl(d));
+            items.push(Item::Ddl(Box::new(d)));
         }
         let schema = schema_of(&p.version)?;
         let synthetic = p.row.commit_ts.is_none();
@@ -587,6 +590,6 @@ fn interleave(scan: Scan, placed: Vec<Placed>) -> Result<Vec<Item>> {
         e.1 |= synthetic;
     }
     flush(&mut segment, &mut items)?;
-    items.extend(ddls.map(Item::Ddl));
+    items.extend(ddls.map(|d| Item::Ddl(Box::new(d))));
     Ok(items)
 }

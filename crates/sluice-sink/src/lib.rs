@@ -32,6 +32,7 @@ pub mod blackhole;
 pub mod check;
 pub mod codec;
 pub mod consume;
+pub mod ddl_session;
 pub mod error;
 pub mod fence;
 pub mod mysql;

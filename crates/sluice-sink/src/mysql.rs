@@ -19,6 +19,8 @@
 //! - a table with no primary or not-null unique key is refused ([`SinkError::TableRefused`])
 //!   unless `force-replicate=true`; such tables are written without `REPLACE` (rows may duplicate
 //!   on replay: documented in docs/sinks.md);
+//! - a DDL runs under the upstream session it ran under (`sql_mode`, collations, time zone,
+//!   `foreign_key_checks`: [`crate::ddl_session`]), on a connection reset afterwards;
 //! - DDLs run in commit order, one at a time, recorded in `sluice_sink.ddl_ts` (changefeed,
 //!   commit ts, finished): a finished DDL is skipped on replay; an unfinished one (crash between the
 //!   DDL and its record: MariaDB DDL cannot share a transaction) runs again in an idempotent form
@@ -65,9 +67,10 @@ pub const TXNS_PER_WORKER_PER_FLUSH: usize = 4;
 /// Upper bound of one retry backoff step.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Server errors meaning "this DDL already took effect", accepted when replaying an unfinished DDL
-/// (1517: duplicate partition name, 1507: no such partition to drop/reorganize).
+/// (1517: duplicate partition name, 1507: no such partition to drop/reorganize, 4092: unknown
+/// view, from a `DROP VIEW` replayed).
 pub const DDL_ALREADY_DONE: &[u16] = &[
-    1007, 1008, 1050, 1051, 1060, 1061, 1091, 1146, 1054, 1176, 1517, 1507,
+    1007, 1008, 1050, 1051, 1060, 1061, 1091, 1146, 1054, 1176, 1517, 1507, 4092,
 ];
 
 /// A run of at least this many safe-mode upserts (inserts and updates) of one table is applied as
@@ -1184,6 +1187,8 @@ impl Backend for Mysql {
         };
         let db = ddl.database.clone();
         let orig = ddl.query.clone();
+        let session = ddl.session.clone().unwrap_or_default();
+        let kind = ddl.kind;
         self.with_retry("record ddl_ts", fence, |mut c| {
             let (cf, orig) = (cf.clone(), orig.clone());
             async move {
@@ -1196,7 +1201,7 @@ impl Backend for Mysql {
         let attempted = AtomicBool::new(false);
         let res = self
             .with_retry_within("apply DDL", None, fence, |mut c| {
-                let (db, query) = (db.clone(), query.clone());
+                let (db, query, session) = (db.clone(), query.clone(), session.clone());
                 let retry = attempted.swap(true, Ordering::Relaxed);
                 let fence = fence.clone();
                 async move {
@@ -1210,11 +1215,20 @@ impl Backend for Mysql {
                             }
                         }
                     }
-                    // The `USE` took a round trip: check again right before the DDL.
+                    // The upstream session's sql_mode, collations, ... (undone by the reset).
+                    crate::ddl_session::enter(&mut c, &session).await?;
+                    // The round trips: check again right before the DDL.
                     fenced_driver(&fence, "apply DDL")?;
                     match c.query_drop(query.as_str()).await {
                         Err(mysql_async::Error::Server(e))
                             if retry && DDL_ALREADY_DONE.contains(&e.code) =>
+                        {
+                            Ok(())
+                        }
+                        // The defaults of a database the downstream does not have (one the
+                        // changefeed does not replicate): nothing to change.
+                        Err(mysql_async::Error::Server(e))
+                            if kind == DdlKind::AlterDatabase && e.code == 1049 =>
                         {
                             Ok(())
                         }

@@ -138,7 +138,7 @@ enum Op {
     Resolve(Ts),
     Flush,
     Tick,
-    Ddl(DdlEvent, Vec<Arc<TableSchema>>),
+    Ddl(Box<DdlEvent>, Vec<Arc<TableSchema>>),
     Close,
 }
 
@@ -427,7 +427,7 @@ impl<B: Backend> Sink for Runner<B> {
         tables: Vec<Arc<TableSchema>>,
     ) -> Result<Ts> {
         let slot = self.slot(dispatcher)?;
-        match self.run(slot, Op::Ddl(ddl, tables)).await? {
+        match self.run(slot, Op::Ddl(Box::new(ddl), tables)).await? {
             Out::Ts(t) => Ok(t),
             _ => Err(SinkError::contract(dispatcher, "unexpected DDL result")),
         }

@@ -216,6 +216,8 @@ pub fn all_types_rows(schema: &TableSchema, commit_ts: Ts, commit_time_ms: u64) 
 
 fn ddl_event(ts: Ts, db: &str, query: &str, table: TableId) -> DdlEvent {
     DdlEvent {
+        session: Default::default(),
+        object_database: None,
         commit_ts: ts,
         commit_time_ms: ts,
         kind: DdlKind::AlterTable,

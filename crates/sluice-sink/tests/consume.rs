@@ -107,6 +107,8 @@ impl Workload {
 
 fn ddl(ts: Ts, kind: DdlKind, query: &str) -> DdlEvent {
     DdlEvent {
+        session: Default::default(),
+        object_database: None,
         commit_ts: ts,
         commit_time_ms: DAY2,
         kind,

@@ -93,6 +93,8 @@ fn dispatcher(epoch: u64, seq: u64) -> DispatcherId {
 /// `ALTER TABLE …` in database `d` at commit ts 20.
 fn alter_at_20(query: &str) -> DdlEvent {
     DdlEvent {
+        session: Default::default(),
+        object_database: None,
         commit_ts: 20,
         commit_time_ms: 0,
         kind: DdlKind::AlterTable,

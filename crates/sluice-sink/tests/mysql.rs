@@ -452,6 +452,8 @@ async fn a_failed_periodic_flush_wakes_the_ack_receiver_with_the_error() {
 
 fn ddl(ts: Ts, kind: DdlKind, query: &str) -> DdlEvent {
     DdlEvent {
+        session: Default::default(),
+        object_database: None,
         commit_ts: ts,
         commit_time_ms: 0,
         kind,

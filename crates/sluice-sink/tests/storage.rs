@@ -62,6 +62,8 @@ const FEB01: u64 = 1_738_368_000_000; // 2025-02-01 00:00:00 UTC
 
 fn ddl(ts: Ts, kind: DdlKind, db: &str, query: &str) -> DdlEvent {
     DdlEvent {
+        session: Default::default(),
+        object_database: None,
         commit_ts: ts,
         commit_time_ms: ts,
         kind,

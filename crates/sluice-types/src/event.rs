@@ -205,6 +205,8 @@ pub enum DdlKind {
     AlterTable,
     CreateView,
     DropView,
+    /// `ALTER DATABASE`/`ALTER SCHEMA`: the database's defaults (charset, collation, comment).
+    AlterDatabase,
     Other,
     /// Not a statement to replicate: changes of these tables happened upstream that the binlog
     /// does not carry as full rows (statement-format DML, an incomplete row image, rows capture
@@ -272,4 +274,47 @@ pub struct DdlEvent {
     /// The statement as the upstream logged it.
     pub query: String,
     pub influence: DdlInfluence,
+    /// The upstream session settings the statement ran under, where they change what it does
+    /// (empty for events recorded before capture read them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<Box<DdlSession>>,
+    /// The database of what a DDL that changes no table creates or drops (a view), when the
+    /// statement names one: where a storage sink records the DDL. `None`: `database`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_database: Option<Box<str>>,
+}
+
+impl DdlEvent {
+    /// The database a DDL belongs to: its object's, else the statement's default database.
+    pub fn target_database(&self) -> &str {
+        self.object_database.as_deref().unwrap_or(&self.database)
+    }
+}
+
+/// The settings of the upstream session a DDL ran under that change its meaning, read from the
+/// QUERY event's status variables. A sink that executes DDL runs it under the same settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct DdlSession {
+    /// `@@sql_mode`, as MariaDB spells it (`PIPES_AS_CONCAT,ANSI_QUOTES,…,MAXDB`; "" for none):
+    /// `MAXDB` makes TIMESTAMP a DATETIME, `ANSI_QUOTES` reads `"x"` as a name, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sql_mode: Option<String>,
+    /// `@@collation_server` by id: the default of a `CREATE DATABASE` that names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collation_server: Option<u16>,
+    /// `@@collation_connection` by id: the collation of string literals in the statement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collation_connection: Option<u16>,
+    /// `@@time_zone` when the statement used it (a TIMESTAMP default given as a literal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// `@@foreign_key_checks` was 0 (a foreign key to a table created later).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_foreign_key_checks: bool,
+}
+
+impl DdlSession {
+    pub fn is_empty(&self) -> bool {
+        *self == DdlSession::default()
+    }
 }
