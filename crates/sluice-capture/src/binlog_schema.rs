@@ -109,7 +109,12 @@ fn skip_if_exists(toks: &[Token], i: usize) -> usize {
 
 /// The table an unparsed `CREATE TABLE`, `ALTER TABLE` or index DDL is about.
 pub(crate) fn ddl_target(query: &str, default_db: &str) -> Option<Target> {
-    let toks = words(query);
+    let mut toks = words(query);
+    // `SET STATEMENT var = value, … FOR <DDL>`: the DDL is what follows `FOR`.
+    if keyword(toks.first(), "SET") && keyword(toks.get(1), "STATEMENT") {
+        let at = toks.iter().position(|t| keyword(Some(t), "FOR"))?;
+        toks.drain(..=at);
+    }
     if keyword(toks.first(), "ALTER") {
         let i = skip_words(&toks, 1, &["ONLINE", "OFFLINE", "IGNORE"]);
         if !keyword(toks.get(i), "TABLE") {
@@ -480,6 +485,10 @@ mod tests {
         assert_eq!(
             target("CREATE TEMPORARY TABLE t (a INT)"),
             Some(Target::Temporary)
+        );
+        assert_eq!(
+            target("SET STATEMENT max_statement_time = 5 FOR ALTER TABLE t FROB"),
+            alter("d", "t")
         );
         assert_eq!(target("CREATE TABLE"), None);
         assert_eq!(target("DROP TABLE t"), None);
