@@ -266,6 +266,8 @@ fn convert_rows(
         json_cols: Vec<usize>,
         /// A system-versioned table's implicit `row_end` column.
         row_end: Option<usize>,
+        /// UUID / INET4 / INET6 columns, logged as their stored bytes.
+        text_cols: Vec<(usize, crate::textual::TextForm)>,
     }
     // Per transaction, each TABLE_MAP resolves once (rows of one ROWS event share its Arc).
     let mut cache: Vec<Resolved> = Vec::new();
@@ -321,6 +323,18 @@ fn convert_rows(
                     spec: key_spec(schema, &change),
                     json_cols,
                     row_end: implicit_row_end(schema).filter(|_| agrees(schema, &change.table)),
+                    text_cols: if agrees(schema, &change.table) {
+                        schema
+                            .columns
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(i, c)| {
+                                crate::textual::TextForm::of(&c.sql_type).map(|f| (i, f))
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    },
                 });
                 &cache[cache.len() - 1]
             }
@@ -332,6 +346,11 @@ fn convert_rows(
                     if let Value::Text(t) = v {
                         *v = Value::Json(std::mem::take(t));
                     }
+                }
+            }
+            for (i, form) in &r.text_cols {
+                if let Some(v) = img.get_mut(*i) {
+                    form.apply(v);
                 }
             }
             Some(img)

@@ -44,6 +44,7 @@ pub mod rowimage;
 pub mod schema;
 pub mod session;
 pub mod store;
+pub mod textual;
 pub mod unreplicable;
 
 pub use binlog::{BinlogReader, ReaderConfig, ReaderEvent, Transaction};

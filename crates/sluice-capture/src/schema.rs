@@ -230,6 +230,9 @@ pub fn column_from_sql_type(name: &str, sql_type: &str) -> ColumnDef {
         "set" => ColumnType::Set,
         "bit" => ColumnType::Bit,
         "json" => ColumnType::Json,
+        // MariaDB's binary-stored types whose values capture turns into text
+        // (`crate::textual`): a fixed-width character value for sinks and consumers.
+        "uuid" | "inet4" | "inet6" => ColumnType::Char,
         _ => ColumnType::Geometry,
     };
     let elements = if matches!(ty, ColumnType::Enum | ColumnType::Set) {

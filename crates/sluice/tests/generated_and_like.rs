@@ -227,3 +227,71 @@ fn create_table_like_replays_after_the_alter_of_its_source() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// MariaDB's UUID, INET4 and INET6 columns (stored as bytes, logged as bytes) reach a MySQL
+/// downstream and the files as the values users wrote, not as raw bytes (ERROR 1292).
+#[test]
+fn uuid_and_inet_values_replicate_as_values() {
+    let out = Outputs::default();
+    let dir = tmpdir("inet");
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    let (down, down_url) = mariadb_with_user(DOWN_PASS);
+    let ddl = "CREATE DATABASE net; CREATE TABLE net.snap (id INT PRIMARY KEY, u UUID, a INET4, b INET6);";
+    up.exec(ddl).expect("ddl");
+    down.exec(ddl).expect("ddl");
+    let server = Server::start(&dir, &up_url);
+    create_changefeed(&out, &server.url(), "net", &down_url);
+    let root = dir.join("out");
+    let storage = format!(
+        "file://{}?protocol=canal-json&enable-tidb-extension=true&flush-interval=200ms",
+        root.display()
+    );
+    create_changefeed(&out, &server.url(), "net-files", &storage);
+    up.exec(
+        "INSERT INTO net.snap VALUES (1, '123e4567-e89b-12d3-a456-426614174000', '10.1.2.3', '2001:db8::1'),
+                                     (2, '00112233-4455-6677-8899-aabbccddeeff', '255.0.0.1', '::ffff:1.2.3.4');
+         UPDATE net.snap SET b = 'fe80::1' WHERE id = 2;
+         CREATE TABLE net.ddl (u UUID PRIMARY KEY, a INET6);
+         INSERT INTO net.ddl VALUES ('6ccd780c-baba-1026-9564-5b8c656024db', '::1');",
+    )
+    .expect("rows");
+    let target = master_ts(&up);
+    wait_checkpoint(&out, &server.url(), "net", target, 60);
+    wait_checkpoint(&out, &server.url(), "net-files", target, 60);
+    let r = check(&out, &up_url, &down_url, "net.*");
+    assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
+    let got = down
+        .query_one("SELECT CONCAT(u, ' ', a, ' ', b) FROM net.snap WHERE id = 2")
+        .expect("row");
+    assert_eq!(
+        got,
+        "00112233-4455-6677-8899-aabbccddeeff 255.0.0.1 fe80::1"
+    );
+    let files = std::fs::read_dir(root.join("net").join("snap"))
+        .map(|_| walk(&root.join("net").join("snap")))
+        .unwrap_or_default();
+    let text: String = files
+        .iter()
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "json") && !p.to_string_lossy().contains("meta")
+        })
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .collect();
+    assert!(
+        text.contains("123e4567-e89b-12d3-a456-426614174000") && text.contains("10.1.2.3"),
+        "{text}"
+    );
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
