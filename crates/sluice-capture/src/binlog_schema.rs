@@ -32,7 +32,6 @@ use sluice_types::{
 };
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::tokenizer::{Token, Tokenizer};
-use std::sync::Arc;
 
 /// At most this many repairs are remembered in the history (the newest are kept).
 pub const MAX_REPAIRS_KEPT: usize = 256;
@@ -355,27 +354,13 @@ impl SchemaHistory {
         Some((DdlKind::AlterTable, only(vec![id])))
     }
 
-    /// Completes versions marked from the binlog, and repairs versions that disagree with the
-    /// binlog, for the tables of `metas` at `ts` (see the module docs). Returns whether the
-    /// history changed.
-    pub fn settle_from_binlog<'a>(
-        &mut self,
-        ts: Ts,
-        metas: impl Iterator<Item = &'a Arc<TableMeta>>,
-    ) -> bool {
-        let mut changed = false;
-        let mut seen: Vec<*const TableMeta> = Vec::new();
-        for meta in metas {
-            if seen.contains(&Arc::as_ptr(meta)) {
-                continue;
-            }
-            seen.push(Arc::as_ptr(meta));
-            changed |= self.settle_one(ts, meta);
-        }
-        if changed {
+    /// Completes a version of `meta`'s table marked from the binlog, or repairs one that
+    /// disagrees with the binlog, at `ts` (see the module docs); called once per TABLE_MAP of a
+    /// transaction, before its rows are keyed.
+    pub fn settle_from_binlog(&mut self, ts: Ts, meta: &TableMeta) {
+        if self.settle_one(ts, meta) {
             self.revision += 1;
         }
-        changed
     }
 
     fn settle_one(&mut self, ts: Ts, meta: &TableMeta) -> bool {

@@ -90,9 +90,7 @@ fn unreplicable_marker(history: &SchemaHistory, txn: &Transaction) -> Option<Ddl
         let tracked: Vec<(String, TableId)> = u
             .tables
             .iter()
-            .filter(|(db, t)| {
-                !is_system_schema(db) && !is_heartbeat(db, t) && !history.is_sequence(db, t)
-            })
+            .filter(|(db, t)| is_captured(history, db, t))
             .filter_map(|(db, t)| {
                 history
                     .table_at(db, t, ts)
@@ -144,9 +142,7 @@ fn set_aside_unknown_tables(history: &SchemaHistory, txn: &mut Transaction) {
     };
     let unknown = |c: &RowChange| {
         let (db, t) = (&c.table.database, &c.table.table);
-        !is_system_schema(db)
-            && !is_heartbeat(db, t)
-            && !history.is_sequence(db, t)
+        is_captured(history, db, t)
             && history.table_at(db, t, after_ddl).is_none()
             && !txn_creates(txn.statement.as_ref(), db, t)
     };
@@ -218,7 +214,6 @@ pub fn convert(history: &mut SchemaHistory, mut txn: Transaction) -> Result<Vec<
         }
     }
     let (ts, ms) = (txn.commit_ts, txn.commit_time_ms);
-    history.settle_from_binlog(ts, txn.rows.iter().map(|r| &r.table));
     let rows = convert_rows(history, ts, ts, ms, txn.rows)?;
     if txn.chunked_rows > 0 {
         out.push(Captured::CommitStaged {
@@ -241,7 +236,6 @@ pub fn convert_chunk(history: &mut SchemaHistory, chunk: TxnChunk) -> Result<Cap
     // No DDL lies between the transaction's start and its commit, so the schema at its start
     // is the schema at its commit.
     let at = chunk.start.ts().unwrap_or(history.head);
-    history.settle_from_binlog(at, chunk.rows.iter().map(|r| &r.table));
     let rows = convert_rows(history, at, 0, 0, chunk.rows)?;
     Ok(Captured::Chunk {
         start: chunk.start,
@@ -250,25 +244,78 @@ pub fn convert_chunk(history: &mut SchemaHistory, chunk: TxnChunk) -> Result<Cap
     })
 }
 
+/// How a table's rows are keyed and which of their values are read differently from how the
+/// binlog logs them, resolved once per TABLE_MAP of a transaction.
+struct Resolved {
+    meta: Arc<crate::decode::TableMeta>,
+    id: sluice_types::TableId,
+    version: Ts,
+    spec: Vec<(usize, u16)>,
+    fixes: Vec<(usize, ValueFix)>,
+    /// A system-versioned table's implicit `row_end` column.
+    row_end: Option<usize>,
+}
+
+/// A column whose binlog value is not the value users know.
+#[derive(Clone, Copy)]
+enum ValueFix {
+    /// MariaDB logs JSON as LONGTEXT: the history knows which columns are JSON.
+    Json,
+    /// UUID / INET4 / INET6, logged as their stored bytes.
+    Text(crate::textual::TextForm),
+}
+
+impl ValueFix {
+    fn of(c: &sluice_types::ColumnDef) -> Option<ValueFix> {
+        if c.ty == ColumnType::Json {
+            return Some(ValueFix::Json);
+        }
+        crate::textual::TextForm::of(&c.sql_type).map(ValueFix::Text)
+    }
+
+    fn apply(self, v: &mut Value) {
+        match self {
+            ValueFix::Json => {
+                if let Value::Text(t) = v {
+                    *v = Value::Json(std::mem::take(t));
+                }
+            }
+            ValueFix::Text(form) => form.apply(v),
+        }
+    }
+}
+
+impl Resolved {
+    /// The column-level reading applies only where the history names the binlog's columns
+    /// (otherwise, with `skip_unparseable_ddl`, the TABLE_MAP's primary key keys the rows).
+    fn new(schema: &TableSchema, change: &RowChange) -> Resolved {
+        let agree = agrees(schema, &change.table);
+        let fixes = if agree {
+            let cols = schema.columns.iter().enumerate();
+            cols.filter_map(|(i, c)| ValueFix::of(c).map(|f| (i, f)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Resolved {
+            meta: change.table.clone(),
+            id: schema.table_id,
+            version: schema.version,
+            spec: key_spec(schema, change),
+            fixes,
+            row_end: implicit_row_end(schema).filter(|_| agree),
+        }
+    }
+}
+
 /// Converts rows of one transaction; tables are looked up in `history` at `lookup_ts`.
 fn convert_rows(
-    history: &SchemaHistory,
+    history: &mut SchemaHistory,
     lookup_ts: Ts,
     commit_ts: Ts,
     commit_time_ms: u64,
     changes: Vec<RowChange>,
 ) -> Result<Vec<RowEvent>> {
-    struct Resolved {
-        meta: Arc<crate::decode::TableMeta>,
-        id: sluice_types::TableId,
-        version: Ts,
-        spec: Vec<(usize, u16)>,
-        json_cols: Vec<usize>,
-        /// A system-versioned table's implicit `row_end` column.
-        row_end: Option<usize>,
-        /// UUID / INET4 / INET6 columns, logged as their stored bytes.
-        text_cols: Vec<(usize, crate::textual::TextForm)>,
-    }
     // Per transaction, each TABLE_MAP resolves once (rows of one ROWS event share its Arc).
     let mut cache: Vec<Resolved> = Vec::new();
     let mut rows = Vec::with_capacity(changes.len());
@@ -280,12 +327,10 @@ fn convert_rows(
             Some(i) => &cache[i],
             None => {
                 let (db, name) = (&change.table.database, &change.table.table);
-                if is_system_schema(db) || is_heartbeat(db, name) {
+                if !is_captured(history, db, name) {
                     continue;
                 }
-                if history.is_sequence(db, name) {
-                    continue;
-                }
+                history.settle_from_binlog(lookup_ts, &change.table);
                 let schema = history
                     .table_at(db, name, lookup_ts)
                     .ok_or_else(|| CaptureError::UnknownTable(format!("{db}.{name}"), lookup_ts))?;
@@ -304,53 +349,15 @@ fn convert_rows(
                         ),
                     });
                 }
-                // MariaDB logs JSON as LONGTEXT: the history knows which columns are JSON.
-                let json_cols = if agrees(schema, &change.table) {
-                    schema
-                        .columns
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, c)| c.ty == ColumnType::Json)
-                        .map(|(i, _)| i)
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                cache.push(Resolved {
-                    meta: change.table.clone(),
-                    id: schema.table_id,
-                    version: schema.version,
-                    spec: key_spec(schema, &change),
-                    json_cols,
-                    row_end: implicit_row_end(schema).filter(|_| agrees(schema, &change.table)),
-                    text_cols: if agrees(schema, &change.table) {
-                        schema
-                            .columns
-                            .iter()
-                            .enumerate()
-                            .filter_map(|(i, c)| {
-                                crate::textual::TextForm::of(&c.sql_type).map(|f| (i, f))
-                            })
-                            .collect()
-                    } else {
-                        Vec::new()
-                    },
-                });
+                cache.push(Resolved::new(schema, &change));
                 &cache[cache.len() - 1]
             }
         };
         let fix = |img: Option<Vec<Value>>| -> Option<Vec<Value>> {
             let mut img = img?;
-            for i in &r.json_cols {
+            for (i, fix) in &r.fixes {
                 if let Some(v) = img.get_mut(*i) {
-                    if let Value::Text(t) = v {
-                        *v = Value::Json(std::mem::take(t));
-                    }
-                }
-            }
-            for (i, form) in &r.text_cols {
-                if let Some(v) = img.get_mut(*i) {
-                    form.apply(v);
+                    fix.apply(v);
                 }
             }
             Some(img)
@@ -471,6 +478,12 @@ pub struct HeartbeatSample {
     pub written_ms: u64,
     /// Local time of capture minus `written_ms`: the capture lag (clocks assumed in sync).
     pub lag_ms: u64,
+}
+
+/// Whether rows of `db.t` are captured at all (not a system schema, Sluice's heartbeat table or
+/// a sequence).
+fn is_captured(history: &SchemaHistory, db: &str, t: &str) -> bool {
+    !is_system_schema(db) && !is_heartbeat(db, t) && !history.is_sequence(db, t)
 }
 
 fn is_heartbeat(db: &str, table: &str) -> bool {

@@ -158,8 +158,8 @@ impl Dispatcher {
         }
     }
 
-    /// What stops this dispatcher's progress without failing it: retryable sink errors with no
-    /// progress since the last one.
+    /// What stops this dispatcher's progress without failing it: a halt (see `halted`), or
+    /// retryable sink errors with no progress since the last one.
     fn warning(&self) -> Option<String> {
         if let Some((ts, what)) = &self.halted {
             return Some(format!(
@@ -1354,7 +1354,6 @@ impl DispatcherManager {
                 StreamItem::Ddl { ddl, .. } if ddl.kind == DdlKind::Unreplicable => {
                     if ignore.ignores("unreplicable") {
                         // Let through by the user: consumed, never written.
-                        d.halted = None;
                         d.buffer.pop_front();
                         continue;
                     }

@@ -209,11 +209,11 @@ impl NodeState {
         out
     }
 
-    /// Capture stopped (or runs again) on this node: every changefeed with work here says so.
+    /// Capture stopped or keeps failing (or runs again) on this node: every changefeed with work
+    /// here says so.
     fn on_capture_status(&mut self, error: Option<String>) {
-        self.capture_error = error.map(|e| {
-            crate::msg::truncate_error(format!("capture stopped on node {}: {e}", self.id))
-        });
+        self.capture_error =
+            error.map(|e| crate::msg::truncate_error(format!("capture on node {}: {e}", self.id)));
         for dm in self.dms.values_mut() {
             dm.set_node_warning(self.capture_error.clone());
         }

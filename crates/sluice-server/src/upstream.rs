@@ -58,6 +58,8 @@ impl CaptureShared {
     /// that keeps failing to reach the upstream (secrets scrubbed).
     pub fn error(&self) -> Option<String> {
         let stopped = self.error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let stopped =
+            stopped.map(|e| format!("stopped (retried every {} s): {e}", FATAL_RETRY.as_secs()));
         stopped.or_else(|| {
             let r = self
                 .retrying
@@ -266,10 +268,14 @@ async fn run(
         // A restarted capture clears its error once it got past where it stopped, or ran
         // without one for HEALTHY_AFTER (an idle upstream does not move the store).
         let (restarted, stalled_at) = (std::time::Instant::now(), shared.store.resolved());
-        let mut published = (
-            pump.capture.history.revision,
-            pump.capture.history.repairs.len(),
-        );
+        let last_repair = pump
+            .capture
+            .history
+            .repairs
+            .last()
+            .map(|r| r.ts)
+            .unwrap_or(0);
+        let mut published = (pump.capture.history.revision, last_repair);
         let err = loop {
             let step = tokio::select! {
                 r = pump.step() => r,
@@ -296,8 +302,6 @@ async fn run(
                         Captured::Ddl(d) => {
                             shared.ddls_captured.fetch_add(1, Ordering::Relaxed);
                             shared.sample(d.commit_ts, d.commit_time_ms);
-                            *shared.history.write().unwrap_or_else(|p| p.into_inner()) =
-                                Arc::new(pump.capture.history.clone());
                         }
                         Captured::CommitStaged {
                             commit_ts,
@@ -318,7 +322,8 @@ async fn run(
                         Captured::Resolved(ts) => shared.sample(*ts, now_ms()),
                         Captured::Chunk { .. } | Captured::Abort(_) => {}
                     }
-                    publish_binlog_definitions(&shared, &pump.capture.history, &mut published);
+                    let ddl = matches!(item, Captured::Ddl(_));
+                    publish_history(&shared, &pump.capture.history, &mut published, ddl);
                     let r = shared.store.resolved();
                     shared.captured.send_if_modified(|c| {
                         if r > *c {
@@ -348,17 +353,19 @@ async fn run(
     }
 }
 
-/// Versions completed or repaired from the binlog are published like a DDL's (sinks look the
-/// rows' versions up in the shared history), and each repair is logged once.
-fn publish_binlog_definitions(
+/// Publishes the history for the data path (sinks look the rows' versions up in it): after a
+/// DDL, and after versions were completed or repaired from the binlog (`revision` moved); each
+/// repair is logged once. `published`: the revision and the ts of the last repair published.
+fn publish_history(
     shared: &CaptureShared,
     h: &SchemaHistory,
-    published: &mut (u64, usize),
+    published: &mut (u64, Ts),
+    ddl: bool,
 ) {
-    if h.revision == published.0 {
+    if !ddl && h.revision == published.0 {
         return;
     }
-    for r in h.repairs.iter().skip(published.1.min(h.repairs.len())) {
+    for r in h.repairs.iter().filter(|r| r.ts > published.1) {
         tracing::warn!(
             table = %r.table,
             ts = r.ts,
@@ -369,7 +376,8 @@ fn publish_binlog_definitions(
             r.binlog_columns
         );
     }
-    *published = (h.revision, h.repairs.len());
+    let last_repair = h.repairs.last().map(|r| r.ts).unwrap_or(published.1);
+    *published = (h.revision, last_repair);
     *shared.history.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(h.clone());
 }
 
