@@ -8,6 +8,46 @@ mod common;
 use common::*;
 use serde_json::Value;
 
+/// Waits until the changefeed reads `warning` with a message containing every one of `needles`.
+fn wait_warning(out: &Outputs, s: &str, id: &str, what: &str, needles: &[&str]) -> Value {
+    wait_for(what, 30, || {
+        let v = feed(out, s, id);
+        let msg = v["error"]["message"].as_str().unwrap_or("").to_string();
+        if v["state"] == "warning" && needles.iter().all(|n| msg.contains(n)) {
+            Ok(v)
+        } else {
+            Err(v.to_string())
+        }
+    })
+}
+
+/// Waits until `table` downstream holds `n` rows.
+fn wait_rows(down: &sluice_testkit::mariadb::MariaDb, table: &str, n: &str, what: &str) {
+    wait_for(what, 30, || {
+        let got = down
+            .query_one(&format!("SELECT COUNT(*) FROM {table}"))
+            .map_err(|e| e.to_string())?;
+        if got == n {
+            Ok(())
+        } else {
+            Err(got)
+        }
+    });
+}
+
+/// `changefeed pause`, `update ARGS`, `resume` of `id`, each succeeding.
+fn pause_update_resume(out: &Outputs, s: &str, id: &str, update: &[&str]) {
+    let with = |verb: &str, extra: &[&str]| {
+        let mut args = vec!["cli", "--server", s, "changefeed", verb, "-c", id];
+        args.extend_from_slice(extra);
+        let r = sluice(out, &args);
+        assert_eq!(r.code, 0, "{verb}: {} {}", r.stdout, r.stderr);
+    };
+    with("pause", &[]);
+    with("update", update);
+    with("resume", &[]);
+}
+
 fn feed(out: &Outputs, s: &str, id: &str) -> Value {
     api(out, s, "GET", &format!("/api/v2/changefeeds/{id}"), None).1
 }
@@ -31,27 +71,16 @@ fn stops_the_table_then_goes_on(name: &str, session: &str, needle: &str) {
         .expect("write under the session setting");
     up.exec("INSERT INTO u.other VALUES (1, 1), (2, 2)")
         .expect("other table");
-    let v = wait_for("the table to stop with a warning", 30, || {
-        let v = feed(&out, &s, name);
-        let msg = v["error"]["message"].as_str().unwrap_or("").to_string();
-        if v["state"] == "warning" && msg.contains(needle) && msg.contains("u.stopped") {
-            Ok(v)
-        } else {
-            Err(v.to_string())
-        }
-    });
+    let v = wait_warning(
+        &out,
+        &s,
+        name,
+        "the table to stop with a warning",
+        &[needle, "u.stopped"],
+    );
     eprintln!("stopped: {v}");
     // Every other table goes on, capture included.
-    wait_for("the other table's rows downstream", 30, || {
-        let n = down
-            .query_one("SELECT COUNT(*) FROM u.other")
-            .map_err(|e| e.to_string())?;
-        if n == "2" {
-            Ok(())
-        } else {
-            Err(n)
-        }
-    });
+    wait_rows(&down, "u.other", "2", "the other table's rows downstream");
     let (_, st) = api(&out, &s, "GET", "/api/v2/status", None);
     assert!(st["capture_error"].is_null(), "capture must not stop: {st}");
     // The stopped table's checkpoint holds the changefeed below the unreplicable change.
@@ -71,33 +100,9 @@ fn stops_the_table_then_goes_on(name: &str, session: &str, needle: &str) {
     // The user repairs the table by hand and lets it go on.
     down.exec("UPDATE u.stopped SET v = 2 WHERE id = 1; INSERT INTO u.stopped VALUES (2, 2, 2)")
         .expect("manual re-copy");
-    let r = sluice(
-        &out,
-        &["cli", "--server", &s, "changefeed", "pause", "-c", name],
-    );
-    assert_eq!(r.code, 0, "pause: {} {}", r.stdout, r.stderr);
     let cfg = dir.join("go-on.toml");
     std::fs::write(&cfg, "[filter]\nignore-event = [\"unreplicable\"]\n").expect("config");
-    let r = sluice(
-        &out,
-        &[
-            "cli",
-            "--server",
-            &s,
-            "changefeed",
-            "update",
-            "-c",
-            name,
-            "--config",
-            cfg.to_str().unwrap_or(""),
-        ],
-    );
-    assert_eq!(r.code, 0, "update: {} {}", r.stdout, r.stderr);
-    let r = sluice(
-        &out,
-        &["cli", "--server", &s, "changefeed", "resume", "-c", name],
-    );
-    assert_eq!(r.code, 0, "resume: {} {}", r.stdout, r.stderr);
+    pause_update_resume(&out, &s, name, &["--config", cfg.to_str().unwrap_or("")]);
     up.exec("INSERT INTO u.stopped VALUES (3, 3, 3)")
         .expect("after");
     wait_checkpoint(&out, &s, name, master_ts(&up), 60);
@@ -149,59 +154,25 @@ fn a_table_the_sink_refuses_stops_alone_and_names_the_fix() {
     wait_checkpoint(&out, &s, "refused", master_ts(&up), 60);
     up.exec("INSERT INTO u.nokey VALUES (1, 1); INSERT INTO u.other VALUES (1, 1)")
         .expect("rows");
-    let v = wait_for("the keyless table to stop with a warning", 30, || {
-        let v = feed(&out, &s, "refused");
-        let msg = v["error"]["message"].as_str().unwrap_or("").to_string();
-        if v["state"] == "warning" && msg.contains("u.nokey") && msg.contains("force-replicate") {
-            Ok(v)
-        } else {
-            Err(v.to_string())
-        }
-    });
+    let v = wait_warning(
+        &out,
+        &s,
+        "refused",
+        "the keyless table to stop with a warning",
+        &["u.nokey", "force-replicate"],
+    );
     eprintln!("refused: {v}");
-    wait_for("the other table's row downstream", 30, || {
-        let n = down
-            .query_one("SELECT COUNT(*) FROM u.other")
-            .map_err(|e| e.to_string())?;
-        if n == "1" {
-            Ok(())
-        } else {
-            Err(n)
-        }
-    });
+    wait_rows(&down, "u.other", "1", "the other table's row downstream");
     up.exec("INSERT INTO u.other VALUES (2, 2)").expect("more");
-    wait_for("the other table keeps going", 30, || {
-        let n = down
-            .query_one("SELECT COUNT(*) FROM u.other")
-            .map_err(|e| e.to_string())?;
-        if n == "2" {
-            Ok(())
-        } else {
-            Err(n)
-        }
-    });
+    wait_rows(&down, "u.other", "2", "the other table keeps going");
     let v = feed(&out, &s, "refused");
     assert_eq!(
         v["restarts"], 0,
         "one table's refusal must not restart the changefeed: {v}"
     );
 
-    for cmd in [
-        &["pause"][..],
-        &[
-            "update",
-            "--sink-uri",
-            &format!("{down_url}/?force-replicate=true"),
-        ][..],
-        &["resume"][..],
-    ] {
-        let mut args = vec!["cli", "--server", &s, "changefeed"];
-        args.extend_from_slice(&cmd[..1]);
-        args.extend_from_slice(&["-c", "refused"]);
-        args.extend_from_slice(&cmd[1..]);
-        let r = sluice(&out, &args);
-        assert_eq!(r.code, 0, "{cmd:?}: {} {}", r.stdout, r.stderr);
-    }
+    let force = format!("{down_url}/?force-replicate=true");
+    pause_update_resume(&out, &s, "refused", &["--sink-uri", &force]);
     wait_checkpoint(&out, &s, "refused", master_ts(&up), 60);
     let r = check(&out, &up_url, &down_url, "u.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
