@@ -6,6 +6,9 @@ use sluice_types::{Millis, NodeId, Ts};
 
 /// How often a component resends a request or report that has not been answered.
 pub const RESEND_MS: Millis = 500;
+/// How often a maintainer asks again for the sink's record of applied DDLs while it has no
+/// answer (the bootstrap waits for it).
+pub const APPLIED_RETRY_MS: Millis = 2_000;
 /// How often a dispatcher manager reports its dispatchers to the maintainer.
 pub const HEARTBEAT_MS: Millis = 200;
 /// How often a maintainer reports to the coordinator.

@@ -54,6 +54,16 @@ pub struct SchemaSnapshot {
     pub ddls_after: Vec<DdlEvent>,
 }
 
+/// A DDL the downstream recorded (MySQL: `sluice_sink.ddl_ts`; storage: a schema file of that
+/// version). The record is written only after every participant of the barrier flushed what came
+/// before the DDL, so even an unfinished one proves those rows durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AppliedDdl {
+    pub commit_ts: Ts,
+    /// The DDL itself took effect (else it was started and may have to run again).
+    pub finished: bool,
+}
+
 /// Requests from users (API, CLI, scenario steps).
 #[derive(Clone, Debug, PartialEq)]
 pub enum UserRequest {
@@ -121,6 +131,13 @@ pub enum Input {
         epoch: Epoch,
         snapshot: SchemaSnapshot,
         persisted_epoch: Epoch,
+    },
+    /// The answer to `LoadApplied`: the DDLs after `after` the changefeed's downstream recorded,
+    /// or why they could not be read (the maintainer asks again and shows a warning meanwhile).
+    Applied {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        result: Result<Vec<AppliedDdl>, String>,
     },
     Regions {
         table: TableId,
@@ -250,6 +267,14 @@ pub enum Effect {
         cf: ChangefeedId,
         epoch: Epoch,
         at_ts: Ts,
+    },
+    /// Read which DDLs with commit ts above `after` the sink at `sink_uri` has recorded as
+    /// applied for this changefeed; answered by `Input::Applied`.
+    LoadApplied {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        sink_uri: String,
+        after: Ts,
     },
     Subscribe {
         cf: ChangefeedId,

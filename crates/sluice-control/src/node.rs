@@ -157,6 +157,14 @@ impl NodeState {
                     }
                 }
             }
+            Input::Applied { cf, epoch, result } => {
+                let ctx = self.view.ctx(now);
+                if let Some(m) = self.maintainers.get_mut(&cf) {
+                    if m.epoch() == epoch {
+                        m.on_applied(&ctx, result, &mut out);
+                    }
+                }
+            }
             Input::Regions { table, regions } => {
                 self.view.regions.insert(table, regions);
             }

@@ -111,6 +111,10 @@ fn maintainer(w: &World) -> Maintainer {
             &mut out,
         );
     }
+    // Every node answered: the maintainer asks what the sink applied before it finishes.
+    assert!(!m.is_bootstrapped());
+    assert!(out.iter().any(|e| matches!(e, Effect::LoadApplied { .. })));
+    m.on_applied(&ctx, Ok(Vec::new()), &mut out);
     assert!(m.is_bootstrapped());
     assert_eq!(m.status().error, None);
     m

@@ -538,6 +538,12 @@ impl Shell {
                 // Answered on the next tick (capture may have to catch up to `at_ts` first).
                 self.schema_waits.push((cf, epoch, at_ts, Instant::now()));
             }
+            Effect::LoadApplied {
+                cf,
+                epoch,
+                sink_uri,
+                after,
+            } => self.load_applied(cf, epoch, sink_uri, after),
             Effect::Subscribe {
                 cf,
                 id,
@@ -931,6 +937,48 @@ impl Shell {
             });
         }
         self.drain();
+    }
+
+    /// Reads the sink's record of applied DDLs in a task of its own; the answer comes back as
+    /// `Input::Applied` (an input for a maintainer that is gone by then is dropped).
+    fn load_applied(&mut self, cf: ChangefeedId, epoch: Epoch, uri: String, after: Ts) {
+        let registry = self.registry.clone();
+        let tx = self.report_tx.clone();
+        tokio::spawn(async move {
+            let result = match registry.get(&cf, &uri).await {
+                Ok(sink) => sink.applied_ddls(after).await,
+                Err(e) => Err(e),
+            };
+            let result = result
+                .map(|list| {
+                    list.into_iter()
+                        .map(|r| sluice_control::io::AppliedDdl {
+                            commit_ts: r.commit_ts,
+                            finished: r.finished,
+                        })
+                        .collect()
+                })
+                .map_err(|e| scrub(&e.to_string()));
+            if let Err(e) = &result {
+                tracing::warn!(changefeed = %cf, "reading the DDLs the sink applied: {e}");
+            }
+            let _ = tx.send(SinkReport {
+                input: Some(Input::Applied {
+                    cf: cf.clone(),
+                    epoch,
+                    result,
+                }),
+                cf,
+                id: DispatcherId {
+                    epoch: epoch.0,
+                    seq: 0,
+                },
+                done_rows: 0,
+                done_bytes: 0,
+                written_rows: 0,
+                finished: false,
+            });
+        });
     }
 
     // ------------------------------------------------------------------ checkpoints and GC

@@ -165,7 +165,9 @@ pub struct Sim {
     /// Explore mode: only safety, settle and the end-state checks apply.
     pub explore: bool,
     pub verbose: bool,
-    mysql_ddls: BTreeSet<Ts>,
+    /// DDLs the model sink recorded as applied (MySQL: its progress table; storage: schema
+    /// files), as `LoadApplied` reads them.
+    sink_ddls: BTreeSet<Ts>,
     /// The create request, re-sent (as a user would) while the meta store has no changefeed.
     create: Option<(UserRequest, Millis)>,
     /// Cordon / drain states asked for, re-sent while the meta store does not show them:
@@ -224,7 +226,7 @@ impl Sim {
             skipped_expects: 0,
             explore: false,
             verbose: false,
-            mysql_ddls: BTreeSet::new(),
+            sink_ddls: BTreeSet::new(),
             create: None,
             cordons: BTreeMap::new(),
             sc,
@@ -738,6 +740,35 @@ impl Sim {
                     },
                 );
             }
+            Effect::LoadApplied {
+                cf, epoch, after, ..
+            } => {
+                // The blackhole keeps nothing; the others answer from their record.
+                let list = match self.sc.world.sink {
+                    SinkKind::Blackhole => Vec::new(),
+                    _ => self
+                        .sink_ddls
+                        .range(after + 1..)
+                        .map(|ts| sluice_control::io::AppliedDdl {
+                            commit_ts: *ts,
+                            finished: true,
+                        })
+                        .collect(),
+                };
+                let lat = self.rng.range(1, 20);
+                self.push(
+                    now + lat,
+                    Ev::Input {
+                        node: name.to_string(),
+                        inc,
+                        input: Input::Applied {
+                            cf,
+                            epoch,
+                            result: Ok(list),
+                        },
+                    },
+                );
+            }
             Effect::Subscribe {
                 cf: _,
                 id,
@@ -984,8 +1015,9 @@ impl Sim {
                     .map(|s| s.span.clone())
                     .unwrap_or_else(sluice_control::dispatcher::trigger_span);
                 let ts = ddl.commit_ts;
+                let first = self.sink_ddls.insert(ts);
                 let apply = match self.sc.world.sink {
-                    SinkKind::Mysql => self.mysql_ddls.insert(ts),
+                    SinkKind::Mysql => first,
                     _ => true,
                 };
                 if apply {

@@ -61,6 +61,10 @@ impl Backend for Blackhole {
         self.counters.checkpoint.fetch_max(ts, Ordering::Relaxed);
         Ok(())
     }
+    /// Nothing reaches a downstream: there is nothing a replay could undo.
+    async fn applied_ddls(&self, _: Ts) -> Result<Vec<crate::DdlRecord>> {
+        Ok(Vec::new())
+    }
     async fn discard(&self, _: &mut ()) {}
     fn flush_interval(&self) -> Option<Duration> {
         None

@@ -57,6 +57,15 @@ pub struct RowBatch {
     pub rows: Vec<RowEvent>,
 }
 
+/// A DDL the downstream holds a record of (see [`Sink::applied_ddls`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DdlRecord {
+    pub commit_ts: Ts,
+    /// It took effect; `false`: it was started (every earlier row of its tables is durable, the
+    /// DDL itself may have to run again).
+    pub finished: bool,
+}
+
 /// The latest acknowledged commit ts of one dispatcher (see the crate docs).
 pub type AckReceiver = tokio::sync::watch::Receiver<Ts>;
 
@@ -95,6 +104,13 @@ pub trait Sink: Send + Sync {
     /// Records the changefeed checkpoint where the sink keeps one (storage: the root `metadata`
     /// file); never moves it backwards.
     async fn write_checkpoint(&self, ts: Ts) -> Result<()>;
+    /// The DDLs with commit ts above `after` this sink has recorded downstream for its changefeed,
+    /// in commit order: the MySQL sink's `ddl_ts` rows, the storage layout's schema files (a
+    /// version there was written by its DDL, or by rows that came after it); nothing for a sink
+    /// that keeps no state. A maintainer bootstraps only once it knows them (the replay rule:
+    /// no table replays rows a DDL the downstream already applied has removed). A read: never
+    /// fenced.
+    async fn applied_ddls(&self, after: Ts) -> Result<Vec<DdlRecord>>;
     /// Flushes what it can, then forgets the dispatcher. Returns when no write of it can land.
     async fn close(&self, dispatcher: DispatcherId) -> CloseReport;
     /// The current ack of an open dispatcher.

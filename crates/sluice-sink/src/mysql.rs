@@ -1266,6 +1266,31 @@ impl Backend for Mysql {
         .await
     }
 
+    /// The changefeed's `ddl_ts` rows above `after` (recorded before the DDL ran, once every
+    /// earlier row of its tables was applied; `finished` once it took effect).
+    async fn applied_ddls(&self, after: Ts) -> Result<Vec<crate::DdlRecord>> {
+        let cf = self.changefeed.clone();
+        let rows: Vec<(u64, i64)> = self
+            .with_retry("read ddl_ts", &BoundFence::none(), |mut c| {
+                let cf = cf.clone();
+                async move {
+                    c.exec(
+                        format!("SELECT commit_ts, finished FROM {PROGRESS_DB}.ddl_ts WHERE changefeed = ? AND commit_ts > ? ORDER BY commit_ts"),
+                        (cf, after),
+                    )
+                    .await
+                }
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(commit_ts, finished)| crate::DdlRecord {
+                commit_ts,
+                finished: finished != 0,
+            })
+            .collect())
+    }
+
     async fn discard(&self, w: &mut MysqlWriter) {
         if let Some(h) = w.in_flight.take() {
             let _ = h.await;

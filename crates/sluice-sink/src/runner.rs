@@ -15,7 +15,9 @@
 //! - a failure is never silent, whoever ran the flush (a caller, or the flush ticker, whose own
 //!   result nobody awaits): it is kept where [`Sink::failure`] reads it without waiting for the
 //!   dispatcher's lock, and the dispatcher's ack receiver is woken (ack unchanged) at once;
-//! - the flush ticker holds only a weak reference: dropping the sink stops it;
+//! - the flush ticker holds only a weak reference: dropping the sink stops it; a dispatcher whose
+//!   flush is still running (e.g. waiting on a downstream row lock) is skipped by the next
+//!   rounds, never waited for, so one stuck table never holds back the others' flushes;
 //! - fencing (cluster mode, [`crate::fence`]): each dispatcher is bound at `open` to the
 //!   incarnation the sink's [`WriteFence`] returns then, and every backend call that writes
 //!   downstream (`buffer` when it starts a write, `flush`, `ddl`, `checkpoint`) gets that
@@ -65,6 +67,8 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<()>;
     /// Records the changefeed checkpoint; checks `fence` immediately before writing it.
     async fn checkpoint(&self, ts: Ts, fence: &BoundFence) -> Result<()>;
+    /// The DDLs above `after` recorded downstream ([`Sink::applied_ddls`]).
+    async fn applied_ddls(&self, after: Ts) -> Result<Vec<crate::DdlRecord>>;
     /// Drops buffered rows (closing a failed dispatcher); waits for any write still in flight.
     async fn discard(&self, w: &mut Self::Writer);
     /// How often buffered rows are flushed without being asked; `None`: never.
@@ -230,23 +234,20 @@ async fn tick_loop<B: Backend>(shared: Weak<Shared<B>>, every: Duration) {
             Ok(m) => m.values().map(|(v, _, _)| v.clone()).collect(),
             Err(_) => return,
         };
-        // One task per dispatcher (a slow one does not delay the others); spawned so a flush
+        // One task per dispatcher that is not busy (a slow one delays neither the others nor
+        // the next round: a busy slot is skipped until its work ends); spawned so a flush
         // finishes even if the runner is dropped meanwhile. A failure is not lost with the
         // result: `flush_slot` recorded it in the slot and woke the dispatcher's ack receiver.
-        let ticks: Vec<_> = slots
-            .into_iter()
-            .map(|slot| {
-                let s2 = s.clone();
-                tokio::spawn(async move {
-                    let mut g = slot.lock_owned().await;
-                    let _ = exec(&s2.backend, &mut g, Op::Tick).await;
-                })
-            })
-            .collect();
-        drop(s);
-        for t in ticks {
-            let _ = t.await;
+        for slot in slots {
+            let Ok(mut g) = slot.try_lock_owned() else {
+                continue;
+            };
+            let s2 = s.clone();
+            tokio::spawn(async move {
+                let _ = exec(&s2.backend, &mut g, Op::Tick).await;
+            });
         }
+        drop(s);
     }
 }
 
@@ -436,6 +437,13 @@ impl<B: Backend> Sink for Runner<B> {
     async fn write_checkpoint(&self, ts: Ts) -> Result<()> {
         let fence = BoundFence::any(self.shared.fence.get());
         self.shared.backend.checkpoint(ts, &fence).await
+    }
+
+    async fn applied_ddls(&self, after: Ts) -> Result<Vec<crate::DdlRecord>> {
+        let mut list = self.shared.backend.applied_ddls(after).await?;
+        list.sort();
+        list.dedup_by_key(|r| r.commit_ts);
+        Ok(list)
     }
 
     async fn close(&self, dispatcher: DispatcherId) -> CloseReport {

@@ -445,6 +445,26 @@ impl MariaDb {
         c
     }
 
+    /// Starts a client session running `sql` in the background and returns at once: for a
+    /// session that must hold a lock while the test goes on. It ends when its statements do, or
+    /// when its connection is killed (`KILL <id>`); the caller waits for the child.
+    pub fn spawn_session(&self, sql: &str) -> Result<std::process::Child> {
+        let mut child = self
+            .client()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(io_err("spawning the mariadb client"))?;
+        use std::io::Write;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(sql.as_bytes())
+                .map_err(io_err("writing SQL to the client"))?;
+        }
+        Ok(child)
+    }
+
     /// Runs SQL (one or more `;`-separated statements) with the `mariadb` client.
     pub fn exec(&self, sql: &str) -> Result<()> {
         self.query(sql).map(|_| ())

@@ -23,18 +23,20 @@
 
 pub mod barrier;
 pub mod operator;
+pub mod replay;
 
 use crate::config::{
-    ChangefeedConfig, BALANCE_INTERVAL_MS, MAINTAINER_STATUS_MS, MAX_ERRORS_PER_HEARTBEAT,
-    MAX_OPERATORS_PER_ROUND, MAX_PENDING_REQUESTS, RESEND_MS,
+    ChangefeedConfig, APPLIED_RETRY_MS, BALANCE_INTERVAL_MS, MAINTAINER_STATUS_MS,
+    MAX_ERRORS_PER_HEARTBEAT, MAX_OPERATORS_PER_ROUND, MAX_PENDING_REQUESTS, RESEND_MS,
 };
-use crate::io::{Effect, SchemaSnapshot, TraceEvent};
+use crate::io::{AppliedDdl, Effect, SchemaSnapshot, TraceEvent};
 use crate::msg::{
     truncate_error, BarrierCommand, BlockReport, BlockStage, ClosePurpose, DispatcherPhase,
     DispatcherReport, MaintainerState, MaintainerStatus, Message, RejectReason, TableRequest,
 };
 use barrier::{Barrier, BarrierEvent};
 use operator::{span_key, OpKind, OpPhase, Operator, SpanKey};
+use replay::ReplayBounds;
 use sluice_types::{
     ChangefeedId, DdlInfluence, DispatcherId, Epoch, InfluenceScope, Key, Millis, NodeId, Span,
     TableId, Ts,
@@ -108,6 +110,9 @@ enum Phase {
     Bootstrapping {
         responses: BTreeMap<NodeId, Vec<DispatcherReport>>,
         schema: Option<SchemaSnapshot>,
+        /// What the downstream recorded after the start point, read once every node answered
+        /// (so no dispatcher of an older epoch can still be told to write a DDL).
+        applied: Option<Vec<AppliedDdl>>,
     },
     Working,
     Closing {
@@ -172,6 +177,13 @@ pub struct Maintainer {
     forget: BTreeMap<NodeId, BTreeSet<DispatcherId>>,
     /// Which tables this changefeed replicates.
     filter: crate::filter::TableFilter,
+    /// Where each table's replay starts, from what the downstream already applied
+    /// ([`replay`]); set once at bootstrap.
+    replay: ReplayBounds,
+    /// When `LoadApplied` was last sent (`None`: not outstanding).
+    applied_asked: Option<Millis>,
+    /// Why the downstream's record could not be read (the bootstrap waits for it).
+    sink_warning: Option<String>,
     /// Dispatchers ignored at bootstrap (only ever filled by the `bootstrap-ignores-unknown-tables`
     /// mutation, which reproduces TiCDC's behaviour in the seed bug).
     ignored: BTreeSet<DispatcherId>,
@@ -213,6 +225,7 @@ impl Maintainer {
             phase: Phase::Bootstrapping {
                 responses: BTreeMap::new(),
                 schema: None,
+                applied: None,
             },
             start_checkpoint: checkpoint,
             committed: checkpoint,
@@ -238,6 +251,9 @@ impl Maintainer {
             error: None,
             stale_dropped: 0,
             ignored: BTreeSet::new(),
+            replay: ReplayBounds::default(),
+            applied_asked: None,
+            sink_warning: None,
             forget: BTreeMap::new(),
             phase_counts: BTreeMap::new(),
         };
@@ -290,6 +306,7 @@ impl Maintainer {
                 .flatten()
                 .next()
                 .or(self.node_warning.as_ref())
+                .or(self.sink_warning.as_ref())
                 .cloned(),
         }
     }
@@ -493,6 +510,8 @@ impl Maintainer {
     }
 
     fn add_hole_spans(&mut self, ctx: &Ctx, hole: &Span, checkpoint: Ts, may_split: bool) {
+        // Never below what the downstream already applied for this table (the replay rule).
+        let checkpoint = checkpoint.max(self.replay.floor(hole.table));
         let splittable = self
             .tables
             .get(&hole.table)
@@ -702,7 +721,10 @@ impl Maintainer {
         let current = if id == self.trigger {
             *from == self.node
         } else {
-            matches!(self.tracked.get(&id), Some(t) if t.node == *from && t.phase != Tracked::Removing)
+            // A dispatcher of a table that no longer exists (dropped) is on its way out too.
+            matches!(self.tracked.get(&id), Some(t) if t.node == *from
+                && t.phase != Tracked::Removing
+                && self.tables.contains_key(&t.span.table))
         };
         if !current {
             self.stale_dropped += 1;
@@ -759,6 +781,7 @@ impl Maintainer {
             Phase::Bootstrapping {
                 responses,
                 schema: Some(_),
+                ..
             } => {
                 // The `bootstrap-without-all-nodes` mutation finishes once the own node answered.
                 #[cfg(feature = "mutations")]
@@ -777,17 +800,74 @@ impl Maintainer {
             }
             _ => false,
         };
-        if !ready {
+        if !ready || !self.applied_known(ctx, out) {
             return;
         }
         let Phase::Bootstrapping {
             responses,
             schema: Some(schema),
+            applied: Some(applied),
         } = std::mem::replace(&mut self.phase, Phase::Working)
         else {
+            unreachable!("bootstrap finishes only with the schema and the sink's record");
+        };
+        self.replay = replay::replay_bounds(&schema, &replay::with_reported(applied, &responses));
+        self.finish_bootstrap(ctx, responses, schema, out);
+    }
+
+    /// Whether the downstream's record of applied DDLs is known; asks for it (once every
+    /// `APPLIED_RETRY_MS`) when it is not.
+    fn applied_known(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) -> bool {
+        if matches!(
+            self.phase,
+            Phase::Bootstrapping {
+                applied: Some(_),
+                ..
+            }
+        ) {
+            return true;
+        }
+        if self.applied_asked.is_none() {
+            self.applied_asked = Some(ctx.now);
+            out.push(Effect::LoadApplied {
+                cf: self.cf.clone(),
+                epoch: self.epoch,
+                sink_uri: self.config.sink_uri.clone(),
+                after: self.start_checkpoint,
+            });
+        }
+        false
+    }
+
+    /// The answer to `LoadApplied`. An error keeps the bootstrap waiting (with a warning) and
+    /// is asked again: bootstrapping without it could replay rows a DDL already removed.
+    pub fn on_applied(
+        &mut self,
+        ctx: &Ctx,
+        result: Result<Vec<AppliedDdl>, String>,
+        out: &mut Vec<Effect>,
+    ) {
+        let Phase::Bootstrapping { applied, .. } = &mut self.phase else {
             return;
         };
-        self.finish_bootstrap(ctx, responses, schema, out);
+        if applied.is_some() {
+            return;
+        }
+        match result {
+            Ok(list) => {
+                *applied = Some(list);
+                self.applied_asked = None;
+                self.sink_warning = None;
+                self.try_finish_bootstrap(ctx, out);
+            }
+            Err(e) => {
+                let w = truncate_error(format!(
+                    "waiting for the sink: cannot read which DDLs it applied ({e}); retrying"
+                ));
+                self.log(out, w.clone());
+                self.sink_warning = Some(w);
+            }
+        }
     }
 
     /// Build the span map from the schema history and what every node runs.
@@ -869,9 +949,11 @@ impl Maintainer {
 
         for table in all_tables {
             let list = by_table.remove(&table).unwrap_or_default();
-            let known = at_cp.contains(&table) || created_after.contains_key(&table);
+            let known = (at_cp.contains(&table) || created_after.contains_key(&table))
+                && !self.replay.gone.contains(&table);
             if !known {
-                // Dropped before the start point (or never existed): clean up, never re-create.
+                // Dropped before the start point (or never existed), or by a DDL the downstream
+                // already applied: clean up, never re-create.
                 for (n, r) in &list {
                     self.start_cleanup(table, vec![(r.id, n.clone())], None);
                 }
@@ -1610,7 +1692,7 @@ impl Maintainer {
             }
         }
         for (t, name) in &influence.added {
-            if !self.filter.matches_name(name) {
+            if !self.filter.matches_name(name) || self.replay.gone.contains(t) {
                 continue;
             }
             let exists = self.spans.keys().any(|(tt, _)| tt == t);
@@ -1638,8 +1720,12 @@ impl Maintainer {
                 // Renamed out of the filter: no longer replicated.
                 Some(_) if !keep => self.drop_table(*t, out),
                 Some(s) => s.name = name.clone(),
-                // Renamed into the filter: replicated from the rename on.
-                None if keep && !self.spans.keys().any(|(tt, _)| tt == t) => {
+                // Renamed into the filter: replicated from the rename on (unless a DDL the
+                // downstream already applied drops it later).
+                None if keep
+                    && !self.replay.gone.contains(t)
+                    && !self.spans.keys().any(|(tt, _)| tt == t) =>
+                {
                     self.tables.insert(
                         *t,
                         TableState {
@@ -2572,6 +2658,14 @@ impl Maintainer {
     }
 
     pub fn on_tick(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
+        if matches!(self.phase, Phase::Bootstrapping { .. })
+            && self
+                .applied_asked
+                .is_some_and(|t| ctx.now >= t + APPLIED_RETRY_MS)
+        {
+            self.applied_asked = None;
+            self.try_finish_bootstrap(ctx, out);
+        }
         match &self.phase {
             Phase::Bootstrapping { .. } | Phase::Working => {
                 let resend: Vec<(NodeId, u64)> = self

@@ -27,6 +27,7 @@
 //!   only until the dispatcher is closed).
 
 pub mod layout;
+mod record;
 
 use crate::codec;
 use crate::error::{Result, SinkError};
@@ -565,6 +566,10 @@ impl Backend for Storage {
         self.put_overwrite(layout::METADATA, body, fence).await?;
         *cur = ts;
         Ok(())
+    }
+
+    async fn applied_ddls(&self, after: Ts) -> Result<Vec<crate::DdlRecord>> {
+        self.recorded_versions(after).await
     }
 
     async fn discard(&self, w: &mut StorageWriter) {
