@@ -384,6 +384,18 @@ pub async fn run_contract_suite(
         .expect("ddl");
     assert_eq!(at, 40);
     assert_eq!(sink.durable_ts(d1), Some(40));
+    // The DDL is on record (where the sink keeps one), only above the asked ts.
+    let recorded = sink.applied_ddls(30).await.expect("applied ddls");
+    let finished_40 = vec![crate::DdlRecord {
+        commit_ts: 40,
+        finished: true,
+    }];
+    assert!(
+        recorded.is_empty() || recorded == finished_40,
+        "{recorded:?}"
+    );
+    let above = sink.applied_ddls(40).await.expect("applied ddls");
+    assert!(above.is_empty(), "{above:?}");
     // Rows of the new version follow; rows of the old version at a later ts are a contract error.
     let e = sink
         .write_rows(

@@ -2,7 +2,20 @@
 //! in tests/mysql.rs, next to its server).
 
 use sluice_sink::testing::run_contract_suite;
-use sluice_sink::{open_sink, Sink};
+use sluice_sink::{open_sink, DdlRecord, Sink};
+
+/// The suite's DDL at 40 is on record downstream: a new sink on the same location reads it
+/// (it is the downstream's state, not the writer's memory).
+async fn records_the_ddl(uri: &str) {
+    let fresh = open_sink(uri).await.expect("reopen");
+    let all = fresh.applied_ddls(0).await.expect("applied ddls");
+    let ddl = DdlRecord {
+        commit_ts: 40,
+        finished: true,
+    };
+    assert!(all.contains(&ddl), "{all:?}");
+    assert!(fresh.applied_ddls(40).await.expect("above 40").is_empty());
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blackhole_keeps_the_contract() {
@@ -15,14 +28,15 @@ async fn blackhole_keeps_the_contract() {
         "ALTER TABLE t ADD COLUMN x INT",
     )
     .await;
+    // Nothing reaches a downstream: nothing is on record.
+    assert!(sink.applied_ddls(0).await.expect("applied").is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_storage_csv_keeps_the_contract() {
     let dir = tempdir("contract-csv");
-    let sink = open_sink(&format!("file://{}?protocol=csv", dir.display()))
-        .await
-        .expect("sink");
+    let uri = format!("file://{}?protocol=csv", dir.display());
+    let sink = open_sink(&uri).await.expect("sink");
     run_contract_suite(
         sink.as_ref(),
         "db",
@@ -31,6 +45,7 @@ async fn local_storage_csv_keeps_the_contract() {
         "ALTER TABLE t ADD COLUMN x INT",
     )
     .await;
+    records_the_ddl(&uri).await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -57,7 +72,8 @@ async fn local_storage_canal_json_keeps_the_contract() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_storage_keeps_the_contract() {
     let moto = sluice_testkit::moto::Moto::start("sluice-contract").expect("moto");
-    let sink: std::sync::Arc<dyn Sink> = open_sink(&moto.sink_uri("cf1")).await.expect("sink");
+    let uri = moto.sink_uri("cf1");
+    let sink: std::sync::Arc<dyn Sink> = open_sink(&uri).await.expect("sink");
     run_contract_suite(
         sink.as_ref(),
         "db",
@@ -66,6 +82,7 @@ async fn s3_storage_keeps_the_contract() {
         "ALTER TABLE t ADD COLUMN x INT",
     )
     .await;
+    records_the_ddl(&uri).await;
 }
 
 fn tempdir(tag: &str) -> std::path::PathBuf {

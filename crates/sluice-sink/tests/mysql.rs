@@ -6,7 +6,7 @@
 use sluice_sink::mysql::MysqlSink;
 use sluice_sink::testing::*;
 use sluice_sink::uri::{SinkConfig, SinkUri};
-use sluice_sink::{ErrorClass, RowBatch, Sink, SinkError};
+use sluice_sink::{DdlRecord, ErrorClass, RowBatch, Sink, SinkError};
 use sluice_testkit::mariadb::MariaDb;
 use sluice_types::*;
 use std::sync::Arc;
@@ -61,6 +61,115 @@ async fn mysql_keeps_the_contract() {
         "1,2,3,5,6,2000"
     );
     assert_eq!(db.query_one("SELECT COUNT(*) FROM information_schema.columns WHERE table_schema='d' AND table_name='t' AND column_name='x'").expect("q"), "1");
+}
+
+/// The DDLs the sink applied are read back from `sluice_sink.ddl_ts`, started ones as such, by a
+/// sink that did not write them (what a new maintainer's bootstrap reads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applied_ddls_come_from_the_progress_table() {
+    let db = MariaDb::start().expect("mariadb");
+    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64))")
+        .expect("ddl");
+    let s = sink(&db, "").await;
+    run_contract_suite(&s, "d", "t", 1, "ALTER TABLE t ADD COLUMN x INT").await;
+    db.exec("INSERT INTO sluice_sink.ddl_ts VALUES ('default', 77, 0, 'x'), ('other', 90, 1, 'y')")
+        .expect("a started DDL, and another changefeed's");
+    let fresh = sink(&db, "").await;
+    let got = fresh.applied_ddls(30).await.expect("applied");
+    let want = vec![
+        DdlRecord {
+            commit_ts: 40,
+            finished: true,
+        },
+        DdlRecord {
+            commit_ts: 77,
+            finished: false,
+        },
+    ];
+    assert_eq!(got, want);
+    assert_eq!(fresh.applied_ddls(77).await.expect("applied"), vec![]);
+}
+
+/// A row lock held downstream on one table stalls that dispatcher's flush, never the other
+/// tables': rows of another table written after the stall began are applied by the sink's own
+/// periodic flush while the lock is still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_table_does_not_hold_back_the_flushes_of_others() {
+    let db = MariaDb::start().expect("mariadb");
+    db.exec(
+        "CREATE DATABASE d; CREATE TABLE d.a (id BIGINT PRIMARY KEY, v VARCHAR(64));
+         CREATE TABLE d.b (id BIGINT PRIMARY KEY, v VARCHAR(64)); INSERT INTO d.a VALUES (1, 'x');",
+    )
+    .expect("ddl");
+    let s = sink(&db, "").await;
+    let (a, b) = (
+        Arc::new(simple_schema("d", "a", 1, 1)),
+        Arc::new(simple_schema("d", "b", 2, 1)),
+    );
+    let (da, dbb) = (
+        DispatcherId { epoch: 1, seq: 1 },
+        DispatcherId { epoch: 1, seq: 2 },
+    );
+    s.open(da, Span::whole_table(a.table_id), 5)
+        .await
+        .expect("open a");
+    s.open(dbb, Span::whole_table(b.table_id), 5)
+        .await
+        .expect("open b");
+    let mut lock = db
+        .spawn_session("BEGIN; SELECT * FROM d.a WHERE id = 1 FOR UPDATE; SELECT SLEEP(600);")
+        .expect("lock session");
+    let waiting_lock = |what: &str| {
+        db.query_one(&format!(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '{what}'"
+        ))
+        .unwrap_or_default()
+            == "1"
+    };
+    wait_until(30, || waiting_lock("SELECT SLEEP(600)"));
+    let batch = |schema: &Arc<TableSchema>, id, ts| RowBatch {
+        schema: schema.clone(),
+        rows: vec![simple_insert(schema, id, "new", ts, ts)],
+    };
+    s.write_rows(da, batch(&a, 1, 10)).await.expect("write a");
+    // a's flush is now stuck on the lock...
+    wait_until(30, || {
+        db.query_one(
+            "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
+        )
+        .unwrap_or_default()
+            == "1"
+    });
+    // ...and b's rows, written after, still land.
+    s.write_rows(dbb, batch(&b, 7, 11)).await.expect("write b");
+    wait_until(30, || {
+        db.query_one("SELECT COUNT(*) FROM d.b").unwrap_or_default() == "1"
+    });
+    assert!(
+        waiting_lock("SELECT SLEEP(600)"),
+        "the lock must still be held"
+    );
+    assert!(
+        s.durable_ts(da).unwrap_or(0) < 10,
+        "a cannot be durable yet"
+    );
+    let id = db
+        .query_one("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO = 'SELECT SLEEP(600)'")
+        .expect("lock session id");
+    db.exec(&format!("KILL {id}")).expect("release");
+    let _ = lock.wait();
+    assert_eq!(s.flush(da).await.expect("a flushes once released"), 10);
+}
+
+fn wait_until(secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not reached within {secs} s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
