@@ -13,6 +13,10 @@ const SCHEMA: &str = "CREATE DATABASE r;
     CREATE TABLE r.hold (id INT PRIMARY KEY, v INT);
     CREATE TABLE r.tt (id INT PRIMARY KEY, v INT);
     CREATE TABLE r.t5 (id INT PRIMARY KEY, v INT);
+    CREATE TABLE r.p (id INT PRIMARY KEY, v INT) PARTITION BY RANGE (id)
+        (PARTITION p0 VALUES LESS THAN (100), PARTITION p1 VALUES LESS THAN MAXVALUE);
+    CREATE DATABASE q;
+    CREATE TABLE q.x (id INT PRIMARY KEY, v INT);
     INSERT INTO r.hold VALUES (1, 0);";
 
 /// The statement the downstream lock session sleeps in (found and killed by its text).
@@ -109,8 +113,32 @@ fn replay_across(name: &str, ddl_script: &str, ddl_word: &str, done: impl Fn(&Ma
             .expect("hold"),
         "1"
     );
-    let r = check(&out, &up_url, &down_url, "r.*");
+    let r = check(&out, &up_url, &down_url, "r.*,q.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
+}
+
+fn exists(down: &MariaDb, db: &str, table: &str) -> bool {
+    down.query_one(&format!(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{db}' AND TABLE_NAME = '{table}'"
+    ))
+    .ok()
+    .as_deref()
+        == Some("1")
+}
+
+fn ids(down: &MariaDb, table: &str) -> String {
+    down.query_one(&format!(
+        "SELECT IFNULL(GROUP_CONCAT(id ORDER BY id), '') FROM {table}"
+    ))
+    .unwrap_or_default()
+}
+
+fn columns(down: &MariaDb, table: &str) -> String {
+    down.query_one(&format!(
+        "SELECT GROUP_CONCAT(COLUMN_NAME ORDER BY ORDINAL_POSITION) FROM information_schema.COLUMNS \
+         WHERE CONCAT(TABLE_SCHEMA, '.', TABLE_NAME) = '{table}'"
+    ))
+    .unwrap_or_default()
 }
 
 #[test]
@@ -119,7 +147,7 @@ fn a_replayed_truncate_does_not_bring_rows_back() {
         "replay-truncate",
         "INSERT INTO r.tt VALUES (1, 1), (2, 2), (3, 3); TRUNCATE TABLE r.tt; INSERT INTO r.tt VALUES (9, 9);",
         "TRUNCATE",
-        |down| down.query_one("SELECT GROUP_CONCAT(id ORDER BY id) FROM r.tt").ok().as_deref() == Some("9"),
+        |down| ids(down, "r.tt") == "9",
     );
 }
 
@@ -129,11 +157,67 @@ fn a_replayed_drop_table_neither_writes_into_it_nor_restarts_the_changefeed() {
         "replay-drop",
         "INSERT INTO r.t5 VALUES (1, 1), (2, 2); DROP TABLE r.t5; INSERT INTO r.tt VALUES (7, 7);",
         "DROP TABLE",
-        |down| {
-            down.query_one("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'r' AND TABLE_NAME = 't5'")
-                .ok()
-                .as_deref()
-                == Some("0")
-        },
+        |down| !exists(down, "r", "t5") && ids(down, "r.tt") == "7",
+    );
+}
+
+#[test]
+fn a_replayed_drop_column_writes_no_row_of_the_old_shape() {
+    replay_across(
+        "replay-drop-column",
+        "INSERT INTO r.tt VALUES (1, 1); ALTER TABLE r.tt DROP COLUMN v; INSERT INTO r.tt VALUES (2);",
+        "DROP COLUMN",
+        |down| columns(down, "r.tt") == "id" && ids(down, "r.tt") == "1,2",
+    );
+}
+
+#[test]
+fn a_replayed_change_column_writes_no_row_under_the_old_name() {
+    replay_across(
+        "replay-change-column",
+        "INSERT INTO r.tt VALUES (1, 1); ALTER TABLE r.tt CHANGE v w BIGINT; INSERT INTO r.tt VALUES (2, 2);",
+        "CHANGE",
+        |down| columns(down, "r.tt") == "id,w" && ids(down, "r.tt") == "1,2",
+    );
+}
+
+#[test]
+fn a_replayed_rename_table_writes_nothing_under_the_old_name() {
+    replay_across(
+        "replay-rename",
+        "INSERT INTO r.tt VALUES (1, 1); RENAME TABLE r.tt TO r.tt2; INSERT INTO r.tt2 VALUES (2, 2);",
+        "RENAME TABLE",
+        |down| !exists(down, "r", "tt") && ids(down, "r.tt2") == "1,2",
+    );
+}
+
+#[test]
+fn a_replayed_drop_database_writes_nothing_into_it() {
+    replay_across(
+        "replay-drop-database",
+        "INSERT INTO q.x VALUES (1, 1), (2, 2); DROP DATABASE q; INSERT INTO r.tt VALUES (5, 5);",
+        "DROP DATABASE",
+        |down| !exists(down, "q", "x") && ids(down, "r.tt") == "5",
+    );
+}
+
+#[test]
+fn a_replayed_truncate_partition_does_not_bring_its_rows_back() {
+    replay_across(
+        "replay-truncate-partition",
+        "INSERT INTO r.p VALUES (1, 1), (200, 2); ALTER TABLE r.p TRUNCATE PARTITION p0; INSERT INTO r.p VALUES (3, 3);",
+        "TRUNCATE PARTITION",
+        |down| ids(down, "r.p") == "3,200",
+    );
+}
+
+#[test]
+fn a_replayed_create_table_like_gets_its_source_as_it_was() {
+    replay_across(
+        "replay-create-like",
+        "INSERT INTO r.tt VALUES (1, 1); ALTER TABLE r.tt ADD COLUMN x INT; CREATE TABLE r.l LIKE r.tt; \
+         INSERT INTO r.l VALUES (1, 1, 1); INSERT INTO r.tt VALUES (2, 2, 2);",
+        "LIKE",
+        |down| columns(down, "r.l") == "id,v,x" && ids(down, "r.l") == "1" && ids(down, "r.tt") == "1,2",
     );
 }
