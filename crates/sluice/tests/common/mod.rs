@@ -4,6 +4,8 @@
 //! [`Outputs::assert_no_secret`] can search it for the test passwords.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use serde_json::Value;
 use sluice_testkit::mariadb::MariaDb;
 use std::path::{Path, PathBuf};
