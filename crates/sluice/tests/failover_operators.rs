@@ -147,7 +147,8 @@ fn round(c: &mut Cluster, out: &Outputs, up: &MariaDb, k: usize) -> Duration {
         json!({"table_id": t1, "target_node_id": to}),
     );
     up.exec(&format!(
-        "CREATE TABLE r.n{k} (id INT PRIMARY KEY, v INT); INSERT INTO r.n{k} VALUES (1, 1), (2, 2); DROP TABLE r.d{k}"
+        "CREATE TABLE r.n{k} (id INT PRIMARY KEY, v INT); INSERT INTO r.n{k} VALUES (1, 1), (2, 2); \
+         INSERT INTO r.d{k} VALUES (2, 2), (3, 3); DROP TABLE r.d{k}"
     ))
     .expect("create and drop");
     c.cordon(out, &m, true);
