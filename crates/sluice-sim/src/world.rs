@@ -1376,11 +1376,29 @@ impl Sim {
                 return Err(format!("requests in flight: {:?}", m.requests_in_flight()));
             }
         }
+        // A request the meta store still holds is in flight too (accepted, not finished): a
+        // maintainer that lost it would leave it there.
+        let stored = self.persisted_requests();
+        if !stored.requests.is_empty() {
+            return Err(format!(
+                "requests pending in the meta store: {:?}",
+                stored.requests
+            ));
+        }
         let cp = self.persisted_checkpoint();
         if cp < target {
             return Err(format!("checkpoint {cp} has not reached {target}"));
         }
         Ok(())
+    }
+
+    /// The changefeed's table requests and user-split marks as the meta store keeps them.
+    pub fn persisted_requests(&self) -> sluice_control::maintainer::requests::PersistedRequests {
+        self.meta
+            .kv
+            .get(&keys::requests(self.cf.as_str()))
+            .and_then(|(v, _)| serde_json::from_slice(v).ok())
+            .unwrap_or_default()
     }
 
     fn table_spans(

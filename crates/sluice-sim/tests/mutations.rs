@@ -17,9 +17,13 @@ fn root() -> PathBuf {
 }
 
 fn run(file: &str, muts: &[&str]) -> Result<(), String> {
-    let path = match file.strip_prefix("contract:") {
-        Some(name) => root().join("scenarios/contract").join(name),
-        None => root().join("scenarios/catalog").join(file),
+    let path = match (
+        file.strip_prefix("contract:"),
+        file.strip_prefix("features:"),
+    ) {
+        (Some(name), _) => root().join("scenarios/contract").join(name),
+        (_, Some(name)) => root().join("scenarios/features").join(name),
+        _ => root().join("scenarios/catalog").join(file),
     };
     mutations::clear();
     for m in muts {
@@ -227,6 +231,27 @@ fn epoch_monotonic_fires_when_a_placement_does_not_bump_the_epoch() {
         &["epoch-no-bump"],
         "epoch-monotonic",
     );
+}
+
+#[test]
+fn failover_scenarios_fail_when_requests_and_split_marks_live_only_in_memory() {
+    // Issue 9, reproductions 4 and 5: an accepted merge is lost with the maintainer (the table
+    // stays in two spans), and the new maintainer's merge scheduler undoes a user's split.
+    for (file, symptom) in [
+        (
+            "features:request-survives-failover.toml",
+            "has 2 spans, expected 1",
+        ),
+        (
+            "features:user-split-survives-failover.toml",
+            "expected at least 3",
+        ),
+    ] {
+        run(file, &[]).unwrap_or_else(|e| panic!("{file} fails without mutations: {e}"));
+        let e = run(file, &["requests-not-persisted"])
+            .expect_err("a lost request or split mark must be noticed");
+        assert!(e.contains(symptom), "{file}: {e}");
+    }
 }
 
 #[test]
