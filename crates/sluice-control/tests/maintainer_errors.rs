@@ -3,11 +3,11 @@
 //! again it changes nothing; an error of another epoch, another node, an unknown dispatcher or one
 //! being removed is ignored.
 
+mod common;
+
 use sluice_control::config::ChangefeedConfig;
-use sluice_control::coordinator::{ChangefeedInfo, FeedState};
 use sluice_control::io::{Effect, SchemaSnapshot, TableInfo};
 use sluice_control::maintainer::{Ctx, Maintainer};
-use sluice_control::meta::{keys, Kv, MetaOp, MetaResult};
 use sluice_control::msg::{
     ClosePurpose, DispatcherErrorReport, DispatcherPhase, DispatcherReport, Message,
 };
@@ -80,31 +80,8 @@ fn maintainer(w: &World) -> Maintainer {
         filter: Default::default(),
     };
     let mut out = Vec::new();
-    let info = ChangefeedInfo {
-        id: cf(),
-        config: config.clone(),
-        state: FeedState::Normal,
-        epoch: EPOCH.0,
-        error: None,
-        restarts: 0,
-    };
-    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n("n1"), 100, config, &mut out);
-    // The meta store holds the changefeed at this epoch and no table requests.
-    for (tag, op) in m.take_meta_ops() {
-        let MetaOp::Get { prefix } = op else {
-            continue;
-        };
-        let kvs = if prefix == keys::info(cf().as_str()) {
-            vec![Kv {
-                key: prefix,
-                value: serde_json::to_vec(&info).expect("info"),
-                mod_revision: 7,
-            }]
-        } else {
-            Vec::new()
-        };
-        m.on_meta_result(&ctx, tag, MetaResult::Got { kvs, revision: 7 }, &mut out);
-    }
+    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n("n1"), 100, config.clone(), &mut out);
+    common::answer_meta(&mut m, &ctx, EPOCH, &config, &mut out);
     let table = |t: u64| TableInfo {
         id: TableId(t),
         name: format!("db.t{t}"),

@@ -777,10 +777,6 @@ impl Maintainer {
     }
 
     fn try_finish_bootstrap(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
-        // The persisted requests and user-split marks are read first (`requests.rs`).
-        if !self.store.loaded() {
-            return;
-        }
         let ready = match &self.phase {
             Phase::Bootstrapping {
                 responses,
@@ -804,7 +800,8 @@ impl Maintainer {
             }
             _ => false,
         };
-        if !ready || !self.applied_known(ctx, out) {
+        // Also the persisted table requests and user-split marks must be read (`requests.rs`).
+        if !ready || !self.applied_known(ctx, out) || !self.store.loaded() {
             return;
         }
         let Phase::Bootstrapping {

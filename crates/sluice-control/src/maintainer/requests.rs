@@ -162,9 +162,10 @@ pub fn request_table(req: &TableRequest) -> TableId {
     }
 }
 
-fn persistence_off() -> bool {
+/// The `requests-not-recovered` mutation: a new maintainer ignores what the meta store kept.
+fn recovery_off() -> bool {
     #[cfg(feature = "mutations")]
-    return crate::mutations::on("requests-not-persisted");
+    return crate::mutations::on("requests-not-recovered");
     #[cfg(not(feature = "mutations"))]
     false
 }
@@ -259,6 +260,14 @@ impl Maintainer {
         }
     }
 
+    /// The meta store holds the user-split mark of `table`.
+    fn mark_saved(&self, table: TableId) -> bool {
+        self.store
+            .written
+            .as_ref()
+            .is_some_and(|w| w.user_split.contains(&table))
+    }
+
     fn set_user_split(&mut self, table: TableId, on: bool) {
         if let Some(t) = self.tables.get_mut(&table) {
             if t.user_split != on {
@@ -342,11 +351,16 @@ impl Maintainer {
         entries: Vec<SpanEntry>,
     ) -> Option<String> {
         if entries.len() >= n.max(1) {
-            return Some(if entries.len() == n {
-                "done".to_string()
-            } else {
-                format!("rejected: already {} spans", entries.len())
-            });
+            if entries.len() != n {
+                return Some(format!("rejected: already {} spans", entries.len()));
+            }
+            if n < 2 {
+                return Some("done".into());
+            }
+            // Split as asked (also by an operator a previous maintainer started): done once the
+            // mark that keeps the merge scheduler off it is in the meta store.
+            self.set_user_split(table, true);
+            return self.mark_saved(table).then(|| "done".to_string());
         }
         let splittable = self
             .tables
@@ -360,7 +374,12 @@ impl Maintainer {
         if points.is_empty() {
             return Some(format!("rejected: the table has fewer than {n} regions"));
         }
+        // The mark first: a split the meta store does not know was a user's could be merged
+        // back by the next maintainer.
         self.set_user_split(table, true);
+        if !self.mark_saved(table) {
+            return None;
+        }
         self.start_split(span_key(&entries[0].span), points);
         // Completed when the pieces are placed (a later step sees `entries.len() == n`).
         None
@@ -409,7 +428,7 @@ impl Maintainer {
     ) {
         self.store.restored = true;
         let mut record = self.store.record.take().unwrap_or_default();
-        if persistence_off() {
+        if recovery_off() {
             record = PersistedRequests::default();
         }
         self.store.written = Some(record.clone());
@@ -499,7 +518,11 @@ impl Maintainer {
         match op {
             StoreOp::ReadInfo => self.on_info_read(ctx, result, out),
             StoreOp::ReadRecord => self.on_record_read(ctx, result, out),
-            StoreOp::Write { seqs, record } => self.on_written(seqs, record, result),
+            StoreOp::Write { seqs, record } => {
+                self.on_written(seqs, record, result);
+                // A split waiting for its mark may go on.
+                self.run_requests(ctx, out);
+            }
         }
     }
 
@@ -606,7 +629,6 @@ impl Maintainer {
             || s.retry_at.is_some()
             || s.in_flight(&write)
             || !matches!(self.phase, Phase::Working)
-            || persistence_off()
         {
             return;
         }
