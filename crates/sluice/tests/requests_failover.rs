@@ -6,49 +6,18 @@
 //! only (spans, operators, pending requests); the final `sluice check` compares the databases.
 
 mod common;
+use common::cluster::{of_table, Cluster};
 use common::*;
 use serde_json::{json, Value};
 use sluice_testkit::etcd::Etcd;
-use std::path::PathBuf;
+use sluice_testkit::mariadb::MariaDb;
 use std::time::{Duration, Instant};
 
 const CF: &str = "rq";
 
-/// Three servers on one etcd with runtime holds and tiny regions (a split has boundaries to cut
-/// at), once all of them are registered.
-fn start_cluster(tag: &str, up_url: &str, etcd_url: &str) -> (Vec<PathBuf>, Vec<Server>) {
-    let dirs: Vec<PathBuf> = (0..3).map(|i| tmpdir(&format!("{tag}{i}"))).collect();
-    let servers: Vec<Server> = dirs
-        .iter()
-        .map(|d| {
-            let toml = d.join("server.toml");
-            std::fs::write(&toml, "region-size-bytes = 1\n").expect("server toml");
-            let toml = toml.to_string_lossy().to_string();
-            Server::start_with(
-                d,
-                up_url,
-                &[
-                    "--etcd",
-                    etcd_url,
-                    "--enable-debug-holds",
-                    "--config",
-                    &toml,
-                ],
-            )
-        })
-        .collect();
-    wait_for("3 captures", 30, || {
-        let (_, v) = api_raw(&servers[0].url(), "GET", "/api/v2/captures", None)?;
-        (v["items"].as_array().map(|a| a.len()) == Some(3))
-            .then_some(())
-            .ok_or(v.to_string())
-    });
-    (dirs, servers)
-}
-
 /// `r.t6` (300 rows, statistics fresh: many regions) and `r.t1` on both sides, before the
 /// servers start (they compute regions at start).
-fn tables(up: &sluice_testkit::mariadb::MariaDb, down: &sluice_testkit::mariadb::MariaDb) {
+fn tables(up: &MariaDb, down: &MariaDb) {
     let mut sql = String::from(
         "CREATE DATABASE r; CREATE TABLE r.t6 (id INT PRIMARY KEY, v INT); CREATE TABLE r.t1 (id INT PRIMARY KEY, v INT); INSERT INTO r.t1 VALUES (1, 1), (2, 2);",
     );
@@ -57,121 +26,6 @@ fn tables(up: &sluice_testkit::mariadb::MariaDb, down: &sluice_testkit::mariadb:
     up.exec(&sql).expect("upstream tables");
     down.exec(&sql).expect("downstream tables");
     up.exec("ANALYZE TABLE r.t6").expect("analyze");
-}
-
-fn create(out: &Outputs, server: &Server, down_url: &str, scheduler: &str) {
-    let cfg = server.data_dir.with_file_name("cf.toml");
-    std::fs::write(&cfg, format!("[scheduler]\n{scheduler}")).expect("cf toml");
-    let sink = format!("{down_url}/");
-    let r = sluice(
-        out,
-        &[
-            "cli",
-            "--server",
-            &server.url(),
-            "changefeed",
-            "create",
-            "-c",
-            CF,
-            "--sink-uri",
-            &sink,
-            "--config",
-            &cfg.to_string_lossy(),
-        ],
-    );
-    assert_eq!(r.code, 0, "create: {} {}", r.stdout, r.stderr);
-}
-
-fn live(servers: &[Server]) -> String {
-    servers
-        .iter()
-        .find(|s| s.child.is_some())
-        .map(|s| s.url())
-        .unwrap_or_default()
-}
-
-/// The spans view (answered by the current maintainer, wherever the call lands).
-fn spans(out: &Outputs, servers: &[Server]) -> Result<Value, String> {
-    let (st, v) = api_raw(
-        &live(servers),
-        "GET",
-        &format!("/api/v2/changefeeds/{CF}/spans"),
-        None,
-    )?;
-    out.add(&v.to_string());
-    (st == 200).then_some(v.clone()).ok_or(format!("{st} {v}"))
-}
-
-/// The spans of table `t`.
-fn of_table(v: &Value, t: u64) -> Vec<Value> {
-    v["items"]
-        .as_array()
-        .map(|a| a.iter().filter(|i| i["table_id"] == t).cloned().collect())
-        .unwrap_or_default()
-}
-
-/// The table's spans once exactly `n` of them replicate with no operator.
-fn wait_spans(out: &Outputs, servers: &[Server], t: u64, n: usize, secs: u64) -> Vec<Value> {
-    wait_for(&format!("table {t} in {n} span(s)"), secs, || {
-        let v = spans(out, servers)?;
-        let items = of_table(&v, t);
-        let settled = items.len() == n
-            && items
-                .iter()
-                .all(|i| i["state"] == "replicating" && i["operator"].is_null());
-        settled.then_some(items).ok_or(v.to_string())
-    })
-}
-
-fn table_id(out: &Outputs, servers: &[Server], name: &str) -> u64 {
-    wait_for(&format!("{name} in the spans"), 30, || {
-        let v = spans(out, servers)?;
-        v["items"]
-            .as_array()
-            .and_then(|a| a.iter().find(|i| i["table_name"] == name))
-            .and_then(|i| i["table_id"].as_u64())
-            .ok_or(v.to_string())
-    })
-}
-
-/// POST a table request and expect 202 (a split is retried while the maintainer's node does not
-/// know the table's regions yet).
-fn request(out: &Outputs, servers: &[Server], kind: &str, body: Value) {
-    wait_for(&format!("{kind} accepted"), 90, || {
-        let (st, v) = api_raw(
-            &live(servers),
-            "POST",
-            &format!("/api/v2/changefeeds/{CF}/{kind}"),
-            Some(&body),
-        )?;
-        out.add(&v.to_string());
-        (st == 202).then_some(()).ok_or(format!("{st} {v}"))
-    });
-}
-
-fn maintainer(out: &Outputs, servers: &[Server]) -> Result<String, String> {
-    let (_, v) = api_raw(
-        &live(servers),
-        "GET",
-        &format!("/api/v2/changefeeds/{CF}"),
-        None,
-    )?;
-    out.add(&v.to_string());
-    v["maintainer_addr"]
-        .as_str()
-        .map(String::from)
-        .ok_or(v.to_string())
-}
-
-fn holds(out: &Outputs, server: &Server, body: Value) {
-    let (st, v) = api(
-        out,
-        &server.url(),
-        "POST",
-        "/api/v2/debug/holds",
-        Some(&body),
-    );
-    assert_eq!(st, 200, "{v}");
 }
 
 /// Whether the spans view lists a pending `kind` request of table `t` the meta store has.
@@ -192,41 +46,29 @@ fn pending(v: &Value, kind: &str, t: u64) -> bool {
 /// A new maintainer (not on `dead`) answers and shows the view `ok` wants.
 fn wait_new_maintainer(
     out: &Outputs,
-    servers: &[Server],
+    c: &Cluster,
     dead: &str,
     what: &str,
     ok: impl Fn(&Value) -> bool,
 ) -> Value {
     wait_for(what, 90, || {
-        let m = maintainer(out, servers)?;
+        let m = c.maintainer(out)?;
         if m == dead {
             return Err(format!("the maintainer is still placed on {dead}"));
         }
-        let v = spans(out, servers)?;
+        let v = c.spans(out)?;
         ok(&v).then_some(v.clone()).ok_or(v.to_string())
     })
 }
 
-fn finish(
-    out: &Outputs,
-    up: &sluice_testkit::mariadb::MariaDb,
-    up_url: &str,
-    down_url: &str,
-    servers: Vec<Server>,
-    dirs: Vec<PathBuf>,
-) {
+/// Writes, waits for the checkpoint, compares the databases, stops the cluster.
+fn finish(out: &Outputs, up: &MariaDb, up_url: &str, down_url: &str, c: Cluster) {
     up.exec("INSERT INTO r.t6 VALUES (1000, 1); UPDATE r.t6 SET v = v + 1 WHERE id < 50; INSERT INTO r.t1 VALUES (3, 3)")
         .expect("write");
-    wait_checkpoint(out, &live(&servers), CF, master_ts(up), 120);
+    wait_checkpoint(out, &c.live(), CF, master_ts(up), 120);
     let r = check(out, up_url, down_url, "r.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
-    let logs: Vec<PathBuf> = servers.iter().map(|s| s.log.clone()).collect();
-    let refs: Vec<&std::path::Path> = logs.iter().map(|p| p.as_path()).collect();
-    out.assert_no_secret(&refs);
-    drop(servers);
-    for d in dirs {
-        let _ = std::fs::remove_dir_all(d);
-    }
+    c.finish(out);
 }
 
 /// Reproduction 4: t6 in two spans; a move of it to node X hangs at `create_dispatcher` there,
@@ -241,72 +83,65 @@ fn an_accepted_merge_survives_a_kill_of_the_maintainers_node() {
     let (up, up_url) = mariadb_with_user(UP_PASS);
     let (down, down_url) = mariadb_with_user(DOWN_PASS);
     tables(&up, &down);
-    let (dirs, mut servers) = start_cluster("reqmerge", &up_url, &etcd.url());
-    create(&out, &servers[0], &down_url, "balance = false\n");
-    wait_checkpoint(&out, &servers[0].url(), CF, master_ts(&up), 60);
-    let t6 = table_id(&out, &servers, "r.t6");
-    request(
-        &out,
-        &servers,
-        "split_table",
-        json!({"table_id": t6, "spans": 2}),
-    );
-    wait_spans(&out, &servers, t6, 2, 60);
+    let mut c = Cluster::start("reqmerge", 3, &up_url, &etcd.url(), CF);
+    c.create(&out, &format!("{down_url}/"), "balance = false\n");
+    wait_checkpoint(&out, &c.live(), CF, master_ts(&up), 60);
+    let t6 = c.table_id(&out, "r.t6");
+    c.request(&out, "split_table", json!({"table_id": t6, "spans": 2}));
+    c.wait_spans(&out, t6, 2, 60);
 
-    let m = maintainer(&out, &servers).expect("a maintainer");
-    let others: Vec<usize> = (0..3).filter(|i| servers[*i].addr != m).collect();
+    let m = c.maintainer(&out).expect("a maintainer");
+    let others: Vec<usize> = (0..3).filter(|i| c.servers[*i].addr != m).collect();
     let (x, y) = (others[0], others[1]);
-    let body = |to: usize| json!({"table_id": t6, "target_node_id": servers[to].addr});
-    request(&out, &servers, "move_table", body(y));
+    let body = |to: usize| json!({"table_id": t6, "target_node_id": c.servers[to].addr});
+    c.request(&out, "move_table", body(y));
     wait_for("t6 on y", 60, || {
-        let v = spans(&out, &servers)?;
+        let v = c.spans(&out)?;
         let items = of_table(&v, t6);
         let there = items.len() == 2
             && items.iter().all(|i| {
-                i["node_id"] == servers[y].addr.as_str()
+                i["node_id"] == c.servers[y].addr.as_str()
                     && i["state"] == "replicating"
                     && i["operator"].is_null()
             });
         there.then_some(()).ok_or(v.to_string())
     });
 
-    holds(&out, &servers[x], json!({"point": "create_dispatcher"}));
-    request(&out, &servers, "move_table", body(x));
+    // The move to x hangs at create_dispatcher there: the merge queues behind it.
+    c.holds(&out, x, json!({"point": "create_dispatcher"}));
+    c.request(&out, "move_table", body(x));
     wait_for("t6's move held at x", 60, || {
-        let v = spans(&out, &servers)?;
+        let v = c.spans(&out)?;
         of_table(&v, t6)
             .iter()
             .all(|i| i["operator"].as_str().unwrap_or("").starts_with("move"))
             .then_some(())
             .ok_or(v.to_string())
     });
-    request(&out, &servers, "merge_table", json!({"table_id": t6}));
+    c.request(&out, "merge_table", json!({"table_id": t6}));
     let v = wait_for("the merge pending and persisted", 30, || {
-        let v = spans(&out, &servers)?;
+        let v = c.spans(&out)?;
         pending(&v, "merge", t6)
             .then_some(v.clone())
             .ok_or(v.to_string())
     });
     assert_eq!(of_table(&v, t6).len(), 2, "the merge ran too early: {v}");
 
-    let dead = servers
-        .iter()
-        .position(|s| s.addr == m)
-        .expect("maintainer");
-    servers[dead].kill9();
+    let dead = c.index_of(&m);
+    c.servers[dead].kill9();
     let v = wait_new_maintainer(
         &out,
-        &servers,
+        &c,
         &m,
         "the merge pending at the next maintainer",
         |v| pending(v, "merge", t6),
     );
     eprintln!("after the failover: {v}");
 
-    holds(&out, &servers[x], json!({"clear": true}));
-    wait_spans(&out, &servers, t6, 1, 90);
+    c.holds(&out, x, json!({"clear": true}));
+    c.wait_spans(&out, t6, 1, 90);
     let v = wait_for("no request pending", 30, || {
-        let v = spans(&out, &servers)?;
+        let v = c.spans(&out)?;
         (v["pending_requests"].as_array().map(|a| a.len()) == Some(0))
             .then_some(v.clone())
             .ok_or(v.to_string())
@@ -317,7 +152,7 @@ fn an_accepted_merge_survives_a_kill_of_the_maintainers_node() {
         &[
             "cli",
             "--server",
-            &live(&servers),
+            &c.live(),
             "changefeed",
             "spans",
             "-c",
@@ -325,7 +160,7 @@ fn an_accepted_merge_survives_a_kill_of_the_maintainers_node() {
         ],
     );
     assert_eq!(r.code, 0, "spans: {} {}", r.stdout, r.stderr);
-    finish(&out, &up, &up_url, &down_url, servers, dirs);
+    finish(&out, &up, &up_url, &down_url, c);
 }
 
 /// Reproduction 5: with tables across nodes and the merge scheduler on (t6 far below the merge
@@ -340,26 +175,15 @@ fn a_user_split_survives_a_kill_of_the_maintainers_node() {
     let (up, up_url) = mariadb_with_user(UP_PASS);
     let (down, down_url) = mariadb_with_user(DOWN_PASS);
     tables(&up, &down);
-    let (dirs, mut servers) = start_cluster("reqsplit", &up_url, &etcd.url());
-    create(
-        &out,
-        &servers[0],
-        &down_url,
-        "enable-table-across-nodes = true\nregion-threshold = 100000\n",
-    );
-    wait_checkpoint(&out, &servers[0].url(), CF, master_ts(&up), 60);
-    let t6 = table_id(&out, &servers, "r.t6");
-    let m = maintainer(&out, &servers).expect("a maintainer");
-    let (st, v) = api(
-        &out,
-        &live(&servers),
-        "POST",
-        &format!("/api/v2/captures/{m}/cordon"),
-        None,
-    );
-    assert!(st < 300, "cordon: {st} {v}");
+    let mut c = Cluster::start("reqsplit", 3, &up_url, &etcd.url(), CF);
+    let scheduler = "enable-table-across-nodes = true\nregion-threshold = 100000\n";
+    c.create(&out, &format!("{down_url}/"), scheduler);
+    wait_checkpoint(&out, &c.live(), CF, master_ts(&up), 60);
+    let t6 = c.table_id(&out, "r.t6");
+    let m = c.maintainer(&out).expect("a maintainer");
+    c.cordon(&out, &m, true);
     wait_for("the cordon known to the coordinator", 30, || {
-        let seen = servers.iter().any(|s| {
+        let seen = c.servers.iter().any(|s| {
             api_raw(&s.url(), "GET", "/api/v2/captures", None)
                 .map(|(_, v)| {
                     v["items"].as_array().is_some_and(|a| {
@@ -371,44 +195,30 @@ fn a_user_split_survives_a_kill_of_the_maintainers_node() {
         });
         seen.then_some(()).ok_or("not yet".to_string())
     });
-    request(
-        &out,
-        &servers,
-        "split_table",
-        json!({"table_id": t6, "spans": 3}),
-    );
-    let items = wait_spans(&out, &servers, t6, 3, 60);
+    c.request(&out, "split_table", json!({"table_id": t6, "spans": 3}));
+    let items = c.wait_spans(&out, t6, 3, 60);
     assert!(
         items.iter().all(|i| i["node_id"] != m.as_str()),
         "a piece went to the cordoned node: {items:?}"
     );
-    let v = spans(&out, &servers).expect("spans");
+    let v = c.spans(&out).expect("spans");
     assert_eq!(v["user_split_table_ids"], json!([t6]), "{v}");
 
-    let dead = servers
-        .iter()
-        .position(|s| s.addr == m)
-        .expect("maintainer");
-    servers[dead].kill9();
-    wait_new_maintainer(
-        &out,
-        &servers,
-        &m,
-        "the split mark at the next maintainer",
-        |v| {
-            v["user_split_table_ids"] == json!([t6])
-                && v["items"]
-                    .as_array()
-                    .map(|a| !a.is_empty() && a.iter().all(|i| i["state"] == "replicating"))
-                    .unwrap_or(false)
-        },
-    );
+    let dead = c.index_of(&m);
+    c.servers[dead].kill9();
+    wait_new_maintainer(&out, &c, &m, "the split mark at the next maintainer", |v| {
+        v["user_split_table_ids"] == json!([t6])
+            && v["items"]
+                .as_array()
+                .map(|a| !a.is_empty() && a.iter().all(|i| i["state"] == "replicating"))
+                .unwrap_or(false)
+    });
     up.exec("UPDATE r.t6 SET v = v + 1 WHERE id % 3 = 0")
         .expect("write");
     // The merge scheduler runs every 2 s once nothing is in flight: watch several rounds.
     let until = Instant::now() + Duration::from_secs(12);
     while Instant::now() < until {
-        let v = spans(&out, &servers).expect("spans");
+        let v = c.spans(&out).expect("spans");
         let items = of_table(&v, t6);
         assert_eq!(items.len(), 3, "the user's split was undone: {v}");
         assert!(
@@ -419,16 +229,17 @@ fn a_user_split_survives_a_kill_of_the_maintainers_node() {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
-    wait_spans(&out, &servers, t6, 3, 60);
+    c.wait_spans(&out, t6, 3, 60);
 
-    request(&out, &servers, "merge_table", json!({"table_id": t6}));
-    wait_spans(&out, &servers, t6, 1, 90);
+    // A user's merge clears the mark.
+    c.request(&out, "merge_table", json!({"table_id": t6}));
+    c.wait_spans(&out, t6, 1, 90);
     // The merge request finishes (and clears the mark) at the maintainer's next round.
     wait_for("the merge done and the mark cleared", 30, || {
-        let v = spans(&out, &servers)?;
+        let v = c.spans(&out)?;
         let done = v["user_split_table_ids"] == json!([])
             && v["pending_requests"].as_array().map(|a| a.len()) == Some(0);
         done.then_some(()).ok_or(v.to_string())
     });
-    finish(&out, &up, &up_url, &down_url, servers, dirs);
+    finish(&out, &up, &up_url, &down_url, c);
 }
