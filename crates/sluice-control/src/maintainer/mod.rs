@@ -11,6 +11,9 @@
 //!   dispatcher the maintainer knows of, on any node, overlaps the span ([`Maintainer::can_create`]);
 //!   a dispatcher is forgotten only when its node confirmed it stopped, or the node is gone.
 //! - **at most one operator per span**; requested operators queue behind operators in flight.
+//! - **user requests survive it** ([`requests`]): accepted table requests and user-split marks
+//!   are kept with the changefeed in the meta store (fenced by the epoch) and read back before a
+//!   new maintainer's bootstrap ends.
 //! - **checkpoint** = minimum over every span (whatever its state) and the table trigger, never
 //!   backwards; a span's checkpoint only moves forward, from its own dispatcher's reports.
 //! - **stale traffic** (other epochs, other incarnations, regressed heartbeat sequence, reports from
