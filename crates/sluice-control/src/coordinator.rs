@@ -1103,7 +1103,8 @@ impl Coordinator {
                         (keys::info(cf.as_str()), value),
                         (keys::status(cf.as_str()), status),
                     ],
-                    vec![],
+                    // Requests of an earlier changefeed of that name are not this one's.
+                    vec![keys::requests(cf.as_str())],
                 );
             }
             UserRequest::PauseChangefeed { cf } => self.request_state(&cf, FeedState::Paused, out),
@@ -1344,7 +1345,11 @@ impl Coordinator {
                                         Pending::Delete(cf.clone()),
                                         vec![],
                                         vec![],
-                                        vec![keys::info(cf.as_str()), keys::status(cf.as_str())],
+                                        vec![
+                                            keys::info(cf.as_str()),
+                                            keys::status(cf.as_str()),
+                                            keys::requests(cf.as_str()),
+                                        ],
                                     );
                                 } else if f.info.state != want {
                                     let mut info = f.info.clone();

@@ -1,6 +1,8 @@
 //! The meta store as the control plane sees it: keys, compare-and-swap transactions and prefix
 //! reads (etcd in a cluster, an embedded store on one node, a model in the simulator), and the
-//! layout of the keys the coordinator owns.
+//! layout of the keys: the coordinator owns every key but a changefeed's requests key, which its
+//! current maintainer writes (fenced by the info key's revision at the maintainer's epoch; see
+//! `maintainer::requests`).
 
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +51,9 @@ pub mod keys {
     pub const ROOT: &str = "/sluice/";
     pub const CHANGEFEED_INFO: &str = "/sluice/changefeed/info/";
     pub const CHANGEFEED_STATUS: &str = "/sluice/changefeed/status/";
+    /// Per changefeed: the accepted table requests not finished yet and the tables split by a
+    /// user (`maintainer::requests::PersistedRequests`).
+    pub const CHANGEFEED_REQUESTS: &str = "/sluice/changefeed/requests/";
     pub const CORDON: &str = "/sluice/cordon/";
     pub const NODE: &str = "/sluice/node/";
     pub const COORDINATOR: &str = "/sluice/coordinator";
@@ -58,6 +63,9 @@ pub mod keys {
     }
     pub fn status(cf: &str) -> String {
         format!("{CHANGEFEED_STATUS}{cf}")
+    }
+    pub fn requests(cf: &str) -> String {
+        format!("{CHANGEFEED_REQUESTS}{cf}")
     }
     pub fn cordon(node: &str) -> String {
         format!("{CORDON}{node}")

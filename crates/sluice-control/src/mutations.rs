@@ -17,6 +17,7 @@
 //! | `epoch-no-bump` | the coordinator places a new maintainer without bumping the epoch | epoch-monotonic |
 //! | `bootstrap-without-all-nodes` | a maintainer finishes its bootstrap before every alive node answered | one-maintainer |
 //! | `sink-error-restarts-changefeed` | a retryable sink error restarts the whole changefeed | error-acted-once (a restart no failed dispatcher caused; changefeed-normal would see it too) |
+//! | `requests-not-recovered` | a new maintainer ignores the table requests and user-split marks kept in the meta store (as if they lived only in its predecessor's memory): a failover loses an accepted request and lets the merge scheduler undo a user's split | request-lost (at a settle), user-split-kept; the span counts of `features/request-survives-failover.toml` |
 //! | `error-restart-without-close` | the coordinator records an error and forgets the maintainer without closing the changefeed (as a coordinator failover or a failed close bump did) | error-acted-once |
 
 use std::cell::RefCell;
@@ -41,6 +42,7 @@ pub const ALL: &[&str] = &[
     "sink-error-restarts-changefeed",
     "error-restart-without-close",
     "drop-rows",
+    "requests-not-recovered",
 ];
 
 pub fn enable(name: &str) {

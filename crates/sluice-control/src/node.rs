@@ -5,6 +5,9 @@
 //! Invariants kept here: coordinator messages older than the newest coordinator revision seen are
 //! dropped; a maintainer is replaced only by one of a strictly newer epoch; a dispatcher manager
 //! closed by a cascade stop is not recreated by a bootstrap of an epoch at or below the close.
+//! Meta-store operations of maintainers get request ids at or above [`MAINTAINER_META_REQ`]
+//! (the coordinator's count from 1), and each result goes back to the maintainer instance (cf
+//! and epoch) that asked; a result for one that is gone is dropped.
 
 use crate::config::MAINTAINER_STATUS_MS;
 use crate::coordinator::Coordinator;
@@ -15,6 +18,11 @@ use crate::maintainer::{Ctx, Maintainer};
 use crate::msg::{MaintainerState, MaintainerStatus, Message};
 use sluice_types::{ChangefeedId, Epoch, Key, Millis, NodeId, TableId};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// Request ids of maintainers' meta-store operations start here.
+pub const MAINTAINER_META_REQ: u64 = 1 << 62;
+/// At most this many maintainer meta-store operations are remembered awaiting their result.
+pub const MAX_MAINTAINER_META_IN_FLIGHT: usize = 4096;
 
 /// What this node knows of the cluster, shared by its components on every call.
 #[derive(Default)]
@@ -53,6 +61,10 @@ pub struct NodeState {
     last_stopped_report: Millis,
     /// Capture's error on this node, if it is stopped (see `Input::CaptureStatus`).
     capture_error: Option<String>,
+    /// Maintainers' meta-store operations in flight: request id -> (cf, epoch, the maintainer's
+    /// tag).
+    maintainer_meta: BTreeMap<u64, (ChangefeedId, Epoch, u64)>,
+    next_maintainer_meta: u64,
     pub stale_dropped: u64,
 }
 
@@ -71,6 +83,8 @@ impl NodeState {
             closed_epochs: BTreeMap::new(),
             last_stopped_report: 0,
             capture_error: None,
+            maintainer_meta: BTreeMap::new(),
+            next_maintainer_meta: MAINTAINER_META_REQ,
             stale_dropped: 0,
         }
     }
@@ -138,6 +152,9 @@ impl NodeState {
                     }
                 }
                 self.max_coordinator_rev = self.max_coordinator_rev.max(rev);
+            }
+            Input::MetaResult { req, result } if req >= MAINTAINER_META_REQ => {
+                self.on_maintainer_meta_result(now, req, result, &mut out);
             }
             Input::MetaResult { req, result } => {
                 if let Some(c) = &mut self.coordinator {
@@ -214,7 +231,40 @@ impl NodeState {
             Input::Request(req) => self.on_request(now, req, &mut out),
             Input::CaptureStatus { error } => self.on_capture_status(error),
         }
+        self.send_maintainer_meta(&mut out);
         out
+    }
+
+    /// The meta-store operations the maintainers asked for, each with a request id of its own.
+    fn send_maintainer_meta(&mut self, out: &mut Vec<Effect>) {
+        for (cf, m) in self.maintainers.iter_mut() {
+            for (tag, op) in m.take_meta_ops() {
+                let req = self.next_maintainer_meta;
+                self.next_maintainer_meta += 1;
+                self.maintainer_meta
+                    .insert(req, (cf.clone(), m.epoch(), tag));
+                out.push(Effect::Meta { req, op });
+            }
+        }
+        while self.maintainer_meta.len() > MAX_MAINTAINER_META_IN_FLIGHT {
+            self.maintainer_meta.pop_first();
+        }
+    }
+
+    fn on_maintainer_meta_result(
+        &mut self,
+        now: Millis,
+        req: u64,
+        result: crate::meta::MetaResult,
+        out: &mut Vec<Effect>,
+    ) {
+        let Some((cf, epoch, tag)) = self.maintainer_meta.remove(&req) else {
+            return;
+        };
+        let ctx = self.view.ctx(now);
+        if let Some(m) = self.maintainers.get_mut(&cf).filter(|m| m.epoch() == epoch) {
+            m.on_meta_result(&ctx, tag, result, out);
+        }
     }
 
     /// Capture stopped or keeps failing (or runs again) on this node: every changefeed with work

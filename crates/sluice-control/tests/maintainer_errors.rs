@@ -3,6 +3,8 @@
 //! again it changes nothing; an error of another epoch, another node, an unknown dispatcher or one
 //! being removed is ignored.
 
+mod common;
+
 use sluice_control::config::ChangefeedConfig;
 use sluice_control::io::{Effect, SchemaSnapshot, TableInfo};
 use sluice_control::maintainer::{Ctx, Maintainer};
@@ -78,7 +80,8 @@ fn maintainer(w: &World) -> Maintainer {
         filter: Default::default(),
     };
     let mut out = Vec::new();
-    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n("n1"), 100, config, &mut out);
+    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n("n1"), 100, config.clone(), &mut out);
+    common::answer_meta(&mut m, &ctx, EPOCH, &config, &mut out);
     let table = |t: u64| TableInfo {
         id: TableId(t),
         name: format!("db.t{t}"),

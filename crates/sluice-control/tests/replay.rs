@@ -4,6 +4,8 @@
 //! would come back, or land in a table the downstream no longer has); the trigger's replay of
 //! such a DDL creates only what comes after it.
 
+mod common;
+
 use sluice_control::config::ChangefeedConfig;
 use sluice_control::io::{AppliedDdl, Effect, SchemaSnapshot, TableInfo};
 use sluice_control::maintainer::{Ctx, Maintainer};
@@ -113,7 +115,8 @@ fn bootstrap(w: &World, applied: Vec<AppliedDdl>) -> (Maintainer, BTreeMap<Table
         filter: Default::default(),
     };
     let mut out = Vec::new();
-    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n1(), CP, config, &mut out);
+    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n1(), CP, config.clone(), &mut out);
+    common::answer_meta(&mut m, &ctx, EPOCH, &config, &mut out);
     m.on_schema(&ctx, snapshot(), EPOCH, &mut out);
     m.on_message(&ctx, &n1(), response(vec![]), &mut out);
     let asked = out.iter().any(|e| {
@@ -285,7 +288,8 @@ fn a_surviving_writer_counts_as_a_record() {
         filter: Default::default(),
     };
     let mut out = Vec::new();
-    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n1(), CP, config, &mut out);
+    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n1(), CP, config.clone(), &mut out);
+    common::answer_meta(&mut m, &ctx, EPOCH, &config, &mut out);
     m.on_schema(&ctx, snapshot(), EPOCH, &mut out);
     let whole = Span::whole_table(T5);
     let mut mid = whole.start.0.clone();
@@ -334,7 +338,8 @@ fn an_unreadable_sink_keeps_the_bootstrap_waiting_with_a_warning() {
         filter: Default::default(),
     };
     let mut out = Vec::new();
-    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n1(), CP, config, &mut out);
+    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n1(), CP, config.clone(), &mut out);
+    common::answer_meta(&mut m, &ctx, EPOCH, &config, &mut out);
     m.on_schema(&ctx, snapshot(), EPOCH, &mut out);
     m.on_message(&ctx, &n1(), response(vec![]), &mut out);
     m.on_applied(&ctx, Err("connection refused".into()), &mut out);

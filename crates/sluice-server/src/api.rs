@@ -1052,10 +1052,38 @@ async fn spans(
                     })
                 })
                 .collect();
-            Ok::<_, ServerError>(json!({"items": items, "total": items.len()}))
+            Ok::<_, ServerError>(json!({
+                "items": items,
+                "total": items.len(),
+                "pending_requests": pending_request_items(m),
+                "user_split_table_ids": m.user_split_tables().iter().map(|t| t.0).collect::<Vec<_>>(),
+            }))
         })
         .await??;
     ok(v)
+}
+
+/// The maintainer's queued table requests, oldest first: a user's are kept in the meta store
+/// (`persisted` once written) and survive a maintainer failover; the merge scheduler's are not.
+fn pending_request_items(m: &sluice_control::maintainer::Maintainer) -> Vec<Json> {
+    m.pending_requests()
+        .into_iter()
+        .map(|r| {
+            let (kind, table, spans, to) = match r.req {
+                TableRequest::Move { table, to } => ("move", table, None, Some(to.to_string())),
+                TableRequest::Split { table, spans } => ("split", table, Some(spans), None),
+                TableRequest::Merge { table } => ("merge", table, None, None),
+            };
+            json!({
+                "request": kind,
+                "table_id": table.0,
+                "spans": spans,
+                "target_node_id": to,
+                "by": if r.by_user { "user" } else { "scheduler" },
+                "persisted": r.persisted,
+            })
+        })
+        .collect()
 }
 
 fn local_dispatcher_items(s: &Shell, cf: &ChangefeedId) -> Vec<Json> {

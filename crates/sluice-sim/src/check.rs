@@ -12,9 +12,15 @@
 //! | per-key order | first delivery of a version: every older version of the key was delivered first |
 //! | DDL order | first delivery of a DDL: every earlier row of its tables was delivered; first delivery of a row: every earlier DDL of its table was |
 //! | dropped tables stay dropped | every dispatcher start: its table was not dropped at or before its start ts |
+//! | a user's split stays | every merge a maintainer sends: its table was not split by a user's request that finished (`done`), unless a user's merge of it was asked for since |
 //! | an error is acted on once | every persisted changefeed info: its error restarts are at most the dispatcher failures the injected sink faults can cause (each fatal one, and each `MAX_SINK_RETRIES_WITHOUT_PROGRESS + 1` retryable ones) |
+//!
+//! Liveness, checked by `settle`: every table request the meta store ever held was finished
+//! (done or rejected) by some maintainer ([`Checker::unfinished_requests`]).
 
 use crate::upstream::{UEvent, Upstream};
+use sluice_control::maintainer::requests::{request_table, PersistedRequests};
+use sluice_control::msg::TableRequest;
 use sluice_types::{ChangefeedId, DispatcherId, Epoch, Key, Span, TableId, Ts};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -53,6 +59,18 @@ pub struct Checker {
     pub rows_written: u64,
     pub rows_first_delivered: u64,
     pub ddls_written: u64,
+    /// Requests the meta store held (by their text) that no maintainer finished yet, with how
+    /// many of each.
+    requests_held: BTreeMap<String, usize>,
+    /// How many of each the last record held.
+    record_counts: BTreeMap<String, usize>,
+    /// Finished requests that the store was not known to hold: a write decided before they
+    /// finished may still bring them (once).
+    finished_early: BTreeMap<String, usize>,
+    /// Tables a user's split request finished for, not merged by a user's request since.
+    user_split: BTreeSet<TableId>,
+    /// Users' merge requests asked for and not finished, per table.
+    user_merges: BTreeMap<TableId, usize>,
 }
 
 fn key_u64(k: &Key) -> u64 {
@@ -406,6 +424,76 @@ impl Checker {
     pub fn on_bootstrapped(&mut self, cf: &ChangefeedId, epoch: Epoch) {
         let e = self.global_epoch.entry(cf.clone()).or_default();
         *e = (*e).max(epoch);
+    }
+
+    /// A write of the changefeed's requests record: what it holds must be finished one day.
+    /// A record that holds more of a request than the one before took new ones in (unless they
+    /// finished already, see `finished_early`).
+    pub fn on_requests_record(&mut self, rec: Option<&PersistedRequests>) {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for r in rec.map(|r| r.requests.as_slice()).unwrap_or_default() {
+            *counts.entry(format!("{r:?}")).or_default() += 1;
+        }
+        for (k, c) in &counts {
+            let before = self.record_counts.get(k).copied().unwrap_or(0);
+            for _ in before..*c {
+                match self.finished_early.get_mut(k) {
+                    Some(n) if *n > 0 => *n -= 1,
+                    _ => *self.requests_held.entry(k.clone()).or_default() += 1,
+                }
+            }
+        }
+        self.record_counts = counts;
+    }
+
+    /// A maintainer finished a request (`TraceEvent::RequestDone`).
+    pub fn on_request_done(&mut self, req: &TableRequest, outcome: &str) {
+        let key = format!("{req:?}");
+        match self.requests_held.get_mut(&key) {
+            Some(n) => {
+                *n -= 1;
+                if *n == 0 {
+                    self.requests_held.remove(&key);
+                }
+            }
+            None => *self.finished_early.entry(key).or_default() += 1,
+        }
+        let table = request_table(req);
+        match req {
+            TableRequest::Split { .. } if outcome == "done" => {
+                self.user_split.insert(table);
+            }
+            TableRequest::Merge { .. } => {
+                if let Some(n) = self.user_merges.get_mut(&table) {
+                    *n = n.saturating_sub(1);
+                }
+                if outcome == "done" {
+                    self.user_split.remove(&table);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A user asked for a merge of `table`.
+    pub fn on_user_merge(&mut self, table: TableId) {
+        *self.user_merges.entry(table).or_default() += 1;
+    }
+
+    /// A maintainer sent a merge of `table`'s spans.
+    pub fn on_merge_sent(&mut self, table: TableId) {
+        if self.user_split.contains(&table)
+            && self.user_merges.get(&table).copied().unwrap_or(0) == 0
+        {
+            self.fail(format!(
+                "user-split-kept: {table:?} was split by a user's request and is merged without a user's merge request"
+            ));
+        }
+    }
+
+    /// Requests the meta store held that no maintainer finished.
+    pub fn unfinished_requests(&self) -> Vec<String> {
+        self.requests_held.keys().cloned().collect()
     }
 
     /// The sink replayed to `cp` equals the upstream at `cp` (for every table live at `cp`).

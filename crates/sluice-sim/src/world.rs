@@ -654,7 +654,12 @@ impl Sim {
     fn effect(&mut self, name: &str, inc: u64, e: Effect) {
         let now = self.now;
         match e {
-            Effect::Send { to, msg } => self.send(name, to.as_str(), msg),
+            Effect::Send { to, msg } => {
+                if let Message::Merge { span, .. } = &msg {
+                    self.checker.on_merge_sent(span.table);
+                }
+                self.send(name, to.as_str(), msg)
+            }
             Effect::Meta { req, op } => {
                 if !self.reaches_meta(name) {
                     let lat = self.rng.range(1, 5);
@@ -672,6 +677,20 @@ impl Sim {
                     return;
                 }
                 let (result, puts) = self.meta.apply(&op);
+                if let (
+                    sluice_control::meta::MetaResult::Txn {
+                        succeeded: true, ..
+                    },
+                    sluice_control::meta::MetaOp::Txn { deletes, .. },
+                ) = (&result, &op)
+                {
+                    if deletes
+                        .iter()
+                        .any(|k| k.starts_with(keys::CHANGEFEED_REQUESTS))
+                    {
+                        self.checker.on_requests_record(None);
+                    }
+                }
                 for (k, v) in puts {
                     if let Some(cf) = k.strip_prefix(keys::CHANGEFEED_STATUS) {
                         if let Ok(st) = serde_json::from_slice::<
@@ -679,6 +698,10 @@ impl Sim {
                         >(&v)
                         {
                             self.checker.on_persisted_checkpoint(cf, st.checkpoint_ts);
+                        }
+                    } else if k.starts_with(keys::CHANGEFEED_REQUESTS) {
+                        if let Ok(rec) = serde_json::from_slice(&v) {
+                            self.checker.on_requests_record(Some(&rec));
                         }
                     } else if let Some(cf) = k.strip_prefix(keys::CHANGEFEED_INFO) {
                         if let Ok(info) = serde_json::from_slice::<
@@ -819,7 +842,9 @@ impl Sim {
             } => self
                 .checker
                 .on_maintainer_checkpoint(cf, *epoch, *checkpoint),
-            TraceEvent::RequestDone { .. } => {}
+            TraceEvent::RequestDone { req, outcome, .. } => {
+                self.checker.on_request_done(req, outcome)
+            }
             TraceEvent::ChangefeedRestarted { .. } => {
                 self.checker.restarted = true;
                 *self.fault_counts.entry("changefeed_error").or_default() += 1;
@@ -1376,6 +1401,14 @@ impl Sim {
                 return Err(format!("requests in flight: {:?}", m.requests_in_flight()));
             }
         }
+        // A request the meta store held is in flight until a maintainer finished it: one a
+        // failover lost stays in flight for ever.
+        let lost = self.checker.unfinished_requests();
+        if !lost.is_empty() {
+            return Err(format!(
+                "request-lost: the meta store held {lost:?}, no maintainer finished them"
+            ));
+        }
         let cp = self.persisted_checkpoint();
         if cp < target {
             return Err(format!("checkpoint {cp} has not reached {target}"));
@@ -1707,10 +1740,13 @@ impl Sim {
                     req,
                 });
             }
-            Op::MergeTable { table } => self.request(UserRequest::Table {
-                cf: self.cf.clone(),
-                req: TableRequest::Merge { table: *table },
-            }),
+            Op::MergeTable { table } => {
+                self.checker.on_user_merge(*table);
+                self.request(UserRequest::Table {
+                    cf: self.cf.clone(),
+                    req: TableRequest::Merge { table: *table },
+                })
+            }
             Op::MoveTable { table, to } => {
                 let to = self.resolve(to).map_err(fail)?;
                 self.request(UserRequest::Table {

@@ -131,7 +131,8 @@ enum Changefeed {
     Remove(CfId),
     /// Which node replicates which table (ids and names).
     Tables(CfId),
-    /// Every span of the changefeed (table, key range, node, state, operator).
+    /// Every span of the changefeed (table, key range, node, state, operator), then the table
+    /// requests queued at its maintainer.
     Spans(CfId),
     /// The dispatchers the nodes report running.
     Dispatchers(CfId),
@@ -264,9 +265,24 @@ const FEED_COLS: &[&str] = &[
     "error",
 ];
 
+/// The columns of a maintainer's queued table requests (`changefeed spans`).
+const REQUEST_COLS: &[&str] = &[
+    "request",
+    "table_id",
+    "spans",
+    "target_node_id",
+    "by",
+    "persisted",
+];
+
 fn render(v: &Value, cols: &[&str]) -> String {
     if let Some(items) = v["items"].as_array() {
-        return table(items, cols);
+        let mut out = table(items, cols);
+        if let Some(p) = v["pending_requests"].as_array().filter(|p| !p.is_empty()) {
+            out.push_str(&format!("\npending requests ({}):\n", p.len()));
+            out.push_str(&table(p, REQUEST_COLS));
+        }
+        return out;
     }
     if v.as_object().map(|o| o.is_empty()).unwrap_or(true) {
         return "ok\n".into();

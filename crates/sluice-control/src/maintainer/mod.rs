@@ -11,6 +11,9 @@
 //!   dispatcher the maintainer knows of, on any node, overlaps the span ([`Maintainer::can_create`]);
 //!   a dispatcher is forgotten only when its node confirmed it stopped, or the node is gone.
 //! - **at most one operator per span**; requested operators queue behind operators in flight.
+//! - **user requests survive it** ([`requests`]): accepted table requests and user-split marks
+//!   are kept with the changefeed in the meta store (fenced by the epoch) and read back before a
+//!   new maintainer's bootstrap ends.
 //! - **checkpoint** = minimum over every span (whatever its state) and the table trigger, never
 //!   backwards; a span's checkpoint only moves forward, from its own dispatcher's reports.
 //! - **stale traffic** (other epochs, other incarnations, regressed heartbeat sequence, reports from
@@ -24,10 +27,11 @@
 pub mod barrier;
 pub mod operator;
 pub mod replay;
+pub mod requests;
 
 use crate::config::{
     ChangefeedConfig, APPLIED_RETRY_MS, BALANCE_INTERVAL_MS, MAINTAINER_STATUS_MS,
-    MAX_ERRORS_PER_HEARTBEAT, MAX_OPERATORS_PER_ROUND, MAX_PENDING_REQUESTS, RESEND_MS,
+    MAX_ERRORS_PER_HEARTBEAT, MAX_OPERATORS_PER_ROUND, RESEND_MS,
 };
 use crate::io::{AppliedDdl, Effect, SchemaSnapshot, TraceEvent};
 use crate::msg::{
@@ -37,6 +41,7 @@ use crate::msg::{
 use barrier::{Barrier, BarrierEvent};
 use operator::{span_key, OpKind, OpPhase, Operator, SpanKey};
 use replay::ReplayBounds;
+use requests::{request_table, PendingRequest, RequestStore};
 use sluice_types::{
     ChangefeedId, DdlInfluence, DispatcherId, Epoch, InfluenceScope, Key, Millis, NodeId, Span,
     TableId, Ts,
@@ -121,12 +126,6 @@ enum Phase {
     Stopped,
 }
 
-#[derive(Clone, Debug)]
-struct PendingRequest {
-    req: TableRequest,
-    accepted_at: Millis,
-}
-
 /// A maintainer's view of one span, for the API and the simulator.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpanView {
@@ -161,7 +160,10 @@ pub struct Maintainer {
     trigger_cp: Ts,
     trigger_resolved: Ts,
     barrier: Barrier,
+    /// User requests (and the merge scheduler's) in the order they came; see `requests.rs`.
     requests: VecDeque<PendingRequest>,
+    /// The persisted copy of the user requests and marks, and its reads and writes.
+    store: RequestStore,
     hb_seen: BTreeMap<NodeId, (u64, u64)>,
     /// The warnings each node's last heartbeat carried (nodes with none are absent).
     warnings: BTreeMap<NodeId, Vec<String>>,
@@ -243,6 +245,7 @@ impl Maintainer {
             trigger_resolved: checkpoint,
             barrier: Barrier::default(),
             requests: VecDeque::new(),
+            store: RequestStore::start(&cf),
             hb_seen: BTreeMap::new(),
             warnings: BTreeMap::new(),
             node_warning: None,
@@ -800,7 +803,8 @@ impl Maintainer {
             }
             _ => false,
         };
-        if !ready || !self.applied_known(ctx, out) {
+        // Also the persisted table requests and user-split marks must be read (`requests.rs`).
+        if !ready || !self.applied_known(ctx, out) || !self.store.loaded() {
             return;
         }
         let Phase::Bootstrapping {
@@ -1138,6 +1142,7 @@ impl Maintainer {
             let _ = (id, t);
         }
         let _ = &mut blocks;
+        self.restore_requests(ctx, &schema, out);
         self.drive(ctx, out);
     }
 
@@ -1791,14 +1796,7 @@ impl Maintainer {
         if !ids.is_empty() {
             self.start_cleanup(table, ids, None);
         }
-        let before = self.requests.len();
-        self.requests.retain(|r| request_table(&r.req) != table);
-        if self.requests.len() != before {
-            self.log(
-                out,
-                format!("requests for dropped table {table:?} rejected"),
-            );
-        }
+        self.reject_requests_of(table, "rejected: the table was dropped", out);
     }
 
     // ------------------------------------------------------------------ operators
@@ -2194,175 +2192,8 @@ impl Maintainer {
         true
     }
 
-    // ------------------------------------------------------------------ requests and schedulers
-
-    pub fn on_request(&mut self, ctx: &Ctx, req: TableRequest, out: &mut Vec<Effect>) {
-        if self.requests.len() >= MAX_PENDING_REQUESTS {
-            out.push(Effect::Trace(TraceEvent::RequestDone {
-                cf: self.cf.clone(),
-                req,
-                outcome: "rejected: too many requests queued".into(),
-            }));
-            return;
-        }
-        self.requests.push_back(PendingRequest {
-            req,
-            accepted_at: ctx.now,
-        });
-        self.run_requests(ctx, out);
-    }
-
-    fn finish_request(&mut self, idx: usize, outcome: String, out: &mut Vec<Effect>) {
-        if let Some(r) = self.requests.remove(idx) {
-            out.push(Effect::Trace(TraceEvent::RequestDone {
-                cf: self.cf.clone(),
-                req: r.req,
-                outcome,
-            }));
-        }
-    }
-
-    fn run_requests(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
-        if !matches!(self.phase, Phase::Working) {
-            return;
-        }
-        let mut i = 0;
-        let mut busy_tables: BTreeSet<TableId> = BTreeSet::new();
-        while i < self.requests.len() {
-            let req = self.requests[i].req.clone();
-            let _ = self.requests[i].accepted_at;
-            let table = request_table(&req);
-            if busy_tables.contains(&table) {
-                i += 1;
-                continue;
-            }
-            busy_tables.insert(table);
-            if !self.tables.contains_key(&table) {
-                self.finish_request(i, "rejected: no such table".into(), out);
-                continue;
-            }
-            if self.ops.values().any(|o| o.table == table) {
-                i += 1;
-                continue;
-            }
-            let entries: Vec<SpanEntry> = self
-                .spans
-                .values()
-                .filter(|e| e.span.table == table)
-                .cloned()
-                .collect();
-            if entries.iter().any(|e| e.state != SpanState::Replicating) {
-                i += 1;
-                continue; // wait until every span of it is placed
-            }
-            match req {
-                TableRequest::Move { to, .. } => {
-                    if !ctx.alive.contains_key(&to)
-                        || ctx.cordoned.contains(&to)
-                        || ctx.draining.contains(&to)
-                    {
-                        self.finish_request(
-                            i,
-                            format!(
-                                "rejected: node {to} is not available (gone, cordoned or draining)"
-                            ),
-                            out,
-                        );
-                        continue;
-                    }
-                    if !self.ready.contains_key(&to) {
-                        i += 1;
-                        continue;
-                    }
-                    if entries.iter().all(|e| e.node.as_ref() == Some(&to)) {
-                        self.finish_request(i, "done".into(), out);
-                        continue;
-                    }
-                    for e in entries {
-                        self.start_move(span_key(&e.span), to.clone());
-                    }
-                    i += 1;
-                }
-                TableRequest::Split { spans: n, .. } => {
-                    if entries.len() >= n.max(1) {
-                        let outcome = if entries.len() == n {
-                            "done".to_string()
-                        } else {
-                            format!("rejected: already {} spans", entries.len())
-                        };
-                        self.finish_request(i, outcome, out);
-                        continue;
-                    }
-                    let splittable = self
-                        .tables
-                        .get(&table)
-                        .map(|t| t.splittable)
-                        .unwrap_or(false);
-                    if entries.len() != 1 || !splittable {
-                        self.finish_request(
-                            i,
-                            "rejected: only a table in one span, with a key, can be split".into(),
-                            out,
-                        );
-                        continue;
-                    }
-                    let points = self.split_points(ctx, &entries[0].span, Some(n));
-                    if points.is_empty() {
-                        self.finish_request(
-                            i,
-                            format!("rejected: the table has fewer than {n} regions"),
-                            out,
-                        );
-                        continue;
-                    }
-                    if let Some(t) = self.tables.get_mut(&table) {
-                        t.user_split = true;
-                    }
-                    self.start_split(span_key(&entries[0].span), points);
-                    // Completed when the pieces are placed (next rounds see `entries.len() == n`).
-                    i += 1;
-                }
-                TableRequest::Merge { .. } => {
-                    if entries.len() <= 1 {
-                        if let Some(t) = self.tables.get_mut(&table) {
-                            t.user_split = false;
-                        }
-                        self.finish_request(i, "done".into(), out);
-                        continue;
-                    }
-                    // Bring the spans together on the node that has most of them, then merge.
-                    let mut count: BTreeMap<NodeId, usize> = BTreeMap::new();
-                    for e in &entries {
-                        if let Some(n) = &e.node {
-                            *count.entry(n.clone()).or_default() += 1;
-                        }
-                    }
-                    // The merged dispatcher is a new one: it goes only where new dispatchers may
-                    // go (not cordoned, not draining), preferably where most spans already are.
-                    let target = count
-                        .iter()
-                        .filter(|(n, _)| self.schedulable(ctx, n))
-                        .max_by_key(|(n, c)| (**c, std::cmp::Reverse((*n).clone())))
-                        .map(|(n, _)| n.clone())
-                        .or_else(|| self.least_loaded(ctx));
-                    let Some(target) = target else {
-                        i += 1;
-                        continue;
-                    };
-                    if entries.iter().all(|e| e.node.as_ref() == Some(&target)) {
-                        self.start_merge(table);
-                    } else {
-                        for e in entries {
-                            if e.node.as_ref() != Some(&target) {
-                                self.start_move(span_key(&e.span), target.clone());
-                            }
-                        }
-                    }
-                    i += 1;
-                }
-            }
-        }
-    }
+    // ------------------------------------------------------------------ schedulers
+    // (user requests: `requests.rs`)
 
     fn schedule(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
         // Basic: absent spans go to the least loaded schedulable node.
@@ -2491,10 +2322,7 @@ impl Maintainer {
                 .map(|(t, _)| *t)
                 .collect();
             if let Some(t) = merge.first() {
-                self.requests.push_back(PendingRequest {
-                    req: TableRequest::Merge { table: *t },
-                    accepted_at: ctx.now,
-                });
+                self.queue_scheduler_request(TableRequest::Merge { table: *t }, ctx.now);
                 return;
             }
         }
@@ -2698,6 +2526,7 @@ impl Maintainer {
             }
             Phase::Stopped => {}
         }
+        self.tick_request_store(ctx);
         if matches!(self.phase, Phase::Working) {
             self.drive(ctx, out);
             self.run_requests(ctx, out);
@@ -2721,13 +2550,5 @@ impl Maintainer {
                 );
             }
         }
-    }
-}
-
-fn request_table(req: &TableRequest) -> TableId {
-    match req {
-        TableRequest::Move { table, .. }
-        | TableRequest::Split { table, .. }
-        | TableRequest::Merge { table } => *table,
     }
 }
