@@ -50,6 +50,9 @@ pub const MAX_QUEUED_INPUTS: usize = 4096;
 pub const MAX_SCHEMA_CACHE: usize = 4096;
 /// The event store is garbage-collected this often, up to the minimum checkpoint.
 pub const GC_INTERVAL: Duration = Duration::from_secs(30);
+/// How long a maintainer's read of the sink's applied DDLs may take before it is reported as
+/// failed (and asked again).
+pub const APPLIED_READ_TIMEOUT: Duration = Duration::from_secs(20);
 /// The sink's own checkpoint record (storage `metadata`) is written at most this often.
 pub const SINK_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -945,9 +948,19 @@ impl Shell {
         let registry = self.registry.clone();
         let tx = self.report_tx.clone();
         tokio::spawn(async move {
-            let result = match registry.get(&cf, &uri).await {
-                Ok(sink) => sink.applied_ddls(after).await,
-                Err(e) => Err(e),
+            let read = async {
+                match registry.get(&cf, &uri).await {
+                    Ok(sink) => sink.applied_ddls(after).await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            };
+            // A downstream that does not answer is reported (the changefeed shows it) and
+            // asked again, never waited for without a word.
+            let result = match tokio::time::timeout(APPLIED_READ_TIMEOUT, read).await {
+                Ok(r) => r,
+                Err(_) => Err(format!(
+                    "the sink did not answer within {APPLIED_READ_TIMEOUT:?}"
+                )),
             };
             let result = result
                 .map(|list| {
@@ -958,7 +971,7 @@ impl Shell {
                         })
                         .collect()
                 })
-                .map_err(|e| scrub(&e.to_string()));
+                .map_err(|e| scrub(&e));
             if let Err(e) = &result {
                 tracing::warn!(changefeed = %cf, "reading the DDLs the sink applied: {e}");
             }

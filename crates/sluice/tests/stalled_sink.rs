@@ -50,6 +50,8 @@ fn stalled_sink_stays_under_the_memory_quota() {
         "stall",
         &format!("{down_url}/?max-retries=1000"),
     );
+    // The changefeed runs (bootstrapped: it read the downstream's DDL record) before the stall.
+    wait_checkpoint(&out, &server.url(), "stall", master_ts(&up), 60);
     let pid = server.child.as_ref().map(|c| c.id()).expect("server pid");
     let baseline = rss(pid);
     let dpid = down.pid().expect("downstream pid");
