@@ -703,6 +703,23 @@ async fn check_sink_uri(uri: &str) -> Result<(), ServerError> {
     }
 }
 
+/// [`sluice_sink::prepare_new_changefeed`], bounded like the sink check.
+async fn prepare_sink(id: &str, uri: &str, start_ts: u64) -> Result<(), ServerError> {
+    let prepared = sluice_sink::prepare_new_changefeed(id, uri, start_ts);
+    match tokio::time::timeout(FORWARD_TIMEOUT, prepared).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(ServerError::InvalidSinkUri(scrub(&format!(
+            "sink {} cannot be used: {e}",
+            mask_url(uri)
+        )))),
+        Err(_) => Err(ServerError::InvalidSinkUri(format!(
+            "sink {} did not answer within {} s",
+            mask_url(uri),
+            FORWARD_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
 async fn create_changefeed(
     State(st): State<AppState>,
     method: Method,
@@ -739,6 +756,8 @@ async fn create_changefeed(
         .await
         .map_err(|e| ServerError::Upstream(scrub(&e.to_string())))?;
     let start_ts = resolve_start(&st, &b).await?;
+    // A removed changefeed of the same id left its records downstream: not this one's progress.
+    prepare_sink(&id, &sink_uri, start_ts).await?;
     let scheduler = cfg_toml.scheduler.unwrap_or_else(SchedulerConfig::default);
     let config = ChangefeedConfig {
         sink_uri,

@@ -140,6 +140,38 @@ pub async fn check_sink(uri: &str) -> Result<()> {
     }
 }
 
+/// Prepares the downstream for a changefeed created now with id `changefeed` from `start_ts`.
+/// What the downstream recorded for a removed changefeed of the same id is not this one's, and
+/// the replay rule would read it as this changefeed's progress (skipping rows): the MySQL sink
+/// deletes the id's `ddl_ts` and checkpoint rows; a storage location that already holds table
+/// versions above `start_ts` is refused (use an empty location, or a later start).
+pub async fn prepare_new_changefeed(changefeed: &str, uri: &str, start_ts: Ts) -> Result<()> {
+    match SinkUri::parse(uri)?.config {
+        SinkConfig::Blackhole => Ok(()),
+        SinkConfig::Mysql(cfg) => {
+            let s = mysql::MysqlSink::connect_for(changefeed, cfg).await?;
+            s.forget_records().await
+        }
+        SinkConfig::Storage(cfg) => {
+            let s = storage::StorageSink::open_storage(cfg)?;
+            let later = s.applied_ddls(start_ts).await?;
+            match later.first() {
+                None => Ok(()),
+                Some(r) => Err(SinkError::invalid_uri(
+                    &uri::mask_uri(uri),
+                    format!(
+                        "the location already holds table versions written after the start ts {start_ts} \
+                         (the first at {}, {} in all): use an empty location, or a start ts after {}",
+                        r.commit_ts,
+                        later.len(),
+                        later.last().map(|l| l.commit_ts).unwrap_or(r.commit_ts)
+                    ),
+                )),
+            }
+        }
+    }
+}
+
 /// Builds the sink of one changefeed, without a write fence. The changefeed id keys what the
 /// sink records downstream (the MySQL sink's `ddl_ts` and checkpoint rows), so changefeeds
 /// sharing a downstream never skip each other's DDLs.

@@ -343,6 +343,29 @@ impl Runner<Mysql> {
         self.backend().pool.clone()
     }
 
+    /// Deletes this changefeed id's `ddl_ts` and checkpoint rows (a changefeed created anew:
+    /// what an earlier one of the same id recorded is not its progress).
+    pub async fn forget_records(&self) -> Result<()> {
+        let m = self.backend();
+        let cf = m.changefeed.clone();
+        m.with_retry("forget progress rows", &BoundFence::none(), |mut c| {
+            let cf = cf.clone();
+            async move {
+                c.exec_drop(
+                    format!("DELETE FROM {PROGRESS_DB}.ddl_ts WHERE changefeed = ?"),
+                    (cf.clone(),),
+                )
+                .await?;
+                c.exec_drop(
+                    format!("DELETE FROM {PROGRESS_DB}.checkpoint WHERE changefeed = ?"),
+                    (cf,),
+                )
+                .await
+            }
+        })
+        .await
+    }
+
     /// Whether runs of upserts are still applied with `LOAD DATA LOCAL` (false once the
     /// downstream refused it).
     pub fn uses_load_data(&self) -> bool {

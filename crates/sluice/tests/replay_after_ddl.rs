@@ -221,3 +221,59 @@ fn a_replayed_create_table_like_gets_its_source_as_it_was() {
         |down| columns(down, "r.l") == "id,v,x" && ids(down, "r.l") == "1" && ids(down, "r.tt") == "1,2",
     );
 }
+
+/// A changefeed created with the id of an earlier one, from a start point before a DDL the
+/// earlier one applied: the earlier one's record (planted here as it would be left) is not the
+/// new one's progress. Taken for it, the new run would skip the table's rows and the DDL.
+#[test]
+fn a_new_changefeed_does_not_take_a_predecessors_record_for_its_own() {
+    let out = Outputs::default();
+    let dir = tmpdir("replay-recreated");
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    let (down, down_url) = mariadb_with_user(DOWN_PASS);
+    up.exec(SCHEMA).expect("upstream schema");
+    down.exec(SCHEMA).expect("downstream schema");
+    let server = Server::start(&dir, &up_url);
+    let s = server.url();
+    let start = master_ts(&up);
+    up.exec("INSERT INTO r.tt VALUES (1, 1)").expect("insert");
+    up.exec("ALTER TABLE r.tt DROP COLUMN v").expect("alter");
+    let ddl_ts = master_ts(&up);
+    up.exec("INSERT INTO r.tt VALUES (2)")
+        .expect("insert after");
+    // What an earlier changefeed `r` that applied the DDL leaves behind.
+    down.exec(&format!(
+        "CREATE DATABASE IF NOT EXISTS sluice_sink; CREATE TABLE IF NOT EXISTS sluice_sink.ddl_ts \
+         (changefeed VARCHAR(255) NOT NULL, commit_ts BIGINT UNSIGNED NOT NULL, finished TINYINT NOT NULL, \
+         query TEXT, PRIMARY KEY (changefeed, commit_ts)); \
+         INSERT INTO sluice_sink.ddl_ts VALUES ('r', {ddl_ts}, 1, 'ALTER TABLE r.tt DROP COLUMN v')"
+    ))
+    .expect("plant the record");
+    let start = start.to_string();
+    let args = [
+        "cli",
+        "--server",
+        &s,
+        "changefeed",
+        "create",
+        "-c",
+        "r",
+        "--sink-uri",
+        &down_url,
+        "--start-ts",
+        &start,
+    ];
+    let r = sluice(&out, &args);
+    assert_eq!(r.code, 0, "create: {} {}", r.stdout, r.stderr);
+    wait_for("the new run applied everything", 60, || {
+        let v = changefeed(&out, &s);
+        let (cols, rows) = (columns(&down, "r.tt"), ids(&down, "r.tt"));
+        if cols == "id" && rows == "1,2" {
+            Ok(())
+        } else {
+            Err(format!("r.tt columns {cols}, ids {rows}; changefeed {v}"))
+        }
+    });
+    let r = check(&out, &up_url, &down_url, "r.*,q.*");
+    assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
+}
