@@ -106,6 +106,9 @@ struct Session {
     /// the session fails too (nothing lands, nothing is acknowledged, and, as the server's sink
     /// worker does, the repeats of that one failure are not reported again) until it is closed.
     failed: bool,
+    /// When its latest acknowledgement is due: a later call is never acknowledged before an
+    /// earlier one (the sink runner serializes a dispatcher's calls; a flush waits for a DDL).
+    last_ack: Millis,
 }
 
 #[derive(Clone, Debug)]
@@ -947,6 +950,7 @@ impl Sim {
                 closed: false,
                 max_written: 0,
                 failed: false,
+                last_ack: 0,
             });
         if s.id == next {
             self.next_session += 1;
@@ -1138,6 +1142,10 @@ impl Sim {
             s.max_written = s.max_written.max(ts);
         }
         let at = self.ack_at(name, inc, id, (5, 60));
+        let at = self
+            .sessions
+            .get(&(name.to_string(), inc, id))
+            .map_or(at, |s| s.last_ack.max(at));
         // The record says finished when the DDL is acknowledged, not before.
         self.push(
             at,
@@ -1171,7 +1179,8 @@ impl Sim {
         self.now + self.rng.range(latency.0, latency.1) + slow
     }
 
-    /// The model sink acknowledges a session's writes up to `ts` at `at`.
+    /// The model sink acknowledges a session's writes up to `ts` at `at` (or after the session's
+    /// previous acknowledgement).
     #[allow(clippy::too_many_arguments)]
     fn ack(
         &mut self,
@@ -1183,6 +1192,13 @@ impl Sim {
         ts: Ts,
         at: Millis,
     ) {
+        let at = match self.sessions.get_mut(&(name.to_string(), inc, id)) {
+            Some(s) => {
+                s.last_ack = s.last_ack.max(at);
+                s.last_ack
+            }
+            None => at,
+        };
         self.push(
             at,
             Ev::SinkAck {
