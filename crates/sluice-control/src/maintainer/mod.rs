@@ -15,7 +15,11 @@
 //!   are kept with the changefeed in the meta store (fenced by the epoch) and read back before a
 //!   new maintainer's bootstrap ends.
 //! - **checkpoint** = minimum over every span (whatever its state) and the table trigger, never
-//!   backwards; a span's checkpoint only moves forward, from its own dispatcher's reports.
+//!   backwards; a span's checkpoint only moves forward, from its own dispatcher's reports and the
+//!   barrier (to `T - 1` when its dispatcher waits at a DDL at `T`, to `T` once a DDL its table
+//!   took part in is written): a replacement never starts below a DDL that may have taken effect.
+//! - **the replay rule** ([`replay`]) decides from a schema that knows every DDL the downstream
+//!   recorded (loaded again if the first snapshot misses one).
 //! - **stale traffic** (other epochs, other incarnations, regressed heartbeat sequence, reports from
 //!   a node a span is not bound to) is dropped and counted.
 //! - a retryable dispatcher error never reaches here; a fatal one is reported to the coordinator.
