@@ -16,7 +16,11 @@
 //!   DDL is durable; the writer reports `Written` only once the DDL is durable; a duplicate or
 //!   stale Write/Pass/Proceed is answered idempotently.
 //! - **checkpoint**: a dispatcher's checkpoint never exceeds what the sink acknowledged as
-//!   durable (or its start point), and is capped below a blocking DDL it has not passed.
+//!   durable (or its start point), and is capped below a blocking DDL it has not passed. Outside
+//!   that cap it never goes back: a write that starts while everything written is acknowledged
+//!   first makes what was consumed so far the durable point (else a close, e.g. of a merge
+//!   source, would report the last acknowledged write, possibly below a DDL it already passed,
+//!   and its successor would replay rows of the table's version before that DDL).
 //! - **errors stay reported**: a dispatcher whose sink failed for good stops (writes nothing
 //!   more, its sink session is closed) and keeps its first error, which goes to the owner at once
 //!   and again in every heartbeat until the dispatcher is removed (the changefeed's close), so a
@@ -178,6 +182,16 @@ impl Dispatcher {
                 crate::config::MAX_SINK_RETRIES_WITHOUT_PROGRESS
             )
         })
+    }
+
+    /// A new write starts: if everything written so far is acknowledged, everything consumed
+    /// is durable (nothing of it waits for the sink), so the checkpoint keeps that point while the
+    /// new write is in flight.
+    fn settle_durable(&mut self) {
+        if self.written_ts <= self.flushed_ts {
+            self.written_ts = self.written_ts.max(self.consumed_upto);
+            self.flushed_ts = self.flushed_ts.max(self.consumed_upto);
+        }
     }
 
     fn checkpoint(&self) -> Ts {
@@ -1348,6 +1362,7 @@ impl DispatcherManager {
                     }
                     rows.push((ts, key, *handle));
                     d.rows_since_report += 1;
+                    d.settle_durable();
                     d.written_ts = d.written_ts.max(ts);
                     d.buffer.pop_front();
                 }
@@ -1388,6 +1403,7 @@ impl DispatcherManager {
                                 rows: std::mem::take(&mut rows),
                             }));
                         }
+                        d.settle_durable();
                         d.written_ts = d.written_ts.max(ddl.commit_ts);
                         out.push(Effect::Sink(SinkCommand::WriteDdl {
                             cf: cf.clone(),
@@ -1607,6 +1623,10 @@ fn stopped_report(id: DispatcherId, span: Span, cp: Ts) -> DispatcherReport {
 }
 
 fn do_write(cf: &ChangefeedId, d: &mut Dispatcher, out: &mut Vec<Effect>) {
+    if d.block.is_none() {
+        return;
+    }
+    d.settle_durable();
     let Some(b) = d.block.as_mut() else { return };
     let handle = match d.buffer.front() {
         Some(StreamItem::Ddl { handle, .. }) => *handle,

@@ -19,6 +19,7 @@
 //! | `sink-error-restarts-changefeed` | a retryable sink error restarts the whole changefeed | error-acted-once (a restart no failed dispatcher caused; changefeed-normal would see it too) |
 //! | `requests-not-recovered` | a new maintainer ignores the table requests and user-split marks kept in the meta store (as if they lived only in its predecessor's memory): a failover loses an accepted request and lets the merge scheduler undo a user's split | request-lost (at a settle), user-split-kept; the span counts of `features/request-survives-failover.toml` |
 //! | `error-restart-without-close` | the coordinator records an error and forgets the maintainer without closing the changefeed (as a coordinator failover or a failed close bump did) | error-acted-once |
+//! | `replay-ignores-applied-ddls` | a bootstrap ignores what the downstream recorded: every table replays from the checkpoint, also across a `TRUNCATE` or `DROP TABLE` the downstream already applied (issue 9, reproductions 1 and 2) | sink-state (a truncated table's rows come back), no-needless-restart (rows into a dropped table fail, the changefeed restarts) |
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -43,6 +44,7 @@ pub const ALL: &[&str] = &[
     "error-restart-without-close",
     "drop-rows",
     "requests-not-recovered",
+    "replay-ignores-applied-ddls",
 ];
 
 pub fn enable(name: &str) {

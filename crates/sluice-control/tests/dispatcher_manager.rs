@@ -536,6 +536,29 @@ fn checkpoint_never_passes_unflushed_rows_nor_a_pending_ddl() {
         &mut out,
     );
     assert_eq!(cp(&dm), 140);
+    // A new row in flight: the checkpoint stays where everything was durable (the DDL it passed
+    // included), not at the last acknowledged row (105, below the DDL): a successor started from
+    // it (a merge target, a move) would write rows of the table's version before the DDL.
+    dm.on_events(
+        0,
+        d,
+        vec![StreamItem::Row {
+            commit_ts: 150,
+            key: Key::row_u64(TableId(4), 2),
+            handle: 3,
+            kind: sluice_types::RowKind::Insert,
+        }],
+        160,
+        &holds,
+        &mut out,
+    );
+    assert!(
+        out.iter().any(|e| matches!(e, Effect::Sink(SinkCommand::WriteRows { rows, .. }) if rows.iter().any(|r| r.0 == 150))),
+        "row 150 is written"
+    );
+    assert_eq!(cp(&dm), 140, "row 150 is not durable yet, all before it is");
+    dm.on_sink_flushed(0, d, 150, &holds, &mut out);
+    assert_eq!(cp(&dm), 160);
 }
 
 #[test]

@@ -356,3 +356,83 @@ fn an_unreadable_sink_keeps_the_bootstrap_waiting_with_a_warning() {
     assert!(m.is_bootstrapped());
     assert_eq!(m.status().warning, None);
 }
+
+#[test]
+fn a_ddl_the_downstream_applied_after_the_schema_was_loaded_is_learned_before_the_bootstrap_ends() {
+    // The schema was loaded while the previous maintainer still ran; it then wrote the DROP of
+    // t5 before this maintainer's bootstrap fenced it. The record names a DDL the snapshot does
+    // not have: the maintainer loads the schema again before it decides where tables start.
+    let w = World::new();
+    let ctx = w.ctx(0);
+    let config = ChangefeedConfig {
+        sink_uri: "mysql://down".into(),
+        start_ts: CP,
+        scheduler: Default::default(),
+        preferred_node: None,
+        filter: Default::default(),
+    };
+    let mut out = Vec::new();
+    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n1(), CP, config, &mut out);
+    let mut early = snapshot();
+    early.ddls_after.retain(|d| d.commit_ts < DROP_TS);
+    m.on_schema(&ctx, early, EPOCH, &mut out);
+    m.on_message(&ctx, &n1(), response(vec![]), &mut out);
+    let mut again = Vec::new();
+    m.on_applied(&ctx, Ok(vec![finished(DROP_TS)]), &mut again);
+    assert!(
+        !m.is_bootstrapped(),
+        "not with a schema that misses a recorded DDL"
+    );
+    assert!(
+        again
+            .iter()
+            .any(|e| matches!(e, Effect::LoadSchema { at_ts, epoch, .. } if *at_ts == CP && *epoch == EPOCH)),
+        "{again:?}"
+    );
+    m.on_schema(&w.ctx(1), snapshot(), EPOCH, &mut again);
+    assert!(m.is_bootstrapped());
+    let mut creates = BTreeMap::new();
+    run(&w, &mut m, 1, [out, again].concat(), &mut creates);
+    assert!(
+        !creates.contains_key(&T5),
+        "dropped downstream before the bootstrap: {creates:?}"
+    );
+    assert_eq!(creates.get(&HOLD), Some(&CP));
+}
+
+#[test]
+fn a_recorded_ddl_the_history_never_has_does_not_hold_the_bootstrap() {
+    // Loaded again once; a record the newer history still lacks bounds nothing.
+    let w = World::new();
+    let (_, creates) = bootstrap_after_refresh(&w, vec![finished(DROP_TS + 50)]);
+    for t in [HOLD, TT, T5] {
+        assert_eq!(creates.get(&t), Some(&CP), "{creates:?}");
+    }
+}
+
+/// `bootstrap`, where the record names a DDL the snapshot lacks: answered with the same
+/// snapshot again.
+fn bootstrap_after_refresh(
+    w: &World,
+    applied: Vec<AppliedDdl>,
+) -> (Maintainer, BTreeMap<TableId, Ts>) {
+    let ctx = w.ctx(0);
+    let config = ChangefeedConfig {
+        sink_uri: "mysql://down".into(),
+        start_ts: CP,
+        scheduler: Default::default(),
+        preferred_node: None,
+        filter: Default::default(),
+    };
+    let mut out = Vec::new();
+    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n1(), CP, config, &mut out);
+    m.on_schema(&ctx, snapshot(), EPOCH, &mut out);
+    m.on_message(&ctx, &n1(), response(vec![]), &mut out);
+    m.on_applied(&ctx, Ok(applied), &mut out);
+    assert!(!m.is_bootstrapped());
+    m.on_schema(&ctx, snapshot(), EPOCH, &mut out);
+    assert!(m.is_bootstrapped());
+    let mut creates = BTreeMap::new();
+    run(w, &mut m, 1, out, &mut creates);
+    (m, creates)
+}

@@ -14,9 +14,14 @@
 //! | dropped tables stay dropped | every dispatcher start: its table was not dropped at or before its start ts |
 //! | a user's split stays | every merge a maintainer sends: its table was not split by a user's request that finished (`done`), unless a user's merge of it was asked for since |
 //! | an error is acted on once | every persisted changefeed info: its error restarts are at most the dispatcher failures the injected sink faults can cause (each fatal one, and each `MAX_SINK_RETRIES_WITHOUT_PROGRESS + 1` retryable ones) |
+//! | no needless restart | every whole-changefeed restart: its reason is an injected sink fault, never an error the model downstream raised itself (a write into a table it dropped: a replay that crossed an applied DDL, a dispatcher that should have been removed) |
 //!
 //! Liveness, checked by `settle`: every table request the meta store ever held was finished
 //! (done or rejected) by some maintainer ([`Checker::unfinished_requests`]).
+//!
+//! The state of the model downstream ([`crate::downstream`], `sink-state`) is compared with the
+//! upstream's at the end of every run and at `sink-matches-upstream` checks once the checkpoint
+//! has caught up.
 
 use crate::upstream::{UEvent, Upstream};
 use sluice_control::maintainer::requests::{request_table, PersistedRequests};
@@ -25,6 +30,9 @@ use sluice_types::{ChangefeedId, DispatcherId, Epoch, Key, Span, TableId, Ts};
 use std::collections::{BTreeMap, BTreeSet};
 
 pub type WriterKey = (String, u64, DispatcherId);
+
+/// The message of every injected sink fault (`x-sink_error`).
+pub const INJECTED_SINK_ERROR: &str = "injected sink write failure";
 
 /// How many undelivered rows the gap check looks at per write.
 pub const MAX_GAP_SCAN: usize = 256;
@@ -53,6 +61,8 @@ pub struct Checker {
     pub persisted_cp: BTreeMap<String, Ts>,
     maintainer_cp: BTreeMap<(ChangefeedId, Epoch), Ts>,
     pub restarted: bool,
+    /// The reason of every whole-changefeed restart (error restarts), in order.
+    pub restarts: Vec<String>,
     /// Injected sink faults that fired: fatal ones, retryable ones.
     pub sink_fatal: u64,
     pub sink_retryable: u64,
@@ -368,6 +378,21 @@ impl Checker {
             self.fail(format!(
                 "error-acted-once: {cf} restarted {restarts} times after errors, but only {causes} dispatcher failures can have happened ({} fatal sink errors, {} retryable ones)",
                 self.sink_fatal, self.sink_retryable
+            ));
+        }
+    }
+
+    /// The coordinator restarts the changefeed as a whole for `reason`: only an injected sink
+    /// fault may cause that (a removed dispatcher's or a dropped table's error never does).
+    pub fn on_restart(&mut self, reason: &str) {
+        self.restarted = true;
+        self.restarts.push(reason.to_string());
+        if !reason.contains(INJECTED_SINK_ERROR) {
+            self.fail(format!(
+                "no-needless-restart: restart #{} of the changefeed, caused by no injected fault ({} fatal, {} retryable fired): {reason}",
+                self.restarts.len(),
+                self.sink_fatal,
+                self.sink_retryable
             ));
         }
     }

@@ -183,8 +183,17 @@ fn generate(seed: u64, sink_faults: bool) -> String {
     let mut held: Vec<&str> = Vec::new();
     let nsteps = r.range(8, 22);
     let mut sink_faults = SinkFaults::draw(seed, nsteps, sink_faults);
+    let mut window = SlowTableWindow::draw(seed, nsteps);
     for i in 0..nsteps {
         for body in sink_faults.steps_at(i, &live, nodes) {
+            step(&mut t, body);
+        }
+        let mut tables = Tables {
+            live: &mut live,
+            db: &mut tables_db,
+            next: &mut next_table,
+        };
+        for body in window.steps_at(i, &mut tables, nodes) {
             step(&mut t, body);
         }
         let pick = |r: &mut Rng, v: &Vec<u64>| {
@@ -569,6 +578,117 @@ impl SinkFaults {
             }
             5 => out.push(run(r, 0, 2000)),
             _ => {}
+        }
+    }
+}
+
+/// Share of seeds that open a slow-table window.
+pub const SLOW_TABLE_SEEDS: f64 = 0.25;
+
+/// The generator's view of the upstream tables, for steps drawn outside its main loop.
+struct Tables<'a> {
+    live: &'a mut Vec<u64>,
+    db: &'a mut BTreeMap<u64, String>,
+    next: &'a mut u64,
+}
+
+/// The window of issue 9's reproductions 1 and 2, drawn from its own stream (`seed ^ 0x5_10E`,
+/// so a seed that draws none runs the scenario it ran before): one table turns slow downstream
+/// (`x-sink_latency`, 3-30 s: the changefeed checkpoint stays below its pending write), another
+/// gets rows and a `TRUNCATE`, `DROP TABLE` or `ADD COLUMN`, which the downstream applies while
+/// the checkpoint is below it; then one node or every node is killed in that window and started
+/// again, the slow table recovering before or after. The replay that follows crosses a DDL the
+/// downstream already applied.
+struct SlowTableWindow {
+    rng: Rng,
+    at: Option<u64>,
+}
+
+impl SlowTableWindow {
+    fn draw(seed: u64, nsteps: u64) -> Self {
+        let mut rng = Rng::new(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ 0x5_10E);
+        let at = rng
+            .chance(SLOW_TABLE_SEEDS)
+            .then(|| rng.range(0, nsteps.saturating_sub(1)));
+        SlowTableWindow { rng, at }
+    }
+
+    fn steps_at(&mut self, i: u64, tables: &mut Tables<'_>, nodes: u64) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.at != Some(i) || tables.live.len() < 2 {
+            return out;
+        }
+        self.at = None;
+        let r = &mut self.rng;
+        let slow = *r.pick(tables.live).unwrap_or(&0);
+        let others: Vec<u64> = tables.live.iter().copied().filter(|t| *t != slow).collect();
+        let other = *r.pick(&others).unwrap_or(&0);
+        let ms = r.range(3000, 30000);
+        out.push(format!(
+            "op = \"x-sink_latency\"\ntable = {slow}\nms = {ms}"
+        ));
+        out.push(format!(
+            "op = \"write\"\ntable = {slow}\nrows = {}",
+            r.range(1, 3)
+        ));
+        out.push(format!(
+            "op = \"write\"\ntable = {other}\nrows = {}\ntxn-rows = {}",
+            r.range(1, 20),
+            r.range(1, 3)
+        ));
+        out.extend(Self::ddl(r, tables, other));
+        out.push(format!("op = \"run\"\nms = {}", r.range(100, 2500)));
+        let node = |i: u64| format!("n{}", i + 1);
+        let crashed: Vec<String> = if r.chance(0.5) {
+            (0..nodes).map(node).collect()
+        } else {
+            vec![node(r.range(0, nodes - 1))]
+        };
+        for n in &crashed {
+            out.push(format!("op = \"crash\"\nnode = \"{n}\""));
+        }
+        let recover = format!("op = \"x-sink_latency\"\ntable = {slow}\nms = 0");
+        let early = r.chance(0.5);
+        if early {
+            out.push(recover.clone());
+        }
+        out.push(format!("op = \"run\"\nms = {}", r.range(100, 3000)));
+        for n in &crashed {
+            out.push(format!("op = \"restart\"\nnode = \"{n}\""));
+        }
+        if !early {
+            out.push(format!("op = \"run\"\nms = {}", r.range(0, 3000)));
+            out.push(recover);
+        }
+        out
+    }
+
+    /// The DDL of the other table, with the rows after it; keeps `tables` up to date.
+    fn ddl(r: &mut Rng, tables: &mut Tables<'_>, other: u64) -> Vec<String> {
+        let kind = r.range(0, 19);
+        if kind < 9 || (kind < 16 && tables.live.len() < 3) {
+            let id = *tables.next;
+            *tables.next += 1;
+            tables.live.retain(|x| *x != other);
+            tables.live.push(id);
+            let db = tables.db.get(&other).cloned().unwrap_or_default();
+            tables.db.insert(id, db);
+            vec![
+                format!(
+                    "op = \"ddl\"\nkind = \"truncate_table\"\ntable = {other}\nnew-table = {id}"
+                ),
+                format!("op = \"write\"\ntable = {id}\nrows = {}", r.range(1, 10)),
+            ]
+        } else if kind < 16 {
+            tables.live.retain(|x| *x != other);
+            vec![format!(
+                "op = \"ddl\"\nkind = \"drop_table\"\ntable = {other}"
+            )]
+        } else {
+            vec![
+                format!("op = \"ddl\"\nkind = \"add_column\"\ntable = {other}"),
+                format!("op = \"write\"\ntable = {other}\nrows = {}", r.range(1, 10)),
+            ]
         }
     }
 }

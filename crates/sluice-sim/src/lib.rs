@@ -2,6 +2,7 @@
 //! control-plane state machines (`sluice-control`), with models of everything else.
 
 pub mod check;
+pub mod downstream;
 pub mod explore;
 pub mod meta;
 pub mod rng;

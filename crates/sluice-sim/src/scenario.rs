@@ -393,6 +393,16 @@ pub enum Op {
         /// Whether the error is retryable (default true).
         retryable: bool,
     },
+    /// Extension `x-sink_latency`: from now on the model sink acknowledges the writes of this
+    /// table's dispatchers `ms` later than usual (a slow or locked downstream table); 0 ends it.
+    XSinkLatency {
+        /// Only sinks on this node (default: any node).
+        node: Option<NodeRef>,
+        /// The slow table.
+        table: TableId,
+        /// Extra acknowledgement latency in simulated ms (0: back to normal).
+        ms: u64,
+    },
     /// Extension `x-drop`: drop the next `count` matching control messages.
     XDrop {
         /// Kind of message.
@@ -452,6 +462,7 @@ impl Op {
             Op::Expect { .. } => "expect",
             Op::XMoveMaintainer { .. } => "x-move_maintainer",
             Op::XSinkError { .. } => "x-sink_error",
+            Op::XSinkLatency { .. } => "x-sink_latency",
             Op::XDrop { .. } => "x-drop",
             Op::XPause { .. } => "x-pause",
             Op::XPauseChangefeed { .. } => "x-pause_changefeed",
@@ -1017,6 +1028,14 @@ impl Parser {
                     retryable,
                 }
             }
+            "x-sink_latency" => Op::XSinkLatency {
+                node: match f.opt_str("node")? {
+                    Some(n) => Some(v.node(&n, "node")?),
+                    None => None,
+                },
+                table: v.table(known, f.req_u64("table")?, "table")?,
+                ms: f.req_u64("ms")?,
+            },
             "x-drop" => {
                 let m = f.req_str("message")?;
                 let message = MessageKind::parse(&m).ok_or_else(|| {
@@ -1941,10 +1960,22 @@ op = "x-resume_changefeed"
 [[step]]
 op = "x-drain"
 node = "n2"
+[[step]]
+op = "x-sink_latency"
+table = 3
+ms = 20000
 "#,
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(s.steps.len(), 38);
+        assert_eq!(s.steps.len(), 39);
+        assert!(matches!(
+            &s.steps[38].op,
+            Op::XSinkLatency {
+                node: None,
+                ms: 20000,
+                ..
+            }
+        ));
         match &s.steps[20].op {
             Op::Partition { groups } => {
                 assert_eq!(groups.len(), 2);
@@ -2068,6 +2099,7 @@ node = "n2"
             1,
             "at least 1",
         );
+        fails_at("[[step]]\nop = \"x-sink_latency\"\ntable = 1\n", 1, "ms");
     }
 
     #[test]

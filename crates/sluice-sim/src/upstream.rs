@@ -158,7 +158,8 @@ impl Upstream {
         deletes: u64,
     ) -> Vec<Ts> {
         let mut changes: Vec<(u64, Option<u64>)> = Vec::new();
-        let Some(t) = self.tables.get(&table) else {
+        // A dropped table takes no more writes (the upstream refuses them).
+        let Some(t) = self.tables.get(&table).filter(|t| t.dropped.is_none()) else {
             return Vec::new();
         };
         let mut keys: Vec<u64> = t.rows.keys().copied().collect();
@@ -372,6 +373,14 @@ impl Upstream {
                     return (ts, created);
                 };
                 let n = cur_name(self, t);
+                let taken = self
+                    .tables
+                    .values()
+                    .any(|x| x.live_at(ts) && x.name_at(ts) == nn);
+                if taken {
+                    // The upstream refuses it (1050: the name exists): no event.
+                    return (ts, created);
+                }
                 if let Some(x) = self.tables.get_mut(&t) {
                     x.names.push((ts, nn.clone()));
                 }

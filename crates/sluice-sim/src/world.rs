@@ -9,6 +9,7 @@
 //! the lease expire, so its replacement never overlaps it.
 
 use crate::check::Checker;
+use crate::downstream::Downstream;
 use crate::meta::{Lease, MetaModel};
 use crate::rng::Rng;
 use crate::scenario::{self, Check, Condition, NodeRef, Op, Scenario, SinkKind, SpanCount};
@@ -61,6 +62,13 @@ enum Ev {
         id: DispatcherId,
         session: u64,
     },
+    /// A DDL the model MySQL sink ran took effect: its record is marked finished, unless the
+    /// node's process died meanwhile (then it stays started, as after a crash between the two).
+    DdlFinished {
+        node: String,
+        inc: u64,
+        ts: Ts,
+    },
     /// An effect the shell retries later.
     Effect {
         node: String,
@@ -98,6 +106,9 @@ struct Session {
     /// the session fails too (nothing lands, nothing is acknowledged, and, as the server's sink
     /// worker does, the repeats of that one failure are not reported again) until it is closed.
     failed: bool,
+    /// When its latest acknowledgement is due: a later call is never acknowledged before an
+    /// earlier one (the sink runner serializes a dispatcher's calls; a flush waits for a DDL).
+    last_ack: Millis,
 }
 
 #[derive(Clone, Debug)]
@@ -165,9 +176,10 @@ pub struct Sim {
     /// Explore mode: only safety, settle and the end-state checks apply.
     pub explore: bool,
     pub verbose: bool,
-    /// DDLs the model sink recorded as applied (MySQL: its progress table; storage: schema
-    /// files), as `LoadApplied` reads them.
-    sink_ddls: BTreeSet<Ts>,
+    /// The model downstream: tables, rows and the DDL record (`LoadApplied` reads it).
+    pub downstream: Downstream,
+    /// `x-sink_latency`: extra acknowledgement latency per (node or any, table).
+    sink_latency: BTreeMap<(Option<String>, TableId), Millis>,
     /// The create request, re-sent (as a user would) while the meta store has no changefeed.
     create: Option<(UserRequest, Millis)>,
     /// Cordon / drain states asked for, re-sent while the meta store does not show them:
@@ -226,7 +238,8 @@ impl Sim {
             skipped_expects: 0,
             explore: false,
             verbose: false,
-            sink_ddls: BTreeSet::new(),
+            downstream: Downstream::baseline(SinkKind::Blackhole, &Upstream::new(), 0),
+            sink_latency: BTreeMap::new(),
             create: None,
             cordons: BTreeMap::new(),
             sc,
@@ -546,6 +559,7 @@ impl Sim {
             | Ev::Input { node: n, .. }
             | Ev::SinkAck { node: n, .. }
             | Ev::SinkClosed { node: n, .. }
+            | Ev::DdlFinished { node: n, .. }
             | Ev::Effect { node: n, .. } => {
                 let n = n.clone();
                 self.check_fence(&n);
@@ -605,6 +619,15 @@ impl Sim {
                     .unwrap_or(false)
                 {
                     self.effect(&node, inc, effect);
+                }
+            }
+            Ev::DdlFinished { node, inc, ts } => {
+                if self
+                    .nodes
+                    .get(&node)
+                    .is_some_and(|n| n.incarnation == inc && n.state.is_some())
+                {
+                    self.downstream.finish_ddl(ts);
                 }
             }
             Ev::SinkClosed {
@@ -767,17 +790,7 @@ impl Sim {
                 cf, epoch, after, ..
             } => {
                 // The blackhole keeps nothing; the others answer from their record.
-                let list = match self.sc.world.sink {
-                    SinkKind::Blackhole => Vec::new(),
-                    _ => self
-                        .sink_ddls
-                        .range(after + 1..)
-                        .map(|ts| sluice_control::io::AppliedDdl {
-                            commit_ts: *ts,
-                            finished: true,
-                        })
-                        .collect(),
-                };
+                let list = self.downstream.applied(after);
                 let lat = self.rng.range(1, 20);
                 self.push(
                     now + lat,
@@ -845,8 +858,8 @@ impl Sim {
             TraceEvent::RequestDone { req, outcome, .. } => {
                 self.checker.on_request_done(req, outcome)
             }
-            TraceEvent::ChangefeedRestarted { .. } => {
-                self.checker.restarted = true;
+            TraceEvent::ChangefeedRestarted { reason, .. } => {
+                self.checker.on_restart(reason);
                 *self.fault_counts.entry("changefeed_error").or_default() += 1;
             }
             TraceEvent::MaintainerBootstrapped { cf, epoch } => {
@@ -937,6 +950,7 @@ impl Sim {
                 closed: false,
                 max_written: 0,
                 failed: false,
+                last_ack: 0,
             });
         if s.id == next {
             self.next_session += 1;
@@ -961,99 +975,16 @@ impl Sim {
     }
 
     fn sink(&mut self, name: &str, inc: u64, cmd: SinkCommand) {
-        let now = self.now;
         match cmd {
             SinkCommand::WriteRows { cf, id, span, rows } => {
-                if self.session_failed(name, inc, id) {
-                    return;
-                }
-                if let Some(retryable) = self.sink_error(name, span.table) {
-                    let _ = self.session(name, inc, id);
-                    if let Some(s) = self.sessions.get_mut(&(name.to_string(), inc, id)) {
-                        s.failed = true;
-                    }
-                    *self.fault_counts.entry("sink_error").or_default() += 1;
-                    if retryable {
-                        self.checker.sink_retryable += 1;
-                    } else {
-                        self.checker.sink_fatal += 1;
-                        *self.fault_counts.entry("sink_error_fatal").or_default() += 1;
-                    }
-                    self.cover("sink_error");
-                    let lat = self.rng.range(1, 5);
-                    self.push(
-                        now + lat,
-                        Ev::Input {
-                            node: name.to_string(),
-                            inc,
-                            input: Input::SinkError {
-                                cf,
-                                id,
-                                retryable,
-                                table_only: false,
-                                message: "injected sink write failure".into(),
-                            },
-                        },
-                    );
-                    return;
-                }
-                let session = self.session(name, inc, id);
-                #[cfg(feature = "mutations")]
-                let rows: Vec<_> = if sluice_control::mutations::on("drop-rows") {
-                    rows.into_iter().filter(|r| r.2 % 50 != 7).collect()
-                } else {
-                    rows
-                };
-                let max = rows.iter().map(|r| r.0).max().unwrap_or(0);
-                // The sink contract: writes carry whole transactions, in commit order.
-                let first = rows.first().map(|r| r.0).unwrap_or(0);
-                let before = self
-                    .sessions
-                    .get(&(name.to_string(), inc, id))
-                    .map(|s| s.max_written)
-                    .unwrap_or(0);
-                if first <= before && before > 0 {
-                    self.checker.violation.get_or_insert(format!(
-                        "sink-contract: {id:?} on {name} wrote a batch starting at {first} after one that reached {before} (a transaction cut across writes, or out of order)"
-                    ));
-                }
-                let up = &self.upstream;
-                self.checker.on_rows(name, inc, id, &span, &rows, up);
-                if let Some(s) = self.sessions.get_mut(&(name.to_string(), inc, id)) {
-                    s.max_written = s.max_written.max(max);
-                }
-                self.ack_later(name, inc, cf, id, session, max, (5, 60));
+                self.sink_rows(name, inc, cf, id, &span, rows)
             }
             SinkCommand::WriteDdl {
                 cf,
                 id,
                 ddl,
                 handle,
-            } => {
-                if self.session_failed(name, inc, id) {
-                    return;
-                }
-                let session = self.session(name, inc, id);
-                let span = self
-                    .subs
-                    .get(&(name.to_string(), inc, id))
-                    .map(|s| s.span.clone())
-                    .unwrap_or_else(sluice_control::dispatcher::trigger_span);
-                let ts = ddl.commit_ts;
-                let first = self.sink_ddls.insert(ts);
-                let apply = match self.sc.world.sink {
-                    SinkKind::Mysql => first,
-                    _ => true,
-                };
-                if apply {
-                    let up = &self.upstream;
-                    self.checker.on_ddl(name, inc, id, &span, ts, handle, up);
-                }
-                if let Some(s) = self.sessions.get_mut(&(name.to_string(), inc, id)) {
-                    s.max_written = s.max_written.max(ts);
-                }
-                self.ack_later(name, inc, cf, id, session, ts, (5, 60));
-            }
+            } => self.sink_ddl(name, inc, cf, id, &ddl, handle),
             SinkCommand::Flush { cf, id } => {
                 if self.session_failed(name, inc, id) {
                     return;
@@ -1064,7 +995,8 @@ impl Sim {
                     .get(&(name.to_string(), inc, id))
                     .map(|s| s.max_written)
                     .unwrap_or(0);
-                self.ack_later(name, inc, cf, id, session, ts, (1, 10));
+                let at = self.ack_at(name, inc, id, (1, 10));
+                self.ack(name, inc, cf, id, session, ts, at);
             }
             SinkCommand::Close { cf, id } => {
                 let session = self.session(name, inc, id);
@@ -1073,7 +1005,7 @@ impl Sim {
                 }
                 let lat = self.rng.range(1, 20);
                 self.push(
-                    now + lat,
+                    self.now + lat,
                     Ev::SinkClosed {
                         node: name.to_string(),
                         inc,
@@ -1086,9 +1018,171 @@ impl Sim {
         }
     }
 
-    /// The model sink acknowledges a session's writes up to `ts` after a random latency.
+    /// A write of the session failed: as the sink runner does, the whole session fails (nothing
+    /// more of it lands until it is closed), and the failure is reported once.
+    fn fail_write(
+        &mut self,
+        name: &str,
+        inc: u64,
+        cf: ChangefeedId,
+        id: DispatcherId,
+        retryable: bool,
+        message: String,
+    ) {
+        let _ = self.session(name, inc, id);
+        if let Some(s) = self.sessions.get_mut(&(name.to_string(), inc, id)) {
+            s.failed = true;
+        }
+        let lat = self.rng.range(1, 5);
+        self.push(
+            self.now + lat,
+            Ev::Input {
+                node: name.to_string(),
+                inc,
+                input: Input::SinkError {
+                    cf,
+                    id,
+                    retryable,
+                    table_only: false,
+                    message,
+                },
+            },
+        );
+    }
+
+    fn sink_rows(
+        &mut self,
+        name: &str,
+        inc: u64,
+        cf: ChangefeedId,
+        id: DispatcherId,
+        span: &Span,
+        rows: Vec<(Ts, sluice_types::Key, u64)>,
+    ) {
+        if self.session_failed(name, inc, id) {
+            return;
+        }
+        if let Some(retryable) = self.sink_error(name, span.table) {
+            *self.fault_counts.entry("sink_error").or_default() += 1;
+            if retryable {
+                self.checker.sink_retryable += 1;
+            } else {
+                self.checker.sink_fatal += 1;
+                *self.fault_counts.entry("sink_error_fatal").or_default() += 1;
+            }
+            self.cover("sink_error");
+            let message = crate::check::INJECTED_SINK_ERROR.to_string();
+            self.fail_write(name, inc, cf, id, retryable, message);
+            return;
+        }
+        #[cfg(feature = "mutations")]
+        let rows: Vec<_> = if sluice_control::mutations::on("drop-rows") {
+            rows.into_iter().filter(|r| r.2 % 50 != 7).collect()
+        } else {
+            rows
+        };
+        // The downstream refuses rows of a table it does not have (MySQL 1146: fatal).
+        if let Err(message) = self.downstream.write_rows(&self.upstream, &rows) {
+            *self.fault_counts.entry("sink_missing_table").or_default() += 1;
+            self.note(format!(
+                "{} {name}: sink write of {id:?} refused: {message}",
+                self.now
+            ));
+            self.fail_write(name, inc, cf, id, false, message);
+            return;
+        }
+        let session = self.session(name, inc, id);
+        let max = rows.iter().map(|r| r.0).max().unwrap_or(0);
+        // The sink contract: writes carry whole transactions, in commit order.
+        let first = rows.first().map(|r| r.0).unwrap_or(0);
+        let before = self
+            .sessions
+            .get(&(name.to_string(), inc, id))
+            .map(|s| s.max_written)
+            .unwrap_or(0);
+        if first <= before && before > 0 {
+            self.checker.violation.get_or_insert(format!(
+                "sink-contract: {id:?} on {name} wrote a batch starting at {first} after one that reached {before} (a transaction cut across writes, or out of order)"
+            ));
+        }
+        let up = &self.upstream;
+        self.checker.on_rows(name, inc, id, span, &rows, up);
+        if let Some(s) = self.sessions.get_mut(&(name.to_string(), inc, id)) {
+            s.max_written = s.max_written.max(max);
+        }
+        let at = self.ack_at(name, inc, id, (5, 60));
+        self.ack(name, inc, cf, id, session, max, at);
+    }
+
+    fn sink_ddl(
+        &mut self,
+        name: &str,
+        inc: u64,
+        cf: ChangefeedId,
+        id: DispatcherId,
+        ddl: &sluice_types::DdlEvent,
+        handle: u64,
+    ) {
+        if self.session_failed(name, inc, id) {
+            return;
+        }
+        let session = self.session(name, inc, id);
+        let span = self
+            .subs
+            .get(&(name.to_string(), inc, id))
+            .map(|s| s.span.clone())
+            .unwrap_or_else(sluice_control::dispatcher::trigger_span);
+        let ts = ddl.commit_ts;
+        // MySQL skips a DDL its record shows finished; storage accepts repeated DDLs.
+        if self.downstream.write_ddl(&self.upstream, ddl) {
+            let up = &self.upstream;
+            self.checker.on_ddl(name, inc, id, &span, ts, handle, up);
+        }
+        if let Some(s) = self.sessions.get_mut(&(name.to_string(), inc, id)) {
+            s.max_written = s.max_written.max(ts);
+        }
+        let at = self.ack_at(name, inc, id, (5, 60));
+        let at = self
+            .sessions
+            .get(&(name.to_string(), inc, id))
+            .map_or(at, |s| s.last_ack.max(at));
+        // The record says finished when the DDL is acknowledged, not before.
+        self.push(
+            at,
+            Ev::DdlFinished {
+                node: name.to_string(),
+                inc,
+                ts,
+            },
+        );
+        self.ack(name, inc, cf, id, session, ts, at);
+    }
+
+    /// When the model sink acknowledges a write of `id` on `name`: a random latency, plus the
+    /// `x-sink_latency` of its table there.
+    fn ack_at(&mut self, name: &str, inc: u64, id: DispatcherId, latency: (u64, u64)) -> Millis {
+        let table = self
+            .subs
+            .get(&(name.to_string(), inc, id))
+            .map(|s| s.span.table);
+        let slow = table
+            .map(|t| {
+                let any = self.sink_latency.get(&(None, t)).copied().unwrap_or(0);
+                let here = self
+                    .sink_latency
+                    .get(&(Some(name.to_string()), t))
+                    .copied()
+                    .unwrap_or(0);
+                any.max(here)
+            })
+            .unwrap_or(0);
+        self.now + self.rng.range(latency.0, latency.1) + slow
+    }
+
+    /// The model sink acknowledges a session's writes up to `ts` at `at` (or after the session's
+    /// previous acknowledgement).
     #[allow(clippy::too_many_arguments)]
-    fn ack_later(
+    fn ack(
         &mut self,
         name: &str,
         inc: u64,
@@ -1096,9 +1190,15 @@ impl Sim {
         id: DispatcherId,
         session: u64,
         ts: Ts,
-        latency: (u64, u64),
+        at: Millis,
     ) {
-        let at = self.now + self.rng.range(latency.0, latency.1);
+        let at = match self.sessions.get_mut(&(name.to_string(), inc, id)) {
+            Some(s) => {
+                s.last_ack = s.last_ack.max(at);
+                s.last_ack
+            }
+            None => at,
+        };
         self.push(
             at,
             Ev::SinkAck {
@@ -1508,7 +1608,12 @@ impl Sim {
                     return Ok(());
                 }
                 let cp = self.persisted_checkpoint();
-                self.checker.sink_matches_upstream(&self.upstream, cp)
+                self.checker.sink_matches_upstream(&self.upstream, cp)?;
+                // Caught up (nothing above the checkpoint yet): the downstream's tables too.
+                if cp >= self.upstream.head {
+                    self.downstream.compare(&self.upstream, cp)?;
+                }
+                Ok(())
             }
             Condition::Check(Check::ChangefeedNormal) => {
                 if self.checker.restarted {
@@ -1628,6 +1733,10 @@ impl Sim {
             Op::CreateChangefeed { changefeed } => {
                 self.cf = ChangefeedId::new(changefeed.as_str());
                 let start = self.upstream.head;
+                if self.checker.start_ts.is_none() {
+                    self.downstream =
+                        Downstream::baseline(self.sc.world.sink, &self.upstream, start);
+                }
                 self.checker.set_start(start, &self.upstream);
                 self.created = true;
                 let w = &self.sc.world;
@@ -1882,6 +1991,17 @@ impl Sim {
                     retryable: *retryable,
                 });
             }
+            Op::XSinkLatency { node, table, ms } => {
+                let node = match node {
+                    Some(r) => Some(self.resolve(r).map_err(fail)?),
+                    None => None,
+                };
+                if *ms == 0 {
+                    self.sink_latency.remove(&(node, *table));
+                } else {
+                    self.sink_latency.insert((node, *table), *ms);
+                }
+            }
             Op::XDrop {
                 message,
                 from,
@@ -1972,6 +2092,7 @@ impl Sim {
         self.faults = FaultConfig::default();
         self.drops.clear();
         self.sink_errors.clear();
+        self.sink_latency.clear();
         for n in &names {
             if let Some(x) = self.nodes.get_mut(n) {
                 x.paused_until = 0;
@@ -1986,6 +2107,7 @@ impl Sim {
                 let cp = self.persisted_checkpoint();
                 self.checker
                     .sink_matches_upstream(&self.upstream, cp)
+                    .and_then(|()| self.downstream.compare(&self.upstream, cp))
                     .map_err(|m| Failure {
                         step: None,
                         message: format!("final check: {m}"),

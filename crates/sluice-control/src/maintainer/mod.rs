@@ -15,7 +15,11 @@
 //!   are kept with the changefeed in the meta store (fenced by the epoch) and read back before a
 //!   new maintainer's bootstrap ends.
 //! - **checkpoint** = minimum over every span (whatever its state) and the table trigger, never
-//!   backwards; a span's checkpoint only moves forward, from its own dispatcher's reports.
+//!   backwards; a span's checkpoint only moves forward, from its own dispatcher's reports and the
+//!   barrier (to `T - 1` when its dispatcher waits at a DDL at `T`, to `T` once a DDL its table
+//!   took part in is written): a replacement never starts below a DDL that may have taken effect.
+//! - **the replay rule** ([`replay`]) decides from a schema that knows every DDL the downstream
+//!   recorded (loaded again if the first snapshot misses one).
 //! - **stale traffic** (other epochs, other incarnations, regressed heartbeat sequence, reports from
 //!   a node a span is not bound to) is dropped and counted.
 //! - a retryable dispatcher error never reaches here; a fatal one is reported to the coordinator.
@@ -111,6 +115,14 @@ struct TableState {
     user_split: bool,
 }
 
+/// A second schema load at the end of the bootstrap ([`Maintainer::schema_knows_record`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SchemaRefresh {
+    No,
+    Asked,
+    Done,
+}
+
 #[derive(Clone, Debug)]
 enum Phase {
     Bootstrapping {
@@ -185,6 +197,8 @@ pub struct Maintainer {
     replay: ReplayBounds,
     /// When `LoadApplied` was last sent (`None`: not outstanding).
     applied_asked: Option<Millis>,
+    /// The schema snapshot missed DDLs the downstream recorded: a newer one was asked for (once).
+    schema_refresh: SchemaRefresh,
     /// Why the downstream's record could not be read (the bootstrap waits for it).
     sink_warning: Option<String>,
     /// Dispatchers ignored at bootstrap (only ever filled by the `bootstrap-ignores-unknown-tables`
@@ -257,6 +271,7 @@ impl Maintainer {
             ignored: BTreeSet::new(),
             replay: ReplayBounds::default(),
             applied_asked: None,
+            schema_refresh: SchemaRefresh::No,
             sink_warning: None,
             forget: BTreeMap::new(),
             phase_counts: BTreeMap::new(),
@@ -587,6 +602,11 @@ impl Maintainer {
             return;
         };
         if schema.is_some() {
+            if self.schema_refresh == SchemaRefresh::Asked && persisted_epoch == self.epoch {
+                *schema = Some(snapshot);
+                self.schema_refresh = SchemaRefresh::Done;
+                self.try_finish_bootstrap(ctx, out);
+            }
             return;
         }
         if persisted_epoch != self.epoch {
@@ -805,7 +825,11 @@ impl Maintainer {
             _ => false,
         };
         // Also the persisted table requests and user-split marks must be read (`requests.rs`).
-        if !ready || !self.applied_known(ctx, out) || !self.store.loaded() {
+        if !ready
+            || !self.applied_known(ctx, out)
+            || !self.store.loaded()
+            || !self.schema_knows_record(out)
+        {
             return;
         }
         let Phase::Bootstrapping {
@@ -818,6 +842,48 @@ impl Maintainer {
         };
         self.replay = replay::replay_bounds(&schema, &replay::with_reported(applied, &responses));
         self.finish_bootstrap(ctx, responses, schema, out);
+    }
+
+    /// Whether the schema snapshot has every DDL the downstream recorded (or the nodes report).
+    /// The snapshot was loaded when this maintainer started, and an older maintainer may have
+    /// written DDLs after that, until this one's bootstrap fenced it; the replay rule needs what
+    /// they did (a table they dropped stays gone), so a newer snapshot is loaded first, once (a
+    /// recorded DDL the history does not have then bounds nothing).
+    fn schema_knows_record(&mut self, out: &mut Vec<Effect>) -> bool {
+        let Phase::Bootstrapping {
+            responses,
+            schema: Some(schema),
+            applied: Some(applied),
+        } = &self.phase
+        else {
+            return false;
+        };
+        if self.schema_refresh == SchemaRefresh::Done {
+            return true;
+        }
+        let known: BTreeSet<Ts> = schema.ddls_after.iter().map(|d| d.commit_ts).collect();
+        let unknown = replay::with_reported(applied.clone(), responses)
+            .into_iter()
+            .find(|a| !known.contains(&a.commit_ts));
+        let Some(a) = unknown else {
+            return true;
+        };
+        if self.schema_refresh == SchemaRefresh::No {
+            self.schema_refresh = SchemaRefresh::Asked;
+            self.log(
+                out,
+                format!(
+                    "the downstream applied the DDL at {} after the schema was loaded: loading it again",
+                    a.commit_ts
+                ),
+            );
+            out.push(Effect::LoadSchema {
+                cf: self.cf.clone(),
+                epoch: self.epoch,
+                at_ts: self.start_checkpoint,
+            });
+        }
+        false
     }
 
     /// Whether the downstream's record of applied DDLs is known; asks for it (once every
@@ -1200,6 +1266,7 @@ impl Maintainer {
                 }
             }
             BlockStage::Waiting => {
+                self.raise_to_waiting(id, from, d);
                 // Someone already past the DDL proves it was written. For a DDL the table trigger
                 // takes part in, only once the trigger waits at it too: by then every earlier
                 // DDL that adds, drops or renames tables was applied, so the set of tables it
@@ -1377,7 +1444,9 @@ impl Maintainer {
         if !e.applied {
             e.applied = true;
             let influence = e.influence.clone();
+            let took_part = self.participant_tables(&influence, d);
             self.apply_ddl(ctx, d, &influence, out);
+            self.raise_past_written(&took_part, d);
         }
         let Some(e) = self.barrier.events.get(&d) else {
             return;
@@ -1399,6 +1468,33 @@ impl Maintainer {
             .collect();
         for (id, n) in waiting {
             self.barrier_cmd(out, &n, id, d, BarrierCommand::Pass);
+        }
+    }
+
+    /// A span's dispatcher waits at the DDL at `d`: everything of the span before it is durable,
+    /// so whatever replaces that dispatcher (its node died, an operator moves or splits it)
+    /// starts at `d - 1` at least, not at an older heartbeat's checkpoint: it must not write the
+    /// span's rows again once the DDL may have taken effect (rows before a RENAME under the old
+    /// name, rows of a version a TRUNCATE replaced).
+    fn raise_to_waiting(&mut self, id: DispatcherId, from: &NodeId, d: Ts) {
+        for e in self
+            .spans
+            .values_mut()
+            .filter(|e| e.dispatcher == Some(id) && e.node.as_ref() == Some(from))
+        {
+            e.checkpoint = e.checkpoint.max(d.saturating_sub(1));
+        }
+    }
+
+    /// The DDL at `d` is durable and every span of the tables that took part in it had flushed
+    /// everything before it: their replacements start after the DDL.
+    fn raise_past_written(&mut self, tables: &[TableId], d: Ts) {
+        for e in self
+            .spans
+            .values_mut()
+            .filter(|e| tables.contains(&e.span.table))
+        {
+            e.checkpoint = e.checkpoint.max(d);
         }
     }
 
