@@ -343,20 +343,40 @@ async fn capture_request(
 /// piece of work the simulator does.
 async fn list_holds(State(st): State<AppState>) -> ApiResult {
     holds_allowed(&st)?;
-    let on = st
+    let (on, held) = st
         .query(|s| {
-            sluice_control::hold::HoldPoint::ALL
+            let on = sluice_control::hold::HoldPoint::ALL
                 .iter()
                 .filter(|p| s.node.holds().is_on(**p))
                 .map(|p| p.name())
-                .collect::<Vec<_>>()
+                .collect::<Vec<_>>();
+            (on, held_items(s))
         })
         .await?;
     let points: Vec<&str> = sluice_control::hold::HoldPoint::ALL
         .iter()
         .map(|p| p.name())
         .collect();
-    ok(json!({"node": st.node_id.as_str(), "holds": on, "points": points}))
+    ok(json!({"node": st.node_id.as_str(), "holds": on, "points": points, "held": held}))
+}
+
+/// The work waiting at a hold point on this node now, per changefeed (what a test waits for
+/// before it kills a node).
+fn held_items(s: &Shell) -> Vec<Json> {
+    let holds = s.node.holds();
+    s.node
+        .dispatcher_managers()
+        .flat_map(|(cf, dm)| {
+            dm.held(holds).into_iter().map(move |h| {
+                json!({
+                    "changefeed": cf.as_str(),
+                    "point": h.point.name(),
+                    "table_id": h.table.0,
+                    "dispatcher_id": h.id.to_string(),
+                })
+            })
+        })
+        .collect()
 }
 
 /// Body: `{"point": NAME, "on": BOOL}` or `{"clear": true}` (every point off). Answers the holds
