@@ -1132,6 +1132,9 @@ fn local_dispatcher_items(s: &Shell, cf: &ChangefeedId) -> Vec<Json> {
             dm.dispatchers()
                 .into_iter()
                 .map(|d| {
+                    let block = dm.block_of(d.id).map(|(ts, stage)| {
+                        json!({"commit_ts": ts, "stage": format!("{stage:?}").to_lowercase()})
+                    });
                     json!({
                         "node_id": s.node_id.as_str(),
                         "dispatcher_id": d.id.to_string(),
@@ -1141,6 +1144,7 @@ fn local_dispatcher_items(s: &Shell, cf: &ChangefeedId) -> Vec<Json> {
                         "is_trigger": d.is_trigger,
                         "state": d.state,
                         "checkpoint_ts": d.checkpoint,
+                        "block": block,
                     })
                 })
                 .collect()

@@ -103,6 +103,10 @@ impl Ddl {
             Ddl::AddColumn => "ADD COLUMN",
         }
     }
+    /// The DDL ends the table `m.t` replicates as (TRUNCATE gives it a new id).
+    fn drops(self) -> bool {
+        matches!(self, Ddl::DropDatabase | Ddl::DropTable | Ddl::Truncate)
+    }
     /// The table trigger takes part (it writes the DDL); ADD COLUMN is the table's own.
     fn trigger(self) -> bool {
         self != Ddl::AddColumn
@@ -157,7 +161,11 @@ fn chosen() -> BTreeSet<usize> {
         Some("all") => (1..=12).collect(),
         Some(list) if !list.trim().is_empty() => list
             .split(',')
-            .map(|c| c.trim().parse().expect("SLUICE_DDL_MATRIX: all or 1..12, comma-separated"))
+            .map(|c| {
+                c.trim()
+                    .parse()
+                    .expect("SLUICE_DDL_MATRIX: all or 1..12, comma-separated")
+            })
             .collect(),
         _ => {
             let commit = std::env::var("GIT_COMMIT").unwrap_or_default();
@@ -208,7 +216,9 @@ fn predicted_writer(c: &Cluster, out: &Outputs, ddl: Ddl, t: u64) -> usize {
     let v = c.spans(out).expect("spans");
     let mut items = of_table(&v, t);
     items.sort_by(|a, b| a["start_key"].as_str().cmp(&b["start_key"].as_str()));
-    let node = items[0]["node_id"].as_str().expect("node of the first span");
+    let node = items[0]["node_id"]
+        .as_str()
+        .expect("node of the first span");
     c.index_of(node)
 }
 
@@ -230,21 +240,39 @@ fn held(c: &Cluster, out: &Outputs, point: &str) -> Result<Vec<Vec<Value>>, Stri
         .collect()
 }
 
-/// Waits until the hold is reached where it must be: at the writer for a write hold, at every
-/// dispatcher that passes for a pass hold (both spans for a trigger DDL, the other span's for
-/// ADD COLUMN), and at no other node.
-fn wait_held(c: &Cluster, out: &Outputs, hold: Hold, ddl: Ddl, writer: usize) {
-    let expected: Vec<usize> = match (hold.at_writer(), ddl.trigger()) {
-        (true, _) => (0..2).map(|i| usize::from(i == writer)).collect(),
-        (false, true) => vec![1, 1],
-        (false, false) => (0..2).map(|i| usize::from(i != writer)).collect(),
-    };
-    wait_for(&format!("{} reached ({expected:?})", hold.name()), 60, || {
-        let h = held(c, out, hold.name())?;
+/// Where the hold must be reached (the point, and how much work each server holds there): at
+/// the writer for a write hold; for a pass hold at every dispatcher that passes (both spans for
+/// a trigger DDL, the other span's for ADD COLUMN). A DDL that drops the table has no dispatcher
+/// that passes it (the maintainer never tells a dropped table's dispatchers to pass: they wait
+/// at the DDL until removed), so for it `close_dispatcher` is held too and the place is the
+/// dropped table's two dispatchers, closing.
+fn held_where(hold: Hold, ddl: Ddl, writer: usize) -> (&'static str, Vec<usize>) {
+    match (hold.at_writer(), ddl.trigger()) {
+        (true, _) => (
+            hold.name(),
+            (0..2).map(|i| usize::from(i == writer)).collect(),
+        ),
+        (false, _) if ddl.drops() => ("close_dispatcher", vec![1, 1]),
+        (false, true) => (hold.name(), vec![1, 1]),
+        (false, false) => (
+            hold.name(),
+            (0..2).map(|i| usize::from(i != writer)).collect(),
+        ),
+    }
+}
+
+fn wait_held(c: &Cluster, out: &Outputs, down: &MariaDb, point: &str, expected: &[usize]) {
+    wait_for(&format!("{point} reached ({expected:?})"), 60, || {
+        let h = held(c, out, point)?;
         let counts: Vec<usize> = h.iter().map(|x| x.len()).collect();
-        (counts == expected)
-            .then_some(())
-            .ok_or(format!("held at {}: {h:?}", hold.name()))
+        if counts == expected {
+            return Ok(());
+        }
+        let d = c.dispatchers(out)?;
+        let ddl_ts = down_ddls(down);
+        Err(format!(
+            "held at {point}: {h:?}; dispatchers {d}; downstream ddl_ts {ddl_ts:?}"
+        ))
     });
 }
 
@@ -285,13 +313,20 @@ fn downstream_statements(down: &MariaDb, word: &str) -> Vec<String> {
             .expect("binlog events");
         for e in events {
             if e.get(2).map(String::as_str) == Some("Query")
-                && e.get(5).is_some_and(|info| info.to_uppercase().contains(word))
+                && e.get(5)
+                    .is_some_and(|info| info.to_uppercase().contains(word))
             {
                 found.push(e[5].clone());
             }
         }
     }
     found
+}
+
+/// The downstream's `sluice_sink.ddl_ts` rows (for messages).
+fn down_ddls(down: &MariaDb) -> Vec<Vec<String>> {
+    down.query("SELECT commit_ts, finished, query FROM sluice_sink.ddl_ts ORDER BY commit_ts")
+        .unwrap_or_default()
 }
 
 /// The downstream recorded the DDL finished in `sluice_sink.ddl_ts`.
@@ -370,11 +405,13 @@ fn cell(n: usize) {
 
     up.exec("INSERT INTO m.t VALUES (500, 1), (501, 2); UPDATE m.t SET v = v + 1 WHERE id % 10 = 0; DELETE FROM m.t WHERE id % 37 = 3; INSERT INTO o.k VALUES (3, 3)")
         .expect("rows before the DDL");
+    let (point, expected) = held_where(hold, ddl, writer);
     for i in 0..2 {
         c.holds(&out, i, json!({"point": hold.name()}));
+        c.holds(&out, i, json!({"point": point}));
     }
     up.exec(ddl.sql()).expect("the DDL");
-    wait_held(&c, &out, hold, ddl, writer);
+    wait_held(&c, &out, &down, point, &expected);
     // Only `ddl_before_write` restarts before the downstream ran the DDL.
     let applied = finished(&down, ddl);
     assert_eq!(
