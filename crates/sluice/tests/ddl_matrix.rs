@@ -22,6 +22,11 @@
 //! the maintainer's node; of ADD COLUMN it is the dispatcher of the table's first span (the
 //! maintainer's `try_select_writer`). The test predicts it from the API and checks the
 //! prediction against the work the nodes report held (`GET /api/v2/debug/holds`, `held`).
+//! A DDL that drops the table (DROP DATABASE, DROP TABLE, TRUNCATE) has no dispatcher that
+//! passes it: the maintainer never tells a dropped table's dispatchers to pass, they wait at the
+//! DDL until removed. So in a pass-hold cell of such a DDL `close_dispatcher` is held too, and
+//! the restart comes with the DDL applied downstream and both of the dropped table's dispatchers
+//! held closing (in place of the passers).
 //!
 //! Each cell: rows written before the DDL, the DDL, the hold reached (read from the API), the
 //! restart, the release, rows written after; then, read from the API and the downstream only:
