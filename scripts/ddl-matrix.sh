@@ -15,7 +15,7 @@ SLUICE_DDL_MATRIX=$cells cargo nextest run -p sluice --test ddl_matrix --no-fail
   --success-output immediate >"$log" 2>&1 || status=$?
 {
   echo "# scripts/ddl-matrix.sh $cells at $(git rev-parse --short HEAD), $(date -u +%FT%TZ), $(nproc) cores"
-  grep -E "^ddl matrix cell [0-9]+ \(|^ +(PASS|FAIL) \[|panicked at|not reached within|Summary" "$log" || true
+  grep -E "^ *ddl matrix cell [0-9]+ \(|^ +(PASS|FAIL) \[|panicked at|not reached within|Summary" "$log" || true
 } | tee "$out"
 rm -f "$log"
 exit $status
