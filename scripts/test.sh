@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh test
 
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+# The DDL matrix runs three of its cells, chosen by the commit (SLUICE_DDL_MATRIX=all: every cell).
+export GIT_COMMIT=${GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || true)}
 status=0
 # Style first: formatting and lints are part of the suite (rustfmt and clippy ship with rustup).
 echo "== cargo fmt --check"

@@ -220,7 +220,10 @@ impl Dispatcher {
         }
     }
 
-    fn report(&self) -> DispatcherReport {
+    /// What heartbeats and bootstrap responses say of this dispatcher. A DDL written while
+    /// `ddl_after_write` is on is reported as still being written: the hold keeps the write from
+    /// the maintainer on every path, not only in the block status.
+    fn report(&self, holds: &Holds) -> DispatcherReport {
         let phase = match &self.phase {
             Phase::Creating => DispatcherPhase::Creating,
             // A failed dispatcher still owns its span until removed; its error rides separately.
@@ -234,6 +237,7 @@ impl Dispatcher {
                 Stage::Flushing => return None,
                 Stage::Waiting | Stage::WriteHeld => BlockStage::Waiting,
                 Stage::Writing => BlockStage::Writing,
+                Stage::Written if holds.is_on(HoldPoint::DdlAfterWrite) => BlockStage::Writing,
                 Stage::Written => BlockStage::Written,
             };
             Some(BlockReport {
@@ -628,7 +632,7 @@ impl DispatcherManager {
             }
         }
         let mut reports: Vec<DispatcherReport> =
-            self.dispatchers.values().map(|d| d.report()).collect();
+            self.dispatchers.values().map(|d| d.report(holds)).collect();
         for (id, (span, cp)) in &self.stopped {
             reports.push(stopped_report(*id, span.clone(), *cp));
         }
@@ -1536,7 +1540,7 @@ impl DispatcherManager {
             self.last_hb = Some(now);
             self.hb_seq += 1;
             let mut reports: Vec<DispatcherReport> =
-                self.dispatchers.values().map(|d| d.report()).collect();
+                self.dispatchers.values().map(|d| d.report(holds)).collect();
             for (id, (span, cp)) in &self.stopped {
                 reports.push(stopped_report(*id, span.clone(), *cp));
             }

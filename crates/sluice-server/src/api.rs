@@ -343,20 +343,40 @@ async fn capture_request(
 /// piece of work the simulator does.
 async fn list_holds(State(st): State<AppState>) -> ApiResult {
     holds_allowed(&st)?;
-    let on = st
+    let (on, held) = st
         .query(|s| {
-            sluice_control::hold::HoldPoint::ALL
+            let on = sluice_control::hold::HoldPoint::ALL
                 .iter()
                 .filter(|p| s.node.holds().is_on(**p))
                 .map(|p| p.name())
-                .collect::<Vec<_>>()
+                .collect::<Vec<_>>();
+            (on, held_items(s))
         })
         .await?;
     let points: Vec<&str> = sluice_control::hold::HoldPoint::ALL
         .iter()
         .map(|p| p.name())
         .collect();
-    ok(json!({"node": st.node_id.as_str(), "holds": on, "points": points}))
+    ok(json!({"node": st.node_id.as_str(), "holds": on, "points": points, "held": held}))
+}
+
+/// The work waiting at a hold point on this node now, per changefeed (what a test waits for
+/// before it kills a node).
+fn held_items(s: &Shell) -> Vec<Json> {
+    let holds = s.node.holds();
+    s.node
+        .dispatcher_managers()
+        .flat_map(|(cf, dm)| {
+            dm.held(holds).into_iter().map(move |h| {
+                json!({
+                    "changefeed": cf.as_str(),
+                    "point": h.point.name(),
+                    "table_id": h.table.0,
+                    "dispatcher_id": h.id.to_string(),
+                })
+            })
+        })
+        .collect()
 }
 
 /// Body: `{"point": NAME, "on": BOOL}` or `{"clear": true}` (every point off). Answers the holds
@@ -1112,6 +1132,9 @@ fn local_dispatcher_items(s: &Shell, cf: &ChangefeedId) -> Vec<Json> {
             dm.dispatchers()
                 .into_iter()
                 .map(|d| {
+                    let block = dm.block_of(d.id).map(|(ts, stage)| {
+                        json!({"commit_ts": ts, "stage": format!("{stage:?}").to_lowercase()})
+                    });
                     json!({
                         "node_id": s.node_id.as_str(),
                         "dispatcher_id": d.id.to_string(),
@@ -1121,6 +1144,7 @@ fn local_dispatcher_items(s: &Shell, cf: &ChangefeedId) -> Vec<Json> {
                         "is_trigger": d.is_trigger,
                         "state": d.state,
                         "checkpoint_ts": d.checkpoint,
+                        "block": block,
                     })
                 })
                 .collect()
