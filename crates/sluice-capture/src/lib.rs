@@ -34,6 +34,7 @@ pub mod check;
 pub mod codec;
 pub mod decode;
 pub mod error;
+pub mod foreign_keys;
 pub mod heartbeat;
 pub mod jsonb;
 pub mod keys;

@@ -663,8 +663,20 @@ fn alter_spec(spec: &[Token], explicit_period: bool, out: &mut Vec<String>) {
             "TO" | "AS" => out.push(format!("RENAME TO {}", join(&spec[2..]))),
             _ => out.push(format!("RENAME TO {}", join(&spec[1..]))),
         },
-        "DROP" if matches!(at(1), "CONSTRAINT" | "CHECK" | "FOREIGN") => {}
+        // The history keeps foreign keys by name (a CHECK changes no column).
+        "DROP" if at(1) == "FOREIGN" && at(2) == "KEY" => drop_named(spec, 3, "FOREIGN KEY", out),
+        "DROP" if at(1) == "CONSTRAINT" => drop_named(spec, 2, "CONSTRAINT", out),
+        "DROP" if at(1) == "CHECK" => {}
         _ => out.push(join(spec)),
+    }
+}
+
+/// `DROP FOREIGN KEY [IF EXISTS] name` / `DROP CONSTRAINT [IF EXISTS] name` (the name at
+/// `k`), without IF EXISTS (the history drops only keys it has).
+fn drop_named(spec: &[Token], k: usize, what: &str, out: &mut Vec<String>) {
+    let k = skip_if_exists(spec, k);
+    if let Some(name) = spec.get(k) {
+        out.push(format!("DROP {what} {}", join(std::slice::from_ref(name))));
     }
 }
 
