@@ -8,7 +8,8 @@
 //!   it only removes clauses that change none of them (DEFAULT and ON UPDATE expressions,
 //!   INVISIBLE, COMPRESSED, non-unique indexes, index options, periods, table options other
 //!   than the charset and collation, DISABLE/ENABLE KEYS, ORDER BY, ALTER COLUMN … DEFAULT,
-//!   RENAME INDEX, WAIT/NOWAIT, ONLINE/IGNORE) or spells the same thing as sqlparser expects
+//!   RENAME INDEX, DROP CHECK, WAIT/NOWAIT, ONLINE/IGNORE, IF EXISTS of DROP FOREIGN KEY and
+//!   DROP CONSTRAINT) or spells the same thing as sqlparser expects
 //!   (PERSISTENT is STORED, `RENAME t2` is `RENAME TO t2`, `ADD (a …, b …)` is two ADDs, ENUM
 //!   values written `0x41` are `'A'`, `SERIAL DEFAULT VALUE` is NOT NULL UNIQUE);
 //! - system versioning becomes the columns it makes: MariaDB's implicit `row_start` and
