@@ -799,9 +799,11 @@ mod tests {
     #[test]
     fn old_histories_load_without_keys() {
         let h = h();
-        let mut v: serde_json::Value = serde_json::from_slice(&h.to_json().unwrap()).unwrap();
-        v.as_object_mut().unwrap().remove("foreign_keys");
-        let back = SchemaHistory::from_json(&serde_json::to_vec(&v).unwrap()).unwrap();
+        let json = h.to_json().expect("json");
+        let mut v: serde_json::Value = serde_json::from_slice(&json).expect("value");
+        v.as_object_mut().expect("object").remove("foreign_keys");
+        let old = serde_json::to_vec(&v).expect("old json");
+        let back = SchemaHistory::from_json(&old).expect("an old history loads");
         assert!(back.foreign_keys.tables.is_empty());
         assert_eq!(back.tables, h.tables);
     }
