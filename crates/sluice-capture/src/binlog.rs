@@ -181,6 +181,9 @@ pub struct Transaction {
     pub chunked_rows: usize,
     /// Changes the binlog shows but does not carry as full rows ([`crate::unreplicable`]).
     pub unreplicable: Vec<Unreplicable>,
+    /// What the DELETEs and UPDATEs of this transaction (chunked rows included) did per table,
+    /// for the foreign-key cascades they may cause ([`crate::foreign_keys::cascades`]).
+    pub parent_changes: crate::foreign_keys::ParentChanges,
 }
 
 /// Rows of a transaction not finished yet.
@@ -218,6 +221,8 @@ struct Pending {
     statement: Option<Statement>,
     /// Changes of this transaction that cannot be replicated ([`crate::unreplicable`]).
     unreplicable: Vec<Unreplicable>,
+    /// DELETEs and UPDATEs per table (see [`Transaction::parent_changes`]).
+    parents: crate::foreign_keys::ParentChanges,
 }
 
 impl Pending {
@@ -232,6 +237,7 @@ impl Pending {
             chunked: 0,
             statement: None,
             unreplicable: Vec::new(),
+            parents: Default::default(),
         }
     }
 }
@@ -694,6 +700,9 @@ impl BinlogReader {
         match problem {
             Ok(changes) => {
                 if let Some(p) = self.pending.as_mut() {
+                    if kind != RowKind::Insert {
+                        note_parent_rows(&mut p.parents, &meta, kind, &changes);
+                    }
                     p.rows.extend(changes);
                 }
             }
@@ -733,8 +742,33 @@ impl BinlogReader {
             statement: statement.or(p.statement),
             chunked_rows: p.chunked,
             unreplicable: p.unreplicable,
+            parent_changes: p.parents,
         }))
     }
+}
+
+/// Records a DELETE or UPDATE event's rows for the foreign-key cascades they may cause.
+fn note_parent_rows(
+    parents: &mut crate::foreign_keys::ParentChanges,
+    meta: &TableMeta,
+    kind: RowKind,
+    changes: &[RowChange],
+) {
+    let names: Vec<String> = match kind {
+        RowKind::Update => meta.columns.iter().map(|c| c.name.clone()).collect(),
+        _ => Vec::new(),
+    };
+    let updates = changes
+        .iter()
+        .filter(|_| kind == RowKind::Update)
+        .filter_map(|c| Some((c.before.as_deref()?, c.after.as_deref()?)));
+    crate::foreign_keys::note_rows(
+        parents,
+        (&meta.database, &meta.table),
+        &names,
+        kind == RowKind::Delete,
+        updates,
+    );
 }
 
 /// Decodes the rows of one ROWS event (the fast parser first, mysql_common's generic path for

@@ -168,6 +168,24 @@ fn set_aside_unknown_tables(history: &SchemaHistory, txn: &mut Transaction) {
     });
 }
 
+/// Child rows InnoDB changed through foreign-key cascades of this transaction's DELETEs and
+/// UPDATEs are not in the binlog: each child table's change is unreplicable, once per
+/// transaction ([`crate::foreign_keys`]). Keys are read before the transaction's own DDL.
+fn note_cascades(history: &SchemaHistory, txn: &mut Transaction) {
+    if txn.parent_changes.is_empty() || history.foreign_keys.tables.is_empty() {
+        return;
+    }
+    let before = txn.commit_ts.saturating_sub(2);
+    for u in crate::foreign_keys::cascades(history, before, &txn.parent_changes) {
+        if txn.unreplicable.len() >= crate::unreplicable::MAX_PER_TRANSACTION {
+            break;
+        }
+        if !txn.unreplicable.iter().any(|x| x.tables == u.tables) {
+            txn.unreplicable.push(u);
+        }
+    }
+}
+
 /// Whether the transaction's own statement creates `db.t` (its rows are then known once it is
 /// applied).
 fn txn_creates(stmt: Option<&crate::binlog::Statement>, db: &str, t: &str) -> bool {
@@ -183,6 +201,7 @@ fn txn_creates(stmt: Option<&crate::binlog::Statement>, db: &str, t: &str) -> bo
 pub fn convert(history: &mut SchemaHistory, mut txn: Transaction) -> Result<Vec<Captured>> {
     let mut out = Vec::with_capacity(1);
     set_aside_unknown_tables(history, &mut txn);
+    note_cascades(history, &mut txn);
     if let Some(marker) = unreplicable_marker(history, &txn) {
         out.push(Captured::Ddl(marker));
     }

@@ -3,7 +3,8 @@
 //! positions ([`pos`]), row keys ([`keys`]), the schema history ([`schema`]; column charsets and
 //! collations in [`charset`], MariaDB's DDL syntax made parseable in [`mariadb_sql`];
 //! definitions taken from the binlog where the history cannot follow a DDL or disagrees with
-//! the binlog in [`binlog_schema`]), the glue that turns transactions into Sluice events and feeds the
+//! the binlog in [`binlog_schema`]; foreign keys, and the cascades the binlog never shows, in
+//! [`foreign_keys`]), the glue that turns transactions into Sluice events and feeds the
 //! store ([`capture`]), the per-node event store ([`store`], records in [`codec`]), regions from
 //! upstream statistics ([`regions`]) and the opt-in heartbeat table ([`heartbeat`]).
 //! `docs/capture.md` is the operator's view.
@@ -34,6 +35,7 @@ pub mod check;
 pub mod codec;
 pub mod decode;
 pub mod error;
+pub mod foreign_keys;
 pub mod heartbeat;
 pub mod jsonb;
 pub mod keys;

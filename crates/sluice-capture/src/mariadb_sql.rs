@@ -8,7 +8,8 @@
 //!   it only removes clauses that change none of them (DEFAULT and ON UPDATE expressions,
 //!   INVISIBLE, COMPRESSED, non-unique indexes, index options, periods, table options other
 //!   than the charset and collation, DISABLE/ENABLE KEYS, ORDER BY, ALTER COLUMN … DEFAULT,
-//!   RENAME INDEX, WAIT/NOWAIT, ONLINE/IGNORE) or spells the same thing as sqlparser expects
+//!   RENAME INDEX, DROP CHECK, WAIT/NOWAIT, ONLINE/IGNORE, IF EXISTS of DROP FOREIGN KEY and
+//!   DROP CONSTRAINT) or spells the same thing as sqlparser expects
 //!   (PERSISTENT is STORED, `RENAME t2` is `RENAME TO t2`, `ADD (a …, b …)` is two ADDs, ENUM
 //!   values written `0x41` are `'A'`, `SERIAL DEFAULT VALUE` is NOT NULL UNIQUE);
 //! - system versioning becomes the columns it makes: MariaDB's implicit `row_start` and
@@ -663,8 +664,20 @@ fn alter_spec(spec: &[Token], explicit_period: bool, out: &mut Vec<String>) {
             "TO" | "AS" => out.push(format!("RENAME TO {}", join(&spec[2..]))),
             _ => out.push(format!("RENAME TO {}", join(&spec[1..]))),
         },
-        "DROP" if matches!(at(1), "CONSTRAINT" | "CHECK" | "FOREIGN") => {}
+        // The history keeps foreign keys by name (a CHECK changes no column).
+        "DROP" if at(1) == "FOREIGN" && at(2) == "KEY" => drop_named(spec, 3, "FOREIGN KEY", out),
+        "DROP" if at(1) == "CONSTRAINT" => drop_named(spec, 2, "CONSTRAINT", out),
+        "DROP" if at(1) == "CHECK" => {}
         _ => out.push(join(spec)),
+    }
+}
+
+/// `DROP FOREIGN KEY [IF EXISTS] name` / `DROP CONSTRAINT [IF EXISTS] name` (the name at
+/// `k`), without IF EXISTS (the history drops only keys it has).
+fn drop_named(spec: &[Token], k: usize, what: &str, out: &mut Vec<String>) {
+    let k = skip_if_exists(spec, k);
+    if let Some(name) = spec.get(k) {
+        out.push(format!("DROP {what} {}", join(std::slice::from_ref(name))));
     }
 }
 

@@ -115,6 +115,10 @@ pub struct SchemaHistory {
     /// repaired from the binlog): whoever keeps or publishes the history saves it again.
     #[serde(default)]
     pub revision: u64,
+    /// Every table's foreign keys over time ([`crate::foreign_keys`]). Empty in histories
+    /// persisted before it existed.
+    #[serde(default)]
+    pub foreign_keys: crate::foreign_keys::ForeignKeys,
 }
 
 /// A boxed future, so [`SchemaStore`] can be implemented over async clients (etcd) and used as
@@ -476,6 +480,7 @@ impl SchemaHistory {
             charsets: CharsetDefaults::default(),
             repairs: Vec::new(),
             revision: 0,
+            foreign_keys: Default::default(),
         }
     }
 
@@ -638,7 +643,21 @@ impl SchemaHistory {
                 }],
             );
         }
+        let fk_rows: Vec<crate::foreign_keys::SnapshotRow> = conn
+            .query(crate::foreign_keys::SNAPSHOT_QUERY)
+            .await
+            .map_err(e)?;
+        h.snapshot_foreign_keys(fk_rows);
         Ok(h)
+    }
+
+    /// The foreign keys read at the snapshot, on the snapshot's tables (ts 0).
+    fn snapshot_foreign_keys(&mut self, rows: Vec<crate::foreign_keys::SnapshotRow>) {
+        for ((db, t), keys) in crate::foreign_keys::group_snapshot(rows) {
+            if let Some(id) = self.find_id(&db, &t, 0) {
+                self.foreign_keys.set(id, 0, keys);
+            }
+        }
     }
 
     pub fn to_json(&self) -> Result<Vec<u8>> {
@@ -1370,6 +1389,12 @@ impl SchemaHistory {
                     }
                 };
                 self.push_version(schema, ts);
+                // CREATE TABLE … LIKE copies no foreign keys (as the server).
+                if ct.like.is_none() {
+                    let keys =
+                        crate::foreign_keys::of_create(&ct.constraints, &ct.columns, &db, &t);
+                    self.foreign_keys.set(id, ts, keys);
+                }
                 if let Some(old) = replaced {
                     self.charsets.tables.remove(&old);
                 }
@@ -1534,7 +1559,15 @@ impl SchemaHistory {
                 let (key_columns, unique_keys) = choose_key(&s.columns, &keys.pk, &keys.uniques);
                 s.key_columns = key_columns;
                 s.unique_keys = unique_keys;
+                let (ndb, nt) = (s.database.clone(), s.name.clone());
                 self.push_version(s, ts);
+                let keys = crate::foreign_keys::of_alter(&at.operations, &db);
+                if !keys.is_empty() {
+                    self.foreign_keys.alter(id, ts, &t, keys);
+                }
+                if renamed.is_some() {
+                    self.foreign_keys.renamed(id, (&db, &t), (&ndb, &nt), ts);
+                }
                 touched.push(id);
                 if let Some(n) = renamed {
                     inf.renamed.push((id, n));
@@ -1556,6 +1589,7 @@ impl SchemaHistory {
                     s.database = ndb.clone();
                     s.name = nt.clone();
                     self.push_version(s, ts);
+                    self.foreign_keys.renamed(id, (&odb, &ot), (&ndb, &nt), ts);
                     at = ts;
                     touched.push(id);
                     inf.renamed.retain(|(i, _)| *i != id);
@@ -1576,6 +1610,7 @@ impl SchemaHistory {
                     self.close(old, ts);
                     s.table_id = TableId(ts);
                     self.push_version(s, ts);
+                    self.foreign_keys.carry(old, TableId(ts), ts);
                     if let Some(cc) = self.charsets.tables.remove(&old) {
                         self.charsets.tables.insert(TableId(ts), cc);
                     }

@@ -7,6 +7,8 @@
 //! - **Incomplete row images**: a session with `binlog_row_image=MINIMAL` or `NOBLOB` logs only
 //!   some columns of a row.
 //! - **Rows capture cannot decode** (a type or value it does not support).
+//! - **Foreign-key cascades**: child rows InnoDB changes for a parent's DELETE or UPDATE
+//!   ([`crate::foreign_keys`]).
 //!
 //! Each becomes an [`Unreplicable`] for the tables it touches; capture turns a transaction's
 //! into one [`sluice_types::DdlKind::Unreplicable`] event at the transaction's position, which
