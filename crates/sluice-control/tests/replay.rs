@@ -372,7 +372,8 @@ fn a_ddl_the_downstream_applied_after_the_schema_was_loaded_is_learned_before_th
         filter: Default::default(),
     };
     let mut out = Vec::new();
-    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n1(), CP, config, &mut out);
+    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n1(), CP, config.clone(), &mut out);
+    common::answer_meta(&mut m, &ctx, EPOCH, &config, &mut out);
     let mut early = snapshot();
     early.ddls_after.retain(|d| d.commit_ts < DROP_TS);
     m.on_schema(&ctx, early, EPOCH, &mut out);
@@ -425,7 +426,8 @@ fn bootstrap_after_refresh(
         filter: Default::default(),
     };
     let mut out = Vec::new();
-    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n1(), CP, config, &mut out);
+    let mut m = Maintainer::new(&ctx, cf(), EPOCH, n1(), CP, config.clone(), &mut out);
+    common::answer_meta(&mut m, &ctx, EPOCH, &config, &mut out);
     m.on_schema(&ctx, snapshot(), EPOCH, &mut out);
     m.on_message(&ctx, &n1(), response(vec![]), &mut out);
     m.on_applied(&ctx, Ok(applied), &mut out);
