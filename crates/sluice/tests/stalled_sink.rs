@@ -50,8 +50,22 @@ fn stalled_sink_stays_under_the_memory_quota() {
         "stall",
         &format!("{down_url}/?max-retries=1000"),
     );
-    // The changefeed runs (bootstrapped: it read the downstream's DDL record) before the stall.
-    wait_checkpoint(&out, &server.url(), "stall", master_ts(&up), 60);
+    // The changefeed runs (bootstrapped: it read the downstream's DDL record, its dispatcher
+    // works) before the stall.
+    wait_for("a working dispatcher", 60, || {
+        let (_, v) = api_raw(
+            &server.url(),
+            "GET",
+            "/api/v2/changefeeds/stall/dispatchers",
+            None,
+        )?;
+        out.add(&v.to_string());
+        let working = v["items"].as_array().is_some_and(|a| {
+            a.iter()
+                .any(|d| d["is_trigger"] == false && d["state"] == "working")
+        });
+        working.then_some(()).ok_or(v.to_string())
+    });
     let pid = server.child.as_ref().map(|c| c.id()).expect("server pid");
     let baseline = rss(pid);
     let dpid = down.pid().expect("downstream pid");
