@@ -4,15 +4,15 @@
 //! being removed is ignored.
 
 mod common;
+use common::World;
 
 use sluice_control::config::ChangefeedConfig;
 use sluice_control::io::{Effect, SchemaSnapshot, TableInfo};
-use sluice_control::maintainer::{Ctx, Maintainer};
+use sluice_control::maintainer::Maintainer;
 use sluice_control::msg::{
     ClosePurpose, DispatcherErrorReport, DispatcherPhase, DispatcherReport, Message,
 };
-use sluice_types::{ChangefeedId, DispatcherId, Epoch, Key, NodeId, Span, TableId};
-use std::collections::{BTreeMap, BTreeSet};
+use sluice_types::{ChangefeedId, DispatcherId, Epoch, NodeId, Span, TableId};
 
 const EPOCH: Epoch = Epoch(2);
 
@@ -24,34 +24,6 @@ fn n(s: &str) -> NodeId {
 }
 fn id(seq: u64) -> DispatcherId {
     DispatcherId { epoch: 1, seq }
-}
-
-struct World {
-    alive: BTreeMap<NodeId, u64>,
-    none: BTreeSet<NodeId>,
-    regions: BTreeMap<TableId, Vec<Key>>,
-    coordinator: NodeId,
-}
-
-impl World {
-    fn new() -> Self {
-        World {
-            alive: [(n("n1"), 1), (n("n2"), 1)].into_iter().collect(),
-            none: BTreeSet::new(),
-            regions: BTreeMap::new(),
-            coordinator: n("n1"),
-        }
-    }
-    fn ctx(&self, now: u64) -> Ctx<'_> {
-        Ctx {
-            now,
-            alive: &self.alive,
-            cordoned: &self.none,
-            draining: &self.none,
-            regions: &self.regions,
-            coordinator: Some(&self.coordinator),
-        }
-    }
 }
 
 fn report(d: DispatcherId, table: u64) -> DispatcherReport {
@@ -153,7 +125,7 @@ fn dispatcher_error(epoch: Epoch, d: DispatcherId, message: &str) -> Message {
 
 #[test]
 fn an_error_in_a_heartbeat_counts_when_the_one_shot_message_was_lost() {
-    let w = World::new();
+    let w = World::of(&["n1", "n2"]);
     let mut m = maintainer(&w);
     let mut out = Vec::new();
     m.on_message(&w.ctx(10), &n("n2"), heartbeat(1, EPOCH, &[]), &mut out);
@@ -188,7 +160,7 @@ fn an_error_in_a_heartbeat_counts_when_the_one_shot_message_was_lost() {
 
 #[test]
 fn errors_of_other_epochs_nodes_or_dispatchers_are_ignored() {
-    let w = World::new();
+    let w = World::of(&["n1", "n2"]);
     let mut m = maintainer(&w);
     let mut out = Vec::new();
     let ctx = w.ctx(10);
@@ -241,7 +213,7 @@ fn errors_of_other_epochs_nodes_or_dispatchers_are_ignored() {
 
 #[test]
 fn an_error_of_a_dispatcher_being_removed_is_ignored() {
-    let w = World::new();
+    let w = World::of(&["n1", "n2"]);
     let mut m = maintainer(&w);
     let mut out = Vec::new();
     // The node reports id(5) closing (a remove is under way): it is being replaced.
@@ -283,7 +255,7 @@ fn an_error_of_a_dispatcher_being_removed_is_ignored() {
 /// that node reports them, and are gone with the first heartbeat without them.
 #[test]
 fn warnings_follow_the_nodes_heartbeats() {
-    let w = World::new();
+    let w = World::of(&["n1", "n2"]);
     let mut m = maintainer(&w);
     let mut out = Vec::new();
     let mut hb = heartbeat(1, EPOCH, &[]);

@@ -5,10 +5,11 @@
 //! such a DDL creates only what comes after it.
 
 mod common;
+use common::World;
 
 use sluice_control::config::ChangefeedConfig;
 use sluice_control::io::{AppliedDdl, Effect, SchemaSnapshot, TableInfo};
-use sluice_control::maintainer::{Ctx, Maintainer};
+use sluice_control::maintainer::Maintainer;
 use sluice_control::msg::{
     BarrierCommand, BlockReport, BlockStage, DispatcherPhase, DispatcherReport, Message,
 };
@@ -16,7 +17,7 @@ use sluice_types::{
     ChangefeedId, DdlEvent, DdlInfluence, DdlKind, Epoch, InfluenceScope, Key, NodeId, Span,
     TableId, Ts,
 };
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 const EPOCH: Epoch = Epoch(3);
 const CP: Ts = 100;
@@ -33,34 +34,6 @@ fn cf() -> ChangefeedId {
 }
 fn n1() -> NodeId {
     NodeId::new("n1")
-}
-
-struct World {
-    alive: BTreeMap<NodeId, u64>,
-    none: BTreeSet<NodeId>,
-    regions: BTreeMap<TableId, Vec<Key>>,
-    coordinator: NodeId,
-}
-
-impl World {
-    fn new() -> Self {
-        World {
-            alive: [(n1(), 1)].into_iter().collect(),
-            none: BTreeSet::new(),
-            regions: BTreeMap::new(),
-            coordinator: n1(),
-        }
-    }
-    fn ctx(&self, now: u64) -> Ctx<'_> {
-        Ctx {
-            now,
-            alive: &self.alive,
-            cordoned: &self.none,
-            draining: &self.none,
-            regions: &self.regions,
-            coordinator: Some(&self.coordinator),
-        }
-    }
 }
 
 fn ddl(ts: Ts, kind: DdlKind, influence: DdlInfluence) -> DdlEvent {
@@ -213,7 +186,7 @@ fn finished(ts: Ts) -> AppliedDdl {
 
 #[test]
 fn tables_a_finished_ddl_truncated_or_dropped_are_not_replayed() {
-    let w = World::new();
+    let w = World::of(&["n1"]);
     let (mut m, mut creates) = bootstrap(&w, vec![finished(TRUNCATE_TS), finished(DROP_TS)]);
     assert_eq!(
         creates.get(&HOLD),
@@ -254,7 +227,7 @@ fn tables_a_finished_ddl_truncated_or_dropped_are_not_replayed() {
 #[test]
 fn without_a_record_every_table_replays_from_the_checkpoint() {
     // The contrast: the same history with nothing applied downstream replays all of it.
-    let w = World::new();
+    let w = World::of(&["n1"]);
     let (_, creates) = bootstrap(&w, Vec::new());
     for t in [HOLD, TT, T5] {
         assert_eq!(creates.get(&t), Some(&CP), "{creates:?}");
@@ -263,7 +236,7 @@ fn without_a_record_every_table_replays_from_the_checkpoint() {
 
 #[test]
 fn a_started_ddl_replays_itself_but_no_row_before_it() {
-    let w = World::new();
+    let w = World::of(&["n1"]);
     let started = AppliedDdl {
         commit_ts: DROP_TS,
         finished: false,
@@ -277,7 +250,7 @@ fn a_started_ddl_replays_itself_but_no_row_before_it() {
 fn a_surviving_writer_counts_as_a_record() {
     // n2 survived with t5's dispatcher writing the DROP (told by the old maintainer); the sink
     // read may predate the write. t5's other span, on the restarted n1, must not replay rows.
-    let mut w = World::new();
+    let mut w = World::of(&["n1"]);
     w.alive.insert(NodeId::new("n2"), 1);
     let ctx = w.ctx(0);
     let config = ChangefeedConfig {
@@ -328,7 +301,7 @@ fn a_surviving_writer_counts_as_a_record() {
 
 #[test]
 fn an_unreadable_sink_keeps_the_bootstrap_waiting_with_a_warning() {
-    let w = World::new();
+    let w = World::of(&["n1"]);
     let ctx = w.ctx(0);
     let config = ChangefeedConfig {
         sink_uri: "mysql://down".into(),
@@ -362,7 +335,7 @@ fn a_ddl_the_downstream_applied_after_the_schema_was_loaded_is_learned_before_th
     // The schema was loaded while the previous maintainer still ran; it then wrote the DROP of
     // t5 before this maintainer's bootstrap fenced it. The record names a DDL the snapshot does
     // not have: the maintainer loads the schema again before it decides where tables start.
-    let w = World::new();
+    let w = World::of(&["n1"]);
     let ctx = w.ctx(0);
     let config = ChangefeedConfig {
         sink_uri: "mysql://down".into(),
@@ -404,7 +377,7 @@ fn a_ddl_the_downstream_applied_after_the_schema_was_loaded_is_learned_before_th
 #[test]
 fn a_recorded_ddl_the_history_never_has_does_not_hold_the_bootstrap() {
     // Loaded again once; a record the newer history still lacks bounds nothing.
-    let w = World::new();
+    let w = World::of(&["n1"]);
     let (_, creates) = bootstrap_after_refresh(&w, vec![finished(DROP_TS + 50)]);
     for t in [HOLD, TT, T5] {
         assert_eq!(creates.get(&t), Some(&CP), "{creates:?}");
