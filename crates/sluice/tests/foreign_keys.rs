@@ -9,11 +9,6 @@
 
 mod common;
 use common::*;
-use serde_json::Value;
-
-fn feed(out: &Outputs, s: &str, id: &str) -> Value {
-    api(out, s, "GET", &format!("/api/v2/changefeeds/{id}"), None).1
-}
 
 /// Waits until `sql` downstream returns `want`.
 fn wait_value(down: &sluice_testkit::mariadb::MariaDb, sql: &str, want: &str, what: &str) {
@@ -150,27 +145,11 @@ fn a_cascading_parent_delete_stops_the_children_not_the_others() {
     down.exec("DELETE FROM f.c WHERE id = 1").expect("re-copy");
     let cfg = dir.join("go-on.toml");
     std::fs::write(&cfg, "[filter]\nignore-event = [\"unreplicable\"]\n").expect("config");
-    for (verb, extra) in [
-        ("pause", vec![]),
-        ("update", vec!["--config", cfg.to_str().unwrap_or("")]),
-        ("resume", vec![]),
-    ] {
-        let mut args = vec!["cli", "--server", &s, "changefeed", verb, "-c", name];
-        args.extend(extra);
-        let r = sluice(&out, &args);
-        assert_eq!(r.code, 0, "{verb}: {} {}", r.stdout, r.stderr);
-    }
+    pause_update_resume(&out, &s, name, &["--config", cfg.to_str().unwrap_or("")]);
     up.exec("INSERT INTO f.c VALUES (4, 3)")
         .expect("after the fix");
     wait_checkpoint(&out, &s, name, master_ts(&up), 60);
-    wait_for("normal again", 30, || {
-        let v = feed(&out, &s, name);
-        if v["state"] == "normal" {
-            Ok(())
-        } else {
-            Err(v.to_string())
-        }
-    });
+    wait_state(&out, &s, name, "normal", 30);
     let r = check(&out, &up_url, &down_url, "f.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
 }

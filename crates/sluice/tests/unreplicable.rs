@@ -35,23 +35,6 @@ fn wait_rows(down: &sluice_testkit::mariadb::MariaDb, table: &str, n: &str, what
     });
 }
 
-/// `changefeed pause`, `update ARGS`, `resume` of `id`, each succeeding.
-fn pause_update_resume(out: &Outputs, s: &str, id: &str, update: &[&str]) {
-    let with = |verb: &str, extra: &[&str]| {
-        let mut args = vec!["cli", "--server", s, "changefeed", verb, "-c", id];
-        args.extend_from_slice(extra);
-        let r = sluice(out, &args);
-        assert_eq!(r.code, 0, "{verb}: {} {}", r.stdout, r.stderr);
-    };
-    with("pause", &[]);
-    with("update", update);
-    with("resume", &[]);
-}
-
-fn feed(out: &Outputs, s: &str, id: &str) -> Value {
-    api(out, s, "GET", &format!("/api/v2/changefeeds/{id}"), None).1
-}
-
 /// The setting a session changes, and a statement that writes `u.stopped` under it.
 fn stops_the_table_then_goes_on(name: &str, session: &str, needle: &str) {
     let out = Outputs::default();
@@ -106,14 +89,7 @@ fn stops_the_table_then_goes_on(name: &str, session: &str, needle: &str) {
     up.exec("INSERT INTO u.stopped VALUES (3, 3, 3)")
         .expect("after");
     wait_checkpoint(&out, &s, name, master_ts(&up), 60);
-    wait_for("normal again", 30, || {
-        let v = feed(&out, &s, name);
-        if v["state"] == "normal" {
-            Ok(())
-        } else {
-            Err(v.to_string())
-        }
-    });
+    wait_state(&out, &s, name, "normal", 30);
     let r = check(&out, &up_url, &down_url, "u.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
 }

@@ -369,3 +369,36 @@ pub fn check(out: &Outputs, up: &str, down: &str, tables: &str) -> Run {
         ],
     )
 }
+
+/// The changefeed `id` as `GET /api/v2/changefeeds/{id}` shows it.
+pub fn feed(out: &Outputs, server: &str, id: &str) -> Value {
+    api(
+        out,
+        server,
+        "GET",
+        &format!("/api/v2/changefeeds/{id}"),
+        None,
+    )
+    .1
+}
+
+/// Waits until the changefeed reads `state`.
+pub fn wait_state(out: &Outputs, server: &str, id: &str, state: &str, secs: u64) {
+    wait_for(&format!("{id} {state}"), secs, || {
+        let v = feed(out, server, id);
+        (v["state"] == state).then_some(()).ok_or(v.to_string())
+    });
+}
+
+/// `changefeed pause`, `update ARGS`, `resume` of `id`, each succeeding.
+pub fn pause_update_resume(out: &Outputs, server: &str, id: &str, update: &[&str]) {
+    let with = |verb: &str, extra: &[&str]| {
+        let mut args = vec!["cli", "--server", server, "changefeed", verb, "-c", id];
+        args.extend_from_slice(extra);
+        let r = sluice(out, &args);
+        assert_eq!(r.code, 0, "{verb}: {} {}", r.stdout, r.stderr);
+    };
+    with("pause", &[]);
+    with("update", update);
+    with("resume", &[]);
+}
