@@ -933,7 +933,7 @@ impl Maintainer {
             }
             Err(e) => {
                 let w = truncate_error(format!(
-                    "waiting for the sink: cannot read which DDLs it applied ({e}); retrying"
+                    "waiting for the sink: cannot read which DDLs it applied ({e}); check that the downstream is up and reachable (retrying every 2 s)"
                 ));
                 self.log(out, w.clone());
                 self.sink_warning = Some(w);
