@@ -25,6 +25,9 @@
 //!   more, its sink session is closed) and keeps its first error, which goes to the owner at once
 //!   and again in every heartbeat until the dispatcher is removed (the changefeed's close), so a
 //!   lost message or a maintainer failover cannot hide it.
+//! - **never below an applied DDL**: a span dispatcher the maintainer did not start at a floor it
+//!   knows reads its table's replay floor from the downstream before it subscribes, and starts
+//!   no lower (`floor.rs`).
 
 use crate::config::{
     ChangefeedConfig, HEARTBEAT_MS, MAX_BUFFERED_ITEMS, MAX_ERRORS_PER_HEARTBEAT,
@@ -41,6 +44,8 @@ use sluice_types::{
     TableId, Ts,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+mod floor;
 
 /// A bootstrap request kept while `bootstrap_response` is held: (sender, epoch, trigger, config).
 type HeldBootstrap = (NodeId, Epoch, Option<(DispatcherId, Ts)>, ChangefeedConfig);
@@ -130,6 +135,10 @@ struct Dispatcher {
     /// Stopped at an unreplicable change of its table (`DdlKind::Unreplicable`): its ts and
     /// what it says. The dispatcher goes no further until the event is let through.
     halted: Option<(Ts, String)>,
+    /// Its start ts is at or above its table's replay floor (see `floor.rs`).
+    floor_known: bool,
+    /// Waiting for its replay floor before it subscribes (see `floor.rs`).
+    floor_wait: Option<floor::FloorWait>,
 }
 
 impl Dispatcher {
@@ -159,12 +168,17 @@ impl Dispatcher {
             sink_failures_since: 0,
             last_sink_error: None,
             halted: None,
+            floor_known: is_trigger,
+            floor_wait: None,
         }
     }
 
     /// What stops this dispatcher's progress without failing it: a halt (see `halted`), or
     /// retryable sink errors with no progress since the last one.
     fn warning(&self) -> Option<String> {
+        if let Some(w) = self.floor_warning() {
+            return Some(w);
+        }
         if let Some((ts, what)) = &self.halted {
             return Some(format!(
                 "span {:?} of table {} stopped at ts {ts}: {what}",
@@ -366,6 +380,7 @@ impl DispatcherManager {
             };
             if d.phase == Phase::Creating
                 && d.merge_sources.is_empty()
+                && d.floor_wait.is_none()
                 && holds.is_on(HoldPoint::CreateDispatcher)
             {
                 push(HoldPoint::CreateDispatcher);
@@ -510,10 +525,11 @@ impl DispatcherManager {
                 id,
                 span,
                 start_ts,
+                floor_known,
                 ..
             } => {
                 if self.admits(from, epoch, "create", out) {
-                    self.create(id, span, start_ts, holds, out);
+                    self.create(id, span, start_ts, floor_known, holds, out);
                 }
             }
             Message::Remove {
@@ -649,6 +665,11 @@ impl DispatcherManager {
     }
 
     fn start_dispatcher(&mut self, mut d: Dispatcher, out: &mut Vec<Effect>) {
+        if !d.floor_known {
+            // Never below what the downstream already applied for its table: ask first.
+            self.ask_floor(d, out);
+            return;
+        }
         d.phase = Phase::Working;
         out.push(Effect::Subscribe {
             cf: self.cf.clone(),
@@ -673,11 +694,13 @@ impl DispatcherManager {
             .map(|d| d.id)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn create(
         &mut self,
         id: DispatcherId,
         span: Span,
         start_ts: Ts,
+        floor_known: bool,
         holds: &Holds,
         out: &mut Vec<Effect>,
     ) {
@@ -721,7 +744,8 @@ impl DispatcherManager {
             );
             return;
         }
-        let d = Dispatcher::new(id, span, false, start_ts, Phase::Creating);
+        let mut d = Dispatcher::new(id, span, false, start_ts, Phase::Creating);
+        d.floor_known = floor_known;
         if holds.is_on(HoldPoint::CreateDispatcher) {
             self.dispatchers.insert(id, d);
         } else {
@@ -742,7 +766,7 @@ impl DispatcherManager {
             return;
         };
         match &mut d.phase {
-            Phase::Creating if !d.merge_sources.is_empty() => {
+            Phase::Creating if !d.merge_sources.is_empty() && d.floor_wait.is_none() => {
                 // A merge target waiting for its sources: it will not start.
                 d.remove_after_merge = true;
             }
@@ -1247,7 +1271,11 @@ impl DispatcherManager {
                 let held: Vec<DispatcherId> = self
                     .dispatchers
                     .values()
-                    .filter(|d| d.phase == Phase::Creating && d.merge_sources.is_empty())
+                    .filter(|d| {
+                        d.phase == Phase::Creating
+                            && d.merge_sources.is_empty()
+                            && d.floor_wait.is_none()
+                    })
                     .map(|d| d.id)
                     .collect();
                 for id in held {
@@ -1516,6 +1544,7 @@ impl DispatcherManager {
 
     /// Periodic work: heartbeats, resends.
     pub fn on_tick(&mut self, now: Millis, holds: &Holds, out: &mut Vec<Effect>) {
+        self.retry_floors(now, out);
         let ids: Vec<DispatcherId> = self.dispatchers.keys().copied().collect();
         for id in ids {
             self.pump(id, now, holds, out);

@@ -139,6 +139,13 @@ pub enum Input {
         epoch: Epoch,
         result: Result<Vec<AppliedDdl>, String>,
     },
+    /// The answer to `LoadFloor`: where the dispatcher `id` may start at the earliest (the
+    /// latest DDL of its table the downstream recorded; 0: none), or why it could not be read.
+    Floor {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        result: Result<Ts, String>,
+    },
     Regions {
         table: TableId,
         regions: Vec<Key>,
@@ -273,6 +280,16 @@ pub enum Effect {
     LoadApplied {
         cf: ChangefeedId,
         epoch: Epoch,
+        sink_uri: String,
+        after: Ts,
+    },
+    /// Compute the replay floor of `table` for a dispatcher about to start at `after`: the
+    /// sink's record of DDLs above `after` ([`AppliedDdl`]) bounded by the schema history as
+    /// [`crate::maintainer::replay::table_floor`] does; answered by `Input::Floor`.
+    LoadFloor {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        table: TableId,
         sink_uri: String,
         after: Ts,
     },

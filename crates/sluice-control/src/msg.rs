@@ -187,6 +187,10 @@ pub enum Message {
         id: DispatcherId,
         span: Span,
         start_ts: Ts,
+        /// `start_ts` is already at or above the table's replay floor (the maintainer read the
+        /// downstream's record at its bootstrap and no dispatcher served the span since); when
+        /// false, the dispatcher reads the floor before it subscribes (see `replay::table_floor`).
+        floor_known: bool,
     },
     Remove {
         cf: ChangefeedId,

@@ -20,6 +20,7 @@
 //! | `requests-not-recovered` | a new maintainer ignores the table requests and user-split marks kept in the meta store (as if they lived only in its predecessor's memory): a failover loses an accepted request and lets the merge scheduler undo a user's split | request-lost (at a settle), user-split-kept; the span counts of `features/request-survives-failover.toml` |
 //! | `error-restart-without-close` | the coordinator records an error and forgets the maintainer without closing the changefeed (as a coordinator failover or a failed close bump did) | error-acted-once |
 //! | `replay-ignores-applied-ddls` | a bootstrap ignores what the downstream recorded: every table replays from the checkpoint, also across a `TRUNCATE` or `DROP TABLE` the downstream already applied (issue 9, reproductions 1 and 2) | sink-state (a truncated table's rows come back), no-needless-restart (rows into a dropped table fail, the changefeed restarts) |
+//! | `replacement-ignores-floor` | a dispatcher that replaces another starts at the checkpoint it was given, below a DDL of its table the downstream already recorded (seed 7681 of the `02b631d` soak) | sink-state (a replay cut short by a crash leaves older versions of rows over newer ones; `features/replacement-starts-at-the-floor.toml`) |
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -45,6 +46,7 @@ pub const ALL: &[&str] = &[
     "drop-rows",
     "requests-not-recovered",
     "replay-ignores-applied-ddls",
+    "replacement-ignores-floor",
 ];
 
 pub fn enable(name: &str) {

@@ -182,6 +182,11 @@ impl NodeState {
                     }
                 }
             }
+            Input::Floor { cf, id, result } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_floor(now, id, result, &mut out);
+                }
+            }
             Input::Regions { table, regions } => {
                 self.view.regions.insert(table, regions);
             }

@@ -69,6 +69,7 @@ fn create(
             id: d,
             span,
             start_ts: 100,
+            floor_known: true,
         },
         holds,
         &mut out,
@@ -104,6 +105,20 @@ fn started(out: &[Effect]) -> Vec<DispatcherId> {
             _ => None,
         })
         .collect()
+}
+/// Answers every `LoadFloor` in `out` with `floor` (the start itself when lower), appending what
+/// the answers cause.
+fn answer_floors(dm: &mut DispatcherManager, out: &mut Vec<Effect>, floor: u64) {
+    let asks: Vec<(DispatcherId, u64)> = out
+        .iter()
+        .filter_map(|e| match e {
+            Effect::LoadFloor { id, after, .. } => Some((*id, *after)),
+            _ => None,
+        })
+        .collect();
+    for (id, after) in asks {
+        dm.on_floor(0, id, Ok(floor.max(after)), out);
+    }
 }
 fn stale(out: &[Effect]) -> bool {
     out.iter()
@@ -345,6 +360,11 @@ fn merge_starts_the_target_only_after_every_source_closed() {
         "target started before the second source closed"
     );
     dm.on_sink_closed(0, id(1, 2), &holds, &mut out);
+    assert!(
+        started(&out).is_empty(),
+        "a merge target reads its floor first"
+    );
+    answer_floors(&mut dm, &mut out, 0);
     assert_eq!(started(&out), vec![id(1, 3)]);
 }
 
@@ -606,6 +626,7 @@ fn retryable_sink_errors_restart_the_dispatcher_alone_until_they_persist() {
         }
         let mut out = Vec::new();
         dm.on_sink_closed(0, d, &holds, &mut out);
+        answer_floors(&mut dm, &mut out, 0);
         assert_eq!(started(&out), vec![d], "restarted from its own checkpoint");
     }
     // Without any progress, the next one is reported instead of retried silently forever.
@@ -1082,4 +1103,130 @@ fn a_write_held_after_it_is_not_reported_by_heartbeats_nor_bootstrap() {
     assert!(reported_stages(&out, d)
         .iter()
         .all(|s| *s == Some(BlockStage::Written)));
+}
+
+fn create_unfloored(dm: &mut DispatcherManager, d: DispatcherId, span: Span) -> Vec<Effect> {
+    let mut out = Vec::new();
+    let msg = Message::Create {
+        cf: cf(),
+        epoch: Epoch(1),
+        id: d,
+        span,
+        start_ts: 100,
+        floor_known: false,
+    };
+    dm.on_message(0, &m1(), msg, &Holds::default(), &mut out);
+    out
+}
+
+fn subscribed_at(out: &[Effect], d: DispatcherId) -> Option<u64> {
+    out.iter().find_map(|e| match e {
+        Effect::Subscribe { id, start_ts, .. } if *id == d => Some(*start_ts),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_replacement_reads_its_floor_and_starts_no_lower_than_a_recorded_ddl() {
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let d = id(1, 1);
+    let out = create_unfloored(&mut dm, d, Span::whole_table(TableId(7)));
+    let asked: Vec<_> = out
+        .iter()
+        .filter_map(|e| match e {
+            Effect::LoadFloor {
+                id,
+                table,
+                after,
+                sink_uri,
+                ..
+            } => Some((*id, *table, *after, sink_uri.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        asked,
+        vec![(d, TableId(7), 100, "blackhole://".to_string())]
+    );
+    assert!(started(&out).is_empty() && subscribed_at(&out, d).is_none());
+    assert_eq!(
+        state_of(&dm, d),
+        Some("creating"),
+        "it writes nothing while it waits"
+    );
+    // The downstream recorded a DDL of the table at 150: everything below is durable there.
+    let mut out = Vec::new();
+    dm.on_floor(0, d, Ok(150), &mut out);
+    assert_eq!(subscribed_at(&out, d), Some(150));
+    assert_eq!(state_of(&dm, d), Some("working"));
+    // A duplicate answer changes nothing.
+    let mut dup = Vec::new();
+    dm.on_floor(0, d, Ok(170), &mut dup);
+    assert!(subscribed_at(&dup, d).is_none());
+    // A floor below the start never lowers it.
+    let e = id(1, 2);
+    create_unfloored(&mut dm, e, Span::whole_table(TableId(8)));
+    let mut out = Vec::new();
+    dm.on_floor(0, e, Ok(100), &mut out);
+    assert_eq!(subscribed_at(&out, e), Some(100));
+}
+
+#[test]
+fn a_failed_floor_read_is_a_warning_and_is_asked_again() {
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let d = id(1, 1);
+    create_unfloored(&mut dm, d, Span::whole_table(TableId(7)));
+    let mut out = Vec::new();
+    dm.on_floor(1_000, d, Err("connection refused".into()), &mut out);
+    let warned = |out: &[Effect]| {
+        out.iter().any(|e| matches!(
+            e,
+            Effect::Send { msg: Message::Heartbeat { warnings, .. }, .. }
+                if warnings.iter().any(|w| w.contains("connection refused") && w.contains("table 7"))
+        ))
+    };
+    let out = tick(
+        &mut dm,
+        1_000 + sluice_control::config::HEARTBEAT_MS,
+        &holds,
+    );
+    assert!(warned(&out), "the dispatcher shows why it does not start");
+    let asks = |out: &[Effect]| {
+        out.iter()
+            .filter(|e| matches!(e, Effect::LoadFloor { .. }))
+            .count()
+    };
+    assert_eq!(asks(&out), 0, "not asked again before the retry is due");
+    let mut out = tick(&mut dm, 3_000, &holds);
+    assert_eq!(asks(&out), 1, "asked again once due");
+    answer_floors(&mut dm, &mut out, 120);
+    assert_eq!(subscribed_at(&out, d), Some(120));
+    let out = tick(
+        &mut dm,
+        3_000 + 2 * sluice_control::config::HEARTBEAT_MS,
+        &holds,
+    );
+    assert!(!warned(&out), "the warning ends once it started");
+}
+
+#[test]
+fn a_dispatcher_removed_while_it_waits_for_its_floor_never_starts() {
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let d = id(1, 1);
+    create_unfloored(&mut dm, d, Span::whole_table(TableId(7)));
+    let out = remove(&mut dm, &m1(), 1, d, &holds);
+    assert!(
+        !out.iter().any(|e| matches!(e, Effect::Sink(_))),
+        "it never opened a session"
+    );
+    let mut out = Vec::new();
+    dm.on_floor(0, d, Ok(150), &mut out);
+    assert!(started(&out).is_empty(), "a late answer starts nothing");
+    assert_eq!(state_of(&dm, d), None);
 }

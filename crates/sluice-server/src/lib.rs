@@ -11,6 +11,7 @@
 //! ([`mask`]); errors are typed ([`error::ServerError`]) and say what to do.
 
 pub mod api;
+pub mod applied;
 pub mod client;
 pub mod config;
 pub mod datadir;

@@ -50,9 +50,7 @@ pub const MAX_QUEUED_INPUTS: usize = 4096;
 pub const MAX_SCHEMA_CACHE: usize = 4096;
 /// The event store is garbage-collected this often, up to the minimum checkpoint.
 pub const GC_INTERVAL: Duration = Duration::from_secs(30);
-/// How long a maintainer's read of the sink's applied DDLs may take before it is reported as
-/// failed (and asked again).
-pub const APPLIED_READ_TIMEOUT: Duration = Duration::from_secs(20);
+pub use crate::applied::APPLIED_READ_TIMEOUT;
 /// The sink's own checkpoint record (storage `metadata`) is written at most this often.
 pub const SINK_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -546,7 +544,17 @@ impl Shell {
                 epoch,
                 sink_uri,
                 after,
-            } => self.load_applied(cf, epoch, sink_uri, after),
+            } => {
+                let (registry, tx) = (self.registry.clone(), self.report_tx.clone());
+                crate::applied::spawn_load_applied(registry, tx, cf, epoch, sink_uri, after);
+            }
+            Effect::LoadFloor {
+                cf,
+                id,
+                table,
+                sink_uri,
+                after,
+            } => self.load_floor(cf, id, sink_uri, table, after),
             Effect::Subscribe {
                 cf,
                 id,
@@ -942,56 +950,43 @@ impl Shell {
         self.drain();
     }
 
-    /// Reads the sink's record of applied DDLs in a task of its own; the answer comes back as
-    /// `Input::Applied` (an input for a maintainer that is gone by then is dropped).
-    fn load_applied(&mut self, cf: ChangefeedId, epoch: Epoch, uri: String, after: Ts) {
-        let registry = self.registry.clone();
-        let tx = self.report_tx.clone();
-        tokio::spawn(async move {
-            let read = async {
-                match registry.get(&cf, &uri).await {
-                    Ok(sink) => sink.applied_ddls(after).await.map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
-                }
-            };
-            // A downstream that does not answer is reported (the changefeed shows it) and
-            // asked again, never waited for without a word.
-            let result = match tokio::time::timeout(APPLIED_READ_TIMEOUT, read).await {
-                Ok(r) => r,
-                Err(_) => Err(format!(
-                    "the sink did not answer within {APPLIED_READ_TIMEOUT:?}"
-                )),
-            };
-            let result = result
-                .map(|list| {
-                    list.into_iter()
-                        .map(|r| sluice_control::io::AppliedDdl {
-                            commit_ts: r.commit_ts,
-                            finished: r.finished,
-                        })
-                        .collect()
-                })
-                .map_err(|e| scrub(&e));
-            if let Err(e) = &result {
-                tracing::warn!(changefeed = %cf, "reading the DDLs the sink applied: {e}");
-            }
-            let _ = tx.send(SinkReport {
-                input: Some(Input::Applied {
-                    cf: cf.clone(),
-                    epoch,
-                    result,
-                }),
+    /// A dispatcher's replay floor: the schema history at its start (from this node's capture)
+    /// with the sink's record, read in a task (`applied.rs`). A start this node's history cannot
+    /// describe gets no floor: its subscription reports that start as unservable.
+    fn load_floor(
+        &mut self,
+        cf: ChangefeedId,
+        id: DispatcherId,
+        uri: String,
+        table: TableId,
+        after: Ts,
+    ) {
+        let history = self.capture.history();
+        if after < history.snapshot_ts {
+            self.local.push_back(Input::Floor {
                 cf,
-                id: DispatcherId {
-                    epoch: epoch.0,
-                    seq: 0,
-                },
-                done_rows: 0,
-                done_bytes: 0,
-                written_rows: 0,
-                finished: false,
+                id,
+                result: Ok(after),
             });
-        });
+            return;
+        }
+        let tables = history
+            .tables_at(after)
+            .into_iter()
+            .map(|t| TableInfo {
+                id: t.table_id,
+                name: t.qualified_name(),
+                regions: Vec::new(),
+                splittable: !t.key_columns.is_empty(),
+            })
+            .collect();
+        let snapshot = SchemaSnapshot {
+            at_ts: after,
+            tables,
+            ddls_after: history.ddls_after(after).to_vec(),
+        };
+        let (registry, tx) = (self.registry.clone(), self.report_tx.clone());
+        crate::applied::spawn_load_floor(registry, tx, cf, id, uri, snapshot, table);
     }
 
     // ------------------------------------------------------------------ checkpoints and GC

@@ -805,6 +805,32 @@ impl Sim {
                     },
                 );
             }
+            Effect::LoadFloor {
+                cf,
+                id,
+                table,
+                after,
+                ..
+            } => {
+                // The shell's answer: the sink's record bounded by the schema history.
+                let snapshot = self.upstream.snapshot(after);
+                let applied = self.downstream.applied(after);
+                let floor =
+                    sluice_control::maintainer::replay::table_floor(&snapshot, &applied, table);
+                let lat = self.rng.range(1, 20);
+                self.push(
+                    now + lat,
+                    Ev::Input {
+                        node: name.to_string(),
+                        inc,
+                        input: Input::Floor {
+                            cf,
+                            id,
+                            result: Ok(floor),
+                        },
+                    },
+                );
+            }
             Effect::Subscribe {
                 cf: _,
                 id,

@@ -331,6 +331,17 @@ fn no_needless_restart_fires_when_a_replay_writes_into_a_dropped_table() {
     assert!(e.contains("r.t5 doesn't exist (1146)"), "{e}");
 }
 
+/// Seed 7681: a split's new dispatchers start below two `ADD COLUMN`s the storage downstream
+/// already recorded; their replay, cut short by a crash, leaves older versions of keys that the
+/// next bootstrap (starting at the recorded DDL) never repairs.
+#[test]
+fn sink_state_fires_when_a_replacement_starts_below_a_recorded_ddl() {
+    let file = "features:replacement-starts-at-the-floor.toml";
+    run(file, &[]).unwrap_or_else(|e| panic!("{file} fails without mutations: {e}"));
+    let e = run(file, &["replacement-ignores-floor"]).expect_err("older versions stay");
+    assert!(e.contains("sink-state: version t12"), "{e}");
+}
+
 /// The explorer finds both reproductions by itself (random worlds with slow-table windows)
 /// within a bounded number of seeds once the replay rule is switched off, and the same seeds
 /// pass with it.

@@ -225,6 +225,7 @@ impl Maintainer {
             op: None,
             write_rate: 0,
             resolved: 0,
+            floored: false,
         };
         if r.phase == DispatcherPhase::Working {
             self.spans.insert(key, entry);
@@ -289,6 +290,7 @@ impl Maintainer {
             op: None,
             write_rate: 0,
             resolved: 0,
+            floored: false,
         };
         self.spans.insert(key.clone(), entry);
         let kind = match purpose {

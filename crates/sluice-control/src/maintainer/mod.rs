@@ -85,6 +85,10 @@ pub struct SpanEntry {
     pub write_rate: u64,
     /// The resolved ts its dispatcher reported last.
     pub resolved: Ts,
+    /// Its checkpoint is at or above its table's replay floor and no dispatcher served it yet
+    /// (a bootstrap hole or a table this maintainer saw created): its first create tells the
+    /// dispatcher so; every later one makes the dispatcher read the floor itself.
+    pub floored: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -563,6 +567,7 @@ impl Maintainer {
                     op: None,
                     write_rate: 0,
                     resolved: 0,
+                    floored: true,
                 },
             );
         }
@@ -1754,6 +1759,7 @@ impl Maintainer {
                                     op: None,
                                     write_rate: 0,
                                     resolved: 0,
+                                    floored: false,
                                 },
                             );
                         }
@@ -1808,10 +1814,13 @@ impl Maintainer {
                         phase: Tracked::Requested,
                         checkpoint: start_ts,
                     });
+                    let floor_known = entry.floored;
                     if let Some(e) = self.spans.get_mut(&k) {
                         e.node = Some(dest.clone());
                         e.dispatcher = Some(id);
                         e.state = SpanState::Scheduling;
+                        // From now on a dispatcher may have served it.
+                        e.floored = false;
                     }
                     self.send(
                         out,
@@ -1822,6 +1831,7 @@ impl Maintainer {
                             id,
                             span,
                             start_ts,
+                            floor_known,
                         },
                     );
                 }
@@ -1872,6 +1882,7 @@ impl Maintainer {
                             op: None,
                             write_rate: 0,
                             resolved: 0,
+                            floored: false,
                         },
                     );
                     op.key = None;

@@ -13,6 +13,14 @@
 //! - a table a finished DDL drops never gets a dispatcher again, and no later replay of an
 //!   earlier DDL (its `CREATE`, a rename into the filter) brings it back.
 //!
+//! The same bound holds for every dispatcher started later, not only at bootstrap: a dispatcher
+//! that replaces another (a move, split or merge, a node lost, a sink session recovered) may
+//! start at a checkpoint below a DDL of its table the downstream already recorded (a
+//! non-blocking DDL the maintainer never sees, an acknowledgement still on its way). Replaying
+//! from there would write older versions of rows over newer ones, and a crash before the
+//! replay caught up would leave them so, because the next bootstrap's floor trusts the record.
+//! So such a dispatcher asks for its table's floor ([`table_floor`]) before it subscribes.
+//!
 //! Invariants: a floor never goes below the checkpoint's replay and only ever rises; what a
 //! table took part in is computed over the table set as the DDLs after the checkpoint change it,
 //! in commit order, exactly as the barrier decides participants.
@@ -82,6 +90,32 @@ pub fn replay_bounds(snapshot: &SchemaSnapshot, applied: &[AppliedDdl]) -> Repla
         advance(&mut live, ddl);
     }
     bounds
+}
+
+/// Where a dispatcher of `table` about to start at `snapshot.at_ts` starts at the earliest: just
+/// below the latest DDL of the table the downstream's record `applied` holds (`snapshot.at_ts`
+/// when it holds none). Every row of the table below that DDL is durable downstream (its
+/// participants all flushed before it was recorded); the DDL itself comes again, finished or
+/// not, so the dispatcher still takes part in its barrier (a table it drops is left through
+/// the barrier, as ever) and replays no row the predecessor may have passed.
+pub fn table_floor(snapshot: &SchemaSnapshot, applied: &[AppliedDdl], table: TableId) -> Ts {
+    // The `replacement-ignores-floor` mutation: a replacement starts where it was told, below
+    // what the downstream applied (seed 7681 of the 02b631d soak).
+    #[cfg(feature = "mutations")]
+    if crate::mutations::on("replacement-ignores-floor") {
+        return snapshot.at_ts;
+    }
+    // Read as only started, each recorded DDL bounds its participants at `T - 1`.
+    let started: Vec<AppliedDdl> = applied
+        .iter()
+        .map(|a| AppliedDdl {
+            commit_ts: a.commit_ts,
+            finished: false,
+        })
+        .collect();
+    replay_bounds(snapshot, &started)
+        .floor(table)
+        .max(snapshot.at_ts)
 }
 
 /// The downstream's record completed by what the nodes report at bootstrap: a dispatcher told
@@ -261,5 +295,35 @@ mod tests {
         let s = snapshot(vec![alter(20), alter(30)]);
         let b = replay_bounds(&s, &[done(30), done(20)]);
         assert_eq!(b.floor(TableId(1)), 30);
+    }
+
+    #[test]
+    fn a_replacement_starts_just_below_its_tables_latest_recorded_ddl() {
+        let alter = |ts, t| {
+            ddl(
+                ts,
+                DdlKind::AlterTable,
+                DdlInfluence::scoped(InfluenceScope::Tables(vec![TableId(t)]), false),
+            )
+        };
+        let s = snapshot(vec![
+            alter(20, 1),
+            alter(30, 1),
+            alter(40, 2),
+            drop_table(50, 3),
+        ]);
+        let applied = [done(20), done(30), done(40), done(50)];
+        // Rows below 30 are durable; the DDL at 30 comes again, no row the predecessor passed.
+        assert_eq!(table_floor(&s, &applied, TableId(1)), 29);
+        assert_eq!(table_floor(&s, &applied, TableId(2)), 39);
+        // A dropped table's replacement still meets its DROP (and leaves through the barrier).
+        assert_eq!(table_floor(&s, &applied, TableId(3)), 49);
+        // Nothing recorded for the table, or nothing above the start: the start itself.
+        assert_eq!(table_floor(&s, &[done(40)], TableId(1)), 10);
+        let later = SchemaSnapshot {
+            at_ts: 45,
+            ..s.clone()
+        };
+        assert_eq!(table_floor(&later, &applied, TableId(2)), 45);
     }
 }
