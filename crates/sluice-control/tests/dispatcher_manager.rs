@@ -1201,7 +1201,7 @@ fn a_failed_floor_read_is_a_warning_and_is_asked_again() {
             .count()
     };
     assert_eq!(asks(&out), 0, "not asked again before the retry is due");
-    let mut out = tick(&mut dm, 3_000, &holds);
+    let mut out = tick(&mut dm, 2_000, &holds);
     assert_eq!(asks(&out), 1, "asked again once due");
     answer_floors(&mut dm, &mut out, 120);
     assert_eq!(subscribed_at(&out, d), Some(120));

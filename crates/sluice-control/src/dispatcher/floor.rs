@@ -11,15 +11,19 @@
 //! versions would stay.
 //!
 //! Invariants: a dispatcher waiting for its floor writes nothing and is reported `Creating`; the
-//! floor only ever raises its start; a failed read is retried every `FLOOR_RETRY_MS` and shown as
-//! the dispatcher's warning meanwhile; an answer for a dispatcher that no longer waits is ignored.
+//! floor only ever raises its start; a failed read is a retryable sink failure like a failed
+//! write: retried every `FLOOR_RETRY_MS` and shown as the dispatcher's warning meanwhile, and
+//! counted towards `MAX_SINK_RETRIES_WITHOUT_PROGRESS`, past which the dispatcher fails and its
+//! error goes to the maintainer; an answer for a dispatcher that no longer waits is ignored.
 
 use super::{Dispatcher, DispatcherManager, Phase};
+use crate::config::MAX_SINK_RETRIES_WITHOUT_PROGRESS;
 use crate::io::{Effect, TraceEvent};
+use crate::msg::{truncate_error, Message};
 use sluice_types::{DispatcherId, Millis, Ts};
 
 /// How long after a failed floor read the dispatcher asks again.
-pub const FLOOR_RETRY_MS: Millis = 2_000;
+pub const FLOOR_RETRY_MS: Millis = 1_000;
 
 /// A dispatcher's outstanding floor read.
 #[derive(Clone, Debug, Default)]
@@ -34,10 +38,9 @@ impl Dispatcher {
         let (_, e) = self.floor_wait.as_ref()?.retry.as_ref()?;
         Some(format!(
             "span {:?} of table {} waits for the sink: cannot read which DDLs of its table it \
-             applied ({e}); check that the downstream is up and reachable (retrying every {} s)",
-            self.span,
-            self.span.table.0,
-            FLOOR_RETRY_MS / 1000
+             applied ({e}); check that the downstream is up and reachable (retrying every \
+             {FLOOR_RETRY_MS} ms, {} failures so far, limit {})",
+            self.span, self.span.table.0, self.sink_failures, MAX_SINK_RETRIES_WITHOUT_PROGRESS
         ))
     }
 
@@ -121,11 +124,7 @@ impl DispatcherManager {
             return;
         }
         match result {
-            Err(e) => {
-                d.floor_wait = Some(FloorWait {
-                    retry: Some((now + FLOOR_RETRY_MS, e)),
-                });
-            }
+            Err(e) => self.floor_failed(now, id, e, out),
             Ok(floor) => {
                 let Some(mut d) = self.dispatchers.remove(&id) else {
                     return;
@@ -143,5 +142,49 @@ impl DispatcherManager {
                 self.start_dispatcher(d, out);
             }
         }
+    }
+
+    /// A failed floor read counts as a retryable sink failure: asked again later, or, past the
+    /// limit, the dispatcher fails (it never opened a session) and reports its error.
+    fn floor_failed(&mut self, now: Millis, id: DispatcherId, e: String, out: &mut Vec<Effect>) {
+        let cf = self.cf.clone();
+        let epoch = self.owner_epoch();
+        let Some(d) = self.dispatchers.get_mut(&id) else {
+            return;
+        };
+        // Counted like failed writes: progress since the last failure starts the count again.
+        let cp = d.checkpoint();
+        if cp > d.sink_failures_since {
+            d.sink_failures = 0;
+            d.sink_failures_since = cp;
+        }
+        d.sink_failures += 1;
+        d.last_sink_error = Some(truncate_error(e.clone()));
+        if d.sink_failures <= MAX_SINK_RETRIES_WITHOUT_PROGRESS {
+            d.floor_wait = Some(FloorWait {
+                retry: Some((now + FLOOR_RETRY_MS, e)),
+            });
+            return;
+        }
+        let message = truncate_error(format!(
+            "the sink failed {} times in a row without progress (last: cannot read which DDLs \
+             of table {} it applied: {e})",
+            d.sink_failures - 1,
+            d.span.table.0
+        ));
+        d.floor_wait = None;
+        d.phase = Phase::Failed {
+            error: message.clone(),
+            sink_closed: true,
+        };
+        self.send_owner(
+            out,
+            Message::DispatcherError {
+                cf,
+                epoch,
+                id,
+                message,
+            },
+        );
     }
 }
