@@ -8,6 +8,7 @@
 //! become absent spans, never below the table's replay floor.
 
 use super::operator::{span_key, OpKind};
+use super::*;
 use super::{Maintainer, SpanEntry, SpanState, TableState, Tracked, TrackedDispatcher};
 use crate::io::{Effect, SchemaSnapshot, TraceEvent};
 use crate::maintainer::Ctx;
@@ -324,6 +325,182 @@ impl Maintainer {
                 for h in holes {
                     self.add_hole_spans(ctx, &h, (*created_ts).max(cp), false);
                 }
+            }
+        }
+    }
+}
+
+/// The bootstrap's inputs: node responses, the downstream's record, finishing.
+impl Maintainer {
+    pub(super) fn on_bootstrap_response(
+        &mut self,
+        ctx: &Ctx,
+        from: &NodeId,
+        inc: u64,
+        dispatchers: Vec<DispatcherReport>,
+        out: &mut Vec<Effect>,
+    ) {
+        if !self.bootstrapping.contains_key(from) {
+            return;
+        }
+        // The incarnation that answered is the one that runs there now, even if this
+        // maintainer's membership view has not caught up yet; an answer from an incarnation the
+        // membership already knows is gone is stale.
+        if ctx.alive.get(from).map(|a| *a > inc).unwrap_or(true) {
+            return;
+        }
+        self.bootstrapping.remove(from);
+        self.ready.insert(from.clone(), inc);
+        match &mut self.phase {
+            Phase::Bootstrapping { responses, .. } => {
+                responses.insert(from.clone(), dispatchers);
+                self.try_finish_bootstrap(ctx, out);
+            }
+            Phase::Working => {
+                // A node that joined (or restarted) after the bootstrap: reconcile what it runs.
+                self.on_reports(ctx, from, &dispatchers, true, out);
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn try_finish_bootstrap(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
+        let ready = match &self.phase {
+            Phase::Bootstrapping {
+                responses,
+                schema: Some(_),
+                ..
+            } => {
+                // The `bootstrap-without-all-nodes` mutation finishes once the own node answered.
+                #[cfg(feature = "mutations")]
+                let early = crate::mutations::on("bootstrap-without-all-nodes");
+                #[cfg(not(feature = "mutations"))]
+                let early = false;
+                (early && responses.contains_key(&self.node))
+                    || ctx.alive.keys().all(|n| {
+                        responses.contains_key(n)
+                            || !self.bootstrapping.contains_key(n) && self.ready.contains_key(n)
+                    }) && self
+                        .bootstrapping
+                        .keys()
+                        .all(|n| !ctx.alive.contains_key(n))
+                        && responses.contains_key(&self.node)
+            }
+            _ => false,
+        };
+        // Also the persisted table requests and user-split marks must be read (`requests.rs`).
+        if !ready
+            || !self.applied_known(ctx, out)
+            || !self.store.loaded()
+            || !self.schema_knows_record(out)
+        {
+            return;
+        }
+        let Phase::Bootstrapping {
+            responses,
+            schema: Some(schema),
+            applied: Some(applied),
+        } = std::mem::replace(&mut self.phase, Phase::Working)
+        else {
+            unreachable!("bootstrap finishes only with the schema and the sink's record");
+        };
+        self.replay = replay::replay_bounds(&schema, &replay::with_reported(applied, &responses));
+        self.finish_bootstrap(ctx, responses, schema, out);
+    }
+
+    /// Whether the schema snapshot has every DDL the downstream recorded (or the nodes report).
+    /// The snapshot was loaded when this maintainer started, and an older maintainer may have
+    /// written DDLs after that, until this one's bootstrap fenced it; the replay rule needs what
+    /// they did (a table they dropped stays gone), so a newer snapshot is loaded first, once (a
+    /// recorded DDL the history does not have then bounds nothing).
+    pub(super) fn schema_knows_record(&mut self, out: &mut Vec<Effect>) -> bool {
+        let Phase::Bootstrapping {
+            responses,
+            schema: Some(schema),
+            applied: Some(applied),
+        } = &self.phase
+        else {
+            return false;
+        };
+        if self.schema_refresh == SchemaRefresh::Done {
+            return true;
+        }
+        let known: BTreeSet<Ts> = schema.ddls_after.iter().map(|d| d.commit_ts).collect();
+        let unknown = replay::with_reported(applied.clone(), responses)
+            .into_iter()
+            .find(|a| !known.contains(&a.commit_ts));
+        let Some(a) = unknown else {
+            return true;
+        };
+        if self.schema_refresh == SchemaRefresh::No {
+            self.schema_refresh = SchemaRefresh::Asked;
+            self.log(
+                out,
+                format!(
+                    "the downstream applied the DDL at {} after the schema was loaded: loading it again",
+                    a.commit_ts
+                ),
+            );
+            out.push(Effect::LoadSchema {
+                cf: self.cf.clone(),
+                epoch: self.epoch,
+                at_ts: self.start_checkpoint,
+            });
+        }
+        false
+    }
+
+    /// Whether the downstream's record of applied DDLs is known; asks for it (once every
+    /// `APPLIED_RETRY_MS`) when it is not.
+    pub(super) fn applied_known(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) -> bool {
+        if matches!(
+            self.phase,
+            Phase::Bootstrapping {
+                applied: Some(_),
+                ..
+            }
+        ) {
+            return true;
+        }
+        if self.applied_asked.is_none() {
+            self.applied_asked = Some(ctx.now);
+            out.push(Effect::LoadApplied {
+                cf: self.cf.clone(),
+                epoch: self.epoch,
+                sink_uri: self.config.sink_uri.clone(),
+                after: self.start_checkpoint,
+            });
+        }
+        false
+    }
+
+    /// The answer to `LoadApplied`. An error keeps the bootstrap waiting (with a warning) and
+    /// is asked again: bootstrapping without it could replay rows a DDL already removed.
+    pub fn on_applied(
+        &mut self,
+        ctx: &Ctx,
+        result: Result<Vec<AppliedDdl>, String>,
+        out: &mut Vec<Effect>,
+    ) {
+        let Phase::Bootstrapping { applied, .. } = &mut self.phase else {
+            return;
+        };
+        if applied.is_some() {
+            return;
+        }
+        match result {
+            Ok(list) => {
+                *applied = Some(list);
+                self.applied_asked = None;
+                self.sink_warning = None;
+                self.try_finish_bootstrap(ctx, out);
+            }
+            Err(e) => {
+                let w = truncate_error(format!(
+                    "waiting for the sink: cannot read which DDLs it applied ({e}); check that the downstream is up and reachable (retrying every 2 s)"
+                ));
+                self.log(out, w.clone());
+                self.sink_warning = Some(w);
             }
         }
     }

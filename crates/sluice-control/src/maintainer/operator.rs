@@ -181,6 +181,418 @@ impl Operator {
     }
 }
 
+use super::*;
+
+/// Driving operators.
+impl Maintainer {
+    /// Drive every operator one step, then the schedulers.
+    pub(super) fn drive(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
+        if !matches!(self.phase, Phase::Working) {
+            return;
+        }
+        let ids: Vec<u64> = self.ops.keys().copied().collect();
+        for id in ids {
+            self.drive_op(ctx, id, out);
+        }
+    }
+
+    pub(super) fn drive_op(&mut self, ctx: &Ctx, op_id: u64, out: &mut Vec<Effect>) {
+        let Some(mut op) = self.ops.remove(&op_id) else {
+            return;
+        };
+        let before = op.phase;
+        self.step_op(ctx, &mut op, out);
+        if op.phase != before {
+            *self.phase_counts.entry((op.kind, op.phase)).or_default() += 1;
+        }
+        if op.is_finished() {
+            if let Some(k) = &op.key {
+                if let Some(e) = self.spans.get_mut(k) {
+                    if e.op == Some(op.id) {
+                        e.op = None;
+                    }
+                }
+            }
+            self.log(
+                out,
+                format!(
+                    "operator {} {:?} on {:?} {}",
+                    op.id, op.kind, op.table, op.phase
+                ),
+            );
+        } else {
+            self.ops.insert(op.id, op);
+        }
+    }
+
+    pub(super) fn step_op(&mut self, ctx: &Ctx, op: &mut Operator, out: &mut Vec<Effect>) {
+        match op.phase {
+            OpPhase::Removing => self.step_removing(ctx, op, out),
+            OpPhase::Creating => self.step_creating(ctx, op, out),
+            OpPhase::Merging => self.step_merging(ctx, op, out),
+            OpPhase::Done | OpPhase::Aborted => {}
+        }
+    }
+
+    /// Removing: (re)send the removes until every dispatcher it closes is gone, then the next
+    /// phase by kind.
+    fn step_removing(&mut self, ctx: &Ctx, op: &mut Operator, out: &mut Vec<Effect>) {
+        let now = ctx.now;
+        // Forget removals that are done (untracked: confirmed stopped or node gone).
+        op.removing.retain(|(id, _)| self.tracked.contains_key(id));
+        if !op.removing.is_empty() {
+            if op.due(now, RESEND_MS) {
+                op.last_sent = Some(now);
+                let purpose = match op.kind {
+                    OpKind::Move => ClosePurpose::Move {
+                        dest: op.dest.clone().unwrap_or_else(|| self.node.clone()),
+                    },
+                    OpKind::Split => ClosePurpose::Split {
+                        points: op.points.clone(),
+                    },
+                    _ => ClosePurpose::Remove,
+                };
+                for (id, n) in &op.removing {
+                    if let Some(t) = self.tracked.get_mut(id) {
+                        t.phase = Tracked::Removing;
+                    }
+                    self.send(
+                        out,
+                        n,
+                        Message::Remove {
+                            cf: self.cf.clone(),
+                            epoch: self.epoch,
+                            id: *id,
+                            purpose: purpose.clone(),
+                        },
+                    );
+                }
+            }
+            return;
+        }
+        // Everything it closes is closed.
+        match op.kind {
+            OpKind::Remove => {
+                if let Some(k) = &op.key {
+                    if op.drop_entry {
+                        self.spans.remove(k);
+                    } else if let Some(e) = self.spans.get_mut(k) {
+                        e.state = SpanState::Absent;
+                        e.node = None;
+                        e.dispatcher = None;
+                    }
+                }
+                op.transition(OpPhase::Done);
+            }
+            OpKind::Move => {
+                let dest_ok = op
+                    .dest
+                    .as_ref()
+                    .map(|d| self.ready.contains_key(d) && ctx.alive.contains_key(d))
+                    .unwrap_or(false);
+                if dest_ok {
+                    let id = self.mint();
+                    op.creating = Some(id);
+                    op.transition(OpPhase::Creating);
+                    self.step_op(ctx, op, out);
+                } else {
+                    self.set_absent(op.key.as_ref());
+                    op.transition(OpPhase::Aborted);
+                }
+            }
+            OpKind::Split => {
+                let Some(k) = op.key.clone() else {
+                    op.transition(OpPhase::Aborted);
+                    return;
+                };
+                let Some(e) = self.spans.remove(&k) else {
+                    op.transition(OpPhase::Aborted);
+                    return;
+                };
+                let cp = e.checkpoint;
+                for s in e.span.split_at(&op.points) {
+                    self.spans.insert(
+                        span_key(&s),
+                        SpanEntry {
+                            span: s,
+                            state: SpanState::Absent,
+                            node: None,
+                            dispatcher: None,
+                            checkpoint: cp,
+                            op: None,
+                            write_rate: 0,
+                            resolved: 0,
+                            floored: false,
+                        },
+                    );
+                }
+                op.key = None;
+                op.transition(OpPhase::Done);
+            }
+            OpKind::Add | OpKind::Merge => {}
+        }
+    }
+
+    /// Creating: (re)send the create once nothing overlapping is left; done once it works.
+    fn step_creating(&mut self, ctx: &Ctx, op: &mut Operator, out: &mut Vec<Effect>) {
+        let now = ctx.now;
+        let (Some(dest), Some(id), Some(k)) = (op.dest.clone(), op.creating, op.key.clone()) else {
+            op.transition(OpPhase::Aborted);
+            return;
+        };
+        if !ctx.alive.contains_key(&dest) || !self.ready.contains_key(&dest) {
+            self.tracked.remove(&id);
+            self.set_absent(Some(&k));
+            op.transition(OpPhase::Aborted);
+            return;
+        }
+        if self
+            .tracked
+            .get(&id)
+            .map(|t| t.phase == Tracked::Working)
+            .unwrap_or(false)
+        {
+            if let Some(e) = self.spans.get_mut(&k) {
+                e.state = SpanState::Replicating;
+                e.node = Some(dest);
+                e.dispatcher = Some(id);
+            }
+            op.transition(OpPhase::Done);
+            return;
+        }
+        let Some(entry) = self.spans.get(&k) else {
+            op.transition(OpPhase::Aborted);
+            return;
+        };
+        let span = entry.span.clone();
+        if !self.can_create(&span, &[id]) {
+            return; // wait until every overlapping dispatcher is confirmed closed
+        }
+        if op.due(now, RESEND_MS) {
+            op.last_sent = Some(now);
+            // Never below the changefeed checkpoint, never above the span's own.
+            let start_ts = entry.checkpoint.max(self.committed);
+            self.tracked.entry(id).or_insert(TrackedDispatcher {
+                node: dest.clone(),
+                span: span.clone(),
+                phase: Tracked::Requested,
+                checkpoint: start_ts,
+            });
+            let floor_known = entry.floored;
+            if let Some(e) = self.spans.get_mut(&k) {
+                e.node = Some(dest.clone());
+                e.dispatcher = Some(id);
+                e.state = SpanState::Scheduling;
+                // From now on a dispatcher may have served it.
+                e.floored = false;
+            }
+            self.send(
+                out,
+                &dest,
+                Message::Create {
+                    cf: self.cf.clone(),
+                    epoch: self.epoch,
+                    id,
+                    span,
+                    start_ts,
+                    floor_known,
+                },
+            );
+        }
+    }
+
+    /// Merging: (re)send the merge to the sources' node; done once the target works.
+    fn step_merging(&mut self, ctx: &Ctx, op: &mut Operator, out: &mut Vec<Effect>) {
+        let now = ctx.now;
+        let (Some(node), Some(target), Some(tspan)) =
+            (op.dest.clone(), op.creating, op.target.clone())
+        else {
+            op.transition(OpPhase::Aborted);
+            return;
+        };
+        if !ctx.alive.contains_key(&node) || !self.ready.contains_key(&node) {
+            // The node is gone with the sources and the target: the range is absent.
+            self.tracked.remove(&target);
+            let id = op.id;
+            for e in self.spans.values_mut().filter(|e| e.op == Some(id)) {
+                e.state = SpanState::Absent;
+                e.node = None;
+                e.dispatcher = None;
+                e.op = None;
+            }
+            op.transition(OpPhase::Aborted);
+            return;
+        }
+        if let Some(t) = self
+            .tracked
+            .get(&target)
+            .filter(|t| t.phase == Tracked::Working)
+        {
+            let id = op.id;
+            let min_cp = self
+                .spans
+                .values()
+                .filter(|e| e.op == Some(id))
+                .map(|e| e.checkpoint)
+                .min();
+            // Both are sound lower bounds for the whole range; keep the larger.
+            let cp = t.checkpoint.max(min_cp.unwrap_or(0));
+            self.spans.retain(|_, e| e.op != Some(id));
+            self.spans.insert(
+                span_key(&tspan),
+                SpanEntry {
+                    span: tspan,
+                    state: SpanState::Replicating,
+                    node: Some(node),
+                    dispatcher: Some(target),
+                    checkpoint: cp,
+                    op: None,
+                    write_rate: 0,
+                    resolved: 0,
+                    floored: false,
+                },
+            );
+            op.key = None;
+            op.transition(OpPhase::Done);
+            return;
+        }
+        if op.due(now, RESEND_MS) {
+            op.last_sent = Some(now);
+            let sources: Vec<DispatcherId> = op.sources.iter().map(|s| s.0).collect();
+            self.send(
+                out,
+                &node,
+                Message::Merge {
+                    cf: self.cf.clone(),
+                    epoch: self.epoch,
+                    sources,
+                    target,
+                    span: tspan,
+                },
+            );
+        }
+    }
+
+    pub(super) fn set_absent(&mut self, key: Option<&SpanKey>) {
+        if let Some(k) = key {
+            if let Some(e) = self.spans.get_mut(k) {
+                e.state = SpanState::Absent;
+                e.node = None;
+                e.dispatcher = None;
+                e.op = None;
+            }
+        }
+    }
+
+    /// Start an add of an absent span on `dest`.
+    pub(super) fn start_add(&mut self, key: SpanKey, dest: NodeId) {
+        let Some(table) = self.spans.get(&key).map(|e| e.span.table) else {
+            return;
+        };
+        let id = self.mint();
+        let mut op = self.new_op(OpKind::Add, table, Some(key));
+        op.dest = Some(dest);
+        op.creating = Some(id);
+        self.insert_op(op);
+    }
+
+    pub(super) fn start_move(&mut self, key: SpanKey, dest: NodeId) -> bool {
+        let Some(e) = self.spans.get(&key) else {
+            return false;
+        };
+        if e.op.is_some() || e.state != SpanState::Replicating {
+            return false;
+        }
+        let (Some(id), Some(n)) = (e.dispatcher, e.node.clone()) else {
+            return false;
+        };
+        if n == dest {
+            return false;
+        }
+        let table = e.span.table;
+        let mut op = self.new_op(OpKind::Move, table, Some(key));
+        op.removing = vec![(id, n)];
+        op.dest = Some(dest);
+        self.insert_op(op);
+        true
+    }
+
+    pub(super) fn start_split(&mut self, key: SpanKey, points: Vec<Key>) -> bool {
+        let Some(e) = self.spans.get(&key) else {
+            return false;
+        };
+        if e.op.is_some() || e.state != SpanState::Replicating || points.is_empty() {
+            return false;
+        }
+        let (Some(id), Some(n)) = (e.dispatcher, e.node.clone()) else {
+            return false;
+        };
+        let table = e.span.table;
+        let mut op = self.new_op(OpKind::Split, table, Some(key));
+        op.removing = vec![(id, n)];
+        op.points = points;
+        self.insert_op(op);
+        true
+    }
+
+    /// Merge every span of `table` (all replicating on one node) into one. The sources stay in
+    /// the span map (scheduling) until the target works; the target lives in the operator.
+    pub(super) fn start_merge(&mut self, table: TableId) -> bool {
+        let entries: Vec<SpanEntry> = self
+            .spans
+            .values()
+            .filter(|e| e.span.table == table)
+            .cloned()
+            .collect();
+        if entries.len() < 2
+            || entries
+                .iter()
+                .any(|e| e.op.is_some() || e.state != SpanState::Replicating)
+        {
+            return false;
+        }
+        let node = entries[0].node.clone();
+        if node.is_none() || entries.iter().any(|e| e.node != node) {
+            return false;
+        }
+        let Some(node) = node else { return false };
+        let whole = Span::whole_table(table);
+        let target = self.mint();
+        let cp = entries
+            .iter()
+            .map(|e| e.checkpoint)
+            .min()
+            .unwrap_or(self.committed);
+        let mut op = self.new_op(OpKind::Merge, table, None);
+        for e in &entries {
+            if let Some(id) = e.dispatcher {
+                op.sources.push((id, e.span.clone(), e.checkpoint));
+            }
+        }
+        op.dest = Some(node.clone());
+        op.creating = Some(target);
+        op.target = Some(whole.clone());
+        self.tracked.insert(
+            target,
+            TrackedDispatcher {
+                node,
+                span: whole,
+                phase: Tracked::Requested,
+                checkpoint: cp,
+            },
+        );
+        let id = op.id;
+        self.insert_op(op);
+        for e in &entries {
+            if let Some(en) = self.spans.get_mut(&span_key(&e.span)) {
+                en.op = Some(id);
+                en.state = SpanState::Scheduling;
+            }
+        }
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,232 @@
+//! The maintainer's view of dispatchers from what nodes say: heartbeats and bootstrap reports
+//! (tracking, adoption by span of dispatchers it did not know, span checkpoints), rejections,
+//! and the cleanup removes they cause.
+//!
+//! Invariants: a report counts only from the node its dispatcher is tracked on (others are
+//! counted as stale); a span's checkpoint only moves forward; a dispatcher is forgotten only when
+//! its node confirmed it stopped or a complete heartbeat no longer lists it.
+
+use super::*;
+
+impl Maintainer {
+    /// A remove of the given dispatchers that deletes the span entry `key` (if any) at the end.
+    pub(super) fn start_cleanup(
+        &mut self,
+        table: TableId,
+        ids: Vec<(DispatcherId, NodeId)>,
+        key: Option<SpanKey>,
+    ) {
+        let mut op = self.new_op(OpKind::Remove, table, key);
+        op.removing = ids;
+        op.drop_entry = true;
+        self.insert_op(op);
+    }
+
+    pub(super) fn on_reports(
+        &mut self,
+        ctx: &Ctx,
+        from: &NodeId,
+        reports: &[DispatcherReport],
+        complete: bool,
+        out: &mut Vec<Effect>,
+    ) {
+        let mut seen: BTreeSet<DispatcherId> = BTreeSet::new();
+        for r in reports {
+            seen.insert(r.id);
+            if r.is_trigger {
+                if r.id == self.trigger && *from == self.node {
+                    self.trigger_cp = self.trigger_cp.max(r.checkpoint);
+                    self.trigger_resolved = self.trigger_resolved.max(r.resolved);
+                    if let Some(t) = self.tracked.get_mut(&r.id) {
+                        t.phase = Tracked::Working;
+                    }
+                    if let Some(b) = &r.block {
+                        if matches!(self.phase, Phase::Working) {
+                            self.on_block_status(ctx, from, r.id, &r.span, b, out);
+                        }
+                    }
+                }
+                continue;
+            }
+            match self.tracked.get_mut(&r.id) {
+                Some(t) if t.node == *from => {
+                    t.checkpoint = t.checkpoint.max(r.checkpoint);
+                    match r.phase {
+                        DispatcherPhase::Stopped => {
+                            self.tracked.remove(&r.id);
+                        }
+                        DispatcherPhase::Working => {
+                            if t.phase == Tracked::Requested {
+                                t.phase = Tracked::Working;
+                            }
+                        }
+                        DispatcherPhase::Closing(_) => t.phase = Tracked::Removing,
+                        DispatcherPhase::Creating => {}
+                    }
+                    for e in self.spans.values_mut() {
+                        if e.dispatcher == Some(r.id) && e.node.as_ref() == Some(from) {
+                            e.checkpoint = e.checkpoint.max(r.checkpoint);
+                            e.write_rate = r.write_rate;
+                            e.resolved = e.resolved.max(r.resolved);
+                        }
+                    }
+                    if let (Some(b), DispatcherPhase::Working) = (&r.block, &r.phase) {
+                        if matches!(self.phase, Phase::Working) {
+                            self.on_block_status(ctx, from, r.id, &r.span, b, out);
+                        }
+                    }
+                }
+                Some(_) => {
+                    self.stale_dropped += 1; // a report from a node the dispatcher is not on
+                }
+                None => self.on_unknown_dispatcher(ctx, from, r, out),
+            }
+        }
+        if complete {
+            let gone: Vec<DispatcherId> = self
+                .tracked
+                .iter()
+                .filter(|(id, t)| {
+                    t.node == *from
+                        && t.phase != Tracked::Requested
+                        && !seen.contains(id)
+                        && **id != self.trigger
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            for id in gone {
+                self.tracked.remove(&id);
+                for e in self.spans.values_mut() {
+                    if e.dispatcher == Some(id) && e.state == SpanState::Replicating {
+                        e.state = SpanState::Absent;
+                        e.node = None;
+                        e.dispatcher = None;
+                    }
+                }
+            }
+        }
+        self.drive(ctx, out);
+    }
+
+    /// A dispatcher this maintainer did not know of: adopt it by span if it exactly fills an
+    /// absent span of a live table, else remove it.
+    pub(super) fn on_unknown_dispatcher(
+        &mut self,
+        _ctx: &Ctx,
+        from: &NodeId,
+        r: &DispatcherReport,
+        out: &mut Vec<Effect>,
+    ) {
+        if r.phase == DispatcherPhase::Stopped
+            || !matches!(self.phase, Phase::Working)
+            || self.ignored.contains(&r.id)
+        {
+            return;
+        }
+        let key = span_key(&r.span);
+        let adoptable = r.phase == DispatcherPhase::Working
+            && self.tables.contains_key(&r.span.table)
+            && self
+                .spans
+                .get(&key)
+                .map(|e| e.span == r.span && e.state == SpanState::Absent && e.op.is_none())
+                .unwrap_or(false)
+            && self.can_create(&r.span, &[]);
+        self.tracked.insert(
+            r.id,
+            TrackedDispatcher {
+                node: from.clone(),
+                span: r.span.clone(),
+                phase: match r.phase {
+                    DispatcherPhase::Working => Tracked::Working,
+                    DispatcherPhase::Creating => Tracked::Requested,
+                    _ => Tracked::Removing,
+                },
+                checkpoint: r.checkpoint,
+            },
+        );
+        if adoptable {
+            if let Some(e) = self.spans.get_mut(&key) {
+                e.state = SpanState::Replicating;
+                e.node = Some(from.clone());
+                e.dispatcher = Some(r.id);
+                e.checkpoint = e.checkpoint.max(r.checkpoint);
+            }
+            self.log(
+                out,
+                format!("adopted {:?} on {from} for {:?} by span", r.id, r.span),
+            );
+        } else {
+            self.log(
+                out,
+                format!(
+                    "removing unknown dispatcher {:?} on {from} ({:?})",
+                    r.id, r.span
+                ),
+            );
+            self.start_cleanup(r.span.table, vec![(r.id, from.clone())], None);
+        }
+    }
+
+    pub(super) fn on_rejected(
+        &mut self,
+        ctx: &Ctx,
+        from: &NodeId,
+        id: DispatcherId,
+        reason: RejectReason,
+        out: &mut Vec<Effect>,
+    ) {
+        if self
+            .tracked
+            .get(&id)
+            .map(|t| t.node != *from || t.phase != Tracked::Requested)
+            .unwrap_or(true)
+        {
+            return;
+        }
+        self.tracked.remove(&id);
+        self.log(out, format!("{from} refused {id:?}: {reason:?}"));
+        let op_id = self
+            .ops
+            .values()
+            .find(|o| o.creating == Some(id))
+            .map(|o| o.id);
+        if let Some(op_id) = op_id {
+            if let Some(mut op) = self.ops.remove(&op_id) {
+                if op.kind == OpKind::Merge {
+                    // Nothing changed on the node: the sources still run there.
+                    let id = op.id;
+                    for e in self.spans.values_mut().filter(|e| e.op == Some(id)) {
+                        e.state = SpanState::Replicating;
+                        e.op = None;
+                    }
+                    for (sid, _, _) in &op.sources {
+                        if let Some(t) = self.tracked.get_mut(sid) {
+                            t.phase = Tracked::Working;
+                        }
+                    }
+                } else if let Some(k) = &op.key {
+                    if let Some(e) = self.spans.get_mut(k) {
+                        e.state = SpanState::Absent;
+                        e.node = None;
+                        e.dispatcher = None;
+                        e.op = None;
+                    }
+                }
+                op.transition(OpPhase::Aborted);
+                *self
+                    .phase_counts
+                    .entry((op.kind, OpPhase::Aborted))
+                    .or_default() += 1;
+            }
+        }
+        if let RejectReason::Overlap { with } = reason {
+            if !self.tracked.contains_key(&with) {
+                // The node runs something this maintainer does not know: learn it at the next
+                // heartbeat (it is reported there and reconciled by span).
+                let _ = with;
+            }
+        }
+        self.drive(ctx, out);
+    }
+}

@@ -1,0 +1,174 @@
+//! The schedulers: balance, split and merge, run every `BALANCE_INTERVAL_MS`, and the placement
+//! of absent spans. They only start operators (`operator.rs`); at most
+//! `MAX_OPERATORS_PER_ROUND` per round, never on a span that has one, never on a table a user
+//! split (the merge scheduler).
+
+use super::*;
+
+impl Maintainer {
+    // (user requests: `requests.rs`)
+
+    pub(super) fn schedule(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
+        // Basic: absent spans go to the least loaded schedulable node.
+        let absent: Vec<SpanKey> = self
+            .spans
+            .iter()
+            .filter(|(_, e)| e.state == SpanState::Absent && e.op.is_none())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in absent.into_iter().take(MAX_OPERATORS_PER_ROUND) {
+            let Some(dest) = self.least_loaded(ctx) else {
+                break;
+            };
+            self.start_add(k, dest);
+        }
+        // Drain: move spans off draining nodes.
+        if !ctx.draining.is_empty() {
+            let moves: Vec<SpanKey> = self
+                .spans
+                .iter()
+                .filter(|(_, e)| {
+                    e.op.is_none()
+                        && e.state == SpanState::Replicating
+                        && e.node
+                            .as_ref()
+                            .map(|n| ctx.draining.contains(n))
+                            .unwrap_or(false)
+                })
+                .map(|(k, _)| k.clone())
+                .take(MAX_OPERATORS_PER_ROUND)
+                .collect();
+            for k in moves {
+                if let Some(dest) = self.least_loaded(ctx) {
+                    self.start_move(k, dest);
+                }
+            }
+        }
+        if !self.config.scheduler.balance || ctx.now < self.last_balance + BALANCE_INTERVAL_MS {
+            return;
+        }
+        self.last_balance = ctx.now;
+        if !self.ops.is_empty()
+            || !self.requests.is_empty()
+            || self
+                .spans
+                .values()
+                .any(|e| e.state != SpanState::Replicating)
+        {
+            return;
+        }
+        // Split: a table in one span with more regions than the threshold.
+        let sched = self.config.scheduler.clone();
+        if sched.enable_table_across_nodes {
+            let single: Vec<(TableId, SpanKey, Span)> = self
+                .tables
+                .iter()
+                .filter(|(_, s)| s.splittable)
+                .filter_map(|(t, _)| {
+                    let es: Vec<&SpanEntry> =
+                        self.spans.values().filter(|e| e.span.table == *t).collect();
+                    (es.len() == 1).then(|| (*t, span_key(&es[0].span), es[0].span.clone()))
+                })
+                .collect();
+            for (t, k, span) in single {
+                let regions = ctx.regions.get(&t).map(|r| r.len() as u64 + 1).unwrap_or(1);
+                if regions > sched.region_threshold {
+                    let points = self.split_points(ctx, &span, None);
+                    if self.start_split(k, points) {
+                        return;
+                    }
+                }
+            }
+            // Split by write rate: a span written faster than the threshold is split into
+            // pieces of about the threshold each (as its regions allow).
+            if sched.write_key_threshold > 0 {
+                let hot: Vec<(SpanKey, Span, u64)> = self
+                    .spans
+                    .iter()
+                    .filter(|(_, e)| {
+                        e.write_rate > sched.write_key_threshold
+                            && self
+                                .tables
+                                .get(&e.span.table)
+                                .map(|t| t.splittable)
+                                .unwrap_or(false)
+                    })
+                    .map(|(k, e)| (k.clone(), e.span.clone(), e.write_rate))
+                    .collect();
+                for (k, span, rate) in hot {
+                    let pieces = (rate.div_ceil(sched.write_key_threshold) as usize).max(2);
+                    let inner = ctx
+                        .regions
+                        .get(&span.table)
+                        .map(|r| {
+                            r.iter()
+                                .filter(|b| **b > span.start && **b < span.end)
+                                .count()
+                        })
+                        .unwrap_or(0);
+                    let points = self.split_points(ctx, &span, Some(pieces.min(inner + 1)));
+                    if self.start_split(k, points) {
+                        self.log(out, format!("split {span:?}: written at {rate} rows/s"));
+                        return;
+                    }
+                }
+            }
+            // Merge (hysteresis: only at or below half the split threshold).
+            let merge: Vec<TableId> = self
+                .tables
+                .iter()
+                .filter(|(t, s)| {
+                    !s.user_split
+                        && self.spans.values().filter(|e| e.span.table == **t).count() > 1
+                        && ctx.regions.get(t).map(|r| r.len() as u64 + 1).unwrap_or(1) * 2
+                            <= sched.region_threshold
+                        && (sched.write_key_threshold == 0
+                            || self
+                                .spans
+                                .values()
+                                .filter(|e| e.span.table == **t)
+                                .map(|e| e.write_rate)
+                                .sum::<u64>()
+                                * 2
+                                <= sched.write_key_threshold)
+                })
+                .map(|(t, _)| *t)
+                .collect();
+            if let Some(t) = merge.first() {
+                self.queue_scheduler_request(TableRequest::Merge { table: *t }, ctx.now);
+                return;
+            }
+        }
+        // Balance: move one span from the most to the least loaded node when they differ by 2+.
+        let nodes: Vec<NodeId> = self
+            .ready
+            .keys()
+            .filter(|n| self.schedulable(ctx, n))
+            .cloned()
+            .collect();
+        if nodes.len() < 2 {
+            return;
+        }
+        let max = nodes
+            .iter()
+            .max_by_key(|n| (self.load(n), std::cmp::Reverse((*n).clone())))
+            .cloned();
+        let min = nodes
+            .iter()
+            .min_by_key(|n| (self.load(n), (*n).clone()))
+            .cloned();
+        if let (Some(max), Some(min)) = (max, min) {
+            if self.load(&max) >= self.load(&min) + 2 {
+                let k = self
+                    .spans
+                    .iter()
+                    .find(|(_, e)| e.node.as_ref() == Some(&max) && e.op.is_none())
+                    .map(|(k, _)| k.clone());
+                if let Some(k) = k {
+                    self.start_move(k, min);
+                    self.log(out, format!("balance: moving a span from {max}"));
+                }
+            }
+        }
+    }
+}
