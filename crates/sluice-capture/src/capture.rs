@@ -9,8 +9,11 @@
 //!   gets the empty key (one unsplittable span);
 //! - an update that changes the key becomes a delete of the old key and an insert of the new
 //!   key, both with the transaction's commit ts;
-//! - rows of system schemas (`mysql`, ...) are dropped; rows of a table unknown to the history
-//!   are a fatal [`CaptureError::UnknownTable`] (never silently dropped).
+//! - rows of system schemas (`mysql`, ...) and sequences are dropped; rows of a table unknown to
+//!   the history are set aside as an unreplicable change that stops the tables (never silently
+//!   dropped, never fatal for capture), in early chunks of a large transaction too;
+//! - the staged rows of a large transaction are numbered `0..n` in the order staged, and its
+//!   commit names exactly the `n` rows staged (rows dropped from a chunk are not counted).
 
 use crate::binlog::{BinlogReader, ReaderEvent, RowChange, Transaction, TxnChunk};
 use crate::error::{CaptureError, Result};
@@ -130,33 +133,49 @@ fn unreplicable_marker(history: &SchemaHistory, txn: &Transaction) -> Option<Ddl
     })
 }
 
-/// Rows of a table the history does not know (it missed the table's creation) cannot be
-/// routed to any dispatcher: they are set aside as unreplicable, and since no dispatcher of
-/// that table exists, every table stops at them (loudly), rather than capture stopping or the
-/// rows vanishing. A DDL of the same transaction (CREATE TABLE … SELECT) is applied first.
-fn set_aside_unknown_tables(history: &SchemaHistory, txn: &mut Transaction) {
-    let after_ddl = if txn.statement.is_some() {
-        txn.commit_ts
-    } else {
-        txn.commit_ts - 1
-    };
+/// Removes from `rows` those of tables the history does not know at `at` (except the one
+/// `creates` names) and adds their `db.table` names to `names` (each once).
+fn take_unknown_rows(
+    history: &SchemaHistory,
+    at: Ts,
+    creates: impl Fn(&str, &str) -> bool,
+    rows: &mut Vec<RowChange>,
+    names: &mut Vec<String>,
+) {
     let unknown = |c: &RowChange| {
         let (db, t) = (&c.table.database, &c.table.table);
-        is_captured(history, db, t)
-            && history.table_at(db, t, after_ddl).is_none()
-            && !txn_creates(txn.statement.as_ref(), db, t)
+        is_captured(history, db, t) && history.table_at(db, t, at).is_none() && !creates(db, t)
     };
-    let mut names: Vec<String> = Vec::new();
-    for c in txn.rows.iter().filter(|c| unknown(c)) {
+    for c in rows.iter().filter(|c| unknown(c)) {
         let n = format!("{}.{}", c.table.database, c.table.table);
         if !names.contains(&n) {
             names.push(n);
         }
     }
+    rows.retain(|c| !unknown(c));
+}
+
+/// Rows of a table the history does not know (it missed the table's creation) cannot be
+/// routed to any dispatcher: they are set aside as unreplicable, and since no dispatcher of
+/// that table exists, every table stops at them (loudly), rather than capture stopping or the
+/// rows vanishing. A DDL of the same transaction (CREATE TABLE … SELECT) is applied first.
+/// `names` already holds the unknown tables of the transaction's early chunks.
+fn set_aside_unknown_tables(
+    history: &SchemaHistory,
+    txn: &mut Transaction,
+    mut names: Vec<String>,
+) {
+    let after_ddl = if txn.statement.is_some() {
+        txn.commit_ts
+    } else {
+        txn.commit_ts - 1
+    };
+    let stmt = txn.statement.clone();
+    let creates = |db: &str, t: &str| txn_creates(stmt.as_ref(), db, t);
+    take_unknown_rows(history, after_ddl, creates, &mut txn.rows, &mut names);
     if names.is_empty() {
         return;
     }
-    txn.rows.retain(|c| !unknown(c));
     txn.unreplicable.push(crate::unreplicable::Unreplicable {
         tables: Vec::new(),
         reason: format!(
@@ -197,10 +216,27 @@ fn txn_creates(stmt: Option<&crate::binlog::Statement>, db: &str, t: &str) -> bo
     })
 }
 
+/// What capture staged of the open large transaction: the rows it handed out as
+/// [`Captured::Chunk`]s and the unknown tables whose rows it set aside from them.
+#[derive(Debug, Default)]
+pub struct Staging {
+    pub rows: usize,
+    pub unknown: Vec<String>,
+}
+
 /// Converts one transaction, applying its DDL (if any) to `history`.
-pub fn convert(history: &mut SchemaHistory, mut txn: Transaction) -> Result<Vec<Captured>> {
+pub fn convert(history: &mut SchemaHistory, txn: Transaction) -> Result<Vec<Captured>> {
+    convert_staged(history, txn, Staging::default())
+}
+
+/// [`convert`] of a transaction whose early rows came as chunks, staged as `staging` says.
+pub fn convert_staged(
+    history: &mut SchemaHistory,
+    mut txn: Transaction,
+    staging: Staging,
+) -> Result<Vec<Captured>> {
     let mut out = Vec::with_capacity(1);
-    set_aside_unknown_tables(history, &mut txn);
+    set_aside_unknown_tables(history, &mut txn, staging.unknown);
     note_cascades(history, &mut txn);
     if let Some(marker) = unreplicable_marker(history, &txn) {
         out.push(Captured::Ddl(marker));
@@ -238,7 +274,7 @@ pub fn convert(history: &mut SchemaHistory, mut txn: Transaction) -> Result<Vec<
         out.push(Captured::CommitStaged {
             commit_ts: ts,
             start: txn.start,
-            staged_rows: txn.chunked_rows,
+            staged_rows: staging.rows,
             rows,
         });
     } else {
@@ -250,15 +286,24 @@ pub fn convert(history: &mut SchemaHistory, mut txn: Transaction) -> Result<Vec<
     Ok(out)
 }
 
-/// Converts an early chunk of a large transaction (rows carry commit ts 0 until the commit).
-pub fn convert_chunk(history: &mut SchemaHistory, chunk: TxnChunk) -> Result<Captured> {
+/// Converts an early chunk of a large transaction (rows carry commit ts 0 until the commit);
+/// `staging` counts what is staged and collects the unknown tables set aside.
+pub fn convert_chunk(
+    history: &mut SchemaHistory,
+    staging: &mut Staging,
+    mut chunk: TxnChunk,
+) -> Result<Captured> {
     // No DDL lies between the transaction's start and its commit, so the schema at its start
     // is the schema at its commit.
     let at = chunk.start.ts().unwrap_or(history.head);
+    let none = |_: &str, _: &str| false;
+    take_unknown_rows(history, at, none, &mut chunk.rows, &mut staging.unknown);
     let rows = convert_rows(history, at, 0, 0, chunk.rows)?;
+    let first_seq = staging.rows;
+    staging.rows += rows.len();
     Ok(Captured::Chunk {
         start: chunk.start,
-        first_seq: chunk.first_seq,
+        first_seq,
         rows,
     })
 }
@@ -322,7 +367,7 @@ impl Resolved {
             version: schema.version,
             spec: key_spec(schema, change),
             fixes,
-            row_end: implicit_row_end(schema).filter(|_| agree),
+            row_end: period_end(schema).filter(|_| agree),
         }
     }
 }
@@ -435,9 +480,16 @@ fn convert_rows(
     Ok(rows)
 }
 
-/// The index of a system-versioned table's implicit `row_end` (the last column, generated,
-/// after `row_start`), if the table has one.
-fn implicit_row_end(schema: &TableSchema) -> Option<usize> {
+/// The index of a system-versioned table's `ROW END` column (explicit or MariaDB's implicit
+/// `row_end`), if the table has one.
+fn period_end(schema: &TableSchema) -> Option<usize> {
+    let ends = schema.columns.iter().enumerate();
+    let mut ends = ends.filter(|(_, c)| c.generated == Some(sluice_types::Generation::RowEnd));
+    let end = ends.next().map(|(i, _)| i);
+    if end.is_some() {
+        return end;
+    }
+    // Histories saved before the period columns had their own generation.
     let n = schema.columns.len();
     let [.., s, e] = schema.columns.as_slice() else {
         return None;
@@ -486,6 +538,8 @@ pub struct Capture {
     pub last_heartbeat: Option<HeartbeatSample>,
     /// Items of the last transaction not yet returned (a CREATE ... SELECT gives two).
     queued: std::collections::VecDeque<Captured>,
+    /// The open large transaction's staged chunks.
+    staging: Staging,
 }
 
 /// One heartbeat row as captured.
@@ -532,6 +586,7 @@ impl Capture {
             history,
             last_heartbeat: None,
             queued: Default::default(),
+            staging: Staging::default(),
         }
     }
 
@@ -544,11 +599,22 @@ impl Capture {
             }
             match self.reader.next().await? {
                 ReaderEvent::Resolved(ts) => return Ok(Captured::Resolved(ts)),
-                ReaderEvent::Chunk(c) => return convert_chunk(&mut self.history, c),
-                ReaderEvent::Abort(start) => return Ok(Captured::Abort(start)),
+                ReaderEvent::Chunk(c) => {
+                    return convert_chunk(&mut self.history, &mut self.staging, c)
+                }
+                ReaderEvent::Abort(start) => {
+                    self.staging = Staging::default();
+                    return Ok(Captured::Abort(start));
+                }
                 ReaderEvent::Transaction(t) => {
                     self.sample_heartbeat(&t);
-                    self.queued.extend(convert(&mut self.history, t)?)
+                    let staging = if t.chunked_rows > 0 {
+                        std::mem::take(&mut self.staging)
+                    } else {
+                        Staging::default()
+                    };
+                    self.queued
+                        .extend(convert_staged(&mut self.history, t, staging)?)
                 }
             }
         }

@@ -12,6 +12,8 @@
 //!   DROP CONSTRAINT) or spells the same thing as sqlparser expects
 //!   (PERSISTENT is STORED, `RENAME t2` is `RENAME TO t2`, `ADD (a …, b …)` is two ADDs, ENUM
 //!   values written `0x41` are `'A'`, `SERIAL DEFAULT VALUE` is NOT NULL UNIQUE);
+//! - an explicit period column (`GENERATED ALWAYS AS ROW START/END`) is a NOT NULL STORED
+//!   generated column whose expression is one of [`PERIOD_MARKERS`];
 //! - system versioning becomes the columns it makes: MariaDB's implicit `row_start` and
 //!   `row_end` (TIMESTAMP(6) NOT NULL, last in the row images) on `WITH SYSTEM VERSIONING` or
 //!   `ADD SYSTEM VERSIONING` without explicit `AS ROW START/END` columns, and `DROP SYSTEM
@@ -34,9 +36,35 @@ pub fn implicit_period_columns() -> [sluice_types::ColumnDef; 2] {
         let mut c = crate::schema::column_from_sql_type(n, "timestamp(6)");
         c.nullable = false;
         // GENERATED ALWAYS AS ROW START/END: the server sets them, a downstream computes its own.
-        c.generated = Some(sluice_types::Generation::Stored);
+        c.generated = Some(if n == "row_start" {
+            sluice_types::Generation::RowStart
+        } else {
+            sluice_types::Generation::RowEnd
+        });
         c
     })
+}
+
+/// The generation expressions a period column is rewritten with: `(row start, row end)`. No
+/// user expression is a bare identifier of that name (a generated column cannot read itself).
+pub const PERIOD_MARKERS: (&str, &str) = ("sluice_row_start", "sluice_row_end");
+
+/// `NOT NULL GENERATED ALWAYS AS (marker) STORED` for an explicit period column.
+fn period_column(end: bool, out: &mut Vec<Token>) {
+    let marker = if end {
+        PERIOD_MARKERS.1
+    } else {
+        PERIOD_MARKERS.0
+    };
+    let word = |s: &str| Token::make_keyword(s);
+    out.extend([
+        word("NOT"),
+        word("NULL"),
+        word("GENERATED"),
+        word("ALWAYS"),
+        word("AS"),
+    ]);
+    out.extend([Token::LParen, word(marker), Token::RParen, word("STORED")]);
 }
 
 /// `(database, table)` of every system-versioned table without explicit `AS ROW START/END`
@@ -321,15 +349,16 @@ fn attribute(def: &[Token], k: usize, out: &mut Vec<Token>, facts: &mut ColumnFa
             k + 3
         }
         "WITH" | "WITHOUT" if is_kw(def.get(k + 1), "SYSTEM") => k + 3,
-        // A period column is NOT NULL.
+        // A period column is NOT NULL, and generated: `AS (sluice_row_start) STORED` (or
+        // `_end`) carries which one it is to the history ([`PERIOD_MARKERS`]).
         "GENERATED" if is_kw(def.get(k + 3), "ROW") => {
             facts.row_period = true;
-            out.extend([word("NOT"), word("NULL")]);
+            period_column(is_kw(def.get(k + 4), "END"), out);
             k + 5
         }
         "AS" if is_kw(def.get(k + 1), "ROW") => {
             facts.row_period = true;
-            out.extend([word("NOT"), word("NULL")]);
+            period_column(is_kw(def.get(k + 2), "END"), out);
             k + 3
         }
         "BINARY" if !matches!(upper(&def[k - 1]).as_str(), "SET" | "CHARSET" | "COLLATE") => {

@@ -307,8 +307,16 @@ fn parse_elements(sql_type: &str) -> Vec<String> {
 
 /// `AS (expr) [VIRTUAL|STORED]`: the server's default is VIRTUAL (MariaDB's PERSISTENT reaches
 /// the parser as STORED, [`normalize_for_parser`]).
-fn generation_of(mode: Option<sqlparser::ast::GeneratedExpressionMode>) -> Generation {
+/// A period column reaches the parser with a marker expression
+/// ([`crate::mariadb_sql::PERIOD_MARKERS`]).
+fn generation_of(
+    expr: &sqlparser::ast::Expr,
+    mode: Option<sqlparser::ast::GeneratedExpressionMode>,
+) -> Generation {
+    let (start, end) = crate::mariadb_sql::PERIOD_MARKERS;
     match mode {
+        _ if expr.to_string() == start => Generation::RowStart,
+        _ if expr.to_string() == end => Generation::RowEnd,
         Some(sqlparser::ast::GeneratedExpressionMode::Stored) => Generation::Stored,
         _ => Generation::Virtual,
     }
@@ -316,14 +324,24 @@ fn generation_of(mode: Option<sqlparser::ast::GeneratedExpressionMode>) -> Gener
 
 /// A generated column as `information_schema.COLUMNS.EXTRA` shows it: `VIRTUAL GENERATED` or
 /// `STORED GENERATED` (MariaDB before 10.2: `VIRTUAL`, `PERSISTENT`), possibly followed by
-/// `, INVISIBLE`. MySQL's `DEFAULT_GENERATED` (a DEFAULT expression) is not one.
+/// `, INVISIBLE`. MySQL's `DEFAULT_GENERATED` (a DEFAULT expression) is not one. The snapshot
+/// appends ` ROW_START` / ` ROW_END` for a period column (its `GENERATION_EXPRESSION`).
 pub fn generation_from_extra(extra: &str) -> Option<Generation> {
     let upper = extra.to_ascii_uppercase();
-    let mut words = upper.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
-    words.find_map(|w| match w {
-        "VIRTUAL" => Some(Generation::Virtual),
-        "STORED" | "PERSISTENT" => Some(Generation::Stored),
+    let words: Vec<&str> = upper
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .collect();
+    let period = words.iter().find_map(|w| match *w {
+        "ROW_START" => Some(Generation::RowStart),
+        "ROW_END" => Some(Generation::RowEnd),
         _ => None,
+    });
+    period.or_else(|| {
+        words.iter().find_map(|w| match *w {
+            "VIRTUAL" => Some(Generation::Virtual),
+            "STORED" | "PERSISTENT" => Some(Generation::Stored),
+            _ => None,
+        })
     })
 }
 
@@ -372,10 +390,10 @@ fn apply_column_options(
             }
             ColumnOption::Unique(_) => uniques.push(vec![c.name.clone()]),
             ColumnOption::Generated {
-                generation_expr: Some(_),
+                generation_expr: Some(e),
                 generation_expr_mode,
                 ..
-            } => c.generated = Some(generation_of(*generation_expr_mode)),
+            } => c.generated = Some(generation_of(e, *generation_expr_mode)),
             ColumnOption::Check(ch)
                 if ch.to_string().to_ascii_lowercase().contains("json_valid") =>
             {
@@ -548,7 +566,9 @@ impl SchemaHistory {
         );
         let cols: Vec<ColRow> = conn
             .query(
-                "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, COLLATION_NAME, EXTRA \
+                "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, COLLATION_NAME, \
+                 CONCAT(EXTRA, IF(GENERATION_EXPRESSION IN ('ROW START', 'ROW END'), \
+                 CONCAT(' ', REPLACE(GENERATION_EXPRESSION, ' ', '_')), '')) \
                  FROM information_schema.COLUMNS ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
             )
             .await
@@ -758,8 +778,9 @@ impl SchemaHistory {
         schema.version = ts;
         // MariaDB's implicit system-versioning columns are generated (the server sets them).
         let from = schema.columns.len() - implicit_period_columns(&schema.columns);
-        for c in &mut schema.columns[from..] {
-            c.generated = Some(sluice_types::Generation::Stored);
+        let period = [Generation::RowStart, Generation::RowEnd];
+        for (c, g) in schema.columns[from..].iter_mut().zip(period) {
+            c.generated = Some(g);
         }
         let id = schema.table_id;
         self.index_name(id, &schema.database.clone(), &schema.name.clone());
@@ -835,20 +856,8 @@ impl SchemaHistory {
             session.sql_mode.as_deref(),
         );
         let text = moded.as_ref();
-        if let Some((create, name)) = sequence_statement(text) {
-            let name = sqlparser::parser::Parser::new(&MySqlDialect {})
-                .try_with_sql(&name)
-                .and_then(|mut p| p.parse_object_name(false))
-                .map(|n| split_name(&n, database));
-            if let Ok((db, t)) = name {
-                if create {
-                    self.sequences.insert(qualified(&db, &t));
-                } else {
-                    self.sequences.remove(&qualified(&db, &t));
-                }
-            }
-            self.head = commit_ts;
-            return Ok(None);
+        if let Some(seq) = sequence_statement(text) {
+            return Ok(self.sequence_ddl(commit_ts, commit_time_ms, database, query, seq));
         }
         if let Some((db, options)) = alter_database_statement(text, database) {
             // Only the defaults of tables created later change: no table version, an event the
@@ -1013,6 +1022,51 @@ impl SchemaHistory {
         work.ddls.push(ev.clone());
         *self = work;
         Ok(Some(ev))
+    }
+
+    /// A sequence DDL: the history's set of sequences (whose NEXTVAL rows are not table data)
+    /// follows it, and a non-temporary one becomes an event the table trigger writes (kind
+    /// `Other`, run as logged), so the downstream has the sequence a table's `DEFAULT (NEXT VALUE
+    /// FOR s)` names before that table's DDL. Temporary sequences are the session's own.
+    fn sequence_ddl(
+        &mut self,
+        commit_ts: Ts,
+        commit_time_ms: u64,
+        database: &str,
+        query: &str,
+        seq: SequenceDdl,
+    ) -> Option<DdlEvent> {
+        let mut object_db = None;
+        for name in &seq.names {
+            let parsed = sqlparser::parser::Parser::new(&MySqlDialect {})
+                .try_with_sql(name)
+                .and_then(|mut p| p.parse_object_name(false));
+            let Ok(n) = parsed else { continue };
+            if n.0.len() > 1 {
+                object_db.get_or_insert_with(|| split_name(&n, database).0);
+            }
+            let (db, t) = split_name(&n, database);
+            match seq.change {
+                _ if seq.temporary => {}
+                SequenceChange::Create => {
+                    self.sequences.insert(qualified(&db, &t));
+                }
+                SequenceChange::Drop => {
+                    self.sequences.remove(&qualified(&db, &t));
+                }
+                SequenceChange::Alter => {}
+            }
+        }
+        if seq.temporary {
+            self.head = commit_ts;
+            return None;
+        }
+        let mut ev = self.trigger_ddl(commit_ts, commit_time_ms, database, query, DdlKind::Other);
+        if let Some(last) = self.ddls.last_mut().filter(|_| object_db.is_some()) {
+            last.object_database = object_db.as_deref().map(Box::from);
+            ev.object_database = object_db.map(String::into_boxed_str);
+        }
+        Some(ev)
     }
 
     /// A DDL that changes no table (views, database defaults): the table trigger writes it. A
@@ -1793,9 +1847,25 @@ fn apply_constraint(con: &TableConstraint, keys: &mut KeyNames, columns: &mut [C
     }
 }
 
-/// `CREATE [OR REPLACE] SEQUENCE [IF NOT EXISTS] name ...` → `(true, name)`,
-/// `DROP SEQUENCE [IF EXISTS] name` → `(false, name)`.
-fn sequence_statement(query: &str) -> Option<(bool, String)> {
+/// What a sequence DDL does to the history's set of sequences.
+#[derive(Debug, PartialEq)]
+enum SequenceChange {
+    Create,
+    Alter,
+    Drop,
+}
+
+/// A recognised `CREATE [OR REPLACE] [TEMPORARY] SEQUENCE [IF NOT EXISTS] name …`, `ALTER
+/// SEQUENCE [IF EXISTS] name …` or `DROP [TEMPORARY] SEQUENCE [IF EXISTS] a[, b …]`.
+#[derive(Debug, PartialEq)]
+struct SequenceDdl {
+    change: SequenceChange,
+    temporary: bool,
+    /// The names as written (`db.s` or `s`), parsed by the caller.
+    names: Vec<String>,
+}
+
+fn sequence_statement(query: &str) -> Option<SequenceDdl> {
     use sqlparser::tokenizer::{Token, Tokenizer};
     let toks = Tokenizer::new(&MySqlDialect {}, query).tokenize().ok()?;
     let sig: Vec<&Token> = toks
@@ -1806,13 +1876,16 @@ fn sequence_statement(query: &str) -> Option<(bool, String)> {
         Token::Word(w) if w.quote_style.is_none() => w.value.to_ascii_uppercase(),
         _ => String::new(),
     };
-    let create = match up(sig.first()?).as_str() {
-        "CREATE" => true,
-        "DROP" => false,
+    let change = match up(sig.first()?).as_str() {
+        "CREATE" => SequenceChange::Create,
+        "ALTER" => SequenceChange::Alter,
+        "DROP" => SequenceChange::Drop,
         _ => return None,
     };
     let mut k = 1;
+    let mut temporary = false;
     while matches!(up(sig.get(k)?).as_str(), "OR" | "REPLACE" | "TEMPORARY") {
+        temporary |= up(sig.get(k)?) == "TEMPORARY";
         k += 1;
     }
     if up(sig.get(k)?) != "SEQUENCE" {
@@ -1822,12 +1895,27 @@ fn sequence_statement(query: &str) -> Option<(bool, String)> {
     while matches!(up(sig.get(k)?).as_str(), "IF" | "NOT" | "EXISTS") {
         k += 1;
     }
-    let mut name = sig.get(k)?.to_string();
-    if matches!(sig.get(k + 1), Some(Token::Period)) {
-        name.push('.');
-        name.push_str(&sig.get(k + 2)?.to_string());
+    let mut names = Vec::new();
+    loop {
+        let mut name = sig.get(k)?.to_string();
+        if matches!(sig.get(k + 1), Some(Token::Period)) {
+            name.push('.');
+            name.push_str(&sig.get(k + 2)?.to_string());
+            k += 2;
+        }
+        names.push(name);
+        k += 1;
+        // Only DROP names several sequences.
+        if change != SequenceChange::Drop || !matches!(sig.get(k), Some(Token::Comma)) {
+            break;
+        }
+        k += 1;
     }
-    Some((create, name))
+    Some(SequenceDdl {
+        change,
+        temporary,
+        names,
+    })
 }
 
 /// An ALTER TABLE with its table-option specifications removed.
@@ -2528,6 +2616,77 @@ mod tests {
         h.apply(F + ts, 0, "d", q)
             .expect("apply")
             .expect("a ddl event")
+    }
+
+    #[test]
+    fn sequence_ddl_is_tracked_and_replicated_by_the_trigger() {
+        let mut h = h();
+        apply(&mut h, 100, "CREATE DATABASE d");
+        let e = apply(&mut h, 200, "CREATE SEQUENCE s1 START WITH 10 CACHE 5");
+        assert_eq!(e.kind, DdlKind::Other);
+        assert!(e.influence.trigger);
+        assert_eq!(e.influence.scope, InfluenceScope::Tables(vec![]));
+        assert!(h.is_sequence("d", "s1"));
+        let e = apply(
+            &mut h,
+            300,
+            "create or replace sequence if not exists other.s2",
+        );
+        assert_eq!(e.object_database.as_deref(), Some("other"));
+        assert!(h.is_sequence("other", "s2"));
+        let e = apply(&mut h, 400, "ALTER SEQUENCE IF EXISTS s1 RESTART 100");
+        assert_eq!(e.query, "ALTER SEQUENCE IF EXISTS s1 RESTART 100");
+        apply(
+            &mut h,
+            500,
+            "CREATE TABLE t (id INT DEFAULT (NEXT VALUE FOR s1) PRIMARY KEY, a INT)",
+        );
+        assert_eq!(h.table_at("d", "t", F + 500).expect("t").key_columns, [0]);
+        apply(
+            &mut h,
+            600,
+            "DROP SEQUENCE `s1`, other.s2 /* generated by server */",
+        );
+        assert!(!h.is_sequence("d", "s1") && !h.is_sequence("other", "s2"));
+        // A temporary sequence is the session's own: no event, not a captured sequence.
+        let ev = h
+            .apply(F + 700, 0, "d", "CREATE TEMPORARY SEQUENCE tmp")
+            .expect("apply");
+        assert!(ev.is_none());
+        assert!(!h.is_sequence("d", "tmp"));
+        assert_eq!(h.head, F + 700);
+    }
+
+    #[test]
+    fn create_select_columns_are_named_as_the_server_logs_them() {
+        let mut h = h();
+        apply(&mut h, 100, "CREATE DATABASE d");
+        // MariaDB logs CREATE … SELECT in row format as the full definition.
+        apply(
+            &mut h,
+            200,
+            "CREATE TABLE `t4` (\n  `id` int(11) NOT NULL,\n  `lead` varchar(6) NOT NULL,\n  \
+             `we``ird` bigint(12) DEFAULT NULL,\n  `concat(s, repeat('x', 80))` varchar(90) DEFAULT NULL,\n  \
+             `1 + 1` int(3) NOT NULL,\n  `(select 1)` int(1) NOT NULL,\n  `-v` bigint(12) DEFAULT NULL,\n  \
+             `v is null` int(1) NOT NULL,\n  `v+1` bigint(12) DEFAULT NULL,\n  `now()` datetime NOT NULL\n)",
+        );
+        let t = h.table_at("d", "t4", F + 200).expect("t4");
+        let names: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "id",
+                "lead",
+                "we`ird",
+                "concat(s, repeat('x', 80))",
+                "1 + 1",
+                "(select 1)",
+                "-v",
+                "v is null",
+                "v+1",
+                "now()"
+            ]
+        );
     }
 
     #[test]

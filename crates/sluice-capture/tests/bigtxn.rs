@@ -194,3 +194,65 @@ async fn connection_lost_inside_a_chunked_transaction_aborts_and_rereads() {
     assert!(pump.capture.reader.stats.connects >= 2);
     assert_one_txn(&store, t, ROWS);
 }
+
+/// A large transaction whose early chunks hold rows of a table the history does not know (its
+/// creation happened before the reader's start, after the snapshot) and rows of a sequence:
+/// capture goes on, the unknown table's rows become one unreplicable change that stops the
+/// tables, and the known table's rows are all stored in one transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_transaction_with_an_unknown_table_is_not_fatal() {
+    const ROWS: usize = 4_000;
+    let db = MariaDb::start().expect("mariadb");
+    db.exec(
+        "CREATE DATABASE d; CREATE TABLE d.big (id INT PRIMARY KEY, pad VARCHAR(1000));
+         CREATE SEQUENCE d.s NOCACHE",
+    )
+    .expect("sql");
+    let dir = db.dir().join("node");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let hs = std::sync::Arc::new(FileSchemaStore(dir.join("history.json")));
+    let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
+    let t = history
+        .table_at("d", "big", history.head)
+        .expect("t")
+        .table_id;
+    // Created after the snapshot and before where the reader starts: the history misses it.
+    db.exec("CREATE TABLE d.ghost (id INT PRIMARY KEY, pad VARCHAR(1000))")
+        .expect("ghost");
+    let (file, pos) = db.master_status().expect("status");
+    let start = sluice_capture::BinlogPos::new(file, pos);
+    db.exec(&format!(
+        "BEGIN;
+         INSERT INTO d.ghost SELECT seq, REPEAT('g', 1000) FROM d.seq_1_to_{ROWS};
+         INSERT INTO d.big SELECT seq, REPEAT('x', 1000) FROM d.seq_1_to_{ROWS};
+         SELECT NEXTVAL(d.s); SELECT NEXTVAL(d.s);
+         INSERT INTO d.ghost VALUES ({ROWS} + 1, 'last');
+         COMMIT"
+    ))
+    .expect("transaction");
+    let (file, pos) = db.master_status().expect("status");
+    let end = sluice_capture::BinlogPos::new(file, pos).ts().expect("ts");
+    let store = std::sync::Arc::new(
+        EventStore::open(&dir.join("events"), StoreConfig::default()).expect("store"),
+    );
+    let mut cfg = ReaderConfig::new(db.url(), 603, start);
+    cfg.chunk_bytes = 256 << 10;
+    let mut pump = Pump::new(
+        Capture::new(BinlogReader::new(cfg), history),
+        store.clone(),
+        hs.clone(),
+    );
+    while store.resolved() < end {
+        pump.step().await.expect("capture goes on");
+    }
+    assert!(pump.capture.reader.stats.chunks >= 4, "chunked");
+    assert_one_txn(&store, t, ROWS);
+    let ddls = store.ddls(0, u64::MAX).expect("ddls");
+    let stops: Vec<_> = ddls
+        .iter()
+        .filter(|d| d.kind == sluice_types::DdlKind::Unreplicable)
+        .collect();
+    assert_eq!(stops.len(), 1, "{ddls:?}");
+    assert!(stops[0].query.contains("d.ghost"), "{}", stops[0].query);
+    assert_eq!(stops[0].influence.scope, sluice_types::InfluenceScope::All);
+}

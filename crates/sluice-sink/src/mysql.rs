@@ -143,8 +143,19 @@ impl mysql_async::prelude::GlobalHandler for InfileHandler {
     }
 }
 
-/// The session settings every connection runs with.
-const SESSION_SETUP: [&str; 2] = ["SET time_zone = '+00:00'", "SET foreign_key_checks = 0"];
+/// The session settings every connection runs with. The `sql_mode` accepts every value an
+/// upstream may have stored: rows reach the binlog as the upstream kept them, whatever its
+/// session's mode (`INSERT IGNORE`, a non-strict session, `ALLOW_INVALID_DATES`), so the
+/// downstream must not judge them again (a strict mode refuses an ENUM's `''` with 1265, a
+/// `2020-02-31` with 1292). No strictness, no `NO_ZERO_DATE`/`NO_ZERO_IN_DATE`, invalid dates
+/// allowed, and a `0` written into an AUTO_INCREMENT column stays `0` (`NO_AUTO_VALUE_ON_ZERO`);
+/// nothing that changes how statements read (`ANSI_QUOTES`, `EMPTY_STRING_IS_NULL`, …). A DDL
+/// runs under its upstream session's mode instead ([`crate::ddl_session`]).
+const SESSION_SETUP: [&str; 3] = [
+    "SET time_zone = '+00:00'",
+    "SET foreign_key_checks = 0",
+    "SET sql_mode = 'ALLOW_INVALID_DATES,NO_AUTO_VALUE_ON_ZERO'",
+];
 
 /// A pool whose connections run [`SESSION_SETUP`] when they connect and after every reset
 /// (`COM_RESET_CONNECTION` drops session variables: without the setup a reused connection would

@@ -64,19 +64,25 @@ pub struct ColumnDef {
 }
 
 /// How a generated column is kept: computed on read (`VIRTUAL`) or stored with the row
-/// (`STORED`, which MariaDB also spells `PERSISTENT`).
+/// (`STORED`, which MariaDB also spells `PERSISTENT`); a system-versioned table's period
+/// columns (`GENERATED ALWAYS AS ROW START` / `ROW END`, explicit or MariaDB's implicit
+/// `row_start`/`row_end`) are stored columns the server sets, and `RowEnd` tells a current row
+/// from a history row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Generation {
     Virtual,
     Stored,
+    RowStart,
+    RowEnd,
 }
 
 impl Generation {
-    /// The SQL word (`VIRTUAL` or `STORED`).
+    /// The SQL word (`VIRTUAL` or `STORED`, which information_schema also says of the period
+    /// columns).
     pub fn as_sql(self) -> &'static str {
         match self {
             Generation::Virtual => "VIRTUAL",
-            Generation::Stored => "STORED",
+            Generation::Stored | Generation::RowStart | Generation::RowEnd => "STORED",
         }
     }
 }

@@ -264,3 +264,109 @@ fn views_replicate_in_order_and_are_recorded_by_file_sinks() {
     assert!(view_ddls.iter().all(|(db, _)| db == "vw"), "{view_ddls:?}");
     s.finish();
 }
+
+const OBJECTS_WORKLOAD: &str = "CREATE DATABASE ob;
+     CREATE SEQUENCE ob.s1 START WITH 100 INCREMENT BY 5 CACHE 10;
+     CREATE TABLE ob.t (id INT DEFAULT (NEXT VALUE FOR ob.s1) PRIMARY KEY, a INT);
+     INSERT INTO ob.t (a) VALUES (1), (2), (3);
+     ALTER SEQUENCE ob.s1 RESTART WITH 1000;
+     INSERT INTO ob.t (a) VALUES (4);
+     USE ob;
+     CREATE SEQUENCE s2;
+     SELECT NEXTVAL(s2);
+     DROP SEQUENCE s2;
+     CREATE TABLE ob.src (id INT PRIMARY KEY, v INT, s VARCHAR(10));
+     INSERT INTO ob.src VALUES (1, 10, 'a'), (2, 20, 'b');
+     CREATE TABLE ob.sel SELECT id, v+1, concat(s, 'y'), v*2 AS named, -v, v IS NULL FROM ob.src;
+     INSERT INTO ob.sel (id) VALUES (3);
+     CREATE TABLE ob.sv (id INT PRIMARY KEY, v INT,
+         rs TIMESTAMP(6) GENERATED ALWAYS AS ROW START,
+         re TIMESTAMP(6) GENERATED ALWAYS AS ROW END,
+         PERIOD FOR SYSTEM_TIME (rs, re)) WITH SYSTEM VERSIONING;
+     INSERT INTO ob.sv (id, v) VALUES (1, 1), (2, 2), (3, 3);
+     UPDATE ob.sv SET v = 20 WHERE id = 2;
+     DELETE FROM ob.sv WHERE id = 1;
+     UPDATE ob.sv SET v = 30 WHERE id = 3;
+     CREATE TABLE ob.marker (id INT PRIMARY KEY);";
+
+/// Current rows of `ob.sv` (the period columns differ: each server sets its own).
+fn current_versioned(db: &MariaDb) -> Vec<Vec<String>> {
+    db.query("SELECT id, v FROM ob.sv ORDER BY id").expect("sv")
+}
+
+#[test]
+fn sequences_create_select_and_explicit_periods_replicate() {
+    let s = replicate("objects", OBJECTS_WORKLOAD);
+    // The sequence exists downstream with its definition (a MariaDB downstream), so the table
+    // whose DEFAULT reads it was created; the rows carry the values the upstream drew.
+    let seqs = |db: &MariaDb| {
+        db.query(
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'ob' \
+             AND TABLE_TYPE = 'SEQUENCE' ORDER BY 1",
+        )
+        .expect("sequences")
+    };
+    assert_eq!(seqs(&s.up), [["s1"]]);
+    assert_eq!(seqs(&s.down), seqs(&s.up));
+    assert_eq!(
+        s.down
+            .query_one("SELECT increment FROM ob.s1")
+            .expect("downstream s1"),
+        "5"
+    );
+    // CREATE TABLE … SELECT: columns named after expressions, as information_schema names them.
+    assert_eq!(columns(&s.down, "ob"), columns(&s.up, "ob"));
+    // The explicit period: only current rows, no history row written as a current one.
+    assert_eq!(current_versioned(&s.down), current_versioned(&s.up));
+    for tables in ["ob.t", "ob.src", "ob.sel", "ob.marker"] {
+        let r = check(&s.out, &s.up_url, &s.down_url, tables);
+        assert_eq!(r.code, 0, "check {tables}: {} {}", r.stdout, r.stderr);
+    }
+    s.assert_healthy();
+    // The file sink records the sequence DDLs (database-level schema files, run as logged).
+    let files = schema_files(&s.root);
+    let seq_ddls = files
+        .iter()
+        .filter(|f| {
+            f["Query"]
+                .as_str()
+                .is_some_and(|q| q.to_ascii_uppercase().contains("SEQUENCE"))
+        })
+        .count();
+    assert!(seq_ddls >= 4, "{files:?}");
+    s.finish();
+}
+
+const NON_STRICT_WORKLOAD: &str = "CREATE DATABASE ns;
+     CREATE TABLE ns.t (id INT PRIMARY KEY, d DATE, dt DATETIME, e ENUM('a', 'b'), s VARCHAR(3),
+         n TINYINT, x DECIMAL(4, 1));
+     CREATE TABLE ns.ai (id INT AUTO_INCREMENT PRIMARY KEY, v INT);
+     SET SESSION sql_mode = '';
+     INSERT INTO ns.t VALUES (1, '2020-13-45', '0000-00-00 00:00:00', 'zz', 'abcdef', 999, 12345);
+     SET SESSION sql_mode = 'ALLOW_INVALID_DATES';
+     INSERT INTO ns.t VALUES (2, '2020-02-31', '2021-04-31 10:00:00', 'a', 'ab', 1, 1.5);
+     SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO';
+     INSERT INTO ns.ai VALUES (0, 1), (5, 2);
+     SET SESSION sql_mode = DEFAULT;
+     INSERT IGNORE INTO ns.t VALUES (3, '2020-00-00', NULL, 'q', 'toolong', -300, 1.25);
+     UPDATE IGNORE ns.t SET e = 'nope', s = 'four' WHERE id = 2;
+     INSERT INTO ns.t VALUES (4, '2024-01-02', NULL, 'b', 'ok', 4, 4.0);";
+
+#[test]
+fn rows_the_upstream_accepted_under_non_strict_modes_replicate() {
+    let s = replicate("non-strict", NON_STRICT_WORKLOAD);
+    let rows = |db: &MariaDb, t: &str| {
+        db.query(&format!("SELECT * FROM ns.{t} ORDER BY id"))
+            .expect("rows")
+    };
+    let up = rows(&s.up, "t");
+    assert_eq!(up.len(), 4, "{up:?}");
+    assert_eq!(rows(&s.down, "t"), up);
+    assert_eq!(rows(&s.down, "ai"), rows(&s.up, "ai"));
+    for tables in ["ns.t", "ns.ai"] {
+        let r = check(&s.out, &s.up_url, &s.down_url, tables);
+        assert_eq!(r.code, 0, "check {tables}: {} {}", r.stdout, r.stderr);
+    }
+    s.assert_healthy();
+    s.finish();
+}
