@@ -277,8 +277,8 @@ const OBJECTS_WORKLOAD: &str = "CREATE DATABASE ob;
      DROP SEQUENCE s2;
      CREATE TABLE ob.src (id INT PRIMARY KEY, v INT, s VARCHAR(10));
      INSERT INTO ob.src VALUES (1, 10, 'a'), (2, 20, 'b');
-     CREATE TABLE ob.sel SELECT id, v+1, concat(s, 'y'), v*2 AS named, -v, v IS NULL FROM ob.src;
-     INSERT INTO ob.sel (id) VALUES (3);
+     CREATE TABLE ob.sel (PRIMARY KEY (id)) SELECT id, v+1, concat(s, 'y'), v*2 AS named, -v, v IS NULL FROM ob.src;
+     INSERT INTO ob.sel VALUES (3, 31, 'cy', 60, -30, 0);
      CREATE TABLE ob.sv (id INT PRIMARY KEY, v INT,
          rs TIMESTAMP(6) GENERATED ALWAYS AS ROW START,
          re TIMESTAMP(6) GENERATED ALWAYS AS ROW END,
