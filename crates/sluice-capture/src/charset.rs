@@ -69,50 +69,10 @@ pub struct CharsetDefaults {
     pub tables: BTreeMap<TableId, CharsetCollation>,
 }
 
-/// MariaDB's compiled-in default collation of each charset (before 11.2): used only by a history
-/// whose snapshot did not record `charset_collations`.
-const BUILTIN_DEFAULTS: &[(&str, &str)] = &[
-    ("armscii8", "armscii8_general_ci"),
-    ("ascii", "ascii_general_ci"),
-    ("big5", "big5_chinese_ci"),
-    ("binary", "binary"),
-    ("cp1250", "cp1250_general_ci"),
-    ("cp1251", "cp1251_general_ci"),
-    ("cp1256", "cp1256_general_ci"),
-    ("cp1257", "cp1257_general_ci"),
-    ("cp850", "cp850_general_ci"),
-    ("cp852", "cp852_general_ci"),
-    ("cp866", "cp866_general_ci"),
-    ("cp932", "cp932_japanese_ci"),
-    ("dec8", "dec8_swedish_ci"),
-    ("eucjpms", "eucjpms_japanese_ci"),
-    ("euckr", "euckr_korean_ci"),
-    ("gb2312", "gb2312_chinese_ci"),
-    ("gbk", "gbk_chinese_ci"),
-    ("geostd8", "geostd8_general_ci"),
-    ("greek", "greek_general_ci"),
-    ("hebrew", "hebrew_general_ci"),
-    ("hp8", "hp8_english_ci"),
-    ("keybcs2", "keybcs2_general_ci"),
-    ("koi8r", "koi8r_general_ci"),
-    ("koi8u", "koi8u_general_ci"),
-    ("latin1", "latin1_swedish_ci"),
-    ("latin2", "latin2_general_ci"),
-    ("latin5", "latin5_turkish_ci"),
-    ("latin7", "latin7_general_ci"),
-    ("macce", "macce_general_ci"),
-    ("macroman", "macroman_general_ci"),
-    ("sjis", "sjis_japanese_ci"),
-    ("swe7", "swe7_swedish_ci"),
-    ("tis620", "tis620_thai_ci"),
-    ("ucs2", "ucs2_general_ci"),
-    ("ujis", "ujis_japanese_ci"),
-    ("utf16", "utf16_general_ci"),
-    ("utf16le", "utf16le_general_ci"),
-    ("utf32", "utf32_general_ci"),
-    ("utf8mb3", "utf8mb3_general_ci"),
-    ("utf8mb4", "utf8mb4_general_ci"),
-];
+// MariaDB's compiled-in default collation of each charset (before 11.2): used only by a history
+// whose snapshot did not record `charset_collations`. One table for Sluice, in
+// `sluice_partition::collation`.
+use sluice_partition::collation::BUILTIN_DEFAULTS;
 
 /// A name as written in SQL (`latin1`, `'latin1'`, `` `LATIN1` ``) in the form compared here.
 fn bare(name: &str) -> String {

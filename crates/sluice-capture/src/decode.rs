@@ -612,24 +612,14 @@ pub fn is_pad_space(collation: u16) -> bool {
         || (255..=323).contains(&collation))
 }
 
-/// MySQL's latin1 is Windows-1252; the five unassigned code points map to C1 controls.
-const CP1252_80_9F: [u16; 32] = [
-    0x20AC, 0x0081, 0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021, 0x02C6, 0x2030, 0x0160, 0x2039,
-    0x0152, 0x008D, 0x017D, 0x008F, 0x0090, 0x2018, 0x2019, 0x201C, 0x201D, 0x2022, 0x2013, 0x2014,
-    0x02DC, 0x2122, 0x0161, 0x203A, 0x0153, 0x009D, 0x017E, 0x0178,
-];
-
 /// Decodes character data in the given collation's charset.
 pub fn decode_text(collation: u16, b: Vec<u8>) -> Value {
     match charset_of(collation) {
         Charset::Binary => Value::Bytes(b),
+        // MySQL's latin1 is Windows-1252 (one table: `sluice_partition::collation`).
         Charset::Latin1 => Value::Text(
             b.iter()
-                .map(|&c| match c {
-                    0x80..=0x9f => char::from_u32(CP1252_80_9F[(c - 0x80) as usize] as u32)
-                        .unwrap_or('\u{fffd}'),
-                    _ => c as char,
-                })
+                .map(|&c| sluice_partition::collation::latin1_char(c))
                 .collect(),
         ),
         Charset::Ascii if b.is_ascii() => Value::Text(String::from_utf8_lossy(&b).into_owned()),

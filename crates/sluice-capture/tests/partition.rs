@@ -9,8 +9,8 @@
 use sluice_capture::binlog::{BinlogReader, ReaderConfig};
 use sluice_capture::capture::{Capture, Captured};
 use sluice_capture::schema::SchemaHistory;
+use sluice_partition::{split_partition_options, Layout, PartitionDef, Partitioning};
 use sluice_testkit::mariadb::MariaDb;
-use sluice_types::partition::{split_partition_options, PartitionDef, Partitioning};
 use sluice_types::{TableSchema, Value};
 use std::collections::BTreeMap;
 

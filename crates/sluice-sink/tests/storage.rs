@@ -10,6 +10,7 @@ mod common;
 
 use common::list;
 use object_store::{ObjectStore, ObjectStoreExt};
+use sluice_partition::Layout;
 use sluice_sink::codec::{canal, csv, value_text};
 use sluice_sink::storage::StorageSink;
 use sluice_sink::testing::*;

@@ -7,7 +7,7 @@ use super::statements::Applied;
 use super::*;
 use crate::charset::{AlterCharset, CharsetOptions};
 use crate::error::Result;
-use sluice_types::partition::split_partition_options;
+use sluice_partition::{split_partition_options, Layout};
 use sluice_types::{DdlInfluence, DdlKind, DdlSession, InfluenceScope, Partitioning};
 use sqlparser::dialect::MySqlDialect;
 

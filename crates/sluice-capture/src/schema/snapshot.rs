@@ -6,7 +6,7 @@ use super::*;
 use crate::binlog::master_position;
 use crate::error::{CaptureError, Result};
 use mysql_async::prelude::Queryable;
-use sluice_types::partition::split_partition_options;
+use sluice_partition::{split_partition_options, Layout};
 use sluice_types::{ColumnDef, ColumnType, Partitioning};
 
 impl SchemaHistory {
@@ -194,12 +194,14 @@ pub(super) async fn read_partitioning(
 }
 
 /// A column as the snapshot reads it: `(schema, table, name, COLUMN_TYPE, IS_NULLABLE,
-/// charset, collation, EXTRA with the period generation)`.
+/// charset, collation, EXTRA with the period generation)`. COLUMN_TYPE holds ENUM/SET values in
+/// the column's charset, not always UTF-8 (an `sjis` ENUM): bytes, read lossily, never a panic
+/// of the driver's row conversion.
 type ColRow = (
     String,
     String,
     String,
-    String,
+    Vec<u8>,
     String,
     Option<String>,
     Option<String>,
@@ -278,7 +280,7 @@ impl Catalog {
             .iter()
             .filter(|c| c.0 == db && c.1 == name)
             .map(|c| {
-                let mut d = column_from_sql_type(&c.2, &c.3);
+                let mut d = column_from_sql_type(&c.2, &String::from_utf8_lossy(&c.3));
                 d.nullable = c.4 == "YES";
                 d.charset = c.5.clone();
                 d.collation = c.6.clone();

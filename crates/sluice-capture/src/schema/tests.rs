@@ -4,6 +4,7 @@ use super::columns::*;
 use super::sql_text::*;
 use super::*;
 use crate::charset::charset_prefix;
+use sluice_partition::Layout;
 use sluice_types::{ColumnType, DdlKind, DdlSession, InfluenceScope};
 
 #[test]

@@ -7,7 +7,7 @@
 //!   `file-size` or [`MAX_OPEN_BUFFERS`] are open, at every `flush-interval`, on `flush`, before
 //!   a DDL and on close;
 //! - a row of a partitioned table goes to the directory of the partition the upstream stores it
-//!   in ([`sluice_types::Partitioning::partition_of`]); a row that cannot be placed fails the
+//!   in ([`Placer::partition_of`], one placer per table version); a row that cannot be placed fails the
 //!   changefeed with the reason (never a guess);
 //! - a flush writes the table version's schema file (if missing), then each data file, then the
 //!   index file; the ack follows only after all of them succeeded;
@@ -39,6 +39,7 @@ use async_trait::async_trait;
 use layout::TableDefinition;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use sluice_partition::Placer;
 use sluice_types::{DdlEvent, DispatcherId, RowEvent, RowKind, Span, TableSchema, Ts, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -259,7 +260,13 @@ pub struct Storage {
     /// Schema file paths known to exist.
     schemas: Mutex<BTreeSet<String>>,
     checkpoint: tokio::sync::Mutex<Ts>,
+    /// Placers of the partitioned table versions seen, by `(table id, version)`: a layout's
+    /// expression is parsed once per table version, not per row (at most [`MAX_PLACERS`]).
+    placers: Mutex<BTreeMap<(sluice_types::TableId, Ts), Arc<Placer>>>,
 }
+
+/// Placers kept; beyond it the cache starts over (placers are cheap to make again).
+const MAX_PLACERS: usize = 1024;
 
 pub type StorageSink = Runner<Storage>;
 
@@ -272,6 +279,7 @@ impl Runner<Storage> {
             store,
             schemas: Mutex::new(BTreeSet::new()),
             checkpoint: tokio::sync::Mutex::new(0),
+            placers: Mutex::new(BTreeMap::new()),
         }))
     }
     pub fn store(&self) -> Arc<dyn ObjectStore> {
@@ -296,9 +304,24 @@ impl Storage {
     /// is not the row itself. An update whose images lie in two partitions (possible only
     /// without a unique key: the server requires the partitioning columns in every unique key)
     /// becomes a delete in the old partition and an insert in the new one, as TiDB logs it.
+    /// The placer of `schema`'s layout, made once per table version.
+    fn placer(&self, p: &sluice_types::Partitioning, schema: &TableSchema) -> Arc<Placer> {
+        let key = (schema.table_id, schema.version);
+        let mut placers = self.placers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = placers.get(&key).filter(|f| f.layout() == p) {
+            return found.clone();
+        }
+        if placers.len() >= MAX_PLACERS {
+            placers.clear();
+        }
+        let made = Arc::new(Placer::new(p));
+        placers.insert(key, made.clone());
+        made
+    }
+
     fn placed(
         &self,
-        p: &sluice_types::Partitioning,
+        p: &Placer,
         schema: &TableSchema,
         row: &RowEvent,
     ) -> Result<Vec<(usize, Option<RowEvent>)>> {
@@ -500,14 +523,15 @@ impl Backend for Storage {
         let partitioning = schema
             .partitioning
             .as_ref()
-            .filter(|_| self.cfg.partition_separator);
+            .filter(|_| self.cfg.partition_separator)
+            .map(|p| self.placer(p, &schema));
         let mut full = false;
         for row in &batch.rows {
             let date = layout::date_dir(self.cfg.date_separator, row.commit_time_ms);
-            match partitioning {
+            match &partitioning {
                 None => full |= self.append(w, &schema, None, &date, row)?,
-                Some(p) => {
-                    for (partition, part) in self.placed(p, &schema, row)? {
+                Some(placer) => {
+                    for (partition, part) in self.placed(placer, &schema, row)? {
                         let row = part.as_ref().unwrap_or(row);
                         full |= self.append(w, &schema, Some(partition), &date, row)?;
                     }
