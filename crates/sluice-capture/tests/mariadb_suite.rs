@@ -14,7 +14,8 @@
 //! `cargo nextest run -p sluice-capture --test mariadb_suite` replays [`SELECTION`] (a few
 //! minutes). `SLUICE_MARIADB_SUITE=full` replays every `main/*.test`, `suite/*/t/*.test` and `suite/*/*.test`
 //! (see `scripts/mariadb-suite.sh`); `SLUICE_MARIADB_SUITE=a.test,b.test` replays those files.
-//! `SLUICE_MARIADB_SUITE_REPORT=path` writes the counts and every failure there.
+//! `SLUICE_MARIADB_SUITE_REPORT=path` writes the counts and every failure there;
+//! `SLUICE_MARIADB_SUITE_MINUTES=n` stops after the file that passes `n` minutes.
 
 mod common;
 mod mysqltest;
@@ -176,7 +177,7 @@ type ColumnRow = (
     String,
     String,
     String,
-    String,
+    Vec<u8>,
     String,
     Option<String>,
     Option<String>,
@@ -197,7 +198,8 @@ async fn upstream_view(
         .await?;
     let mut out: BTreeMap<(String, String), TableView> = BTreeMap::new();
     for (db, t, name, ty, nullable, cs, coll) in rows {
-        let c = column_from_sql_type(&name, &ty);
+        // COLUMN_TYPE holds ENUM/SET values in the column's charset (not always UTF-8).
+        let c = column_from_sql_type(&name, &String::from_utf8_lossy(&ty));
         out.entry((db.to_ascii_lowercase(), t.to_ascii_lowercase()))
             .or_insert_with(|| TableView {
                 columns: Vec::new(),
@@ -724,11 +726,25 @@ async fn mariadb_regression_suite_ddl_keeps_the_history_equal_to_the_server() {
     let root =
         PathBuf::from(std::env::var("SLUICE_MYSQL_TEST_DIR").unwrap_or_else(|_| SUITE_DIR.into()));
     let files = selection(&root);
+    // `SLUICE_MARIADB_SUITE_MINUTES=n`: stop after the file that passes n minutes (a capped run
+    // of the full corpus reports what it replayed).
+    let cap = std::env::var("SLUICE_MARIADB_SUITE_MINUTES")
+        .ok()
+        .and_then(|m| m.parse::<u64>().ok())
+        .map(|m| std::time::Instant::now() + Duration::from_secs(m * 60));
     let mut replay = Replay::start().await;
     for f in &files {
+        if cap.is_some_and(|c| std::time::Instant::now() >= c) {
+            break;
+        }
         replay.run_file(&root, f).await;
     }
-    let report = replay.report();
+    let mut report = format!(
+        "files replayed {} of {}\n",
+        replay.counts.files,
+        files.len()
+    );
+    report.push_str(&replay.report());
     println!("{report}");
     if let Ok(path) = std::env::var("SLUICE_MARIADB_SUITE_REPORT") {
         let mut full = report.clone();
