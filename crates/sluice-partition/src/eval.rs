@@ -357,118 +357,130 @@ pub(crate) fn one_arg<'v>(name: &str, args: &'v [EV]) -> Result<&'v EV, Partitio
 }
 
 pub(crate) fn call(name: &str, args: &[EV]) -> Result<EV, PartitionError> {
-    let date1 = |f: &str| -> Result<Option<Dt>, PartitionError> { date_arg(one_arg(f, args)?, f) };
-    let int = |v: i64| EV::Int(v as i128);
+    match name {
+        "YEAR" | "MONTH" | "DAY" | "DAYOFMONTH" | "QUARTER" | "TO_DAYS" | "TO_SECONDS"
+        | "DAYOFYEAR" | "DAYOFWEEK" | "WEEKDAY" => date_part(name, args),
+        "YEARWEEK" => yearweek(args),
+        "DATEDIFF" => datediff(args),
+        "HOUR" | "MINUTE" | "SECOND" | "MICROSECOND" | "TIME_TO_SEC" => time_part(name, args),
+        "UNIX_TIMESTAMP" => unix_timestamp(args),
+        "ABS" | "CEILING" | "CEIL" | "FLOOR" | "MOD" => numeric(name, args),
+        _ => cannot_place(format!(
+            "function {name}() in a partition expression is not supported by Sluice"
+        )),
+    }
+}
+
+fn int(v: i64) -> EV {
+    EV::Int(v as i128)
+}
+
+/// The date functions of one argument (NULL for NULL, and for a zero date where the server
+/// returns NULL).
+fn date_part(name: &str, args: &[EV]) -> Result<EV, PartitionError> {
+    let Some(d) = date_arg(one_arg(name, args)?, name)? else {
+        return Ok(EV::Null);
+    };
+    let days = || daynr(d.y, d.m, d.d);
     Ok(match name {
-        "YEAR" => date1(name)?.map_or(EV::Null, |d| int(d.y)),
-        "MONTH" => date1(name)?.map_or(EV::Null, |d| int(d.m)),
-        "DAY" | "DAYOFMONTH" => date1(name)?.map_or(EV::Null, |d| int(d.d)),
-        "QUARTER" => date1(name)?.map_or(EV::Null, |d| int((d.m + 2) / 3)),
-        "TO_DAYS" => match date1(name)? {
-            Some(d) if !zero_in_date(&d) => int(daynr(d.y, d.m, d.d)),
-            _ => EV::Null,
-        },
-        "TO_SECONDS" => match date1(name)? {
-            Some(d) if !zero_in_date(&d) => int(daynr(d.y, d.m, d.d) * 86400 + d.h * 3600 + d.mi * 60 + d.s),
-            _ => EV::Null,
-        },
-        "DAYOFYEAR" => match date1(name)? {
-            Some(d) if !zero_in_date(&d) => int(daynr(d.y, d.m, d.d) - daynr(d.y, 1, 1) + 1),
-            _ => EV::Null,
-        },
-        "DAYOFWEEK" => match date1(name)? {
-            Some(d) if !zero_in_date(&d) => int(weekday(daynr(d.y, d.m, d.d), true) + 1),
-            _ => EV::Null,
-        },
-        "WEEKDAY" => match date1(name)? {
-            Some(d) if !zero_in_date(&d) => int(weekday(daynr(d.y, d.m, d.d), false)),
-            _ => EV::Null,
-        },
-        "YEARWEEK" => {
-            if args.len() != 1 {
-                return cannot_place("YEARWEEK() with a mode argument is not supported");
-            }
-            match date1(name)? {
-                Some(d) if !zero_in_date(&d) => {
-                    // Mode 0: Sunday first, weeks 1-53 of the week's own year.
-                    let (week, year) = calc_week(&d, false, true, true);
-                    int(year * 100 + week)
-                }
-                _ => EV::Null,
-            }
+        "YEAR" => int(d.y),
+        "MONTH" => int(d.m),
+        "DAY" | "DAYOFMONTH" => int(d.d),
+        "QUARTER" => int((d.m + 2) / 3),
+        _ if zero_in_date(&d) => EV::Null,
+        "TO_DAYS" => int(days()),
+        "TO_SECONDS" => int(days() * 86400 + d.h * 3600 + d.mi * 60 + d.s),
+        "DAYOFYEAR" => int(days() - daynr(d.y, 1, 1) + 1),
+        "DAYOFWEEK" => int(weekday(days(), true) + 1),
+        _ => int(weekday(days(), false)),
+    })
+}
+
+/// `YEARWEEK(d)`, mode 0: Sunday first, weeks 1-53 of the week's own year.
+fn yearweek(args: &[EV]) -> Result<EV, PartitionError> {
+    if args.len() != 1 {
+        return cannot_place("YEARWEEK() with a mode argument is not supported");
+    }
+    Ok(match date_arg(one_arg("YEARWEEK", args)?, "YEARWEEK")? {
+        Some(d) if !zero_in_date(&d) => {
+            let (week, year) = calc_week(&d, false, true, true);
+            int(year * 100 + week)
         }
-        "DATEDIFF" => {
-            let [a, b] = args else {
-                return err(format!("DATEDIFF() takes two arguments, got {}", args.len()));
-            };
-            match (date_arg(a, name)?, date_arg(b, name)?) {
-                (Some(a), Some(b)) if !zero_in_date(&a) && !zero_in_date(&b) => {
-                    int(daynr(a.y, a.m, a.d) - daynr(b.y, b.m, b.d))
-                }
-                _ => EV::Null,
-            }
+        _ => EV::Null,
+    })
+}
+
+fn datediff(args: &[EV]) -> Result<EV, PartitionError> {
+    let [a, b] = args else {
+        return err(format!(
+            "DATEDIFF() takes two arguments, got {}",
+            args.len()
+        ));
+    };
+    Ok(match (date_arg(a, "DATEDIFF")?, date_arg(b, "DATEDIFF")?) {
+        (Some(a), Some(b)) if !zero_in_date(&a) && !zero_in_date(&b) => {
+            int(daynr(a.y, a.m, a.d) - daynr(b.y, b.m, b.d))
         }
-        "HOUR" | "MINUTE" | "SECOND" | "MICROSECOND" | "TIME_TO_SEC" => {
-            let a = one_arg(name, args)?;
-            let (neg, h, mi, s, us) = match a {
-                EV::Null => return Ok(EV::Null),
-                EV::Time(t) => (t.neg, t.h, t.mi, t.s, t.us),
-                other => match date_arg(other, name)? {
-                    Some(d) => (false, d.h, d.mi, d.s, d.us),
-                    None => return Ok(EV::Null),
-                },
-            };
-            match name {
-                "HOUR" => int(h),
-                "MINUTE" => int(mi),
-                "SECOND" => int(s),
-                "MICROSECOND" => int(us),
-                _ => {
-                    // The integer value of a fractional TIME_TO_SEC is its floor (checked:
-                    // '-10:00:01.4' → -36002, '10:00:01.6' → 36001).
-                    let secs = h * 3600 + mi * 60 + s;
-                    int(match (neg, us) {
-                        (false, _) => secs,
-                        (true, 0) => -secs,
-                        (true, _) => -secs - 1,
-                    })
-                }
-            }
-        }
-        "UNIX_TIMESTAMP" => match one_arg(name, args)? {
-            EV::Null => EV::Null,
-            // The integer value of UNIX_TIMESTAMP(ts) drops the fraction (checked: 8.6 s → 8).
-            EV::Ts(us) => int(us.div_euclid(1_000_000)),
-            other => {
-                return cannot_place(format!(
-                    "UNIX_TIMESTAMP() of {} depends on the session time zone (only a TIMESTAMP column is supported)",
-                    other.kind()
-                ))
-            }
+        _ => EV::Null,
+    })
+}
+
+/// HOUR, MINUTE, SECOND, MICROSECOND, TIME_TO_SEC of a TIME or a date.
+fn time_part(name: &str, args: &[EV]) -> Result<EV, PartitionError> {
+    let (neg, h, mi, s, us) = match one_arg(name, args)? {
+        EV::Null => return Ok(EV::Null),
+        EV::Time(t) => (t.neg, t.h, t.mi, t.s, t.us),
+        other => match date_arg(other, name)? {
+            Some(d) => (false, d.h, d.mi, d.s, d.us),
+            None => return Ok(EV::Null),
         },
-        "ABS" => match int_arg(one_arg(name, args)?, name)? {
-            None => EV::Null,
-            Some(v) => EV::Int(v.abs()),
-        },
-        "CEILING" | "CEIL" | "FLOOR" => match int_arg(one_arg(name, args)?, name)? {
-            None => EV::Null,
-            Some(v) => EV::Int(v),
-        },
-        "MOD" => {
-            let [a, b] = args else {
-                return err(format!("MOD() takes two arguments, got {}", args.len()));
-            };
-            match (int_arg(a, name)?, int_arg(b, name)?) {
-                (Some(_), Some(0)) => EV::Null,
-                (Some(a), Some(b)) => EV::Int(a % b),
-                _ => EV::Null,
-            }
-        }
+    };
+    Ok(match name {
+        "HOUR" => int(h),
+        "MINUTE" => int(mi),
+        "SECOND" => int(s),
+        "MICROSECOND" => int(us),
         _ => {
-            return cannot_place(format!(
-                "function {name}() in a partition expression is not supported by Sluice"
-            ))
+            // The integer value of a fractional TIME_TO_SEC is its floor (checked:
+            // '-10:00:01.4' → -36002, '10:00:01.6' → 36001).
+            let secs = h * 3600 + mi * 60 + s;
+            int(match (neg, us) {
+                (false, _) => secs,
+                (true, 0) => -secs,
+                (true, _) => -secs - 1,
+            })
         }
+    })
+}
+
+fn unix_timestamp(args: &[EV]) -> Result<EV, PartitionError> {
+    match one_arg("UNIX_TIMESTAMP", args)? {
+        EV::Null => Ok(EV::Null),
+        // The integer value of UNIX_TIMESTAMP(ts) drops the fraction (checked: 8.6 s → 8).
+        EV::Ts(us) => Ok(int(us.div_euclid(1_000_000))),
+        other => cannot_place(format!(
+            "UNIX_TIMESTAMP() of {} depends on the session time zone (only a TIMESTAMP column is supported)",
+            other.kind()
+        )),
+    }
+}
+
+/// ABS, CEILING/CEIL/FLOOR (of integers: the value), MOD (NULL for a zero divisor).
+fn numeric(name: &str, args: &[EV]) -> Result<EV, PartitionError> {
+    if name == "MOD" {
+        let [a, b] = args else {
+            return err(format!("MOD() takes two arguments, got {}", args.len()));
+        };
+        return Ok(match (int_arg(a, name)?, int_arg(b, name)?) {
+            (Some(_), Some(0)) => EV::Null,
+            (Some(a), Some(b)) => EV::Int(a % b),
+            _ => EV::Null,
+        });
+    }
+    Ok(match int_arg(one_arg(name, args)?, name)? {
+        None => EV::Null,
+        Some(v) if name == "ABS" => EV::Int(v.abs()),
+        Some(v) => EV::Int(v),
     })
 }
 
