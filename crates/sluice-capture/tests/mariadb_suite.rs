@@ -191,8 +191,8 @@ async fn upstream_view(
             "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.COLUMN_TYPE, c.IS_NULLABLE, \
              c.CHARACTER_SET_NAME, c.COLLATION_NAME FROM information_schema.COLUMNS c \
              JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME \
-             WHERE t.TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED') \
-             AND c.TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys') \
+             WHERE t.TABLE_TYPE IN (_utf8mb3'BASE TABLE', _utf8mb3'SYSTEM VERSIONED') \
+             AND c.TABLE_SCHEMA NOT IN (_utf8mb3'mysql', _utf8mb3'information_schema', _utf8mb3'performance_schema', _utf8mb3'sys') \
              ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION",
         )
         .await?;
@@ -221,7 +221,7 @@ async fn upstream_view(
     // A system-versioned table without explicit period columns has MariaDB's implicit
     // `row_start` and `row_end` last in every row image, though information_schema hides them.
     let versioned: Vec<(String, String)> = conn
-        .query("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'SYSTEM VERSIONED'")
+        .query("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = _utf8mb3'SYSTEM VERSIONED'")
         .await?;
     for (db, t) in versioned {
         let create: Option<(String, String)> = conn
@@ -255,8 +255,8 @@ async fn upstream_view(
     let keys: Vec<(String, String, String, String, u64)> = conn
         .query(
             "SELECT TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, COLUMN_NAME, NON_UNIQUE FROM information_schema.STATISTICS \
-             WHERE TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys') \
-             ORDER BY TABLE_SCHEMA, TABLE_NAME, INDEX_NAME = 'PRIMARY' DESC, SEQ_IN_INDEX",
+             WHERE TABLE_SCHEMA NOT IN (_utf8mb3'mysql', _utf8mb3'information_schema', _utf8mb3'performance_schema', _utf8mb3'sys') \
+             ORDER BY TABLE_SCHEMA, TABLE_NAME, INDEX_NAME = _utf8mb3'PRIMARY' DESC, SEQ_IN_INDEX",
         )
         .await?;
     let mut indexes: BTreeMap<(String, String), Vec<UniqueIndex>> = BTreeMap::new();
