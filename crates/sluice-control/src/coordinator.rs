@@ -63,6 +63,16 @@ pub struct ChangefeedStatusRecord {
     pub checkpoint_ts: Ts,
 }
 
+impl ChangefeedStatusRecord {
+    /// The checkpoint a stored status record holds (for readers of the meta store that need
+    /// the persisted checkpoints, e.g. a node's event-store GC); `None` if it is not one.
+    pub fn checkpoint_of(value: &[u8]) -> Option<Ts> {
+        serde_json::from_slice::<ChangefeedStatusRecord>(value)
+            .ok()
+            .map(|r| r.checkpoint_ts)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Placement {
     None,
@@ -516,6 +526,7 @@ impl Coordinator {
                 self.feeds
                     .insert(cf.clone(), new_feed(*info, revision, start));
                 self.log(out, format!("changefeed {cf} created at {start}"));
+                out.push(Effect::CheckpointPersisted { cf, ts: start });
             }
             (Pending::Create(cf, ..), _) => {
                 self.log(out, format!("creating changefeed {cf} failed (it exists, this coordinator was deposed, or the store is unavailable)"));
@@ -669,6 +680,7 @@ impl Coordinator {
                         f.checkpoint = ts;
                     }
                 }
+                out.push(Effect::CheckpointPersisted { cf, ts });
             }
             (Pending::SaveCheckpoint(cf, _), _) => {
                 if let Some(f) = self.feeds.get_mut(&cf) {

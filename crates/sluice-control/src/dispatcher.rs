@@ -1014,6 +1014,18 @@ impl DispatcherManager {
         self.pump(id, now, holds, out);
     }
 
+    /// Whether dispatcher `id` takes events now: it works, is not stopped at a DDL or an
+    /// unreplicable change, and has room in its buffer. The feed reads only for those, so rows
+    /// read never wait behind a barrier (see `feed`).
+    pub fn wants_events(&self, id: DispatcherId) -> bool {
+        self.dispatchers.get(&id).is_some_and(|d| {
+            d.phase == Phase::Working
+                && d.block.is_none()
+                && d.halted.is_none()
+                && d.buffer.len() < MAX_BUFFERED_ITEMS
+        })
+    }
+
     /// Events for a dispatcher from the event source.
     pub fn on_events(
         &mut self,
@@ -1366,18 +1378,11 @@ impl DispatcherManager {
                         d.buffer.pop_front();
                         continue;
                     }
-                    #[allow(unused_mut)]
-                    let mut key = key.clone();
+                    let key = key.clone();
                     #[cfg(feature = "mutations")]
                     if crate::mutations::on("drop-rows") && handle % 50 == 7 {
                         d.buffer.pop_front();
                         continue;
-                    }
-                    #[cfg(feature = "mutations")]
-                    if crate::mutations::on("shift-key") && handle % 50 == 7 {
-                        if let Some(b) = key.0.last_mut() {
-                            *b = b.wrapping_add(1);
-                        }
                     }
                     // A sink write carries whole transactions: a full batch is cut only where
                     // the commit ts changes (a transaction larger than the bound stays whole).

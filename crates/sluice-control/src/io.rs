@@ -305,5 +305,12 @@ pub enum Effect {
         id: DispatcherId,
     },
     Sink(SinkCommand),
+    /// The coordinator persisted this changefeed checkpoint (its write succeeded): the sink's own
+    /// checkpoint record and the event store's garbage collection may follow it. The one way the
+    /// shell learns it; nobody decodes the coordinator's meta-store records.
+    CheckpointPersisted {
+        cf: ChangefeedId,
+        ts: Ts,
+    },
     Trace(TraceEvent),
 }

@@ -10,7 +10,7 @@
 //! | `checkpoint-ignores-absent` | the checkpoint ignores spans that are not replicating | checkpoint-sound |
 //! | `checkpoint-regress` | the coordinator persists a lower checkpoint | checkpoint-monotonic |
 //! | `drop-rows` | a dispatcher silently skips one row in every 50 | no-row-lost |
-//! | `shift-key` | a dispatcher corrupts the key of one row in every 50 | no-row-invented |
+//! | `shift-key` | the feed corrupts the key of one row in every 50 it hands a sink (the dispatchers see only handles, so a row's content can go wrong only there) | no-row-invented |
 //! | `reverse-batch` | a dispatcher writes each batch of rows in reverse order | per-key-order |
 //! | `pass-before-write` | the barrier sends Pass before the writer reported Written | ddl-order |
 //! | `create-dropped-table` | a dropped table's spans come back, starting at the drop | dropped-table-stays-dropped |
@@ -19,6 +19,11 @@
 //! | `sink-error-restarts-changefeed` | a retryable sink error restarts the whole changefeed | error-acted-once (a restart no failed dispatcher caused; changefeed-normal would see it too) |
 //! | `requests-not-recovered` | a new maintainer ignores the table requests and user-split marks kept in the meta store (as if they lived only in its predecessor's memory): a failover loses an accepted request and lets the merge scheduler undo a user's split | request-lost (at a settle), user-split-kept; the span counts of `features/request-survives-failover.toml` |
 //! | `error-restart-without-close` | the coordinator records an error and forgets the maintainer without closing the changefeed (as a coordinator failover or a failed close bump did) | error-acted-once |
+//! | `feed-cuts-transactions` | the feed cuts a batch at its row bound even inside a transaction (and resolves up to that transaction) | whole-transactions (a batch holds part of a transaction) |
+//! | `feed-resolves-past-source` | the feed resolves a batch one ts past what the source has completed | resolved-within-source |
+//! | `feed-ignores-quota` | the feed reads on when the rows in flight reach the memory quota | inflight-within-quota |
+//! | `feed-leaks-rows` | when a sink takes a write, its bytes stay counted in flight (the rows are gone; the quota shrinks for ever) | row-handle-leak |
+//! | `feed-duplicates-rows` | the third sink write of each dispatcher carries its first row twice | row-once-per-session |
 //! | `replay-ignores-applied-ddls` | a bootstrap ignores what the downstream recorded: every table replays from the checkpoint, also across a `TRUNCATE` or `DROP TABLE` the downstream already applied (issue 9, reproductions 1 and 2) | sink-state (a truncated table's rows come back), no-needless-restart (rows into a dropped table fail, the changefeed restarts) |
 //! | `replacement-ignores-floor` | a dispatcher that replaces another starts at the checkpoint it was given, below a DDL of its table the downstream already recorded (seed 7681 of the `02b631d` soak) | sink-state (a replay cut short by a crash leaves older versions of rows over newer ones; `features/replacement-starts-at-the-floor.toml`) |
 
@@ -47,6 +52,11 @@ pub const ALL: &[&str] = &[
     "requests-not-recovered",
     "replay-ignores-applied-ddls",
     "replacement-ignores-floor",
+    "feed-cuts-transactions",
+    "feed-resolves-past-source",
+    "feed-ignores-quota",
+    "feed-leaks-rows",
+    "feed-duplicates-rows",
 ];
 
 pub fn enable(name: &str) {

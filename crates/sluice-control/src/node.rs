@@ -110,6 +110,10 @@ impl NodeState {
     pub fn dispatcher_managers(&self) -> impl Iterator<Item = (&ChangefeedId, &DispatcherManager)> {
         self.dms.iter()
     }
+    /// Whether dispatcher `id` of `cf` on this node takes events now (the feed's demand).
+    pub fn wants_events(&self, cf: &ChangefeedId, id: sluice_types::DispatcherId) -> bool {
+        self.dms.get(cf).is_some_and(|dm| dm.wants_events(id))
+    }
     pub fn holds(&self) -> &Holds {
         &self.holds
     }

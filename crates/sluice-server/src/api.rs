@@ -280,8 +280,8 @@ async fn status(State(st): State<AppState>) -> ApiResult {
                 "captured_ts": s.capture.captured(),
                 "capture_error": s.capture.error(),
                 "dispatchers": s.dispatcher_count(),
-                "inflight_bytes": s.inflight_bytes,
-                "memory_quota_bytes": s.quota_bytes,
+                "inflight_bytes": s.inflight_bytes(),
+                "memory_quota_bytes": s.quota_bytes(),
             })
         })
         .await?;

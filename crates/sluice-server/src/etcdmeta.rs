@@ -316,12 +316,8 @@ async fn poll(client: Client, view: Arc<Mutex<View>>, node: NodeId) {
                 .kvs()
                 .iter()
                 .filter_map(|kv| {
-                    serde_json::from_slice::<sluice_control::coordinator::ChangefeedStatusRecord>(
-                        kv.value(),
-                    )
-                    .ok()
+                    sluice_control::coordinator::ChangefeedStatusRecord::checkpoint_of(kv.value())
                 })
-                .map(|st| st.checkpoint_ts)
                 .min();
             Some((alive, leader, epochs, min_cp))
         };

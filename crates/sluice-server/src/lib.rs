@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod net;
 pub mod shell;
 pub mod sinkwork;
+pub mod source;
 pub mod upstream;
 
 use crate::config::ServerConfig;

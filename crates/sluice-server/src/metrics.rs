@@ -187,14 +187,14 @@ pub fn render(shell: &Shell) -> String {
     let _ = writeln!(
         o,
         "sluice_memory_inflight_bytes{{node=\"{node}\"}} {}",
-        shell.inflight_bytes
+        shell.inflight_bytes()
     );
     let _ = writeln!(o, "# HELP sluice_memory_quota_bytes The node's memory-quota-bytes: the bound of sluice_memory_inflight_bytes.");
     let _ = writeln!(o, "# TYPE sluice_memory_quota_bytes gauge");
     let _ = writeln!(
         o,
         "sluice_memory_quota_bytes{{node=\"{node}\"}} {}",
-        shell.quota_bytes
+        shell.quota_bytes()
     );
     let _ = writeln!(o, "# HELP sluice_errors_total Errors by kind.");
     let _ = writeln!(o, "# TYPE sluice_errors_total counter");

@@ -3,35 +3,38 @@
 //! messages from peers, event batches and sink acknowledgements, and carries out the effects —
 //! the real-IO counterpart of the simulator's world (`crates/sluice-sim/src/world.rs`).
 //!
+//! The data path's rules (subscriptions, cursors, whole-transaction batches, DDL routing, row
+//! handles, in-flight accounting and the memory quota) are the feed's
+//! ([`sluice_control::feed`]), the same code the simulator runs; the shell reads the event store
+//! for it ([`crate::source::StoreSource`]) and carries its writes to the sink workers.
+//!
 //! Invariants:
 //! - the state machines run unchanged: the shell only turns effects into IO and IO results
 //!   into inputs, one input at a time, in the order they arrived;
-//! - an event batch holds whole transactions only, in commit-ts order, and its resolved ts never
-//!   passes what capture has made complete (`CaptureShared::captured`, published after the
-//!   history covering it), so every row's schema can be looked up;
+//! - every sink write the feed asks for is reported back to it as accepted exactly once (the
+//!   worker's `done_rows`/`done_bytes`, or at once when the write cannot be sent), so the
+//!   memory quota never leaks;
 //! - `LoadSchema` is answered only once capture has passed the requested ts (the history then
 //!   has every DDL up to it), with the epoch the meta store has now;
-//! - memory: rows read from the event store and not yet accepted by a sink are accounted
-//!   (bytes, per server) against `memory_quota_bytes` and (rows, per dispatcher) against
-//!   [`MAX_INFLIGHT_ROWS_PER_DISPATCHER`]; no more rows are read while either is exceeded.
-//!   Every other queue here has a named bound.
+//! - the sink's checkpoint record follows `Effect::CheckpointPersisted` only.
+//!   Every queue here has a named bound.
 
 use crate::mask::scrub;
 use crate::metabackend::MetaBackend;
 use crate::metrics::Metrics;
 use crate::net::Net;
 use crate::sinkwork::{spawn_worker, SinkJob, SinkRegistry, SinkReport};
+use crate::source::StoreSource;
 use crate::upstream::CaptureShared;
-use sluice_control::coordinator::ChangefeedStatusRecord;
+use sluice_control::feed::{Feed, FeedNote, FeedOut};
 use sluice_control::io::{SchemaSnapshot, TableInfo};
-use sluice_control::meta::{keys, MetaOp, MetaResult};
 use sluice_control::msg::Message;
 use sluice_control::node::NodeState;
-use sluice_control::{Effect, Input, SinkCommand, StreamItem, TraceEvent};
+use sluice_control::{Effect, Input, SinkCommand, TraceEvent};
 use sluice_sink::RowBatch;
 use sluice_types::{
-    ChangefeedId, DdlEvent, DispatcherId, Epoch, InfluenceScope, Key, NodeId, RowEvent, Span,
-    TableId, TableSchema, Ts, Value,
+    ChangefeedId, DdlEvent, DispatcherId, Epoch, InfluenceScope, Key, NodeId, RowEvent, TableId,
+    TableSchema, Ts,
 };
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -40,10 +43,6 @@ use tokio::sync::{mpsc, oneshot};
 
 /// Period of the node's tick (the simulator's `TICK_MS`).
 pub const TICK_MS: u64 = 100;
-/// At most this many rows go into one event batch of one dispatcher.
-pub const MAX_ROWS_PER_DELIVERY: usize = 1024;
-/// At most this many rows of one dispatcher are between the event store and the sink.
-pub const MAX_INFLIGHT_ROWS_PER_DISPATCHER: usize = 8192;
 /// At most this many inputs are queued from peers and the API (beyond: 503, the sender retries).
 pub const MAX_QUEUED_INPUTS: usize = 4096;
 /// At most this many schema versions are cached as `Arc`s for sink batches.
@@ -63,15 +62,8 @@ pub enum ShellMsg {
     Shutdown(oneshot::Sender<()>),
 }
 
-struct Sub {
-    span: Span,
-    is_trigger: bool,
-    cursor: Ts,
-}
-
 struct Worker {
     tx: mpsc::UnboundedSender<SinkJob>,
-    inflight_rows: usize,
 }
 
 pub struct Shell {
@@ -84,14 +76,10 @@ pub struct Shell {
     pub meta: MetaBackend,
     pub net: Net,
     local: VecDeque<Input>,
-    subs: BTreeMap<(ChangefeedId, DispatcherId), Sub>,
+    /// The data path: subscriptions, rows between the event store and the sinks, the quota.
+    feed: Feed<RowEvent>,
+    quota_bytes: u64,
     workers: BTreeMap<(ChangefeedId, DispatcherId), Worker>,
-    pending: BTreeMap<(ChangefeedId, DispatcherId), BTreeMap<u64, (RowEvent, usize)>>,
-    /// Rows of the current handle() call's sink writes, per dispatcher (sent when it returns).
-    batching: BTreeMap<(ChangefeedId, DispatcherId), Vec<(RowEvent, usize)>>,
-    next_handle: u64,
-    pub inflight_bytes: u64,
-    pub quota_bytes: u64,
     pub sink_uris: BTreeMap<ChangefeedId, String>,
     schema_waits: Vec<(ChangefeedId, Epoch, Ts, Instant)>,
     schema_cache: BTreeMap<(TableId, Ts), Arc<TableSchema>>,
@@ -103,7 +91,8 @@ pub struct Shell {
     /// The capture error last given to the control plane (`Input::CaptureStatus`).
     capture_error_sent: Option<String>,
     pub regions: BTreeMap<TableId, Vec<Key>>,
-    /// The last checkpoint this node's coordinator persisted, per changefeed.
+    /// The last checkpoint this node's coordinator persisted, per changefeed
+    /// (`Effect::CheckpointPersisted`).
     pub persisted: BTreeMap<ChangefeedId, Ts>,
     pub stopping: bool,
     pub store_path: std::path::PathBuf,
@@ -111,43 +100,8 @@ pub struct Shell {
     pub members: BTreeMap<NodeId, String>,
     /// The upstream URL, for views (masked before it is shown).
     pub upstream_masked: String,
-    /// Checkpoints carried by meta transactions in flight (async backends), by request.
-    meta_checkpoints: BTreeMap<u64, Vec<(ChangefeedId, Ts)>>,
     /// What was captured at the previous GC round (the GC bound when there is no changefeed).
     idle_gc_mark: Ts,
-}
-
-fn value_size(v: &Value) -> usize {
-    16 + match v {
-        Value::Text(s) | Value::Decimal(s) | Value::Json(s) => s.len(),
-        Value::Bytes(b) | Value::Geometry(b) => b.len(),
-        Value::Enum { name, .. } => name.len(),
-        Value::Set { names, .. } => names.iter().map(|n| n.len()).sum(),
-        _ => 0,
-    }
-}
-
-pub fn row_size(r: &RowEvent) -> usize {
-    let img = |i: &Option<Vec<Value>>| {
-        i.as_ref()
-            .map(|v| v.iter().map(value_size).sum::<usize>())
-            .unwrap_or(0)
-    };
-    96 + r.key.0.len() + img(&r.before) + img(&r.after)
-}
-
-/// Whether a DDL concerns the dispatcher of table `table` (database `db`).
-fn ddl_concerns(ddl: &DdlEvent, table: TableId, db: Option<&str>) -> bool {
-    let inf = &ddl.influence;
-    let scoped = match &inf.scope {
-        InfluenceScope::Tables(ts) => ts.contains(&table),
-        InfluenceScope::Database(d) => db.map(|x| x == d).unwrap_or(false),
-        InfluenceScope::All => true,
-    };
-    scoped
-        || inf.dropped.contains(&table)
-        || inf.renamed.iter().any(|(t, _)| *t == table)
-        || inf.sources.contains(&table)
 }
 
 impl Shell {
@@ -165,6 +119,7 @@ impl Shell {
     ) -> Shell {
         Shell {
             node: NodeState::new(node_id.clone(), incarnation),
+            feed: Feed::new(node_id.clone(), quota_bytes),
             node_id,
             incarnation,
             advertise_addr,
@@ -173,13 +128,8 @@ impl Shell {
             meta,
             net,
             local: VecDeque::new(),
-            subs: BTreeMap::new(),
-            workers: BTreeMap::new(),
-            pending: BTreeMap::new(),
-            batching: BTreeMap::new(),
-            next_handle: 1,
-            inflight_bytes: 0,
             quota_bytes,
+            workers: BTreeMap::new(),
             sink_uris: BTreeMap::new(),
             schema_waits: Vec::new(),
             schema_cache: BTreeMap::new(),
@@ -195,7 +145,6 @@ impl Shell {
             store_path: std::path::PathBuf::new(),
             members: BTreeMap::new(),
             upstream_masked: String::new(),
-            meta_checkpoints: BTreeMap::new(),
             idle_gc_mark: 0,
         }
     }
@@ -215,11 +164,8 @@ impl Shell {
         for (_, w) in std::mem::take(&mut self.workers) {
             let _ = w.tx.send(SinkJob::Close);
         }
-        self.subs.clear();
-        self.pending.clear();
-        self.inflight_bytes = 0;
+        self.feed = Feed::new(self.node_id.clone(), self.quota_bytes);
         self.schema_waits.clear();
-        self.batching.clear();
         self.local.clear();
         self.incarnation = incarnation;
         self.node = NodeState::new(self.node_id.clone(), incarnation);
@@ -235,79 +181,114 @@ impl Shell {
             self.observe(&input);
             let now = self.now();
             let effects = self.node.handle(now, input);
+            let src = StoreSource::now(&self.capture);
+            let mut outs = Vec::new();
             for e in effects {
-                self.effect(e);
+                self.feed.on_effect(&src, e, &mut outs);
             }
-            // The rows of one handle() call go out together: the control plane cuts sink writes
-            // at a row count, possibly inside a transaction, while a sink call must carry whole
-            // transactions. One call always emits every row of the transactions it consumed.
-            let keys: Vec<(ChangefeedId, DispatcherId)> = self.batching.keys().cloned().collect();
-            for k in keys {
-                self.send_rows(&k);
+            for o in outs {
+                self.feed_out(o);
             }
         }
     }
 
-    /// Hand the rows gathered for a dispatcher to its sink worker.
-    fn send_rows(&mut self, key: &(ChangefeedId, DispatcherId)) {
-        let Some(taken) = self.batching.remove(key) else {
-            return;
+    /// Carry out what the feed asks for.
+    fn feed_out(&mut self, o: FeedOut<RowEvent>) {
+        match o {
+            FeedOut::Input(i) => self.local.push_back(i),
+            FeedOut::Open {
+                cf,
+                id,
+                span,
+                start_ts,
+            } => self.sink_job(&cf, id, SinkJob::Open { span, start_ts }),
+            FeedOut::Write {
+                cf,
+                id,
+                rows,
+                bytes,
+                ..
+            } => self.send_rows(cf, id, rows, bytes),
+            FeedOut::Effect(e) => self.effect(e),
+            FeedOut::Note(n) => self.feed_note(n),
+        }
+    }
+
+    fn feed_note(&mut self, n: FeedNote) {
+        match n {
+            FeedNote::QuotaWait => self.metrics.error("memory_quota_wait"),
+            FeedNote::Delivered { cf, rows } => self.metrics.add_delivered(&cf, rows as u64),
+            FeedNote::SourceError {
+                cf,
+                id,
+                kind,
+                message,
+            } => {
+                self.metrics.error(kind);
+                tracing::error!(changefeed = %cf, dispatcher = ?id, "{message}");
+            }
+        }
+    }
+
+    /// Hand a job to a dispatcher's sink worker (started on first use).
+    fn sink_job(&mut self, cf: &ChangefeedId, id: DispatcherId, job: SinkJob) {
+        match self.worker(cf, id) {
+            Some(w) => {
+                let _ = w.tx.send(job);
+            }
+            None => self.sink_error(cf, id, format!("no sink URI known for changefeed {cf}")),
+        }
+    }
+
+    /// Hand rows of whole transactions to a dispatcher's sink worker, one batch per table
+    /// version; they are accounted until the worker reports them done.
+    fn send_rows(&mut self, cf: ChangefeedId, id: DispatcherId, rows: Vec<RowEvent>, bytes: u64) {
+        let n = rows.len();
+        let batches = match self.row_batches(rows) {
+            Ok(b) => b,
+            Err(m) => {
+                self.feed.on_accepted(&cf, id, n, bytes);
+                return self.sink_error(&cf, id, m);
+            }
         };
-        let (cf, id) = (key.0.clone(), key.1);
-        let bytes: usize = taken.iter().map(|t| t.1).sum();
-        let n = taken.len();
+        let job = SinkJob::Rows {
+            batches,
+            rows: n,
+            bytes: bytes as usize,
+        };
+        let sent = match self.worker(&cf, id) {
+            Some(w) => w.tx.send(job).is_ok(),
+            None => {
+                self.sink_error(&cf, id, format!("no sink URI known for changefeed {cf}"));
+                false
+            }
+        };
+        if !sent {
+            self.feed.on_accepted(&cf, id, n, bytes);
+        }
+    }
+
+    fn row_batches(&mut self, rows: Vec<RowEvent>) -> Result<Vec<RowBatch>, String> {
         let mut batches: Vec<RowBatch> = Vec::new();
-        let mut failed = None;
-        for (row, _) in taken {
-            let same = batches
-                .last()
-                .map(|b| {
-                    b.schema.table_id == row.table_id && b.schema.version == row.schema_version
-                })
-                .unwrap_or(false);
-            if same {
-                if let Some(b) = batches.last_mut() {
-                    b.rows.push(row);
-                }
+        for row in rows {
+            if let Some(b) = batches.last_mut().filter(|b| {
+                b.schema.table_id == row.table_id && b.schema.version == row.schema_version
+            }) {
+                b.rows.push(row);
                 continue;
             }
-            match self.schema_of(row.table_id, row.commit_ts) {
-                Some(schema) => batches.push(RowBatch {
-                    schema,
-                    rows: vec![row],
-                }),
-                None => {
-                    failed = Some(format!(
-                        "no schema for table {} at commit ts {}",
-                        row.table_id, row.commit_ts
-                    ));
-                    break;
-                }
-            }
+            let Some(schema) = self.schema_of(row.table_id, row.commit_ts) else {
+                return Err(format!(
+                    "no schema for table {} at commit ts {}",
+                    row.table_id, row.commit_ts
+                ));
+            };
+            batches.push(RowBatch {
+                schema,
+                rows: vec![row],
+            });
         }
-        if let Some(m) = failed {
-            self.inflight_bytes = self.inflight_bytes.saturating_sub(bytes as u64);
-            self.sink_error(&cf, id, m);
-            return;
-        }
-        match self.worker(&cf, id) {
-            Some(w) => {
-                if w.tx
-                    .send(SinkJob::Rows {
-                        batches,
-                        rows: n,
-                        bytes,
-                    })
-                    .is_err()
-                {
-                    self.inflight_bytes = self.inflight_bytes.saturating_sub(bytes as u64);
-                }
-            }
-            None => {
-                self.inflight_bytes = self.inflight_bytes.saturating_sub(bytes as u64);
-                self.sink_error(&cf, id, format!("no sink URI known for changefeed {cf}"));
-            }
-        }
+        Ok(batches)
     }
 
     fn observe(&mut self, input: &Input) {
@@ -359,31 +340,14 @@ impl Shell {
 
     /// A meta result from an async backend.
     pub fn on_meta_input(&mut self, input: Input) {
-        if let Input::MetaResult { req, result } = &input {
-            if let Some(cps) = self.meta_checkpoints.remove(req) {
-                if matches!(
-                    result,
-                    MetaResult::Txn {
-                        succeeded: true,
-                        ..
-                    }
-                ) {
-                    for (cf, ts) in cps {
-                        self.on_persisted_checkpoint(cf, ts);
-                    }
-                }
-            }
-        }
         self.deliver(input);
     }
 
     pub fn on_sink_report(&mut self, r: SinkReport) {
         let key = (r.cf.clone(), r.id);
         if r.done_rows > 0 || r.done_bytes > 0 {
-            self.inflight_bytes = self.inflight_bytes.saturating_sub(r.done_bytes as u64);
-            if let Some(w) = self.workers.get_mut(&key) {
-                w.inflight_rows = w.inflight_rows.saturating_sub(r.done_rows);
-            }
+            self.feed
+                .on_accepted(&r.cf, r.id, r.done_rows, r.done_bytes as u64);
         }
         if r.written_rows > 0 {
             self.metrics
@@ -432,13 +396,7 @@ impl Shell {
                 self.incarnation,
                 self.report_tx.clone(),
             );
-            self.workers.insert(
-                key.clone(),
-                Worker {
-                    tx,
-                    inflight_rows: 0,
-                },
-            );
+            self.workers.insert(key.clone(), Worker { tx });
         }
         self.workers.get_mut(&key)
     }
@@ -453,30 +411,6 @@ impl Shell {
         });
     }
 
-    fn release_pending(
-        &mut self,
-        key: &(ChangefeedId, DispatcherId),
-        pred: impl Fn(u64, &RowEvent) -> bool,
-    ) {
-        if let Some(p) = self.pending.get_mut(key) {
-            let drop: Vec<u64> = p
-                .iter()
-                .filter(|(h, (r, _))| pred(**h, r))
-                .map(|(h, _)| *h)
-                .collect();
-            let mut rows = 0;
-            for h in drop {
-                if let Some((_, b)) = p.remove(&h) {
-                    self.inflight_bytes = self.inflight_bytes.saturating_sub(b as u64);
-                    rows += 1;
-                }
-            }
-            if let Some(w) = self.workers.get_mut(key) {
-                w.inflight_rows = w.inflight_rows.saturating_sub(rows);
-            }
-        }
-    }
-
     fn effect(&mut self, e: Effect) {
         match e {
             Effect::Send { to, msg } => {
@@ -489,52 +423,15 @@ impl Shell {
                     self.net.send(&to, self.node_id.clone(), msg);
                 }
             }
-            Effect::Meta { req, op } => match self.meta.apply_now(&op) {
-                Some(result) => {
-                    if let (
-                        MetaResult::Txn {
-                            succeeded: true, ..
-                        },
-                        MetaOp::Txn { puts, .. },
-                    ) = (&result, &op)
-                    {
-                        for (k, v) in puts {
-                            if let Some(cf) = k.strip_prefix(keys::CHANGEFEED_STATUS) {
-                                if let Ok(st) = serde_json::from_slice::<ChangefeedStatusRecord>(v)
-                                {
-                                    self.on_persisted_checkpoint(
-                                        ChangefeedId::new(cf),
-                                        st.checkpoint_ts,
-                                    );
-                                }
-                            }
-                        }
-                    }
+            Effect::Meta { req, op } => {
+                let result = match self.meta.apply_now(&op) {
+                    Some(result) => Some(result),
+                    None => self.meta.apply_async(req, op),
+                };
+                if let Some(result) = result {
                     self.local.push_back(Input::MetaResult { req, result });
                 }
-                None => {
-                    if let MetaOp::Txn { puts, .. } = &op {
-                        let cps: Vec<(ChangefeedId, Ts)> = puts
-                            .iter()
-                            .filter_map(|(k, v)| {
-                                let cf = k.strip_prefix(keys::CHANGEFEED_STATUS)?;
-                                let st =
-                                    serde_json::from_slice::<ChangefeedStatusRecord>(v).ok()?;
-                                Some((ChangefeedId::new(cf), st.checkpoint_ts))
-                            })
-                            .collect();
-                        if !cps.is_empty() {
-                            if self.meta_checkpoints.len() >= MAX_QUEUED_INPUTS {
-                                self.meta_checkpoints.clear();
-                            }
-                            self.meta_checkpoints.insert(req, cps);
-                        }
-                    }
-                    if let Some(result) = self.meta.apply_async(req, op) {
-                        self.local.push_back(Input::MetaResult { req, result });
-                    }
-                }
-            },
+            }
             Effect::LoadSchema { cf, epoch, at_ts } => {
                 // Answered on the next tick (capture may have to catch up to `at_ts` first).
                 self.schema_waits.push((cf, epoch, at_ts, Instant::now()));
@@ -555,61 +452,10 @@ impl Shell {
                 sink_uri,
                 after,
             } => self.load_floor(cf, id, sink_uri, table, after),
-            Effect::Subscribe {
-                cf,
-                id,
-                span,
-                is_trigger,
-                start_ts,
-            } => {
-                let key = (cf.clone(), id);
-                // This node's event store starts where its capture first started: it cannot
-                // serve an older start, and must say so rather than deliver a silent gap.
-                let floor = self
-                    .capture
-                    .history()
-                    .snapshot_ts
-                    .max(self.capture.store.gc_ts());
-                if start_ts < floor {
-                    self.metrics.error("start_before_event_store");
-                    let m = format!(
-                        "node {}: the event store starts at ts {floor}, after this dispatcher's start ts {start_ts}; \
-                         the node joined or was reset after the changefeed's checkpoint (cordon it, or recreate the changefeed)",
-                        self.node_id
-                    );
-                    tracing::error!(changefeed = %cf, dispatcher = ?id, "{m}");
-                    self.sink_error(&cf, id, m);
-                    return;
-                }
-                if let Some(s) = self.subs.get_mut(&key) {
-                    s.cursor = start_ts;
-                    self.release_pending(&key, |_, r| r.commit_ts > start_ts);
-                } else {
-                    self.subs.insert(
-                        key,
-                        Sub {
-                            span: span.clone(),
-                            is_trigger,
-                            cursor: start_ts,
-                        },
-                    );
-                }
-                match self.worker(&cf, id) {
-                    Some(w) => {
-                        let _ = w.tx.send(SinkJob::Open { span, start_ts });
-                    }
-                    None => {
-                        self.sink_error(&cf, id, format!("no sink URI known for changefeed {cf}"))
-                    }
-                }
-            }
-            Effect::Unsubscribe { cf, id } => {
-                let key = (cf, id);
-                self.subs.remove(&key);
-                self.release_pending(&key, |_, _| true);
-                self.pending.remove(&key);
-            }
+            // The feed's: they never reach the shell.
+            Effect::Subscribe { .. } | Effect::Unsubscribe { .. } => {}
             Effect::Sink(cmd) => self.sink_command(cmd),
+            Effect::CheckpointPersisted { cf, ts } => self.on_persisted_checkpoint(cf, ts),
             Effect::Trace(t) => self.trace(t),
         }
     }
@@ -648,73 +494,15 @@ impl Shell {
 
     fn sink_command(&mut self, cmd: SinkCommand) {
         match cmd {
-            SinkCommand::WriteRows {
-                cf,
-                id,
-                span: _,
-                rows,
-            } => {
-                let key = (cf.clone(), id);
-                let max_handle = rows.iter().map(|r| r.2).max().unwrap_or(0);
-                let mut taken: Vec<(RowEvent, usize)> = Vec::with_capacity(rows.len());
-                let mut missing = 0usize;
-                if let Some(p) = self.pending.get_mut(&key) {
-                    for (_, _, h) in &rows {
-                        match p.remove(h) {
-                            Some(x) => taken.push(x),
-                            None => missing += 1,
-                        }
-                    }
-                } else {
-                    missing = rows.len();
-                }
-                // Anything older than what is written now was dropped by the dispatcher.
-                self.release_pending(&key, |h, _| h < max_handle);
-                if missing > 0 {
-                    let bytes: usize = taken.iter().map(|t| t.1).sum();
-                    self.inflight_bytes = self.inflight_bytes.saturating_sub(bytes as u64);
-                    self.sink_error(
-                        &cf,
-                        id,
-                        format!(
-                            "internal: {missing} rows of a sink write are no longer in the shell"
-                        ),
-                    );
-                    return;
-                }
-                self.batching.entry(key).or_default().extend(taken);
-            }
-            SinkCommand::WriteDdl {
-                cf,
-                id,
-                ddl,
-                handle: _,
-            } => {
-                self.send_rows(&(cf.clone(), id));
+            // The feed turns row writes into `FeedOut::Write`.
+            SinkCommand::WriteRows { .. } => {}
+            SinkCommand::WriteDdl { cf, id, ddl, .. } => {
                 let tables = self.ddl_tables(&ddl);
-                match self.worker(&cf, id) {
-                    Some(w) => {
-                        let _ = w.tx.send(SinkJob::Ddl { ddl, tables });
-                    }
-                    None => {
-                        self.sink_error(&cf, id, format!("no sink URI known for changefeed {cf}"))
-                    }
-                }
+                self.sink_job(&cf, id, SinkJob::Ddl { ddl, tables });
             }
-            SinkCommand::Flush { cf, id } => {
-                self.send_rows(&(cf.clone(), id));
-                match self.worker(&cf, id) {
-                    Some(w) => {
-                        let _ = w.tx.send(SinkJob::Flush);
-                    }
-                    None => {
-                        self.sink_error(&cf, id, format!("no sink URI known for changefeed {cf}"))
-                    }
-                }
-            }
+            SinkCommand::Flush { cf, id } => self.sink_job(&cf, id, SinkJob::Flush),
             SinkCommand::Close { cf, id } => {
                 let key = (cf.clone(), id);
-                self.send_rows(&key);
                 match self.workers.get(&key) {
                     Some(w) => {
                         if w.tx.send(SinkJob::Close).is_err() {
@@ -760,135 +548,16 @@ impl Shell {
 
     // ------------------------------------------------------------------ event delivery
 
-    fn feed_all(&mut self) {
-        let keys: Vec<(ChangefeedId, DispatcherId)> = self.subs.keys().cloned().collect();
-        for k in keys {
-            if self.inflight_bytes >= self.quota_bytes {
-                self.metrics.error("memory_quota_wait");
-                break;
-            }
-            self.feed(&k);
+    /// Let the feed read for every dispatcher that takes events now.
+    pub fn feed_all(&mut self) {
+        let src = StoreSource::now(&self.capture);
+        let mut outs = Vec::new();
+        let node = &self.node;
+        self.feed
+            .poll(&src, |cf, id| node.wants_events(cf, id), &mut outs);
+        for o in outs {
+            self.feed_out(o);
         }
-        self.drain();
-    }
-
-    fn feed(&mut self, key: &(ChangefeedId, DispatcherId)) {
-        let captured = self.capture.captured();
-        let Some(sub) = self.subs.get(key) else {
-            return;
-        };
-        if sub.cursor >= captured {
-            return;
-        }
-        let inflight = self.workers.get(key).map(|w| w.inflight_rows).unwrap_or(0);
-        if inflight >= MAX_INFLIGHT_ROWS_PER_DISPATCHER {
-            return;
-        }
-        let (span, is_trigger, cursor) = (sub.span.clone(), sub.is_trigger, sub.cursor);
-        let store = self.capture.store.clone();
-        let history = self.capture.history();
-        let mut items: Vec<StreamItem> = Vec::new();
-        let mut upto = captured;
-        let mut fetched: Vec<RowEvent> = Vec::new();
-        if !is_trigger {
-            match store.scan(&span, cursor, captured, MAX_ROWS_PER_DELIVERY) {
-                Ok(batch) => {
-                    let mut rows = batch.rows;
-                    if batch.next.is_some() {
-                        let first = rows.first().map(|r| r.commit_ts).unwrap_or(cursor);
-                        let last = rows.last().map(|r| r.commit_ts).unwrap_or(cursor);
-                        if first == last {
-                            // One transaction larger than a delivery: it goes whole.
-                            match store.scan(&span, last.saturating_sub(1), last, usize::MAX) {
-                                Ok(b) => rows = b.rows,
-                                Err(e) => {
-                                    return self.sink_error(
-                                        &key.0,
-                                        key.1,
-                                        format!("event store: {e}"),
-                                    )
-                                }
-                            }
-                            upto = last;
-                        } else {
-                            rows.retain(|r| r.commit_ts < last);
-                            upto = last - 1;
-                        }
-                    }
-                    fetched = rows;
-                }
-                Err(e) => {
-                    let m = format!("event store: {e}");
-                    self.metrics.error("event_store");
-                    return self.sink_error(&key.0, key.1, m);
-                }
-            }
-        }
-        let ddls = match store.ddls(cursor, upto) {
-            Ok(d) => d,
-            Err(e) => return self.sink_error(&key.0, key.1, format!("event store: {e}")),
-        };
-        let db = if is_trigger {
-            None
-        } else {
-            history
-                .tables
-                .get(&span.table)
-                .and_then(|v| v.last())
-                .map(|v| v.schema.database.clone())
-        };
-        let mut ddls: VecDeque<DdlEvent> = ddls
-            .into_iter()
-            .filter(|d| {
-                if is_trigger {
-                    d.influence.trigger
-                } else {
-                    ddl_concerns(d, span.table, db.as_deref())
-                }
-            })
-            .collect();
-        let pending = self.pending.entry(key.clone()).or_default();
-        let mut added_bytes = 0u64;
-        let n_rows = fetched.len();
-        for row in fetched {
-            while ddls
-                .front()
-                .map(|d| d.commit_ts < row.commit_ts)
-                .unwrap_or(false)
-            {
-                if let Some(d) = ddls.pop_front() {
-                    items.push(StreamItem::Ddl { ddl: d, handle: 0 });
-                }
-            }
-            let h = self.next_handle;
-            self.next_handle += 1;
-            let size = row_size(&row);
-            added_bytes += size as u64;
-            items.push(StreamItem::Row {
-                commit_ts: row.commit_ts,
-                key: row.key.clone(),
-                handle: h,
-                kind: row.kind,
-            });
-            pending.insert(h, (row, size));
-        }
-        for d in ddls {
-            items.push(StreamItem::Ddl { ddl: d, handle: 0 });
-        }
-        self.inflight_bytes += added_bytes;
-        if let Some(w) = self.workers.get_mut(key) {
-            w.inflight_rows += n_rows;
-        }
-        self.metrics.add_delivered(&key.0, n_rows as u64);
-        if let Some(s) = self.subs.get_mut(key) {
-            s.cursor = upto;
-        }
-        self.local.push_back(Input::Events {
-            cf: key.0.clone(),
-            id: key.1,
-            items,
-            resolved_ts: upto,
-        });
         self.drain();
     }
 
@@ -1047,6 +716,16 @@ impl Shell {
                 Err(e) => tracing::warn!("event store gc: {e}"),
             }
         }
+    }
+
+    /// Bytes of the rows read from the event store and not yet accepted by a sink.
+    pub fn inflight_bytes(&self) -> u64 {
+        self.feed.inflight_bytes()
+    }
+
+    /// The memory quota those rows are held to.
+    pub fn quota_bytes(&self) -> u64 {
+        self.quota_bytes
     }
 
     /// Number of dispatchers running on this node, all changefeeds.

@@ -143,6 +143,10 @@ fn generate(seed: u64, sink_faults: bool) -> String {
     let sink = ["storage", "mysql", "storage", "blackhole"][r.range(0, 3) as usize];
     let first_maintainer = node(r.range(0, nodes - 1));
     let _ = writeln!(t, "maintainer = \"{first_maintainer}\"\nsink = \"{sink}\"");
+    let mut feed_load = FeedLoad::draw(seed);
+    if let Some(q) = feed_load.quota {
+        let _ = writeln!(t, "x-memory-quota-bytes = {q}");
+    }
     let across = r.chance(0.7);
     let _ = writeln!(
         t,
@@ -194,6 +198,9 @@ fn generate(seed: u64, sink_faults: bool) -> String {
             next: &mut next_table,
         };
         for body in window.steps_at(i, &mut tables, nodes) {
+            step(&mut t, body);
+        }
+        for body in feed_load.steps_at(i, nsteps, tables.live, nodes) {
             step(&mut t, body);
         }
         let pick = |r: &mut Rng, v: &Vec<u64>| {
@@ -690,6 +697,74 @@ impl SlowTableWindow {
                 format!("op = \"write\"\ntable = {other}\nrows = {}", r.range(1, 10)),
             ]
         }
+    }
+}
+
+/// Share of seeds with a feed load.
+pub const FEED_LOAD_SEEDS: f64 = 0.3;
+
+/// The feed under load, drawn from its own stream (`seed ^ 0xFEED_10AD`, so a seed that draws
+/// none runs the scenario it ran before): every node's memory quota is small (200 to 2000 model
+/// rows), and 1-3 times in the run transactions spanning 1-3 tables with 20-400 rows of each are
+/// written, often while one of those tables is slow downstream on one node (`x-sink_latency`
+/// 0.2-1.5 s, lifted a little later).
+struct FeedLoad {
+    rng: Rng,
+    quota: Option<u64>,
+    /// Main-step indexes (as fractions of the step count, drawn before it is known) of the loads.
+    at: Vec<u64>,
+}
+
+impl FeedLoad {
+    fn draw(seed: u64) -> Self {
+        let mut rng = Rng::new(seed.wrapping_mul(0xA076_1D64_78BD_642F) ^ 0xFEED_10AD);
+        let (mut quota, mut at) = (None, Vec::new());
+        if rng.chance(FEED_LOAD_SEEDS) {
+            quota = Some(rng.range(200, 2000) * crate::upstream::ROW_BYTES as u64);
+            for _ in 0..rng.range(1, 3) {
+                at.push(rng.range(0, 99));
+            }
+        }
+        FeedLoad { rng, quota, at }
+    }
+
+    fn steps_at(&mut self, i: u64, nsteps: u64, live: &[u64], nodes: u64) -> Vec<String> {
+        let mut out = Vec::new();
+        let due = self.at.iter().filter(|p| **p * nsteps / 100 == i).count();
+        if due == 0 || live.is_empty() {
+            return out;
+        }
+        let r = &mut self.rng;
+        for _ in 0..due {
+            let mut tables: Vec<u64> = Vec::new();
+            for _ in 0..r.range(1, 3) {
+                let t = *r.pick(live).unwrap_or(&live[0]);
+                if !tables.contains(&t) {
+                    tables.push(t);
+                }
+            }
+            let slow = r
+                .chance(0.6)
+                .then(|| (tables[0], format!("n{}", r.range(1, nodes))));
+            if let Some((t, n)) = &slow {
+                out.push(format!(
+                    "op = \"x-sink_latency\"\nnode = \"{n}\"\ntable = {t}\nms = {}",
+                    r.range(200, 1500)
+                ));
+            }
+            out.push(format!(
+                "op = \"x-write_txn\"\ntables = {tables:?}\ntxns = {}\nrows = {}",
+                r.range(1, 6),
+                r.range(20, 400)
+            ));
+            if let Some((t, n)) = slow {
+                out.push(format!("op = \"run\"\nms = {}", r.range(100, 2000)));
+                out.push(format!(
+                    "op = \"x-sink_latency\"\nnode = \"{n}\"\ntable = {t}\nms = 0"
+                ));
+            }
+        }
+        out
     }
 }
 

@@ -60,6 +60,9 @@ pub struct World {
     pub tables: Vec<TableDef>,
     /// Extension `x-lease-ms`: the node lease / session TTL in simulated ms, if set.
     pub x_lease_ms: Option<u64>,
+    /// Extension `x-memory-quota-bytes`: every node's feed memory quota (a model row counts
+    /// `upstream::ROW_BYTES`), if set.
+    pub x_memory_quota_bytes: Option<u64>,
 }
 
 /// The model sink kind.
@@ -393,6 +396,16 @@ pub enum Op {
         /// Whether the error is retryable (default true).
         retryable: bool,
     },
+    /// Extension `x-write_txn`: transactions that span several tables, each changing `rows`
+    /// rows of every table listed (inserts or updates) in one commit.
+    XWriteTxn {
+        /// The tables every transaction changes.
+        tables: Vec<TableId>,
+        /// Number of transactions (at least 1).
+        txns: u64,
+        /// Rows per table per transaction (at least 1).
+        rows: u64,
+    },
     /// Extension `x-sink_latency`: from now on the model sink acknowledges the writes of this
     /// table's dispatchers `ms` later than usual (a slow or locked downstream table); 0 ends it.
     XSinkLatency {
@@ -463,6 +476,7 @@ impl Op {
             Op::XMoveMaintainer { .. } => "x-move_maintainer",
             Op::XSinkError { .. } => "x-sink_error",
             Op::XSinkLatency { .. } => "x-sink_latency",
+            Op::XWriteTxn { .. } => "x-write_txn",
             Op::XDrop { .. } => "x-drop",
             Op::XPause { .. } => "x-pause",
             Op::XPauseChangefeed { .. } => "x-pause_changefeed",
@@ -811,6 +825,7 @@ impl Parser {
         if x_lease_ms == Some(0) {
             return Err(self.err(ctx, "`x-lease-ms` must be positive"));
         }
+        let x_memory_quota_bytes = w.opt_u64("x-memory-quota-bytes")?;
         let scheduler = match w.take("scheduler") {
             None => SchedulerConfig::default(),
             Some(Value::Table(t)) => self.scheduler(t)?,
@@ -854,6 +869,7 @@ impl Parser {
             scheduler,
             tables,
             x_lease_ms,
+            x_memory_quota_bytes,
         })
     }
 
@@ -1027,6 +1043,21 @@ impl Parser {
                     count,
                     retryable,
                 }
+            }
+            "x-write_txn" => {
+                let mut tables = Vec::new();
+                for t in f.req_u64_list("tables")? {
+                    tables.push(v.table(known, t, "tables")?);
+                }
+                let txns = f.opt_u64("txns")?.unwrap_or(1);
+                let rows = f.req_u64("rows")?;
+                if tables.is_empty() || txns == 0 || rows == 0 {
+                    return Err(self.err(
+                        ctx,
+                        "`x-write_txn` needs at least one table, one transaction and one row",
+                    ));
+                }
+                Op::XWriteTxn { tables, txns, rows }
             }
             "x-sink_latency" => Op::XSinkLatency {
                 node: match f.opt_str("node")? {
@@ -1515,6 +1546,25 @@ impl<'a> Fields<'a> {
 
     fn opt_u64(&mut self, key: &str) -> Result<Option<u64>, ScenarioError> {
         self.take_u64(key)
+    }
+
+    fn req_u64_list(&mut self, key: &str) -> Result<Vec<u64>, ScenarioError> {
+        match self.take(key) {
+            None => Err(self.err(format!("missing field `{key}`"))),
+            Some(Value::Array(items)) => items
+                .into_iter()
+                .map(|i| match i {
+                    Value::Integer(n) if n >= 0 => Ok(n as u64),
+                    other => Err(self.err(format!(
+                        "`{key}` must be an array of non-negative integers, not one holding {other}"
+                    ))),
+                })
+                .collect(),
+            Some(other) => Err(self.err(format!(
+                "`{key}` must be an array of non-negative integers, not a {}",
+                other.type_str()
+            ))),
+        }
     }
 
     fn req_u64(&mut self, key: &str) -> Result<u64, ScenarioError> {

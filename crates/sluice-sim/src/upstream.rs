@@ -1,9 +1,14 @@
-//! The model upstream: tables with regions, rows keyed by one unsigned integer, transactions and
-//! DDLs with strictly increasing commit ts. It is the oracle: every check compares the sink with
-//! this state, never with the event stream being checked.
+//! The model upstream: tables with regions, rows keyed by one unsigned integer, transactions
+//! (of one table or several) and DDLs with strictly increasing commit ts. It is the oracle:
+//! every check compares the sink with this state, never with the event stream being checked.
+//!
+//! It is also the feed's event source ([`EventSource`]): capture is complete up to
+//! [`Upstream::captured`], which catches up with the head at every node tick (writes in between
+//! are not captured yet), so a feed that resolved past it would be seen.
 
 use crate::rng::Rng;
-use sluice_control::io::{SchemaSnapshot, StreamItem, TableInfo};
+use sluice_control::feed::{EventSource, FeedRow, Scan};
+use sluice_control::io::{SchemaSnapshot, TableInfo};
 use sluice_types::{
     DdlEvent, DdlInfluence, DdlKind, InfluenceScope, Key, RowKind, Span, TableId, Ts,
 };
@@ -11,6 +16,40 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Row keys are drawn from `[0, KEYSPACE)`; regions split it evenly.
 pub const KEYSPACE: u64 = 1 << 32;
+/// What one model row costs against the memory quota.
+pub const ROW_BYTES: usize = 100;
+
+/// A row as the feed carries it: its upstream event (`idx` into the history).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimRow {
+    pub ts: Ts,
+    pub key: Key,
+    pub idx: usize,
+    pub kind: RowKind,
+}
+
+impl FeedRow for SimRow {
+    fn commit_ts(&self) -> Ts {
+        self.ts
+    }
+    fn key(&self) -> &Key {
+        &self.key
+    }
+    fn kind(&self) -> RowKind {
+        self.kind
+    }
+    fn size(&self) -> usize {
+        ROW_BYTES
+    }
+    #[cfg(feature = "mutations")]
+    fn shifted(&self) -> Self {
+        let mut r = self.clone();
+        if let Some(b) = r.key.0.last_mut() {
+            *b = b.wrapping_add(1);
+        }
+        r
+    }
+}
 
 #[derive(Clone, Debug)]
 pub struct UTable {
@@ -87,12 +126,17 @@ pub struct Upstream {
     /// order (one transaction may change a key more than once; the index tells them apart).
     /// Baseline rows have the index `usize::MAX`.
     pub versions: BTreeMap<(TableId, u64), Vec<Version>>,
+    /// Capture is complete up to here (the feed's source reads nothing newer).
+    pub captured: Ts,
+    /// Rows of the largest transaction so far, in one table.
+    pub max_txn_rows: u64,
 }
 
 impl Upstream {
     pub fn new() -> Self {
         Upstream {
             head: 1000,
+            captured: 1000,
             ..Default::default()
         }
     }
@@ -193,30 +237,102 @@ impl Upstream {
             let ts = self.next_ts();
             used.push(ts);
             for (k, v) in chunk {
-                if let Some(t) = self.tables.get_mut(&table) {
-                    match v {
-                        Some(v) => {
-                            t.rows.insert(*k, *v);
-                        }
-                        None => {
-                            t.rows.remove(k);
-                        }
-                    }
-                }
-                let idx = self.history.len();
-                self.versions
-                    .entry((table, *k))
-                    .or_default()
-                    .push((ts, *v, idx));
-                self.push(UEvent::Row {
-                    ts,
-                    table,
-                    key: *k,
-                    value: *v,
-                });
+                self.change(ts, table, *k, *v);
             }
+            self.max_txn_rows = self.max_txn_rows.max(chunk.len() as u64);
         }
         used
+    }
+
+    /// One row change at `ts` (of the transaction being written).
+    fn change(&mut self, ts: Ts, table: TableId, k: u64, v: Option<u64>) {
+        if let Some(t) = self.tables.get_mut(&table) {
+            match v {
+                Some(v) => {
+                    t.rows.insert(k, v);
+                }
+                None => {
+                    t.rows.remove(&k);
+                }
+            }
+        }
+        let idx = self.history.len();
+        self.versions
+            .entry((table, k))
+            .or_default()
+            .push((ts, v, idx));
+        self.push(UEvent::Row {
+            ts,
+            table,
+            key: k,
+            value: v,
+        });
+    }
+
+    /// `txns` transactions, each changing `rows` rows (inserts or updates) of every live table
+    /// of `tables`. Returns the commit ts used.
+    pub fn write_txns(
+        &mut self,
+        rng: &mut Rng,
+        tables: &[TableId],
+        txns: u64,
+        rows: u64,
+    ) -> Vec<Ts> {
+        let live: Vec<TableId> = tables
+            .iter()
+            .copied()
+            .filter(|t| self.tables.get(t).is_some_and(|x| x.dropped.is_none()))
+            .collect();
+        let mut used = Vec::new();
+        if live.is_empty() {
+            return used;
+        }
+        for _ in 0..txns {
+            let ts = self.next_ts();
+            used.push(ts);
+            for &table in &live {
+                let keys: Vec<u64> = self
+                    .tables
+                    .get(&table)
+                    .map(|t| t.rows.keys().copied().collect())
+                    .unwrap_or_default();
+                for _ in 0..rows {
+                    let k = match rng.pick(&keys) {
+                        Some(k) if rng.chance(0.3) => *k,
+                        _ => rng.next_u64() % KEYSPACE,
+                    };
+                    let v = rng.next_u64();
+                    self.change(ts, table, k, Some(v));
+                }
+            }
+            self.max_txn_rows = self.max_txn_rows.max(rows);
+        }
+        used
+    }
+
+    /// Capture catches up with the head.
+    pub fn capture(&mut self) {
+        self.captured = self.head;
+    }
+
+    /// The history index of the DDL committed at `ts`.
+    pub fn ddl_index(&self, ts: Ts) -> Option<usize> {
+        let start = self.history.partition_point(|e| e.ts() < ts);
+        self.history[start..]
+            .iter()
+            .take_while(|e| e.ts() == ts)
+            .position(|e| matches!(e, UEvent::Ddl { .. }))
+            .map(|i| start + i)
+    }
+
+    /// How many rows of `span` the transaction at `ts` changed.
+    pub fn txn_rows_in(&self, span: &Span, ts: Ts) -> usize {
+        let start = self.history.partition_point(|e| e.ts() < ts);
+        self.history[start..]
+            .iter()
+            .take_while(|e| e.ts() == ts)
+            .filter(|e| matches!(e, UEvent::Row { table, key, .. } if span.contains(&Key::row_u64(*table, *key))))
+            .count()
     }
 
     fn live_tables_in(&self, db: &str, ts: Ts) -> Vec<TableId> {
@@ -536,58 +652,75 @@ impl Upstream {
             ddls_after,
         }
     }
+}
 
-    /// Events after `cursor` for a span (or the trigger), whole transactions only, at most about
-    /// `max` items. Returns the items and the ts up to which the span has seen everything.
-    pub fn stream(
-        &self,
-        span: &Span,
-        is_trigger: bool,
-        cursor: Ts,
-        max: usize,
-    ) -> (Vec<StreamItem>, Ts) {
-        let idxs: &[usize] = if is_trigger {
-            &self.trigger
-        } else {
-            self.by_table
-                .get(&span.table)
-                .map(|v| v.as_slice())
-                .unwrap_or(&[])
-        };
-        let start = idxs.partition_point(|i| self.history[*i].ts() <= cursor);
-        let mut items = Vec::new();
-        let mut last_ts = None;
+impl EventSource for Upstream {
+    type Row = SimRow;
+
+    fn scan(&self, span: &Span, after: Ts, upto: Ts, limit: usize) -> Result<Scan<SimRow>, String> {
+        let idxs = self
+            .by_table
+            .get(&span.table)
+            .map_or(&[][..], |v| v.as_slice());
+        let start = idxs.partition_point(|i| self.history[*i].ts() <= after);
+        let mut rows = Vec::new();
         for &i in &idxs[start..] {
-            let ev = &self.history[i];
-            let ts = ev.ts();
-            if items.len() >= max && last_ts != Some(ts) {
-                return (items, last_ts.unwrap_or(cursor));
+            let UEvent::Row {
+                ts,
+                table,
+                key,
+                value,
+            } = &self.history[i]
+            else {
+                continue;
+            };
+            if *ts > upto {
+                break;
             }
-            match ev {
-                UEvent::Row {
-                    table, key, value, ..
-                } => {
-                    let k = Key::row_u64(*table, *key);
-                    if span.contains(&k) {
-                        items.push(StreamItem::Row {
-                            commit_ts: ts,
-                            key: k,
-                            handle: i as u64,
-                            kind: if value.is_some() {
-                                RowKind::Update
-                            } else {
-                                RowKind::Delete
-                            },
-                        });
-                    }
-                }
-                UEvent::Ddl { ddl, .. } => items.push(StreamItem::Ddl {
-                    ddl: (**ddl).clone(),
-                    handle: i as u64,
-                }),
+            let k = Key::row_u64(*table, *key);
+            if !span.contains(&k) {
+                continue;
             }
-            last_ts = Some(ts);
+            if rows.len() >= limit {
+                return Ok(Scan { rows, more: true });
+            }
+            rows.push(SimRow {
+                ts: *ts,
+                key: k,
+                idx: i,
+                kind: if value.is_some() {
+                    RowKind::Update
+                } else {
+                    RowKind::Delete
+                },
+            });
         }
-        (items, self.head.max(cursor))
+        Ok(Scan { rows, more: false })
+    }
+
+    fn ddls(&self, after: Ts, upto: Ts) -> Result<Vec<DdlEvent>, String> {
+        let start = self.history.partition_point(|e| e.ts() <= after);
+        Ok(self.history[start..]
+            .iter()
+            .take_while(|e| e.ts() <= upto)
+            .filter_map(|e| match e {
+                UEvent::Ddl { ddl, .. } => Some((**ddl).clone()),
+                UEvent::Row { .. } => None,
+            })
+            .collect())
+    }
+
+    fn complete(&self) -> Ts {
+        self.captured
+    }
+
+    fn floor(&self) -> Ts {
+        0
+    }
+
+    fn database_of(&self, table: TableId, at: Ts) -> Option<String> {
+        let t = self.tables.get(&table)?;
+        let name = t.name_at(at);
+        name.split('.').next().map(str::to_string)
     }
 }

@@ -4,6 +4,10 @@
 //! queue ordered by (time, sequence) drives everything; the seed decides every random draw, so a
 //! file and a seed always give the same trace hash.
 //!
+//! Each node runs the feed of the server ([`sluice_control::feed`]) over the model upstream: the
+//! same subscriptions, batches, DDL routing, row handles and memory quota; the world checks the
+//! feed's invariants on every batch and write ([`Sim::check_batch`], [`Sim::check_feed`]).
+//!
 //! Each node's shell keeps its lease: a node that could not renew it for nearly a lease TTL
 //! fences itself (drops every piece of state, as a crashed process would) before the store lets
 //! the lease expire, so its replacement never overlaps it.
@@ -13,8 +17,9 @@ use crate::downstream::Downstream;
 use crate::meta::{Lease, MetaModel};
 use crate::rng::Rng;
 use crate::scenario::{self, Check, Condition, NodeRef, Op, Scenario, SinkKind, SpanCount};
-use crate::upstream::{region_boundaries, Upstream};
+use crate::upstream::{region_boundaries, SimRow, Upstream, ROW_BYTES};
 use sluice_control::config::{ChangefeedConfig, SchedulerConfig};
+use sluice_control::feed::{Feed, FeedNote, FeedOut};
 use sluice_control::hold::HoldPoint;
 use sluice_control::io::{Effect, Input, SinkCommand, TraceEvent, UserRequest};
 use sluice_control::maintainer::operator::{OpKind, OpPhase};
@@ -31,8 +36,8 @@ use std::fmt::Write as _;
 pub const TICK_MS: Millis = 100;
 /// Default node lease TTL.
 pub const DEFAULT_LEASE_MS: Millis = 3_000;
-/// Items per event-source delivery.
-pub const MAX_ITEMS_PER_DELIVERY: usize = 256;
+/// The memory quota of every node's feed, unless the world sets `x-memory-quota-bytes`.
+pub const DEFAULT_QUOTA_BYTES: u64 = 1 << 40;
 /// How many recent events a failure report shows.
 pub const RECENT_EVENTS: usize = 40;
 /// Bound for the final liveness settle.
@@ -69,6 +74,15 @@ enum Ev {
         inc: u64,
         ts: Ts,
     },
+    /// The model sink took a write of the feed (its rows leave the memory quota).
+    SinkAccepted {
+        node: String,
+        inc: u64,
+        cf: ChangefeedId,
+        id: DispatcherId,
+        rows: usize,
+        bytes: u64,
+    },
     /// An effect the shell retries later.
     Effect {
         node: String,
@@ -80,6 +94,8 @@ enum Ev {
 
 struct SimNode {
     state: Option<NodeState>,
+    /// The node's data path, the server's feed over the model upstream.
+    feed: Option<Feed<SimRow>>,
     incarnation: u64,
     last_keepalive: Millis,
     paused_until: Millis,
@@ -88,13 +104,6 @@ struct SimNode {
     fenced: bool,
     known_alive: Option<BTreeMap<NodeId, u64>>,
     known_leader: Option<(Option<String>, u64)>,
-}
-
-#[derive(Clone, Debug)]
-struct Sub {
-    span: Span,
-    is_trigger: bool,
-    cursor: Ts,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -109,6 +118,8 @@ struct Session {
     /// When its latest acknowledgement is due: a later call is never acknowledged before an
     /// earlier one (the sink runner serializes a dispatcher's calls; a flush waits for a DDL).
     last_ack: Millis,
+    /// Upstream rows this session was handed (a row goes to one session at most once).
+    written: BTreeSet<usize>,
 }
 
 #[derive(Clone, Debug)]
@@ -153,7 +164,10 @@ pub struct Sim {
     meta: MetaModel,
     pub upstream: Upstream,
     pub checker: Checker,
-    subs: BTreeMap<(String, u64, DispatcherId), Sub>,
+    /// The span of every dispatcher whose sink session the feed opened.
+    spans: BTreeMap<(String, u64, DispatcherId), Span>,
+    /// Every node's memory quota (`x-memory-quota-bytes`).
+    quota_bytes: u64,
     sessions: BTreeMap<(String, u64, DispatcherId), Session>,
     next_session: u64,
     partition: Option<(Vec<BTreeSet<String>>, Option<usize>)>,
@@ -216,7 +230,8 @@ impl Sim {
             meta: MetaModel::default(),
             upstream,
             checker: Checker::default(),
-            subs: BTreeMap::new(),
+            spans: BTreeMap::new(),
+            quota_bytes: sc.world.x_memory_quota_bytes.unwrap_or(DEFAULT_QUOTA_BYTES),
             sessions: BTreeMap::new(),
             next_session: 1,
             partition: None,
@@ -250,6 +265,7 @@ impl Sim {
                 n.clone(),
                 SimNode {
                     state: None,
+                    feed: None,
                     incarnation: 0,
                     last_keepalive: 0,
                     paused_until: 0,
@@ -303,6 +319,7 @@ impl Sim {
         n.incarnation += 1;
         let inc = n.incarnation;
         n.state = Some(NodeState::new(NodeId::new(name), inc));
+        n.feed = Some(Feed::new(NodeId::new(name), self.quota_bytes));
         n.last_keepalive = now;
         n.paused_until = 0;
         n.fenced = false;
@@ -345,12 +362,13 @@ impl Sim {
         let Some(n) = self.nodes.get_mut(name) else {
             return;
         };
+        n.feed = None;
         if n.state.take().is_none() {
             return;
         }
         let inc = n.incarnation;
         self.checker.node_gone(name, inc);
-        self.subs.retain(|(n, i, _), _| !(n == name && *i == inc));
+        self.spans.retain(|(n, i, _), _| !(n == name && *i == inc));
         self.sessions
             .retain(|(n, i, _), _| !(n == name && *i == inc));
         self.note(format!("{now} {name}: {why}"));
@@ -560,6 +578,7 @@ impl Sim {
             | Ev::SinkAck { node: n, .. }
             | Ev::SinkClosed { node: n, .. }
             | Ev::DdlFinished { node: n, .. }
+            | Ev::SinkAccepted { node: n, .. }
             | Ev::Effect { node: n, .. } => {
                 let n = n.clone();
                 self.check_fence(&n);
@@ -568,6 +587,23 @@ impl Sim {
         }
         match ev {
             Ev::MetaTick => self.meta_tick(),
+            Ev::SinkAccepted {
+                node,
+                inc,
+                cf,
+                id,
+                rows,
+                bytes,
+            } => {
+                if let Some(f) = self
+                    .nodes
+                    .get_mut(&node)
+                    .filter(|n| n.incarnation == inc)
+                    .and_then(|n| n.feed.as_mut())
+                {
+                    f.on_accepted(&cf, id, rows, bytes);
+                }
+            }
             Ev::Tick(name) => {
                 let (alive, inc, paused) = match self.nodes.get(&name) {
                     Some(n) => (n.state.is_some(), n.incarnation, n.paused_until),
@@ -582,6 +618,9 @@ impl Sim {
                     return;
                 }
                 self.pump_requests();
+                // Capture catches up on the node's tick (a write is captured when a tick
+                // reads it, as the server's capture publishes in its own time).
+                self.upstream.capture();
                 self.feed_events(&name, inc);
                 self.handle(&name, inc, Input::Tick);
                 self.push(now + TICK_MS, Ev::Tick(name));
@@ -669,8 +708,142 @@ impl Sim {
             summarize_input(&mut s, &input);
             self.note(s);
         }
+        for o in self.through_feed(name, inc, effects) {
+            self.feed_out(name, inc, o);
+        }
+    }
+
+    /// The node's effects go through its feed (which takes subscriptions and row writes).
+    fn through_feed(&mut self, name: &str, inc: u64, effects: Vec<Effect>) -> Vec<FeedOut<SimRow>> {
+        let mut outs = Vec::new();
+        let Some(feed) = self.nodes.get_mut(name).and_then(|n| n.feed.as_mut()) else {
+            return outs;
+        };
+        let mut unsubscribed = false;
         for e in effects {
-            self.effect(name, inc, e);
+            if let Effect::Unsubscribe { id, .. } = &e {
+                self.spans.remove(&(name.to_string(), inc, *id));
+                unsubscribed = true;
+            }
+            feed.on_effect(&self.upstream, e, &mut outs);
+        }
+        if unsubscribed {
+            if let Err(e) = feed.audit() {
+                self.checker
+                    .violation
+                    .get_or_insert(format!("row-handle-leak: on {name}: {e}"));
+            }
+        }
+        outs
+    }
+
+    /// Carry out what a node's feed asks for.
+    fn feed_out(&mut self, name: &str, inc: u64, o: FeedOut<SimRow>) {
+        match o {
+            FeedOut::Input(input @ Input::Events { .. }) => {
+                self.check_batch(name, inc, &input);
+                self.handle(name, inc, input);
+            }
+            FeedOut::Input(input) => {
+                let now = self.now;
+                let node = name.to_string();
+                self.push(now, Ev::Input { node, inc, input });
+            }
+            FeedOut::Open { id, span, .. } => {
+                self.spans.insert((name.to_string(), inc, id), span);
+            }
+            FeedOut::Write {
+                cf,
+                id,
+                span,
+                rows,
+                bytes,
+            } => {
+                let n = rows.len();
+                let at = self.sink_rows(name, inc, cf.clone(), id, &span, rows);
+                let node = name.to_string();
+                self.push(
+                    at,
+                    Ev::SinkAccepted {
+                        node,
+                        inc,
+                        cf,
+                        id,
+                        rows: n,
+                        bytes,
+                    },
+                );
+            }
+            FeedOut::Effect(e) => self.effect(name, inc, e),
+            FeedOut::Note(FeedNote::QuotaWait) => {
+                *self.fault_counts.entry("quota_wait").or_default() += 1;
+            }
+            FeedOut::Note(FeedNote::Delivered { .. }) => {}
+            FeedOut::Note(FeedNote::SourceError { message, .. }) => {
+                let now = self.now;
+                self.note(format!("{now} {name}: feed: {message}"));
+            }
+        }
+    }
+
+    /// The feed's batch invariants: whole transactions, resolved within the source.
+    fn check_batch(&mut self, name: &str, inc: u64, input: &Input) {
+        let Input::Events {
+            id,
+            items,
+            resolved_ts,
+            ..
+        } = input
+        else {
+            return;
+        };
+        if *resolved_ts > self.upstream.captured {
+            self.checker.violation.get_or_insert(format!(
+                "resolved-within-source: a batch for {id:?} on {name} resolved ts {resolved_ts}, past what capture completed ({})",
+                self.upstream.captured
+            ));
+        }
+        let Some(span) = self.spans.get(&(name.to_string(), inc, *id)) else {
+            return;
+        };
+        let mut counts: BTreeMap<Ts, usize> = BTreeMap::new();
+        for i in items {
+            if let sluice_control::io::StreamItem::Row { commit_ts, .. } = i {
+                *counts.entry(*commit_ts).or_default() += 1;
+            }
+        }
+        for (ts, n) in counts {
+            let whole = self.upstream.txn_rows_in(span, ts);
+            if n != whole {
+                self.checker.violation.get_or_insert(format!(
+                    "whole-transactions: a batch for {id:?} on {name} holds {n} of the {whole} rows of its span in the transaction at {ts}"
+                ));
+                return;
+            }
+        }
+    }
+
+    /// The feed's accounting after it read: rows in flight within the quota plus one
+    /// transaction, and every row read held or in a sink write.
+    fn check_feed(&mut self, name: &str) {
+        let Some(feed) = self.nodes.get(name).and_then(|n| n.feed.as_ref()) else {
+            return;
+        };
+        let bound = feed.quota_bytes() + self.upstream.max_txn_rows * ROW_BYTES as u64;
+        let v = if feed.inflight_bytes() > bound {
+            Some(format!(
+                "inflight-within-quota: {name} has {} bytes of rows in flight, above its quota {} plus its largest transaction ({} rows of {ROW_BYTES} bytes)",
+                feed.inflight_bytes(),
+                feed.quota_bytes(),
+                self.upstream.max_txn_rows
+            ))
+        } else {
+            feed.audit()
+                .err()
+                .map(|e| format!("row-handle-leak: on {name}: {e}"))
+        };
+        if let Some(v) = v {
+            self.checker.violation.get_or_insert(v);
         }
     }
 
@@ -715,14 +888,7 @@ impl Sim {
                     }
                 }
                 for (k, v) in puts {
-                    if let Some(cf) = k.strip_prefix(keys::CHANGEFEED_STATUS) {
-                        if let Ok(st) = serde_json::from_slice::<
-                            sluice_control::coordinator::ChangefeedStatusRecord,
-                        >(&v)
-                        {
-                            self.checker.on_persisted_checkpoint(cf, st.checkpoint_ts);
-                        }
-                    } else if k.starts_with(keys::CHANGEFEED_REQUESTS) {
+                    if k.starts_with(keys::CHANGEFEED_REQUESTS) {
                         if let Ok(rec) = serde_json::from_slice(&v) {
                             self.checker.on_requests_record(Some(&rec));
                         }
@@ -831,24 +997,10 @@ impl Sim {
                     },
                 );
             }
-            Effect::Subscribe {
-                cf: _,
-                id,
-                span,
-                is_trigger,
-                start_ts,
-            } => {
-                self.subs.insert(
-                    (name.to_string(), inc, id),
-                    Sub {
-                        span,
-                        is_trigger,
-                        cursor: start_ts,
-                    },
-                );
-            }
-            Effect::Unsubscribe { cf: _, id } => {
-                self.subs.remove(&(name.to_string(), inc, id));
+            // The feed's: they never leave it.
+            Effect::Subscribe { .. } | Effect::Unsubscribe { .. } => {}
+            Effect::CheckpointPersisted { cf, ts } => {
+                self.checker.on_persisted_checkpoint(cf.as_str(), ts)
             }
             Effect::Sink(cmd) => self.sink(name, inc, cmd),
             Effect::Trace(t) => self.trace(name, inc, t),
@@ -977,6 +1129,7 @@ impl Sim {
                 max_written: 0,
                 failed: false,
                 last_ack: 0,
+                written: BTreeSet::new(),
             });
         if s.id == next {
             self.next_session += 1;
@@ -1002,15 +1155,9 @@ impl Sim {
 
     fn sink(&mut self, name: &str, inc: u64, cmd: SinkCommand) {
         match cmd {
-            SinkCommand::WriteRows { cf, id, span, rows } => {
-                self.sink_rows(name, inc, cf, id, &span, rows)
-            }
-            SinkCommand::WriteDdl {
-                cf,
-                id,
-                ddl,
-                handle,
-            } => self.sink_ddl(name, inc, cf, id, &ddl, handle),
+            // The feed turns row writes into `FeedOut::Write`.
+            SinkCommand::WriteRows { .. } => {}
+            SinkCommand::WriteDdl { cf, id, ddl, .. } => self.sink_ddl(name, inc, cf, id, &ddl),
             SinkCommand::Flush { cf, id } => {
                 if self.session_failed(name, inc, id) {
                     return;
@@ -1076,6 +1223,7 @@ impl Sim {
         );
     }
 
+    /// A write of the feed reaches the model sink; returns when the sink has taken it.
     fn sink_rows(
         &mut self,
         name: &str,
@@ -1083,11 +1231,16 @@ impl Sim {
         cf: ChangefeedId,
         id: DispatcherId,
         span: &Span,
-        rows: Vec<(Ts, sluice_types::Key, u64)>,
-    ) {
+        rows: Vec<SimRow>,
+    ) -> Millis {
         if self.session_failed(name, inc, id) {
-            return;
+            return self.now;
         }
+        self.check_once_per_session(name, inc, id, &rows);
+        let rows: Vec<(Ts, sluice_types::Key, u64)> = rows
+            .into_iter()
+            .map(|r| (r.ts, r.key, r.idx as u64))
+            .collect();
         if let Some(retryable) = self.sink_error(name, span.table) {
             *self.fault_counts.entry("sink_error").or_default() += 1;
             if retryable {
@@ -1099,7 +1252,7 @@ impl Sim {
             self.cover("sink_error");
             let message = crate::check::INJECTED_SINK_ERROR.to_string();
             self.fail_write(name, inc, cf, id, retryable, message);
-            return;
+            return self.now;
         }
         #[cfg(feature = "mutations")]
         let rows: Vec<_> = if sluice_control::mutations::on("drop-rows") {
@@ -1115,7 +1268,7 @@ impl Sim {
                 self.now
             ));
             self.fail_write(name, inc, cf, id, false, message);
-            return;
+            return self.now;
         }
         let session = self.session(name, inc, id);
         let max = rows.iter().map(|r| r.0).max().unwrap_or(0);
@@ -1138,6 +1291,21 @@ impl Sim {
         }
         let at = self.ack_at(name, inc, id, (5, 60));
         self.ack(name, inc, cf, id, session, max, at);
+        at
+    }
+
+    /// A sink session is never handed one upstream row twice.
+    fn check_once_per_session(&mut self, name: &str, inc: u64, id: DispatcherId, rows: &[SimRow]) {
+        let _ = self.session(name, inc, id);
+        let Some(s) = self.sessions.get_mut(&(name.to_string(), inc, id)) else {
+            return;
+        };
+        if let Some(r) = rows.iter().find(|r| !s.written.insert(r.idx)) {
+            self.checker.violation.get_or_insert(format!(
+                "row-once-per-session: {id:?} on {name} was handed upstream row #{} (ts {}) twice in one sink session",
+                r.idx, r.ts
+            ));
+        }
     }
 
     fn sink_ddl(
@@ -1147,18 +1315,18 @@ impl Sim {
         cf: ChangefeedId,
         id: DispatcherId,
         ddl: &sluice_types::DdlEvent,
-        handle: u64,
     ) {
         if self.session_failed(name, inc, id) {
             return;
         }
         let session = self.session(name, inc, id);
         let span = self
-            .subs
+            .spans
             .get(&(name.to_string(), inc, id))
-            .map(|s| s.span.clone())
+            .cloned()
             .unwrap_or_else(sluice_control::dispatcher::trigger_span);
         let ts = ddl.commit_ts;
+        let handle = self.upstream.ddl_index(ts).map_or(u64::MAX, |i| i as u64);
         // MySQL skips a DDL its record shows finished; storage accepts repeated DDLs.
         if self.downstream.write_ddl(&self.upstream, ddl) {
             let up = &self.upstream;
@@ -1188,9 +1356,9 @@ impl Sim {
     /// `x-sink_latency` of its table there.
     fn ack_at(&mut self, name: &str, inc: u64, id: DispatcherId, latency: (u64, u64)) -> Millis {
         let table = self
-            .subs
+            .spans
             .get(&(name.to_string(), inc, id))
-            .map(|s| s.span.table);
+            .map(|s| s.table);
         let slow = table
             .map(|t| {
                 let any = self.sink_latency.get(&(None, t)).copied().unwrap_or(0);
@@ -1238,40 +1406,23 @@ impl Sim {
         );
     }
 
-    /// The event source: new upstream events for every subscription of the node.
+    /// The node's feed reads the model upstream for its dispatchers.
     fn feed_events(&mut self, name: &str, inc: u64) {
-        let keys: Vec<(String, u64, DispatcherId)> = self
-            .subs
-            .range((name.to_string(), inc, DispatcherId { epoch: 0, seq: 0 })..)
-            .take_while(|(k, _)| k.0 == name && k.1 == inc)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in keys {
-            let Some(sub) = self.subs.get(&k).cloned() else {
-                continue;
-            };
-            if sub.cursor >= self.upstream.head {
-                continue;
-            }
-            let (items, upto) = self.upstream.stream(
-                &sub.span,
-                sub.is_trigger,
-                sub.cursor,
-                MAX_ITEMS_PER_DELIVERY,
-            );
-            if let Some(s) = self.subs.get_mut(&k) {
-                s.cursor = upto;
-            }
-            self.handle(
-                name,
-                inc,
-                Input::Events {
-                    cf: self.cf.clone(),
-                    id: k.2,
-                    items,
-                    resolved_ts: upto,
-                },
-            );
+        let mut outs = Vec::new();
+        let Some(n) = self.nodes.get_mut(name).filter(|n| n.incarnation == inc) else {
+            return;
+        };
+        let (Some(state), Some(feed)) = (n.state.as_ref(), n.feed.as_mut()) else {
+            return;
+        };
+        feed.poll(
+            &self.upstream,
+            |cf, id| state.wants_events(cf, id),
+            &mut outs,
+        );
+        self.check_feed(name);
+        for o in outs {
+            self.feed_out(name, inc, o);
         }
     }
 
@@ -1799,6 +1950,11 @@ impl Sim {
             } => {
                 self.upstream
                     .write(&mut self.rng, *table, *rows, *txn_rows, *deletes);
+                self.checker.register(&self.upstream);
+            }
+            Op::XWriteTxn { tables, txns, rows } => {
+                self.upstream
+                    .write_txns(&mut self.rng, tables, *txns, *rows);
                 self.checker.register(&self.upstream);
             }
             Op::Ddl(d) => {

@@ -373,3 +373,50 @@ fn explore_finds_reproductions_1_and_2_when_the_replay_ignores_applied_ddls() {
         assert!(clean.failed.is_empty(), "{}", clean.render(0));
     }
 }
+
+// ------------------------------------------------------------------ the feed's invariants
+
+#[test]
+fn whole_transactions_fires_when_the_feed_cuts_a_transaction() {
+    expect_violation(
+        "features:feed-big-transactions.toml",
+        &["feed-cuts-transactions"],
+        "whole-transactions",
+    );
+}
+
+#[test]
+fn resolved_within_source_fires_when_the_feed_resolves_past_capture() {
+    expect_violation(
+        "features:feed-big-transactions.toml",
+        &["feed-resolves-past-source"],
+        "resolved-within-source",
+    );
+}
+
+#[test]
+fn inflight_within_quota_fires_when_the_feed_ignores_the_quota() {
+    expect_violation(
+        "features:feed-memory-quota.toml",
+        &["feed-ignores-quota"],
+        "inflight-within-quota",
+    );
+}
+
+#[test]
+fn row_handle_leak_fires_when_accepted_writes_stay_counted() {
+    expect_violation(
+        "features:feed-memory-quota.toml",
+        &["feed-leaks-rows"],
+        "row-handle-leak",
+    );
+}
+
+#[test]
+fn row_once_per_session_fires_when_the_feed_repeats_a_row() {
+    expect_violation(
+        "features:feed-big-transactions.toml",
+        &["feed-duplicates-rows"],
+        "row-once-per-session",
+    );
+}

@@ -1,0 +1,688 @@
+//! The feed: one node's data path between its event source and its dispatchers, the same code in
+//! the server (over the node's event store) and in the simulator (over the model upstream).
+//!
+//! It owns the subscriptions of dispatchers to the [`EventSource`] and their cursors, cuts event
+//! batches, routes each DDL to the dispatchers it concerns ([`ddl_concerns`]), keeps the rows
+//! between the source and the sink (the control plane sees only handles), and accounts what is in
+//! flight: rows per dispatcher, bytes per node, against the memory quota. Like the rest of the
+//! control plane it is a synchronous state machine: the shell hands it the node's effects
+//! ([`Feed::on_effect`]), asks it to read ([`Feed::poll`]) and tells it what the sink accepted
+//! ([`Feed::on_accepted`]); it answers with [`FeedOut`]s. No IO, no clock, no randomness.
+//!
+//! Invariants (the simulator checks each; `mutations.rs` names a bug that breaks it):
+//! - **whole transactions**: a batch holds every row of each transaction it holds (rows of one
+//!   commit ts of the span), and its resolved ts is at a transaction boundary. One transaction
+//!   larger than [`MAX_ROWS_PER_DELIVERY`] goes whole. The dispatcher keeps the same rule for its
+//!   sink writes (it cuts only where the commit ts changes), so one rule holds from the source to
+//!   the sink: a transaction is never cut, and every [`FeedOut::Write`] carries whole
+//!   transactions.
+//! - **resolved within the source**: a batch's resolved ts never passes
+//!   [`EventSource::complete`] (everything at or below it, rows and DDLs, is in the source).
+//! - **quota**: rows read and not yet accepted by a sink are accounted (bytes, per node) against
+//!   the quota and (rows, per dispatcher) against [`MAX_INFLIGHT_ROWS_PER_DISPATCHER`]. Nothing is
+//!   read while the bytes reach the quota, and a batch stops at the transaction boundary where
+//!   they would pass it, so they never exceed the quota plus one transaction.
+//! - **no leak, no repeat**: every row read is, until it leaves, exactly one of: held for a
+//!   subscribed dispatcher, or in a sink write not yet accepted; the bytes in flight are exactly
+//!   theirs ([`Feed::audit`]). A row is handed to the sink at most once.
+//! - **no deadlock at the quota**: rows are read only for dispatchers that take events now
+//!   (working, not stopped at a DDL), and a batch ends at the first row after a DDL it carries, so
+//!   a dispatcher waiting at a barrier holds no rows that could starve the others of the quota.
+
+use crate::io::{Effect, Input, SinkCommand, StreamItem};
+use sluice_types::{
+    ChangefeedId, DdlEvent, DispatcherId, InfluenceScope, Key, NodeId, RowEvent, RowKind, Span,
+    TableId, Ts, Value,
+};
+use std::collections::BTreeMap;
+
+/// At most this many rows go into one batch of one dispatcher (plus the rest of a transaction
+/// larger than that).
+pub const MAX_ROWS_PER_DELIVERY: usize = 1024;
+/// At most this many rows of one dispatcher are between the event source and the sink.
+pub const MAX_INFLIGHT_ROWS_PER_DISPATCHER: usize = 8192;
+
+/// A row as the feed needs it: where it goes, and what it costs while in flight.
+pub trait FeedRow: Clone {
+    fn commit_ts(&self) -> Ts;
+    fn key(&self) -> &Key;
+    fn kind(&self) -> RowKind;
+    /// Bytes it is accounted for against the memory quota.
+    fn size(&self) -> usize;
+    /// The row with its key corrupted (mutation `shift-key` only; by default unchanged).
+    fn shifted(&self) -> Self {
+        self.clone()
+    }
+}
+
+/// Rows of one scan, and whether the limit cut it (more rows follow in the range).
+#[derive(Clone, Debug)]
+pub struct Scan<R> {
+    pub rows: Vec<R>,
+    pub more: bool,
+}
+
+/// What the feed reads from: the node's event store, or the simulator's model upstream.
+pub trait EventSource {
+    type Row: FeedRow;
+    /// Rows of `span` with `after < commit ts <= upto`, in commit order, at most `limit`.
+    fn scan(
+        &self,
+        span: &Span,
+        after: Ts,
+        upto: Ts,
+        limit: usize,
+    ) -> Result<Scan<Self::Row>, String>;
+    /// DDLs with `after < commit ts <= upto`, in commit order.
+    fn ddls(&self, after: Ts, upto: Ts) -> Result<Vec<DdlEvent>, String>;
+    /// Everything at or below this ts is in the source (rows, DDLs and the schema they need).
+    fn complete(&self) -> Ts;
+    /// The oldest start ts the source can serve (it has nothing older).
+    fn floor(&self) -> Ts;
+    /// The database table `table` was in at `at` (for database-scoped DDLs).
+    fn database_of(&self, table: TableId, at: Ts) -> Option<String>;
+}
+
+/// What the feed asks the shell to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FeedOut<R> {
+    /// An input for the node's state machines (event batches, data-path errors).
+    Input(Input),
+    /// The dispatcher's sink session starts (or restarts) at `start_ts`.
+    Open {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        span: Span,
+        start_ts: Ts,
+    },
+    /// Write these rows (whole transactions, commit order) to the dispatcher's sink; once the
+    /// sink took them (or they were dropped), the shell calls [`Feed::on_accepted`] with
+    /// `rows.len()` and `bytes`, exactly once.
+    Write {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        span: Span,
+        rows: Vec<R>,
+        bytes: u64,
+    },
+    /// Any other effect of the node, unchanged.
+    Effect(Effect),
+    /// For metrics and logs.
+    Note(FeedNote),
+}
+
+/// Facts the feed announces for metrics and logs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FeedNote {
+    /// Reading stopped: the rows in flight reached the memory quota.
+    QuotaWait,
+    /// Rows handed to a dispatcher of `cf`.
+    Delivered { cf: ChangefeedId, rows: usize },
+    /// The source failed or cannot serve a dispatcher (its message went to it as a sink error).
+    SourceError {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        kind: &'static str,
+        message: String,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Sub {
+    span: Span,
+    is_trigger: bool,
+    cursor: Ts,
+}
+
+/// One dispatcher's part of the feed.
+#[derive(Clone, Debug)]
+struct Lane<R> {
+    sub: Option<Sub>,
+    /// Rows handed to the dispatcher and not yet written: handle -> (row, bytes).
+    pending: BTreeMap<u64, (R, usize)>,
+    /// Rows in sink writes not yet accepted.
+    in_sink: usize,
+    #[cfg(feature = "mutations")]
+    writes: u64,
+}
+
+impl<R> Lane<R> {
+    fn new() -> Self {
+        Lane {
+            sub: None,
+            pending: BTreeMap::new(),
+            in_sink: 0,
+            #[cfg(feature = "mutations")]
+            writes: 0,
+        }
+    }
+    fn rows(&self) -> usize {
+        self.pending.len() + self.in_sink
+    }
+    fn idle(&self) -> bool {
+        self.sub.is_none() && self.pending.is_empty() && self.in_sink == 0
+    }
+}
+
+type LaneKey = (ChangefeedId, DispatcherId);
+
+/// One node's feed. `R` is the source's row type.
+#[derive(Clone, Debug)]
+pub struct Feed<R> {
+    node: NodeId,
+    quota_bytes: u64,
+    lanes: BTreeMap<LaneKey, Lane<R>>,
+    next_handle: u64,
+    /// Bytes of every row held or in a sink write not yet accepted.
+    inflight_bytes: u64,
+    /// Bytes of the rows in sink writes not yet accepted.
+    in_sink_bytes: u64,
+}
+
+/// A batch being cut for one dispatcher.
+struct Cut<R> {
+    rows: Vec<R>,
+    ddls: Vec<DdlEvent>,
+    upto: Ts,
+}
+
+impl<R: FeedRow> Feed<R> {
+    pub fn new(node: NodeId, quota_bytes: u64) -> Self {
+        Feed {
+            node,
+            quota_bytes,
+            lanes: BTreeMap::new(),
+            next_handle: 1,
+            inflight_bytes: 0,
+            in_sink_bytes: 0,
+        }
+    }
+
+    /// Bytes of the rows read and not yet accepted by a sink.
+    pub fn inflight_bytes(&self) -> u64 {
+        self.inflight_bytes
+    }
+
+    pub fn quota_bytes(&self) -> u64 {
+        self.quota_bytes
+    }
+
+    /// Rows of one dispatcher between the source and the sink.
+    pub fn inflight_rows(&self, cf: &ChangefeedId, id: DispatcherId) -> usize {
+        self.lanes.get(&(cf.clone(), id)).map_or(0, |l| l.rows())
+    }
+
+    /// Take one effect of the node: subscriptions and row writes are the feed's; every other
+    /// effect comes back as [`FeedOut::Effect`].
+    pub fn on_effect<S>(&mut self, src: &S, e: Effect, out: &mut Vec<FeedOut<R>>)
+    where
+        S: EventSource<Row = R>,
+    {
+        match e {
+            Effect::Subscribe {
+                cf,
+                id,
+                span,
+                is_trigger,
+                start_ts,
+            } => self.subscribe(src.floor(), cf, id, span, is_trigger, start_ts, out),
+            Effect::Unsubscribe { cf, id } => self.unsubscribe(cf, id),
+            Effect::Sink(SinkCommand::WriteRows { cf, id, span, rows }) => {
+                self.write(cf, id, span, rows, out)
+            }
+            other => out.push(FeedOut::Effect(other)),
+        }
+    }
+
+    /// Read what the source has for every subscribed dispatcher that takes events now
+    /// (`wants`), within the quota; each batch goes out as `Input::Events`.
+    pub fn poll<S>(
+        &mut self,
+        src: &S,
+        wants: impl Fn(&ChangefeedId, DispatcherId) -> bool,
+        out: &mut Vec<FeedOut<R>>,
+    ) where
+        S: EventSource<Row = R>,
+    {
+        let complete = src.complete();
+        let keys: Vec<LaneKey> = self
+            .lanes
+            .iter()
+            .filter(|(_, l)| l.sub.is_some())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            if self.inflight_bytes >= self.quota_bytes && !mutation("feed-ignores-quota") {
+                out.push(FeedOut::Note(FeedNote::QuotaWait));
+                break;
+            }
+            if wants(&key.0, key.1) {
+                self.deliver(src, &key, complete, out);
+            }
+        }
+    }
+
+    /// The sink took (or dropped) a write of `rows` rows and `bytes` bytes. A write of a
+    /// dispatcher the feed has nothing in a sink for is an earlier feed's (before a reset).
+    pub fn on_accepted(&mut self, cf: &ChangefeedId, id: DispatcherId, rows: usize, bytes: u64) {
+        let key = (cf.clone(), id);
+        let Some(l) = self.lanes.get_mut(&key).filter(|l| l.in_sink > 0) else {
+            return;
+        };
+        l.in_sink = l.in_sink.saturating_sub(rows);
+        if !mutation("feed-leaks-rows") {
+            self.inflight_bytes = self.inflight_bytes.saturating_sub(bytes);
+        }
+        self.in_sink_bytes = self.in_sink_bytes.saturating_sub(bytes);
+        if l.idle() {
+            self.lanes.remove(&key);
+        }
+    }
+
+    /// Check the accounting: the bytes in flight are exactly those of the rows held and of the
+    /// sink writes not yet accepted, and a dispatcher no longer subscribed holds no row.
+    pub fn audit(&self) -> Result<(), String> {
+        let held: u64 = self
+            .lanes
+            .values()
+            .flat_map(|l| l.pending.values())
+            .map(|(_, b)| *b as u64)
+            .sum();
+        if held + self.in_sink_bytes != self.inflight_bytes {
+            return Err(format!(
+                "{} bytes in flight, but the rows held have {held} and the sink writes not yet accepted {}",
+                self.inflight_bytes, self.in_sink_bytes
+            ));
+        }
+        match self
+            .lanes
+            .iter()
+            .find(|(_, l)| l.sub.is_none() && !l.pending.is_empty())
+        {
+            Some(((_, id), l)) => Err(format!(
+                "{id:?} is unsubscribed but the feed still holds {} of its rows",
+                l.pending.len()
+            )),
+            None => Ok(()),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn subscribe(
+        &mut self,
+        floor: Ts,
+        cf: ChangefeedId,
+        id: DispatcherId,
+        span: Span,
+        is_trigger: bool,
+        start_ts: Ts,
+        out: &mut Vec<FeedOut<R>>,
+    ) {
+        // The source starts where this node's capture first started: it cannot serve an older
+        // start, and says so rather than deliver a silent gap.
+        if start_ts < floor {
+            let message = format!(
+                "node {}: the event store starts at ts {floor}, after this dispatcher's start ts {start_ts}; \
+                 the node joined or was reset after the changefeed's checkpoint (cordon it, or recreate the changefeed)",
+                self.node
+            );
+            self.source_error(cf, id, "start_before_event_store", message, out);
+            return;
+        }
+        let lane = self.lanes.entry((cf.clone(), id)).or_insert_with(Lane::new);
+        match lane.sub.as_mut() {
+            Some(s) => s.cursor = start_ts,
+            None => {
+                lane.sub = Some(Sub {
+                    span: span.clone(),
+                    is_trigger,
+                    cursor: start_ts,
+                })
+            }
+        }
+        // Rows after the new start are read again: the ones held are stale.
+        self.release(&(cf.clone(), id), |_, r| r.commit_ts() > start_ts);
+        out.push(FeedOut::Open {
+            cf,
+            id,
+            span,
+            start_ts,
+        });
+    }
+
+    fn unsubscribe(&mut self, cf: ChangefeedId, id: DispatcherId) {
+        let key = (cf, id);
+        let Some(l) = self.lanes.get_mut(&key) else {
+            return;
+        };
+        l.sub = None;
+        self.release(&key, |_, _| true);
+        if self.lanes.get(&key).is_some_and(|l| l.idle()) {
+            self.lanes.remove(&key);
+        }
+    }
+
+    /// Drop held rows of a dispatcher that `pred` selects (by handle and row).
+    fn release(&mut self, key: &LaneKey, pred: impl Fn(u64, &R) -> bool) {
+        let Some(l) = self.lanes.get_mut(key) else {
+            return;
+        };
+        let drop: Vec<u64> = l
+            .pending
+            .iter()
+            .filter(|(h, (r, _))| pred(**h, r))
+            .map(|(h, _)| *h)
+            .collect();
+        for h in drop {
+            if let Some((_, b)) = l.pending.remove(&h) {
+                self.inflight_bytes = self.inflight_bytes.saturating_sub(b as u64);
+            }
+        }
+    }
+
+    /// A dispatcher writes rows: they leave the feed for the sink, and the rows it skipped
+    /// before them (ignored event types) are dropped.
+    fn write(
+        &mut self,
+        cf: ChangefeedId,
+        id: DispatcherId,
+        span: Span,
+        handles: Vec<(Ts, Key, u64)>,
+        out: &mut Vec<FeedOut<R>>,
+    ) {
+        let key = (cf.clone(), id);
+        let max_handle = handles.iter().map(|r| r.2).max().unwrap_or(0);
+        let mut rows = Vec::with_capacity(handles.len());
+        let mut bytes = 0u64;
+        let mut missing = 0usize;
+        let lane = self.lanes.entry(key.clone()).or_insert_with(Lane::new);
+        for (_, _, h) in &handles {
+            match lane.pending.remove(h) {
+                Some((r, b)) => {
+                    bytes += b as u64;
+                    rows.push(if mutation("shift-key") && h % 50 == 7 {
+                        r.shifted()
+                    } else {
+                        r
+                    });
+                }
+                None => missing += 1,
+            }
+        }
+        lane.in_sink += rows.len();
+        self.in_sink_bytes += bytes;
+        #[cfg(feature = "mutations")]
+        duplicate_first_row(lane, &mut rows);
+        self.release(&key, |h, _| h < max_handle);
+        if missing > 0 {
+            self.on_accepted(&cf, id, rows.len(), bytes);
+            let message =
+                format!("internal: {missing} rows of a sink write are no longer in the feed");
+            self.source_error(cf, id, "internal", message, out);
+            return;
+        }
+        out.push(FeedOut::Write {
+            cf,
+            id,
+            span,
+            rows,
+            bytes,
+        });
+    }
+
+    fn source_error(
+        &mut self,
+        cf: ChangefeedId,
+        id: DispatcherId,
+        kind: &'static str,
+        message: String,
+        out: &mut Vec<FeedOut<R>>,
+    ) {
+        out.push(FeedOut::Note(FeedNote::SourceError {
+            cf: cf.clone(),
+            id,
+            kind,
+            message: message.clone(),
+        }));
+        out.push(FeedOut::Input(Input::SinkError {
+            cf,
+            id,
+            retryable: false,
+            table_only: false,
+            message,
+        }));
+    }
+
+    /// One batch for one dispatcher, if it has room and the source has something new.
+    fn deliver<S>(&mut self, src: &S, key: &LaneKey, complete: Ts, out: &mut Vec<FeedOut<R>>)
+    where
+        S: EventSource<Row = R>,
+    {
+        let Some(lane) = self.lanes.get(key) else {
+            return;
+        };
+        let Some(sub) = lane.sub.clone() else {
+            return;
+        };
+        if sub.cursor >= complete || lane.rows() >= MAX_INFLIGHT_ROWS_PER_DISPATCHER {
+            return;
+        }
+        let cut = match self.cut(src, &sub, complete) {
+            Ok(c) => c,
+            Err(e) => {
+                let message = format!("event store: {e}");
+                return self.source_error(key.0.clone(), key.1, "event_store", message, out);
+            }
+        };
+        let items = self.hand_out(key, cut.rows, cut.ddls);
+        let rows = items
+            .iter()
+            .filter(|i| matches!(i, StreamItem::Row { .. }))
+            .count();
+        #[allow(unused_mut)]
+        let mut resolved_ts = cut.upto;
+        #[cfg(feature = "mutations")]
+        if crate::mutations::on("feed-resolves-past-source") && cut.upto == complete {
+            resolved_ts += 1;
+        }
+        if let Some(s) = self.lanes.get_mut(key).and_then(|l| l.sub.as_mut()) {
+            s.cursor = resolved_ts;
+        }
+        out.push(FeedOut::Note(FeedNote::Delivered {
+            cf: key.0.clone(),
+            rows,
+        }));
+        out.push(FeedOut::Input(Input::Events {
+            cf: key.0.clone(),
+            id: key.1,
+            items,
+            resolved_ts,
+        }));
+    }
+
+    /// Cut the next batch of a subscription: whole transactions, within the quota, ending at
+    /// the first row after a DDL it carries.
+    fn cut<S>(&self, src: &S, sub: &Sub, complete: Ts) -> Result<Cut<R>, String>
+    where
+        S: EventSource<Row = R>,
+    {
+        let (rows, upto) = if sub.is_trigger {
+            (Vec::new(), complete)
+        } else {
+            whole_transactions(src, &sub.span, sub.cursor, complete)?
+        };
+        let (mut rows, mut upto) = self.within_quota(rows, upto);
+        let ddls: Vec<DdlEvent> = src
+            .ddls(sub.cursor, upto)?
+            .into_iter()
+            .filter(|d| concerns(src, sub, d))
+            .collect();
+        // Rows after a DDL wait for the next batch: a dispatcher stopped at the DDL (a barrier)
+        // then holds none of them.
+        if let Some(first_ddl) = ddls.first().map(|d| d.commit_ts) {
+            if let Some(i) = rows.iter().position(|r| r.commit_ts() > first_ddl) {
+                upto = rows[i].commit_ts() - 1;
+                rows.truncate(i);
+            }
+        }
+        let ddls = ddls.into_iter().filter(|d| d.commit_ts <= upto).collect();
+        Ok(Cut { rows, ddls, upto })
+    }
+
+    /// Stop at the transaction boundary where the bytes in flight would pass the quota (the
+    /// first transaction always goes: reading started below the quota).
+    fn within_quota(&self, mut rows: Vec<R>, upto: Ts) -> (Vec<R>, Ts) {
+        if mutation("feed-ignores-quota") {
+            return (rows, upto);
+        }
+        let mut bytes = self.inflight_bytes;
+        for i in 0..rows.len() {
+            let ts = rows[i].commit_ts();
+            let boundary = i > 0 && rows[i - 1].commit_ts() != ts;
+            if boundary && bytes > self.quota_bytes {
+                rows.truncate(i);
+                return (rows, ts - 1);
+            }
+            bytes += rows[i].size() as u64;
+        }
+        (rows, upto)
+    }
+
+    /// Give the rows handles, keep them, and merge them with the DDLs in commit order.
+    fn hand_out(&mut self, key: &LaneKey, rows: Vec<R>, ddls: Vec<DdlEvent>) -> Vec<StreamItem> {
+        let mut ddls = std::collections::VecDeque::from(ddls);
+        let mut items = Vec::with_capacity(rows.len() + ddls.len());
+        let Some(lane) = self.lanes.get_mut(key) else {
+            return items;
+        };
+        for row in rows {
+            while ddls.front().is_some_and(|d| d.commit_ts < row.commit_ts()) {
+                if let Some(ddl) = ddls.pop_front() {
+                    items.push(StreamItem::Ddl { ddl, handle: 0 });
+                }
+            }
+            let handle = self.next_handle;
+            self.next_handle += 1;
+            let size = row.size();
+            self.inflight_bytes += size as u64;
+            items.push(StreamItem::Row {
+                commit_ts: row.commit_ts(),
+                key: row.key().clone(),
+                handle,
+                kind: row.kind(),
+            });
+            lane.pending.insert(handle, (row, size));
+        }
+        items.extend(
+            ddls.into_iter()
+                .map(|ddl| StreamItem::Ddl { ddl, handle: 0 }),
+        );
+        items
+    }
+}
+
+/// Rows of `span` after `cursor`, whole transactions only, and the ts up to which they are
+/// everything: a scan cut by the limit drops its last, possibly partial, transaction, unless
+/// that is the only one, which is then read whole.
+fn whole_transactions<S: EventSource>(
+    src: &S,
+    span: &Span,
+    cursor: Ts,
+    complete: Ts,
+) -> Result<(Vec<S::Row>, Ts), String> {
+    let scan = src.scan(span, cursor, complete, MAX_ROWS_PER_DELIVERY)?;
+    if !scan.more {
+        return Ok((scan.rows, complete));
+    }
+    let mut rows = scan.rows;
+    let first = rows.first().map_or(cursor, |r| r.commit_ts());
+    let last = rows.last().map_or(cursor, |r| r.commit_ts());
+    if mutation("feed-cuts-transactions") {
+        return Ok((rows, last));
+    }
+    if first == last {
+        // One transaction larger than a delivery: it goes whole.
+        let whole = src.scan(span, last.saturating_sub(1), last, usize::MAX)?;
+        return Ok((whole.rows, last));
+    }
+    rows.retain(|r| r.commit_ts() < last);
+    Ok((rows, last - 1))
+}
+
+fn concerns<S: EventSource>(src: &S, sub: &Sub, ddl: &DdlEvent) -> bool {
+    if sub.is_trigger {
+        return ddl.influence.trigger;
+    }
+    let db = match &ddl.influence.scope {
+        InfluenceScope::Database(_) => {
+            src.database_of(sub.span.table, ddl.commit_ts.saturating_sub(1))
+        }
+        _ => None,
+    };
+    ddl_concerns(ddl, sub.span.table, db.as_deref())
+}
+
+/// Whether a DDL concerns the dispatchers of table `table` (in database `db` when the DDL was
+/// run): it names the table (changes, drops, renames or reads it), its database, or everything.
+pub fn ddl_concerns(ddl: &DdlEvent, table: TableId, db: Option<&str>) -> bool {
+    let inf = &ddl.influence;
+    let scoped = match &inf.scope {
+        InfluenceScope::Tables(ts) => ts.contains(&table),
+        InfluenceScope::Database(d) => db == Some(d.as_str()),
+        InfluenceScope::All => true,
+    };
+    scoped
+        || inf.dropped.contains(&table)
+        || inf.renamed.iter().any(|(t, _)| *t == table)
+        || inf.sources.contains(&table)
+}
+
+#[cfg(feature = "mutations")]
+fn mutation(name: &str) -> bool {
+    crate::mutations::on(name)
+}
+
+#[cfg(not(feature = "mutations"))]
+fn mutation(_: &str) -> bool {
+    false
+}
+
+/// `feed-duplicates-rows`: the third write of a dispatcher carries its first row twice.
+#[cfg(feature = "mutations")]
+fn duplicate_first_row<R: Clone>(lane: &mut Lane<R>, rows: &mut Vec<R>) {
+    lane.writes += 1;
+    if crate::mutations::on("feed-duplicates-rows") && lane.writes == 3 {
+        if let Some(r) = rows.first().cloned() {
+            rows.insert(0, r);
+        }
+    }
+}
+
+fn value_size(v: &Value) -> usize {
+    16 + match v {
+        Value::Text(s) | Value::Decimal(s) | Value::Json(s) => s.len(),
+        Value::Bytes(b) | Value::Geometry(b) => b.len(),
+        Value::Enum { name, .. } => name.len(),
+        Value::Set { names, .. } => names.iter().map(|n| n.len()).sum(),
+        _ => 0,
+    }
+}
+
+impl FeedRow for RowEvent {
+    fn commit_ts(&self) -> Ts {
+        self.commit_ts
+    }
+    fn key(&self) -> &Key {
+        &self.key
+    }
+    fn kind(&self) -> RowKind {
+        self.kind
+    }
+    fn size(&self) -> usize {
+        let img = |i: &Option<Vec<Value>>| {
+            i.as_ref()
+                .map_or(0, |v| v.iter().map(value_size).sum::<usize>())
+        };
+        96 + self.key.0.len() + img(&self.before) + img(&self.after)
+    }
+}
