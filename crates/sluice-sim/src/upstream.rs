@@ -118,10 +118,8 @@ pub struct Upstream {
     pub head: Ts,
     pub tables: BTreeMap<TableId, UTable>,
     pub history: Vec<UEvent>,
-    /// Indexes into `history` of the events each table's dispatchers see.
+    /// Indexes into `history` of each table's rows (the feed routes DDLs by their influence).
     pub by_table: BTreeMap<TableId, Vec<usize>>,
-    /// Indexes of the DDLs the table trigger sees.
-    pub trigger: Vec<usize>,
     /// Every version of every key: (table, key) -> [(ts, value, history index)], in commit
     /// order (one transaction may change a key more than once; the index tells them apart).
     /// Baseline rows have the index `usize::MAX`.
@@ -177,16 +175,8 @@ impl Upstream {
 
     fn push(&mut self, ev: UEvent) {
         let idx = self.history.len();
-        match &ev {
-            UEvent::Row { table, .. } => self.by_table.entry(*table).or_default().push(idx),
-            UEvent::Ddl { ddl, affected } => {
-                for t in affected {
-                    self.by_table.entry(*t).or_default().push(idx);
-                }
-                if ddl.influence.trigger {
-                    self.trigger.push(idx);
-                }
-            }
+        if let UEvent::Row { table, .. } = &ev {
+            self.by_table.entry(*table).or_default().push(idx);
         }
         self.history.push(ev);
     }

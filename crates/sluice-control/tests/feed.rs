@@ -1,0 +1,345 @@
+//! The feed's rules on a source in memory: batches hold whole transactions (a scan cut inside one
+//! leaves it to the next batch; one larger than a batch goes whole), a batch ends at the first row
+//! after a DDL, DDLs go only to the dispatchers they concern, reading stops at the memory quota
+//! and resumes when the sink takes the rows, and the accounting holds through writes, skipped
+//! rows and unsubscribes.
+
+use sluice_control::feed::{
+    EventSource, Feed, FeedNote, FeedOut, FeedRow, Scan, MAX_ROWS_PER_DELIVERY,
+};
+use sluice_control::{Effect, Input, SinkCommand, StreamItem};
+use sluice_types::{
+    ChangefeedId, DdlEvent, DdlInfluence, DdlKind, DispatcherId, InfluenceScope, Key, NodeId,
+    RowKind, Span, TableId, Ts,
+};
+
+#[derive(Clone, Debug)]
+struct Row {
+    ts: Ts,
+    key: Key,
+}
+
+impl FeedRow for Row {
+    fn commit_ts(&self) -> Ts {
+        self.ts
+    }
+    fn key(&self) -> &Key {
+        &self.key
+    }
+    fn kind(&self) -> RowKind {
+        RowKind::Insert
+    }
+    fn size(&self) -> usize {
+        100
+    }
+}
+
+#[derive(Default)]
+struct Mem {
+    rows: Vec<Row>,
+    ddls: Vec<DdlEvent>,
+    complete: Ts,
+}
+
+const T: TableId = TableId(5);
+
+impl Mem {
+    /// `n` transactions of `rows` rows each, from ts `from` on.
+    fn txns(&mut self, from: Ts, n: u64, rows: u64) {
+        for i in 0..n {
+            for k in 0..rows {
+                self.rows.push(Row {
+                    ts: from + i,
+                    key: Key::row_u64(T, i * 100_000 + k),
+                });
+            }
+        }
+        self.complete = self.complete.max(from + n - 1);
+    }
+
+    fn ddl(&mut self, ts: Ts, scope: InfluenceScope) {
+        self.ddls.push(DdlEvent {
+            session: Default::default(),
+            object_database: None,
+            commit_ts: ts,
+            commit_time_ms: 0,
+            kind: DdlKind::AlterTable,
+            database: "db".into(),
+            query: format!("ALTER at {ts}"),
+            influence: DdlInfluence {
+                scope,
+                trigger: false,
+                dropped: vec![],
+                added: vec![],
+                renamed: vec![],
+                sources: vec![],
+            },
+        });
+        self.complete = self.complete.max(ts);
+    }
+}
+
+impl EventSource for Mem {
+    type Row = Row;
+    fn scan(&self, span: &Span, after: Ts, upto: Ts, limit: usize) -> Result<Scan<Row>, String> {
+        let all: Vec<Row> = self
+            .rows
+            .iter()
+            .filter(|r| r.ts > after && r.ts <= upto && span.contains(&r.key))
+            .cloned()
+            .collect();
+        let more = all.len() > limit;
+        Ok(Scan {
+            rows: all.into_iter().take(limit).collect(),
+            more,
+        })
+    }
+    fn ddls(&self, after: Ts, upto: Ts) -> Result<Vec<DdlEvent>, String> {
+        Ok(self
+            .ddls
+            .iter()
+            .filter(|d| d.commit_ts > after && d.commit_ts <= upto)
+            .cloned()
+            .collect())
+    }
+    fn complete(&self) -> Ts {
+        self.complete
+    }
+    fn floor(&self) -> Ts {
+        0
+    }
+    fn database_of(&self, _: TableId, _: Ts) -> Option<String> {
+        Some("db".into())
+    }
+}
+
+fn cf() -> ChangefeedId {
+    ChangefeedId::new("cf")
+}
+
+const D: DispatcherId = DispatcherId { epoch: 1, seq: 1 };
+
+fn subscribed(src: &Mem, quota: u64) -> Feed<Row> {
+    let mut feed = Feed::new(NodeId::new("n1"), quota);
+    let mut out = Vec::new();
+    feed.on_effect(
+        src,
+        Effect::Subscribe {
+            cf: cf(),
+            id: D,
+            span: Span::whole_table(T),
+            is_trigger: false,
+            start_ts: 0,
+        },
+        &mut out,
+    );
+    assert!(matches!(
+        out.as_slice(),
+        [FeedOut::Open { start_ts: 0, .. }]
+    ));
+    feed
+}
+
+/// One poll: the batch for `D` (items, resolved ts), if any, and whether reading waited.
+fn poll(feed: &mut Feed<Row>, src: &Mem) -> (Option<(Vec<StreamItem>, Ts)>, bool) {
+    let mut out = Vec::new();
+    feed.poll(src, |_, _| true, &mut out);
+    let mut batch = None;
+    let mut waited = false;
+    for o in out {
+        match o {
+            FeedOut::Input(Input::Events {
+                items, resolved_ts, ..
+            }) => batch = Some((items, resolved_ts)),
+            FeedOut::Note(FeedNote::QuotaWait) => waited = true,
+            _ => {}
+        }
+    }
+    (batch, waited)
+}
+
+fn rows_of(items: &[StreamItem]) -> Vec<(Ts, u64)> {
+    items
+        .iter()
+        .filter_map(|i| match i {
+            StreamItem::Row {
+                commit_ts, handle, ..
+            } => Some((*commit_ts, *handle)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The dispatcher writes these rows: the feed hands them to the sink.
+fn write(feed: &mut Feed<Row>, src: &Mem, rows: &[(Ts, u64)]) -> (usize, u64) {
+    let mut out = Vec::new();
+    feed.on_effect(
+        src,
+        Effect::Sink(SinkCommand::WriteRows {
+            cf: cf(),
+            id: D,
+            span: Span::whole_table(T),
+            rows: rows.iter().map(|(ts, h)| (*ts, Key(vec![]), *h)).collect(),
+        }),
+        &mut out,
+    );
+    match out.as_slice() {
+        [FeedOut::Write { rows, bytes, .. }] => (rows.len(), *bytes),
+        other => panic!("expected one write, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_scan_cut_inside_a_transaction_leaves_it_to_the_next_batch() {
+    let mut src = Mem::default();
+    src.txns(10, 3, 400);
+    let mut feed = subscribed(&src, u64::MAX);
+    let (Some((items, resolved)), _) = poll(&mut feed, &src) else {
+        panic!("no batch")
+    };
+    assert_eq!(rows_of(&items).len(), 800, "two whole transactions");
+    assert_eq!(resolved, 11, "resolved below the cut transaction");
+    let (Some((items, resolved)), _) = poll(&mut feed, &src) else {
+        panic!("no batch")
+    };
+    assert_eq!(rows_of(&items).len(), 400);
+    assert!(rows_of(&items).iter().all(|r| r.0 == 12));
+    assert_eq!(resolved, 12);
+    feed.audit().expect("accounting");
+}
+
+#[test]
+fn a_transaction_larger_than_a_batch_goes_whole() {
+    let mut src = Mem::default();
+    src.txns(10, 1, MAX_ROWS_PER_DELIVERY as u64 + 500);
+    src.txns(11, 1, 3);
+    let mut feed = subscribed(&src, u64::MAX);
+    let (Some((items, resolved)), _) = poll(&mut feed, &src) else {
+        panic!("no batch")
+    };
+    assert_eq!(rows_of(&items).len(), MAX_ROWS_PER_DELIVERY + 500);
+    assert_eq!(resolved, 10);
+}
+
+#[test]
+fn a_batch_ends_at_the_first_row_after_a_ddl_and_ddls_go_where_they_belong() {
+    let mut src = Mem::default();
+    src.txns(10, 1, 2);
+    src.ddl(11, InfluenceScope::Tables(vec![TableId(99)])); // another table's
+    src.ddl(12, InfluenceScope::Database("db".into()));
+    src.txns(13, 2, 2);
+    let mut feed = subscribed(&src, u64::MAX);
+    let (Some((items, resolved)), _) = poll(&mut feed, &src) else {
+        panic!("no batch")
+    };
+    let ddls: Vec<Ts> = items
+        .iter()
+        .filter_map(|i| match i {
+            StreamItem::Ddl { ddl, .. } => Some(ddl.commit_ts),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ddls, vec![12], "only the database's DDL concerns the table");
+    assert_eq!(rows_of(&items).len(), 2, "no row after the DDL");
+    assert_eq!(resolved, 12);
+    let (Some((items, resolved)), _) = poll(&mut feed, &src) else {
+        panic!("no batch")
+    };
+    assert_eq!(rows_of(&items).len(), 4);
+    assert_eq!(resolved, 14);
+}
+
+#[test]
+fn reading_stops_at_the_quota_and_resumes_when_the_sink_takes_the_rows() {
+    let mut src = Mem::default();
+    src.txns(10, 4, 3);
+    // 500 bytes: two transactions of 3 rows of 100 bytes; the second starts below the quota.
+    let mut feed = subscribed(&src, 500);
+    let (Some((items, resolved)), _) = poll(&mut feed, &src) else {
+        panic!("no batch")
+    };
+    let rows = rows_of(&items);
+    assert_eq!(rows.len(), 6);
+    assert_eq!(resolved, 11);
+    assert_eq!(
+        feed.inflight_bytes(),
+        600,
+        "the quota plus less than one transaction"
+    );
+    let (batch, waited) = poll(&mut feed, &src);
+    assert!(batch.is_none() && waited, "reading waits at the quota");
+    let (n, bytes) = write(&mut feed, &src, &rows);
+    assert_eq!((n, bytes), (6, 600));
+    assert_eq!(feed.inflight_bytes(), 600, "in the sink, still in flight");
+    feed.on_accepted(&cf(), D, n, bytes);
+    assert_eq!(feed.inflight_bytes(), 0);
+    feed.audit().expect("accounting");
+    let (Some((items, resolved)), _) = poll(&mut feed, &src) else {
+        panic!("no batch")
+    };
+    assert_eq!((rows_of(&items).len(), resolved), (6, 13));
+}
+
+#[test]
+fn skipped_rows_and_an_unsubscribe_release_what_they_held() {
+    let mut src = Mem::default();
+    src.txns(10, 3, 2);
+    let mut feed = subscribed(&src, u64::MAX);
+    let (Some((items, _)), _) = poll(&mut feed, &src) else {
+        panic!("no batch")
+    };
+    let rows = rows_of(&items);
+    // The dispatcher skips the first transaction (an ignored event type) and writes the second.
+    let (n, bytes) = write(&mut feed, &src, &rows[2..4]);
+    assert_eq!(feed.inflight_bytes(), 400, "the skipped rows are released");
+    feed.audit().expect("accounting");
+    let mut out = Vec::new();
+    feed.on_effect(&src, Effect::Unsubscribe { cf: cf(), id: D }, &mut out);
+    assert_eq!(feed.inflight_bytes(), 200, "the held rows are released");
+    feed.on_accepted(&cf(), D, n, bytes);
+    assert_eq!(feed.inflight_bytes(), 0);
+    assert_eq!(feed.inflight_rows(&cf(), D), 0);
+    feed.audit().expect("accounting");
+}
+
+#[test]
+fn a_start_below_the_source_is_refused_with_an_error() {
+    struct Late(Mem);
+    impl EventSource for Late {
+        type Row = Row;
+        fn scan(&self, s: &Span, a: Ts, u: Ts, l: usize) -> Result<Scan<Row>, String> {
+            self.0.scan(s, a, u, l)
+        }
+        fn ddls(&self, a: Ts, u: Ts) -> Result<Vec<DdlEvent>, String> {
+            self.0.ddls(a, u)
+        }
+        fn complete(&self) -> Ts {
+            self.0.complete
+        }
+        fn floor(&self) -> Ts {
+            100
+        }
+        fn database_of(&self, t: TableId, at: Ts) -> Option<String> {
+            self.0.database_of(t, at)
+        }
+    }
+    let src = Late(Mem::default());
+    let mut feed: Feed<Row> = Feed::new(NodeId::new("n1"), u64::MAX);
+    let mut out = Vec::new();
+    feed.on_effect(
+        &src,
+        Effect::Subscribe {
+            cf: cf(),
+            id: D,
+            span: Span::whole_table(T),
+            is_trigger: false,
+            start_ts: 50,
+        },
+        &mut out,
+    );
+    assert!(out.iter().any(|o| matches!(
+        o,
+        FeedOut::Input(Input::SinkError { retryable: false, message, .. }) if message.contains("starts at ts 100")
+    )));
+    assert!(!out.iter().any(|o| matches!(o, FeedOut::Open { .. })));
+}
