@@ -15,6 +15,11 @@
 //!   quota, row handles) is [`feed`], run by the server and the simulator alike;
 //! - the checkpoint never goes backwards and never passes unflushed data
 //!   ([`maintainer`] computes it, [`coordinator`] persists it with a leadership-fenced write).
+//!
+//! Layout rule: one concern per file; a type's `impl` blocks may spread over the files of its
+//! module (the maintainer's over `maintainer/{mod,bootstrap,reports,barrier,operator,scheduler,
+//! checkpoint,replay,requests}.rs`, the dispatcher manager's over `dispatcher.rs` and
+//! `dispatcher/floor.rs`), each file opening with what it owns and the invariants it keeps.
 
 pub mod config;
 pub mod coordinator;
