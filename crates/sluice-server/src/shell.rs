@@ -80,7 +80,7 @@ pub struct Shell {
     feed: Feed<RowEvent>,
     quota_bytes: u64,
     workers: BTreeMap<(ChangefeedId, DispatcherId), Worker>,
-    pub sink_uris: BTreeMap<ChangefeedId, String>,
+    sink_uris: BTreeMap<ChangefeedId, String>,
     schema_waits: Vec<(ChangefeedId, Epoch, Ts, Instant)>,
     schema_cache: BTreeMap<(TableId, Ts), Arc<TableSchema>>,
     pub registry: Arc<SinkRegistry>,
@@ -93,7 +93,7 @@ pub struct Shell {
     pub regions: BTreeMap<TableId, Vec<Key>>,
     /// The last checkpoint this node's coordinator persisted, per changefeed
     /// (`Effect::CheckpointPersisted`).
-    pub persisted: BTreeMap<ChangefeedId, Ts>,
+    persisted: BTreeMap<ChangefeedId, Ts>,
     pub stopping: bool,
     pub store_path: std::path::PathBuf,
     /// Live nodes and their addresses, as membership says.
