@@ -1,7 +1,9 @@
 //! Operators in flight across a `kill -9` of the maintainer's node (issue 9, reproduction 3), on
 //! three `sluice server` nodes on etcd with tables across nodes, while small transactions keep
 //! coming. Each round: a table split by a user is merged back, another table is moved, a table is
-//! created and one dropped, the maintainer's node is cordoned and killed 100-300 ms later.
+//! created and one dropped, with `create_dispatcher` held on every node and `close_dispatcher` on
+//! the moved table's node (the work stays in flight), the maintainer's node is cordoned and
+//! killed 100-300 ms later, and the holds are released on the nodes that live on.
 //! Within 60 s the changefeed converges, read from the API only: a new maintainer, every span
 //! replicating with no operator, the merged table in one span, the new table with exactly one
 //! dispatcher in the nodes' own reports, the dropped table with none, no leftover dispatcher,
@@ -121,6 +123,37 @@ fn check_dispatchers(c: &Cluster, out: &Outputs, spans: &[Value], ids: &Ids) -> 
     Ok(())
 }
 
+/// The hold points work waits at now, over every live node.
+fn held_points(c: &Cluster, out: &Outputs) -> Vec<String> {
+    c.servers
+        .iter()
+        .filter(|s| s.child.is_some())
+        .flat_map(|s| {
+            let (_, v) = api(out, &s.url(), "GET", "/api/v2/debug/holds", None);
+            v["held"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|h| h["point"].as_str().map(String::from))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The node of t1's one working dispatcher.
+fn t1_node(c: &Cluster, out: &Outputs, t1: u64) -> Result<String, String> {
+    let v = c.dispatchers(out)?;
+    let on: Vec<String> = of_table(&v, t1)
+        .iter()
+        .filter(|d| d["is_trigger"] == false && d["state"] == "working")
+        .filter_map(|d| d["node_id"].as_str().map(String::from))
+        .collect();
+    match on.as_slice() {
+        [n] => Ok(n.clone()),
+        _ => Err(v.to_string()),
+    }
+}
+
 struct Ids {
     t6: u64,
     created: u64,
@@ -138,6 +171,17 @@ fn round(c: &mut Cluster, out: &Outputs, up: &MariaDb, k: usize) -> Duration {
     let dead = c.index_of(&m);
     let target = (dead + 1) % c.servers.len();
 
+    // Work held in flight, as in the seed: creates everywhere, closes on t1's node.
+    for i in 0..c.servers.len() {
+        c.holds(out, i, json!({"point": "create_dispatcher"}));
+    }
+    let origin = wait_for("t1's node", 30, || t1_node(c, out, t1));
+    c.holds(
+        out,
+        c.index_of(&origin),
+        json!({"point": "close_dispatcher"}),
+    );
+
     // In quick succession, then the kill.
     c.request(out, "merge_table", table_body(t6));
     let to = c.servers[target].addr.clone();
@@ -151,10 +195,21 @@ fn round(c: &mut Cluster, out: &Outputs, up: &MariaDb, k: usize) -> Duration {
          INSERT INTO r.d{k} VALUES (2, 2), (3, 3); DROP TABLE r.d{k}"
     ))
     .expect("create and drop");
+    // The move's close waits on t1's node and the new table's create where it was placed.
+    wait_for("the move and the create held", 30, || {
+        let points = held_points(c, out);
+        let both = points.iter().any(|p| p == "close_dispatcher")
+            && points.iter().any(|p| p == "create_dispatcher");
+        both.then_some(()).ok_or(format!("{points:?}"))
+    });
     c.cordon(out, &m, true);
     std::thread::sleep(Duration::from_millis(100 + (k as u64 * 67) % 200));
     c.servers[dead].kill9();
     let killed = Instant::now();
+    // The holds end on the nodes that live on (the killed one restarts without them).
+    for i in (0..c.servers.len()).filter(|i| *i != dead) {
+        c.holds(out, i, json!({"clear": true}));
+    }
 
     let created = wait_for(&format!("r.n{k} known"), 60, || {
         let v = c.spans(out)?;
