@@ -208,6 +208,19 @@ impl Dispatcher {
         }
     }
 
+    /// Counts one retryable sink failure (a failed write or floor read; progress since the last
+    /// one starts the count again) and keeps it as the warning; true once past the limit.
+    fn count_sink_failure(&mut self, message: &str) -> bool {
+        let cp = self.checkpoint();
+        if cp > self.sink_failures_since {
+            self.sink_failures = 0;
+            self.sink_failures_since = cp;
+        }
+        self.sink_failures += 1;
+        self.last_sink_error = Some(truncate_error(message.to_string()));
+        self.sink_failures > crate::config::MAX_SINK_RETRIES_WITHOUT_PROGRESS
+    }
+
     fn checkpoint(&self) -> Ts {
         let cp = if self.written_ts > self.flushed_ts {
             self.flushed_ts
@@ -1211,15 +1224,7 @@ impl DispatcherManager {
             ))));
             return;
         }
-        // Progress since the last failure starts the count again.
-        let cp = d.checkpoint();
-        if cp > d.sink_failures_since {
-            d.sink_failures = 0;
-            d.sink_failures_since = cp;
-        }
-        d.sink_failures += 1;
-        d.last_sink_error = Some(truncate_error(message.clone()));
-        if d.sink_failures > crate::config::MAX_SINK_RETRIES_WITHOUT_PROGRESS {
+        if d.count_sink_failure(&message) {
             let message = format!(
                 "the sink failed {} times in a row without progress (last: {message})",
                 d.sink_failures - 1

@@ -152,15 +152,8 @@ impl DispatcherManager {
         let Some(d) = self.dispatchers.get_mut(&id) else {
             return;
         };
-        // Counted like failed writes: progress since the last failure starts the count again.
-        let cp = d.checkpoint();
-        if cp > d.sink_failures_since {
-            d.sink_failures = 0;
-            d.sink_failures_since = cp;
-        }
-        d.sink_failures += 1;
-        d.last_sink_error = Some(truncate_error(e.clone()));
-        if d.sink_failures <= MAX_SINK_RETRIES_WITHOUT_PROGRESS {
+        // Counted like failed writes.
+        if !d.count_sink_failure(&e) {
             d.floor_wait = Some(FloorWait {
                 retry: Some((now + FLOOR_RETRY_MS, e)),
             });

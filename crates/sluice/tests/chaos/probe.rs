@@ -5,6 +5,7 @@
 //! to `SLUICE_CHAOS_REPORT` when set).
 
 use super::CF;
+use crate::common::api_within;
 use crate::common::cluster::Cluster;
 use serde_json::Value;
 use std::io::Write;
@@ -91,23 +92,7 @@ fn call(
     path: &str,
     body: Option<&Value>,
 ) -> Result<(u16, Value), String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let b = body.map(|b| b.to_string().into_bytes());
-    let r = rt
-        .block_on(sluice_server::client::request(
-            base,
-            method,
-            path,
-            b.as_deref(),
-            CALL_TIMEOUT,
-        ))
-        .map_err(|e| e.to_string())?;
-    let v = serde_json::from_slice(&r.body)
-        .unwrap_or(Value::String(String::from_utf8_lossy(&r.body).into()));
-    Ok((r.status, v))
+    api_within(base, method, path, body, CALL_TIMEOUT)
 }
 
 /// The servers' addresses (they keep them across restarts) and whether each may be asked.

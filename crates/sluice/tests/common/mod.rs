@@ -214,6 +214,17 @@ pub fn api_raw(
     path: &str,
     body: Option<&Value>,
 ) -> Result<(u16, Value), String> {
+    api_within(base, method, path, body, Duration::from_secs(60))
+}
+
+/// One API call that gives up after `timeout`.
+pub fn api_within(
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    timeout: Duration,
+) -> Result<(u16, Value), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -225,7 +236,7 @@ pub fn api_raw(
             method,
             path,
             b.as_deref(),
-            Duration::from_secs(60),
+            timeout,
         ))
         .map_err(|e| e.to_string())?;
     let v = if r.body.is_empty() {
