@@ -400,6 +400,14 @@ impl Coordinator {
         if let Phase::Loading { left } = &mut self.phase {
             *left = left.saturating_sub(1);
             if *left == 0 {
+                // What this coordinator read is persisted: say so once, so the sink's
+                // checkpoint record and GC follow it even if the checkpoint never moves again.
+                for (cf, f) in &self.feeds {
+                    out.push(Effect::CheckpointPersisted {
+                        cf: cf.clone(),
+                        ts: f.checkpoint,
+                    });
+                }
                 let pending: BTreeSet<NodeId> = alive.keys().cloned().collect();
                 for n in &pending {
                     out.push(Effect::Send {

@@ -438,8 +438,10 @@ impl Maintainer {
             .flat_map(|d| d.influence.dropped.iter().copied())
             .collect();
         let live = |m: &Maintainer, t: &TableId| m.tables.contains_key(t) && !dropped.contains(t);
+        // A mark holds while the table has spans, even when a DDL after the checkpoint drops
+        // it: until that DDL passes, its spans are scheduled like any other and must stay split.
         for t in &record.user_split {
-            if live(self, t) {
+            if self.tables.contains_key(t) {
                 if let Some(s) = self.tables.get_mut(t) {
                     s.user_split = true;
                 }
