@@ -188,6 +188,9 @@ pub async fn run(args: &ConsumeArgs) -> Result<ConsumeReport> {
         ));
     };
     down.safe_mode = true;
+    // One process applies the layout in order, with dispatcher ids that start again each run:
+    // there is no successor to fence against.
+    down.downstream_fence = false;
     let store = build_store(&cfg)?;
     let mut report = ConsumeReport::default();
     let items = read_layout(&store, &cfg, &mut report).await?;

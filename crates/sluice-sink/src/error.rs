@@ -89,6 +89,16 @@ pub enum SinkError {
         incarnation: Option<u64>,
         current: Option<u64>,
     },
+    /// The downstream fence refused a write (MySQL sink): a later dispatcher took over this
+    /// dispatcher's key range downstream (`by`, or a fence row this one does not hold), so this
+    /// one is stale (its node paused or lost its lease). Nothing of the refused transaction
+    /// committed; retryable (the dispatcher fails and the span's current owner carries on).
+    #[error("{what}: the downstream fence of {span} is held by {by}; this dispatcher's write refused (a successor took the span over)")]
+    Superseded {
+        what: String,
+        span: String,
+        by: String,
+    },
     /// A background flush of this dispatcher failed earlier; later calls report it.
     #[error("an earlier flush failed: {0}")]
     Earlier(std::sync::Arc<SinkError>),
@@ -111,7 +121,9 @@ impl SinkError {
                     ErrorClass::Fatal
                 }
             }
-            SinkError::Timeout { .. } | SinkError::Fenced { .. } => ErrorClass::Retryable,
+            SinkError::Timeout { .. } | SinkError::Fenced { .. } | SinkError::Superseded { .. } => {
+                ErrorClass::Retryable
+            }
             SinkError::Earlier(e) => e.class(),
         }
     }

@@ -226,6 +226,10 @@ pub struct MysqlConfig {
     /// `force-replicate` (default false): accept tables without a primary or not-null unique key
     /// (replays may then duplicate rows; see docs/sinks.md).
     pub force_replicate: bool,
+    /// `downstream-fence` (default true): every transaction of rows checks, inside the
+    /// downstream, that its dispatcher still holds its span ([`crate::mysql::fence`]), so a
+    /// paused node's transaction cannot commit behind its successor's writes.
+    pub downstream_fence: bool,
     /// `max-retries` (default 8) and the first backoff (`retry-backoff`, default 100ms, doubling,
     /// capped at 10s) for retryable downstream errors.
     pub max_retries: u32,
@@ -525,6 +529,7 @@ fn parse_mysql(url: &Url, p: &mut Params<'_>, masked: &str) -> Result<MysqlConfi
             }
         },
         force_replicate: p.bool("force-replicate", false)?,
+        downstream_fence: p.bool("downstream-fence", true)?,
         max_retries: p.uint("max-retries", 8, 0, 1000)? as u32,
         retry_backoff: p.duration(
             "retry-backoff",

@@ -502,8 +502,9 @@ async fn mysql_rolls_back_a_transaction_whose_lease_lapses_before_commit() {
     let d = dispatcher(1, 1);
     open(&s, d, 1, 5, "open").await;
     // Three upserts (one REPLACE) and a delete of another key (one DELETE): one transaction of
-    // two statements. Its attempt's check passes; the check before COMMIT is refused.
-    lease.pass_only(1);
+    // two statements. The span's claim (the dispatcher's first write) and the attempt's check
+    // pass; the check before COMMIT is refused.
+    lease.pass_only(2);
     let mut rows: Vec<RowEvent> = (1..=3)
         .map(|i| simple_insert(&schema, i, "x", 10, 0))
         .collect();

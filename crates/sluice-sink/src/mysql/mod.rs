@@ -34,7 +34,13 @@
 //!   immediately before it is sent: each attempt of a transaction (retries included) and again
 //!   before its `COMMIT` (a refused commit rolls the transaction back), each DDL statement and
 //!   `ddl_ts` record, each checkpoint write; a retryable error is not retried once the fence
-//!   refuses. A refusal is [`SinkError::Fenced`] and nothing of the refused call is written.
+//!   refuses. A refusal is [`SinkError::Fenced`] and nothing of the refused call is written;
+//! - with `downstream-fence` (default) the node's check is backed inside the downstream
+//!   ([`fence`]): a dispatcher claims its span before its first row write and each transaction
+//!   of rows first checks the claim still holds, so a transaction of a paused node cannot commit
+//!   behind its successor's writes ([`SinkError::Superseded`]).
+
+pub mod fence;
 
 use crate::error::{Result, SinkError};
 use crate::fence::BoundFence;
@@ -42,6 +48,7 @@ use crate::runner::{Backend, Runner};
 use crate::uri::MysqlConfig;
 use crate::RowBatch;
 use async_trait::async_trait;
+use fence::SpanClaim;
 use futures::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, TxOpts};
@@ -178,6 +185,36 @@ fn pool_with(cfg: &MysqlConfig, max_conns: usize, infiles: Option<Arc<Infiles>>)
     Ok(Pool::new(opts))
 }
 
+/// The sink's own pool, whose sessions also bound idle transactions ([`fence::IDLE_TXN_TIMEOUT`]).
+fn pool_with_setup(cfg: &MysqlConfig, max_conns: usize, infiles: Arc<Infiles>) -> Result<Pool> {
+    let constraints = PoolConstraints::new(0, max_conns.max(1))
+        .ok_or_else(|| SinkError::invalid_uri(&cfg.host, "bad pool size"))?;
+    let mut setup: Vec<String> = SESSION_SETUP.iter().map(|s| s.to_string()).collect();
+    setup.push(fence::idle_timeout_setup());
+    let opts = conn_opts(cfg)
+        .init(setup.clone())
+        .setup(setup)
+        .pool_opts(
+            PoolOpts::default()
+                .with_constraints(constraints)
+                .with_reset_connection(false),
+        )
+        .local_infile_handler(Some(InfileHandler(infiles)));
+    Ok(Pool::new(opts))
+}
+
+/// Whether the downstream ends transactions left idle (MariaDB's `idle_transaction_timeout`;
+/// MySQL refuses the variable with 1193). Any other failure: no (connecting again reports it).
+async fn bounds_idle_transactions(cfg: &MysqlConfig) -> bool {
+    let probe = async {
+        let mut c = Conn::new(conn_opts(cfg)).await?;
+        let r = c.query_drop(fence::idle_timeout_setup()).await;
+        c.disconnect().await.ok();
+        r
+    };
+    matches!(tokio::time::timeout(cfg.timeout, probe).await, Ok(Ok(())))
+}
+
 /// A failed connection to the server `cfg` names, saying which server, address and user
 /// (never the password).
 pub(crate) fn login_error(
@@ -292,6 +329,8 @@ struct Pending {
 
 pub struct MysqlWriter {
     rows: Vec<Pending>,
+    /// The dispatcher's hold on its span downstream (`downstream-fence`).
+    claim: Option<Arc<SpanClaim>>,
     /// The previous full batch, being applied while this one fills (at most one).
     in_flight: Option<tokio::task::JoinHandle<Result<()>>>,
 }
@@ -310,6 +349,8 @@ pub struct Mysql {
     infiles: Arc<Infiles>,
     /// Cleared for good once the downstream refuses `LOAD DATA LOCAL`.
     load_data: Arc<AtomicBool>,
+    /// Debug hold: transactions of rows wait here between their last check and their commit.
+    commit_hold: Arc<fence::CommitHold>,
 }
 
 pub type MysqlSink = Runner<Mysql>;
@@ -324,7 +365,12 @@ impl Runner<Mysql> {
     /// rows of `sluice_sink.ddl_ts` and `sluice_sink.checkpoint`.
     pub async fn connect_for(changefeed: &str, cfg: MysqlConfig) -> Result<MysqlSink> {
         let infiles = Arc::new(Infiles::default());
-        let pool = pool_with(&cfg, cfg.worker_count + 2, Some(infiles.clone()))?;
+        let idle = cfg.downstream_fence && bounds_idle_transactions(&cfg).await;
+        let pool = if idle {
+            pool_with_setup(&cfg, cfg.worker_count + 2, infiles.clone())?
+        } else {
+            pool_with(&cfg, cfg.worker_count + 2, Some(infiles.clone()))?
+        };
         let m = Mysql {
             cfg,
             pool,
@@ -332,6 +378,7 @@ impl Runner<Mysql> {
             ddl_lock: Arc::new(tokio::sync::Mutex::new(())),
             infiles,
             load_data: Arc::new(AtomicBool::new(true)),
+            commit_hold: Arc::default(),
         };
         // Not fenced: idempotent, and no changefeed data (the sink is being opened).
         m.with_retry("create progress tables", &BoundFence::none(), |mut c| async move {
@@ -344,7 +391,11 @@ impl Runner<Mysql> {
             c.query_drop(format!(
                 "CREATE TABLE IF NOT EXISTS {PROGRESS_DB}.checkpoint (changefeed VARCHAR(255) NOT NULL PRIMARY KEY, checkpoint_ts BIGINT UNSIGNED NOT NULL)"
             ))
-            .await
+            .await?;
+            for ddl in fence::tables_ddl() {
+                c.query_drop(ddl).await?;
+            }
+            Ok(())
         })
         .await?;
         Ok(Runner::with_backend(m))
@@ -369,12 +420,31 @@ impl Runner<Mysql> {
                 .await?;
                 c.exec_drop(
                     format!("DELETE FROM {PROGRESS_DB}.checkpoint WHERE changefeed = ?"),
-                    (cf,),
+                    (cf.clone(),),
                 )
-                .await
+                .await?;
+                for t in ["fence", "fence_tables"] {
+                    c.exec_drop(
+                        format!("DELETE FROM {PROGRESS_DB}.{t} WHERE changefeed = ?"),
+                        (cf.clone(),),
+                    )
+                    .await?;
+                }
+                Ok(())
             }
         })
         .await
+    }
+
+    /// Debug hold (tests, `--enable-debug-holds`): while on, every transaction of rows waits
+    /// after its last check, immediately before its `COMMIT`, as a process frozen there would.
+    pub fn hold_commits(&self, on: bool) {
+        self.backend().commit_hold.set(on);
+    }
+
+    /// Transactions waiting at the commit hold now.
+    pub fn commits_held(&self) -> usize {
+        self.backend().commit_hold.waiting()
     }
 
     /// Whether runs of upserts are still applied with `LOAD DATA LOCAL` (false once the
@@ -386,7 +456,17 @@ impl Runner<Mysql> {
 
 impl Mysql {
     /// Applies rows (one flush's worth) with every worker, in causality order.
-    async fn apply_rows(&self, rows: &[Pending], fence: &BoundFence) -> Result<()> {
+    async fn apply_rows(
+        &self,
+        rows: &[Pending],
+        fence: &BoundFence,
+        claim: Option<&SpanClaim>,
+    ) -> Result<()> {
+        if let Some(claim) = claim.filter(|c| !c.is_claimed()) {
+            // Before the dispatcher's first row write: take the span over downstream.
+            self.with_retry("claim the span", fence, |c| claim.claim(c))
+                .await?;
+        }
         let atomic = self.cfg.table_atomicity;
         let parts = partition(rows, self.cfg.worker_count, atomic);
         let mut jobs = Vec::new();
@@ -395,7 +475,7 @@ impl Mysql {
                 // One downstream transaction per max-txn-row rows of this worker (never splitting
                 // an upstream transaction with transaction-atomicity=table).
                 for chunk in txn_chunks(&part, self.cfg.max_txn_row, atomic) {
-                    self.apply_txn(chunk, fence).await?;
+                    self.apply_txn(chunk, fence, claim).await?;
                 }
                 Ok::<(), SinkError>(())
             });
@@ -409,7 +489,12 @@ impl Mysql {
 
     /// Applies one downstream transaction (one worker's rows, in order), retrying retryable
     /// errors; falls back to statements for good when the downstream refuses `LOAD DATA LOCAL`.
-    async fn apply_txn(&self, chunk: &[&Pending], fence: &BoundFence) -> Result<()> {
+    async fn apply_txn(
+        &self,
+        chunk: &[&Pending],
+        fence: &BoundFence,
+        claim: Option<&SpanClaim>,
+    ) -> Result<()> {
         let mut load = self.load_data.load(Ordering::Relaxed);
         loop {
             let stmts = Arc::new(build_statements(
@@ -423,19 +508,24 @@ impl Mysql {
                 .with_retry("apply rows", fence, |mut c| {
                     let stmts = stmts.clone();
                     let infiles = self.infiles.clone();
+                    let hold = self.commit_hold.clone();
                     async move {
-                        if stmts.len() == 1 {
+                        if stmts.len() == 1 && claim.is_none() {
                             // One statement is atomic on its own: no BEGIN/COMMIT round trips.
                             // (`with_retry` checked the fence just before this call.)
                             return run_stmt(&mut c, &infiles, &stmts[0]).await;
                         }
                         let mut tx = c.start_transaction(TxOpts::default()).await?;
+                        if let Some(claim) = claim {
+                            claim.check(&mut tx).await?;
+                        }
                         for st in stmts.iter() {
                             run_stmt(&mut tx, &infiles, st).await?;
                         }
                         // Nothing of the transaction is visible before its commit: check again,
                         // a refused commit rolls it back (the transaction is dropped).
                         fenced_driver(fence, "commit rows")?;
+                        hold.wait().await;
                         tx.commit().await
                     }
                 })
@@ -1137,9 +1227,14 @@ fn partition(rows: &[Pending], workers: usize, atomic: bool) -> Vec<Vec<&Pending
 impl Backend for Mysql {
     type Writer = MysqlWriter;
 
-    fn new_writer(&self, _: DispatcherId, _: &Span) -> Result<MysqlWriter> {
+    fn new_writer(&self, id: DispatcherId, span: &Span) -> Result<MysqlWriter> {
+        let claim = self
+            .cfg
+            .downstream_fence
+            .then(|| Arc::new(SpanClaim::new(&self.changefeed, id, span)));
         Ok(MysqlWriter {
             rows: Vec::new(),
+            claim,
             in_flight: None,
         })
     }
@@ -1167,7 +1262,8 @@ impl Backend for Mysql {
             let rows = std::mem::take(&mut w.rows);
             let me = self.clone();
             let fence = fence.clone();
-            let apply = async move { me.apply_rows(&rows, &fence).await };
+            let claim = w.claim.clone();
+            let apply = async move { me.apply_rows(&rows, &fence, claim.as_deref()).await };
             w.in_flight = Some(tokio::spawn(apply));
         }
         Ok(false)
@@ -1182,7 +1278,7 @@ impl Backend for Mysql {
             join(h).await?;
         }
         if !w.rows.is_empty() {
-            self.apply_rows(&w.rows, fence).await?;
+            self.apply_rows(&w.rows, fence, w.claim.as_deref()).await?;
             w.rows.clear();
         }
         Ok(())
