@@ -7,12 +7,14 @@
 //!   (`Superseded`, retryable) and write nothing;
 //! - an older dispatcher that never wrote cannot take the span back from a successor;
 //! - other spans of the table are not affected;
+//! - a write frozen after the node's check, before it sent anything (the window the node-side
+//!   check cannot close), is refused when it wakes, after its successor wrote newer versions;
 //! - a transaction frozen between its last check and its commit (the debug commit hold) holds
 //!   its successor's claim back: released, it commits before anything of the successor; left
 //!   frozen, the server ends it after the idle-transaction timeout, the successor goes on, and
 //!   the stale transaction, woken, is refused.
 
-use sluice_sink::mysql::fence::IDLE_TXN_TIMEOUT;
+use sluice_sink::mysql::fence::{HoldAt, IDLE_TXN_TIMEOUT};
 use sluice_sink::mysql::MysqlSink;
 use sluice_sink::testing::*;
 use sluice_sink::uri::{SinkConfig, SinkUri};
@@ -146,34 +148,32 @@ async fn an_older_dispatcher_cannot_take_a_span_back_and_siblings_are_untouched(
     assert_eq!(values(&db), "1=left2,2=left,200=right,201=right");
 }
 
-/// Waits until `s` has a transaction held at its commit.
-async fn until_held(s: &MysqlSink) {
+/// Waits until `s` has a transaction held at `at`.
+async fn until_held(s: &MysqlSink, at: HoldAt) {
     let t0 = Instant::now();
-    while s.commits_held() == 0 {
+    while s.writes_held(at) == 0 {
         assert!(
             t0.elapsed() < Duration::from_secs(30),
-            "no transaction reached the commit hold"
+            "no transaction reached the hold {at:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
-/// Starts a stale transaction on `a` (its claim made earlier) and leaves it frozen at its
-/// commit; returns the flush's task.
-async fn freeze_before_commit(
-    a: &Arc<MysqlSink>,
-) -> tokio::task::JoinHandle<Result<Ts, SinkError>> {
+/// Starts a stale transaction on `a` (its claim made earlier) and leaves it frozen at `at`;
+/// returns the flush's task.
+async fn freeze(a: &Arc<MysqlSink>, at: HoldAt) -> tokio::task::JoinHandle<Result<Ts, SinkError>> {
     a.open(d(1, 4), Span::whole_table(TableId(1)), 5)
         .await
         .expect("open a");
     write_and_flush(a, d(1, 4), rows(1..=3, "a", 10))
         .await
         .expect("a writes");
-    a.hold_commits(true);
+    a.hold_writes(at, true);
     let a2 = a.clone();
     let flush =
         tokio::spawn(async move { write_and_flush(&a2, d(1, 4), rows(1..=2, "a2", 20)).await });
-    until_held(a).await;
+    until_held(a, at).await;
     flush
 }
 
@@ -182,7 +182,7 @@ async fn a_transaction_frozen_before_its_commit_lands_before_its_successor() {
     let db = mariadb();
     let a = Arc::new(node_sink(&db).await);
     let b = Arc::new(node_sink(&db).await);
-    let stale = freeze_before_commit(&a).await;
+    let stale = freeze(&a, HoldAt::Commit).await;
     b.open(d(2, 1), Span::whole_table(TableId(1)), 10)
         .await
         .expect("open b");
@@ -196,7 +196,7 @@ async fn a_transaction_frozen_before_its_commit_lands_before_its_successor() {
     );
     assert_eq!(values(&db), "1=a,2=a,3=a");
     // The frozen process wakes: its transaction commits first, then the successor's.
-    a.hold_commits(false);
+    a.hold_writes(HoldAt::Commit, false);
     stale
         .await
         .expect("join")
@@ -216,7 +216,7 @@ async fn a_transaction_left_frozen_is_ended_by_the_server_and_refused_when_it_wa
     let db = mariadb();
     let a = Arc::new(node_sink(&db).await);
     let b = Arc::new(node_sink(&db).await);
-    let stale = freeze_before_commit(&a).await;
+    let stale = freeze(&a, HoldAt::Commit).await;
     b.open(d(2, 1), Span::whole_table(TableId(1)), 10)
         .await
         .expect("open b");
@@ -231,11 +231,44 @@ async fn a_transaction_left_frozen_is_ended_by_the_server_and_refused_when_it_wa
     );
     assert_eq!(values(&db), "1=b,2=a,3=a");
     // The frozen process wakes long after: its transaction is gone, and its retry is refused.
-    a.hold_commits(false);
+    a.hold_writes(HoldAt::Commit, false);
     let e = stale
         .await
         .expect("join")
         .expect_err("the frozen transaction committed");
     assert_superseded(&e);
     assert_eq!(values(&db), "1=b,2=a,3=a");
+}
+
+/// The window the node-side check leaves: a process frozen after its check, before it sent
+/// anything. Its successor writes freely (nothing is locked); woken, the stale transaction is
+/// refused by its first statement, and its rows (older versions) never land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_frozen_after_the_node_check_is_refused_when_it_wakes() {
+    let db = mariadb();
+    let a = Arc::new(node_sink(&db).await);
+    let b = Arc::new(node_sink(&db).await);
+    let stale = freeze(&a, HoldAt::Send).await;
+    b.open(d(2, 1), Span::whole_table(TableId(1)), 10)
+        .await
+        .expect("open b");
+    // The successor replays the frozen rows (ts 20) and writes a newer version after them.
+    write_and_flush(&b, d(2, 1), rows(1..=2, "a2", 20))
+        .await
+        .expect("b replays");
+    write_and_flush(&b, d(2, 1), rows(1..=1, "b", 30))
+        .await
+        .expect("b writes on");
+    assert_eq!(values(&db), "1=b,2=a2,3=a");
+    a.hold_writes(HoldAt::Send, false);
+    let e = stale
+        .await
+        .expect("join")
+        .expect_err("the stale write committed");
+    assert_superseded(&e);
+    assert_eq!(
+        values(&db),
+        "1=b,2=a2,3=a",
+        "an older version landed over the successor's"
+    );
 }

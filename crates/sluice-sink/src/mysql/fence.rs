@@ -178,42 +178,76 @@ impl SpanClaim {
     }
 }
 
-/// The debug hold between a transaction's last check and its commit (see
-/// `MysqlSink::hold_commits`): off by default, and then one load of a flag per transaction.
+/// Where a debug hold stops a downstream transaction of rows (see `MysqlSink::hold_writes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldAt {
+    /// After the node's fence check, before anything is sent: the window the node-side check
+    /// cannot close, where only the downstream fence refuses the write once it is stale.
+    Send,
+    /// After the statements and the last node-side check, immediately before `COMMIT`.
+    Commit,
+}
+
+/// Debug holds of the MySQL sink's transactions of rows: off by default, and then one load of a
+/// flag per transaction.
 #[derive(Debug)]
-pub struct CommitHold {
+pub struct WriteHolds {
+    send: Gate,
+    commit: Gate,
+}
+
+impl Default for WriteHolds {
+    fn default() -> Self {
+        WriteHolds {
+            send: Gate::default(),
+            commit: Gate::default(),
+        }
+    }
+}
+
+impl WriteHolds {
+    fn gate(&self, at: HoldAt) -> &Gate {
+        match at {
+            HoldAt::Send => &self.send,
+            HoldAt::Commit => &self.commit,
+        }
+    }
+
+    pub fn set(&self, at: HoldAt, on: bool) {
+        self.gate(at).on.send_replace(on);
+    }
+
+    /// Transactions waiting at `at` now.
+    pub fn waiting(&self, at: HoldAt) -> usize {
+        self.gate(at).waiting.load(Ordering::Acquire)
+    }
+
+    /// Returns once the hold at `at` is off.
+    pub async fn wait(&self, at: HoldAt) {
+        let gate = self.gate(at);
+        let mut rx = gate.on.subscribe();
+        if !*rx.borrow_and_update() {
+            return;
+        }
+        gate.waiting.fetch_add(1, Ordering::AcqRel);
+        // Counted out also when the wait is dropped (the call's read timeout).
+        let _out = Waiting(&gate.waiting);
+        let _ = rx.wait_for(|on| !*on).await;
+    }
+}
+
+#[derive(Debug)]
+struct Gate {
     on: tokio::sync::watch::Sender<bool>,
     waiting: AtomicUsize,
 }
 
-impl Default for CommitHold {
+impl Default for Gate {
     fn default() -> Self {
-        CommitHold {
+        Gate {
             on: tokio::sync::watch::channel(false).0,
             waiting: AtomicUsize::new(0),
         }
-    }
-}
-
-impl CommitHold {
-    pub fn set(&self, on: bool) {
-        self.on.send_replace(on);
-    }
-
-    pub fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::Acquire)
-    }
-
-    /// Returns once the hold is off.
-    pub async fn wait(&self) {
-        let mut rx = self.on.subscribe();
-        if !*rx.borrow_and_update() {
-            return;
-        }
-        self.waiting.fetch_add(1, Ordering::AcqRel);
-        // Counted out also when the wait is dropped (the call's read timeout).
-        let _out = Waiting(&self.waiting);
-        let _ = rx.wait_for(|on| !*on).await;
     }
 }
 

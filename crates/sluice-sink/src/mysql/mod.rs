@@ -349,8 +349,8 @@ pub struct Mysql {
     infiles: Arc<Infiles>,
     /// Cleared for good once the downstream refuses `LOAD DATA LOCAL`.
     load_data: Arc<AtomicBool>,
-    /// Debug hold: transactions of rows wait here between their last check and their commit.
-    commit_hold: Arc<fence::CommitHold>,
+    /// Debug holds of transactions of rows ([`fence::HoldAt`]).
+    holds: Arc<fence::WriteHolds>,
 }
 
 pub type MysqlSink = Runner<Mysql>;
@@ -378,7 +378,7 @@ impl Runner<Mysql> {
             ddl_lock: Arc::new(tokio::sync::Mutex::new(())),
             infiles,
             load_data: Arc::new(AtomicBool::new(true)),
-            commit_hold: Arc::default(),
+            holds: Arc::default(),
         };
         // Not fenced: idempotent, and no changefeed data (the sink is being opened).
         m.with_retry("create progress tables", &BoundFence::none(), |mut c| async move {
@@ -436,15 +436,15 @@ impl Runner<Mysql> {
         .await
     }
 
-    /// Debug hold (tests, `--enable-debug-holds`): while on, every transaction of rows waits
-    /// after its last check, immediately before its `COMMIT`, as a process frozen there would.
-    pub fn hold_commits(&self, on: bool) {
-        self.backend().commit_hold.set(on);
+    /// Debug hold (tests, `--enable-debug-holds`): while on, every transaction of rows waits at
+    /// `at` as a process frozen there would.
+    pub fn hold_writes(&self, at: fence::HoldAt, on: bool) {
+        self.backend().holds.set(at, on);
     }
 
-    /// Transactions waiting at the commit hold now.
-    pub fn commits_held(&self) -> usize {
-        self.backend().commit_hold.waiting()
+    /// Transactions waiting at the hold `at` now.
+    pub fn writes_held(&self, at: fence::HoldAt) -> usize {
+        self.backend().holds.waiting(at)
     }
 
     /// Whether runs of upserts are still applied with `LOAD DATA LOCAL` (false once the
@@ -508,8 +508,9 @@ impl Mysql {
                 .with_retry("apply rows", fence, |mut c| {
                     let stmts = stmts.clone();
                     let infiles = self.infiles.clone();
-                    let hold = self.commit_hold.clone();
+                    let holds = self.holds.clone();
                     async move {
+                        holds.wait(fence::HoldAt::Send).await;
                         if stmts.len() == 1 && claim.is_none() {
                             // One statement is atomic on its own: no BEGIN/COMMIT round trips.
                             // (`with_retry` checked the fence just before this call.)
@@ -525,7 +526,7 @@ impl Mysql {
                         // Nothing of the transaction is visible before its commit: check again,
                         // a refused commit rolls it back (the transaction is dropped).
                         fenced_driver(fence, "commit rows")?;
-                        hold.wait().await;
+                        holds.wait(fence::HoldAt::Commit).await;
                         tx.commit().await
                     }
                 })
