@@ -31,6 +31,7 @@ use sluice_control::coordinator::FeedState;
 use sluice_control::io::UserRequest;
 use sluice_control::msg::TableRequest;
 use sluice_control::Input;
+use sluice_sink::HoldAt;
 use sluice_types::{ChangefeedId, NodeId, TableId, Ts};
 use std::sync::Arc;
 use std::time::Duration;
@@ -345,18 +346,29 @@ async fn list_holds(State(st): State<AppState>) -> ApiResult {
     holds_allowed(&st)?;
     let (on, held) = st
         .query(|s| {
-            let on = sluice_control::hold::HoldPoint::ALL
+            let mut on = sluice_control::hold::HoldPoint::ALL
                 .iter()
                 .filter(|p| s.node.holds().is_on(**p))
                 .map(|p| p.name())
                 .collect::<Vec<_>>();
-            (on, held_items(s))
+            let sink = s.registry.write_holds();
+            on.extend(
+                HoldAt::ALL
+                    .iter()
+                    .filter(|h| sink.is_on(**h))
+                    .map(|h| h.name()),
+            );
+            let mut held = held_items(s);
+            held.extend(
+                HoldAt::ALL
+                    .iter()
+                    .filter(|h| sink.waiting(**h) > 0)
+                    .map(|h| json!({"point": h.name(), "transactions": sink.waiting(*h)})),
+            );
+            (on, held)
         })
         .await?;
-    let points: Vec<&str> = sluice_control::hold::HoldPoint::ALL
-        .iter()
-        .map(|p| p.name())
-        .collect();
+    let points = hold_names();
     ok(json!({"node": st.node_id.as_str(), "holds": on, "points": points, "held": held}))
 }
 
@@ -379,11 +391,39 @@ fn held_items(s: &Shell) -> Vec<Json> {
         .collect()
 }
 
+/// Every hold point's name: the control plane's, then the MySQL sink's (`HoldAt`: a
+/// transaction of rows frozen after the node's fence check, or before its commit).
+fn hold_names() -> Vec<&'static str> {
+    let control = sluice_control::hold::HoldPoint::ALL
+        .iter()
+        .map(|p| p.name());
+    control
+        .chain(HoldAt::ALL.iter().map(|h| h.name()))
+        .collect()
+}
+
 /// Body: `{"point": NAME, "on": BOOL}` or `{"clear": true}` (every point off). Answers the holds
 /// that are on afterwards.
 async fn set_holds(State(st): State<AppState>, body: Bytes) -> ApiResult {
     holds_allowed(&st)?;
     let body: Json = parse_body(&body)?;
+    let sink_hold = body["point"].as_str().and_then(HoldAt::from_name);
+    if body["clear"] == true || sink_hold.is_some() {
+        let on = body["clear"] != true && body["on"].as_bool().unwrap_or(true);
+        st.query(move |s| {
+            let holds = s.registry.write_holds();
+            for h in HoldAt::ALL
+                .into_iter()
+                .filter(|h| sink_hold.is_none_or(|p| p == *h))
+            {
+                holds.set(h, on);
+            }
+        })
+        .await?;
+        if sink_hold.is_some() {
+            return list_holds(State(st)).await;
+        }
+    }
     let switches: Vec<(sluice_control::hold::HoldPoint, bool)> = if body["clear"] == true {
         sluice_control::hold::HoldPoint::ALL
             .iter()
@@ -396,11 +436,7 @@ async fn set_holds(State(st): State<AppState>, body: Bytes) -> ApiResult {
             )
         })?;
         let point: sluice_control::hold::HoldPoint = name.parse().map_err(|e: String| {
-            let all: Vec<&str> = sluice_control::hold::HoldPoint::ALL
-                .iter()
-                .map(|p| p.name())
-                .collect();
-            ServerError::BadRequest(format!("{e}; hold points: {}", all.join(", ")))
+            ServerError::BadRequest(format!("{e}; hold points: {}", hold_names().join(", ")))
         })?;
         vec![(point, body["on"].as_bool().unwrap_or(true))]
     };

@@ -74,6 +74,8 @@ pub type WriteGuard = sluice_sink::WriteFence;
 pub struct SinkRegistry {
     sinks: Mutex<SinkMap>,
     guard: std::sync::OnceLock<WriteGuard>,
+    /// Debug holds of MySQL sink transactions, shared by every sink of the node.
+    write_holds: Arc<sluice_sink::WriteHolds>,
 }
 
 impl SinkRegistry {
@@ -104,10 +106,16 @@ impl SinkRegistry {
         }
         // Progress rows (DDL applied, checkpoint) downstream are keyed by changefeed, so two
         // changefeeds writing to one downstream never share them.
-        let sink = open_sink_with(cf.as_str(), uri, self.guard.get().cloned()).await?;
+        let holds = Some(self.write_holds.clone());
+        let sink = open_sink_with(cf.as_str(), uri, self.guard.get().cloned(), holds).await?;
         tracing::info!(changefeed = %cf, sink = %mask_url(uri), "sink opened");
         s.insert(cf.clone(), (uri.to_string(), sink.clone()));
         Ok(sink)
+    }
+
+    /// The debug holds of this node's MySQL sink transactions (`--enable-debug-holds`).
+    pub fn write_holds(&self) -> &sluice_sink::WriteHolds {
+        &self.write_holds
     }
 
     /// Forget the sink of a changefeed no dispatcher of this node uses any more.

@@ -43,6 +43,7 @@ pub mod uri;
 
 pub use error::{ErrorClass, Result, SinkError};
 pub use fence::{BoundFence, WriteFence};
+pub use mysql::fence::{HoldAt, WriteHolds};
 pub use uri::{SinkConfig, SinkUri};
 
 use async_trait::async_trait;
@@ -176,16 +177,19 @@ pub async fn prepare_new_changefeed(changefeed: &str, uri: &str, start_ts: Ts) -
 /// sink records downstream (the MySQL sink's `ddl_ts` and checkpoint rows), so changefeeds
 /// sharing a downstream never skip each other's DDLs.
 pub async fn open_sink_for(changefeed: &str, uri: &str) -> Result<Arc<dyn Sink>> {
-    open_sink_with(changefeed, uri, None).await
+    open_sink_with(changefeed, uri, None, None).await
 }
 
 /// [`open_sink_for`] with an optional write fence ([`fence`]): each dispatcher opened on the sink
 /// is bound to the incarnation the fence returns at `open`, and every downstream write checks it
-/// first. `None`: unfenced (standalone use).
+/// first. `None`: unfenced (standalone use). `holds`: debug holds of the MySQL sink's
+/// transactions ([`HoldAt`]; a node's `--enable-debug-holds`), shared by every sink the node
+/// opens; other sinks have none.
 pub async fn open_sink_with(
     changefeed: &str,
     uri: &str,
     fence: Option<WriteFence>,
+    holds: Option<Arc<WriteHolds>>,
 ) -> Result<Arc<dyn Sink>> {
     let parsed = SinkUri::parse(uri)?;
     match parsed.config {
@@ -204,7 +208,8 @@ pub async fn open_sink_with(
             Ok(Arc::new(s))
         }
         SinkConfig::Mysql(cfg) => {
-            let s = mysql::MysqlSink::connect_for(changefeed, cfg).await?;
+            let holds = holds.unwrap_or_default();
+            let s = mysql::MysqlSink::connect_with_holds(changefeed, cfg, holds).await?;
             if let Some(f) = fence {
                 s.set_fence(f)?;
             }

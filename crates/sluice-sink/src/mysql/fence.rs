@@ -188,6 +188,22 @@ pub enum HoldAt {
     Commit,
 }
 
+impl HoldAt {
+    pub const ALL: [HoldAt; 2] = [HoldAt::Send, HoldAt::Commit];
+
+    /// The name the debug-holds API knows it by.
+    pub fn name(self) -> &'static str {
+        match self {
+            HoldAt::Send => "mysql_before_send",
+            HoldAt::Commit => "mysql_before_commit",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<HoldAt> {
+        HoldAt::ALL.into_iter().find(|h| h.name() == name)
+    }
+}
+
 /// Debug holds of the MySQL sink's transactions of rows: off by default, and then one load of a
 /// flag per transaction.
 #[derive(Debug)]
@@ -215,6 +231,10 @@ impl WriteHolds {
 
     pub fn set(&self, at: HoldAt, on: bool) {
         self.gate(at).on.send_replace(on);
+    }
+
+    pub fn is_on(&self, at: HoldAt) -> bool {
+        *self.gate(at).on.borrow()
     }
 
     /// Transactions waiting at `at` now.

@@ -364,6 +364,15 @@ impl Runner<Mysql> {
     /// Connects, creates the progress tables, and starts the flush ticker. `changefeed` keys the
     /// rows of `sluice_sink.ddl_ts` and `sluice_sink.checkpoint`.
     pub async fn connect_for(changefeed: &str, cfg: MysqlConfig) -> Result<MysqlSink> {
+        Self::connect_with_holds(changefeed, cfg, Arc::default()).await
+    }
+
+    /// [`Self::connect_for`] with debug write holds shared with others (a node's sinks).
+    pub async fn connect_with_holds(
+        changefeed: &str,
+        cfg: MysqlConfig,
+        holds: Arc<fence::WriteHolds>,
+    ) -> Result<MysqlSink> {
         let infiles = Arc::new(Infiles::default());
         let idle = cfg.downstream_fence && bounds_idle_transactions(&cfg).await;
         let pool = if idle {
@@ -378,7 +387,7 @@ impl Runner<Mysql> {
             ddl_lock: Arc::new(tokio::sync::Mutex::new(())),
             infiles,
             load_data: Arc::new(AtomicBool::new(true)),
-            holds: Arc::default(),
+            holds,
         };
         // Not fenced: idempotent, and no changefeed data (the sink is being opened).
         m.with_retry("create progress tables", &BoundFence::none(), |mut c| async move {
