@@ -18,8 +18,9 @@
 //!
 //! What is left: the time between a passed check and the bytes leaving the process (one call
 //! into the driver or the object store client). A process frozen exactly there sends them when
-//! it wakes; for a MySQL transaction the commit is checked again, so that window is the commit
-//! itself.
+//! it wakes. The MySQL sink closes that window in the downstream ([`crate::mysql::fence`]: a
+//! claim per span, checked under a lock inside each transaction); for the storage sinks a woken
+//! node's put of a new file name is still possible.
 
 use crate::error::{Result, SinkError};
 use std::sync::Arc;

@@ -206,19 +206,10 @@ impl HoldAt {
 
 /// Debug holds of the MySQL sink's transactions of rows: off by default, and then one load of a
 /// flag per transaction.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct WriteHolds {
     send: Gate,
     commit: Gate,
-}
-
-impl Default for WriteHolds {
-    fn default() -> Self {
-        WriteHolds {
-            send: Gate::default(),
-            commit: Gate::default(),
-        }
-    }
 }
 
 impl WriteHolds {
