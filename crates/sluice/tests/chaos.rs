@@ -287,29 +287,6 @@ fn drain(n: &Nodes, up: &MariaDb, rep: &Report) -> u64 {
     target
 }
 
-/// The storage variant: `metadata` past `target`, then `sluice consume` into `into`.
-fn consume(out: &Outputs, root: &std::path::Path, uri: &str, into: &str, target: u64) -> String {
-    wait_for("the storage metadata file", 60, || {
-        let m = std::fs::read_to_string(root.join("metadata")).map_err(|e| e.to_string())?;
-        let v: Value = serde_json::from_str(&m).map_err(|e| e.to_string())?;
-        (v["checkpoint-ts"].as_u64().unwrap_or(0) >= target)
-            .then_some(())
-            .ok_or(m)
-    });
-    let r = sluice(
-        out,
-        &[
-            "consume",
-            "--storage",
-            uri,
-            "--downstream",
-            &format!("{into}/"),
-        ],
-    );
-    assert_eq!(r.code, 0, "consume: {} {}", r.stdout, r.stderr);
-    r.stdout.trim().to_string()
-}
-
 /// What `sluice check` compared: tables equal and upstream rows in them.
 fn checked(stdout: &str) -> (usize, u64) {
     let mut tables = 0;
@@ -504,7 +481,7 @@ fn run(sink: &str) {
     let n = Nodes::of(&c);
     let (fig, work, samples, target) = chaos(&mut c, &n, &up, &rep, (seed, secs));
     if sink == "storage" {
-        let said = consume(&out, &root, &storage, &down_url, target);
+        let said = consume_storage(&out, &root, &storage, &down_url, target);
         rep.line(&format!("sluice consume: {said}"));
     }
     let o = Outcome {

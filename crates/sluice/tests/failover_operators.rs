@@ -7,7 +7,8 @@
 //! Within 60 s the changefeed converges, read from the API only: a new maintainer, every span
 //! replicating with no operator, the merged table in one span, the new table with exactly one
 //! dispatcher in the nodes' own reports, the dropped table with none, no leftover dispatcher,
-//! `restarts` 0; at the end `sluice check` passes. The killed node restarts and rejoins before the
+//! `restarts` 0; at the end `sluice check` passes, for the MySQL sink and for a second changefeed
+//! to storage (held and killed with the first) through `sluice consume`. The killed node restarts and rejoins before the
 //! next round. `SLUICE_FAILOVER_ROUNDS` sets the number of rounds (1 in the test suite;
 //! `scripts/failover-rounds.sh` runs 20).
 
@@ -21,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const CF: &str = "fo";
+const CF_STORAGE: &str = "fo-storage";
 
 fn rounds() -> usize {
     std::env::var("SLUICE_FAILOVER_ROUNDS")
@@ -30,8 +32,8 @@ fn rounds() -> usize {
 }
 
 /// `r.t1`..`r.t6` with rows (t6 has 300, analyzed: many regions), and `r.d<k>` for each round to
-/// drop, on both sides, before the servers start (they compute regions at start).
-fn tables(up: &MariaDb, down: &MariaDb, rounds: usize) {
+/// drop, on every side, before the servers start (they compute regions at start).
+fn tables(up: &MariaDb, downs: &[&MariaDb], rounds: usize) {
     let mut sql = String::from("CREATE DATABASE r;");
     for t in 1..=6 {
         sql.push_str(&format!(
@@ -46,7 +48,9 @@ fn tables(up: &MariaDb, down: &MariaDb, rounds: usize) {
         ));
     }
     up.exec(&sql).expect("upstream tables");
-    down.exec(&sql).expect("downstream tables");
+    for down in downs {
+        down.exec(&sql).expect("downstream tables");
+    }
     up.exec("ANALYZE TABLE r.t6").expect("analyze");
 }
 
@@ -242,13 +246,19 @@ fn operators_in_flight_across_a_kill_of_the_maintainers_node_converge() {
     let etcd = Etcd::start().expect("etcd");
     let (up, up_url) = mariadb_with_user(UP_PASS);
     let (down, down_url) = mariadb_with_user(DOWN_PASS);
-    tables(&up, &down, n);
+    // The storage sink's copy, applied by `sluice consume` at the end.
+    let (down2, down2_url) = mariadb_with_user(DOWN_PASS);
+    tables(&up, &[&down, &down2], n);
     let mut c = Cluster::start("fo", 3, &up_url, &etcd.url(), CF);
-    c.create(
-        &out,
-        &format!("{down_url}/"),
-        "enable-table-across-nodes = true\nregion-threshold = 100000\n",
+    let scheduler = "enable-table-across-nodes = true\nregion-threshold = 100000\n";
+    c.create(&out, &format!("{down_url}/"), scheduler);
+    // A second changefeed to storage: its dispatchers are held and killed with the first's.
+    let root = c.dirs[0].join("storage-out");
+    let storage = format!(
+        "file://{}?protocol=canal-json&enable-tidb-extension=true",
+        root.display()
     );
+    c.create_as(&out, CF_STORAGE, &storage, scheduler);
     wait_checkpoint(&out, &c.live(), CF, master_ts(&up), 60);
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -259,8 +269,17 @@ fn operators_in_flight_across_a_kill_of_the_maintainers_node_converge() {
         }
         stop.store(true, Ordering::Relaxed);
     });
-    wait_checkpoint(&out, &c.live(), CF, master_ts(&up), 120);
+    let target = master_ts(&up);
+    wait_checkpoint(&out, &c.live(), CF, target, 120);
     let r = check(&out, &up_url, &down_url, "r.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
+    // The storage changefeed went through the same kills: never restarted, and its layout
+    // replays to the upstream.
+    wait_checkpoint(&out, &c.live(), CF_STORAGE, target, 120);
+    let v = feed(&out, &c.live(), CF_STORAGE);
+    assert!(v["restarts"] == 0 && v["state"] == "normal", "{v}");
+    consume_storage(&out, &root, &storage, &down2_url, target);
+    let r = check(&out, &up_url, &down2_url, "r.*");
+    assert_eq!(r.code, 0, "check (storage): {} {}", r.stdout, r.stderr);
     c.finish(&out);
 }

@@ -63,7 +63,15 @@ impl Cluster {
 
     /// Creates the changefeed with a `[scheduler]` section.
     pub fn create(&self, out: &Outputs, sink: &str, scheduler: &str) {
-        let cfg = self.servers[0].data_dir.with_file_name("cf.toml");
+        self.create_as(out, &self.cf, sink, scheduler)
+    }
+
+    /// Creates changefeed `cf` (another than the one the helpers read) with a `[scheduler]`
+    /// section.
+    pub fn create_as(&self, out: &Outputs, cf: &str, sink: &str, scheduler: &str) {
+        let cfg = self.servers[0]
+            .data_dir
+            .with_file_name(format!("{cf}.toml"));
         std::fs::write(&cfg, format!("[scheduler]\n{scheduler}")).expect("cf toml");
         let r = sluice(
             out,
@@ -74,7 +82,7 @@ impl Cluster {
                 "changefeed",
                 "create",
                 "-c",
-                &self.cf,
+                cf,
                 "--sink-uri",
                 sink,
                 "--config",

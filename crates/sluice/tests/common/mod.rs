@@ -413,3 +413,33 @@ pub fn pause_update_resume(out: &Outputs, server: &str, id: &str, update: &[&str
     with("update", update);
     with("resume", &[]);
 }
+
+/// A storage sink's output applied to a MariaDB: waits until the root `metadata` checkpoint
+/// reaches `target`, then `sluice consume` into `into`; returns what consume said.
+pub fn consume_storage(
+    out: &Outputs,
+    root: &std::path::Path,
+    uri: &str,
+    into: &str,
+    target: u64,
+) -> String {
+    wait_for("the storage metadata file", 60, || {
+        let m = std::fs::read_to_string(root.join("metadata")).map_err(|e| e.to_string())?;
+        let v: Value = serde_json::from_str(&m).map_err(|e| e.to_string())?;
+        (v["checkpoint-ts"].as_u64().unwrap_or(0) >= target)
+            .then_some(())
+            .ok_or(m)
+    });
+    let r = sluice(
+        out,
+        &[
+            "consume",
+            "--storage",
+            uri,
+            "--downstream",
+            &format!("{into}/"),
+        ],
+    );
+    assert_eq!(r.code, 0, "consume: {} {}", r.stdout, r.stderr);
+    r.stdout.trim().to_string()
+}
