@@ -67,7 +67,7 @@ impl Maintainer {
         );
         self.log(out, summary);
         // The barrier rebuilds itself: dispatchers re-report their block states.
-        self.restore_requests(ctx, &schema, out);
+        self.restore_requests(ctx, out);
         self.drive(ctx, out);
     }
 

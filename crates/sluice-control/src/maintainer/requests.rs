@@ -11,9 +11,10 @@
 //!   again: a newer epoch there ends its writes for good (at the same epoch it writes again).
 //! - **recovered before anything is scheduled**: a new maintainer finishes its bootstrap only once
 //!   it has read the record and found its own epoch in the info key. It restores the marks on the
-//!   live tables and queues the persisted requests ahead of any accepted meanwhile; a request for
-//!   a table that no longer exists (or that a DDL after the start point drops) is rejected with
-//!   that reason (`TraceEvent::RequestDone`), like every other finished request.
+//!   tables that have spans and queues the persisted requests ahead of any accepted meanwhile; a
+//!   request for a table that no longer exists is rejected with that reason
+//!   (`TraceEvent::RequestDone`), like every other finished request. A table a DDL after the
+//!   start point drops keeps its mark and requests until that DDL passes.
 //! - **the record is the whole state**: at most one write is in flight; a write that may or may
 //!   not have happened (store unreachable) is written again whole; a finished request leaves the
 //!   record, a merge clears the table's mark; the merge scheduler's own requests are never written.
@@ -25,7 +26,7 @@ use super::operator::span_key;
 use super::{Ctx, Maintainer, Phase, SpanEntry, SpanState};
 use crate::config::{MAX_PENDING_REQUESTS, RESEND_MS};
 use crate::coordinator::ChangefeedInfo;
-use crate::io::{Effect, SchemaSnapshot, TraceEvent};
+use crate::io::{Effect, TraceEvent};
 use crate::meta::{keys, Compare, MetaOp, MetaResult};
 use crate::msg::TableRequest;
 use serde::{Deserialize, Serialize};
@@ -420,28 +421,20 @@ impl Maintainer {
     // ------------------------------------------------------------------ recovery
 
     /// At the end of the bootstrap: the marks and requests the meta store kept come back.
-    pub(super) fn restore_requests(
-        &mut self,
-        ctx: &Ctx,
-        schema: &SchemaSnapshot,
-        out: &mut Vec<Effect>,
-    ) {
+    pub(super) fn restore_requests(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
         self.store.restored = true;
         let mut record = self.store.record.take().unwrap_or_default();
         if recovery_off() {
             record = PersistedRequests::default();
         }
         self.store.written = Some(record.clone());
-        let dropped: BTreeSet<TableId> = schema
-            .ddls_after
-            .iter()
-            .flat_map(|d| d.influence.dropped.iter().copied())
-            .collect();
-        let live = |m: &Maintainer, t: &TableId| m.tables.contains_key(t) && !dropped.contains(t);
-        // A mark holds while the table has spans, even when a DDL after the checkpoint drops
-        // it: until that DDL passes, its spans are scheduled like any other and must stay split.
+        // A mark or a request holds while the table has spans, even when a DDL after the
+        // checkpoint drops it: until that DDL passes, its spans are scheduled like any other (and
+        // an operator of the request may be in flight, restored from the dispatchers); once the
+        // table is gone a request of it is rejected as it is met ("no such table").
+        let live = |m: &Maintainer, t: &TableId| m.tables.contains_key(t);
         for t in &record.user_split {
-            if self.tables.contains_key(t) {
+            if live(self, t) {
                 if let Some(s) = self.tables.get_mut(t) {
                     s.user_split = true;
                 }
