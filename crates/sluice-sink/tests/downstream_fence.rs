@@ -177,15 +177,41 @@ async fn freeze(a: &Arc<MysqlSink>, at: HoldAt) -> tokio::task::JoinHandle<Resul
     flush
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_transaction_frozen_before_its_commit_lands_before_its_successor() {
+/// Two nodes' sinks on a fresh downstream: `a`'s dispatcher wrote and then froze at `at` with a
+/// transaction in hand; `b`'s dispatcher, its successor, is open on the same span.
+struct Frozen {
+    db: MariaDb,
+    a: Arc<MysqlSink>,
+    b: Arc<MysqlSink>,
+    stale: tokio::task::JoinHandle<Result<Ts, SinkError>>,
+}
+
+async fn frozen_with_successor(at: HoldAt) -> Frozen {
     let db = mariadb();
     let a = Arc::new(node_sink(&db).await);
     let b = Arc::new(node_sink(&db).await);
-    let stale = freeze(&a, HoldAt::Commit).await;
+    let stale = freeze(&a, at).await;
     b.open(d(2, 1), Span::whole_table(TableId(1)), 10)
         .await
         .expect("open b");
+    Frozen { db, a, b, stale }
+}
+
+/// The frozen process wakes: its transaction is refused by the downstream fence.
+async fn woken_and_refused(f: Frozen, at: HoldAt) -> MariaDb {
+    f.a.hold_writes(at, false);
+    let e = f
+        .stale
+        .await
+        .expect("join")
+        .expect_err("the stale write committed");
+    assert_superseded(&e);
+    f.db
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_frozen_before_its_commit_lands_before_its_successor() {
+    let Frozen { db, a, b, stale } = frozen_with_successor(HoldAt::Commit).await;
     let b2 = b.clone();
     let successor =
         tokio::spawn(async move { write_and_flush(&b2, d(2, 1), rows(1..=1, "b", 30)).await });
@@ -213,15 +239,9 @@ async fn a_transaction_frozen_before_its_commit_lands_before_its_successor() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_left_frozen_is_ended_by_the_server_and_refused_when_it_wakes() {
-    let db = mariadb();
-    let a = Arc::new(node_sink(&db).await);
-    let b = Arc::new(node_sink(&db).await);
-    let stale = freeze(&a, HoldAt::Commit).await;
-    b.open(d(2, 1), Span::whole_table(TableId(1)), 10)
-        .await
-        .expect("open b");
+    let f = frozen_with_successor(HoldAt::Commit).await;
     let t0 = Instant::now();
-    write_and_flush(&b, d(2, 1), rows(1..=1, "b", 30))
+    write_and_flush(&f.b, d(2, 1), rows(1..=1, "b", 30))
         .await
         .expect("the successor, once the server ended the frozen transaction");
     let waited = t0.elapsed();
@@ -229,14 +249,9 @@ async fn a_transaction_left_frozen_is_ended_by_the_server_and_refused_when_it_wa
         waited + Duration::from_secs(1) >= IDLE_TXN_TIMEOUT,
         "the successor did not wait for the frozen transaction ({waited:?})"
     );
-    assert_eq!(values(&db), "1=b,2=a,3=a");
+    assert_eq!(values(&f.db), "1=b,2=a,3=a");
     // The frozen process wakes long after: its transaction is gone, and its retry is refused.
-    a.hold_writes(HoldAt::Commit, false);
-    let e = stale
-        .await
-        .expect("join")
-        .expect_err("the frozen transaction committed");
-    assert_superseded(&e);
+    let db = woken_and_refused(f, HoldAt::Commit).await;
     assert_eq!(values(&db), "1=b,2=a,3=a");
 }
 
@@ -245,27 +260,16 @@ async fn a_transaction_left_frozen_is_ended_by_the_server_and_refused_when_it_wa
 /// refused by its first statement, and its rows (older versions) never land.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_frozen_after_the_node_check_is_refused_when_it_wakes() {
-    let db = mariadb();
-    let a = Arc::new(node_sink(&db).await);
-    let b = Arc::new(node_sink(&db).await);
-    let stale = freeze(&a, HoldAt::Send).await;
-    b.open(d(2, 1), Span::whole_table(TableId(1)), 10)
-        .await
-        .expect("open b");
+    let f = frozen_with_successor(HoldAt::Send).await;
     // The successor replays the frozen rows (ts 20) and writes a newer version after them.
-    write_and_flush(&b, d(2, 1), rows(1..=2, "a2", 20))
+    write_and_flush(&f.b, d(2, 1), rows(1..=2, "a2", 20))
         .await
         .expect("b replays");
-    write_and_flush(&b, d(2, 1), rows(1..=1, "b", 30))
+    write_and_flush(&f.b, d(2, 1), rows(1..=1, "b", 30))
         .await
         .expect("b writes on");
-    assert_eq!(values(&db), "1=b,2=a2,3=a");
-    a.hold_writes(HoldAt::Send, false);
-    let e = stale
-        .await
-        .expect("join")
-        .expect_err("the stale write committed");
-    assert_superseded(&e);
+    assert_eq!(values(&f.db), "1=b,2=a2,3=a");
+    let db = woken_and_refused(f, HoldAt::Send).await;
     assert_eq!(
         values(&db),
         "1=b,2=a2,3=a",
