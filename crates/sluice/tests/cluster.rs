@@ -37,13 +37,18 @@ fn start_cluster(
         .iter()
         .map(|d| Server::start_with(d, up_url, &["--etcd", etcd_url]))
         .collect();
+    wait_captures(&servers, n);
+    (dirs, servers)
+}
+
+/// Waits until `n` nodes are registered (a restarted node takes a moment to be placeable).
+fn wait_captures(servers: &[Server], n: usize) {
     wait_for(&format!("{n} captures"), 30, || {
-        let (_, v) = api_raw(&servers[0].url(), "GET", "/api/v2/captures", None)?;
+        let (_, v) = api_raw(&any_live(servers), "GET", "/api/v2/captures", None)?;
         (v["items"].as_array().map(|a| a.len()) == Some(n))
             .then_some(())
             .ok_or(v.to_string())
     });
-    (dirs, servers)
 }
 
 /// End of a cluster test: no secret in any server log, servers stopped, data dirs removed.
@@ -219,6 +224,7 @@ fn run(files: bool) {
     let took = wait_moved_off(&out, &servers, "ha", &victim_id, 30, t0);
     eprintln!("work of killed worker {victim_id} rescheduled {took:?} after the kill");
     servers[victim].restart_after_kill();
+    wait_captures(&servers, 3);
 
     // 2. kill -9 the coordinator's node.
     let c = coordinator(&out, &servers).expect("a coordinator");
@@ -234,6 +240,8 @@ fn run(files: bool) {
     let took = wait_moved_off(&out, &servers, "ha", &cid, 30, t0);
     eprintln!("work of killed coordinator {cid} rescheduled {took:?} after the kill");
     servers[c].restart_after_kill();
+    // The next move may target it: a move to a node not yet registered is rejected.
+    wait_captures(&servers, 3);
 
     // 3. SIGTERM a node: it hands its work over and exits 0.
     let t = (coordinator(&out, &servers).expect("a coordinator") + 2) % 3;
