@@ -411,10 +411,21 @@ impl Maintainer {
             return;
         };
         if !ctx.alive.contains_key(&node) || !self.ready.contains_key(&node) {
-            // The node is gone with the sources and the target: the range is absent.
+            // The node is gone with the sources and the target: the range is absent. The target
+            // started at the least checkpoint of its sources and may have replayed older
+            // versions over a source's newer rows before it died: every piece restarts from
+            // that least checkpoint, not from its own source's.
             self.tracked.remove(&target);
             let id = op.id;
+            let least = self
+                .spans
+                .values()
+                .filter(|e| e.op == Some(id))
+                .map(|e| e.checkpoint)
+                .min()
+                .unwrap_or(0);
             for e in self.spans.values_mut().filter(|e| e.op == Some(id)) {
+                e.checkpoint = e.checkpoint.min(least);
                 e.state = SpanState::Absent;
                 e.node = None;
                 e.dispatcher = None;
