@@ -93,7 +93,7 @@ pub enum SinkError {
     /// dispatcher's key range downstream (`by`, or a fence row this one does not hold), so this
     /// one is stale (its node paused or lost its lease). Nothing of the refused transaction
     /// committed; retryable (the dispatcher fails and the span's current owner carries on).
-    #[error("{what}: the downstream fence of {span} is held by {by}; this dispatcher's write refused (a successor took the span over)")]
+    #[error("{what}: the downstream fence of {span} is held by {by}; this dispatcher's write refused (a successor took the span over after this node paused; nothing to fix: this dispatcher stops and the successor writes the span)")]
     Superseded {
         what: String,
         span: String,

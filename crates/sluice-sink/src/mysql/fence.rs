@@ -47,11 +47,12 @@ use std::time::Duration;
 /// rolls it back): bounds how long a paused node delays its successor's claim.
 pub const IDLE_TXN_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// The session setting that bounds idle transactions (MariaDB 10.3+); a server that does not
-/// know it (MySQL) refuses it with 1193, which the sink ignores.
+/// The session setting that bounds idle transactions, run by every connection of a fenced sink.
+/// The variable is MariaDB's (10.3+): it sits in an executable comment that MariaDB runs and
+/// MySQL skips, so one statement serves both without a probe (MySQL sets only a user variable).
 pub fn idle_timeout_setup() -> String {
     format!(
-        "SET SESSION idle_transaction_timeout = {}",
+        "SET @sluice_fence = 1 /*M!100300 , SESSION idle_transaction_timeout = {} */",
         IDLE_TXN_TIMEOUT.as_secs()
     )
 }

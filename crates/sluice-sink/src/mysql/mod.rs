@@ -100,7 +100,7 @@ pub fn quote_ident(s: &str) -> String {
 
 /// A connection pool for a MySQL config (session in UTC, foreign key checks off).
 pub fn pool(cfg: &MysqlConfig, max_conns: usize) -> Result<Pool> {
-    pool_with(cfg, max_conns, None)
+    pool_with(cfg, max_conns, None, None)
 }
 
 /// In-memory "files" for `LOAD DATA LOCAL INFILE`: the statement names a registered entry and
@@ -170,12 +170,21 @@ const SESSION_SETUP: [&str; 3] = [
 /// to the pool: a transaction left open is still rolled back by the driver, the session settings
 /// and the prepared-statement cache survive, and each downstream transaction saves the reset
 /// round trip and the re-prepare. Connections that change the default database (DDL) ask for a
-/// reset themselves.
-fn pool_with(cfg: &MysqlConfig, max_conns: usize, infiles: Option<Arc<Infiles>>) -> Result<Pool> {
+/// reset themselves. `extra`: one more session statement (the downstream fence's).
+fn pool_with(
+    cfg: &MysqlConfig,
+    max_conns: usize,
+    infiles: Option<Arc<Infiles>>,
+    extra: Option<String>,
+) -> Result<Pool> {
     let constraints = PoolConstraints::new(0, max_conns.max(1))
         .ok_or_else(|| SinkError::invalid_uri(&cfg.host, "bad pool size"))?;
     let reset = infiles.is_none();
+    let mut setup: Vec<String> = SESSION_SETUP.iter().map(|s| s.to_string()).collect();
+    setup.extend(extra);
     let opts = conn_opts(cfg)
+        .init(setup.clone())
+        .setup(setup)
         .pool_opts(
             PoolOpts::default()
                 .with_constraints(constraints)
@@ -183,36 +192,6 @@ fn pool_with(cfg: &MysqlConfig, max_conns: usize, infiles: Option<Arc<Infiles>>)
         )
         .local_infile_handler(infiles.map(InfileHandler));
     Ok(Pool::new(opts))
-}
-
-/// The sink's own pool, whose sessions also bound idle transactions ([`fence::IDLE_TXN_TIMEOUT`]).
-fn pool_with_setup(cfg: &MysqlConfig, max_conns: usize, infiles: Arc<Infiles>) -> Result<Pool> {
-    let constraints = PoolConstraints::new(0, max_conns.max(1))
-        .ok_or_else(|| SinkError::invalid_uri(&cfg.host, "bad pool size"))?;
-    let mut setup: Vec<String> = SESSION_SETUP.iter().map(|s| s.to_string()).collect();
-    setup.push(fence::idle_timeout_setup());
-    let opts = conn_opts(cfg)
-        .init(setup.clone())
-        .setup(setup)
-        .pool_opts(
-            PoolOpts::default()
-                .with_constraints(constraints)
-                .with_reset_connection(false),
-        )
-        .local_infile_handler(Some(InfileHandler(infiles)));
-    Ok(Pool::new(opts))
-}
-
-/// Whether the downstream ends transactions left idle (MariaDB's `idle_transaction_timeout`;
-/// MySQL refuses the variable with 1193). Any other failure: no (connecting again reports it).
-async fn bounds_idle_transactions(cfg: &MysqlConfig) -> bool {
-    let probe = async {
-        let mut c = Conn::new(conn_opts(cfg)).await?;
-        let r = c.query_drop(fence::idle_timeout_setup()).await;
-        c.disconnect().await.ok();
-        r
-    };
-    matches!(tokio::time::timeout(cfg.timeout, probe).await, Ok(Ok(())))
 }
 
 /// A failed connection to the server `cfg` names, saying which server, address and user
@@ -374,12 +353,8 @@ impl Runner<Mysql> {
         holds: Arc<fence::WriteHolds>,
     ) -> Result<MysqlSink> {
         let infiles = Arc::new(Infiles::default());
-        let idle = cfg.downstream_fence && bounds_idle_transactions(&cfg).await;
-        let pool = if idle {
-            pool_with_setup(&cfg, cfg.worker_count + 2, infiles.clone())?
-        } else {
-            pool_with(&cfg, cfg.worker_count + 2, Some(infiles.clone()))?
-        };
+        let idle = cfg.downstream_fence.then(fence::idle_timeout_setup);
+        let pool = pool_with(&cfg, cfg.worker_count + 2, Some(infiles.clone()), idle)?;
         let m = Mysql {
             cfg,
             pool,
