@@ -9,14 +9,14 @@
 //! (the coordinator's count from 1), and each result goes back to the maintainer instance (cf
 //! and epoch) that asked; a result for one that is gone is dropped.
 
-use crate::config::MAINTAINER_STATUS_MS;
+use crate::config::{ChangefeedConfig, MAINTAINER_STATUS_MS};
 use crate::coordinator::Coordinator;
 use crate::dispatcher::DispatcherManager;
 use crate::hold::Holds;
 use crate::io::{Effect, Input, TraceEvent, UserRequest};
 use crate::maintainer::{Ctx, Maintainer};
 use crate::msg::{MaintainerState, MaintainerStatus, Message};
-use sluice_types::{ChangefeedId, Epoch, Key, Millis, NodeId, TableId};
+use sluice_types::{ChangefeedId, Epoch, Key, Millis, NodeId, TableId, Ts};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Request ids of maintainers' meta-store operations start here.
@@ -127,36 +127,8 @@ impl NodeState {
         match input {
             Input::Tick => self.tick(now, &mut out),
             Input::Message { from, msg } => self.on_message(now, from, msg, &mut out),
-            Input::NodesChanged { alive } => {
-                self.view.alive = alive;
-                let ctx = self.view.ctx(now);
-                for m in self.maintainers.values_mut() {
-                    m.on_nodes_changed(&ctx, &mut out);
-                }
-                if let Some(c) = &mut self.coordinator {
-                    c.on_tick(now, &self.view.alive, &mut out);
-                }
-            }
-            Input::Leader { node, rev } => {
-                match node {
-                    Some(n) if n == self.id => {
-                        if self.coordinator.as_ref().map(|c| c.rev()) != Some(rev) {
-                            self.coordinator =
-                                Some(Coordinator::new(self.id.clone(), rev, &mut out));
-                        }
-                        self.view.leader = Some((n, rev));
-                    }
-                    Some(n) => {
-                        self.coordinator = None;
-                        self.view.leader = Some((n, rev));
-                    }
-                    None => {
-                        self.coordinator = None;
-                        self.view.leader = None;
-                    }
-                }
-                self.max_coordinator_rev = self.max_coordinator_rev.max(rev);
-            }
+            Input::NodesChanged { alive } => self.on_nodes_changed(now, alive, &mut out),
+            Input::Leader { node, rev } => self.on_leader(node, rev, &mut out),
             Input::MetaResult { req, result } if req >= MAINTAINER_META_REQ => {
                 self.on_maintainer_meta_result(now, req, result, &mut out);
             }
@@ -244,6 +216,44 @@ impl NodeState {
         out
     }
 
+    fn on_nodes_changed(
+        &mut self,
+        now: Millis,
+        alive: BTreeMap<NodeId, u64>,
+        out: &mut Vec<Effect>,
+    ) {
+        self.view.alive = alive;
+        let ctx = self.view.ctx(now);
+        for m in self.maintainers.values_mut() {
+            m.on_nodes_changed(&ctx, out);
+        }
+        if let Some(c) = &mut self.coordinator {
+            c.on_tick(now, &self.view.alive, out);
+        }
+    }
+
+    /// The election's result: this node runs the coordinator only while it is the leader, one
+    /// coordinator per won revision.
+    fn on_leader(&mut self, node: Option<NodeId>, rev: u64, out: &mut Vec<Effect>) {
+        match node {
+            Some(n) if n == self.id => {
+                if self.coordinator.as_ref().map(|c| c.rev()) != Some(rev) {
+                    self.coordinator = Some(Coordinator::new(self.id.clone(), rev, out));
+                }
+                self.view.leader = Some((n, rev));
+            }
+            Some(n) => {
+                self.coordinator = None;
+                self.view.leader = Some((n, rev));
+            }
+            None => {
+                self.coordinator = None;
+                self.view.leader = None;
+            }
+        }
+        self.max_coordinator_rev = self.max_coordinator_rev.max(rev);
+    }
+
     /// The meta-store operations the maintainers asked for, each with a request id of its own.
     fn send_maintainer_meta(&mut self, out: &mut Vec<Effect>) {
         for (cf, m) in self.maintainers.iter_mut() {
@@ -322,120 +332,14 @@ impl NodeState {
                 incarnation,
                 checkpoint,
                 config,
-            } => {
-                if rev < self.max_coordinator_rev {
-                    self.stale_dropped += 1;
-                    out.push(Effect::Trace(TraceEvent::Stale {
-                        kind: "add_maintainer",
-                        reason: "deposed coordinator",
-                    }));
-                    return;
-                }
-                if incarnation != self.incarnation {
-                    self.stale_dropped += 1;
-                    out.push(Effect::Trace(TraceEvent::Stale {
-                        kind: "add_maintainer",
-                        reason: "meant for an earlier incarnation of this node",
-                    }));
-                    return;
-                }
-                self.max_coordinator_rev = rev;
-                if let Some(m) = self.maintainers.get(&cf) {
-                    if m.epoch() >= epoch {
-                        return;
-                    }
-                }
-                if self
-                    .stopped_maintainers
-                    .get(&cf)
-                    .map(|s| s.epoch >= epoch)
-                    .unwrap_or(false)
-                {
-                    return;
-                }
-                self.stopped_maintainers.remove(&cf);
-                let ctx = self.view.ctx(now);
-                let mut m = Maintainer::new(
-                    &ctx,
-                    cf.clone(),
-                    epoch,
-                    self.id.clone(),
-                    checkpoint,
-                    config,
-                    out,
-                );
-                m.set_node_warning(self.capture_error.clone());
-                self.maintainers.insert(cf, m);
-            }
+            } => self.add_maintainer(now, (cf, epoch, rev, incarnation, checkpoint), config, out),
             Message::RemoveMaintainer {
                 cf,
                 epoch,
                 rev,
                 cascade: _,
-            } => {
-                if rev < self.max_coordinator_rev {
-                    self.stale_dropped += 1;
-                    return;
-                }
-                if self
-                    .maintainers
-                    .get(&cf)
-                    .map(|m| m.epoch() == epoch)
-                    .unwrap_or(false)
-                {
-                    if let Some(mut m) = self.maintainers.remove(&cf) {
-                        let ctx = self.view.ctx(now);
-                        m.stop(&ctx, false, out);
-                        let mut st = m.status();
-                        st.state = MaintainerState::Stopped;
-                        self.stopped_maintainers.insert(cf, st);
-                    }
-                } else if self
-                    .maintainers
-                    .get(&cf)
-                    .map(|m| m.epoch() < epoch)
-                    .unwrap_or(true)
-                    && self
-                        .stopped_maintainers
-                        .get(&cf)
-                        .map(|s| s.epoch <= epoch)
-                        .unwrap_or(true)
-                {
-                    // Nothing of that epoch runs here (never started, or lost with an earlier
-                    // incarnation of this node): answer that it is stopped.
-                    self.stopped_maintainers.insert(
-                        cf.clone(),
-                        MaintainerStatus {
-                            cf,
-                            epoch,
-                            state: MaintainerState::Stopped,
-                            checkpoint: 0,
-                            resolved: 0,
-                            error: None,
-                            warning: None,
-                        },
-                    );
-                }
-                self.report_stopped(out);
-            }
-            Message::CoordinatorBootstrap { rev } => {
-                if rev < self.max_coordinator_rev {
-                    self.stale_dropped += 1;
-                    return;
-                }
-                self.max_coordinator_rev = rev;
-                let mut maintainers: Vec<MaintainerStatus> =
-                    self.maintainers.values().map(|m| m.status()).collect();
-                maintainers.extend(self.stopped_maintainers.values().cloned());
-                out.push(Effect::Send {
-                    to: from,
-                    msg: Message::CoordinatorBootstrapResponse {
-                        rev,
-                        incarnation: self.incarnation,
-                        maintainers,
-                    },
-                });
-            }
+            } => self.remove_maintainer(now, cf, epoch, rev, out),
+            Message::CoordinatorBootstrap { rev } => self.answer_coordinator(from, rev, out),
             Message::NodeSettings {
                 rev,
                 cordoned,
@@ -460,65 +364,19 @@ impl NodeState {
                 }
             }
             Message::Bootstrap { ref cf, epoch, .. } => {
-                if !self.dms.contains_key(cf) {
-                    if self
-                        .closed_epochs
-                        .get(cf)
-                        .map(|e| epoch <= *e)
-                        .unwrap_or(false)
-                    {
-                        self.stale_dropped += 1;
-                        out.push(Effect::Trace(TraceEvent::Stale {
-                            kind: "bootstrap",
-                            reason: "changefeed closed at a newer epoch",
-                        }));
-                        return;
-                    }
-                    let mut dm =
-                        DispatcherManager::new(cf.clone(), self.id.clone(), self.incarnation);
-                    dm.set_node_warning(self.capture_error.clone());
-                    self.dms.insert(cf.clone(), dm);
-                }
                 let cf = cf.clone();
-                if let Some(dm) = self.dms.get_mut(&cf) {
-                    dm.on_message(now, &from, msg, &self.holds, out);
-                }
+                self.bootstrap_dispatchers(now, from, &cf, epoch, msg, out)
             }
             Message::CloseChangefeed { ref cf, epoch } => {
                 let cf = cf.clone();
-                match self.dms.get_mut(&cf) {
-                    Some(dm) => {
-                        dm.on_message(now, &from, msg, &self.holds, out);
-                        self.reap_closed(out);
-                    }
-                    None => {
-                        let e = self.closed_epochs.entry(cf.clone()).or_default();
-                        *e = (*e).max(epoch);
-                        out.push(Effect::Send {
-                            to: from,
-                            msg: Message::CloseChangefeedResponse { cf, epoch },
-                        });
-                    }
-                }
+                self.close_dispatchers(now, from, cf, epoch, msg, out)
             }
             Message::Create { ref cf, .. }
             | Message::Remove { ref cf, .. }
             | Message::Merge { ref cf, .. }
             | Message::Barrier { ref cf, .. } => {
                 let cf = cf.clone();
-                match self.dms.get_mut(&cf) {
-                    Some(dm) => {
-                        dm.on_message(now, &from, msg, &self.holds, out);
-                        self.reap_closed(out);
-                    }
-                    None => {
-                        self.stale_dropped += 1;
-                        out.push(Effect::Trace(TraceEvent::Stale {
-                            kind: msg.kind(),
-                            reason: "no dispatcher manager (not bootstrapped)",
-                        }));
-                    }
-                }
+                self.to_dispatchers(now, from, &cf, msg, out)
             }
             Message::BootstrapResponse { ref cf, .. }
             | Message::Heartbeat { ref cf, .. }
@@ -526,19 +384,218 @@ impl NodeState {
             | Message::BlockStatus { ref cf, .. }
             | Message::DispatcherError { ref cf, .. } => {
                 let cf = cf.clone();
-                let ctx = self.view.ctx(now);
-                match self.maintainers.get_mut(&cf) {
-                    Some(m) => m.on_message(&ctx, &from, msg, out),
-                    None => {
-                        self.stale_dropped += 1;
-                        out.push(Effect::Trace(TraceEvent::Stale {
-                            kind: msg.kind(),
-                            reason: "no maintainer here",
-                        }));
-                    }
-                }
+                self.to_maintainer(now, from, &cf, msg, out)
             }
         }
+    }
+
+    /// Starts a maintainer the current coordinator placed here, for this incarnation, unless
+    /// one of that epoch or newer runs or stopped here.
+    fn add_maintainer(
+        &mut self,
+        now: Millis,
+        (cf, epoch, rev, incarnation, checkpoint): (ChangefeedId, Epoch, u64, u64, Ts),
+        config: ChangefeedConfig,
+        out: &mut Vec<Effect>,
+    ) {
+        if rev < self.max_coordinator_rev {
+            return self.stale(out, "add_maintainer", "deposed coordinator");
+        }
+        if incarnation != self.incarnation {
+            return self.stale(
+                out,
+                "add_maintainer",
+                "meant for an earlier incarnation of this node",
+            );
+        }
+        self.max_coordinator_rev = rev;
+        if let Some(m) = self.maintainers.get(&cf) {
+            if m.epoch() >= epoch {
+                return;
+            }
+        }
+        if self
+            .stopped_maintainers
+            .get(&cf)
+            .map(|s| s.epoch >= epoch)
+            .unwrap_or(false)
+        {
+            return;
+        }
+        self.stopped_maintainers.remove(&cf);
+        let ctx = self.view.ctx(now);
+        let mut m = Maintainer::new(
+            &ctx,
+            cf.clone(),
+            epoch,
+            self.id.clone(),
+            checkpoint,
+            config,
+            out,
+        );
+        m.set_node_warning(self.capture_error.clone());
+        self.maintainers.insert(cf, m);
+    }
+
+    /// Stops the maintainer of that epoch (or records that none of it runs here) and answers.
+    fn remove_maintainer(
+        &mut self,
+        now: Millis,
+        cf: ChangefeedId,
+        epoch: Epoch,
+        rev: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        if rev < self.max_coordinator_rev {
+            self.stale_dropped += 1;
+            return;
+        }
+        let running = self.maintainers.get(&cf).map(|m| m.epoch());
+        if running == Some(epoch) {
+            if let Some(mut m) = self.maintainers.remove(&cf) {
+                let ctx = self.view.ctx(now);
+                m.stop(&ctx, false, out);
+                let mut st = m.status();
+                st.state = MaintainerState::Stopped;
+                self.stopped_maintainers.insert(cf, st);
+            }
+        } else if running.map(|e| e < epoch).unwrap_or(true)
+            && self
+                .stopped_maintainers
+                .get(&cf)
+                .map(|s| s.epoch <= epoch)
+                .unwrap_or(true)
+        {
+            // Nothing of that epoch runs here (never started, or lost with an earlier
+            // incarnation of this node): answer that it is stopped.
+            self.stopped_maintainers.insert(
+                cf.clone(),
+                MaintainerStatus {
+                    cf,
+                    epoch,
+                    state: MaintainerState::Stopped,
+                    checkpoint: 0,
+                    resolved: 0,
+                    error: None,
+                    warning: None,
+                },
+            );
+        }
+        self.report_stopped(out);
+    }
+
+    /// A new coordinator asks which maintainers run (or stopped) here.
+    fn answer_coordinator(&mut self, from: NodeId, rev: u64, out: &mut Vec<Effect>) {
+        if rev < self.max_coordinator_rev {
+            self.stale_dropped += 1;
+            return;
+        }
+        self.max_coordinator_rev = rev;
+        let mut maintainers: Vec<MaintainerStatus> =
+            self.maintainers.values().map(|m| m.status()).collect();
+        maintainers.extend(self.stopped_maintainers.values().cloned());
+        out.push(Effect::Send {
+            to: from,
+            msg: Message::CoordinatorBootstrapResponse {
+                rev,
+                incarnation: self.incarnation,
+                maintainers,
+            },
+        });
+    }
+
+    /// A maintainer's bootstrap creates the changefeed's dispatcher manager here, unless the
+    /// changefeed was closed here at that epoch or a newer one.
+    fn bootstrap_dispatchers(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        cf: &ChangefeedId,
+        epoch: Epoch,
+        msg: Message,
+        out: &mut Vec<Effect>,
+    ) {
+        if !self.dms.contains_key(cf) {
+            if self
+                .closed_epochs
+                .get(cf)
+                .map(|e| epoch <= *e)
+                .unwrap_or(false)
+            {
+                return self.stale(out, "bootstrap", "changefeed closed at a newer epoch");
+            }
+            let mut dm = DispatcherManager::new(cf.clone(), self.id.clone(), self.incarnation);
+            dm.set_node_warning(self.capture_error.clone());
+            self.dms.insert(cf.clone(), dm);
+        }
+        if let Some(dm) = self.dms.get_mut(cf) {
+            dm.on_message(now, &from, msg, &self.holds, out);
+        }
+    }
+
+    /// A cascade close: the manager closes everything; with no manager here the close is
+    /// remembered (a late bootstrap of that epoch is refused) and answered at once.
+    fn close_dispatchers(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        cf: ChangefeedId,
+        epoch: Epoch,
+        msg: Message,
+        out: &mut Vec<Effect>,
+    ) {
+        match self.dms.get_mut(&cf) {
+            Some(dm) => {
+                dm.on_message(now, &from, msg, &self.holds, out);
+                self.reap_closed(out);
+            }
+            None => {
+                let e = self.closed_epochs.entry(cf.clone()).or_default();
+                *e = (*e).max(epoch);
+                out.push(Effect::Send {
+                    to: from,
+                    msg: Message::CloseChangefeedResponse { cf, epoch },
+                });
+            }
+        }
+    }
+
+    fn to_dispatchers(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        cf: &ChangefeedId,
+        msg: Message,
+        out: &mut Vec<Effect>,
+    ) {
+        match self.dms.get_mut(cf) {
+            Some(dm) => {
+                dm.on_message(now, &from, msg, &self.holds, out);
+                self.reap_closed(out);
+            }
+            None => self.stale(out, msg.kind(), "no dispatcher manager (not bootstrapped)"),
+        }
+    }
+
+    fn to_maintainer(
+        &mut self,
+        now: Millis,
+        from: NodeId,
+        cf: &ChangefeedId,
+        msg: Message,
+        out: &mut Vec<Effect>,
+    ) {
+        let ctx = self.view.ctx(now);
+        match self.maintainers.get_mut(cf) {
+            Some(m) => m.on_message(&ctx, &from, msg, out),
+            None => self.stale(out, msg.kind(), "no maintainer here"),
+        }
+    }
+
+    /// A message dropped as stale: counted and traced.
+    fn stale(&mut self, out: &mut Vec<Effect>, kind: &'static str, reason: &'static str) {
+        self.stale_dropped += 1;
+        out.push(Effect::Trace(TraceEvent::Stale { kind, reason }));
     }
 
     /// Drop dispatcher managers whose cascade close finished.

@@ -71,101 +71,17 @@ pub(crate) fn lex(sql: &str, strict: bool) -> Result<Vec<Token>, PartitionError>
                 i = sql[i..].find('\n').map_or(b.len(), |e| i + e + 1);
             }
             b'#' => i = sql[i..].find('\n').map_or(b.len(), |e| i + e + 1),
-            b'\'' | b'"' | b'`' => {
-                let q = c;
-                let mut s = Vec::new();
-                let mut j = i + 1;
-                let mut closed = false;
-                while j < b.len() {
-                    let d = b[j];
-                    if d == q {
-                        if b.get(j + 1) == Some(&q) {
-                            s.push(q);
-                            j += 2;
-                            continue;
-                        }
-                        closed = true;
-                        j += 1;
-                        break;
-                    }
-                    if d == b'\\' && q != b'`' && j + 1 < b.len() {
-                        let e = b[j + 1];
-                        if matches!(e, b'%' | b'_') {
-                            // `\%` and `\_` keep the backslash (LIKE patterns).
-                            s.push(b'\\');
-                        }
-                        s.push(match e {
-                            b'n' => b'\n',
-                            b't' => b'\t',
-                            b'r' => b'\r',
-                            b'0' => 0,
-                            b'b' => 8,
-                            b'Z' => 26,
-                            _ => e,
-                        });
-                        j += 2;
-                        continue;
-                    }
-                    s.push(d);
-                    j += 1;
+            b'\'' | b'"' | b'`' => match quoted(b, i, strict)? {
+                Some((tok, end)) => {
+                    out.push(Token { tok, start, end });
+                    i = end;
                 }
-                if !closed {
-                    if strict {
-                        return err(format!(
-                            "unterminated {} in partition options",
-                            if q == b'`' { "backtick" } else { "quote" }
-                        ));
-                    }
-                    break;
-                }
-                let text = String::from_utf8_lossy(&s).into_owned();
-                let tok = if q == b'`' {
-                    Tok::QIdent(text)
-                } else {
-                    Tok::Str(text)
-                };
-                out.push(Token { tok, start, end: j });
-                i = j;
-            }
+                None => break,
+            },
             b'0'..=b'9' => {
-                let mut j = i;
-                if c == b'0' && matches!(b.get(i + 1), Some(b'x' | b'X')) {
-                    j += 2;
-                    while j < b.len() && b[j].is_ascii_hexdigit() {
-                        j += 1;
-                    }
-                } else {
-                    while j < b.len() && (b[j].is_ascii_digit() || b[j] == b'.') {
-                        j += 1;
-                    }
-                    if matches!(b.get(j), Some(b'e' | b'E'))
-                        && b.get(j + 1)
-                            .is_some_and(|d| d.is_ascii_digit() || *d == b'+' || *d == b'-')
-                    {
-                        j += 2;
-                        while j < b.len() && b[j].is_ascii_digit() {
-                            j += 1;
-                        }
-                    }
-                }
-                if j < b.len() && is_ident_byte(b[j]) {
-                    // `1abc` is an identifier in MySQL.
-                    while j < b.len() && is_ident_byte(b[j]) {
-                        j += 1;
-                    }
-                    out.push(Token {
-                        tok: Tok::Word(sql[i..j].to_string()),
-                        start,
-                        end: j,
-                    });
-                } else {
-                    out.push(Token {
-                        tok: Tok::Num(sql[i..j].to_string()),
-                        start,
-                        end: j,
-                    });
-                }
-                i = j;
+                let (tok, end) = number(sql, i);
+                out.push(Token { tok, start, end });
+                i = end;
             }
             _ if is_ident_byte(c) => {
                 let mut j = i;
@@ -191,6 +107,98 @@ pub(crate) fn lex(sql: &str, strict: bool) -> Result<Vec<Token>, PartitionError>
         }
     }
     Ok(out)
+}
+
+/// The quoted string or identifier starting at `i` (its quote char) and where it ends; `None`
+/// if it is not closed (an error with `strict`). Doubled quotes and backslash escapes (not in
+/// backticks) are undone.
+fn quoted(b: &[u8], i: usize, strict: bool) -> Result<Option<(Tok, usize)>, PartitionError> {
+    let q = b[i];
+    let mut s = Vec::new();
+    let mut j = i + 1;
+    let mut closed = false;
+    while j < b.len() {
+        let d = b[j];
+        if d == q {
+            if b.get(j + 1) == Some(&q) {
+                s.push(q);
+                j += 2;
+                continue;
+            }
+            closed = true;
+            j += 1;
+            break;
+        }
+        if d == b'\\' && q != b'`' && j + 1 < b.len() {
+            let e = b[j + 1];
+            if matches!(e, b'%' | b'_') {
+                // `\%` and `\_` keep the backslash (LIKE patterns).
+                s.push(b'\\');
+            }
+            s.push(match e {
+                b'n' => b'\n',
+                b't' => b'\t',
+                b'r' => b'\r',
+                b'0' => 0,
+                b'b' => 8,
+                b'Z' => 26,
+                _ => e,
+            });
+            j += 2;
+            continue;
+        }
+        s.push(d);
+        j += 1;
+    }
+    if !closed {
+        if strict {
+            return err(format!(
+                "unterminated {} in partition options",
+                if q == b'`' { "backtick" } else { "quote" }
+            ));
+        }
+        return Ok(None);
+    }
+    let text = String::from_utf8_lossy(&s).into_owned();
+    let tok = if q == b'`' {
+        Tok::QIdent(text)
+    } else {
+        Tok::Str(text)
+    };
+    Ok(Some((tok, j)))
+}
+
+/// The number starting at `i` (decimal, `0x` hex, with an exponent) and where it ends; digits
+/// followed by identifier bytes are an identifier (`1abc`), as in MySQL.
+fn number(sql: &str, i: usize) -> (Tok, usize) {
+    let b = sql.as_bytes();
+    let mut j = i;
+    if b[i] == b'0' && matches!(b.get(i + 1), Some(b'x' | b'X')) {
+        j += 2;
+        while j < b.len() && b[j].is_ascii_hexdigit() {
+            j += 1;
+        }
+    } else {
+        while j < b.len() && (b[j].is_ascii_digit() || b[j] == b'.') {
+            j += 1;
+        }
+        if matches!(b.get(j), Some(b'e' | b'E'))
+            && b.get(j + 1)
+                .is_some_and(|d| d.is_ascii_digit() || *d == b'+' || *d == b'-')
+        {
+            j += 2;
+            while j < b.len() && b[j].is_ascii_digit() {
+                j += 1;
+            }
+        }
+    }
+    if j < b.len() && is_ident_byte(b[j]) {
+        while j < b.len() && is_ident_byte(b[j]) {
+            j += 1;
+        }
+        return (Tok::Word(sql[i..j].to_string()), j);
+    }
+    (Tok::Num(sql[i..j].to_string()), j)
 }
 
 /// Splits a `CREATE TABLE` or `ALTER TABLE` statement at its top-level partition options

@@ -351,6 +351,94 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// `VALUES LESS THAN (…)` or `MAXVALUE` of partition `d` (after `THAN`).
+    fn less_than(
+        &mut self,
+        method: PartitionMethod,
+        ncols: usize,
+        d: &mut PartitionDef,
+    ) -> Result<(), PartitionError> {
+        if !matches!(
+            method,
+            PartitionMethod::Range | PartitionMethod::RangeColumns
+        ) {
+            return err(format!(
+                "partition options: VALUES LESS THAN in partition `{}` of a non-RANGE layout",
+                d.name
+            ));
+        }
+        if self.eat_word("MAXVALUE") {
+            d.less_than = vec![BoundValue::MaxValue; ncols.max(1)];
+        } else {
+            d.less_than = self.bound_list()?;
+        }
+        let want = if method == PartitionMethod::Range {
+            1
+        } else {
+            ncols
+        };
+        if d.less_than.len() != want {
+            return err(format!(
+                "partition options: partition `{}` has {} bound values, the layout has {want} columns",
+                d.name,
+                d.less_than.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// `(b, …)`: a parenthesized list of bound values.
+    fn bound_list(&mut self) -> Result<Vec<BoundValue>, PartitionError> {
+        self.expect_punct('(')?;
+        let mut out = Vec::new();
+        loop {
+            out.push(self.bound()?);
+            if self.eat_punct(',') {
+                continue;
+            }
+            self.expect_punct(')')?;
+            return Ok(out);
+        }
+    }
+
+    /// `VALUES IN (…)` of partition `d` (after `IN`): values, or tuples for LIST COLUMNS of
+    /// several columns.
+    fn values_in(
+        &mut self,
+        method: PartitionMethod,
+        ncols: usize,
+        d: &mut PartitionDef,
+    ) -> Result<(), PartitionError> {
+        if !matches!(method, PartitionMethod::List | PartitionMethod::ListColumns) {
+            return err(format!(
+                "partition options: VALUES IN in partition `{}` of a non-LIST layout",
+                d.name
+            ));
+        }
+        self.expect_punct('(')?;
+        let tuple = method == PartitionMethod::ListColumns && ncols > 1;
+        loop {
+            if tuple {
+                let t = self.bound_list()?;
+                if t.len() != ncols {
+                    return err(format!(
+                        "partition options: a value of partition `{}` has {} columns, the layout has {ncols}",
+                        d.name,
+                        t.len()
+                    ));
+                }
+                d.values_in.push(t);
+            } else {
+                d.values_in.push(vec![self.bound()?]);
+            }
+            if self.eat_punct(',') {
+                continue;
+            }
+            self.expect_punct(')')?;
+            return Ok(());
+        }
+    }
+
     pub(crate) fn definition(
         &mut self,
         method: PartitionMethod,
@@ -361,78 +449,9 @@ impl<'a> Parser<'a> {
         if self.eat_word("VALUES") {
             if self.eat_word("LESS") {
                 self.expect_word("THAN")?;
-                if !matches!(
-                    method,
-                    PartitionMethod::Range | PartitionMethod::RangeColumns
-                ) {
-                    return err(format!(
-                        "partition options: VALUES LESS THAN in partition `{}` of a non-RANGE layout",
-                        d.name
-                    ));
-                }
-                if self.eat_word("MAXVALUE") {
-                    d.less_than = vec![BoundValue::MaxValue; ncols.max(1)];
-                } else {
-                    self.expect_punct('(')?;
-                    loop {
-                        d.less_than.push(self.bound()?);
-                        if self.eat_punct(',') {
-                            continue;
-                        }
-                        self.expect_punct(')')?;
-                        break;
-                    }
-                }
-                let want = if method == PartitionMethod::Range {
-                    1
-                } else {
-                    ncols
-                };
-                if d.less_than.len() != want {
-                    return err(format!(
-                        "partition options: partition `{}` has {} bound values, the layout has {want} columns",
-                        d.name,
-                        d.less_than.len()
-                    ));
-                }
+                self.less_than(method, ncols, &mut d)?;
             } else if self.eat_word("IN") {
-                if !matches!(method, PartitionMethod::List | PartitionMethod::ListColumns) {
-                    return err(format!(
-                        "partition options: VALUES IN in partition `{}` of a non-LIST layout",
-                        d.name
-                    ));
-                }
-                self.expect_punct('(')?;
-                let tuple = method == PartitionMethod::ListColumns && ncols > 1;
-                loop {
-                    if tuple {
-                        self.expect_punct('(')?;
-                        let mut t = Vec::new();
-                        loop {
-                            t.push(self.bound()?);
-                            if self.eat_punct(',') {
-                                continue;
-                            }
-                            self.expect_punct(')')?;
-                            break;
-                        }
-                        if t.len() != ncols {
-                            return err(format!(
-                                "partition options: a value of partition `{}` has {} columns, the layout has {ncols}",
-                                d.name,
-                                t.len()
-                            ));
-                        }
-                        d.values_in.push(t);
-                    } else {
-                        d.values_in.push(vec![self.bound()?]);
-                    }
-                    if self.eat_punct(',') {
-                        continue;
-                    }
-                    self.expect_punct(')')?;
-                    break;
-                }
+                self.values_in(method, ncols, &mut d)?;
             } else {
                 return self.expected("LESS THAN or IN");
             }
@@ -517,109 +536,16 @@ pub(crate) fn parse_clause(clause: &str) -> Result<Partitioning, PartitionError>
         partitions: Vec::new(),
         unsupported: None,
     };
-    if p.eat_word("HASH") {
-        part.expr = p.group_text()?;
-        // Refuse now what could never be evaluated (syntax); functions are checked per row.
-        Parser::new(&part.expr)?.whole_expr()?;
-    } else if p.eat_word("KEY") {
-        part.method = PartitionMethod::Key;
-        if p.eat_word("ALGORITHM") {
-            p.eat_punct('=');
-            part.key_algorithm = match p.number()? {
-                1 => 1,
-                2 => 2,
-                n => {
-                    return err(format!(
-                        "partition options: KEY ALGORITHM={n} is not 1 or 2"
-                    ))
-                }
-            };
-        }
-        part.columns = p.column_list()?;
-    } else if p.at_word("RANGE") || p.at_word("LIST") {
-        let range = p.eat_word("RANGE");
-        if !range {
-            p.expect_word("LIST")?;
-        }
-        if linear {
-            return err("partition options: LINEAR applies to HASH and KEY only");
-        }
-        if p.eat_word("COLUMNS") {
-            part.method = if range {
-                PartitionMethod::RangeColumns
-            } else {
-                PartitionMethod::ListColumns
-            };
-            part.columns = p.column_list()?;
-            if part.columns.is_empty() {
-                return err("partition options: COLUMNS partitioning needs at least one column");
-            }
-        } else {
-            part.method = if range {
-                PartitionMethod::Range
-            } else {
-                PartitionMethod::List
-            };
-            part.expr = p.group_text()?;
-            Parser::new(&part.expr)?.whole_expr()?;
-        }
-    } else if p.eat_word("SYSTEM_TIME") {
-        if linear {
-            return err("partition options: LINEAR applies to HASH and KEY only");
-        }
-        part.method = PartitionMethod::SystemTime;
-        // [INTERVAL n unit [STARTS ts] | LIMIT n] [AUTO]
-        while !p.at_end()
-            && !p.at_word("PARTITIONS")
-            && !p.at_word("SUBPARTITION")
-            && !p.at_punct('(')
-        {
-            p.pos += 1;
-        }
-    } else {
-        return p.expected("HASH, KEY, RANGE, LIST or SYSTEM_TIME");
-    }
+    p.method(&mut part)?;
     let mut count = None;
     if p.eat_word("PARTITIONS") {
         count = Some(p.number()?);
     }
-    if p.eat_word("SUBPARTITION") {
-        // Rows are placed at the partition level only: the subpartitioning is skipped.
-        p.expect_word("BY")?;
-        p.eat_word("LINEAR");
-        if p.eat_word("HASH") {
-            p.group_text()?;
-        } else if p.eat_word("KEY") {
-            if p.eat_word("ALGORITHM") {
-                p.eat_punct('=');
-                p.number()?;
-            }
-            p.group_text()?;
-        } else {
-            return p.expected("HASH or KEY after SUBPARTITION BY");
-        }
-        if p.eat_word("SUBPARTITIONS") {
-            p.number()?;
-        }
-    }
+    p.skip_subpartitioning()?;
     if p.at_punct('(') {
         part.partitions = p.definitions(part.method, part.columns.len())?;
     } else {
-        match part.method {
-            PartitionMethod::Hash | PartitionMethod::Key => {
-                let n = count.unwrap_or(1);
-                part.partitions = default_names(0, n)?;
-            }
-            PartitionMethod::SystemTime => {
-                // MariaDB names history partitions p0, p1, … and the current one pn.
-                let n = count.unwrap_or(2).max(2);
-                part.partitions = default_names(0, n - 1)?;
-                part.partitions.push(PartitionDef::named("pn"));
-            }
-            _ => return err(
-                "partition options: RANGE and LIST partitioning need a partition definition list",
-            ),
-        }
+        part.partitions = unlisted_partitions(part.method, count)?;
     }
     p.eat_punct(';');
     if !p.at_end() {
@@ -629,6 +555,120 @@ pub(crate) fn parse_clause(clause: &str) -> Result<Partitioning, PartitionError>
         return err("partition options: no partitions");
     }
     Ok(part)
+}
+
+impl Parser<'_> {
+    /// The partitioning method after `PARTITION BY [LINEAR]`, with its expression or columns.
+    fn method(&mut self, part: &mut Partitioning) -> Result<(), PartitionError> {
+        let linear = part.linear;
+        if self.eat_word("HASH") {
+            part.expr = self.group_text()?;
+            // Refuse now what could never be evaluated (syntax); functions are checked per row.
+            Parser::new(&part.expr)?.whole_expr()?;
+        } else if self.eat_word("KEY") {
+            part.method = PartitionMethod::Key;
+            if self.eat_word("ALGORITHM") {
+                self.eat_punct('=');
+                part.key_algorithm = match self.number()? {
+                    1 => 1,
+                    2 => 2,
+                    n => {
+                        return err(format!(
+                            "partition options: KEY ALGORITHM={n} is not 1 or 2"
+                        ))
+                    }
+                };
+            }
+            part.columns = self.column_list()?;
+        } else if self.at_word("RANGE") || self.at_word("LIST") {
+            let range = self.eat_word("RANGE");
+            if !range {
+                self.expect_word("LIST")?;
+            }
+            if linear {
+                return err("partition options: LINEAR applies to HASH and KEY only");
+            }
+            if self.eat_word("COLUMNS") {
+                part.method = if range {
+                    PartitionMethod::RangeColumns
+                } else {
+                    PartitionMethod::ListColumns
+                };
+                part.columns = self.column_list()?;
+                if part.columns.is_empty() {
+                    return err(
+                        "partition options: COLUMNS partitioning needs at least one column",
+                    );
+                }
+            } else {
+                part.method = if range {
+                    PartitionMethod::Range
+                } else {
+                    PartitionMethod::List
+                };
+                part.expr = self.group_text()?;
+                Parser::new(&part.expr)?.whole_expr()?;
+            }
+        } else if self.eat_word("SYSTEM_TIME") {
+            if linear {
+                return err("partition options: LINEAR applies to HASH and KEY only");
+            }
+            part.method = PartitionMethod::SystemTime;
+            // [INTERVAL n unit [STARTS ts] | LIMIT n] [AUTO]
+            while !self.at_end()
+                && !self.at_word("PARTITIONS")
+                && !self.at_word("SUBPARTITION")
+                && !self.at_punct('(')
+            {
+                self.pos += 1;
+            }
+        } else {
+            return self.expected("HASH, KEY, RANGE, LIST or SYSTEM_TIME");
+        }
+        Ok(())
+    }
+
+    /// `SUBPARTITION BY …`: rows are placed at the partition level only, so it is skipped.
+    fn skip_subpartitioning(&mut self) -> Result<(), PartitionError> {
+        if self.eat_word("SUBPARTITION") {
+            // Rows are placed at the partition level only: the subpartitioning is skipped.
+            self.expect_word("BY")?;
+            self.eat_word("LINEAR");
+            if self.eat_word("HASH") {
+                self.group_text()?;
+            } else if self.eat_word("KEY") {
+                if self.eat_word("ALGORITHM") {
+                    self.eat_punct('=');
+                    self.number()?;
+                }
+                self.group_text()?;
+            } else {
+                return self.expected("HASH or KEY after SUBPARTITION BY");
+            }
+            if self.eat_word("SUBPARTITIONS") {
+                self.number()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The partitions of a layout without a definition list: HASH and KEY get `p0`…; SYSTEM_TIME
+/// gets history partitions `p0`… and the current one `pn`, as MariaDB names them.
+fn unlisted_partitions(
+    method: PartitionMethod,
+    count: Option<u64>,
+) -> Result<Vec<PartitionDef>, PartitionError> {
+    match method {
+        PartitionMethod::Hash | PartitionMethod::Key => default_names(0, count.unwrap_or(1)),
+        PartitionMethod::SystemTime => {
+            let n = count.unwrap_or(2).max(2);
+            let mut parts = default_names(0, n - 1)?;
+            parts.push(PartitionDef::named("pn"));
+            Ok(parts)
+        }
+        _ => err("partition options: RANGE and LIST partitioning need a partition definition list"),
+    }
 }
 
 /// Partitions `p{from}` … `p{from+n-1}` (the names the server gives HASH/KEY partitions).

@@ -166,77 +166,92 @@ impl Maintainer {
                     }
                 }
             }
-            BlockStage::Waiting => {
-                self.raise_to_waiting(id, from, d);
-                // Someone already past the DDL proves it was written. For a DDL the table trigger
-                // takes part in, only once the trigger waits at it too: by then every earlier
-                // DDL that adds, drops or renames tables was applied, so the set of tables it
-                // concerns is the right one (a database's members change with renames).
-                let trigger_there = !influence.trigger
-                    || id == self.trigger
-                    || self
-                        .barrier
-                        .events
-                        .get(&d)
-                        .map(|e| e.waiting.contains_key(&self.trigger))
-                        .unwrap_or(false);
-                let tables = if trigger_there {
-                    self.participant_tables(&influence, d)
-                } else {
-                    Vec::new()
-                };
-                let someone_past = self
-                    .spans
-                    .values()
-                    .find(|e| {
-                        tables.contains(&e.span.table)
-                            && e.checkpoint >= d
-                            && e.state == SpanState::Replicating
-                    })
-                    .map(|e| (e.span.clone(), e.checkpoint, e.dispatcher));
-                if let Some(past) = someone_past {
-                    self.log(
-                        out,
-                        format!("DDL at {d} already passed by {past:?}: it was written"),
-                    );
-                    self.mark_written(ctx, d, out);
-                }
-                // A writer that is no longer a span's current dispatcher (moved, merged, its node
-                // gone) can write nothing more: choose again once coverage is complete.
-                let stale_writer = match self.barrier.events.get(&d).and_then(|e| e.writer.clone())
-                {
-                    Some((w, wn)) => !self.is_participant(&wn, w, &influence, d),
-                    None => false,
-                };
-                let Some(e) = self.barrier.events.get_mut(&d) else {
-                    return;
-                };
-                if stale_writer && !e.written {
-                    e.writer = None;
-                }
-                if e.written && influence.dropped.contains(&span.table) {
-                    // Its table ends at this DDL: it stays blocked until it is removed.
-                    return;
-                }
-                if e.written {
-                    let cmd = if e.writer.as_ref().map(|w| w.0) == Some(id) {
-                        BarrierCommand::Write
-                    } else {
-                        BarrierCommand::Pass
-                    };
-                    self.barrier_cmd(out, from, id, d, cmd);
-                    return;
-                }
-                e.waiting.insert(id, from.clone());
-                if let Some((w, wn)) = e.writer.clone() {
-                    if w == id {
-                        self.barrier_cmd(out, &wn, w, d, BarrierCommand::Write);
-                    }
-                    return;
-                }
-                self.try_select_writer(ctx, d, out);
-            }
+            BlockStage::Waiting => self.on_waiting(ctx, (from, id, span), d, &influence, out),
         }
+    }
+
+    /// A participant waits at the DDL: proof that it was written answers at once; otherwise it
+    /// joins the waiters, and a writer is chosen once coverage is complete.
+    fn on_waiting(
+        &mut self,
+        ctx: &Ctx,
+        (from, id, span): (&NodeId, DispatcherId, &Span),
+        d: Ts,
+        influence: &DdlInfluence,
+        out: &mut Vec<Effect>,
+    ) {
+        self.raise_to_waiting(id, from, d);
+        if let Some(past) = self.someone_past(id, d, influence) {
+            self.log(
+                out,
+                format!("DDL at {d} already passed by {past:?}: it was written"),
+            );
+            self.mark_written(ctx, d, out);
+        }
+        // A writer that is no longer a span's current dispatcher (moved, merged, its node
+        // gone) can write nothing more: choose again once coverage is complete.
+        let stale_writer = match self.barrier.events.get(&d).and_then(|e| e.writer.clone()) {
+            Some((w, wn)) => !self.is_participant(&wn, w, influence, d),
+            None => false,
+        };
+        let Some(e) = self.barrier.events.get_mut(&d) else {
+            return;
+        };
+        if stale_writer && !e.written {
+            e.writer = None;
+        }
+        if e.written && influence.dropped.contains(&span.table) {
+            // Its table ends at this DDL: it stays blocked until it is removed.
+            return;
+        }
+        if e.written {
+            let cmd = if e.writer.as_ref().map(|w| w.0) == Some(id) {
+                BarrierCommand::Write
+            } else {
+                BarrierCommand::Pass
+            };
+            return self.barrier_cmd(out, from, id, d, cmd);
+        }
+        e.waiting.insert(id, from.clone());
+        if let Some((w, wn)) = e.writer.clone() {
+            if w == id {
+                self.barrier_cmd(out, &wn, w, d, BarrierCommand::Write);
+            }
+            return;
+        }
+        self.try_select_writer(ctx, d, out);
+    }
+
+    /// A participant span already past the DDL proves it was written. For a DDL the table
+    /// trigger takes part in, only once the trigger waits at it too: by then every earlier DDL
+    /// that adds, drops or renames tables was applied, so the set of tables it concerns is the
+    /// right one (a database's members change with renames).
+    fn someone_past(
+        &self,
+        id: DispatcherId,
+        d: Ts,
+        influence: &DdlInfluence,
+    ) -> Option<(Span, Ts, Option<DispatcherId>)> {
+        let trigger_there = !influence.trigger
+            || id == self.trigger
+            || self
+                .barrier
+                .events
+                .get(&d)
+                .map(|e| e.waiting.contains_key(&self.trigger))
+                .unwrap_or(false);
+        if !trigger_there {
+            return None;
+        }
+        let tables = self.participant_tables(influence, d);
+        self.spans
+            .values()
+            .find(|e| {
+                tables.contains(&e.span.table)
+                    && e.checkpoint >= d
+                    && e.state == SpanState::Replicating
+            })
+            .map(|e| (e.span.clone(), e.checkpoint, e.dispatcher))
     }
 
     pub(super) fn try_select_writer(&mut self, ctx: &Ctx, d: Ts, out: &mut Vec<Effect>) {

@@ -9,41 +9,8 @@ impl Maintainer {
     // (user requests: `requests.rs`)
 
     pub(super) fn schedule(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
-        // Basic: absent spans go to the least loaded schedulable node.
-        let absent: Vec<SpanKey> = self
-            .spans
-            .iter()
-            .filter(|(_, e)| e.state == SpanState::Absent && e.op.is_none())
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in absent.into_iter().take(MAX_OPERATORS_PER_ROUND) {
-            let Some(dest) = self.least_loaded(ctx) else {
-                break;
-            };
-            self.start_add(k, dest);
-        }
-        // Drain: move spans off draining nodes.
-        if !ctx.draining.is_empty() {
-            let moves: Vec<SpanKey> = self
-                .spans
-                .iter()
-                .filter(|(_, e)| {
-                    e.op.is_none()
-                        && e.state == SpanState::Replicating
-                        && e.node
-                            .as_ref()
-                            .map(|n| ctx.draining.contains(n))
-                            .unwrap_or(false)
-                })
-                .map(|(k, _)| k.clone())
-                .take(MAX_OPERATORS_PER_ROUND)
-                .collect();
-            for k in moves {
-                if let Some(dest) = self.least_loaded(ctx) {
-                    self.start_move(k, dest);
-                }
-            }
-        }
+        self.place_absent(ctx);
+        self.drain(ctx);
         if !self.config.scheduler.balance || ctx.now < self.last_balance + BALANCE_INTERVAL_MS {
             return;
         }
@@ -57,89 +24,156 @@ impl Maintainer {
         {
             return;
         }
-        // Split: a table in one span with more regions than the threshold.
-        let sched = self.config.scheduler.clone();
-        if sched.enable_table_across_nodes {
-            let single: Vec<(TableId, SpanKey, Span)> = self
-                .tables
-                .iter()
-                .filter(|(_, s)| s.splittable)
-                .filter_map(|(t, _)| {
-                    let es: Vec<&SpanEntry> =
-                        self.spans.values().filter(|e| e.span.table == *t).collect();
-                    (es.len() == 1).then(|| (*t, span_key(&es[0].span), es[0].span.clone()))
-                })
-                .collect();
-            for (t, k, span) in single {
-                let regions = ctx.regions.get(&t).map(|r| r.len() as u64 + 1).unwrap_or(1);
-                if regions > sched.region_threshold {
-                    let points = self.split_points(ctx, &span, None);
-                    if self.start_split(k, points) {
-                        return;
-                    }
-                }
-            }
-            // Split by write rate: a span written faster than the threshold is split into
-            // pieces of about the threshold each (as its regions allow).
-            if sched.write_key_threshold > 0 {
-                let hot: Vec<(SpanKey, Span, u64)> = self
-                    .spans
-                    .iter()
-                    .filter(|(_, e)| {
-                        e.write_rate > sched.write_key_threshold
-                            && self
-                                .tables
-                                .get(&e.span.table)
-                                .map(|t| t.splittable)
-                                .unwrap_or(false)
-                    })
-                    .map(|(k, e)| (k.clone(), e.span.clone(), e.write_rate))
-                    .collect();
-                for (k, span, rate) in hot {
-                    let pieces = (rate.div_ceil(sched.write_key_threshold) as usize).max(2);
-                    let inner = ctx
-                        .regions
-                        .get(&span.table)
-                        .map(|r| {
-                            r.iter()
-                                .filter(|b| **b > span.start && **b < span.end)
-                                .count()
-                        })
-                        .unwrap_or(0);
-                    let points = self.split_points(ctx, &span, Some(pieces.min(inner + 1)));
-                    if self.start_split(k, points) {
-                        self.log(out, format!("split {span:?}: written at {rate} rows/s"));
-                        return;
-                    }
-                }
-            }
-            // Merge (hysteresis: only at or below half the split threshold).
-            let merge: Vec<TableId> = self
-                .tables
-                .iter()
-                .filter(|(t, s)| {
-                    !s.user_split
-                        && self.spans.values().filter(|e| e.span.table == **t).count() > 1
-                        && ctx.regions.get(t).map(|r| r.len() as u64 + 1).unwrap_or(1) * 2
-                            <= sched.region_threshold
-                        && (sched.write_key_threshold == 0
-                            || self
-                                .spans
-                                .values()
-                                .filter(|e| e.span.table == **t)
-                                .map(|e| e.write_rate)
-                                .sum::<u64>()
-                                * 2
-                                <= sched.write_key_threshold)
-                })
-                .map(|(t, _)| *t)
-                .collect();
-            if let Some(t) = merge.first() {
-                self.queue_scheduler_request(TableRequest::Merge { table: *t }, ctx.now);
-                return;
+        if self.config.scheduler.enable_table_across_nodes
+            && (self.split_by_regions(ctx)
+                || self.split_by_write_rate(ctx, out)
+                || self.merge_small(ctx))
+        {
+            return;
+        }
+        self.balance(ctx, out);
+    }
+
+    /// Basic: absent spans go to the least loaded schedulable node.
+    fn place_absent(&mut self, ctx: &Ctx) {
+        let absent: Vec<SpanKey> = self
+            .spans
+            .iter()
+            .filter(|(_, e)| e.state == SpanState::Absent && e.op.is_none())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in absent.into_iter().take(MAX_OPERATORS_PER_ROUND) {
+            let Some(dest) = self.least_loaded(ctx) else {
+                break;
+            };
+            self.start_add(k, dest);
+        }
+    }
+
+    /// Drain: move spans off draining nodes.
+    fn drain(&mut self, ctx: &Ctx) {
+        if ctx.draining.is_empty() {
+            return;
+        }
+        let moves: Vec<SpanKey> = self
+            .spans
+            .iter()
+            .filter(|(_, e)| {
+                e.op.is_none()
+                    && e.state == SpanState::Replicating
+                    && e.node
+                        .as_ref()
+                        .map(|n| ctx.draining.contains(n))
+                        .unwrap_or(false)
+            })
+            .map(|(k, _)| k.clone())
+            .take(MAX_OPERATORS_PER_ROUND)
+            .collect();
+        for k in moves {
+            if let Some(dest) = self.least_loaded(ctx) {
+                self.start_move(k, dest);
             }
         }
-        // Balance: move one span from the most to the least loaded node when they differ by 2+.
+    }
+
+    /// Split: a table in one span with more regions than the threshold. `true`: one started.
+    fn split_by_regions(&mut self, ctx: &Ctx) -> bool {
+        let threshold = self.config.scheduler.region_threshold;
+        let single: Vec<(TableId, SpanKey, Span)> = self
+            .tables
+            .iter()
+            .filter(|(_, s)| s.splittable)
+            .filter_map(|(t, _)| {
+                let es: Vec<&SpanEntry> =
+                    self.spans.values().filter(|e| e.span.table == *t).collect();
+                (es.len() == 1).then(|| (*t, span_key(&es[0].span), es[0].span.clone()))
+            })
+            .collect();
+        for (t, k, span) in single {
+            let regions = ctx.regions.get(&t).map(|r| r.len() as u64 + 1).unwrap_or(1);
+            if regions > threshold {
+                let points = self.split_points(ctx, &span, None);
+                if self.start_split(k, points) {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Split by write rate: a span written faster than the threshold is split into pieces of
+    /// about the threshold each (as its regions allow). `true`: one started.
+    fn split_by_write_rate(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) -> bool {
+        let threshold = self.config.scheduler.write_key_threshold;
+        if threshold == 0 {
+            return false;
+        }
+        let hot: Vec<(SpanKey, Span, u64)> = self
+            .spans
+            .iter()
+            .filter(|(_, e)| {
+                e.write_rate > threshold
+                    && self
+                        .tables
+                        .get(&e.span.table)
+                        .map(|t| t.splittable)
+                        .unwrap_or(false)
+            })
+            .map(|(k, e)| (k.clone(), e.span.clone(), e.write_rate))
+            .collect();
+        for (k, span, rate) in hot {
+            let pieces = (rate.div_ceil(threshold) as usize).max(2);
+            let inner = ctx
+                .regions
+                .get(&span.table)
+                .map(|r| {
+                    r.iter()
+                        .filter(|b| **b > span.start && **b < span.end)
+                        .count()
+                })
+                .unwrap_or(0);
+            let points = self.split_points(ctx, &span, Some(pieces.min(inner + 1)));
+            if self.start_split(k, points) {
+                self.log(out, format!("split {span:?}: written at {rate} rows/s"));
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Merge (hysteresis: only at or below half the split thresholds), never a table a user
+    /// split. `true`: a merge request was queued.
+    fn merge_small(&mut self, ctx: &Ctx) -> bool {
+        let sched = &self.config.scheduler;
+        let merge: Vec<TableId> = self
+            .tables
+            .iter()
+            .filter(|(t, s)| {
+                !s.user_split
+                    && self.spans.values().filter(|e| e.span.table == **t).count() > 1
+                    && ctx.regions.get(t).map(|r| r.len() as u64 + 1).unwrap_or(1) * 2
+                        <= sched.region_threshold
+                    && (sched.write_key_threshold == 0
+                        || self
+                            .spans
+                            .values()
+                            .filter(|e| e.span.table == **t)
+                            .map(|e| e.write_rate)
+                            .sum::<u64>()
+                            * 2
+                            <= sched.write_key_threshold)
+            })
+            .map(|(t, _)| *t)
+            .collect();
+        let Some(t) = merge.first() else {
+            return false;
+        };
+        self.queue_scheduler_request(TableRequest::Merge { table: *t }, ctx.now);
+        true
+    }
+
+    /// Balance: move one span from the most to the least loaded node when they differ by 2+.
+    fn balance(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
         let nodes: Vec<NodeId> = self
             .ready
             .keys()
@@ -157,18 +191,20 @@ impl Maintainer {
             .iter()
             .min_by_key(|n| (self.load(n), (*n).clone()))
             .cloned();
-        if let (Some(max), Some(min)) = (max, min) {
-            if self.load(&max) >= self.load(&min) + 2 {
-                let k = self
-                    .spans
-                    .iter()
-                    .find(|(_, e)| e.node.as_ref() == Some(&max) && e.op.is_none())
-                    .map(|(k, _)| k.clone());
-                if let Some(k) = k {
-                    self.start_move(k, min);
-                    self.log(out, format!("balance: moving a span from {max}"));
-                }
-            }
+        let (Some(max), Some(min)) = (max, min) else {
+            return;
+        };
+        if self.load(&max) < self.load(&min) + 2 {
+            return;
+        }
+        let k = self
+            .spans
+            .iter()
+            .find(|(_, e)| e.node.as_ref() == Some(&max) && e.op.is_none())
+            .map(|(k, _)| k.clone());
+        if let Some(k) = k {
+            self.start_move(k, min);
+            self.log(out, format!("balance: moving a span from {max}"));
         }
     }
 }

@@ -1,0 +1,402 @@
+//! Moving a dispatcher's stream forward: whole transactions into sink writes, DDLs to the
+//! sink or to the barrier, the blocking DDL's flush and its reports; hold points; the
+//! periodic heartbeats and resends.
+//!
+//! Invariants: a sink write carries whole transactions (a batch is cut only where the commit
+//! ts changes); nothing after a blocking DDL is written before the barrier passes it; a
+//! dispatcher reports `Waiting` only once everything before the DDL is durable.
+
+use super::barrier::{do_write, pass};
+use super::*;
+use crate::filter::FilterConfig;
+
+impl DispatcherManager {
+    /// A hold point was switched on this node.
+    pub fn on_hold(
+        &mut self,
+        now: Millis,
+        point: HoldPoint,
+        on: bool,
+        holds: &Holds,
+        out: &mut Vec<Effect>,
+    ) {
+        if on {
+            return;
+        }
+        match point {
+            HoldPoint::CreateDispatcher => {
+                let held: Vec<DispatcherId> = self
+                    .dispatchers
+                    .values()
+                    .filter(|d| {
+                        d.phase == Phase::Creating
+                            && d.merge_sources.is_empty()
+                            && d.floor_wait.is_none()
+                    })
+                    .map(|d| d.id)
+                    .collect();
+                for id in held {
+                    if let Some(d) = self.dispatchers.remove(&id) {
+                        self.start_dispatcher(d, out);
+                    }
+                }
+            }
+            HoldPoint::CloseDispatcher => {
+                let ids: Vec<DispatcherId> = self.dispatchers.keys().copied().collect();
+                for id in ids {
+                    self.finish_closing(id, holds, out);
+                }
+            }
+            HoldPoint::BootstrapResponse => {
+                if let Some((from, epoch, trigger, config)) = self.held_bootstrap.take() {
+                    self.bootstrap(now, &from, epoch, trigger, config, holds, out);
+                }
+            }
+            HoldPoint::SinkFlush => {
+                let ids: Vec<(DispatcherId, Ts)> = self
+                    .dispatchers
+                    .values_mut()
+                    .filter_map(|d| d.held_flush.take().map(|t| (d.id, t)))
+                    .collect();
+                for (id, ts) in ids {
+                    self.on_sink_flushed(now, id, ts, holds, out);
+                }
+            }
+            HoldPoint::DdlBeforeWrite => {
+                let cf = self.cf.clone();
+                for d in self.dispatchers.values_mut() {
+                    if d.block
+                        .as_ref()
+                        .map(|b| b.stage == Stage::WriteHeld)
+                        .unwrap_or(false)
+                    {
+                        do_write(&cf, d, out);
+                    }
+                }
+            }
+            HoldPoint::DdlBeforePass => {
+                for d in self.dispatchers.values_mut() {
+                    if d.pass_held.take().is_some() {
+                        pass(d);
+                    }
+                }
+            }
+            HoldPoint::DdlAfterWrite | HoldPoint::DdlAfterPass => {}
+        }
+        let ids: Vec<DispatcherId> = self.dispatchers.keys().copied().collect();
+        for id in ids {
+            self.pump(id, now, holds, out);
+        }
+    }
+
+    /// Move a dispatcher's stream forward as far as it can go.
+    pub(super) fn pump(
+        &mut self,
+        id: DispatcherId,
+        now: Millis,
+        holds: &Holds,
+        out: &mut Vec<Effect>,
+    ) {
+        let cf = self.cf.clone();
+        let epoch = self.owner_epoch();
+        let owner = self.owner.as_ref().map(|o| o.0.clone());
+        let ignore = self
+            .config
+            .as_ref()
+            .map(|c| c.filter.clone())
+            .unwrap_or_default();
+        let Some(d) = self.dispatchers.get_mut(&id) else {
+            return;
+        };
+        if d.phase != Phase::Working || d.halted.is_some() {
+            return;
+        }
+        d.drain_buffer(&cf, &ignore, out);
+        d.consumed_upto = match d.buffer.front() {
+            Some(item) => d.consumed_upto.max(item.commit_ts().saturating_sub(1)),
+            None => d.consumed_upto.max(d.received_upto),
+        };
+        let mut reports = Vec::new();
+        if let Some(ts) = d
+            .passed_report
+            .filter(|_| !holds.is_on(HoldPoint::DdlAfterPass))
+        {
+            d.passed_report = None;
+            reports.push(BlockReport {
+                ddl_ts: ts,
+                stage: BlockStage::Passed,
+                ddl: None,
+            });
+        }
+        reports.extend(d.advance_block(&cf, now, holds, out));
+        let Some(owner) = owner else { return };
+        for report in reports {
+            out.push(Effect::Send {
+                to: owner.clone(),
+                msg: Message::BlockStatus {
+                    cf: cf.clone(),
+                    epoch,
+                    id,
+                    span: d.span.clone(),
+                    report,
+                },
+            });
+        }
+    }
+
+    /// Periodic work: heartbeats, resends.
+    pub fn on_tick(&mut self, now: Millis, holds: &Holds, out: &mut Vec<Effect>) {
+        self.retry_floors(now, out);
+        let ids: Vec<DispatcherId> = self.dispatchers.keys().copied().collect();
+        for id in ids {
+            self.pump(id, now, holds, out);
+        }
+        if self.owner.is_none() || self.held_bootstrap.is_some() {
+            return;
+        }
+        if self
+            .last_hb
+            .map(|t| now >= t + HEARTBEAT_MS)
+            .unwrap_or(true)
+        {
+            let elapsed = self
+                .last_hb
+                .map(|t| now.saturating_sub(t))
+                .unwrap_or(HEARTBEAT_MS)
+                .max(1);
+            for d in self.dispatchers.values_mut() {
+                d.write_rate = d.rows_since_report * 1000 / elapsed;
+                d.rows_since_report = 0;
+            }
+            self.last_hb = Some(now);
+            self.hb_seq += 1;
+            let mut reports: Vec<DispatcherReport> =
+                self.dispatchers.values().map(|d| d.report(holds)).collect();
+            for (id, (span, cp)) in &self.stopped {
+                reports.push(stopped_report(*id, span.clone(), *cp));
+            }
+            // Stopped dispatchers are reported a bounded number of times, then forgotten; the
+            // maintainer also learns from complete heartbeats that they are gone.
+            self.stopped.clear();
+            // Failed dispatchers' errors, every time, until the changefeed closes them.
+            let errors: Vec<DispatcherErrorReport> = self
+                .dispatchers
+                .values()
+                .filter_map(|d| match &d.phase {
+                    Phase::Failed { error, .. } => Some(DispatcherErrorReport {
+                        id: d.id,
+                        message: error.clone(),
+                    }),
+                    _ => None,
+                })
+                .take(MAX_ERRORS_PER_HEARTBEAT)
+                .collect();
+            let warnings = self.warnings();
+            let msg = Message::Heartbeat {
+                cf: self.cf.clone(),
+                epoch: self.owner_epoch(),
+                incarnation: self.incarnation,
+                seq: self.hb_seq,
+                complete: true,
+                dispatchers: reports,
+                errors,
+                warnings,
+            };
+            self.send_owner(out, msg);
+        }
+    }
+}
+
+impl Dispatcher {
+    /// Takes what the stream holds into sink writes until it is empty, stopped at a blocking
+    /// DDL, or halted at an unreplicable change.
+    fn drain_buffer(&mut self, cf: &ChangefeedId, ignore: &FilterConfig, out: &mut Vec<Effect>) {
+        let mut rows: Vec<(Ts, sluice_types::Key, u64)> = Vec::new();
+        while self.block.is_none() {
+            let Some(front) = self.buffer.front() else {
+                break;
+            };
+            let go_on = match front.clone() {
+                StreamItem::Row {
+                    commit_ts,
+                    key,
+                    handle,
+                    kind,
+                } => {
+                    self.take_row(cf, ignore, (commit_ts, key, handle), kind, &mut rows, out);
+                    true
+                }
+                StreamItem::Ddl { ddl, .. } if ddl.kind == DdlKind::Unreplicable => {
+                    self.take_unreplicable(cf, ignore, &ddl, out)
+                }
+                StreamItem::Ddl { ddl, handle } => {
+                    self.take_ddl(cf, ignore, ddl, handle, &mut rows, out);
+                    true
+                }
+            };
+            if !go_on {
+                break;
+            }
+        }
+        #[cfg(feature = "mutations")]
+        if crate::mutations::on("reverse-batch") {
+            rows.reverse();
+        }
+        self.write_rows(cf, &mut rows, out);
+    }
+
+    /// Sends the rows gathered so far as one sink write (nothing if there are none).
+    fn write_rows(
+        &self,
+        cf: &ChangefeedId,
+        rows: &mut Vec<(Ts, sluice_types::Key, u64)>,
+        out: &mut Vec<Effect>,
+    ) {
+        if rows.is_empty() {
+            return;
+        }
+        out.push(Effect::Sink(SinkCommand::WriteRows {
+            cf: cf.clone(),
+            id: self.id,
+            span: self.span.clone(),
+            rows: std::mem::take(rows),
+        }));
+    }
+
+    fn take_row(
+        &mut self,
+        cf: &ChangefeedId,
+        ignore: &FilterConfig,
+        row: (Ts, sluice_types::Key, u64),
+        kind: sluice_types::RowKind,
+        rows: &mut Vec<(Ts, sluice_types::Key, u64)>,
+        out: &mut Vec<Effect>,
+    ) {
+        self.buffer.pop_front();
+        // Rows of an ignored event type are consumed, not written.
+        if ignore.ignores_row(kind) {
+            return;
+        }
+        #[cfg(feature = "mutations")]
+        if crate::mutations::on("drop-rows") && row.2 % 50 == 7 {
+            return;
+        }
+        // A sink write carries whole transactions: a full batch is cut only where the commit
+        // ts changes (a transaction larger than the bound stays whole).
+        let ts = row.0;
+        if rows.len() >= MAX_ROWS_PER_WRITE && rows.last().map(|r| r.0 != ts).unwrap_or(false) {
+            self.write_rows(cf, rows, out);
+        }
+        rows.push(row);
+        self.rows_since_report += 1;
+        self.settle_durable();
+        self.written_ts = self.written_ts.max(ts);
+    }
+
+    /// An unreplicable change: consumed if the user lets it through, else the dispatcher halts
+    /// there. `false`: the stream stops here.
+    fn take_unreplicable(
+        &mut self,
+        cf: &ChangefeedId,
+        ignore: &FilterConfig,
+        ddl: &DdlEvent,
+        out: &mut Vec<Effect>,
+    ) -> bool {
+        if ignore.ignores("unreplicable") {
+            // Let through by the user: consumed, never written.
+            self.buffer.pop_front();
+            return true;
+        }
+        if self.halted.is_none() {
+            let what = format!(
+                "{}; to let it go on, add \"unreplicable\" to the changefeed's [filter] \
+                 ignore-event",
+                ddl.query
+            );
+            let id = self.id;
+            halt(cf, id, self, ddl.commit_ts, what, out);
+        }
+        false
+    }
+
+    /// A DDL: a blocking one stops the stream at the barrier; an ignored one is consumed; any
+    /// other is written after the rows before it.
+    fn take_ddl(
+        &mut self,
+        cf: &ChangefeedId,
+        ignore: &FilterConfig,
+        ddl: DdlEvent,
+        handle: u64,
+        rows: &mut Vec<(Ts, sluice_types::Key, u64)>,
+        out: &mut Vec<Effect>,
+    ) {
+        if self.is_blocking(&ddl) {
+            self.block = Some(Block {
+                ddl,
+                stage: Stage::Flushing,
+                last_report: None,
+            });
+            return;
+        }
+        self.buffer.pop_front();
+        if ignore.ignores("ddl") {
+            // An ignored DDL is consumed, not written.
+            return;
+        }
+        self.write_rows(cf, rows, out);
+        self.settle_durable();
+        self.written_ts = self.written_ts.max(ddl.commit_ts);
+        out.push(Effect::Sink(SinkCommand::WriteDdl {
+            cf: cf.clone(),
+            id: self.id,
+            ddl,
+            handle,
+        }));
+    }
+
+    /// A blocking DDL's progress: flush before `Waiting`, flush the DDL before `Written`; the
+    /// report due now (resent every [`RESEND_MS`]; `Written` not while `ddl_after_write` holds).
+    fn advance_block(
+        &mut self,
+        cf: &ChangefeedId,
+        now: Millis,
+        holds: &Holds,
+        out: &mut Vec<Effect>,
+    ) -> Option<BlockReport> {
+        let b = self.block.as_mut()?;
+        let (flushed_enough, next) = match b.stage {
+            Stage::Flushing => (self.flushed_ts >= self.written_ts, Some(Stage::Waiting)),
+            Stage::Writing => (self.flushed_ts >= b.ddl.commit_ts, Some(Stage::Written)),
+            _ => (false, None),
+        };
+        if let Some(next) = next {
+            if flushed_enough {
+                if next == Stage::Written {
+                    b.last_report = None;
+                }
+                b.stage = next;
+            } else if !self.flush_requested {
+                self.flush_requested = true;
+                out.push(Effect::Sink(SinkCommand::Flush {
+                    cf: cf.clone(),
+                    id: self.id,
+                }));
+            }
+        }
+        let due = b.last_report.map(|t| now >= t + RESEND_MS).unwrap_or(true);
+        let stage = match b.stage {
+            Stage::Waiting => BlockStage::Waiting,
+            Stage::Written if !holds.is_on(HoldPoint::DdlAfterWrite) => BlockStage::Written,
+            _ => return None,
+        };
+        if !due {
+            return None;
+        }
+        b.last_report = Some(now);
+        Some(BlockReport {
+            ddl_ts: b.ddl.commit_ts,
+            stage,
+            ddl: Some(b.ddl.influence.clone()),
+        })
+    }
+}
