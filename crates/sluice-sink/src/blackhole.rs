@@ -83,3 +83,13 @@ impl Runner<Blackhole> {
         self.backend().counters.clone()
     }
 }
+
+/// Builds the sink `blackhole://` names (it takes no parameters; `fence`: checked before
+/// anything is counted).
+pub fn build(fence: Option<crate::WriteFence>) -> Result<Arc<dyn crate::Sink>> {
+    let s = BlackholeSink::new_blackhole();
+    if let Some(f) = fence {
+        s.set_fence(f)?;
+    }
+    Ok(Arc::new(s))
+}

@@ -27,6 +27,12 @@
 //!
 //! Creating a sink from a URI: [`open_sink`], [`open_sink_with`] (with a write fence); checking
 //! one before a changefeed is created or updated: [`check_sink`].
+//!
+//! Layout rule: each sink is a component, a folder (`storage/`, `mysql/`; the blackhole is one
+//! file) whose `config.rs` parses its own URI parameters into its config, and whose config
+//! prepares and builds the sink; [`uri`] only dispatches on the scheme and holds what every
+//! parameter parser shares. One concern per file; a type's `impl` blocks may spread over the
+//! files of its module.
 
 pub mod blackhole;
 pub mod check;
@@ -147,29 +153,11 @@ pub async fn check_sink(uri: &str) -> Result<()> {
 /// deletes the id's `ddl_ts` and checkpoint rows; a storage location that already holds table
 /// versions above `start_ts` is refused (use an empty location, or a later start).
 pub async fn prepare_new_changefeed(changefeed: &str, uri: &str, start_ts: Ts) -> Result<()> {
-    match SinkUri::parse(uri)?.config {
+    let parsed = SinkUri::parse(uri)?;
+    match parsed.config {
         SinkConfig::Blackhole => Ok(()),
-        SinkConfig::Mysql(cfg) => {
-            let s = mysql::MysqlSink::connect_for(changefeed, cfg).await?;
-            s.forget_records().await
-        }
-        SinkConfig::Storage(cfg) => {
-            let s = storage::StorageSink::open_storage(cfg)?;
-            let later = s.applied_ddls(start_ts).await?;
-            match later.first() {
-                None => Ok(()),
-                Some(r) => Err(SinkError::invalid_uri(
-                    &uri::mask_uri(uri),
-                    format!(
-                        "the location already holds table versions written after the start ts {start_ts} \
-                         (the first at {}, {} in all): use an empty location, or a start ts after {}",
-                        r.commit_ts,
-                        later.len(),
-                        later.last().map(|l| l.commit_ts).unwrap_or(r.commit_ts)
-                    ),
-                )),
-            }
-        }
+        SinkConfig::Mysql(cfg) => cfg.prepare(changefeed).await,
+        SinkConfig::Storage(cfg) => cfg.prepare(&uri::mask_uri(uri), start_ts).await,
     }
 }
 
@@ -191,29 +179,9 @@ pub async fn open_sink_with(
     fence: Option<WriteFence>,
     holds: Option<Arc<WriteHolds>>,
 ) -> Result<Arc<dyn Sink>> {
-    let parsed = SinkUri::parse(uri)?;
-    match parsed.config {
-        SinkConfig::Blackhole => {
-            let s = blackhole::BlackholeSink::new_blackhole();
-            if let Some(f) = fence {
-                s.set_fence(f)?;
-            }
-            Ok(Arc::new(s))
-        }
-        SinkConfig::Storage(cfg) => {
-            let s = storage::StorageSink::open_storage(cfg)?;
-            if let Some(f) = fence {
-                s.set_fence(f)?;
-            }
-            Ok(Arc::new(s))
-        }
-        SinkConfig::Mysql(cfg) => {
-            let holds = holds.unwrap_or_default();
-            let s = mysql::MysqlSink::connect_with_holds(changefeed, cfg, holds).await?;
-            if let Some(f) = fence {
-                s.set_fence(f)?;
-            }
-            Ok(Arc::new(s))
-        }
+    match SinkUri::parse(uri)?.config {
+        SinkConfig::Blackhole => blackhole::build(fence),
+        SinkConfig::Storage(cfg) => cfg.build(fence),
+        SinkConfig::Mysql(cfg) => cfg.build(changefeed, fence, holds).await,
     }
 }

@@ -40,6 +40,7 @@
 //!   of rows first checks the claim still holds, so a transaction of a paused node cannot commit
 //!   behind its successor's writes ([`SinkError::Superseded`]).
 
+pub mod config;
 pub mod fence;
 
 use crate::error::{Result, SinkError};

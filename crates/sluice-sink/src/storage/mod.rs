@@ -26,6 +26,7 @@
 //!   dispatcher with [`SinkError::Fenced`], leaving its rows unacknowledged (the buffers are kept
 //!   only until the dispatcher is closed).
 
+pub mod config;
 pub mod layout;
 mod record;
 
