@@ -11,7 +11,8 @@
 //! `sluice_sink.fence_tables`, so claims of one table run one at a time) it deletes every row of
 //! an overlapping span and inserts its own, unless an overlapping row belongs to a later
 //! dispatcher (then it is the stale one and is refused). Every downstream transaction of rows
-//! then starts with [`SpanClaim::check`]: a shared lock on its own row, which must still name it.
+//! then starts with [`SpanClaim::begin_checked`]: `START TRANSACTION` and a shared-lock read of
+//! its own row, which must still name it, in one round trip.
 //!
 //! Invariants:
 //! - **a stale transaction never commits after a successor's first write**: the successor's
@@ -150,15 +151,28 @@ impl SpanClaim {
         Ok(())
     }
 
-    /// The first statement of each transaction of rows: the span's fence row still names this
-    /// dispatcher (held shared until the transaction ends), or the transaction must not commit.
-    pub async fn check<Q: Queryable>(&self, tx: &mut Q) -> Result<(), mysql_async::Error> {
-        let held: Option<(u64, u64)> = tx
-            .exec_first(
-                format!("SELECT epoch, seq FROM {PROGRESS_DB}.fence WHERE changefeed = ? AND table_id = ? AND span_hash = ? LOCK IN SHARE MODE"),
-                (self.changefeed.as_str(), self.span.table.0, self.hash),
-            )
-            .await?;
+    /// Opens a transaction of rows on `c` whose first statement checks that the span's fence
+    /// row still names this dispatcher (held shared until the transaction ends), in one round
+    /// trip (`START TRANSACTION; SELECT … LOCK IN SHARE MODE`). The driver does not know of a
+    /// transaction it did not start, so `c` is marked to be reset when it returns to the pool:
+    /// a transaction left open by an error or a dropped future is rolled back by the reset
+    /// before the connection is used again. After its `COMMIT`, the caller clears the mark
+    /// ([`Conn::reset_connection`]`(false)`).
+    pub async fn begin_checked(&self, c: &mut Conn) -> Result<(), mysql_async::Error> {
+        c.reset_connection(true);
+        let sql = format!(
+            "START TRANSACTION; SELECT epoch, seq FROM {PROGRESS_DB}.fence WHERE changefeed = {} AND table_id = {} AND span_hash = {} LOCK IN SHARE MODE",
+            mysql_async::Value::from(self.changefeed.as_str()).as_sql(false),
+            self.span.table.0,
+            self.hash
+        );
+        let mut result = c.query_iter(sql).await?;
+        let mut held: Option<(u64, u64)> = None;
+        while !result.is_empty() {
+            let rows: Vec<(u64, u64)> = result.collect().await?;
+            held = held.or(rows.into_iter().next());
+        }
+        drop(result);
         match held {
             Some((epoch, seq)) if (DispatcherId { epoch, seq }) == self.id => Ok(()),
             Some((epoch, seq)) => Err(self.superseded("apply rows", DispatcherId { epoch, seq })),

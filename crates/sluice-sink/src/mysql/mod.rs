@@ -501,18 +501,28 @@ impl Mysql {
                             // (`with_retry` checked the fence just before this call.)
                             return run_stmt(&mut c, &infiles, &stmts[0]).await;
                         }
-                        let mut tx = c.start_transaction(TxOpts::default()).await?;
-                        if let Some(claim) = claim {
-                            claim.check(&mut tx).await?;
-                        }
+                        let Some(claim) = claim else {
+                            let mut tx = c.start_transaction(TxOpts::default()).await?;
+                            for st in stmts.iter() {
+                                run_stmt(&mut tx, &infiles, st).await?;
+                            }
+                            // Nothing of the transaction is visible before its commit: check
+                            // again, a refused commit rolls it back (the transaction is dropped).
+                            fenced_driver(fence, "commit rows")?;
+                            holds.wait(fence::HoldAt::Commit).await;
+                            return tx.commit().await;
+                        };
+                        // Any error below leaves the transaction to the reset that
+                        // `begin_checked` asked for (the connection goes back to the pool).
+                        claim.begin_checked(&mut c).await?;
                         for st in stmts.iter() {
-                            run_stmt(&mut tx, &infiles, st).await?;
+                            run_stmt(&mut c, &infiles, st).await?;
                         }
-                        // Nothing of the transaction is visible before its commit: check again,
-                        // a refused commit rolls it back (the transaction is dropped).
                         fenced_driver(fence, "commit rows")?;
                         holds.wait(fence::HoldAt::Commit).await;
-                        tx.commit().await
+                        c.query_drop("COMMIT").await?;
+                        c.reset_connection(false);
+                        Ok(())
                     }
                 })
                 .await;
