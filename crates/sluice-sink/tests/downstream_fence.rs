@@ -12,7 +12,8 @@
 //! - a transaction frozen between its last check and its commit (the debug commit hold) holds
 //!   its successor's claim back: released, it commits before anything of the successor; left
 //!   frozen, the server ends it after the idle-transaction timeout, the successor goes on, and
-//!   the stale transaction, woken, is refused.
+//!   the stale transaction, woken, is refused;
+//! - a transaction that failed halfway leaves nothing behind on its pooled connection.
 
 use sluice_sink::mysql::fence::{HoldAt, IDLE_TXN_TIMEOUT};
 use sluice_sink::mysql::MysqlSink;
@@ -274,5 +275,58 @@ async fn a_write_frozen_after_the_node_check_is_refused_when_it_wakes() {
         values(&db),
         "1=b,2=a2,3=a",
         "an older version landed over the successor's"
+    );
+}
+
+/// A fenced transaction that fails after some of its statements ran leaves nothing behind: its
+/// connection goes back to the pool with the transaction open (the driver did not start it), and
+/// the reset asked for at its start rolls it back before the connection serves the next
+/// transaction, whose `START TRANSACTION` would otherwise commit the failed one's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_failed_halfway_leaves_nothing_on_its_connection() {
+    let db = mariadb();
+    db.exec(
+        "CREATE TABLE d.c (id BIGINT PRIMARY KEY, v VARCHAR(64), CONSTRAINT no_bad CHECK (v <> 'bad'));
+         CREATE TABLE d.u (id BIGINT PRIMARY KEY, v VARCHAR(64))",
+    )
+    .expect("ddl");
+    let s = node_sink(&db).await;
+    s.open(d(1, 1), Span::whole_table(TableId(3)), 5)
+        .await
+        .expect("open");
+    // One flush, one transaction of two statements (two batches, two schema instances): the
+    // second breaks the downstream's CHECK constraint (error 4025) after the first ran.
+    for (ids, v, ts) in [(1..=2, "half", 10), (3..=3, "bad", 11)] {
+        let schema = Arc::new(simple_schema("d", "c", 3, 1));
+        let rows = ids.map(|i| simple_insert(&schema, i, v, ts, 0)).collect();
+        s.write_rows(d(1, 1), RowBatch { schema, rows })
+            .await
+            .expect("buffer");
+    }
+    let e = s
+        .flush(d(1, 1))
+        .await
+        .expect_err("a row breaking a CHECK landed");
+    assert!(format!("{e}").contains("4025"), "{e}");
+    // The pool has the connection back; the next transaction on it (another table's dispatcher
+    // of the same sink) commits.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other = Arc::new(simple_schema("d", "u", 2, 1));
+    s.open(d(1, 2), Span::whole_table(TableId(2)), 5)
+        .await
+        .expect("open u");
+    let batch = RowBatch {
+        rows: vec![simple_insert(&other, 1, "u", 20, 0)],
+        schema: other,
+    };
+    write_and_flush(&s, d(1, 2), batch).await.expect("u writes");
+    assert_eq!(
+        db.query_one("SELECT COUNT(*) FROM d.u").expect("query"),
+        "1"
+    );
+    assert_eq!(
+        db.query_one("SELECT COUNT(*) FROM d.c").expect("query"),
+        "0",
+        "the failed transaction's first statement was committed"
     );
 }

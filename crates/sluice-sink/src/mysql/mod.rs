@@ -165,6 +165,9 @@ const SESSION_SETUP: [&str; 3] = [
     "SET sql_mode = 'ALLOW_INVALID_DATES,NO_AUTO_VALUE_ON_ZERO'",
 ];
 
+/// How long an idle pooled connection is kept before it is closed.
+const IDLE_CONNECTION_TTL: Duration = Duration::from_secs(60);
+
 /// A pool whose connections run [`SESSION_SETUP`] when they connect and after every reset
 /// (`COM_RESET_CONNECTION` drops session variables: without the setup a reused connection would
 /// leave UTC). With `infiles` (the sink's own pool) connections are not reset when they return
@@ -189,6 +192,9 @@ fn pool_with(
         .pool_opts(
             PoolOpts::default()
                 .with_constraints(constraints)
+                // Idle connections are kept (up to the pool's size) for this long: without a TTL
+                // the driver keeps only `min` (0) and every transaction would connect anew.
+                .with_inactive_connection_ttl(IDLE_CONNECTION_TTL)
                 .with_reset_connection(reset),
         )
         .local_infile_handler(infiles.map(InfileHandler));
