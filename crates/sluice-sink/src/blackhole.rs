@@ -7,10 +7,10 @@
 
 use crate::error::Result;
 use crate::fence::BoundFence;
-use crate::runner::{Backend, Runner};
+use crate::runner::{Backend, Runner, WriterSpec};
 use crate::RowBatch;
 use async_trait::async_trait;
-use sluice_types::{DdlEvent, DispatcherId, Span, TableSchema, Ts};
+use sluice_types::{DdlEvent, TableSchema, Ts};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +29,7 @@ pub struct Blackhole {
 #[async_trait]
 impl Backend for Blackhole {
     type Writer = ();
-    fn new_writer(&self, _: DispatcherId, _: &Span) -> Result<()> {
+    fn new_writer(&self, _: &WriterSpec<'_>) -> Result<()> {
         Ok(())
     }
     async fn buffer(&self, _: &mut (), batch: RowBatch, fence: &BoundFence) -> Result<bool> {

@@ -20,6 +20,12 @@
 //! - files duplicated by a replay repeat a suffix of a dispatcher's writes, which sorts after the
 //!   original and is a no-op in safe mode; DDLs are recorded in the downstream's `ddl_ts`, so
 //!   running consume twice is harmless;
+//! - **a superseded writer's rows are not applied**: when the layout holds claims (a cluster's
+//!   sinks write them, [`layout::Claim`]), a row with commit ts `t` in a file of dispatcher `D`
+//!   is ignored (counted in the report) if a later dispatcher claimed a span overlapping `D`'s
+//!   from a start ts below `t`: that one replays it, and a paused node's file that landed after
+//!   its successor took over is not applied. Rows without their commit ts cannot be told apart;
+//!   they keep their place in file order, before the successor's files;
 //! - the number of rows held in memory is bounded by [`MAX_ROWS`].
 
 use crate::codec::{self, DecodedRow};
@@ -55,6 +61,8 @@ pub struct ConsumeReport {
     pub ignored_files: Vec<String>,
     pub rows_read: usize,
     pub rows_applied: usize,
+    /// Rows of a dispatcher above the start ts of a later one that claimed an overlapping span.
+    pub rows_superseded: usize,
     pub ddls_applied: usize,
     /// The root `metadata` checkpoint, if present.
     pub checkpoint_ts: Option<Ts>,
@@ -64,11 +72,12 @@ impl std::fmt::Display for ConsumeReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "consumed {} data files, {} schema files; {} rows read, {} rows applied, {} DDLs; {} files ignored; checkpoint {}",
+            "consumed {} data files, {} schema files; {} rows read, {} rows applied, {} rows of superseded writers ignored, {} DDLs; {} files ignored; checkpoint {}",
             self.data_files,
             self.schema_files,
             self.rows_read,
             self.rows_applied,
+            self.rows_superseded,
             self.ddls_applied,
             self.ignored_files.len(),
             match self.checkpoint_ts {
@@ -280,9 +289,29 @@ struct Scan {
     table_ids: BTreeMap<(String, String), TableId>,
     in_place: Vec<InPlaceDdl>,
     data: Vec<DataFile>,
+    /// Claims per table directory `(db, table)`.
+    claims: BTreeMap<(String, String), Vec<layout::Claim>>,
 }
 
 impl Scan {
+    /// The least start ts of a later dispatcher whose claimed span overlaps that of the
+    /// dispatcher that wrote `file` (which must have claimed its own): its rows above it are
+    /// the later one's to write.
+    fn superseded_above(&self, file: &DataFile) -> Option<Ts> {
+        let writer = file.order.2.as_deref()?;
+        let claims = self
+            .claims
+            .get(&(file.version.0.clone(), file.version.1.clone()))?;
+        let own = claims.iter().find(|c| c.dispatcher == writer)?.span()?;
+        claims
+            .iter()
+            // Ids are fixed-width hex of (epoch, sequence): text order is id order.
+            .filter(|c| c.dispatcher.as_str() > writer)
+            .filter(|c| c.span().is_some_and(|s| s.overlaps(&own)))
+            .map(|c| c.start_ts)
+            .min()
+    }
+
     fn add_definition(&mut self, def: TableDefinition) {
         if !def.query.is_empty() {
             self.ddls
@@ -374,6 +403,12 @@ async fn scan_layout(
             scan.add_definition(parse_json(&p, &read_all(store, &p).await?)?);
             continue;
         }
+        if is_meta && parts.len() == 4 && layout::parse_claim_name(name).is_some() {
+            let claim: layout::Claim = parse_json(&p, &read_all(store, &p).await?)?;
+            let table = (parts[0].to_string(), parts[1].to_string());
+            scan.claims.entry(table).or_default().push(claim);
+            continue;
+        }
         match layout::parse_data_name(name) {
             Some(dn) if dn.ext == cfg.protocol.extension() && (4..=6).contains(&parts.len()) => {
                 let file = data_file(cfg, &parts, dn)?;
@@ -460,6 +495,7 @@ async fn decode_all(
         })?;
         report.data_files += 1;
         report.rows_read += rows.len();
+        let superseded_above = scan.superseded_above(&file);
         if report.rows_read > MAX_ROWS {
             return Err(SinkError::Layout {
                 path: file.path,
@@ -467,6 +503,12 @@ async fn decode_all(
             });
         }
         for (line, row) in rows.into_iter().enumerate() {
+            if let (Some(limit), Some(ts)) = (superseded_above, row.commit_ts) {
+                if ts > limit {
+                    report.rows_superseded += 1;
+                    continue;
+                }
+            }
             placed.push(Placed {
                 ts: row.commit_ts.unwrap_or(*version),
                 order: file.order.clone(),

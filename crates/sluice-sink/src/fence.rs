@@ -19,8 +19,9 @@
 //! What is left: the time between a passed check and the bytes leaving the process (one call
 //! into the driver or the object store client). A process frozen exactly there sends them when
 //! it wakes. The MySQL sink closes that window in the downstream ([`crate::mysql::fence`]: a
-//! claim per span, checked under a lock inside each transaction); for the storage sinks a woken
-//! node's put of a new file name is still possible.
+//! claim per span, checked under a lock inside each transaction); the storage sinks name every
+//! file after its dispatcher and claim each span with its start ts, so a consumer does not
+//! apply a woken node's late file over its successor's ([`crate::storage::layout::Claim`]).
 
 use crate::error::{Result, SinkError};
 use std::sync::Arc;

@@ -38,12 +38,23 @@ use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 use tokio::sync::{watch, Mutex};
 
+/// What a backend learns of a dispatcher when it opens.
+pub struct WriterSpec<'a> {
+    pub dispatcher: DispatcherId,
+    pub span: &'a Span,
+    /// Its start point: it writes only rows with greater commit ts.
+    pub start_ts: Ts,
+    /// A write fence is installed (cluster mode): a successor may take the span over while this
+    /// dispatcher's process is paused.
+    pub fenced: bool,
+}
+
 /// What a concrete sink implements; see the module docs for what the runner adds.
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
     type Writer: Send + 'static;
     /// A writer for one dispatcher.
-    fn new_writer(&self, dispatcher: DispatcherId, span: &Span) -> Result<Self::Writer>;
+    fn new_writer(&self, spec: &WriterSpec<'_>) -> Result<Self::Writer>;
     /// Buffers rows (already checked by the runner). Returns true when a bound is reached and the
     /// buffer must be flushed now. A backend that starts a downstream write from here checks
     /// `fence` before it, like `flush`.
@@ -373,7 +384,13 @@ impl<B: Backend> Sink for Runner<B> {
         span: Span,
         start_ts: Ts,
     ) -> Result<AckReceiver> {
-        let writer = self.shared.backend.new_writer(dispatcher, &span)?;
+        // `set_fence` comes before any open (it refuses otherwise), so this is settled.
+        let writer = self.shared.backend.new_writer(&WriterSpec {
+            dispatcher,
+            span: &span,
+            start_ts,
+            fenced: self.shared.fence.get().is_some(),
+        })?;
         let (tx, rx) = watch::channel(start_ts);
         let failed = Failure::default();
         let mut slots = self

@@ -45,7 +45,7 @@ pub mod fence;
 
 use crate::error::{Result, SinkError};
 use crate::fence::BoundFence;
-use crate::runner::{Backend, Runner};
+use crate::runner::{Backend, Runner, WriterSpec};
 use crate::uri::MysqlConfig;
 use crate::RowBatch;
 use async_trait::async_trait;
@@ -54,8 +54,7 @@ use futures::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, TxOpts};
 use sluice_types::{
-    ColumnDef, ColumnType, DdlEvent, DdlKind, DispatcherId, RowEvent, RowKind, Span, TableSchema,
-    Ts, Value,
+    ColumnDef, ColumnType, DdlEvent, DdlKind, RowEvent, RowKind, TableSchema, Ts, Value,
 };
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -1264,11 +1263,11 @@ fn partition(rows: &[Pending], workers: usize, atomic: bool) -> Vec<Vec<&Pending
 impl Backend for Mysql {
     type Writer = MysqlWriter;
 
-    fn new_writer(&self, id: DispatcherId, span: &Span) -> Result<MysqlWriter> {
+    fn new_writer(&self, spec: &WriterSpec<'_>) -> Result<MysqlWriter> {
         let claim = self
             .cfg
             .downstream_fence
-            .then(|| Arc::new(SpanClaim::new(&self.changefeed, id, span)));
+            .then(|| Arc::new(SpanClaim::new(&self.changefeed, spec.dispatcher, spec.span)));
         Ok(MysqlWriter {
             rows: Vec::new(),
             claim,

@@ -8,6 +8,7 @@
 //! <db>/<table>/<ver>[/<part>][/<date>]/CDC<idx>.<ext>  data file (idx zero-padded)
 //! <db>/<table>/<ver>[/<part>][/<date>]/meta/CDC.index  last data file name + "\n"
 //! with dispatcher ids: CDC_<dispatcher>_<idx>.<ext> and meta/CDC_<dispatcher>.index
+//! <db>/<table>/meta/claim_<dispatcher>.json            a fenced dispatcher's span and start ts
 //! <part>: with enable-partition-separator, the 0-based position of the row's partition in the
 //!         table version's layout (the schema file's SluiceSchema.partitioning names them)
 //! ```
@@ -268,6 +269,69 @@ pub fn index_path(dir: &str, dispatcher: Option<DispatcherId>) -> String {
     }
 }
 
+/// A dispatcher's claim of its span (Sluice's extension, written by a sink with a write fence,
+/// that is in a cluster, before the dispatcher's first data file of the table): who wrote the
+/// files `CDC_<dispatcher>_…` of the table, over which keys, from which start point. A
+/// consumer ignores a dispatcher's rows above the start ts of a later dispatcher whose span
+/// overlaps its own: the later one replays them, and a paused process's write that landed after
+/// it took over is not applied (`sluice consume`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Claim {
+    /// The dispatcher id as in file names (32 hex digits: epoch, then sequence).
+    pub dispatcher: String,
+    pub table_id: u64,
+    /// The span's bounds, hex.
+    pub span_start: String,
+    pub span_end: String,
+    pub start_ts: Ts,
+}
+
+impl Claim {
+    pub fn new(dispatcher: DispatcherId, span: &sluice_types::Span, start_ts: Ts) -> Claim {
+        Claim {
+            dispatcher: dispatcher.to_string(),
+            table_id: span.table.0,
+            span_start: hex(&span.start.0),
+            span_end: hex(&span.end.0),
+            start_ts,
+        }
+    }
+
+    /// The claimed span, `None` if the record is not one this version wrote.
+    pub fn span(&self) -> Option<sluice_types::Span> {
+        Some(sluice_types::Span::new(
+            sluice_types::TableId(self.table_id),
+            sluice_types::Key(unhex(&self.span_start)?),
+            sluice_types::Key(unhex(&self.span_end)?),
+        ))
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Where dispatcher `d` claims its span of `schema`'s table.
+pub fn claim_path(schema: &TableSchema, d: DispatcherId) -> String {
+    format!("{}/{}/meta/claim_{d}.json", schema.database, schema.name)
+}
+
+/// Parses `claim_<dispatcher>.json`: the dispatcher id text.
+pub fn parse_claim_name(name: &str) -> Option<&str> {
+    let d = name.strip_prefix("claim_")?.strip_suffix(".json")?;
+    (d.len() == 32 && d.bytes().all(|b| b.is_ascii_hexdigit())).then_some(d)
+}
+
 /// A parsed data file name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct DataName {
@@ -314,6 +378,29 @@ pub fn parse_schema_name(name: &str) -> Option<(Ts, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn claims_name_their_dispatcher_and_keep_their_span() {
+        let t = sluice_types::TableId(7);
+        let span = sluice_types::Span::new(
+            t,
+            sluice_types::Key::row_u64(t, 3),
+            sluice_types::Key::row_u64(t, 9),
+        );
+        let d = DispatcherId { epoch: 2, seq: 5 };
+        let c = Claim::new(d, &span, 42);
+        assert_eq!(c.span(), Some(span));
+        let schema = TableSchema {
+            database: "db".into(),
+            name: "t".into(),
+            ..crate::testing::simple_schema("db", "t", 7, 1)
+        };
+        let path = claim_path(&schema, d);
+        let name = path.rsplit('/').next().unwrap_or_default();
+        assert_eq!(parse_claim_name(name), Some(c.dispatcher.as_str()));
+        assert_eq!(parse_claim_name("claim_zz.json"), None);
+        assert_eq!(parse_data_name(name), None);
+    }
 
     #[test]
     fn type_case_keeps_quoted_values() {

@@ -16,8 +16,11 @@
 //!   place, so a reader never sees a partial file and an existing name is never replaced. A refused
 //!   name moves the writer to the next index (at most [`MAX_NAME_PROBES`] times);
 //! - a dispatcher whose span is not the whole table (or every dispatcher, with
-//!   `enable-table-across-nodes`) puts its id in its file names, so two dispatchers never share a
-//!   name, even across a failover;
+//!   `enable-table-across-nodes` or a write fence) puts its id in its file names, so two
+//!   dispatchers never share a name, even across a failover;
+//! - with a write fence (a cluster) a dispatcher writes its claim ([`layout::Claim`]: its span
+//!   and start ts) into each table directory before its first data file there, so a consumer
+//!   can tell a paused predecessor's late file from its successor's (see `consume`);
 //! - the root `metadata` checkpoint never moves backwards;
 //! - [`probe`] (changefeed create and update) writes only a test object named
 //!   [`PROBE_PREFIX`]`-…`, outside the layout's names, and deletes it;
@@ -33,7 +36,7 @@ mod record;
 use crate::codec;
 use crate::error::{Result, SinkError};
 use crate::fence::BoundFence;
-use crate::runner::{Backend, Runner};
+use crate::runner::{Backend, Runner, WriterSpec};
 use crate::uri::{Protocol, StorageConfig, StorageLocation};
 use crate::RowBatch;
 use async_trait::async_trait;
@@ -41,7 +44,7 @@ use layout::TableDefinition;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use sluice_partition::Placer;
-use sluice_types::{DdlEvent, DispatcherId, RowEvent, RowKind, Span, TableSchema, Ts, Value};
+use sluice_types::{DdlEvent, DispatcherId, RowEvent, RowKind, TableSchema, Ts, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -248,6 +251,10 @@ impl Buf {
 /// One dispatcher's writer state.
 pub struct StorageWriter {
     id: Option<DispatcherId>,
+    /// With a write fence: the claim written before the first data file of each table
+    /// directory (`<db>/<table>`) this dispatcher writes into.
+    claim: Option<(DispatcherId, layout::Claim)>,
+    claimed: BTreeSet<String>,
     /// Open buffers in creation order, one per data directory: rows of one directory stay in
     /// order inside its buffer.
     bufs: Vec<Buf>,
@@ -446,6 +453,30 @@ impl Storage {
         Ok(())
     }
 
+    /// Writes the dispatcher's claim into the table's directory before its first data file
+    /// there (with a write fence only). A claim already there is the same record.
+    async fn ensure_claim(
+        &self,
+        w: &mut StorageWriter,
+        schema: &TableSchema,
+        fence: &BoundFence,
+    ) -> Result<()> {
+        let Some((d, claim)) = &w.claim else {
+            return Ok(());
+        };
+        let table_dir = format!("{}/{}", schema.database, schema.name);
+        if w.claimed.contains(&table_dir) {
+            return Ok(());
+        }
+        let body = serde_json::to_vec_pretty(claim).map_err(|e| SinkError::Codec(e.to_string()))?;
+        let path = layout::claim_path(schema, *d);
+        // Taken: this dispatcher claimed it before (a retried flush); the content is the same.
+        self.put_create(&path, PutPayload::from(body), fence)
+            .await?;
+        w.claimed.insert(table_dir);
+        Ok(())
+    }
+
     async fn read_next_index(&self, dir: &str, id: Option<DispatcherId>) -> Result<u64> {
         let ipath = layout::index_path(dir, id);
         match self.store.get(&Path::from(ipath.as_str())).await {
@@ -468,6 +499,7 @@ impl Storage {
     async fn flush_buf(&self, w: &mut StorageWriter, buf: Buf, fence: &BoundFence) -> Result<()> {
         let def = TableDefinition::for_table(&buf.schema, buf.schema.version, "", None);
         self.ensure_definition(&def, fence).await?;
+        self.ensure_claim(w, &buf.schema, fence).await?;
         let dir = layout::data_dir(&buf.schema, buf.partition, buf.date.as_deref());
         let mut index = match w.next_index.get(&dir) {
             Some(i) => *i,
@@ -505,10 +537,20 @@ impl Storage {
 impl Backend for Storage {
     type Writer = StorageWriter;
 
-    fn new_writer(&self, dispatcher: DispatcherId, span: &Span) -> Result<StorageWriter> {
-        let with_id = self.cfg.table_across_nodes || !span.is_whole_table();
+    fn new_writer(&self, spec: &WriterSpec<'_>) -> Result<StorageWriter> {
+        // With a fence every name carries the dispatcher id: a successor never reuses a name a
+        // paused predecessor may still put.
+        let with_id = spec.fenced || self.cfg.table_across_nodes || !spec.span.is_whole_table();
+        let claim = spec.fenced.then(|| {
+            (
+                spec.dispatcher,
+                layout::Claim::new(spec.dispatcher, spec.span, spec.start_ts),
+            )
+        });
         Ok(StorageWriter {
-            id: with_id.then_some(dispatcher),
+            id: with_id.then_some(spec.dispatcher),
+            claim,
+            claimed: BTreeSet::new(),
             bufs: Vec::new(),
             next_index: BTreeMap::new(),
         })
