@@ -376,7 +376,7 @@ impl NodeState {
             | Message::Merge { ref cf, .. }
             | Message::Barrier { ref cf, .. } => {
                 let cf = cf.clone();
-                self.to_dispatchers(now, from, &cf, msg, out)
+                self.route_to_dispatchers(now, from, &cf, msg, out)
             }
             Message::BootstrapResponse { ref cf, .. }
             | Message::Heartbeat { ref cf, .. }
@@ -384,7 +384,7 @@ impl NodeState {
             | Message::BlockStatus { ref cf, .. }
             | Message::DispatcherError { ref cf, .. } => {
                 let cf = cf.clone();
-                self.to_maintainer(now, from, &cf, msg, out)
+                self.route_to_maintainer(now, from, &cf, msg, out)
             }
         }
     }
@@ -560,7 +560,7 @@ impl NodeState {
         }
     }
 
-    fn to_dispatchers(
+    fn route_to_dispatchers(
         &mut self,
         now: Millis,
         from: NodeId,
@@ -577,7 +577,7 @@ impl NodeState {
         }
     }
 
-    fn to_maintainer(
+    fn route_to_maintainer(
         &mut self,
         now: Millis,
         from: NodeId,

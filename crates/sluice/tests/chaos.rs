@@ -4,8 +4,10 @@
 //! in `bank.transfers`, so the sum of balances never changes) plus random DDL on side tables
 //! (`side.s<k>`: CREATE, ALTER ADD COLUMN, TRUNCATE, DROP, with rows), while the nemesis
 //! (`chaos/nemesis.rs`) kills nodes with `kill -9` and restarts them, stops them with SIGSTOP
-//! beyond their lease and resumes them, SIGTERMs and restarts them, and moves, splits and merges
-//! tables through the API.
+//! beyond their lease and resumes them, SIGTERMs and restarts them, moves, splits and merges
+//! tables through the API, and (MySQL sink) freezes a node whose transaction of rows is held past
+//! the node-side write check, letting it go once the node is back (the downstream fence must
+//! refuse it).
 //!
 //! Pass criteria, read from the API and the databases only (never from logs):
 //! - the changefeed's checkpoint, sampled every second, never goes backwards;
@@ -327,8 +329,8 @@ fn median(v: &[Duration]) -> String {
     }
 }
 
-fn by_kind(m: &BTreeMap<nemesis::Kind, u32>) -> String {
-    KINDS
+fn by_kind(kinds: &[nemesis::Kind], m: &BTreeMap<nemesis::Kind, u32>) -> String {
+    kinds
         .iter()
         .map(|k| format!("{} {}", k.name(), m.get(k).copied().unwrap_or(0)))
         .collect::<Vec<_>>()
@@ -341,8 +343,8 @@ fn summary(rep: &Report, o: &Outcome, secs: u64) {
     let ddl: Vec<String> = w.ddl.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let lines = [
         "== chaos summary".to_string(),
-        format!("nemesis actions by kind in {secs} s: {}", by_kind(&f.ran)),
-        format!("not run (refused, or nothing to act on): {}", by_kind(&f.not_run)),
+        format!("nemesis actions by kind in {secs} s: {}", by_kind(&f.kinds, &f.ran)),
+        format!("not run (refused, or nothing to act on): {}", by_kind(&f.kinds, &f.not_run)),
         format!("fault of the maintainer's node to a new maintainer: {}", median(&f.new_maintainer)),
         format!("fault to the checkpoint past the fault's upstream position: {}", median(&f.caught_up)),
         format!("SIGTERM to exit: {}", median(&f.term_exit)),
@@ -379,8 +381,8 @@ fn summary(rep: &Report, o: &Outcome, secs: u64) {
 /// Every failed criterion, with the seed to replay.
 fn assert_outcome(o: &Outcome, seed: u64) {
     let mut failed: Vec<String> = Vec::new();
-    for k in KINDS {
-        let ran = o.fig.ran.get(&k).copied().unwrap_or(0);
+    for k in &o.fig.kinds {
+        let ran = o.fig.ran.get(k).copied().unwrap_or(0);
         if ran < MIN_PER_KIND {
             failed.push(format!(
                 "{} ran {ran} times, fewer than {MIN_PER_KIND}",
@@ -424,6 +426,7 @@ fn chaos(
     up: &MariaDb,
     rep: &Report,
     (seed, secs): (u64, u64),
+    kinds: &[nemesis::Kind],
 ) -> (Figures, Work, Samples, u64) {
     let (stop_work, stop_samples) = (AtomicBool::new(false), AtomicBool::new(false));
     std::thread::scope(|s| {
@@ -437,7 +440,10 @@ fn chaos(
             up,
             rep,
             rng: Rng(seed),
-            fig: Figures::default(),
+            fig: Figures {
+                kinds: kinds.to_vec(),
+                ..Figures::default()
+            },
         };
         let fig = nemesis.run(secs);
         stop_work.store(true, Ordering::SeqCst);
@@ -479,7 +485,11 @@ fn run(sink: &str) {
     c.create(&out, &uri, scheduler);
     wait_checkpoint(&out, &c.live(), CF, master_ts(&up), 60);
     let n = Nodes::of(&c);
-    let (fig, work, samples, target) = chaos(&mut c, &n, &up, &rep, (seed, secs));
+    let mut kinds = KINDS.to_vec();
+    if sink == "mysql" {
+        kinds.push(nemesis::Kind::Freeze);
+    }
+    let (fig, work, samples, target) = chaos(&mut c, &n, &up, &rep, (seed, secs), &kinds);
     if sink == "storage" {
         let said = consume_storage(&out, &root, &storage, &down_url, target);
         rep.line(&format!("sluice consume: {said}"));

@@ -6,7 +6,12 @@
 //!   upstream's position at the kill;
 //! - SIGSTOP until the node's lease lapsed (it is gone from the captures), the maintainer moved
 //!   and the checkpoint passed the position at the stop, plus 0-2 s, then SIGCONT;
-//! - SIGTERM (the node drains and must exit 0), then a restart.
+//! - SIGTERM (the node drains and must exit 0), then a restart;
+//! - (MySQL sink) a freeze past the write check: every node holds its next transaction of rows
+//!   after the node-side fence check (`mysql_before_send`), the first node holding one is
+//!   stopped with SIGSTOP beyond its lease (watched as above, its successor writes meanwhile),
+//!   resumed, and only then is its transaction let go: the downstream fence must refuse it, which
+//!   the final `sluice check` and sums show (a landed stale write would undo newer rows).
 //!
 //! Each process fault ends with the node back in the captures. Table requests go through the API
 //! (`move_table` of a table in one span to another node, `split_table` of a bank table in one span
@@ -35,8 +40,10 @@ pub enum Kind {
     Move,
     Split,
     Merge,
+    Freeze,
 }
 
+/// The kinds every sink runs; [`Kind::Freeze`] needs the MySQL sink's hold point.
 pub const KINDS: [Kind; 6] = [
     Kind::Kill,
     Kind::Pause,
@@ -55,6 +62,7 @@ impl Kind {
             Kind::Move => "move",
             Kind::Split => "split",
             Kind::Merge => "merge",
+            Kind::Freeze => "freeze past the write check",
         }
     }
 }
@@ -62,6 +70,8 @@ impl Kind {
 /// What the nemesis did and measured.
 #[derive(Default)]
 pub struct Figures {
+    /// The kinds this run planned (each must run at least `MIN_PER_KIND` times).
+    pub kinds: Vec<Kind>,
     pub ran: BTreeMap<Kind, u32>,
     pub not_run: BTreeMap<Kind, u32>,
     /// From a kill or a stop of the maintainer's node to another node being the maintainer.
@@ -107,10 +117,10 @@ impl Nemesis<'_> {
         self.fig
     }
 
-    /// The six kinds shuffled, the split before the merge (the plan is popped from its end), so
+    /// The kinds shuffled, the split before the merge (the plan is popped from its end), so
     /// that a round's merge finds the table its split marked.
     fn round(&mut self) -> Vec<Kind> {
-        let mut plan = KINDS.to_vec();
+        let mut plan = self.fig.kinds.clone();
         self.rng.shuffle(&mut plan);
         let at = |k: Kind, p: &[Kind]| p.iter().position(|x| *x == k).unwrap_or(0);
         let (s, m) = (at(Kind::Split, &plan), at(Kind::Merge, &plan));
@@ -128,6 +138,7 @@ impl Nemesis<'_> {
             Kind::Move => self.move_table(),
             Kind::Split => self.split(),
             Kind::Merge => self.merge(),
+            Kind::Freeze => self.freeze(),
         }
     }
 
@@ -215,6 +226,85 @@ impl Nemesis<'_> {
         ))
     }
 
+    /// See the module docs: a transaction of rows held past the node-side check on the node
+    /// that froze, let go only once the node is back.
+    fn freeze(&mut self) -> Result<String, String> {
+        let i = match self.hold_one_send() {
+            Ok(i) => i,
+            Err(e) => {
+                self.release_sends(None);
+                return Err(e);
+            }
+        };
+        let was_m = self.maintainer_index() == Some(i);
+        let pid = self.c.servers[i].child.as_ref().map(|c| c.id());
+        let pid = pid.ok_or("the node has no process")?.to_string();
+        self.n.set_up(i, false);
+        signal("-STOP", &pid)?;
+        let t0 = Instant::now();
+        let target = master_ts(self.up);
+        let what = self.watch(i, was_m, target, t0, true);
+        let stopped = t0.elapsed();
+        signal("-CONT", &pid)?;
+        self.back(i);
+        let held = self.release_sends(Some(i));
+        Ok(format!(
+            "{}: {what}; SIGCONT after {stopped:.1?}; back; its {held} held transaction(s) let go",
+            self.label(i, was_m)
+        ))
+    }
+
+    /// Switches `mysql_before_send` on at every node and waits (up to 20 s) for one to hold a
+    /// transaction; releases the others. Returns that node.
+    fn hold_one_send(&mut self) -> Result<usize, String> {
+        let on = json!({"point": "mysql_before_send", "on": true});
+        for url in &self.n.urls {
+            hold_call(url, &on)?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let found = (0..self.n.urls.len()).find(|i| held_sends(&self.n.urls[*i]) > 0);
+            if let Some(i) = found {
+                let _ = self.release_others(i);
+                return Ok(i);
+            }
+            if Instant::now() >= deadline {
+                return Err("no node held a transaction of rows within 20 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Lets go of the held transactions on every node but `keep`.
+    fn release_others(&self, keep: usize) -> Result<(), String> {
+        let off = json!({"point": "mysql_before_send", "on": false});
+        for (j, url) in self.n.urls.iter().enumerate().filter(|(j, _)| *j != keep) {
+            hold_call(url, &off).map_err(|e| format!("node {j}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Switches `mysql_before_send` off (at `only`, else everywhere); returns how many
+    /// transactions were held there just before.
+    fn release_sends(&self, only: Option<usize>) -> u64 {
+        let off = json!({"point": "mysql_before_send", "on": false});
+        let mut held = 0;
+        for (j, url) in self.n.urls.iter().enumerate() {
+            if only.is_some_and(|o| o != j) {
+                continue;
+            }
+            held += held_sends(url);
+            let _ = hold_call(url, &off);
+        }
+        held
+    }
+
+    fn maintainer_index(&self) -> Option<usize> {
+        let v = self.n.feed("").ok()?;
+        let a = v["maintainer_addr"].as_str()?;
+        self.n.addrs.iter().position(|x| x == a)
+    }
+
     /// Node `i` answers again and every node is in the captures.
     fn back(&mut self, i: usize) {
         self.n.set_up(i, true);
@@ -228,6 +318,24 @@ impl Nemesis<'_> {
                 .ok_or(format!("captures {caps:?}"))
         });
     }
+}
+
+/// `POST /api/v2/debug/holds` at one node, answered 200.
+fn hold_call(url: &str, body: &Value) -> Result<(), String> {
+    let (st, v) = api_raw(url, "POST", "/api/v2/debug/holds", Some(body))?;
+    (st == 200).then_some(()).ok_or(format!("{url}: {st} {v}"))
+}
+
+/// The transactions node `url` holds at `mysql_before_send` (0 if it does not answer).
+fn held_sends(url: &str) -> u64 {
+    let Ok((200, v)) = api_raw(url, "GET", "/api/v2/debug/holds", None) else {
+        return 0;
+    };
+    v["held"]
+        .as_array()
+        .and_then(|a| a.iter().find(|h| h["point"] == "mysql_before_send"))
+        .and_then(|h| h["transactions"].as_u64())
+        .unwrap_or(0)
 }
 
 fn signal(sig: &str, pid: &str) -> Result<(), String> {
