@@ -429,17 +429,6 @@ impl Coordinator {
                 self.cordoned.remove(&node);
             }
         }
-        self.last_settings = Some(now);
-        let (cordoned, draining, rev) = (self.cordoned(), self.draining(), self.rev);
-        for n in alive.keys() {
-            out.push(Effect::Send {
-                to: n.clone(),
-                msg: Message::NodeSettings {
-                    rev,
-                    cordoned: cordoned.clone(),
-                    draining: draining.clone(),
-                },
-            });
-        }
+        self.send_settings(now, alive, out);
     }
 }

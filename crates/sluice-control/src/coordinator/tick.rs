@@ -120,6 +120,16 @@ impl Coordinator {
         {
             return;
         }
+        self.send_settings(now, alive, out);
+    }
+
+    /// Every live node hears the cordoned and draining nodes now.
+    pub(super) fn send_settings(
+        &mut self,
+        now: Millis,
+        alive: &BTreeMap<NodeId, u64>,
+        out: &mut Vec<Effect>,
+    ) {
         self.last_settings = Some(now);
         let (cordoned, draining, rev) = (self.cordoned(), self.draining(), self.rev);
         for n in alive.keys() {

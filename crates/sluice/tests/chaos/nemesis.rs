@@ -189,6 +189,19 @@ impl Nemesis<'_> {
 
     fn pause(&mut self) -> Result<String, String> {
         let (i, was_m) = self.victim();
+        let extra = self.rng.millis(0, 2000);
+        let what = self.stop_beyond_lease(i, was_m, extra)?;
+        Ok(format!("{}: {what}; back", self.label(i, was_m)))
+    }
+
+    /// SIGSTOP of node `i` until its lease lapsed and the others took over (watched), `extra`
+    /// more, then SIGCONT and the node back.
+    fn stop_beyond_lease(
+        &mut self,
+        i: usize,
+        was_m: bool,
+        extra: Duration,
+    ) -> Result<String, String> {
         let pid = self.c.servers[i].child.as_ref().map(|c| c.id());
         let pid = pid.ok_or("the node has no process")?.to_string();
         self.n.set_up(i, false);
@@ -196,14 +209,11 @@ impl Nemesis<'_> {
         let t0 = Instant::now();
         let target = master_ts(self.up);
         let what = self.watch(i, was_m, target, t0, true);
-        std::thread::sleep(self.rng.millis(0, 2000));
+        std::thread::sleep(extra);
         let stopped = t0.elapsed();
         signal("-CONT", &pid)?;
         self.back(i);
-        Ok(format!(
-            "{}: {what}; SIGCONT after {stopped:.1?}; back",
-            self.label(i, was_m)
-        ))
+        Ok(format!("{what}; SIGCONT after {stopped:.1?}"))
     }
 
     fn term(&mut self) -> Result<String, String> {
@@ -237,20 +247,13 @@ impl Nemesis<'_> {
             }
         };
         let was_m = self.maintainer_index() == Some(i);
-        let pid = self.c.servers[i].child.as_ref().map(|c| c.id());
-        let pid = pid.ok_or("the node has no process")?.to_string();
-        self.n.set_up(i, false);
-        signal("-STOP", &pid)?;
-        let t0 = Instant::now();
-        let target = master_ts(self.up);
-        let what = self.watch(i, was_m, target, t0, true);
-        let stopped = t0.elapsed();
-        signal("-CONT", &pid)?;
-        self.back(i);
+        let stopped = self.stop_beyond_lease(i, was_m, Duration::ZERO);
+        // Let go even when the stop failed: the node must not keep its writes held.
         let held = self.release_sends(Some(i));
         Ok(format!(
-            "{}: {what}; SIGCONT after {stopped:.1?}; back; its {held} held transaction(s) let go",
-            self.label(i, was_m)
+            "{}: {}; back; its {held} held transaction(s) let go",
+            self.label(i, was_m),
+            stopped?
         ))
     }
 
