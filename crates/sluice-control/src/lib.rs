@@ -17,9 +17,12 @@
 //!   ([`maintainer`] computes it, [`coordinator`] persists it with a leadership-fenced write).
 //!
 //! Layout rule: one concern per file; a type's `impl` blocks may spread over the files of its
-//! module (the maintainer's over `maintainer/{mod,bootstrap,reports,barrier,operator,scheduler,
-//! checkpoint,replay,requests}.rs`, the dispatcher manager's over `dispatcher.rs` and
-//! `dispatcher/floor.rs`), each file opening with what it owns and the invariants it keeps.
+//! module (the coordinator's over `coordinator/{mod,meta_result,status,placement,requests,
+//! progress,tick}.rs`, the maintainer's over `maintainer/{mod,bootstrap,reports,barrier,operator,
+//! scheduler,checkpoint,replay,requests}.rs`, the dispatcher manager's over `dispatcher/{mod,
+//! lifecycle,barrier,events,pump,floor}.rs`), each file opening with what it owns and the
+//! invariants it keeps; a `match` stays in its parent and each arm is a named helper (no
+//! function over 100 lines).
 
 pub mod config;
 pub mod coordinator;
