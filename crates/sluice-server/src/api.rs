@@ -155,14 +155,12 @@ enum Where {
 /// Where the coordinator runs: here, at another node's address, or nowhere yet.
 async fn coordinator_at(st: &AppState) -> Result<Where, ServerError> {
     st.query(|s| {
-        if s.node.coordinator().is_some() {
+        if s.node().coordinator().is_some() {
             return Ok(Where::Here);
         }
-        match s.node.leader() {
+        match s.node().leader() {
             Some(l) => Ok(Where::There(
-                s.net
-                    .addrs
-                    .get(l)
+                s.addr_of(l)
                     .cloned()
                     .unwrap_or_else(|| l.as_str().to_string()),
             )),
@@ -227,18 +225,16 @@ pub fn feed_state_name(f: &sluice_control::coordinator::FeedView) -> &'static st
 }
 
 fn feed_json(s: &Shell, f: &sluice_control::coordinator::FeedView) -> Json {
-    let time = s.capture.time_of(f.checkpoint).map(rfc3339_ms);
+    let time = s.capture().time_of(f.checkpoint).map(rfc3339_ms);
     let resolved = s
-        .node
+        .node()
         .maintainer(&f.id)
         .map(|m| m.status().resolved)
         .unwrap_or(f.resolved)
         .max(f.resolved)
         .max(f.checkpoint);
     let maintainer_addr = f.maintainer.as_ref().map(|n| {
-        s.net
-            .addrs
-            .get(n)
+        s.addr_of(n)
             .cloned()
             .unwrap_or_else(|| n.as_str().to_string())
     });
@@ -258,7 +254,7 @@ fn feed_json(s: &Shell, f: &sluice_control::coordinator::FeedView) -> Json {
 
 async fn health(State(st): State<AppState>) -> ApiResult {
     let (ready, capture_error) = st
-        .query(|s| (s.node.leader().is_some(), s.capture.error()))
+        .query(|s| (s.node().leader().is_some(), s.capture().error()))
         .await?;
     if !ready {
         return Err(ServerError::NotReady("no coordinator elected yet".into()).into());
@@ -271,15 +267,15 @@ async fn status(State(st): State<AppState>) -> ApiResult {
         .query(|s| {
             json!({
                 "version": env!("CARGO_PKG_VERSION"),
-                "id": s.node_id.as_str(),
-                "address": s.advertise_addr,
+                "id": s.node_id().as_str(),
+                "address": s.advertise_addr(),
                 "pid": std::process::id(),
-                "is_owner": s.node.coordinator().is_some(),
-                "liveness": if s.stopping { 1 } else { 0 },
-                "upstream": mask_url(&s.upstream_masked),
-                "meta_store": if s.meta.is_cluster() { "etcd" } else { "embedded" },
-                "captured_ts": s.capture.captured(),
-                "capture_error": s.capture.error(),
+                "is_owner": s.node().coordinator().is_some(),
+                "liveness": if s.is_stopping() { 1 } else { 0 },
+                "upstream": mask_url(s.upstream_masked()),
+                "meta_store": if s.is_cluster() { "etcd" } else { "embedded" },
+                "captured_ts": s.capture().captured(),
+                "capture_error": s.capture().error(),
                 "dispatchers": s.dispatcher_count(),
                 "inflight_bytes": s.inflight_bytes(),
                 "memory_quota_bytes": s.quota_bytes(),
@@ -292,13 +288,13 @@ async fn status(State(st): State<AppState>) -> ApiResult {
 async fn captures(State(st): State<AppState>) -> ApiResult {
     let v = st
         .query(|s| {
-            let (cordoned, draining) = match s.node.coordinator() {
+            let (cordoned, draining) = match s.node().coordinator() {
                 Some(c) => (c.cordoned(), c.draining()),
                 None => (Vec::new(), Vec::new()),
             };
-            let leader = s.node.leader().cloned();
+            let leader = s.node().leader().cloned();
             let items: Vec<Json> = s
-                .members
+                .members()
                 .iter()
                 .map(|(n, addr)| {
                     json!({
@@ -328,7 +324,7 @@ async fn capture_request(
     let known = st
         .query({
             let node = node.clone();
-            move |s| s.members.contains_key(&node)
+            move |s| s.members().contains_key(&node)
         })
         .await?;
     if !known {
@@ -348,10 +344,10 @@ async fn list_holds(State(st): State<AppState>) -> ApiResult {
         .query(|s| {
             let mut on = sluice_control::hold::HoldPoint::ALL
                 .iter()
-                .filter(|p| s.node.holds().is_on(**p))
+                .filter(|p| s.node().holds().is_on(**p))
                 .map(|p| p.name())
                 .collect::<Vec<_>>();
-            let sink = s.registry.write_holds();
+            let sink = s.registry().write_holds();
             on.extend(
                 HoldAt::ALL
                     .iter()
@@ -375,8 +371,8 @@ async fn list_holds(State(st): State<AppState>) -> ApiResult {
 /// The work waiting at a hold point on this node now, per changefeed (what a test waits for
 /// before it kills a node).
 fn held_items(s: &Shell) -> Vec<Json> {
-    let holds = s.node.holds();
-    s.node
+    let holds = s.node().holds();
+    s.node()
         .dispatcher_managers()
         .flat_map(|(cf, dm)| {
             dm.held(holds).into_iter().map(move |h| {
@@ -411,7 +407,7 @@ async fn set_holds(State(st): State<AppState>, body: Bytes) -> ApiResult {
     if body["clear"] == true || sink_hold.is_some() {
         let on = body["clear"] != true && body["on"].as_bool().unwrap_or(true);
         st.query(move |s| {
-            let holds = s.registry.write_holds();
+            let holds = s.registry().write_holds();
             for h in HoldAt::ALL
                 .into_iter()
                 .filter(|h| sink_hold.is_none_or(|p| p == *h))
@@ -501,7 +497,7 @@ async fn list_changefeeds(State(st): State<AppState>, method: Method, uri: Uri) 
     let v = st
         .query(|s| {
             let c = s
-                .node
+                .node()
                 .coordinator()
                 .ok_or_else(|| ServerError::NotReady("the coordinator is starting".into()))?;
             if !c.is_ready() {
@@ -524,7 +520,7 @@ async fn feed_view(st: &AppState, id: &str) -> Result<Json, ServerError> {
     let cf = ChangefeedId::new(id);
     st.query(move |s| {
         let c = s
-            .node
+            .node()
             .coordinator()
             .ok_or_else(|| ServerError::NotReady("the coordinator is starting".into()))?;
         if !c.is_ready() {
@@ -882,7 +878,7 @@ async fn update_changefeed(
         let cf = cf.clone();
         st.query(move |s| {
             let c = s
-                .node
+                .node()
                 .coordinator()
                 .ok_or_else(|| ServerError::NotReady("the coordinator is starting".into()))?;
             let f = c
@@ -913,7 +909,7 @@ async fn update_changefeed(
         let done = {
             let (cf, want) = (cf.clone(), want.clone());
             st.query(move |s| {
-                s.node
+                s.node()
                     .coordinator()
                     .and_then(|c| c.feeds().into_iter().find(|f| f.id == cf))
                     .map(|f| f.config == want)
@@ -1022,7 +1018,7 @@ async fn maintainer_at(st: &AppState, id: &str) -> Result<Where, ServerError> {
     let here = {
         let cf = cf.clone();
         st.query(move |s| {
-            s.node
+            s.node()
                 .maintainer(&cf)
                 .map(|m| m.is_bootstrapped())
                 .unwrap_or(false)
@@ -1081,7 +1077,7 @@ async fn tables(
     let cf = ChangefeedId::new(id.clone());
     let v = st
         .query(move |s| {
-            let m = s.node.maintainer(&cf).ok_or_else(|| ServerError::ChangefeedNotFound(cf.to_string()))?;
+            let m = s.node().maintainer(&cf).ok_or_else(|| ServerError::ChangefeedNotFound(cf.to_string()))?;
             // Per node, each table once (a split table has several spans), with its name.
             let mut by: std::collections::BTreeMap<Option<String>, std::collections::BTreeMap<u64, String>> = Default::default();
             for sp in m.spans() {
@@ -1108,7 +1104,7 @@ async fn spans(
     let v = st
         .query(move |s| {
             let m = s
-                .node
+                .node()
                 .maintainer(&cf)
                 .ok_or_else(|| ServerError::ChangefeedNotFound(cf.to_string()))?;
             let items: Vec<Json> = m
@@ -1162,7 +1158,7 @@ fn pending_request_items(m: &sluice_control::maintainer::Maintainer) -> Vec<Json
 }
 
 fn local_dispatcher_items(s: &Shell, cf: &ChangefeedId) -> Vec<Json> {
-    s.node
+    s.node()
         .dispatcher_manager(cf)
         .map(|dm| {
             dm.dispatchers()
@@ -1172,7 +1168,7 @@ fn local_dispatcher_items(s: &Shell, cf: &ChangefeedId) -> Vec<Json> {
                         json!({"commit_ts": ts, "stage": format!("{stage:?}").to_lowercase()})
                     });
                     json!({
-                        "node_id": s.node_id.as_str(),
+                        "node_id": s.node_id().as_str(),
                         "dispatcher_id": d.id.to_string(),
                         "table_id": d.span.table.0,
                         "start_key": hex(&d.span.start.0),
@@ -1206,9 +1202,9 @@ async fn dispatchers(
     let (mut items, others) = st
         .query(move |s| {
             let others: Vec<String> = s
-                .members
+                .members()
                 .iter()
-                .filter(|(n, _)| **n != s.node_id)
+                .filter(|(n, _)| *n != s.node_id())
                 .map(|(_, a)| a.clone())
                 .collect();
             (local_dispatcher_items(s, &cf), others)
@@ -1285,12 +1281,12 @@ async fn table_request(
     };
     let cf = ChangefeedId::new(id.clone());
     st.query(move |s| {
-        let m = s.node.maintainer(&cf).ok_or_else(|| ServerError::ChangefeedNotFound(cf.to_string()))?;
+        let m = s.node().maintainer(&cf).ok_or_else(|| ServerError::ChangefeedNotFound(cf.to_string()))?;
         if !m.spans().iter().any(|sp| sp.span.table == table) {
             return Err(ServerError::BadRequest(format!("table {} is not replicated by changefeed {cf}; list its tables with `sluice cli changefeed tables -c {cf}`", table.0)));
         }
         if let TableRequest::Move { to, .. } = &req {
-            if !s.members.contains_key(to) {
+            if !s.members().contains_key(to) {
                 return Err(ServerError::CaptureNotFound(to.to_string()));
             }
         }
@@ -1319,7 +1315,7 @@ fn split_refusal(
     spans_now: usize,
 ) -> Result<(), ServerError> {
     let name = s
-        .capture
+        .capture()
         .history()
         .table_by_id_at(table, Ts::MAX)
         .map(|t| (t.qualified_name(), t.key_columns.is_empty()));
@@ -1341,7 +1337,7 @@ fn split_refusal(
             "{label} has no primary key and no not-null unique key: its rows cannot be cut into key ranges, so it stays in one span"
         )));
     }
-    let regions = s.regions.get(&table).map(|r| r.len() + 1).unwrap_or(1);
+    let regions = s.regions_of(table).map(|r| r.len() + 1).unwrap_or(1);
     if regions < want {
         return Err(ServerError::BadRequest(format!(
             "{label} has {regions} region(s) and a split cuts only at region boundaries, so it cannot become {want} spans; \

@@ -141,7 +141,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     let mut net = net::Net::default();
     net.incarnation = incarnation;
     let metrics = Arc::new(metrics::Metrics::default());
-    let mut shell = shell::Shell::new(
+    let shell = shell::Shell::new(
         node_id.clone(),
         incarnation,
         cfg.advertise_addr.clone(),
@@ -151,19 +151,21 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         cfg.memory_quota_bytes,
         metrics,
         report_tx,
+        (
+            cfg.data_dir.join("events.redb"),
+            mask::mask_url(&cfg.upstream),
+        ),
     );
-    shell.store_path = cfg.data_dir.join("events.redb");
     if let Some((_, view)) = &etcd_client {
         let view = view.clone();
         let limit = Duration::from_secs(cfg.lease_ttl_secs)
             .saturating_sub(Duration::from_millis(2 * shell::TICK_MS));
-        shell.registry.set_guard(Arc::new(move || {
+        shell.registry().set_guard(Arc::new(move || {
             let v = view.lock().unwrap_or_else(|p| p.into_inner());
             let fresh = v.renewed.map(|r| r.elapsed() < limit).unwrap_or(false);
             (fresh && v.want_incarnation == v.incarnation).then_some(v.incarnation)
         }));
     }
-    shell.upstream_masked = mask::mask_url(&cfg.upstream);
     let (tx, rx) = mpsc::channel(shell::MAX_QUEUED_INPUTS);
     let shell_task = tokio::spawn(shell::run(shell, rx, report_rx, meta_rx));
     let regions = tokio::spawn(upstream::regions_task(
@@ -245,10 +247,8 @@ async fn handover(st: &api::AppState) {
     loop {
         let leader = st
             .query(|s| {
-                s.node.leader().map(|l| {
-                    s.net
-                        .addrs
-                        .get(l)
+                s.node().leader().map(|l| {
+                    s.addr_of(l)
                         .cloned()
                         .unwrap_or_else(|| l.as_str().to_string())
                 })
@@ -271,8 +271,11 @@ async fn handover(st: &api::AppState) {
     loop {
         let busy = st
             .query(|s| {
-                let others = s.members.len() > 1;
-                (s.node.maintainers().count() + s.dispatcher_count(), others)
+                let others = s.members().len() > 1;
+                (
+                    s.node().maintainers().count() + s.dispatcher_count(),
+                    others,
+                )
             })
             .await
             .unwrap_or((0, false));
@@ -299,10 +302,8 @@ async fn undrain_on_start(st: api::AppState) {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let leader = st
             .query(|s| {
-                s.node.leader().map(|l| {
-                    s.net
-                        .addrs
-                        .get(l)
+                s.node().leader().map(|l| {
+                    s.addr_of(l)
                         .cloned()
                         .unwrap_or_else(|| l.as_str().to_string())
                 })

@@ -12,7 +12,6 @@
 
 use crate::error::ServerError;
 use crate::meta::EmbeddedMeta;
-use crate::shell::Shell;
 use sluice_control::coordinator::ChangefeedInfo;
 use sluice_control::meta::{keys, MetaOp, MetaResult};
 use sluice_control::Input;
@@ -126,111 +125,128 @@ impl MetaBackend {
     }
 }
 
-/// Membership and leadership, delivered on every tick when they changed.
-pub fn on_tick(shell: &mut Shell) {
-    let mut inputs = Vec::new();
-    match &mut shell.meta {
-        MetaBackend::Embedded {
-            announced,
-            leader_rev,
-            ..
-        } => {
-            if !*announced {
-                *announced = true;
-                shell
-                    .members
-                    .insert(shell.node_id.clone(), shell.advertise_addr.clone());
-                let alive: BTreeMap<NodeId, u64> = [(shell.node_id.clone(), shell.incarnation)]
-                    .into_iter()
+/// What membership and leadership changed since the last tick ([`MetaBackend::on_tick`]).
+#[derive(Default)]
+pub struct Membership {
+    /// For the control plane, in order.
+    pub inputs: Vec<Input>,
+    /// The members and their addresses, when known anew (replacing the previous list).
+    pub members: Option<BTreeMap<NodeId, String>>,
+    /// Peer addresses to learn (for sending to them).
+    pub addrs: Vec<(NodeId, String)>,
+}
+
+/// This node as membership sees it.
+pub struct Me<'a> {
+    pub id: &'a NodeId,
+    pub addr: &'a str,
+    pub incarnation: u64,
+}
+
+impl MetaBackend {
+    /// Membership and leadership, given on every tick when they changed.
+    pub fn on_tick(&mut self, me: &Me<'_>) -> Membership {
+        let mut m = Membership::default();
+        match self {
+            MetaBackend::Embedded {
+                announced,
+                leader_rev,
+                ..
+            } => {
+                if !*announced {
+                    *announced = true;
+                    m.members = Some([(me.id.clone(), me.addr.to_string())].into());
+                    let alive: BTreeMap<NodeId, u64> = [(me.id.clone(), me.incarnation)].into();
+                    m.inputs.push(Input::NodesChanged { alive });
+                    m.inputs.push(Input::Leader {
+                        node: Some(me.id.clone()),
+                        rev: *leader_rev,
+                    });
+                }
+            }
+            MetaBackend::Etcd {
+                meta,
+                known_alive,
+                known_leader,
+                ..
+            } => {
+                let v = meta.view.lock().unwrap_or_else(|p| p.into_inner());
+                if v.incarnation != me.incarnation {
+                    return m; // fenced, not rejoined yet
+                }
+                let alive: BTreeMap<NodeId, u64> = v
+                    .alive
+                    .iter()
+                    .map(|(n, r)| (n.clone(), r.incarnation))
                     .collect();
-                inputs.push(Input::NodesChanged { alive });
-                inputs.push(Input::Leader {
-                    node: Some(shell.node_id.clone()),
-                    rev: *leader_rev,
-                });
+                let members: BTreeMap<NodeId, String> = v
+                    .alive
+                    .iter()
+                    .map(|(n, r)| (n.clone(), r.addr.clone()))
+                    .collect();
+                m.addrs = members
+                    .iter()
+                    .map(|(n, a)| (n.clone(), a.clone()))
+                    .collect();
+                m.members = Some(members);
+                if known_alive.as_ref() != Some(&alive) && v.refreshed.is_some() {
+                    *known_alive = Some(alive.clone());
+                    m.inputs.push(Input::NodesChanged { alive });
+                }
+                let leader = v
+                    .leader
+                    .clone()
+                    .map(|(n, r)| (Some(n), r))
+                    .unwrap_or((None, 0));
+                if known_leader.as_ref() != Some(&leader) && v.refreshed.is_some() {
+                    *known_leader = Some(leader.clone());
+                    m.inputs.push(Input::Leader {
+                        node: leader.0,
+                        rev: leader.1,
+                    });
+                }
             }
         }
-        MetaBackend::Etcd {
+        m
+    }
+
+    /// Fencing: a node that could not renew its lease for nearly a TTL must drop everything
+    /// before etcd lets the lease expire, and ask for a new lease as a new incarnation. Returns
+    /// that incarnation when it is due now (the caller resets to it).
+    pub fn fence_due(&mut self, incarnation: u64) -> Option<u64> {
+        let MetaBackend::Etcd {
             meta,
             known_alive,
             known_leader,
-            ..
-        } => {
+            fences,
+        } = self
+        else {
+            return None;
+        };
+        let (stale, want) = {
             let v = meta.view.lock().unwrap_or_else(|p| p.into_inner());
-            if v.incarnation != shell.incarnation {
-                return; // fenced, not rejoined yet
-            }
-            let alive: BTreeMap<NodeId, u64> = v
-                .alive
-                .iter()
-                .map(|(n, r)| (n.clone(), r.incarnation))
-                .collect();
-            shell.members = v
-                .alive
-                .iter()
-                .map(|(n, r)| (n.clone(), r.addr.clone()))
-                .collect();
-            for (n, r) in &v.alive {
-                shell.net.addrs.insert(n.clone(), r.addr.clone());
-            }
-            if known_alive.as_ref() != Some(&alive) && v.refreshed.is_some() {
-                *known_alive = Some(alive.clone());
-                inputs.push(Input::NodesChanged { alive });
-            }
-            let leader = v
-                .leader
-                .clone()
-                .map(|(n, r)| (Some(n), r))
-                .unwrap_or((None, 0));
-            if known_leader.as_ref() != Some(&leader) && v.refreshed.is_some() {
-                *known_leader = Some(leader.clone());
-                inputs.push(Input::Leader {
-                    node: leader.0,
-                    rev: leader.1,
-                });
-            }
+            let limit = meta
+                .ttl
+                .saturating_sub(std::time::Duration::from_millis(2 * crate::shell::TICK_MS));
+            let stale = v.incarnation == incarnation
+                && v.renewed.map(|r| r.elapsed() >= limit).unwrap_or(true);
+            (stale, v.want_incarnation)
+        };
+        if !stale || want != incarnation {
+            return None;
         }
+        *fences += 1;
+        let next = incarnation + 1;
+        *known_alive = None;
+        *known_leader = None;
+        meta.view
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .want_incarnation = next;
+        tracing::error!(
+            incarnation = next,
+            "lease not renewed for nearly its TTL: fencing (dropping all work) and rejoining"
+        );
+        Some(next)
     }
-    for i in inputs {
-        shell.deliver(i);
-    }
-}
-
-/// Fencing: a node that could not renew its lease for nearly a TTL drops everything before etcd
-/// lets the lease expire, and asks for a new lease as a new incarnation.
-pub fn check_fence(shell: &mut Shell) {
-    let MetaBackend::Etcd {
-        meta,
-        known_alive,
-        known_leader,
-        fences,
-    } = &mut shell.meta
-    else {
-        return;
-    };
-    let (stale, want) = {
-        let v = meta.view.lock().unwrap_or_else(|p| p.into_inner());
-        let limit = meta
-            .ttl
-            .saturating_sub(std::time::Duration::from_millis(2 * crate::shell::TICK_MS));
-        let stale = v.incarnation == shell.incarnation
-            && v.renewed.map(|r| r.elapsed() >= limit).unwrap_or(true);
-        (stale, v.want_incarnation)
-    };
-    if !stale || want != shell.incarnation {
-        return;
-    }
-    *fences += 1;
-    let next = shell.incarnation + 1;
-    *known_alive = None;
-    *known_leader = None;
-    meta.view
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .want_incarnation = next;
-    tracing::error!(
-        incarnation = next,
-        "lease not renewed for nearly its TTL: fencing (dropping all work) and rejoining"
-    );
-    shell.reset(next);
 }

@@ -48,16 +48,16 @@ fn esc(s: &str) -> String {
 
 pub fn render(shell: &Shell) -> String {
     let mut o = String::new();
-    let node = esc(shell.node_id.as_str());
+    let node = esc(shell.node_id().as_str());
     let now = crate::upstream::now_ms();
-    let cap = &shell.capture;
-    let m = &shell.metrics;
+    let cap = &shell.capture();
+    let m = &shell.metrics();
     let _ = writeln!(o, "# HELP sluice_changefeed_checkpoint_lag_seconds Upstream commit time minus the changefeed checkpoint's commit time.");
     let _ = writeln!(o, "# TYPE sluice_changefeed_checkpoint_lag_seconds gauge");
     let mut resolved_lines = String::new();
     let mut ops_lines = String::new();
     let mut state_lines = String::new();
-    if let Some(c) = shell.node.coordinator() {
+    if let Some(c) = shell.node().coordinator() {
         for f in c.feeds() {
             let t = cap.time_of(f.checkpoint).unwrap_or(0);
             let lag = if t == 0 {
@@ -83,7 +83,7 @@ pub fn render(shell: &Shell) -> String {
         let _ = writeln!(o, "# TYPE sluice_changefeed_state gauge");
         o.push_str(&state_lines);
     }
-    for mt in shell.node.maintainers() {
+    for mt in shell.node().maintainers() {
         let st = mt.status();
         let t = cap.time_of(st.resolved).unwrap_or(0);
         let lag = if t == 0 {
@@ -178,7 +178,7 @@ pub fn render(shell: &Shell) -> String {
         "# HELP sluice_event_store_bytes Size of this node's event store file."
     );
     let _ = writeln!(o, "# TYPE sluice_event_store_bytes gauge");
-    let size = std::fs::metadata(&shell.store_path)
+    let size = std::fs::metadata(shell.store_path())
         .map(|m| m.len())
         .unwrap_or(0);
     let _ = writeln!(o, "sluice_event_store_bytes{{node=\"{node}\"}} {size}");

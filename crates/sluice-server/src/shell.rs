@@ -18,6 +18,10 @@
 //!   has every DDL up to it), with the epoch the meta store has now;
 //! - the sink's checkpoint record follows `Effect::CheckpointPersisted` only.
 //!   Every queue here has a named bound.
+//!
+//! The shell's fields are private: the API and metrics read it through accessors (inside a
+//! query on the shell's own task), and change it only by [`Shell::deliver`]ing inputs;
+//! membership comes from [`MetaBackend::on_tick`] and fencing from [`MetaBackend::fence_due`].
 
 use crate::mask::scrub;
 use crate::metabackend::MetaBackend;
@@ -67,14 +71,14 @@ struct Worker {
 }
 
 pub struct Shell {
-    pub node_id: NodeId,
-    pub incarnation: u64,
-    pub node: NodeState,
-    pub advertise_addr: String,
+    node_id: NodeId,
+    incarnation: u64,
+    node: NodeState,
+    advertise_addr: String,
     start: Instant,
-    pub capture: Arc<CaptureShared>,
-    pub meta: MetaBackend,
-    pub net: Net,
+    capture: Arc<CaptureShared>,
+    meta: MetaBackend,
+    net: Net,
     local: VecDeque<Input>,
     /// The data path: subscriptions, rows between the event store and the sinks, the quota.
     feed: Feed<RowEvent>,
@@ -83,23 +87,23 @@ pub struct Shell {
     sink_uris: BTreeMap<ChangefeedId, String>,
     schema_waits: Vec<(ChangefeedId, Epoch, Ts, Instant)>,
     schema_cache: BTreeMap<(TableId, Ts), Arc<TableSchema>>,
-    pub registry: Arc<SinkRegistry>,
+    registry: Arc<SinkRegistry>,
     report_tx: mpsc::UnboundedSender<SinkReport>,
-    pub metrics: Arc<Metrics>,
+    metrics: Arc<Metrics>,
     sink_cp_written: BTreeMap<ChangefeedId, (Ts, Instant)>,
     last_gc: Instant,
     /// The capture error last given to the control plane (`Input::CaptureStatus`).
     capture_error_sent: Option<String>,
-    pub regions: BTreeMap<TableId, Vec<Key>>,
+    regions: BTreeMap<TableId, Vec<Key>>,
     /// The last checkpoint this node's coordinator persisted, per changefeed
     /// (`Effect::CheckpointPersisted`).
     persisted: BTreeMap<ChangefeedId, Ts>,
-    pub stopping: bool,
-    pub store_path: std::path::PathBuf,
+    stopping: bool,
+    store_path: std::path::PathBuf,
     /// Live nodes and their addresses, as membership says.
-    pub members: BTreeMap<NodeId, String>,
+    members: BTreeMap<NodeId, String>,
     /// The upstream URL, for views (masked before it is shown).
-    pub upstream_masked: String,
+    upstream_masked: String,
     /// What was captured at the previous GC round (the GC bound when there is no changefeed).
     idle_gc_mark: Ts,
 }
@@ -116,6 +120,7 @@ impl Shell {
         quota_bytes: u64,
         metrics: Arc<Metrics>,
         report_tx: mpsc::UnboundedSender<SinkReport>,
+        (store_path, upstream_masked): (std::path::PathBuf, String),
     ) -> Shell {
         Shell {
             node: NodeState::new(node_id.clone(), incarnation),
@@ -142,11 +147,68 @@ impl Shell {
             regions: BTreeMap::new(),
             persisted: BTreeMap::new(),
             stopping: false,
-            store_path: std::path::PathBuf::new(),
+            store_path,
             members: BTreeMap::new(),
-            upstream_masked: String::new(),
+            upstream_masked,
             idle_gc_mark: 0,
         }
+    }
+
+    /// The control plane this shell drives (read-only: inputs go through [`Shell::deliver`]).
+    pub fn node(&self) -> &NodeState {
+        &self.node
+    }
+
+    pub fn node_id(&self) -> &NodeId {
+        &self.node_id
+    }
+
+    pub fn advertise_addr(&self) -> &str {
+        &self.advertise_addr
+    }
+
+    pub fn capture(&self) -> &Arc<CaptureShared> {
+        &self.capture
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        self.meta.is_cluster()
+    }
+
+    /// The address `node` is reached at, as membership last said.
+    pub fn addr_of(&self, node: &NodeId) -> Option<&String> {
+        self.net.addrs.get(node)
+    }
+
+    /// The live members and their addresses, as membership last said.
+    pub fn members(&self) -> &BTreeMap<NodeId, String> {
+        &self.members
+    }
+
+    pub fn registry(&self) -> &Arc<SinkRegistry> {
+        &self.registry
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The table's region boundaries as the upstream's statistics last gave them.
+    pub fn regions_of(&self, table: TableId) -> Option<&Vec<Key>> {
+        self.regions.get(&table)
+    }
+
+    pub fn store_path(&self) -> &std::path::Path {
+        &self.store_path
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping
+    }
+
+    /// The upstream URL with its password masked.
+    pub fn upstream_masked(&self) -> &str {
+        &self.upstream_masked
     }
 
     pub fn now(&self) -> u64 {
@@ -306,6 +368,32 @@ impl Shell {
     }
 
     /// Periodic work: the tick, event delivery, schema answers, GC.
+    /// Membership and leadership as the meta store says, delivered when they changed.
+    fn on_membership_tick(&mut self) {
+        let me = crate::metabackend::Me {
+            id: &self.node_id,
+            addr: &self.advertise_addr,
+            incarnation: self.incarnation,
+        };
+        let m = self.meta.on_tick(&me);
+        if let Some(members) = m.members {
+            self.members = members;
+        }
+        for (n, a) in m.addrs {
+            self.net.addrs.insert(n, a);
+        }
+        for i in m.inputs {
+            self.deliver(i);
+        }
+    }
+
+    /// A lease not renewed for nearly its TTL: drop everything and rejoin as a new incarnation.
+    fn check_fence(&mut self) {
+        if let Some(next) = self.meta.fence_due(self.incarnation) {
+            self.reset(next);
+        }
+    }
+
     pub fn on_tick(&mut self) {
         let capture_error = self.capture.error();
         if capture_error != self.capture_error_sent {
@@ -748,10 +836,10 @@ pub async fn run(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut captured = shell.capture.captured.subscribe();
     loop {
-        crate::metabackend::check_fence(&mut shell);
+        shell.check_fence();
         tokio::select! {
             _ = tick.tick() => {
-                crate::metabackend::on_tick(&mut shell);
+                shell.on_membership_tick();
                 shell.on_tick();
             }
             Some(r) = reports.recv() => shell.on_sink_report(r),
