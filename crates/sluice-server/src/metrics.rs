@@ -196,6 +196,13 @@ pub fn render(shell: &Shell) -> String {
         "sluice_memory_quota_bytes{{node=\"{node}\"}} {}",
         shell.quota_bytes()
     );
+    let _ = writeln!(o, "# HELP sluice_stale_writes_refused_total Downstream writes of this node refused because a later dispatcher had taken their span over (MySQL sink downstream fence).");
+    let _ = writeln!(o, "# TYPE sluice_stale_writes_refused_total counter");
+    let _ = writeln!(
+        o,
+        "sluice_stale_writes_refused_total{{node=\"{node}\"}} {}",
+        shell.registry().write_holds().refused()
+    );
     let _ = writeln!(o, "# HELP sluice_errors_total Errors by kind.");
     let _ = writeln!(o, "# TYPE sluice_errors_total counter");
     let mut errors = m.errors();

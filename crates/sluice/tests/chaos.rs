@@ -345,6 +345,7 @@ fn summary(rep: &Report, o: &Outcome, secs: u64) {
         "== chaos summary".to_string(),
         format!("nemesis actions by kind in {secs} s: {}", by_kind(&f.kinds, &f.ran)),
         format!("not run (refused, or nothing to act on): {}", by_kind(&f.kinds, &f.not_run)),
+        format!("stale writes refused by the downstream fence on frozen nodes: {}", f.refused),
         format!("fault of the maintainer's node to a new maintainer: {}", median(&f.new_maintainer)),
         format!("fault to the checkpoint past the fault's upstream position: {}", median(&f.caught_up)),
         format!("SIGTERM to exit: {}", median(&f.term_exit)),

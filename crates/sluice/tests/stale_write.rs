@@ -7,8 +7,9 @@
 //! in hand (past the check), then frozen with SIGSTOP beyond its lease. The other node takes
 //! the table over and writes newer versions of the same rows. The frozen node wakes, fences
 //! itself and rejoins; then the hold is released and the old transaction goes on: the
-//! downstream fence refuses it, so the newer versions stay and `sluice check` passes. (Without
-//! the downstream fence the held statement lands after the successor's and the check fails.)
+//! downstream fence refuses it, so the newer versions stay and `sluice check` passes, and the
+//! woken node counts the refusal (`sluice_stale_writes_refused_total`). (Without the
+//! downstream fence the held statement lands after the successor's and the check fails.)
 
 mod common;
 
@@ -115,5 +116,21 @@ fn a_write_frozen_past_the_node_check_never_lands_after_its_successor() {
     );
     let r = check(&out, &up_url, &down_url, "z.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
+    // The woken node says it was refused.
+    wait_for("the refusal counted on the woken node", 30, || {
+        let n = stale_refused(&c.servers[x].url())?;
+        (n >= 1).then_some(()).ok_or(format!("refused {n}"))
+    });
     c.finish(&out);
+}
+
+/// The node's `sluice_stale_writes_refused_total`.
+fn stale_refused(url: &str) -> Result<u64, String> {
+    let (_, v) = api_raw(url, "GET", "/metrics", None)?;
+    let text = v.as_str().ok_or(v.to_string())?;
+    text.lines()
+        .find(|l| l.starts_with("sluice_stale_writes_refused_total{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or("no sluice_stale_writes_refused_total in /metrics".to_string())
 }

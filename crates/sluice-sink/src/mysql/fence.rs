@@ -219,15 +219,27 @@ impl HoldAt {
     }
 }
 
-/// Debug holds of the MySQL sink's transactions of rows: off by default, and then one load of a
-/// flag per transaction.
+/// What the MySQL sinks of one node share about their writes: the debug holds of their
+/// transactions of rows (off by default, and then one load of a flag per transaction), and how
+/// many writes the downstream fence refused as superseded (stale writes that did not land).
 #[derive(Debug, Default)]
 pub struct WriteHolds {
     send: Gate,
     commit: Gate,
+    refused: std::sync::atomic::AtomicU64,
 }
 
 impl WriteHolds {
+    /// Counts a write the downstream fence refused.
+    pub fn count_refused(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Writes the downstream fence refused so far.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
     fn gate(&self, at: HoldAt) -> &Gate {
         match at {
             HoldAt::Send => &self.send,

@@ -604,7 +604,12 @@ impl Mysql {
                     };
                     match answered {
                         Ok(Err(mysql_async::Error::Other(e))) => match e.downcast::<SinkError>() {
-                            Ok(refused) => return Err(*refused),
+                            Ok(refused) => {
+                                if matches!(*refused, SinkError::Superseded { .. }) {
+                                    self.holds.count_refused();
+                                }
+                                return Err(*refused);
+                            }
                             Err(e) => Err(SinkError::db(what, mysql_async::Error::Other(e))),
                         },
                         Ok(r) => r.map_err(|e| SinkError::db(what, e)),

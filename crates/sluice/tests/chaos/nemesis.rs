@@ -80,6 +80,8 @@ pub struct Figures {
     pub caught_up: Vec<Duration>,
     /// From SIGTERM to the exit.
     pub term_exit: Vec<Duration>,
+    /// Writes the downstream fence refused on frozen nodes (`sluice_stale_writes_refused_total`).
+    pub refused: u64,
     pub violations: Vec<String>,
 }
 
@@ -247,11 +249,25 @@ impl Nemesis<'_> {
             }
         };
         let was_m = self.maintainer_index() == Some(i);
+        let url = self.n.urls[i].clone();
+        let before = stale_refused(&url);
         let stopped = self.stop_beyond_lease(i, was_m, Duration::ZERO);
         // Let go even when the stop failed: the node must not keep its writes held.
         let held = self.release_sends(Some(i));
+        // The node counts what its downstream fence refused (the final check shows that
+        // nothing of it landed).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut refused = 0;
+        while Instant::now() < deadline {
+            refused = stale_refused(&url).saturating_sub(before);
+            if refused > 0 && held_sends(&url) == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.fig.refused += refused;
         Ok(format!(
-            "{}: {}; back; its {held} held transaction(s) let go",
+            "{}: {}; back; its {held} held transaction(s) let go, {refused} refused by the downstream fence",
             self.label(i, was_m),
             stopped?
         ))
@@ -338,6 +354,21 @@ fn held_sends(url: &str) -> u64 {
         .as_array()
         .and_then(|a| a.iter().find(|h| h["point"] == "mysql_before_send"))
         .and_then(|h| h["transactions"].as_u64())
+        .unwrap_or(0)
+}
+
+/// Node `url`'s `sluice_stale_writes_refused_total` (0 if it does not answer).
+fn stale_refused(url: &str) -> u64 {
+    let Ok((_, v)) = api_raw(url, "GET", "/metrics", None) else {
+        return 0;
+    };
+    v.as_str()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("sluice_stale_writes_refused_total{"))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0)
 }
 
