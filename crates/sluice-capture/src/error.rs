@@ -8,6 +8,7 @@
 //!
 //! Invariant: every message says what is wrong and, where there is one, how to fix it.
 
+pub use sluice_types::error_class::mysql_text;
 use std::fmt;
 
 pub use sluice_types::ErrorClass;
@@ -143,23 +144,6 @@ impl CaptureError {
                 other => other,
             },
         }
-    }
-}
-
-/// A `mysql_async` error's message without the driver's doubled prefixes
-/// (`Input/output error: Input/output error: …`, ``Server error: `…'``): the operating
-/// system's or the server's own message.
-pub fn mysql_text(e: &mysql_async::Error) -> String {
-    use mysql_async::{Error as E, IoError};
-    match e {
-        E::Io(IoError::Io(io)) => io.to_string(),
-        // TLS errors, when a TLS feature is on.
-        #[allow(unreachable_patterns)]
-        E::Io(other) => other.to_string(),
-        E::Server(s) => s.to_string(),
-        E::Driver(d) => d.to_string(),
-        E::Url(u) => format!("connection URL: {u}"),
-        E::Other(o) => o.to_string(),
     }
 }
 

@@ -26,6 +26,11 @@
 //!   at different positions produce identical `(table id, key, commit ts)` for the same rows;
 //! - a resumed reader has no gap and repeats only the transaction it had not finished;
 //! - errors are typed and classified retryable or fatal ([`error::CaptureError::class`]).
+//!
+//! Layout rule: one concern per file (the binlog reader, the decoders of events and row images,
+//! the schema history in `schema/` with a file each for history, snapshot, DDL application,
+//! SQL text and store, the event store, the capture loop); a type's `impl` blocks may spread
+//! over the files of its module; each file opens with what it owns and the invariants it keeps.
 
 pub mod binlog;
 pub mod binlog_schema;

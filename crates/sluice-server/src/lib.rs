@@ -9,6 +9,10 @@
 //! Invariants kept across the crate: the state machines are driven only through
 //! `NodeState::handle`; every queue has a named bound; no secret is logged or returned
 //! ([`mask`]); errors are typed ([`error::ServerError`]) and say what to do.
+//!
+//! Layout rule: one concern per file (the shell that drives the node, the API, the sink workers,
+//! the meta backends, capture's tasks, metrics); the shell's fields are private and the other
+//! modules read it through accessors or give it inputs; each file opens with what it owns.
 
 pub mod api;
 pub mod applied;

@@ -11,6 +11,7 @@
 //! Invariant: [`SinkError::class`] is a pure function of the error value, so the shell and the
 //! simulator classify identically.
 
+pub use sluice_types::error_class::mysql_text;
 use std::fmt;
 
 pub use sluice_types::ErrorClass;
@@ -242,21 +243,6 @@ pub fn cause_text(e: &(dyn std::error::Error + Send + Sync + 'static)) -> String
     match e.downcast_ref::<mysql_async::Error>() {
         Some(m) => mysql_text(m),
         None => e.to_string(),
-    }
-}
-
-/// A `mysql_async` error's message without the driver's doubled prefixes.
-pub fn mysql_text(e: &mysql_async::Error) -> String {
-    use mysql_async::{Error as E, IoError};
-    match e {
-        E::Io(IoError::Io(io)) => io.to_string(),
-        // TLS errors, when a TLS feature is on.
-        #[allow(unreachable_patterns)]
-        E::Io(other) => other.to_string(),
-        E::Server(s) => s.to_string(),
-        E::Driver(d) => d.to_string(),
-        E::Url(u) => format!("connection URL: {u}"),
-        E::Other(o) => o.to_string(),
     }
 }
 

@@ -1,6 +1,8 @@
 //! Test harness shared by the integration tests: each helper starts a real server (MariaDB with
 //! row binlog, a moto S3 server, an etcd member) in its own temp directory on a free port and
 //! stops it on drop. Nothing here is a mock.
+//!
+//! Layout rule: one file per server it starts.
 
 pub mod etcd;
 pub mod mariadb;

@@ -100,6 +100,24 @@ pub fn is_login_refused(code: u16) -> bool {
     LOGIN_REFUSED_CODES.contains(&code)
 }
 
+/// A `mysql_async` error's message without the driver's doubled prefixes
+/// (`Input/output error: Input/output error: …`, ``Server error: `…'``): the operating
+/// system's or the server's own message.
+#[cfg(feature = "mysql")]
+pub fn mysql_text(e: &mysql_async::Error) -> String {
+    use mysql_async::{Error as E, IoError};
+    match e {
+        E::Io(IoError::Io(io)) => io.to_string(),
+        // TLS errors, when a TLS feature is on.
+        #[allow(unreachable_patterns)]
+        E::Io(other) => other.to_string(),
+        E::Server(s) => s.to_string(),
+        E::Driver(d) => d.to_string(),
+        E::Url(u) => format!("connection URL: {u}"),
+        E::Other(o) => o.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

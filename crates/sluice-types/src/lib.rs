@@ -6,6 +6,10 @@
 //! - a [`Key`] orders bytewise, and every key of table `t` lies inside [`Span::whole_table`]`(t)`;
 //! - a [`Span`] is a half-open range `[start, end)` with `start < end`, always within one table;
 //! - a [`Ts`] (commit ts) totally orders upstream transactions; it is not a wall-clock time.
+//!
+//! Layout rule: one file per piece of vocabulary (ids, keys and spans, events, partitioning's
+//! description, the error classes, the civil calendar); no logic that needs IO or a driver
+//! (the MySQL driver's error text is behind the `mysql` feature).
 
 pub mod civil;
 pub mod error_class;
