@@ -850,7 +850,6 @@ impl Sim {
     }
 
     fn effect(&mut self, name: &str, inc: u64, e: Effect) {
-        let now = self.now;
         match e {
             Effect::Send { to, msg } => {
                 if let Message::Merge { span, .. } = &msg {
@@ -858,101 +857,9 @@ impl Sim {
                 }
                 self.send(name, to.as_str(), msg)
             }
-            Effect::Meta { req, op } => {
-                if !self.reaches_meta(name) {
-                    let lat = self.rng.range(1, 5);
-                    self.push(
-                        now + lat,
-                        Ev::Input {
-                            node: name.to_string(),
-                            inc,
-                            input: Input::MetaResult {
-                                req,
-                                result: sluice_control::meta::MetaResult::Unavailable,
-                            },
-                        },
-                    );
-                    return;
-                }
-                let (result, puts) = self.meta.apply(&op);
-                if let (
-                    sluice_control::meta::MetaResult::Txn {
-                        succeeded: true, ..
-                    },
-                    sluice_control::meta::MetaOp::Txn { deletes, .. },
-                ) = (&result, &op)
-                {
-                    if deletes
-                        .iter()
-                        .any(|k| k.starts_with(keys::CHANGEFEED_REQUESTS))
-                    {
-                        self.checker.on_requests_record(None);
-                    }
-                }
-                for (k, v) in puts {
-                    if k.starts_with(keys::CHANGEFEED_REQUESTS) {
-                        if let Ok(rec) = serde_json::from_slice(&v) {
-                            self.checker.on_requests_record(Some(&rec));
-                        }
-                    } else if let Some(cf) = k.strip_prefix(keys::CHANGEFEED_INFO) {
-                        if let Ok(info) = serde_json::from_slice::<
-                            sluice_control::coordinator::ChangefeedInfo,
-                        >(&v)
-                        {
-                            self.checker.on_persisted_epoch(cf, info.epoch);
-                            self.checker.on_persisted_restarts(cf, info.restarts);
-                        }
-                    }
-                }
-                let lat = self.rng.range(1, 5);
-                self.push(
-                    now + lat,
-                    Ev::Input {
-                        node: name.to_string(),
-                        inc,
-                        input: Input::MetaResult { req, result },
-                    },
-                );
-            }
+            Effect::Meta { req, op } => self.meta_effect(name, inc, req, op),
             Effect::LoadSchema { cf, epoch, at_ts } => {
-                if !self.reaches_meta(name) {
-                    // The shell retries until the store answers.
-                    let lat = self.rng.range(200, 500);
-                    self.push(
-                        now + lat,
-                        Ev::Effect {
-                            node: name.to_string(),
-                            inc,
-                            effect: Effect::LoadSchema { cf, epoch, at_ts },
-                        },
-                    );
-                    return;
-                }
-                let snapshot = self.upstream.snapshot(at_ts);
-                let persisted_epoch = self
-                    .meta
-                    .kv
-                    .get(&keys::info(cf.as_str()))
-                    .and_then(|(v, _)| {
-                        serde_json::from_slice::<sluice_control::coordinator::ChangefeedInfo>(v)
-                            .ok()
-                    })
-                    .map(|i| sluice_types::Epoch(i.epoch))
-                    .unwrap_or_default();
-                let lat = self.rng.range(1, 10);
-                self.push(
-                    now + lat,
-                    Ev::Input {
-                        node: name.to_string(),
-                        inc,
-                        input: Input::Schema {
-                            cf,
-                            epoch,
-                            snapshot,
-                            persisted_epoch,
-                        },
-                    },
-                );
+                self.load_schema(name, inc, (cf, epoch, at_ts))
             }
             Effect::LoadApplied {
                 cf, epoch, after, ..
@@ -960,16 +867,14 @@ impl Sim {
                 // The blackhole keeps nothing; the others answer from their record.
                 let list = self.downstream.applied(after);
                 let lat = self.rng.range(1, 20);
-                self.push(
-                    now + lat,
-                    Ev::Input {
-                        node: name.to_string(),
-                        inc,
-                        input: Input::Applied {
-                            cf,
-                            epoch,
-                            result: Ok(list),
-                        },
+                self.input_after(
+                    name,
+                    inc,
+                    lat,
+                    Input::Applied {
+                        cf,
+                        epoch,
+                        result: Ok(list),
                     },
                 );
             }
@@ -986,16 +891,14 @@ impl Sim {
                 let floor =
                     sluice_control::maintainer::replay::table_floor(&snapshot, &applied, table);
                 let lat = self.rng.range(1, 20);
-                self.push(
-                    now + lat,
-                    Ev::Input {
-                        node: name.to_string(),
-                        inc,
-                        input: Input::Floor {
-                            cf,
-                            id,
-                            result: Ok(floor),
-                        },
+                self.input_after(
+                    name,
+                    inc,
+                    lat,
+                    Input::Floor {
+                        cf,
+                        id,
+                        result: Ok(floor),
                     },
                 );
             }
@@ -1007,6 +910,110 @@ impl Sim {
             Effect::Sink(cmd) => self.sink(name, inc, cmd),
             Effect::Trace(t) => self.trace(name, inc, t),
         }
+    }
+
+    /// Queues `input` for incarnation `inc` of node `name`, `lat` ms from now.
+    fn input_after(&mut self, name: &str, inc: u64, lat: Millis, input: Input) {
+        let at = self.now + lat;
+        self.push(
+            at,
+            Ev::Input {
+                node: name.to_string(),
+                inc,
+                input,
+            },
+        );
+    }
+
+    /// A meta-store operation: unavailable from a node cut off from the store; else applied,
+    /// what it wrote shown to the checker, and answered a few ms later.
+    fn meta_effect(&mut self, name: &str, inc: u64, req: u64, op: sluice_control::meta::MetaOp) {
+        if !self.reaches_meta(name) {
+            let lat = self.rng.range(1, 5);
+            let result = sluice_control::meta::MetaResult::Unavailable;
+            return self.input_after(name, inc, lat, Input::MetaResult { req, result });
+        }
+        let (result, puts) = self.meta.apply(&op);
+        if let (
+            sluice_control::meta::MetaResult::Txn {
+                succeeded: true, ..
+            },
+            sluice_control::meta::MetaOp::Txn { deletes, .. },
+        ) = (&result, &op)
+        {
+            if deletes
+                .iter()
+                .any(|k| k.starts_with(keys::CHANGEFEED_REQUESTS))
+            {
+                self.checker.on_requests_record(None);
+            }
+        }
+        for (k, v) in puts {
+            self.show_put(&k, &v);
+        }
+        let lat = self.rng.range(1, 5);
+        self.input_after(name, inc, lat, Input::MetaResult { req, result });
+    }
+
+    /// What a meta-store write tells the checker: the requests record, a changefeed's epoch and
+    /// restarts.
+    fn show_put(&mut self, k: &str, v: &[u8]) {
+        if k.starts_with(keys::CHANGEFEED_REQUESTS) {
+            if let Ok(rec) = serde_json::from_slice(v) {
+                self.checker.on_requests_record(Some(&rec));
+            }
+        } else if let Some(cf) = k.strip_prefix(keys::CHANGEFEED_INFO) {
+            if let Ok(info) =
+                serde_json::from_slice::<sluice_control::coordinator::ChangefeedInfo>(v)
+            {
+                self.checker.on_persisted_epoch(cf, info.epoch);
+                self.checker.on_persisted_restarts(cf, info.restarts);
+            }
+        }
+    }
+
+    /// The schema at `at_ts` with the epoch the store has now; retried while the node cannot
+    /// reach the store (as the shell does).
+    fn load_schema(
+        &mut self,
+        name: &str,
+        inc: u64,
+        (cf, epoch, at_ts): (ChangefeedId, sluice_types::Epoch, Ts),
+    ) {
+        if !self.reaches_meta(name) {
+            let lat = self.rng.range(200, 500);
+            let at = self.now + lat;
+            return self.push(
+                at,
+                Ev::Effect {
+                    node: name.to_string(),
+                    inc,
+                    effect: Effect::LoadSchema { cf, epoch, at_ts },
+                },
+            );
+        }
+        let snapshot = self.upstream.snapshot(at_ts);
+        let persisted_epoch = self
+            .meta
+            .kv
+            .get(&keys::info(cf.as_str()))
+            .and_then(|(v, _)| {
+                serde_json::from_slice::<sluice_control::coordinator::ChangefeedInfo>(v).ok()
+            })
+            .map(|i| sluice_types::Epoch(i.epoch))
+            .unwrap_or_default();
+        let lat = self.rng.range(1, 10);
+        self.input_after(
+            name,
+            inc,
+            lat,
+            Input::Schema {
+                cf,
+                epoch,
+                snapshot,
+                persisted_epoch,
+            },
+        );
     }
 
     fn trace(&mut self, name: &str, inc: u64, t: TraceEvent) {
