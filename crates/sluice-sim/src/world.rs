@@ -406,37 +406,8 @@ impl Sim {
 
     fn meta_tick(&mut self) {
         let now = self.now;
-        // Keepalives of nodes that reach the store.
         let names: Vec<String> = self.nodes.keys().cloned().collect();
-        for name in &names {
-            let (alive, inc, paused) = match self.nodes.get(name) {
-                Some(n) => (n.state.is_some(), n.incarnation, n.paused_until > now),
-                None => continue,
-            };
-            if !alive || paused {
-                continue;
-            }
-            if self.reaches_meta(name) {
-                let fresh = self
-                    .meta
-                    .leases
-                    .get(name)
-                    .map(|l| l.incarnation == inc)
-                    .unwrap_or(false);
-                if fresh || !self.meta.leases.contains_key(name) {
-                    self.meta.leases.insert(
-                        name.clone(),
-                        Lease {
-                            incarnation: inc,
-                            expiry: now + self.lease_ms,
-                        },
-                    );
-                    if let Some(n) = self.nodes.get_mut(name) {
-                        n.last_keepalive = now;
-                    }
-                }
-            }
-        }
+        self.keepalives(&names);
         // Self-fencing: a node that could not renew its lease for nearly a TTL stops everything
         // before the store lets the lease expire.
         for name in &names {
@@ -474,11 +445,56 @@ impl Sim {
         if alive != before_alive || leader != before_leader {
             self.note(format!("{now} meta: alive {alive:?} leader {leader:?}"));
         }
+        self.tell_membership(&names, &alive, &leader);
+        self.push(now + TICK_MS, Ev::MetaTick);
+    }
+
+    /// Keepalives of the live, running nodes that reach the store (their own incarnation's
+    /// lease, or a new one).
+    fn keepalives(&mut self, names: &[String]) {
+        let now = self.now;
+        for name in names {
+            let (alive, inc, paused) = match self.nodes.get(name) {
+                Some(n) => (n.state.is_some(), n.incarnation, n.paused_until > now),
+                None => continue,
+            };
+            if !alive || paused || !self.reaches_meta(name) {
+                continue;
+            }
+            let fresh = self
+                .meta
+                .leases
+                .get(name)
+                .map(|l| l.incarnation == inc)
+                .unwrap_or(false);
+            if fresh || !self.meta.leases.contains_key(name) {
+                self.meta.leases.insert(
+                    name.clone(),
+                    Lease {
+                        incarnation: inc,
+                        expiry: now + self.lease_ms,
+                    },
+                );
+                if let Some(n) = self.nodes.get_mut(name) {
+                    n.last_keepalive = now;
+                }
+            }
+        }
+    }
+
+    /// Every live node that reaches the store hears membership and leadership when they
+    /// changed since it last heard them.
+    fn tell_membership(
+        &mut self,
+        names: &[String],
+        alive: &BTreeMap<NodeId, u64>,
+        leader: &Option<(String, u64)>,
+    ) {
         let leader_view = leader
             .as_ref()
             .map(|(n, r)| (Some(n.clone()), *r))
             .unwrap_or((None, 0));
-        for name in &names {
+        for name in names {
             if !self.alive(name) || !self.reaches_meta(name) {
                 continue;
             }
@@ -486,7 +502,7 @@ impl Sim {
                 Some(n) => (n.known_alive.clone(), n.known_leader.clone()),
                 None => continue,
             };
-            if ka.as_ref() != Some(&alive) {
+            if ka.as_ref() != Some(alive) {
                 if let Some(n) = self.nodes.get_mut(name) {
                     n.known_alive = Some(alive.clone());
                 }
@@ -511,7 +527,6 @@ impl Sim {
                 );
             }
         }
-        self.push(now + TICK_MS, Ev::MetaTick);
     }
 }
 
@@ -1717,77 +1732,9 @@ impl Sim {
 
     fn condition(&mut self, c: &Condition) -> Result<(), String> {
         match c {
-            Condition::Spans { table, count } => {
-                let Some((spans, busy)) = self.table_spans(*table) else {
-                    return Err("no ready maintainer".into());
-                };
-                let n = spans.len() as u64;
-                match count {
-                    SpanCount::Exactly(want) => {
-                        if busy {
-                            return Err(format!("table {table:?} has an operator or request in flight ({n} spans now)"));
-                        }
-                        if n != *want {
-                            return Err(format!("table {table:?} has {n} spans, expected {want}"));
-                        }
-                    }
-                    SpanCount::AtLeast(want) if n < *want => {
-                        return Err(format!(
-                            "table {table:?} has {n} spans, expected at least {want}"
-                        ))
-                    }
-                    SpanCount::AtMost(want) if n > *want => {
-                        return Err(format!(
-                            "table {table:?} has {n} spans, expected at most {want}"
-                        ))
-                    }
-                    _ => {}
-                }
-                Ok(())
-            }
-            Condition::On { table, node } => {
-                let node = self.resolve(node)?;
-                let Some((spans, _)) = self.table_spans(*table) else {
-                    return Err("no ready maintainer".into());
-                };
-                if spans.is_empty()
-                    || spans.iter().any(|s| {
-                        s.node.as_ref().map(|n| n.as_str()) != Some(node.as_str())
-                            || s.state != "replicating"
-                    })
-                {
-                    return Err(format!(
-                        "table {table:?} spans: {:?}",
-                        spans
-                            .iter()
-                            .map(|s| (s.node.clone(), s.state))
-                            .collect::<Vec<_>>()
-                    ));
-                }
-                Ok(())
-            }
-            Condition::Absent { table } => {
-                let Some((spans, _)) = self.table_spans(*table) else {
-                    return Err("no ready maintainer".into());
-                };
-                if !spans.is_empty() {
-                    return Err(format!(
-                        "table {table:?} still has {} spans in the maintainer",
-                        spans.len()
-                    ));
-                }
-                if let Some((n, d)) = self
-                    .dispatchers_everywhere()
-                    .into_iter()
-                    .find(|(_, d)| d.span.table == *table)
-                {
-                    return Err(format!(
-                        "table {table:?} still has dispatcher {:?} on {n}",
-                        d.id
-                    ));
-                }
-                Ok(())
-            }
+            Condition::Spans { table, count } => self.spans_condition(*table, count),
+            Condition::On { table, node } => self.on_condition(*table, node),
+            Condition::Absent { table } => self.absent_condition(*table),
             Condition::Check(Check::Converged) => self.converged(),
             Condition::Check(Check::SinkMatchesUpstream) => {
                 if self.sc.world.sink == SinkKind::Blackhole {
@@ -1818,29 +1765,7 @@ impl Sim {
                 Some((_, true)) => Ok(()),
                 other => Err(format!("maintainer not ready: {other:?}")),
             },
-            Condition::Held { point, node, table } => {
-                let node = match node {
-                    Some(r) => Some(self.resolve(r)?),
-                    None => None,
-                };
-                let p = to_hold(*point);
-                for (name, n) in &self.nodes {
-                    if node.as_ref().map(|x| x != name).unwrap_or(false) {
-                        continue;
-                    }
-                    let Some(s) = &n.state else { continue };
-                    for (_, dm) in s.dispatcher_managers() {
-                        if dm
-                            .held(s.holds())
-                            .iter()
-                            .any(|h| h.point == p && table.map(|t| t == h.table).unwrap_or(true))
-                        {
-                            return Ok(());
-                        }
-                    }
-                }
-                Err(format!("nothing held at {}", p.name()))
-            }
+            Condition::Held { point, node, table } => self.held_condition(*point, node, *table),
             Condition::CheckpointAdvanced => {
                 let cp = self.persisted_checkpoint();
                 if cp > self.last_cp_advanced {
@@ -1851,6 +1776,115 @@ impl Sim {
                 }
             }
         }
+    }
+
+    /// `spans`: the table's span count in the maintainer (exactly: with nothing in flight).
+    fn spans_condition(&mut self, table: TableId, count: &SpanCount) -> Result<(), String> {
+        let Some((spans, busy)) = self.table_spans(table) else {
+            return Err("no ready maintainer".into());
+        };
+        let n = spans.len() as u64;
+        match count {
+            SpanCount::Exactly(want) => {
+                if busy {
+                    return Err(format!(
+                        "table {table:?} has an operator or request in flight ({n} spans now)"
+                    ));
+                }
+                if n != *want {
+                    return Err(format!("table {table:?} has {n} spans, expected {want}"));
+                }
+            }
+            SpanCount::AtLeast(want) if n < *want => {
+                return Err(format!(
+                    "table {table:?} has {n} spans, expected at least {want}"
+                ))
+            }
+            SpanCount::AtMost(want) if n > *want => {
+                return Err(format!(
+                    "table {table:?} has {n} spans, expected at most {want}"
+                ))
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// `on`: every span of the table replicates on `node`.
+    fn on_condition(&mut self, table: TableId, node: &NodeRef) -> Result<(), String> {
+        let node = self.resolve(node)?;
+        let Some((spans, _)) = self.table_spans(table) else {
+            return Err("no ready maintainer".into());
+        };
+        if spans.is_empty()
+            || spans.iter().any(|s| {
+                s.node.as_ref().map(|n| n.as_str()) != Some(node.as_str())
+                    || s.state != "replicating"
+            })
+        {
+            return Err(format!(
+                "table {table:?} spans: {:?}",
+                spans
+                    .iter()
+                    .map(|s| (s.node.clone(), s.state))
+                    .collect::<Vec<_>>()
+            ));
+        }
+        Ok(())
+    }
+
+    /// `absent`: no span in the maintainer and no dispatcher anywhere for the table.
+    fn absent_condition(&mut self, table: TableId) -> Result<(), String> {
+        let Some((spans, _)) = self.table_spans(table) else {
+            return Err("no ready maintainer".into());
+        };
+        if !spans.is_empty() {
+            return Err(format!(
+                "table {table:?} still has {} spans in the maintainer",
+                spans.len()
+            ));
+        }
+        if let Some((n, d)) = self
+            .dispatchers_everywhere()
+            .into_iter()
+            .find(|(_, d)| d.span.table == table)
+        {
+            return Err(format!(
+                "table {table:?} still has dispatcher {:?} on {n}",
+                d.id
+            ));
+        }
+        Ok(())
+    }
+
+    /// `held`: some node (or `node`) has work waiting at the hold point (of `table`).
+    fn held_condition(
+        &mut self,
+        point: scenario::HoldPoint,
+        node: &Option<NodeRef>,
+        table: Option<TableId>,
+    ) -> Result<(), String> {
+        let node = match node {
+            Some(r) => Some(self.resolve(r)?),
+            None => None,
+        };
+        let p = to_hold(point);
+        for (name, n) in &self.nodes {
+            if node.as_ref().map(|x| x != name).unwrap_or(false) {
+                continue;
+            }
+            let Some(s) = &n.state else { continue };
+            for (_, dm) in s.dispatcher_managers() {
+                if dm
+                    .held(s.holds())
+                    .iter()
+                    .any(|h| h.point == p && table.map(|t| t == h.table).unwrap_or(true))
+                {
+                    return Ok(());
+                }
+            }
+        }
+        Err(format!("nothing held at {}", p.name()))
     }
 
     // ------------------------------------------------------------------ steps
