@@ -366,254 +366,186 @@ impl Upstream {
     ) -> (Ts, Vec<(TableId, u64)>) {
         let ts = self.next_ts();
         let mut created = Vec::new();
-        let cur_name = |s: &Self, t: TableId| {
-            s.tables
-                .get(&t)
-                .map(|x| x.name_at(ts).to_string())
-                .unwrap_or_default()
+        let made = match kind {
+            "create_table" => self.create_table(ts, table, name, regions, &mut created),
+            "drop_table" => table.map(|t| self.drop_table(ts, t)),
+            "truncate_table" => self.truncate_table(ts, table, new_table, &mut created),
+            "rename_table" => self.rename_table(ts, table, name),
+            "add_column" => table.map(|t| self.add_column(ts, t)),
+            "create_database" => Some(self.database_ddl(ts, database.unwrap_or_default(), false)),
+            "drop_database" => Some(self.database_ddl(ts, database.unwrap_or_default(), true)),
+            // x-create_view: an All-tables DDL.
+            _ => Some(self.create_view(ts, database.unwrap_or_default())),
         };
-        let db_of = |n: &str| n.split('.').next().unwrap_or("").to_string();
-        let (ev, affected) = match kind {
-            "create_table" => {
-                let (Some(t), Some(n)) = (table, name) else {
-                    return (ts, created);
-                };
-                self.tables.insert(
-                    t,
-                    UTable {
-                        id: t,
-                        names: vec![(ts, n.clone())],
-                        regions: regions.max(1),
-                        created: ts,
-                        dropped: None,
-                        rows: BTreeMap::new(),
-                    },
-                );
-                created.push((t, regions.max(1)));
-                let inf = DdlInfluence {
-                    scope: InfluenceScope::Tables(vec![]),
-                    trigger: true,
-                    dropped: vec![],
-                    added: vec![(t, n.clone())],
-                    renamed: vec![],
-                    sources: vec![],
-                };
-                (
-                    Self::ddl_event(
-                        ts,
-                        DdlKind::CreateTable,
-                        &db_of(&n),
-                        format!("CREATE TABLE {n}"),
-                        inf,
-                    ),
-                    vec![],
-                )
-            }
-            "drop_table" => {
-                let Some(t) = table else { return (ts, created) };
-                let n = cur_name(self, t);
-                if let Some(x) = self.tables.get_mut(&t) {
-                    x.dropped = Some(ts);
-                }
-                let inf = DdlInfluence {
-                    scope: InfluenceScope::Tables(vec![t]),
-                    trigger: true,
-                    dropped: vec![t],
-                    added: vec![],
-                    renamed: vec![],
-                    sources: vec![],
-                };
-                (
-                    Self::ddl_event(
-                        ts,
-                        DdlKind::DropTable,
-                        &db_of(&n),
-                        format!("DROP TABLE {n}"),
-                        inf,
-                    ),
-                    vec![t],
-                )
-            }
-            "truncate_table" => {
-                let (Some(t), Some(nt)) = (table, new_table) else {
-                    return (ts, created);
-                };
-                let n = cur_name(self, t);
-                let regions = self.tables.get(&t).map(|x| x.regions).unwrap_or(1);
-                if let Some(x) = self.tables.get_mut(&t) {
-                    x.dropped = Some(ts);
-                }
-                self.tables.insert(
-                    nt,
-                    UTable {
-                        id: nt,
-                        names: vec![(ts, n.clone())],
-                        regions,
-                        created: ts,
-                        dropped: None,
-                        rows: BTreeMap::new(),
-                    },
-                );
-                created.push((nt, regions));
-                let inf = DdlInfluence {
-                    scope: InfluenceScope::Tables(vec![t]),
-                    trigger: true,
-                    dropped: vec![t],
-                    added: vec![(nt, n.clone())],
-                    renamed: vec![],
-                    sources: vec![],
-                };
-                (
-                    Self::ddl_event(
-                        ts,
-                        DdlKind::TruncateTable,
-                        &db_of(&n),
-                        format!("TRUNCATE TABLE {n}"),
-                        inf,
-                    ),
-                    vec![t],
-                )
-            }
-            "rename_table" => {
-                let (Some(t), Some(nn)) = (table, name) else {
-                    return (ts, created);
-                };
-                let n = cur_name(self, t);
-                let taken = self
-                    .tables
-                    .values()
-                    .any(|x| x.live_at(ts) && x.name_at(ts) == nn);
-                if taken {
-                    // The upstream refuses it (1050: the name exists): no event.
-                    return (ts, created);
-                }
-                if let Some(x) = self.tables.get_mut(&t) {
-                    x.names.push((ts, nn.clone()));
-                }
-                let inf = DdlInfluence {
-                    scope: InfluenceScope::Tables(vec![t]),
-                    trigger: true,
-                    dropped: vec![],
-                    added: vec![],
-                    renamed: vec![(t, nn.clone())],
-                    sources: vec![],
-                };
-                (
-                    Self::ddl_event(
-                        ts,
-                        DdlKind::RenameTable,
-                        &db_of(&n),
-                        format!("RENAME TABLE {n} TO {nn}"),
-                        inf,
-                    ),
-                    vec![t],
-                )
-            }
-            "add_column" => {
-                let Some(t) = table else { return (ts, created) };
-                let n = cur_name(self, t);
-                let inf = DdlInfluence {
-                    scope: InfluenceScope::Tables(vec![t]),
-                    trigger: false,
-                    dropped: vec![],
-                    added: vec![],
-                    renamed: vec![],
-                    sources: vec![],
-                };
-                (
-                    Self::ddl_event(
-                        ts,
-                        DdlKind::AlterTable,
-                        &db_of(&n),
-                        format!("ALTER TABLE {n} ADD COLUMN c{ts} INT"),
-                        inf,
-                    ),
-                    vec![t],
-                )
-            }
-            "create_database" => {
-                let db = database.unwrap_or_default();
-                let affected = self.live_tables_in(&db, ts);
-                let inf = DdlInfluence {
-                    scope: InfluenceScope::Database(db.clone()),
-                    trigger: true,
-                    dropped: vec![],
-                    added: vec![],
-                    renamed: vec![],
-                    sources: vec![],
-                };
-                (
-                    Self::ddl_event(
-                        ts,
-                        DdlKind::CreateDatabase,
-                        &db,
-                        format!("CREATE DATABASE {db}"),
-                        inf,
-                    ),
-                    affected,
-                )
-            }
-            "drop_database" => {
-                let db = database.unwrap_or_default();
-                let affected = self.live_tables_in(&db, ts);
-                for t in &affected {
-                    if let Some(x) = self.tables.get_mut(t) {
-                        x.dropped = Some(ts);
-                    }
-                }
-                let inf = DdlInfluence {
-                    scope: InfluenceScope::Database(db.clone()),
-                    trigger: true,
-                    dropped: affected.clone(),
-                    added: vec![],
-                    renamed: vec![],
-                    sources: vec![],
-                };
-                (
-                    Self::ddl_event(
-                        ts,
-                        DdlKind::DropDatabase,
-                        &db,
-                        format!("DROP DATABASE {db}"),
-                        inf,
-                    ),
-                    affected,
-                )
-            }
-            _ => {
-                // x-create_view: an All-tables DDL.
-                let db = database.unwrap_or_default();
-                let affected: Vec<TableId> = self
-                    .tables
-                    .values()
-                    .filter(|t| t.live_at(ts))
-                    .map(|t| t.id)
-                    .collect();
-                let inf = DdlInfluence {
-                    scope: InfluenceScope::All,
-                    trigger: true,
-                    dropped: vec![],
-                    added: vec![],
-                    renamed: vec![],
-                    sources: vec![],
-                };
-                (
-                    Self::ddl_event(
-                        ts,
-                        DdlKind::CreateView,
-                        &db,
-                        format!("CREATE VIEW {db}.v{ts} AS SELECT 1"),
-                        inf,
-                    ),
-                    affected,
-                )
-            }
-        };
-        self.push(UEvent::Ddl {
-            ddl: Box::new(ev),
-            affected,
-        });
+        if let Some((ev, affected)) = made {
+            self.push(UEvent::Ddl {
+                ddl: Box::new(ev),
+                affected,
+            });
+        }
         (ts, created)
+    }
+
+    /// Table `t`'s name at `ts` ("" if unknown).
+    fn name_at(&self, t: TableId, ts: Ts) -> String {
+        self.tables
+            .get(&t)
+            .map(|x| x.name_at(ts).to_string())
+            .unwrap_or_default()
+    }
+
+    /// A new table `t` named `n` from `ts`.
+    fn add_table(&mut self, t: TableId, n: &str, regions: u64, ts: Ts) {
+        self.tables.insert(
+            t,
+            UTable {
+                id: t,
+                names: vec![(ts, n.to_string())],
+                regions,
+                created: ts,
+                dropped: None,
+                rows: BTreeMap::new(),
+            },
+        );
+    }
+
+    fn create_table(
+        &mut self,
+        ts: Ts,
+        table: Option<TableId>,
+        name: Option<String>,
+        regions: u64,
+        created: &mut Vec<(TableId, u64)>,
+    ) -> Option<(DdlEvent, Vec<TableId>)> {
+        let (t, n) = (table?, name?);
+        self.add_table(t, &n, regions.max(1), ts);
+        created.push((t, regions.max(1)));
+        let inf = DdlInfluence {
+            added: vec![(t, n.clone())],
+            ..influence(InfluenceScope::Tables(vec![]), true)
+        };
+        let query = format!("CREATE TABLE {n}");
+        Some((
+            Self::ddl_event(ts, DdlKind::CreateTable, &db_of(&n), query, inf),
+            vec![],
+        ))
+    }
+
+    fn drop_table(&mut self, ts: Ts, t: TableId) -> (DdlEvent, Vec<TableId>) {
+        let n = self.name_at(t, ts);
+        if let Some(x) = self.tables.get_mut(&t) {
+            x.dropped = Some(ts);
+        }
+        let inf = DdlInfluence {
+            dropped: vec![t],
+            ..influence(InfluenceScope::Tables(vec![t]), true)
+        };
+        let query = format!("DROP TABLE {n}");
+        (
+            Self::ddl_event(ts, DdlKind::DropTable, &db_of(&n), query, inf),
+            vec![t],
+        )
+    }
+
+    /// TRUNCATE: table `t` ends and `nt` (same name and regions) begins.
+    fn truncate_table(
+        &mut self,
+        ts: Ts,
+        table: Option<TableId>,
+        new_table: Option<TableId>,
+        created: &mut Vec<(TableId, u64)>,
+    ) -> Option<(DdlEvent, Vec<TableId>)> {
+        let (t, nt) = (table?, new_table?);
+        let n = self.name_at(t, ts);
+        let regions = self.tables.get(&t).map(|x| x.regions).unwrap_or(1);
+        if let Some(x) = self.tables.get_mut(&t) {
+            x.dropped = Some(ts);
+        }
+        self.add_table(nt, &n, regions, ts);
+        created.push((nt, regions));
+        let inf = DdlInfluence {
+            dropped: vec![t],
+            added: vec![(nt, n.clone())],
+            ..influence(InfluenceScope::Tables(vec![t]), true)
+        };
+        let query = format!("TRUNCATE TABLE {n}");
+        Some((
+            Self::ddl_event(ts, DdlKind::TruncateTable, &db_of(&n), query, inf),
+            vec![t],
+        ))
+    }
+
+    /// RENAME; refused upstream (no event) when the new name exists (1050).
+    fn rename_table(
+        &mut self,
+        ts: Ts,
+        table: Option<TableId>,
+        name: Option<String>,
+    ) -> Option<(DdlEvent, Vec<TableId>)> {
+        let (t, nn) = (table?, name?);
+        let n = self.name_at(t, ts);
+        let taken = self
+            .tables
+            .values()
+            .any(|x| x.live_at(ts) && x.name_at(ts) == nn);
+        if taken {
+            return None;
+        }
+        if let Some(x) = self.tables.get_mut(&t) {
+            x.names.push((ts, nn.clone()));
+        }
+        let inf = DdlInfluence {
+            renamed: vec![(t, nn.clone())],
+            ..influence(InfluenceScope::Tables(vec![t]), true)
+        };
+        let query = format!("RENAME TABLE {n} TO {nn}");
+        Some((
+            Self::ddl_event(ts, DdlKind::RenameTable, &db_of(&n), query, inf),
+            vec![t],
+        ))
+    }
+
+    fn add_column(&mut self, ts: Ts, t: TableId) -> (DdlEvent, Vec<TableId>) {
+        let n = self.name_at(t, ts);
+        let inf = influence(InfluenceScope::Tables(vec![t]), false);
+        let query = format!("ALTER TABLE {n} ADD COLUMN c{ts} INT");
+        (
+            Self::ddl_event(ts, DdlKind::AlterTable, &db_of(&n), query, inf),
+            vec![t],
+        )
+    }
+
+    /// CREATE or DROP DATABASE `db` (a drop ends every live table in it).
+    fn database_ddl(&mut self, ts: Ts, db: String, drop: bool) -> (DdlEvent, Vec<TableId>) {
+        let affected = self.live_tables_in(&db, ts);
+        let mut inf = influence(InfluenceScope::Database(db.clone()), true);
+        let (kind, query) = if drop {
+            for t in &affected {
+                if let Some(x) = self.tables.get_mut(t) {
+                    x.dropped = Some(ts);
+                }
+            }
+            inf.dropped = affected.clone();
+            (DdlKind::DropDatabase, format!("DROP DATABASE {db}"))
+        } else {
+            (DdlKind::CreateDatabase, format!("CREATE DATABASE {db}"))
+        };
+        (Self::ddl_event(ts, kind, &db, query, inf), affected)
+    }
+
+    fn create_view(&mut self, ts: Ts, db: String) -> (DdlEvent, Vec<TableId>) {
+        let affected: Vec<TableId> = self
+            .tables
+            .values()
+            .filter(|t| t.live_at(ts))
+            .map(|t| t.id)
+            .collect();
+        let inf = influence(InfluenceScope::All, true);
+        let query = format!("CREATE VIEW {db}.v{ts} AS SELECT 1");
+        (
+            Self::ddl_event(ts, DdlKind::CreateView, &db, query, inf),
+            affected,
+        )
     }
 
     pub fn snapshot(&self, at: Ts) -> SchemaSnapshot {
@@ -713,4 +645,21 @@ impl EventSource for Upstream {
         let name = t.name_at(at);
         name.split('.').next().map(str::to_string)
     }
+}
+
+/// A DDL's influence with nothing added, dropped or renamed.
+fn influence(scope: InfluenceScope, trigger: bool) -> DdlInfluence {
+    DdlInfluence {
+        scope,
+        trigger,
+        dropped: vec![],
+        added: vec![],
+        renamed: vec![],
+        sources: vec![],
+    }
+}
+
+/// The database part of a qualified name.
+fn db_of(n: &str) -> String {
+    n.split('.').next().unwrap_or("").to_string()
 }

@@ -621,27 +621,7 @@ impl Sim {
                     f.on_accepted(&cf, id, rows, bytes);
                 }
             }
-            Ev::Tick(name) => {
-                let (alive, inc, paused) = match self.nodes.get(&name) {
-                    Some(n) => (n.state.is_some(), n.incarnation, n.paused_until),
-                    None => return,
-                };
-                if !alive {
-                    return;
-                }
-                let now = self.now;
-                if paused > now {
-                    self.push(paused, Ev::Tick(name));
-                    return;
-                }
-                self.pump_requests();
-                // Capture catches up on the node's tick (a write is captured when a tick
-                // reads it, as the server's capture publishes in its own time).
-                self.upstream.capture();
-                self.feed_events(&name, inc);
-                self.handle(&name, inc, Input::Tick);
-                self.push(now + TICK_MS, Ev::Tick(name));
-            }
+            Ev::Tick(name) => self.node_tick(name),
             Ev::Input { node, inc, input } => {
                 let paused = self.nodes.get(&node).map(|n| n.paused_until).unwrap_or(0);
                 if paused > self.now {
@@ -658,12 +638,7 @@ impl Sim {
                 session,
                 ts,
             } => {
-                if self
-                    .sessions
-                    .get(&(node.clone(), inc, id))
-                    .map(|s| s.id == session && !s.closed)
-                    .unwrap_or(false)
-                {
+                if self.session_is(&node, inc, id, session, false) {
                     self.handle(&node, inc, Input::SinkFlushed { cf, id, ts });
                 }
             }
@@ -693,17 +668,51 @@ impl Sim {
                 id,
                 session,
             } => {
-                if self
-                    .sessions
-                    .get(&(node.clone(), inc, id))
-                    .map(|s| s.id == session)
-                    .unwrap_or(false)
-                {
+                if self.session_is(&node, inc, id, session, true) {
                     self.sessions.remove(&(node.clone(), inc, id));
                     self.handle(&node, inc, Input::SinkClosed { cf, id });
                 }
             }
         }
+    }
+
+    /// Whether dispatcher `id` of incarnation `inc` of `node` has sink session `session` now
+    /// (`closed_too`: also when that session is closing).
+    fn session_is(
+        &self,
+        node: &str,
+        inc: u64,
+        id: DispatcherId,
+        session: u64,
+        closed_too: bool,
+    ) -> bool {
+        self.sessions
+            .get(&(node.to_string(), inc, id))
+            .map(|s| s.id == session && (closed_too || !s.closed))
+            .unwrap_or(false)
+    }
+
+    /// A node's tick: capture catches up (a write is captured when a tick reads it, as the
+    /// server's capture publishes in its own time), the node's feed reads, then the control
+    /// plane ticks; a paused node ticks when it wakes.
+    fn node_tick(&mut self, name: String) {
+        let (alive, inc, paused) = match self.nodes.get(&name) {
+            Some(n) => (n.state.is_some(), n.incarnation, n.paused_until),
+            None => return,
+        };
+        if !alive {
+            return;
+        }
+        let now = self.now;
+        if paused > now {
+            self.push(paused, Ev::Tick(name));
+            return;
+        }
+        self.pump_requests();
+        self.upstream.capture();
+        self.feed_events(&name, inc);
+        self.handle(&name, inc, Input::Tick);
+        self.push(now + TICK_MS, Ev::Tick(name));
     }
 
     fn handle(&mut self, name: &str, inc: u64, input: Input) {
