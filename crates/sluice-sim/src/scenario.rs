@@ -998,10 +998,7 @@ impl Parser {
             },
             "hold" | "release" => {
                 let point = v.hold_point(&f.req_str("point")?, "point")?;
-                let node = match f.opt_str("node")? {
-                    Some(n) => Some(v.node(&n, "node")?),
-                    None => None,
-                };
+                let node = v.opt_node(f.opt_str("node")?, "node")?;
                 if op_name == "hold" {
                     Op::Hold { point, node }
                 } else {
@@ -1023,11 +1020,32 @@ impl Parser {
             "x-move_maintainer" => Op::XMoveMaintainer {
                 to: v.node(&f.req_str("to")?, "to")?,
             },
+            x if x.starts_with("x-") => match self.x_op(x, &mut f, &v, known)? {
+                Some(op) => op,
+                None => {
+                    return Err(self.err(Ctx::Step(number, ""), format!("unknown op {x:?}")));
+                }
+            },
+            other => {
+                return Err(self.err(Ctx::Step(number, ""), format!("unknown op {other:?}")));
+            }
+        };
+        f.finish()?;
+        Ok(op)
+    }
+
+    /// The extension ops (`x-…`); `None` for an unknown one.
+    fn x_op(
+        &self,
+        name: &str,
+        f: &mut Fields<'_>,
+        v: &Validator<'_>,
+        known: &mut BTreeSet<TableId>,
+    ) -> Result<Option<Op>, ScenarioError> {
+        let ctx = v.ctx;
+        let op = match name {
             "x-sink_error" => {
-                let node = match f.opt_str("node")? {
-                    Some(n) => Some(v.node(&n, "node")?),
-                    None => None,
-                };
+                let node = v.opt_node(f.opt_str("node")?, "node")?;
                 let table = match f.opt_u64("table")? {
                     Some(t) => Some(v.table(known, t, "table")?),
                     None => None,
@@ -1060,10 +1078,7 @@ impl Parser {
                 Op::XWriteTxn { tables, txns, rows }
             }
             "x-sink_latency" => Op::XSinkLatency {
-                node: match f.opt_str("node")? {
-                    Some(n) => Some(v.node(&n, "node")?),
-                    None => None,
-                },
+                node: v.opt_node(f.opt_str("node")?, "node")?,
                 table: v.table(known, f.req_u64("table")?, "table")?,
                 ms: f.req_u64("ms")?,
             },
@@ -1076,14 +1091,8 @@ impl Parser {
                         format!("unknown `message` kind {m:?} (one of {})", names.join(", ")),
                     )
                 })?;
-                let from = match f.opt_str("from")? {
-                    Some(n) => Some(v.node(&n, "from")?),
-                    None => None,
-                };
-                let to = match f.opt_str("to")? {
-                    Some(n) => Some(v.node(&n, "to")?),
-                    None => None,
-                };
+                let from = v.opt_node(f.opt_str("from")?, "from")?;
+                let to = v.opt_node(f.opt_str("to")?, "to")?;
                 let count = f.opt_u64("count")?.unwrap_or(1);
                 if count == 0 {
                     return Err(self.err(ctx, "`count` must be at least 1"));
@@ -1112,12 +1121,9 @@ impl Parser {
             "x-drain" => Op::XDrain {
                 node: v.node(&f.req_str("node")?, "node")?,
             },
-            other => {
-                return Err(self.err(Ctx::Step(number, ""), format!("unknown op {other:?}")));
-            }
+            _ => return Ok(None),
         };
-        f.finish()?;
-        Ok(op)
+        Ok(Some(op))
     }
 
     fn ddl(
@@ -1393,10 +1399,7 @@ impl Parser {
             }
             "held" => {
                 let point = v.hold_point(&f.req_str("held")?, "held")?;
-                let node = match f.opt_str("node")? {
-                    Some(n) => Some(v.node(&n, "node")?),
-                    None => None,
-                };
+                let node = v.opt_node(f.opt_str("node")?, "node")?;
                 let table = match f.take_u64("table")? {
                     Some(t) => Some(v.table(known, t, "table")?),
                     None => None,
@@ -1449,6 +1452,11 @@ struct Validator<'a> {
 }
 
 impl Validator<'_> {
+    /// [`Self::node`] of an optional field.
+    fn opt_node(&self, s: Option<String>, field: &str) -> Result<Option<NodeRef>, ScenarioError> {
+        s.map(|s| self.node(&s, field)).transpose()
+    }
+
     fn node(&self, s: &str, field: &str) -> Result<NodeRef, ScenarioError> {
         match s {
             "@maintainer" => Ok(NodeRef::Maintainer),
