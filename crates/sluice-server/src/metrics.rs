@@ -48,169 +48,172 @@ fn esc(s: &str) -> String {
 
 pub fn render(shell: &Shell) -> String {
     let mut o = String::new();
-    let node = esc(shell.node_id().as_str());
+    changefeed_metrics(shell, &mut o);
+    capture_metrics(shell, &mut o);
+    let m = shell.metrics();
+    let per_cf = |map: &Mutex<BTreeMap<String, u64>>, name: &str| -> String {
+        lock(map)
+            .iter()
+            .map(|(cf, n)| format!("{name}{{changefeed=\"{}\"}} {n}\n", esc(cf)))
+            .collect()
+    };
+    let rows_read = per_cf(&m.delivered, "sluice_dispatcher_rows_read_total");
+    metric(
+        &mut o,
+        "sluice_dispatcher_rows_read_total",
+        "counter",
+        "Rows read from the event store for dispatchers, per changefeed.",
+        &rows_read,
+    );
+    let rows = per_cf(&m.written_rows, "sluice_sink_rows_total");
+    metric(
+        &mut o,
+        "sluice_sink_rows_total",
+        "counter",
+        "Rows handed to the sink, per changefeed.",
+        &rows,
+    );
+    let bytes = per_cf(&m.written_bytes, "sluice_sink_bytes_total");
+    metric(
+        &mut o,
+        "sluice_sink_bytes_total",
+        "counter",
+        "Approximate in-memory bytes of the rows handed to the sink, per changefeed.",
+        &bytes,
+    );
+    node_metrics(shell, &mut o);
+    let mut errors = m.errors();
+    if shell.capture().error().is_some() {
+        errors.entry("capture").or_insert(1);
+    }
+    let lines: String = errors
+        .into_iter()
+        .map(|(k, n)| format!("sluice_errors_total{{kind=\"{k}\"}} {n}\n"))
+        .collect();
+    metric(
+        &mut o,
+        "sluice_errors_total",
+        "counter",
+        "Errors by kind.",
+        &lines,
+    );
+    o
+}
+
+/// One metric: its HELP and TYPE lines, then its samples (each ending in a newline).
+fn metric(o: &mut String, name: &str, kind: &str, help: &str, samples: &str) {
+    let _ = writeln!(o, "# HELP {name} {help}");
+    let _ = writeln!(o, "# TYPE {name} {kind}");
+    o.push_str(samples);
+}
+
+/// A sample of a metric labelled with this node.
+fn node_sample(name: &str, node: &str, v: impl std::fmt::Display) -> String {
+    format!("{name}{{node=\"{node}\"}} {v}\n")
+}
+
+/// Lag of a commit ts behind the upstream's newest commit time, in seconds (0 if unknown).
+fn lag_of(shell: &Shell, ts: sluice_types::Ts, now: u64) -> f64 {
+    match shell.capture().time_of(ts).unwrap_or(0) {
+        0 => 0.0,
+        t => now.saturating_sub(t) as f64 / 1000.0,
+    }
+}
+
+/// Checkpoint lag and state (on the coordinator's node), resolved lag and operators in flight
+/// (maintainers on this node).
+fn changefeed_metrics(shell: &Shell, o: &mut String) {
     let now = crate::upstream::now_ms();
-    let cap = &shell.capture();
-    let m = &shell.metrics();
-    let _ = writeln!(o, "# HELP sluice_changefeed_checkpoint_lag_seconds Upstream commit time minus the changefeed checkpoint's commit time.");
-    let _ = writeln!(o, "# TYPE sluice_changefeed_checkpoint_lag_seconds gauge");
-    let mut resolved_lines = String::new();
-    let mut ops_lines = String::new();
-    let mut state_lines = String::new();
+    let (mut lag_lines, mut state_lines) = (String::new(), String::new());
     if let Some(c) = shell.node().coordinator() {
         for f in c.feeds() {
-            let t = cap.time_of(f.checkpoint).unwrap_or(0);
-            let lag = if t == 0 {
-                0.0
-            } else {
-                now.saturating_sub(t) as f64 / 1000.0
-            };
+            let lag = lag_of(shell, f.checkpoint, now);
+            let cf = esc(f.id.as_str());
             let _ = writeln!(
-                o,
-                "sluice_changefeed_checkpoint_lag_seconds{{changefeed=\"{}\"}} {lag:.3}",
-                esc(f.id.as_str())
+                lag_lines,
+                "sluice_changefeed_checkpoint_lag_seconds{{changefeed=\"{cf}\"}} {lag:.3}"
             );
             let _ = writeln!(
                 state_lines,
-                "sluice_changefeed_state{{changefeed=\"{}\",state=\"{}\"}} 1",
-                esc(f.id.as_str()),
+                "sluice_changefeed_state{{changefeed=\"{cf}\",state=\"{}\"}} 1",
                 crate::api::feed_state_name(&f)
             );
         }
     }
+    metric(
+        o,
+        "sluice_changefeed_checkpoint_lag_seconds",
+        "gauge",
+        "Upstream commit time minus the changefeed checkpoint's commit time.",
+        &lag_lines,
+    );
     if !state_lines.is_empty() {
-        let _ = writeln!(o, "# HELP sluice_changefeed_state The changefeed's state as the API shows it (normal, warning, stopped, failed), on the coordinator's node.");
-        let _ = writeln!(o, "# TYPE sluice_changefeed_state gauge");
-        o.push_str(&state_lines);
+        metric(o, "sluice_changefeed_state", "gauge", "The changefeed's state as the API shows it (normal, warning, stopped, failed), on the coordinator's node.", &state_lines);
     }
+    let (mut resolved_lines, mut ops_lines) = (String::new(), String::new());
     for mt in shell.node().maintainers() {
-        let st = mt.status();
-        let t = cap.time_of(st.resolved).unwrap_or(0);
-        let lag = if t == 0 {
-            0.0
-        } else {
-            now.saturating_sub(t) as f64 / 1000.0
-        };
+        let lag = lag_of(shell, mt.status().resolved, now);
+        let cf = esc(mt.cf().as_str());
         let _ = writeln!(
             resolved_lines,
-            "sluice_changefeed_resolved_lag_seconds{{changefeed=\"{}\"}} {lag:.3}",
-            esc(mt.cf().as_str())
+            "sluice_changefeed_resolved_lag_seconds{{changefeed=\"{cf}\"}} {lag:.3}"
         );
         let _ = writeln!(
             ops_lines,
-            "sluice_changefeed_operators_in_flight{{changefeed=\"{}\"}} {}",
-            esc(mt.cf().as_str()),
+            "sluice_changefeed_operators_in_flight{{changefeed=\"{cf}\"}} {}",
             mt.operators().len()
         );
     }
-    let _ = writeln!(o, "# HELP sluice_changefeed_resolved_lag_seconds Upstream commit time minus the changefeed resolved ts's commit time (maintainers on this node).");
-    let _ = writeln!(o, "# TYPE sluice_changefeed_resolved_lag_seconds gauge");
-    o.push_str(&resolved_lines);
-    let _ = writeln!(o, "# HELP sluice_changefeed_operators_in_flight Scheduling operators in flight (maintainers on this node).");
-    let _ = writeln!(o, "# TYPE sluice_changefeed_operators_in_flight gauge");
-    o.push_str(&ops_lines);
-    let _ = writeln!(
+    metric(o, "sluice_changefeed_resolved_lag_seconds", "gauge", "Upstream commit time minus the changefeed resolved ts's commit time (maintainers on this node).", &resolved_lines);
+    metric(
         o,
-        "# HELP sluice_capture_rows_total Rows captured from the upstream binlog by this node."
+        "sluice_changefeed_operators_in_flight",
+        "gauge",
+        "Scheduling operators in flight (maintainers on this node).",
+        &ops_lines,
     );
-    let _ = writeln!(o, "# TYPE sluice_capture_rows_total counter");
-    let _ = writeln!(
-        o,
-        "sluice_capture_rows_total{{node=\"{node}\"}} {}",
-        cap.rows_captured.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(o, "# HELP sluice_capture_transactions_total Transactions captured from the upstream binlog by this node.");
-    let _ = writeln!(o, "# TYPE sluice_capture_transactions_total counter");
-    let _ = writeln!(
-        o,
-        "sluice_capture_transactions_total{{node=\"{node}\"}} {}",
-        cap.txns_captured.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(o, "# HELP sluice_capture_ddls_total DDL statements captured from the upstream binlog by this node.");
-    let _ = writeln!(o, "# TYPE sluice_capture_ddls_total counter");
-    let _ = writeln!(
-        o,
-        "sluice_capture_ddls_total{{node=\"{node}\"}} {}",
-        cap.ddls_captured.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(o, "# HELP sluice_dispatcher_rows_read_total Rows read from the event store for dispatchers, per changefeed.");
-    let _ = writeln!(o, "# TYPE sluice_dispatcher_rows_read_total counter");
-    for (cf, n) in lock(&m.delivered).iter() {
-        let _ = writeln!(
-            o,
-            "sluice_dispatcher_rows_read_total{{changefeed=\"{}\"}} {n}",
-            esc(cf)
-        );
+}
+
+/// Rows, transactions and DDLs this node captured.
+fn capture_metrics(shell: &Shell, o: &mut String) {
+    let node = esc(shell.node_id().as_str());
+    let cap = shell.capture();
+    for (name, help, n) in [
+        (
+            "sluice_capture_rows_total",
+            "Rows captured from the upstream binlog by this node.",
+            &cap.rows_captured,
+        ),
+        (
+            "sluice_capture_transactions_total",
+            "Transactions captured from the upstream binlog by this node.",
+            &cap.txns_captured,
+        ),
+        (
+            "sluice_capture_ddls_total",
+            "DDL statements captured from the upstream binlog by this node.",
+            &cap.ddls_captured,
+        ),
+    ] {
+        let v = n.load(Ordering::Relaxed);
+        metric(o, name, "counter", help, &node_sample(name, &node, v));
     }
-    let _ = writeln!(
-        o,
-        "# HELP sluice_sink_rows_total Rows handed to the sink, per changefeed."
-    );
-    let _ = writeln!(o, "# TYPE sluice_sink_rows_total counter");
-    for (cf, n) in lock(&m.written_rows).iter() {
-        let _ = writeln!(
-            o,
-            "sluice_sink_rows_total{{changefeed=\"{}\"}} {n}",
-            esc(cf)
-        );
-    }
-    let _ = writeln!(o, "# HELP sluice_sink_bytes_total Approximate in-memory bytes of the rows handed to the sink, per changefeed.");
-    let _ = writeln!(o, "# TYPE sluice_sink_bytes_total counter");
-    for (cf, n) in lock(&m.written_bytes).iter() {
-        let _ = writeln!(
-            o,
-            "sluice_sink_bytes_total{{changefeed=\"{}\"}} {n}",
-            esc(cf)
-        );
-    }
-    let _ = writeln!(
-        o,
-        "# HELP sluice_dispatchers Dispatchers running on this node."
-    );
-    let _ = writeln!(o, "# TYPE sluice_dispatchers gauge");
-    let _ = writeln!(
-        o,
-        "sluice_dispatchers{{node=\"{node}\"}} {}",
-        shell.dispatcher_count()
-    );
-    let _ = writeln!(
-        o,
-        "# HELP sluice_event_store_bytes Size of this node's event store file."
-    );
-    let _ = writeln!(o, "# TYPE sluice_event_store_bytes gauge");
+}
+
+/// Dispatchers, the event store's size, memory in flight and its quota, stale writes refused.
+fn node_metrics(shell: &Shell, o: &mut String) {
+    let node = esc(shell.node_id().as_str());
     let size = std::fs::metadata(shell.store_path())
         .map(|m| m.len())
         .unwrap_or(0);
-    let _ = writeln!(o, "sluice_event_store_bytes{{node=\"{node}\"}} {size}");
-    let _ = writeln!(o, "# HELP sluice_memory_inflight_bytes Rows read from the event store and not yet accepted by a sink (bounded by memory-quota-bytes).");
-    let _ = writeln!(o, "# TYPE sluice_memory_inflight_bytes gauge");
-    let _ = writeln!(
-        o,
-        "sluice_memory_inflight_bytes{{node=\"{node}\"}} {}",
-        shell.inflight_bytes()
-    );
-    let _ = writeln!(o, "# HELP sluice_memory_quota_bytes The node's memory-quota-bytes: the bound of sluice_memory_inflight_bytes.");
-    let _ = writeln!(o, "# TYPE sluice_memory_quota_bytes gauge");
-    let _ = writeln!(
-        o,
-        "sluice_memory_quota_bytes{{node=\"{node}\"}} {}",
-        shell.quota_bytes()
-    );
-    let _ = writeln!(o, "# HELP sluice_stale_writes_refused_total Downstream writes of this node refused because a later dispatcher had taken their span over (MySQL sink downstream fence).");
-    let _ = writeln!(o, "# TYPE sluice_stale_writes_refused_total counter");
-    let _ = writeln!(
-        o,
-        "sluice_stale_writes_refused_total{{node=\"{node}\"}} {}",
-        shell.registry().write_holds().refused()
-    );
-    let _ = writeln!(o, "# HELP sluice_errors_total Errors by kind.");
-    let _ = writeln!(o, "# TYPE sluice_errors_total counter");
-    let mut errors = m.errors();
-    if cap.error().is_some() {
-        errors.entry("capture").or_insert(1);
+    let rows: [(&str, &str, &str, u64); 5] = [
+        ("sluice_dispatchers", "gauge", "Dispatchers running on this node.", shell.dispatcher_count() as u64),
+        ("sluice_event_store_bytes", "gauge", "Size of this node's event store file.", size),
+        ("sluice_memory_inflight_bytes", "gauge", "Rows read from the event store and not yet accepted by a sink (bounded by memory-quota-bytes).", shell.inflight_bytes()),
+        ("sluice_memory_quota_bytes", "gauge", "The node's memory-quota-bytes: the bound of sluice_memory_inflight_bytes.", shell.quota_bytes()),
+        ("sluice_stale_writes_refused_total", "counter", "Downstream writes of this node refused because a later dispatcher had taken their span over (MySQL sink downstream fence).", shell.registry().write_holds().refused()),
+    ];
+    for (name, kind, help, v) in rows {
+        metric(o, name, kind, help, &node_sample(name, &node, v));
     }
-    for (k, n) in errors {
-        let _ = writeln!(o, "sluice_errors_total{{kind=\"{k}\"}} {n}");
-    }
-    o
 }
