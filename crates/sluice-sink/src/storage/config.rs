@@ -127,6 +127,42 @@ pub struct StorageConfig {
     pub csv: CsvConfig,
 }
 
+impl CsvConfig {
+    /// The csv parameters (TiCDC's `[sink.csv]` keys) of a storage URI.
+    fn from_params(p: &mut Params<'_>) -> Result<CsvConfig> {
+        let mut csv = CsvConfig::default();
+        if let Some(d) = p.take("delimiter") {
+            if d.is_empty() || d.chars().count() > 3 || d.contains(['\r', '\n']) {
+                return Err(p.bad("delimiter", &d, "must be 1 to 3 characters, no line breaks"));
+            }
+            csv.delimiter = d;
+        }
+        if let Some(q) = p.take("quote") {
+            if q.chars().count() > 1 || (!q.is_empty() && csv.delimiter.contains(q.as_str())) {
+                return Err(p.bad(
+                    "quote",
+                    &q,
+                    "must be empty or one character not in the delimiter",
+                ));
+            }
+            csv.quote = q;
+        }
+        if let Some(n) = p.take("null") {
+            csv.null = n;
+        }
+        csv.include_commit_ts = p.bool("include-commit-ts", false)?;
+        csv.output_old_value = p.bool("output-old-value", false)?;
+        csv.binary_encoding = match p.take("binary-encoding-method").as_deref() {
+            None | Some("base64") => BinaryEncoding::Base64,
+            Some("hex") => BinaryEncoding::Hex,
+            Some(other) => {
+                return Err(p.bad("binary-encoding-method", other, "expected base64 or hex"))
+            }
+        };
+        Ok(csv)
+    }
+}
+
 impl StorageConfig {
     /// The config a `file://` or `s3://` URI names (`p`: its parameters, each taken once).
     pub(crate) fn from_uri(url: &Url, p: &mut Params<'_>, masked: &str) -> Result<StorageConfig> {
@@ -190,35 +226,7 @@ impl StorageConfig {
         let table_across_nodes = p.bool("enable-table-across-nodes", false)?;
         let partition_separator = p.bool("enable-partition-separator", true)?;
         let tidb_extension = p.bool("enable-tidb-extension", false)?;
-        let mut csv = CsvConfig::default();
-        if let Some(d) = p.take("delimiter") {
-            if d.is_empty() || d.chars().count() > 3 || d.contains(['\r', '\n']) {
-                return Err(p.bad("delimiter", &d, "must be 1 to 3 characters, no line breaks"));
-            }
-            csv.delimiter = d;
-        }
-        if let Some(q) = p.take("quote") {
-            if q.chars().count() > 1 || (!q.is_empty() && csv.delimiter.contains(q.as_str())) {
-                return Err(p.bad(
-                    "quote",
-                    &q,
-                    "must be empty or one character not in the delimiter",
-                ));
-            }
-            csv.quote = q;
-        }
-        if let Some(n) = p.take("null") {
-            csv.null = n;
-        }
-        csv.include_commit_ts = p.bool("include-commit-ts", false)?;
-        csv.output_old_value = p.bool("output-old-value", false)?;
-        csv.binary_encoding = match p.take("binary-encoding-method").as_deref() {
-            None | Some("base64") => BinaryEncoding::Base64,
-            Some("hex") => BinaryEncoding::Hex,
-            Some(other) => {
-                return Err(p.bad("binary-encoding-method", other, "expected base64 or hex"))
-            }
-        };
+        let csv = CsvConfig::from_params(p)?;
         Ok(StorageConfig {
             location,
             protocol,
