@@ -274,50 +274,57 @@ async fn flush_slot<B: Backend>(b: &B, s: &mut Slot<B::Writer>) -> Result<Ts> {
     Ok(*s.ack.borrow())
 }
 
+/// The contract of a batch of rows for this slot: the span's table, one table version, commit
+/// ts after everything written or resolved (ascending within the batch), keys inside the span.
+fn check_batch<W>(s: &Slot<W>, batch: &RowBatch) -> Result<()> {
+    let schema = &batch.schema;
+    if schema.table_id != s.span.table {
+        return Err(SinkError::contract(
+            s.id,
+            format!(
+                "table {} is not the span's table {}",
+                schema.table_id, s.span.table
+            ),
+        ));
+    }
+    let mut last = s.written.max(s.resolved);
+    for (i, r) in batch.rows.iter().enumerate() {
+        if r.table_id != schema.table_id || r.schema_version != schema.version {
+            return Err(SinkError::contract(
+                s.id,
+                format!(
+                    "row {i} is of table {} version {}, batch is {} version {}",
+                    r.table_id, r.schema_version, schema.table_id, schema.version
+                ),
+            ));
+        }
+        let ok = if i == 0 {
+            r.commit_ts > last
+        } else {
+            r.commit_ts >= last
+        };
+        if !ok {
+            return Err(SinkError::contract(
+                s.id,
+                format!("row {i} has commit ts {} after {last}", r.commit_ts),
+            ));
+        }
+        if !s.span.contains(&r.key) {
+            return Err(SinkError::contract(
+                s.id,
+                format!("row {i} key {:?} outside span {:?}", r.key, s.span),
+            ));
+        }
+        last = r.commit_ts;
+    }
+    Ok(())
+}
+
 async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out> {
     match op {
         Op::Write(batch) => {
             s.check_usable()?;
-            let schema = &batch.schema;
-            if schema.table_id != s.span.table {
-                return Err(SinkError::contract(
-                    s.id,
-                    format!(
-                        "table {} is not the span's table {}",
-                        schema.table_id, s.span.table
-                    ),
-                ));
-            }
-            let mut last = s.written.max(s.resolved);
-            for (i, r) in batch.rows.iter().enumerate() {
-                if r.table_id != schema.table_id || r.schema_version != schema.version {
-                    return Err(SinkError::contract(
-                        s.id,
-                        format!(
-                            "row {i} is of table {} version {}, batch is {} version {}",
-                            r.table_id, r.schema_version, schema.table_id, schema.version
-                        ),
-                    ));
-                }
-                let ok = if i == 0 {
-                    r.commit_ts > last
-                } else {
-                    r.commit_ts >= last
-                };
-                if !ok {
-                    return Err(SinkError::contract(
-                        s.id,
-                        format!("row {i} has commit ts {} after {last}", r.commit_ts),
-                    ));
-                }
-                if !s.span.contains(&r.key) {
-                    return Err(SinkError::contract(
-                        s.id,
-                        format!("row {i} key {:?} outside span {:?}", r.key, s.span),
-                    ));
-                }
-                last = r.commit_ts;
-            }
+            check_batch(s, &batch)?;
             let Some(max_ts) = batch.rows.last().map(|r| r.commit_ts) else {
                 return Ok(Out::Unit);
             };
