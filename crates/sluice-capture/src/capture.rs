@@ -372,6 +372,38 @@ impl Resolved {
     }
 }
 
+/// A row's table as the history has it at `lookup_ts` (settled from the binlog's TABLE_MAP);
+/// `None` for a table that is not captured. A history that disagrees with the binlog about the
+/// table is an error (keying rows by the wrong columns would corrupt routing silently), unless
+/// `skip_unparseable_ddl` (the TABLE_MAP's primary key is used then).
+fn resolve_table(
+    history: &mut SchemaHistory,
+    lookup_ts: Ts,
+    change: &RowChange,
+) -> Result<Option<Resolved>> {
+    let (db, name) = (&change.table.database, &change.table.table);
+    if !is_captured(history, db, name) {
+        return Ok(None);
+    }
+    history.settle_from_binlog(lookup_ts, &change.table);
+    let schema = history
+        .table_at(db, name, lookup_ts)
+        .ok_or_else(|| CaptureError::UnknownTable(format!("{db}.{name}"), lookup_ts))?;
+    if !agrees(schema, &change.table) && !history.skip_unparseable_ddl {
+        return Err(CaptureError::Decode {
+            file: String::new(),
+            pos: lookup_ts,
+            message: format!(
+                "schema history disagrees with the binlog about {db}.{name}: history columns {:?}, \
+                 binlog columns {:?}",
+                schema.columns.iter().map(|c| &c.name).collect::<Vec<_>>(),
+                change.table.columns.iter().map(|c| &c.name).collect::<Vec<_>>()
+            ),
+        });
+    }
+    Ok(Some(Resolved::new(schema, change)))
+}
+
 /// Converts rows of one transaction; tables are looked up in `history` at `lookup_ts`.
 fn convert_rows(
     history: &mut SchemaHistory,
@@ -389,33 +421,13 @@ fn convert_rows(
             .position(|r| Arc::ptr_eq(&r.meta, &change.table))
         {
             Some(i) => &cache[i],
-            None => {
-                let (db, name) = (&change.table.database, &change.table.table);
-                if !is_captured(history, db, name) {
-                    continue;
+            None => match resolve_table(history, lookup_ts, &change)? {
+                Some(r) => {
+                    cache.push(r);
+                    &cache[cache.len() - 1]
                 }
-                history.settle_from_binlog(lookup_ts, &change.table);
-                let schema = history
-                    .table_at(db, name, lookup_ts)
-                    .ok_or_else(|| CaptureError::UnknownTable(format!("{db}.{name}"), lookup_ts))?;
-                if !agrees(schema, &change.table) && !history.skip_unparseable_ddl {
-                    // The history is wrong about this table (a DDL it could not follow): keying
-                    // rows by the wrong columns would corrupt routing silently. With
-                    // skip_unparseable_ddl the TABLE_MAP's primary key is used instead.
-                    return Err(CaptureError::Decode {
-                        file: String::new(),
-                        pos: lookup_ts,
-                        message: format!(
-                            "schema history disagrees with the binlog about {db}.{name}: history columns {:?}, \
-                             binlog columns {:?}",
-                            schema.columns.iter().map(|c| &c.name).collect::<Vec<_>>(),
-                            change.table.columns.iter().map(|c| &c.name).collect::<Vec<_>>()
-                        ),
-                    });
-                }
-                cache.push(Resolved::new(schema, &change));
-                &cache[cache.len() - 1]
-            }
+                None => continue,
+            },
         };
         let fix = |img: Option<Vec<Value>>| -> Option<Vec<Value>> {
             let mut img = img?;
