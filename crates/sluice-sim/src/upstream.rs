@@ -422,7 +422,7 @@ impl Upstream {
         created.push((t, regions.max(1)));
         let inf = DdlInfluence {
             added: vec![(t, n.clone())],
-            ..influence(InfluenceScope::Tables(vec![]), true)
+            ..DdlInfluence::scoped(InfluenceScope::Tables(vec![]), true)
         };
         let query = format!("CREATE TABLE {n}");
         Some((
@@ -438,7 +438,7 @@ impl Upstream {
         }
         let inf = DdlInfluence {
             dropped: vec![t],
-            ..influence(InfluenceScope::Tables(vec![t]), true)
+            ..DdlInfluence::scoped(InfluenceScope::Tables(vec![t]), true)
         };
         let query = format!("DROP TABLE {n}");
         (
@@ -466,7 +466,7 @@ impl Upstream {
         let inf = DdlInfluence {
             dropped: vec![t],
             added: vec![(nt, n.clone())],
-            ..influence(InfluenceScope::Tables(vec![t]), true)
+            ..DdlInfluence::scoped(InfluenceScope::Tables(vec![t]), true)
         };
         let query = format!("TRUNCATE TABLE {n}");
         Some((
@@ -496,7 +496,7 @@ impl Upstream {
         }
         let inf = DdlInfluence {
             renamed: vec![(t, nn.clone())],
-            ..influence(InfluenceScope::Tables(vec![t]), true)
+            ..DdlInfluence::scoped(InfluenceScope::Tables(vec![t]), true)
         };
         let query = format!("RENAME TABLE {n} TO {nn}");
         Some((
@@ -507,7 +507,7 @@ impl Upstream {
 
     fn add_column(&mut self, ts: Ts, t: TableId) -> (DdlEvent, Vec<TableId>) {
         let n = self.name_at(t, ts);
-        let inf = influence(InfluenceScope::Tables(vec![t]), false);
+        let inf = DdlInfluence::scoped(InfluenceScope::Tables(vec![t]), false);
         let query = format!("ALTER TABLE {n} ADD COLUMN c{ts} INT");
         (
             Self::ddl_event(ts, DdlKind::AlterTable, &db_of(&n), query, inf),
@@ -518,7 +518,7 @@ impl Upstream {
     /// CREATE or DROP DATABASE `db` (a drop ends every live table in it).
     fn database_ddl(&mut self, ts: Ts, db: String, drop: bool) -> (DdlEvent, Vec<TableId>) {
         let affected = self.live_tables_in(&db, ts);
-        let mut inf = influence(InfluenceScope::Database(db.clone()), true);
+        let mut inf = DdlInfluence::scoped(InfluenceScope::Database(db.clone()), true);
         let (kind, query) = if drop {
             for t in &affected {
                 if let Some(x) = self.tables.get_mut(t) {
@@ -540,7 +540,7 @@ impl Upstream {
             .filter(|t| t.live_at(ts))
             .map(|t| t.id)
             .collect();
-        let inf = influence(InfluenceScope::All, true);
+        let inf = DdlInfluence::scoped(InfluenceScope::All, true);
         let query = format!("CREATE VIEW {db}.v{ts} AS SELECT 1");
         (
             Self::ddl_event(ts, DdlKind::CreateView, &db, query, inf),
@@ -644,18 +644,6 @@ impl EventSource for Upstream {
         let t = self.tables.get(&table)?;
         let name = t.name_at(at);
         name.split('.').next().map(str::to_string)
-    }
-}
-
-/// A DDL's influence with nothing added, dropped or renamed.
-fn influence(scope: InfluenceScope, trigger: bool) -> DdlInfluence {
-    DdlInfluence {
-        scope,
-        trigger,
-        dropped: vec![],
-        added: vec![],
-        renamed: vec![],
-        sources: vec![],
     }
 }
 
