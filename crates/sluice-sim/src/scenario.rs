@@ -959,21 +959,7 @@ impl Parser {
             "settle" => Op::Settle {
                 max_ms: f.opt_u64("max-ms")?.unwrap_or(DEFAULT_SETTLE_MAX_MS),
             },
-            "write" => {
-                let table = v.table(known, f.req_u64("table")?, "table")?;
-                let rows = f.req_u64("rows")?;
-                let txn_rows = f.opt_u64("txn-rows")?.unwrap_or(1);
-                if txn_rows == 0 {
-                    return Err(self.err(ctx, "`txn-rows` must be at least 1"));
-                }
-                let deletes = f.opt_u64("deletes")?.unwrap_or(0);
-                Op::Write {
-                    table,
-                    rows,
-                    txn_rows,
-                    deletes,
-                }
-            }
+            "write" => self.write_op(&mut f, &v, known)?,
             "ddl" => Op::Ddl(self.ddl(&mut f, &v, known)?),
             "split_table" => {
                 let table = v.table(known, f.req_u64("table")?, "table")?;
@@ -1032,6 +1018,28 @@ impl Parser {
         };
         f.finish()?;
         Ok(op)
+    }
+
+    /// `write`: rows into a table, in transactions of `txn-rows`, some of them deletes.
+    fn write_op(
+        &self,
+        f: &mut Fields<'_>,
+        v: &Validator<'_>,
+        known: &mut BTreeSet<TableId>,
+    ) -> Result<Op, ScenarioError> {
+        let table = v.table(known, f.req_u64("table")?, "table")?;
+        let rows = f.req_u64("rows")?;
+        let txn_rows = f.opt_u64("txn-rows")?.unwrap_or(1);
+        if txn_rows == 0 {
+            return Err(self.err(v.ctx, "`txn-rows` must be at least 1"));
+        }
+        let deletes = f.opt_u64("deletes")?.unwrap_or(0);
+        Ok(Op::Write {
+            table,
+            rows,
+            txn_rows,
+            deletes,
+        })
     }
 
     /// The extension ops (`x-…`); `None` for an unknown one.
