@@ -272,15 +272,7 @@ impl Coordinator {
             });
         }
         if let Some((n, e)) = f.old_maintainer.take() {
-            out.push(Effect::Send {
-                to: n,
-                msg: Message::RemoveMaintainer {
-                    cf: cf.clone(),
-                    epoch: e,
-                    rev,
-                    cascade: false,
-                },
-            });
+            stop_maintainer(out, n, cf.clone(), e, rev);
         }
         f.placement = Placement::Closing {
             epoch,

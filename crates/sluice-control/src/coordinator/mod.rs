@@ -252,6 +252,19 @@ fn new_feed(info: ChangefeedInfo, info_rev: u64, checkpoint: Ts) -> Feed {
 
 const MAX_QUEUED_REQUESTS: usize = 1024;
 
+/// Tells `to` to stop its maintainer of `cf` at `epoch` (not cascading to the dispatchers).
+fn stop_maintainer(out: &mut Vec<Effect>, to: NodeId, cf: ChangefeedId, epoch: Epoch, rev: u64) {
+    out.push(Effect::Send {
+        to,
+        msg: Message::RemoveMaintainer {
+            cf,
+            epoch,
+            rev,
+            cascade: false,
+        },
+    });
+}
+
 impl Coordinator {
     /// This node won the election with the election key at revision `rev`.
     pub fn new(node: NodeId, rev: u64, out: &mut Vec<Effect>) -> Self {

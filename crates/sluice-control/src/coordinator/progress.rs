@@ -94,15 +94,7 @@ impl Coordinator {
             {
                 // Silent for too long on a live node: place it again (the new epoch fences
                 // the old one wherever it still runs) and tell the old one to stop.
-                out.push(Effect::Send {
-                    to: node.clone(),
-                    msg: Message::RemoveMaintainer {
-                        cf: cf.clone(),
-                        epoch: *epoch,
-                        rev,
-                        cascade: false,
-                    },
-                });
+                stop_maintainer(out, node.clone(), cf.clone(), *epoch, rev);
                 f.placement = Placement::None;
             }
             Placement::Moving { node, to, .. } if alive.get(node) != Some(&f.placed_inc) => {
@@ -277,15 +269,7 @@ impl Coordinator {
                         };
                     }
                 } else if st.state != MaintainerState::Stopped {
-                    out.push(Effect::Send {
-                        to: node.clone(),
-                        msg: Message::RemoveMaintainer {
-                            cf: st.cf.clone(),
-                            epoch: st.epoch,
-                            rev,
-                            cascade: false,
-                        },
-                    });
+                    stop_maintainer(out, node.clone(), st.cf.clone(), st.epoch, rev);
                 }
             }
         }

@@ -140,15 +140,7 @@ impl Coordinator {
         if node == to || !alive.contains_key(&to) {
             return;
         }
-        out.push(Effect::Send {
-            to: node.clone(),
-            msg: Message::RemoveMaintainer {
-                cf: cf.clone(),
-                epoch,
-                rev,
-                cascade: false,
-            },
-        });
+        stop_maintainer(out, node.clone(), cf.clone(), epoch, rev);
         f.placement = Placement::Moving {
             node,
             epoch,

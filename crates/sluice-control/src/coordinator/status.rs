@@ -82,15 +82,7 @@ impl Coordinator {
             self.stale_dropped += 1;
             // A maintainer of an older epoch still runs there: stop it.
             if status.epoch.0 < f.info.epoch && status.state != MaintainerState::Stopped {
-                out.push(Effect::Send {
-                    to: from.clone(),
-                    msg: Message::RemoveMaintainer {
-                        cf: status.cf.clone(),
-                        epoch: status.epoch,
-                        rev: self.rev,
-                        cascade: false,
-                    },
-                });
+                stop_maintainer(out, from.clone(), status.cf.clone(), status.epoch, self.rev);
             }
             return;
         }

@@ -56,15 +56,7 @@ impl Coordinator {
                     ..
                 } if now >= *last_sent + RESEND_MS => {
                     *last_sent = now;
-                    out.push(Effect::Send {
-                        to: node.clone(),
-                        msg: Message::RemoveMaintainer {
-                            cf: cf.clone(),
-                            epoch: *epoch,
-                            rev,
-                            cascade: false,
-                        },
-                    });
+                    stop_maintainer(out, node.clone(), cf.clone(), *epoch, rev);
                 }
                 Placement::Closing {
                     epoch,
