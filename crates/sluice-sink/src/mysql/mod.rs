@@ -697,13 +697,25 @@ async fn run_stmt<Q: Queryable>(
 ) -> std::result::Result<(), mysql_async::Error> {
     match st {
         Stmt::Exec(sql, params) => c.exec_drop(sql.as_str(), params.clone()).await,
-        Stmt::Load { sql, data } => {
-            let name = infiles.register(data.clone());
-            let res = c.query_drop(sql.replacen(INFILE_NAME, &name, 1)).await;
-            infiles.forget(&name);
-            res
-        }
+        Stmt::Load { sql, data } => run_load(c, infiles, sql, data, "").await,
     }
+}
+
+/// A `LOAD DATA` with its file served from memory, and `then` (more statements of the same
+/// query, such as `; COMMIT`: the server stops at the first error).
+async fn run_load<Q: Queryable>(
+    c: &mut Q,
+    infiles: &Infiles,
+    sql: &str,
+    data: &[u8],
+    then: &str,
+) -> std::result::Result<(), mysql_async::Error> {
+    let name = infiles.register(data.to_vec());
+    let res = c
+        .query_drop(format!("{}{then}", sql.replacen(INFILE_NAME, &name, 1)))
+        .await;
+    infiles.forget(&name);
+    res
 }
 
 /// The last statement of a transaction and its `COMMIT`: a `LOAD DATA` (a text query) and the
@@ -719,13 +731,7 @@ async fn run_last_and_commit(
             run_stmt(c, infiles, st).await?;
             c.query_drop("COMMIT").await
         }
-        Stmt::Load { sql, data } => {
-            let name = infiles.register(data.clone());
-            let sql = format!("{}; COMMIT", sql.replacen(INFILE_NAME, &name, 1));
-            let res = c.query_drop(sql).await;
-            infiles.forget(&name);
-            res
-        }
+        Stmt::Load { sql, data } => run_load(c, infiles, sql, data, "; COMMIT").await,
     }
 }
 

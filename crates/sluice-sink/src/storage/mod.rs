@@ -253,7 +253,8 @@ pub struct StorageWriter {
     id: Option<DispatcherId>,
     /// With a write fence: the claim written before the first data file of each table
     /// directory (`<db>/<table>`) this dispatcher writes into.
-    claim: Option<(DispatcherId, layout::Claim)>,
+    /// (A writer with a claim always names its files with its id.)
+    claim: Option<layout::Claim>,
     claimed: BTreeSet<String>,
     /// Open buffers in creation order, one per data directory: rows of one directory stay in
     /// order inside its buffer.
@@ -461,7 +462,7 @@ impl Storage {
         schema: &TableSchema,
         fence: &BoundFence,
     ) -> Result<()> {
-        let Some((d, claim)) = &w.claim else {
+        let (Some(claim), Some(d)) = (&w.claim, w.id) else {
             return Ok(());
         };
         let table_dir = format!("{}/{}", schema.database, schema.name);
@@ -469,7 +470,7 @@ impl Storage {
             return Ok(());
         }
         let body = serde_json::to_vec_pretty(claim).map_err(|e| SinkError::Codec(e.to_string()))?;
-        let path = layout::claim_path(schema, *d);
+        let path = layout::claim_path(schema, d);
         // Taken: this dispatcher claimed it before (a retried flush); the content is the same.
         self.put_create(&path, PutPayload::from(body), fence)
             .await?;
@@ -541,12 +542,9 @@ impl Backend for Storage {
         // With a fence every name carries the dispatcher id: a successor never reuses a name a
         // paused predecessor may still put.
         let with_id = spec.fenced || self.cfg.table_across_nodes || !spec.span.is_whole_table();
-        let claim = spec.fenced.then(|| {
-            (
-                spec.dispatcher,
-                layout::Claim::new(spec.dispatcher, spec.span, spec.start_ts),
-            )
-        });
+        let claim = spec
+            .fenced
+            .then(|| layout::Claim::new(spec.dispatcher, spec.span, spec.start_ts));
         Ok(StorageWriter {
             id: with_id.then_some(spec.dispatcher),
             claim,
