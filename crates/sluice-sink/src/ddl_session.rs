@@ -3,8 +3,9 @@
 //!
 //! Invariants:
 //! - the settings are set on the connection that runs the DDL, right before it, and that
-//!   connection is reset when it returns to the pool, so the sink's own session (its
-//!   `sql_mode`, collations, time zone) is back for every other statement;
+//!   connection is closed after the DDL (never returned to the pool), so the sink's own
+//!   session (its `sql_mode`, collations, time zone, no current database) is what every other
+//!   statement runs under;
 //! - a DDL without session settings (recorded before capture read them) runs under the sink's
 //!   own session, as before;
 //! - collations travel by id (the QUERY event has only ids) and are named by the downstream's

@@ -579,6 +579,62 @@ fn ddl(ts: Ts, kind: DdlKind, query: &str) -> DdlEvent {
     }
 }
 
+/// A DDL never runs on a connection an earlier DDL left in its database: MariaDB keeps a
+/// connection's copy of its current database's defaults from when the database became current,
+/// so a table created there after an `ALTER DATABASE` run on another connection (another of the
+/// sink's, while this one was busy) would take the old defaults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ddl_after_alter_database_on_another_connection_takes_the_new_defaults() {
+    let db = MariaDb::start().expect("mariadb");
+    db.exec("CREATE DATABASE ad CHARACTER SET latin1 COLLATE latin1_general_ci")
+        .expect("ddl");
+    let s = sink(&db, "").await;
+    let trig = DispatcherId { epoch: 1, seq: 0 };
+    s.open(trig, Span::whole_table(TableId(0)), 0)
+        .await
+        .expect("open");
+    // Upstream sessions with and without a current database (a QUERY event of `ALTER DATABASE
+    // d` names d as its database; a client that names every table has none).
+    let under = |db: &str, ts, query: &str| DdlEvent {
+        database: db.into(),
+        ..ddl(ts, DdlKind::CreateTable, query)
+    };
+    let t = "CREATE TABLE t (id INT PRIMARY KEY, c CHAR(2))";
+    s.write_ddl(trig, under("ad", 10, t), vec![])
+        .await
+        .expect("ddl 10");
+    // The connection that ran `USE ad` is gone (closing is asynchronous on the server).
+    let in_ad = || {
+        db.query_one("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = 'ad'")
+            .expect("processlist")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while in_ad() != "0" && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        in_ad(),
+        "0",
+        "a connection of the sink stayed in the DDL's database"
+    );
+    db.exec("ALTER DATABASE ad COLLATE latin1_bin")
+        .expect("alter");
+    let u = "CREATE TABLE ad.u (id INT PRIMARY KEY, c CHAR(2))";
+    s.write_ddl(trig, under("", 20, u), vec![])
+        .await
+        .expect("ddl 20");
+    let collation = |t: &str| {
+        db.query_one(&format!(
+            "SELECT COLLATION_NAME FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = 'ad' AND TABLE_NAME = '{t}' AND COLUMN_NAME = 'c'"
+        ))
+        .expect("collation")
+    };
+    assert_eq!(collation("t"), "latin1_general_ci");
+    assert_eq!(collation("u"), "latin1_bin");
+    s.close(trig).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_ddl_takes_effect_once_even_after_an_ambiguous_crash() {
     let db = MariaDb::start().expect("mariadb");

@@ -20,7 +20,8 @@
 //!   unless `force-replicate=true`; such tables are written without `REPLACE` (rows may duplicate
 //!   on replay: documented in docs/sinks.md);
 //! - a DDL runs under the upstream session it ran under (`sql_mode`, collations, time zone,
-//!   `foreign_key_checks`: [`crate::ddl_session`]), on a connection reset afterwards;
+//!   `foreign_key_checks`: [`crate::ddl_session`]), on a connection closed afterwards (one
+//!   that ran `USE d` keeps d's defaults from then, even across an `ALTER DATABASE d`);
 //! - DDLs run in commit order, one at a time, recorded in `sluice_sink.ddl_ts` (changefeed,
 //!   commit ts, finished): a finished DDL is skipped on replay; an unfinished one (crash between the
 //!   DDL and its record: MariaDB DDL cannot share a transaction) runs again in an idempotent form
@@ -689,6 +690,41 @@ enum Stmt {
 
 /// The placeholder for the in-memory file name in a [`Stmt::Load`] statement.
 const INFILE_NAME: &str = "{infile}";
+
+/// One attempt at a DDL on `c`: the upstream session's database and settings, a last fence
+/// check, the statement. `retry`: an earlier attempt may have taken effect, so "already done"
+/// errors are success.
+async fn apply_ddl_on(
+    c: &mut Conn,
+    db: &str,
+    query: &str,
+    session: &sluice_types::DdlSession,
+    kind: DdlKind,
+    retry: bool,
+    fence: &BoundFence,
+) -> std::result::Result<(), mysql_async::Error> {
+    if !db.is_empty() {
+        if let Err(e) = c.query_drop(format!("USE {}", quote_ident(db))).await {
+            match &e {
+                mysql_async::Error::Server(s) if s.code == 1049 => {}
+                _ => return Err(e),
+            }
+        }
+    }
+    // The upstream session's sql_mode, collations, ... (the connection is closed after).
+    crate::ddl_session::enter(c, session).await?;
+    // The round trips: check again right before the DDL.
+    fenced_driver(fence, "apply DDL")?;
+    match c.query_drop(query).await {
+        Err(mysql_async::Error::Server(e)) if retry && DDL_ALREADY_DONE.contains(&e.code) => Ok(()),
+        // The defaults of a database the downstream does not have (one the changefeed does
+        // not replicate): nothing to change.
+        Err(mysql_async::Error::Server(e)) if kind == DdlKind::AlterDatabase && e.code == 1049 => {
+            Ok(())
+        }
+        other => other,
+    }
+}
 
 async fn run_stmt<Q: Queryable>(
     c: &mut Q,
@@ -1382,35 +1418,15 @@ impl Backend for Mysql {
                 let retry = attempted.swap(true, Ordering::Relaxed);
                 let fence = fence.clone();
                 async move {
-                    // `USE` changes the session: reset it when it returns to the pool.
-                    c.reset_connection(true);
-                    if !db.is_empty() {
-                        if let Err(e) = c.query_drop(format!("USE {}", quote_ident(&db))).await {
-                            match &e {
-                                mysql_async::Error::Server(s) if s.code == 1049 => {}
-                                _ => return Err(e),
-                            }
-                        }
-                    }
-                    // The upstream session's sql_mode, collations, ... (undone by the reset).
-                    crate::ddl_session::enter(&mut c, &session).await?;
-                    // The round trips: check again right before the DDL.
-                    fenced_driver(&fence, "apply DDL")?;
-                    match c.query_drop(query.as_str()).await {
-                        Err(mysql_async::Error::Server(e))
-                            if retry && DDL_ALREADY_DONE.contains(&e.code) =>
-                        {
-                            Ok(())
-                        }
-                        // The defaults of a database the downstream does not have (one the
-                        // changefeed does not replicate): nothing to change.
-                        Err(mysql_async::Error::Server(e))
-                            if kind == DdlKind::AlterDatabase && e.code == 1049 =>
-                        {
-                            Ok(())
-                        }
-                        other => other,
-                    }
+                    let out =
+                        apply_ddl_on(&mut c, &db, &query, &session, kind, retry, &fence).await;
+                    // The connection never returns to the pool: MariaDB keeps, per connection,
+                    // the defaults of the current database as they were when it became current
+                    // (a later `USE` of the same name does not reload them), so a pooled
+                    // connection that ran `USE d` would create the tables of a later DDL with
+                    // d's defaults from before an `ALTER DATABASE d` that ran elsewhere.
+                    let _ = c.disconnect().await;
+                    out
                 }
             })
             .await;
