@@ -15,7 +15,10 @@
 //! minutes). `SLUICE_MARIADB_SUITE=full` replays every `main/*.test`, `suite/*/t/*.test` and `suite/*/*.test`
 //! (see `scripts/mariadb-suite.sh`); `SLUICE_MARIADB_SUITE=a.test,b.test` replays those files.
 //! `SLUICE_MARIADB_SUITE_REPORT=path` writes the counts and every failure there;
-//! `SLUICE_MARIADB_SUITE_MINUTES=n` stops after the file that passes `n` minutes.
+//! `SLUICE_MARIADB_SUITE_MINUTES=n` stops after the file that passes `n` minutes;
+//! `SLUICE_MARIADB_SUITE_FROM=i` starts at the selection's file `i` (0-based), so a run too long
+//! for one sitting goes in parts: each report's first line names the `FROM` of the next part,
+//! and `scripts/mariadb-suite-sum.py` adds the parts' counts and failures up.
 
 mod common;
 mod mysqltest;
@@ -79,6 +82,30 @@ struct Counts {
     table_checks: usize,
     tables_equal: usize,
     snapshots: usize,
+}
+
+impl Counts {
+    /// The counts as one `name=value` line, which `scripts/mariadb-suite-sum.py` adds up.
+    fn line(&self) -> String {
+        let c = self;
+        format!(
+            "counts files={} extracted={} ddl_run={} ddl_accepted={} ddl_no_binlog={} \
+             ddl_understood={} ddl_all_equal={} setup_run={} setup_accepted={} table_checks={} \
+             tables_equal={} snapshots={}\n",
+            c.files,
+            c.extracted,
+            c.ddl_run,
+            c.ddl_accepted,
+            c.ddl_no_binlog,
+            c.ddl_understood,
+            c.ddl_all_equal,
+            c.setup_run,
+            c.setup_accepted,
+            c.table_checks,
+            c.tables_equal,
+            c.snapshots
+        )
+    }
 }
 
 /// One statement the history did not understand or got wrong.
@@ -726,6 +753,11 @@ async fn mariadb_regression_suite_ddl_keeps_the_history_equal_to_the_server() {
     let root =
         PathBuf::from(std::env::var("SLUICE_MYSQL_TEST_DIR").unwrap_or_else(|_| SUITE_DIR.into()));
     let files = selection(&root);
+    let from = std::env::var("SLUICE_MARIADB_SUITE_FROM")
+        .ok()
+        .and_then(|i| i.parse::<usize>().ok())
+        .unwrap_or(0)
+        .min(files.len());
     // `SLUICE_MARIADB_SUITE_MINUTES=n`: stop after the file that passes n minutes (a capped run
     // of the full corpus reports what it replayed).
     let cap = std::env::var("SLUICE_MARIADB_SUITE_MINUTES")
@@ -733,18 +765,25 @@ async fn mariadb_regression_suite_ddl_keeps_the_history_equal_to_the_server() {
         .and_then(|m| m.parse::<u64>().ok())
         .map(|m| std::time::Instant::now() + Duration::from_secs(m * 60));
     let mut replay = Replay::start().await;
-    for f in &files {
+    for f in &files[from..] {
         if cap.is_some_and(|c| std::time::Instant::now() >= c) {
             break;
         }
         replay.run_file(&root, f).await;
     }
+    let next = from + replay.counts.files;
     let mut report = format!(
-        "files replayed {} of {}\n",
+        "files replayed {} of {} (from {from}; next part FROM={next}{})\n",
         replay.counts.files,
-        files.len()
+        files.len(),
+        if next == files.len() {
+            ", none left"
+        } else {
+            ""
+        }
     );
     report.push_str(&replay.report());
+    report.push_str(&replay.counts.line());
     println!("{report}");
     if let Ok(path) = std::env::var("SLUICE_MARIADB_SUITE_REPORT") {
         let mut full = report.clone();
