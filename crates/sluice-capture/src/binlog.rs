@@ -14,7 +14,8 @@
 //!   sent, GTID (162) bodies parsed by hand (sequence u64 LE, domain u32 LE, flags u8; a
 //!   `FL_STANDALONE` GTID is followed by exactly one statement and no XID/COMMIT), GTID_LIST,
 //!   BINLOG_CHECKPOINT and ANNOTATE_ROWS skipped, the 4 checksum bytes trimmed from the name in
-//!   the fake ROTATE sent before the format description, compressed events refused;
+//!   the fake ROTATE sent before the format description, compressed events
+//!   (`log_bin_compress`) and compressed columns inflated ([`crate::compression`]);
 //! - every event with a CRC32 checksum is verified; a mismatch drops the connection and
 //!   re-reads from `committed` (a corrupt event is never decoded);
 //! - error 1236 (the requested file is purged or missing) is the fatal
@@ -33,7 +34,7 @@ use crate::error::{CaptureError, Result};
 use crate::pos::{commit_ts, file_index, BinlogPos};
 use crate::unreplicable::{self, Unreplicable};
 use futures::StreamExt;
-use mysql_async::binlog::events::{Event, EventData, RotateEvent, RowsEventData};
+use mysql_async::binlog::events::{Event, EventData, RotateEvent, RowsEventData, TableMapEvent};
 use mysql_async::binlog::EventType;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest};
@@ -265,6 +266,9 @@ pub struct BinlogReader {
     file: String,
     pending: Option<Pending>,
     tables: HashMap<u64, Arc<TableMeta>>,
+    /// TABLE_MAPs rewritten without compressed column types (see [`crate::compression`]),
+    /// for the generic row decoder; the stream's own copy keeps types 140/141.
+    plain_maps: HashMap<u64, TableMapEvent<'static>>,
     failures: u32,
     /// Start of a transaction whose chunks were handed out and must be discarded.
     abort: Option<BinlogPos>,
@@ -282,6 +286,7 @@ impl BinlogReader {
             file,
             pending: None,
             tables: HashMap::new(),
+            plain_maps: HashMap::new(),
             failures: 0,
             abort: None,
             stats: ReaderStats::default(),
@@ -334,6 +339,7 @@ impl BinlogReader {
         self.file = self.committed.file.clone();
         self.pending = None;
         self.tables.clear();
+        self.plain_maps.clear();
         self.stats.connects += 1;
         Ok(())
     }
@@ -462,11 +468,10 @@ impl BinlogReader {
         }
     }
 
+    /// One event from the stream: its checksum verified, then [`Self::dispatch`]ed.
     fn handle(&mut self, ev: Event) -> Result<Option<ReaderEvent>> {
         let header = ev.header();
-        let ty = header.event_type_raw();
-        let end = header.log_pos() as u64;
-        let start_pos = end.saturating_sub(header.event_size() as u64);
+        let start_pos = (header.log_pos() as u64).saturating_sub(header.event_size() as u64);
         // Checksum.
         if let (Some(sum), Ok(Some(alg))) = (ev.checksum(), ev.footer().get_checksum_alg()) {
             let expected = u32::from_le_bytes(sum);
@@ -481,41 +486,34 @@ impl BinlogReader {
             }
             self.stats.checksums_verified += 1;
         }
+        self.dispatch(ev, start_pos)
+    }
+
+    /// One verified event by type (a compressed one as the plain event it stands for; its
+    /// `start_pos` is the upstream's, from before inflating).
+    fn dispatch(&mut self, ev: Event, start_pos: u64) -> Result<Option<ReaderEvent>> {
+        let header = ev.header();
+        let ty = header.event_type_raw();
+        let end = header.log_pos() as u64;
         use mariadb_event::*;
         match ty {
-            t if t == EventType::ROTATE_EVENT as u8 => {
-                let re: RotateEvent<'_> = ev.read_event().map_err(|e| self.decode_err(start_pos, e))?;
-                let mut name = re.name_raw().to_vec();
-                // The fake ROTATE precedes the format description, so the reader did not know
-                // to strip its checksum: the name then carries 4 extra bytes.
-                if file_index(&String::from_utf8_lossy(&name)).is_none() && name.len() > 4 {
-                    let trimmed = &name[..name.len() - 4];
-                    if file_index(&String::from_utf8_lossy(trimmed)).is_some() {
-                        name.truncate(name.len() - 4);
-                    }
-                }
-                let name = String::from_utf8(name).map_err(|e| self.decode_err(start_pos, e))?;
-                self.file = name.clone();
-                if end != 0 && self.pending.is_none() {
-                    // A real rotation between transactions: the new file is a boundary.
-                    self.committed = BinlogPos::new(name, re.position());
-                    if let Some(ts) = self.committed.ts() {
-                        return Ok(Some(ReaderEvent::Resolved(ts)));
-                    }
-                }
-                Ok(None)
-            }
+            t if t == EventType::ROTATE_EVENT as u8 => self.rotate(&ev, end, start_pos),
             GTID => {
-                let (gtid, flags) =
-                    parse_gtid_body(ev.data(), header.server_id()).ok_or_else(|| self.decode_err(start_pos, "short GTID event"))?;
-                self.pending = Some(Pending::starting(BinlogPos::new(self.file.clone(), start_pos), Some(gtid), flags & GTID_FL_STANDALONE != 0));
+                let (gtid, flags) = parse_gtid_body(ev.data(), header.server_id())
+                    .ok_or_else(|| self.decode_err(start_pos, "short GTID event"))?;
+                self.pending = Some(Pending::starting(
+                    BinlogPos::new(self.file.clone(), start_pos),
+                    Some(gtid),
+                    flags & GTID_FL_STANDALONE != 0,
+                ));
                 Ok(None)
             }
             ANNOTATE_ROWS | BINLOG_CHECKPOINT | GTID_LIST | START_ENCRYPTION => Ok(None),
-            QUERY_COMPRESSED | FIRST_COMPRESSED_ROWS..=LAST_COMPRESSED_ROWS => Err(self.decode_err(
-                start_pos,
-                "compressed binlog event: set log_bin_compress=OFF upstream (compressed events are not decodable)",
-            )),
+            QUERY_COMPRESSED | FIRST_COMPRESSED_ROWS..=LAST_COMPRESSED_ROWS => {
+                let plain = crate::compression::plain_event(&ev)
+                    .map_err(|e| self.decode_err(start_pos, e))?;
+                self.dispatch(plain, start_pos)
+            }
             t if t == EventType::HEARTBEAT_EVENT as u8 => {
                 if self.pending.is_none() {
                     if let Some(ts) = self.committed.ts() {
@@ -524,79 +522,148 @@ impl BinlogReader {
                 }
                 Ok(None)
             }
-            t if t == EventType::TABLE_MAP_EVENT as u8 => {
-                let Some(EventData::TableMapEvent(tme)) = ev.read_data().map_err(|e| self.decode_err(start_pos, e))?
-                else {
-                    return Ok(None);
-                };
-                let meta = TableMeta::from_tme(&tme).map_err(|e| self.decode_err(start_pos, e))?;
-                self.tables.insert(tme.table_id(), Arc::new(meta));
-                Ok(None)
+            t if t == EventType::TABLE_MAP_EVENT as u8 => self.table_map(&ev, start_pos),
+            t if t == EventType::XID_EVENT as u8 => {
+                self.finish(end, header.timestamp(), None).map(Some)
             }
-            t if t == EventType::XID_EVENT as u8 => self.finish(end, header.timestamp(), None).map(Some),
-            t if t == EventType::QUERY_EVENT as u8 => {
-                let Some(EventData::QueryEvent(q)) = ev.read_data().map_err(|e| self.decode_err(start_pos, e))? else {
-                    return Ok(None);
-                };
-                let query = q.query().into_owned();
-                let trimmed = query.trim();
-                if trimmed.eq_ignore_ascii_case("BEGIN") {
-                    if self.pending.is_none() {
-                        self.pending = Some(Pending::starting(BinlogPos::new(self.file.clone(), start_pos), None, false));
-                    }
-                    return Ok(None);
-                }
-                if trimmed.eq_ignore_ascii_case("COMMIT") {
-                    if self.pending.is_none() {
-                        return Ok(None);
-                    }
-                    return self.finish(end, header.timestamp(), None).map(Some);
-                }
-                if trimmed.eq_ignore_ascii_case("ROLLBACK") {
-                    // A rolled-back non-transactional group: its row changes did happen.
-                    if self.pending.is_none() {
-                        return Ok(None);
-                    }
-                    return self.finish(end, header.timestamp(), None).map(Some);
-                }
-                let stmt = Statement {
-                    database: q.schema().into_owned(),
-                    session: Box::new(crate::session::of_statement(q.status_vars(), &query)),
-                    query,
-                };
-                if let Some(tables) = unreplicable::dml_tables(&stmt.query, &stmt.database) {
-                    return self.statement_dml(end, header.timestamp(), start_pos, &stmt, tables);
-                }
-                match &self.pending {
-                    Some(_) if !self.pending.as_ref().is_some_and(|p| p.standalone) => {
-                        // A statement inside a transaction: CREATE TABLE ... SELECT logs its
-                        // CREATE here, followed by the rows. Other statements (temporary
-                        // tables, ...) change no replicated schema.
-                        if crate::schema::is_schema_statement(&stmt.query) {
-                            if let Some(p) = self.pending.as_mut() {
-                                p.statement = Some(stmt);
-                            }
-                        }
-                        Ok(None)
-                    }
-                    Some(_) => self.finish(end, header.timestamp(), Some(stmt)).map(Some),
-                    None => {
-                        self.pending = Some(Pending::starting(BinlogPos::new(self.file.clone(), start_pos), None, true));
-                        self.finish(end, header.timestamp(), Some(stmt)).map(Some)
-                    }
-                }
-            }
-            t if (t >= EventType::WRITE_ROWS_EVENT_V1 as u8 && t <= EventType::DELETE_ROWS_EVENT_V1 as u8)
-                || (t >= EventType::WRITE_ROWS_EVENT as u8 && t <= EventType::DELETE_ROWS_EVENT as u8) =>
+            t if t == EventType::QUERY_EVENT as u8 => self.query_event(&ev, end, start_pos),
+            t if (t >= EventType::WRITE_ROWS_EVENT_V1 as u8
+                && t <= EventType::DELETE_ROWS_EVENT_V1 as u8)
+                || (t >= EventType::WRITE_ROWS_EVENT as u8
+                    && t <= EventType::DELETE_ROWS_EVENT as u8) =>
             {
                 self.rows_event(&ev, start_pos)?;
                 Ok(None)
             }
-            t if t == EventType::PARTIAL_UPDATE_ROWS_EVENT as u8 => {
-                Err(self.decode_err(start_pos, "partial JSON updates: set binlog_row_value_options='' upstream"))
-            }
+            t if t == EventType::PARTIAL_UPDATE_ROWS_EVENT as u8 => Err(self.decode_err(
+                start_pos,
+                "partial JSON updates: set binlog_row_value_options='' upstream",
+            )),
             _ => Ok(None),
         }
+    }
+
+    /// ROTATE: the file name (a real rotation between transactions is a boundary).
+    fn rotate(&mut self, ev: &Event, end: u64, start_pos: u64) -> Result<Option<ReaderEvent>> {
+        let re: RotateEvent<'_> = ev.read_event().map_err(|e| self.decode_err(start_pos, e))?;
+        let mut name = re.name_raw().to_vec();
+        // The fake ROTATE precedes the format description, so the reader did not know
+        // to strip its checksum: the name then carries 4 extra bytes.
+        if file_index(&String::from_utf8_lossy(&name)).is_none() && name.len() > 4 {
+            let trimmed = &name[..name.len() - 4];
+            if file_index(&String::from_utf8_lossy(trimmed)).is_some() {
+                name.truncate(name.len() - 4);
+            }
+        }
+        let name = String::from_utf8(name).map_err(|e| self.decode_err(start_pos, e))?;
+        self.file = name.clone();
+        if end != 0 && self.pending.is_none() {
+            // A real rotation between transactions: the new file is a boundary.
+            self.committed = BinlogPos::new(name, re.position());
+            if let Some(ts) = self.committed.ts() {
+                return Ok(Some(ReaderEvent::Resolved(ts)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// QUERY: BEGIN/COMMIT/ROLLBACK, a DML statement (unreplicable), or a DDL.
+    fn query_event(&mut self, ev: &Event, end: u64, start_pos: u64) -> Result<Option<ReaderEvent>> {
+        let header = ev.header();
+        let Some(EventData::QueryEvent(q)) =
+            ev.read_data().map_err(|e| self.decode_err(start_pos, e))?
+        else {
+            return Ok(None);
+        };
+        let query = q.query().into_owned();
+        let trimmed = query.trim();
+        if trimmed.eq_ignore_ascii_case("BEGIN") {
+            if self.pending.is_none() {
+                self.pending = Some(Pending::starting(
+                    BinlogPos::new(self.file.clone(), start_pos),
+                    None,
+                    false,
+                ));
+            }
+            return Ok(None);
+        }
+        if trimmed.eq_ignore_ascii_case("COMMIT") {
+            if self.pending.is_none() {
+                return Ok(None);
+            }
+            return self.finish(end, header.timestamp(), None).map(Some);
+        }
+        if trimmed.eq_ignore_ascii_case("ROLLBACK") {
+            // A rolled-back non-transactional group: its row changes did happen.
+            if self.pending.is_none() {
+                return Ok(None);
+            }
+            return self.finish(end, header.timestamp(), None).map(Some);
+        }
+        let stmt = Statement {
+            database: q.schema().into_owned(),
+            session: Box::new(crate::session::of_statement(q.status_vars(), &query)),
+            query,
+        };
+        if let Some(tables) = unreplicable::dml_tables(&stmt.query, &stmt.database) {
+            return self.statement_dml(end, header.timestamp(), start_pos, &stmt, tables);
+        }
+        match &self.pending {
+            Some(_) if !self.pending.as_ref().is_some_and(|p| p.standalone) => {
+                // A statement inside a transaction: CREATE TABLE ... SELECT logs its
+                // CREATE here, followed by the rows. Other statements (temporary
+                // tables, ...) change no replicated schema.
+                if crate::schema::is_schema_statement(&stmt.query) {
+                    if let Some(p) = self.pending.as_mut() {
+                        p.statement = Some(stmt);
+                    }
+                }
+                Ok(None)
+            }
+            Some(_) => self.finish(end, header.timestamp(), Some(stmt)).map(Some),
+            None => {
+                self.pending = Some(Pending::starting(
+                    BinlogPos::new(self.file.clone(), start_pos),
+                    None,
+                    true,
+                ));
+                self.finish(end, header.timestamp(), Some(stmt)).map(Some)
+            }
+        }
+    }
+
+    /// TABLE_MAP: the table's [`TableMeta`] (compressed column types read as the plain ones,
+    /// the columns marked).
+    fn table_map(&mut self, ev: &Event, start_pos: u64) -> Result<Option<ReaderEvent>> {
+        let ty = EventType::TABLE_MAP_EVENT as u8;
+        let post = crate::compression::post_header_len(ev, ty);
+        let rebuilt = match crate::compression::plain_table_map(ev.data(), post) {
+            Some((body, marks)) => Some((
+                crate::compression::rebuild(ev, ty, body)
+                    .map_err(|e| self.decode_err(start_pos, e))?,
+                marks,
+            )),
+            None => None,
+        };
+        let (ev, compressed) = match &rebuilt {
+            Some((e, marks)) => (e, marks.as_slice()),
+            None => (ev, &[][..]),
+        };
+        let Some(EventData::TableMapEvent(tme)) =
+            ev.read_data().map_err(|e| self.decode_err(start_pos, e))?
+        else {
+            return Ok(None);
+        };
+        let meta =
+            TableMeta::from_tme(&tme, compressed).map_err(|e| self.decode_err(start_pos, e))?;
+        let id = tme.table_id();
+        if compressed.is_empty() {
+            self.plain_maps.remove(&id);
+        } else {
+            self.plain_maps.insert(id, tme.into_owned());
+        }
+        self.tables.insert(id, Arc::new(meta));
+        Ok(None)
     }
 
     /// A DML statement logged as a statement: recorded as unreplicable in its transaction (a
@@ -653,7 +720,9 @@ impl BinlogReader {
         let table_id = rows.table_id();
         let (Some(meta), Some(tme)) = (
             self.tables.get(&table_id),
-            self.stream.as_ref().and_then(|s| s.get_tme(table_id)),
+            self.plain_maps
+                .get(&table_id)
+                .or_else(|| self.stream.as_ref().and_then(|s| s.get_tme(table_id))),
         ) else {
             return Err(CaptureError::Decode {
                 file: self.file.clone(),

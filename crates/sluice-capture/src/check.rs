@@ -3,7 +3,7 @@
 //! [`SettingProblem`] naming the setting, its value, what is needed and how to fix it.
 //!
 //! Invariant: [`check_upstream`] returns `Ok` only when the upstream writes full-image,
-//! full-metadata, uncompressed row events that this crate decodes, and the connecting user may
+//! full-metadata row events that this crate decodes (MariaDB's compressed events included), and the connecting user may
 //! read them (replication privileges; their names differ between MariaDB ≥ 10.5 and MySQL).
 
 use crate::error::{CaptureError, Result, SettingProblem};
@@ -109,8 +109,9 @@ pub async fn check_conn(conn: &mut mysql_async::Conn) -> Result<UpstreamInfo> {
             ),
         )),
     }
-    // Compression: MariaDB log_bin_compress, MySQL binlog_transaction_compression.
-    for name in ["log_bin_compress", "binlog_transaction_compression"] {
+    // Compression: MySQL's binlog_transaction_compression (zstd transaction payloads) is not
+    // decodable; MariaDB's log_bin_compress (zlib events) is (`crate::compression`).
+    for name in ["binlog_transaction_compression"] {
         if let Some(v) = var(conn, name).await? {
             if matches!(v.as_str(), "1" | "ON") {
                 problems.push(problem(

@@ -39,6 +39,9 @@ pub struct ColumnMeta {
     pub nullable: bool,
     /// ENUM/SET member names.
     pub elements: Vec<String>,
+    /// A MariaDB compressed column (TABLE_MAP type 141/140, read as VARCHAR/BLOB): its row
+    /// values are inflated ([`crate::compression::column_value`]).
+    pub compressed: bool,
 }
 
 /// A table as described by a TABLE_MAP event.
@@ -60,8 +63,12 @@ fn bad(column: &str, message: impl Into<String>) -> DecodeError {
 
 impl TableMeta {
     /// Reads a TABLE_MAP event. Fails when the optional metadata lacks column names (the upstream
-    /// does not have `binlog_row_metadata=FULL`).
-    pub fn from_tme(tme: &TableMapEvent<'_>) -> Result<TableMeta, DecodeError> {
+    /// does not have `binlog_row_metadata=FULL`). `compressed` marks the columns that were
+    /// compressed before [`crate::compression::plain_table_map`] (empty: none).
+    pub fn from_tme(
+        tme: &TableMapEvent<'_>,
+        compressed: &[bool],
+    ) -> Result<TableMeta, DecodeError> {
         let table = format!("{}.{}", tme.database_name(), tme.table_name());
         let n = tme.columns_count() as usize;
         let mut columns = Vec::with_capacity(n);
@@ -81,6 +88,7 @@ impl TableMeta {
                 collation: 0,
                 nullable,
                 elements: Vec::new(),
+                compressed: compressed.get(i).copied().unwrap_or(false),
             });
         }
         let mut names = Vec::new();
@@ -491,6 +499,11 @@ impl ColumnMeta {
                 | MYSQL_TYPE_LONG_BLOB,
                 V::Bytes(b),
             ) => {
+                let b = if self.compressed {
+                    crate::compression::column_value(&b, None).map_err(|e| bad(name, e))?
+                } else {
+                    b
+                };
                 if self.my_type == MYSQL_TYPE_STRING && self.is_binary() {
                     // BINARY(n) is logged without its trailing 0x00 padding: restore it.
                     let mut b = b;
@@ -644,6 +657,7 @@ mod tests {
             collation,
             nullable: true,
             elements: vec![],
+            compressed: false,
         }
     }
 

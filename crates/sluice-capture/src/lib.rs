@@ -1,5 +1,6 @@
 //! Capture from MariaDB/MySQL: the upstream check ([`check`]), the binlog reader ([`binlog`]),
-//! row decoding ([`decode`], [`rowimage`], MySQL binary JSON in [`jsonb`]), commit ts and
+//! row decoding ([`decode`], [`rowimage`], MySQL binary JSON in [`jsonb`], MariaDB's
+//! compressed columns and events in [`compression`]), commit ts and
 //! positions ([`pos`]), row keys ([`keys`]), the schema history ([`schema`]; column charsets and
 //! collations in [`charset`], MariaDB's DDL syntax made parseable in [`mariadb_sql`];
 //! definitions taken from the binlog where the history cannot follow a DDL or disagrees with
@@ -38,6 +39,7 @@ pub mod capture;
 pub mod charset;
 pub mod check;
 pub mod codec;
+pub mod compression;
 pub mod decode;
 pub mod error;
 pub mod foreign_keys;

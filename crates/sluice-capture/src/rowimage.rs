@@ -250,6 +250,16 @@ fn frac_micros(buf: &mut Buf<'_>, fsp: u8, col: &str) -> Result<u32, FastPath> {
     })
 }
 
+/// The bytes of a VARCHAR/BLOB value as the row image stores them, inflated for a compressed
+/// column.
+fn stored(c: &ColumnMeta, b: &[u8], max_len: Option<usize>) -> Result<Vec<u8>, FastPath> {
+    if c.compressed {
+        crate::compression::column_value(b, max_len).map_err(|e| bad(&c.name, e))
+    } else {
+        Ok(b.to_vec())
+    }
+}
+
 fn value(c: &ColumnMeta, buf: &mut Buf<'_>) -> Result<Value, FastPath> {
     use MyType::*;
     let col = c.name.as_str();
@@ -377,7 +387,7 @@ fn value(c: &ColumnMeta, buf: &mut Buf<'_>) -> Result<Value, FastPath> {
         MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING => {
             let max = m0 as usize | (m1 as usize) << 8;
             let len = buf.le(if max < 256 { 1 } else { 2 }, col)? as usize;
-            decode_text(c.collation, buf.take(len, col)?.to_vec())
+            decode_text(c.collation, stored(c, buf.take(len, col)?, Some(max))?)
         }
         MYSQL_TYPE_STRING => {
             let n = c.string_length();
@@ -402,7 +412,7 @@ fn value(c: &ColumnMeta, buf: &mut Buf<'_>) -> Result<Value, FastPath> {
                 return Err(bad(col, format!("BLOB length bytes {lb}")));
             }
             let len = buf.le(lb, col)? as usize;
-            let b = buf.take(len, col)?.to_vec();
+            let b = stored(c, buf.take(len, col)?, None)?;
             if c.my_type == MYSQL_TYPE_GEOMETRY {
                 Value::Geometry(b)
             } else {

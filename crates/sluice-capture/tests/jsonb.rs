@@ -167,6 +167,7 @@ fn json_table(cols: &[(&str, MyType, &[u8])]) -> TableMeta {
                 collation: 0,
                 nullable: true,
                 elements: Vec::new(),
+                compressed: false,
             })
             .collect(),
         primary_key: Vec::new(),
