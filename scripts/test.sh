@@ -16,6 +16,9 @@ echo "== cargo fmt --check"
 cargo fmt --all --check || { echo "formatting differs: run cargo fmt --all"; status=1; }
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings || status=1
+# Production functions stay under 100 lines of code (clippy.toml; tests may be longer).
+echo "== cargo clippy -D clippy::too_many_lines (libraries and binaries)"
+cargo clippy --workspace --lib --bins -- -D clippy::too_many_lines || status=1
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast || status=1
   # Every simulator invariant must fire under its named mutation (feature off everywhere else).

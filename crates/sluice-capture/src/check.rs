@@ -3,8 +3,9 @@
 //! [`SettingProblem`] naming the setting, its value, what is needed and how to fix it.
 //!
 //! Invariant: [`check_upstream`] returns `Ok` only when the upstream writes full-image,
-//! full-metadata row events that this crate decodes (MariaDB's compressed events included), and the connecting user may
-//! read them (replication privileges; their names differ between MariaDB ≥ 10.5 and MySQL).
+//! full-metadata row events that this crate decodes (MariaDB's compressed events included), and
+//! the connecting user may read them (replication privileges; their names differ between
+//! MariaDB ≥ 10.5 and MySQL).
 
 use crate::error::{CaptureError, Result, SettingProblem};
 use mysql_async::prelude::Queryable;
@@ -62,7 +63,31 @@ pub async fn check_conn(conn: &mut mysql_async::Conn) -> Result<UpstreamInfo> {
     } else {
         "the [mysqld] section of my.cnf"
     };
+    row_logging_problems(conn, cnf, &mut problems).await?;
+    let checksum = event_encoding_problems(conn, cnf, &mut problems).await?;
+    let server_id = server_id_problem(conn, cnf, &mut problems).await?;
+    if let Some(p) = privilege_problem(conn, is_mariadb).await? {
+        problems.push(p);
+    }
+    if problems.is_empty() {
+        Ok(UpstreamInfo {
+            version,
+            is_mariadb,
+            checksum,
+            server_id,
+        })
+    } else {
+        Err(CaptureError::Upstream(problems))
+    }
+}
 
+/// `log_bin`, `binlog_format`, `binlog_row_image`, `binlog_row_metadata`: row events with full
+/// images and full metadata.
+async fn row_logging_problems(
+    conn: &mut mysql_async::Conn,
+    cnf: &str,
+    problems: &mut Vec<SettingProblem>,
+) -> Result<()> {
     let log_bin = var(conn, "log_bin").await?.unwrap_or_default();
     if !matches!(log_bin.as_str(), "1" | "ON") {
         problems.push(problem(
@@ -109,18 +134,27 @@ pub async fn check_conn(conn: &mut mysql_async::Conn) -> Result<UpstreamInfo> {
             ),
         )),
     }
+    Ok(())
+}
+
+/// Compression, partial JSON and the checksum: events this crate can decode. Returns the
+/// checksum setting.
+async fn event_encoding_problems(
+    conn: &mut mysql_async::Conn,
+    cnf: &str,
+    problems: &mut Vec<SettingProblem>,
+) -> Result<String> {
     // Compression: MySQL's binlog_transaction_compression (zstd transaction payloads) is not
     // decodable; MariaDB's log_bin_compress (zlib events) is (`crate::compression`).
-    for name in ["binlog_transaction_compression"] {
-        if let Some(v) = var(conn, name).await? {
-            if matches!(v.as_str(), "1" | "ON") {
-                problems.push(problem(
-                    name,
-                    &v,
-                    "OFF",
-                    &format!("SET GLOBAL {name}=OFF and add {name}=OFF to {cnf} (compressed events are not decodable)"),
-                ));
-            }
+    let name = "binlog_transaction_compression";
+    if let Some(v) = var(conn, name).await? {
+        if matches!(v.as_str(), "1" | "ON") {
+            problems.push(problem(
+                name,
+                &v,
+                "OFF",
+                &format!("SET GLOBAL {name}=OFF and add {name}=OFF to {cnf} (compressed transaction payloads are not decodable)"),
+            ));
         }
     }
     // MySQL 8: partial JSON updates would log diffs instead of full images.
@@ -146,6 +180,15 @@ pub async fn check_conn(conn: &mut mysql_async::Conn) -> Result<UpstreamInfo> {
             &format!("SET GLOBAL binlog_checksum=CRC32 and add binlog_checksum=CRC32 to {cnf}"),
         ));
     }
+    Ok(checksum)
+}
+
+/// A non-zero `server_id`. Returns it.
+async fn server_id_problem(
+    conn: &mut mysql_async::Conn,
+    cnf: &str,
+    problems: &mut Vec<SettingProblem>,
+) -> Result<u64> {
     let server_id: u64 = var(conn, "server_id")
         .await?
         .and_then(|s| s.parse().ok())
@@ -159,7 +202,14 @@ pub async fn check_conn(conn: &mut mysql_async::Conn) -> Result<UpstreamInfo> {
         ));
     }
 
-    // Privileges of the connected account.
+    Ok(server_id)
+}
+
+/// The privileges capture needs, for the connected account.
+async fn privilege_problem(
+    conn: &mut mysql_async::Conn,
+    is_mariadb: bool,
+) -> Result<Option<SettingProblem>> {
     let current: Option<String> = conn
         .query_first("SELECT CURRENT_USER()")
         .await
@@ -191,23 +241,13 @@ pub async fn check_conn(conn: &mut mysql_async::Conn) -> Result<UpstreamInfo> {
     if !has("SELECT") {
         missing.push("SELECT");
     }
-    if !missing.is_empty() {
-        problems.push(problem(
-            "privileges",
-            &format!("{grantee} has [{}]", privs.join(", ")),
-            &missing.join(", "),
-            &format!("GRANT {} ON *.* TO {grantee}", missing.join(", ")),
-        ));
+    if missing.is_empty() {
+        return Ok(None);
     }
-
-    if problems.is_empty() {
-        Ok(UpstreamInfo {
-            version,
-            is_mariadb,
-            checksum,
-            server_id,
-        })
-    } else {
-        Err(CaptureError::Upstream(problems))
-    }
+    Ok(Some(problem(
+        "privileges",
+        &format!("{grantee} has [{}]", privs.join(", ")),
+        &missing.join(", "),
+        &format!("GRANT {} ON *.* TO {grantee}", missing.join(", ")),
+    )))
 }

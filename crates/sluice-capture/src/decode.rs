@@ -70,160 +70,19 @@ impl TableMeta {
         compressed: &[bool],
     ) -> Result<TableMeta, DecodeError> {
         let table = format!("{}.{}", tme.database_name(), tme.table_name());
-        let n = tme.columns_count() as usize;
-        let mut columns = Vec::with_capacity(n);
-        let nulls = tme.null_bitmask();
-        for i in 0..n {
-            let my_type = tme
-                .get_column_type(i)
-                .map_err(|e| bad(&table, format!("column {i}: {e}")))?
-                .ok_or_else(|| bad(&table, format!("column {i} has no type")))?;
-            let meta = tme.get_column_metadata(i).unwrap_or(&[]).to_vec();
-            let nullable = nulls.get(i).map(|b| *b).unwrap_or(true);
-            columns.push(ColumnMeta {
-                name: String::new(),
-                my_type,
-                meta,
-                unsigned: false,
-                collation: 0,
-                nullable,
-                elements: Vec::new(),
-                compressed: compressed.get(i).copied().unwrap_or(false),
-            });
-        }
-        let mut names = Vec::new();
-        let mut signedness: Vec<bool> = Vec::new();
-        let mut default_charset: Option<(u16, Vec<(usize, u16)>)> = None;
-        let mut column_charsets: Option<Vec<u16>> = None;
-        let mut es_default: Option<(u16, Vec<(usize, u16)>)> = None;
-        let mut es_column: Option<Vec<u16>> = None;
-        let mut enum_values: Vec<Vec<String>> = Vec::new();
-        let mut set_values: Vec<Vec<String>> = Vec::new();
-        let mut pk: Vec<usize> = Vec::new();
-        let e = |x: std::io::Error| bad(&table, format!("optional metadata: {x}"));
-        for field in tme.iter_optional_meta() {
-            match field.map_err(e)? {
-                OptionalMetadataField::Signedness(bits) => {
-                    signedness = bits.iter().map(|b| *b).collect()
-                }
-                OptionalMetadataField::DefaultCharset(d) => {
-                    let mut nd = Vec::new();
-                    for x in d.iter_non_default() {
-                        let x = x.map_err(e)?;
-                        nd.push((x.column_index() as usize, x.charset()));
-                    }
-                    default_charset = Some((d.default_charset(), nd));
-                }
-                OptionalMetadataField::ColumnCharset(c) => {
-                    column_charsets = Some(
-                        c.iter_charsets()
-                            .collect::<Result<Vec<_>, _>>()
-                            .map_err(e)?,
-                    )
-                }
-                OptionalMetadataField::EnumAndSetDefaultCharset(d) => {
-                    let mut nd = Vec::new();
-                    for x in d.iter_non_default() {
-                        let x = x.map_err(e)?;
-                        nd.push((x.column_index() as usize, x.charset()));
-                    }
-                    es_default = Some((d.default_charset(), nd));
-                }
-                OptionalMetadataField::EnumAndSetColumnCharset(c) => {
-                    es_column = Some(
-                        c.iter_charsets()
-                            .collect::<Result<Vec<_>, _>>()
-                            .map_err(e)?,
-                    )
-                }
-                OptionalMetadataField::ColumnName(c) => {
-                    for x in c.iter_names() {
-                        names.push(x.map_err(e)?.name().into_owned());
-                    }
-                }
-                OptionalMetadataField::EnumStrValue(v) => {
-                    for x in v.iter_values() {
-                        enum_values.push(
-                            x.map_err(e)?
-                                .values()
-                                .iter()
-                                .map(|s| s.value().into_owned())
-                                .collect(),
-                        );
-                    }
-                }
-                OptionalMetadataField::SetStrValue(v) => {
-                    for x in v.iter_values() {
-                        set_values.push(
-                            x.map_err(e)?
-                                .values()
-                                .iter()
-                                .map(|s| s.value().into_owned())
-                                .collect(),
-                        );
-                    }
-                }
-                OptionalMetadataField::SimplePrimaryKey(k) => {
-                    for x in k.iter_indexes() {
-                        pk.push(x.map_err(e)? as usize);
-                    }
-                }
-                OptionalMetadataField::PrimaryKeyWithPrefix(k) => {
-                    for x in k.iter_keys() {
-                        pk.push(x.map_err(e)?.column_index() as usize);
-                    }
-                }
-                _ => {}
-            }
-        }
-        if names.len() != n {
+        let mut columns = typed_columns(tme, compressed, &table)?;
+        let optional = OptionalMeta::read(tme, &table)?;
+        let n = columns.len();
+        if optional.names.len() != n {
             return Err(bad(
                 &table,
                 format!(
                     "TABLE_MAP has {} column names for {n} columns: set binlog_row_metadata=FULL upstream",
-                    names.len()
+                    optional.names.len()
                 ),
             ));
         }
-        let (mut num_i, mut chr_i, mut es_i, mut enum_i, mut set_i) =
-            (0usize, 0usize, 0usize, 0usize, 0usize);
-        for (i, c) in columns.iter_mut().enumerate() {
-            c.name = std::mem::take(&mut names[i]);
-            if c.my_type.is_numeric_type() {
-                c.unsigned = signedness.get(num_i).copied().unwrap_or(false);
-                num_i += 1;
-            }
-            if c.my_type.is_character_type() {
-                c.collation = match (&column_charsets, &default_charset) {
-                    (Some(v), _) => v.get(chr_i).copied().unwrap_or(0),
-                    (None, Some((d, nd))) => nd
-                        .iter()
-                        .find(|(ci, _)| *ci == chr_i)
-                        .map(|x| x.1)
-                        .unwrap_or(*d),
-                    _ => 0,
-                };
-                chr_i += 1;
-            } else if c.my_type.is_enum_or_set_type() {
-                c.collation = match (&es_column, &es_default) {
-                    (Some(v), _) => v.get(es_i).copied().unwrap_or(0),
-                    (None, Some((d, nd))) => nd
-                        .iter()
-                        .find(|(ci, _)| *ci == es_i)
-                        .map(|x| x.1)
-                        .unwrap_or(*d),
-                    _ => 0,
-                };
-                es_i += 1;
-                if c.my_type == MyType::MYSQL_TYPE_ENUM {
-                    c.elements = enum_values.get(enum_i).cloned().unwrap_or_default();
-                    enum_i += 1;
-                } else {
-                    c.elements = set_values.get(set_i).cloned().unwrap_or_default();
-                    set_i += 1;
-                }
-            }
-        }
+        let mut pk = optional.apply(&mut columns);
         pk.retain(|i| *i < n);
         Ok(TableMeta {
             database: tme.database_name().into_owned(),
@@ -237,6 +96,184 @@ impl TableMeta {
     /// better definition, e.g. for `sql_type`).
     pub fn column_defs(&self) -> Vec<ColumnDef> {
         self.columns.iter().map(|c| c.to_def()).collect()
+    }
+}
+
+/// The columns of a TABLE_MAP with their types, type metadata and nullability (names,
+/// signedness and charsets come from the optional metadata).
+fn typed_columns(
+    tme: &TableMapEvent<'_>,
+    compressed: &[bool],
+    table: &str,
+) -> Result<Vec<ColumnMeta>, DecodeError> {
+    let nulls = tme.null_bitmask();
+    (0..tme.columns_count() as usize)
+        .map(|i| {
+            let my_type = tme
+                .get_column_type(i)
+                .map_err(|e| bad(table, format!("column {i}: {e}")))?
+                .ok_or_else(|| bad(table, format!("column {i} has no type")))?;
+            Ok(ColumnMeta {
+                name: String::new(),
+                my_type,
+                meta: tme.get_column_metadata(i).unwrap_or(&[]).to_vec(),
+                unsigned: false,
+                collation: 0,
+                nullable: nulls.get(i).map(|b| *b).unwrap_or(true),
+                elements: Vec::new(),
+                compressed: compressed.get(i).copied().unwrap_or(false),
+            })
+        })
+        .collect()
+}
+
+/// A default charset and the columns that differ from it, by index among the columns it
+/// covers.
+type DefaultCharsets = (u16, Vec<(usize, u16)>);
+
+/// What a TABLE_MAP's optional metadata (`binlog_row_metadata=FULL`) says, field by field.
+#[derive(Default)]
+struct OptionalMeta {
+    names: Vec<String>,
+    /// One flag per numeric column.
+    signedness: Vec<bool>,
+    /// Character columns (CHAR, VARCHAR, BLOB/TEXT): a default, or one charset each.
+    default_charset: Option<DefaultCharsets>,
+    column_charsets: Option<Vec<u16>>,
+    /// ENUM and SET columns: a default, or one charset each.
+    enum_set_default: Option<DefaultCharsets>,
+    enum_set_charsets: Option<Vec<u16>>,
+    enum_values: Vec<Vec<String>>,
+    set_values: Vec<Vec<String>>,
+    primary_key: Vec<usize>,
+}
+
+impl OptionalMeta {
+    fn read(tme: &TableMapEvent<'_>, table: &str) -> Result<OptionalMeta, DecodeError> {
+        let e = |x: std::io::Error| bad(table, format!("optional metadata: {x}"));
+        let mut m = OptionalMeta::default();
+        for field in tme.iter_optional_meta() {
+            match field.map_err(e)? {
+                OptionalMetadataField::Signedness(bits) => {
+                    m.signedness = bits.iter().map(|b| *b).collect()
+                }
+                OptionalMetadataField::DefaultCharset(d) => {
+                    m.default_charset = Some(default_charsets(&d).map_err(e)?)
+                }
+                OptionalMetadataField::ColumnCharset(c) => {
+                    m.column_charsets =
+                        Some(c.iter_charsets().collect::<Result<_, _>>().map_err(e)?)
+                }
+                OptionalMetadataField::EnumAndSetDefaultCharset(d) => {
+                    m.enum_set_default = Some(default_charsets(&d).map_err(e)?)
+                }
+                OptionalMetadataField::EnumAndSetColumnCharset(c) => {
+                    m.enum_set_charsets =
+                        Some(c.iter_charsets().collect::<Result<_, _>>().map_err(e)?)
+                }
+                OptionalMetadataField::ColumnName(c) => {
+                    for x in c.iter_names() {
+                        m.names.push(x.map_err(e)?.name().into_owned());
+                    }
+                }
+                OptionalMetadataField::EnumStrValue(v) => {
+                    for x in v.iter_values() {
+                        m.enum_values.push(member_names(x.map_err(e)?.values()));
+                    }
+                }
+                OptionalMetadataField::SetStrValue(v) => {
+                    for x in v.iter_values() {
+                        m.set_values.push(member_names(x.map_err(e)?.values()));
+                    }
+                }
+                OptionalMetadataField::SimplePrimaryKey(k) => {
+                    for x in k.iter_indexes() {
+                        m.primary_key.push(x.map_err(e)? as usize);
+                    }
+                }
+                OptionalMetadataField::PrimaryKeyWithPrefix(k) => {
+                    for x in k.iter_keys() {
+                        m.primary_key.push(x.map_err(e)?.column_index() as usize);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(m)
+    }
+
+    /// Gives each column its name, signedness, collation and ENUM/SET members (each list is
+    /// indexed among the columns of its kind, in table order). Returns the primary key.
+    fn apply(mut self, columns: &mut [ColumnMeta]) -> Vec<usize> {
+        let (mut num_i, mut chr_i, mut es_i, mut enum_i, mut set_i) = (0, 0, 0, 0, 0);
+        for (i, c) in columns.iter_mut().enumerate() {
+            c.name = std::mem::take(&mut self.names[i]);
+            if c.my_type.is_numeric_type() {
+                c.unsigned = self.signedness.get(num_i).copied().unwrap_or(false);
+                num_i += 1;
+            }
+            if c.my_type.is_character_type() {
+                c.collation = charset_at(&self.column_charsets, &self.default_charset, chr_i);
+                chr_i += 1;
+            } else if c.my_type.is_enum_or_set_type() {
+                c.collation = charset_at(&self.enum_set_charsets, &self.enum_set_default, es_i);
+                es_i += 1;
+                let (list, at) = if c.my_type == MyType::MYSQL_TYPE_ENUM {
+                    (&self.enum_values, &mut enum_i)
+                } else {
+                    (&self.set_values, &mut set_i)
+                };
+                c.elements = list.get(*at).cloned().unwrap_or_default();
+                *at += 1;
+            }
+        }
+        self.primary_key
+    }
+}
+
+fn default_charsets(
+    d: &mysql_async::binlog::events::DefaultCharset<'_>,
+) -> Result<DefaultCharsets, std::io::Error> {
+    let mut non_default = Vec::new();
+    for x in d.iter_non_default() {
+        let x = x?;
+        non_default.push((x.column_index() as usize, x.charset()));
+    }
+    Ok((d.default_charset(), non_default))
+}
+
+fn member_names<T: MemberName>(values: &[T]) -> Vec<String> {
+    values.iter().map(|v| v.member()).collect()
+}
+
+/// An ENUM or SET member's name (mysql_common has a type for each).
+trait MemberName {
+    fn member(&self) -> String;
+}
+
+impl MemberName for mysql_async::binlog::events::EnumStrValue<'_> {
+    fn member(&self) -> String {
+        self.value().into_owned()
+    }
+}
+
+impl MemberName for mysql_async::binlog::events::SetStrValue<'_> {
+    fn member(&self) -> String {
+        self.value().into_owned()
+    }
+}
+
+/// The charset of the `i`-th column of a kind: from the per-column list, else the default
+/// unless listed as different, else 0 (none known).
+fn charset_at(per_column: &Option<Vec<u16>>, default: &Option<DefaultCharsets>, i: usize) -> u16 {
+    match (per_column, default) {
+        (Some(v), _) => v.get(i).copied().unwrap_or(0),
+        (None, Some((d, non_default))) => non_default
+            .iter()
+            .find(|(ci, _)| *ci == i)
+            .map(|x| x.1)
+            .unwrap_or(*d),
+        _ => 0,
     }
 }
 
@@ -369,32 +406,7 @@ impl ColumnMeta {
                 MYSQL_TYPE_TINY | MYSQL_TYPE_SHORT | MYSQL_TYPE_INT24 | MYSQL_TYPE_LONG
                 | MYSQL_TYPE_LONGLONG,
                 v,
-            ) => {
-                let width = match self.my_type {
-                    MYSQL_TYPE_TINY => 8,
-                    MYSQL_TYPE_SHORT => 16,
-                    MYSQL_TYPE_INT24 => 24,
-                    MYSQL_TYPE_LONG => 32,
-                    _ => 64,
-                };
-                match v {
-                    V::Int(i) if self.unsigned => {
-                        // Narrow unsigned values may arrive sign-extended: mask to the width.
-                        let u = if width == 64 {
-                            i as u64
-                        } else {
-                            (i as u64) & ((1u64 << width) - 1)
-                        };
-                        Value::UInt(u)
-                    }
-                    V::UInt(u) if self.unsigned => Value::UInt(u),
-                    // mysql_common does not sign-extend 24-bit values: do it here.
-                    V::Int(i) if width == 24 => Value::Int(((i & 0xff_ffff) << 40) >> 40),
-                    V::Int(i) => Value::Int(i),
-                    V::UInt(u) => Value::Int(u as i64),
-                    other => return Err(bad(name, format!("unexpected integer value {other:?}"))),
-                }
-            }
+            ) => self.integer(v)?,
             (MYSQL_TYPE_FLOAT, V::Float(f)) => Value::Float(f),
             (MYSQL_TYPE_FLOAT, V::Double(f)) => Value::Float(f as f32),
             (MYSQL_TYPE_DOUBLE, V::Double(f)) => Value::Double(f),
@@ -437,54 +449,10 @@ impl ColumnMeta {
             (MYSQL_TYPE_TIMESTAMP, V::Int(sec)) => Value::Timestamp {
                 micros: sec * 1_000_000,
             },
-            (MYSQL_TYPE_TIMESTAMP2, V::Bytes(b)) => {
-                let s = std::str::from_utf8(&b).map_err(|e| bad(name, e.to_string()))?;
-                let (sec, frac) = s.split_once('.').unwrap_or((s, "0"));
-                let sec: i64 = sec
-                    .parse()
-                    .map_err(|_| bad(name, format!("bad TIMESTAMP {s}")))?;
-                let us: i64 = frac
-                    .parse()
-                    .map_err(|_| bad(name, format!("bad TIMESTAMP {s}")))?;
-                Value::Timestamp {
-                    micros: sec * 1_000_000 + us,
-                }
-            }
-            (MYSQL_TYPE_ENUM, V::Int(i)) => {
-                let index = u16::try_from(i).map_err(|_| bad(name, format!("ENUM index {i}")))?;
-                let name = if index == 0 {
-                    String::new()
-                } else {
-                    self.elements
-                        .get(index as usize - 1)
-                        .cloned()
-                        .unwrap_or_default()
-                };
-                Value::Enum { index, name }
-            }
-            (MYSQL_TYPE_SET, V::Bytes(b)) => {
-                let mut bits = 0u64;
-                for (i, byte) in b.iter().enumerate().take(8) {
-                    bits |= (*byte as u64) << (8 * i);
-                }
-                let names = self
-                    .elements
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| *i < 64 && bits & (1u64 << i) != 0)
-                    .map(|(_, n)| n.clone())
-                    .collect();
-                Value::Set { bits, names }
-            }
-            (MYSQL_TYPE_BIT, V::Bytes(b)) => {
-                let width = self.meta.get(1).copied().unwrap_or(0) as u16 * 8
-                    + self.meta.first().copied().unwrap_or(0) as u16;
-                let mut bits = 0u64;
-                for byte in b.iter().rev().take(8).rev() {
-                    bits = (bits << 8) | *byte as u64;
-                }
-                Value::Bit { bits, width }
-            }
+            (MYSQL_TYPE_TIMESTAMP2, V::Bytes(b)) => self.timestamp2(&b)?,
+            (MYSQL_TYPE_ENUM, V::Int(i)) => self.enum_member(i)?,
+            (MYSQL_TYPE_SET, V::Bytes(b)) => self.set_members(&b),
+            (MYSQL_TYPE_BIT, V::Bytes(b)) => self.bits(&b),
             (MYSQL_TYPE_GEOMETRY, V::Bytes(b)) => Value::Geometry(b),
             (MYSQL_TYPE_JSON, V::Bytes(b)) => {
                 Value::Json(String::from_utf8(b).map_err(|e| bad(name, e.to_string()))?)
@@ -498,27 +466,117 @@ impl ColumnMeta {
                 | MYSQL_TYPE_MEDIUM_BLOB
                 | MYSQL_TYPE_LONG_BLOB,
                 V::Bytes(b),
-            ) => {
-                let b = if self.compressed {
-                    crate::compression::column_value(&b, None).map_err(|e| bad(name, e))?
-                } else {
-                    b
-                };
-                if self.my_type == MYSQL_TYPE_STRING && self.is_binary() {
-                    // BINARY(n) is logged without its trailing 0x00 padding: restore it.
-                    let mut b = b;
-                    let n = self.string_length();
-                    if b.len() < n {
-                        b.resize(n, 0);
-                    }
-                    Value::Bytes(b)
-                } else {
-                    decode_text(self.collation, b)
-                }
-            }
+            ) => self.string(b)?,
             (t, v) => return Err(bad(name, format!("unexpected value {v:?} for type {t:?}"))),
         };
         Ok(out)
+    }
+
+    fn integer(&self, v: mysql_async::Value) -> Result<Value, DecodeError> {
+        use mysql_async::Value as V;
+        use MyType::*;
+        let width = match self.my_type {
+            MYSQL_TYPE_TINY => 8,
+            MYSQL_TYPE_SHORT => 16,
+            MYSQL_TYPE_INT24 => 24,
+            MYSQL_TYPE_LONG => 32,
+            _ => 64,
+        };
+        Ok(match v {
+            V::Int(i) if self.unsigned => {
+                // Narrow unsigned values may arrive sign-extended: mask to the width.
+                let u = if width == 64 {
+                    i as u64
+                } else {
+                    (i as u64) & ((1u64 << width) - 1)
+                };
+                Value::UInt(u)
+            }
+            V::UInt(u) if self.unsigned => Value::UInt(u),
+            // mysql_common does not sign-extend 24-bit values: do it here.
+            V::Int(i) if width == 24 => Value::Int(((i & 0xff_ffff) << 40) >> 40),
+            V::Int(i) => Value::Int(i),
+            V::UInt(u) => Value::Int(u as i64),
+            other => {
+                return Err(bad(
+                    &self.name,
+                    format!("unexpected integer value {other:?}"),
+                ))
+            }
+        })
+    }
+
+    fn timestamp2(&self, b: &[u8]) -> Result<Value, DecodeError> {
+        let name = &self.name;
+        let s = std::str::from_utf8(b).map_err(|e| bad(name, e.to_string()))?;
+        let (sec, frac) = s.split_once('.').unwrap_or((s, "0"));
+        let sec: i64 = sec
+            .parse()
+            .map_err(|_| bad(name, format!("bad TIMESTAMP {s}")))?;
+        let us: i64 = frac
+            .parse()
+            .map_err(|_| bad(name, format!("bad TIMESTAMP {s}")))?;
+        Ok(Value::Timestamp {
+            micros: sec * 1_000_000 + us,
+        })
+    }
+
+    fn enum_member(&self, i: i64) -> Result<Value, DecodeError> {
+        let index = u16::try_from(i).map_err(|_| bad(&self.name, format!("ENUM index {i}")))?;
+        let name = if index == 0 {
+            String::new()
+        } else {
+            self.elements
+                .get(index as usize - 1)
+                .cloned()
+                .unwrap_or_default()
+        };
+        Ok(Value::Enum { index, name })
+    }
+
+    fn set_members(&self, b: &[u8]) -> Value {
+        let mut bits = 0u64;
+        for (i, byte) in b.iter().enumerate().take(8) {
+            bits |= (*byte as u64) << (8 * i);
+        }
+        let names = self
+            .elements
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i < 64 && bits & (1u64 << i) != 0)
+            .map(|(_, n)| n.clone())
+            .collect();
+        Value::Set { bits, names }
+    }
+
+    fn bits(&self, b: &[u8]) -> Value {
+        let width = self.meta.get(1).copied().unwrap_or(0) as u16 * 8
+            + self.meta.first().copied().unwrap_or(0) as u16;
+        let mut bits = 0u64;
+        for byte in b.iter().rev().take(8).rev() {
+            bits = (bits << 8) | *byte as u64;
+        }
+        Value::Bit { bits, width }
+    }
+
+    /// CHAR/VARCHAR/BINARY/BLOB/TEXT bytes (inflated for a compressed column).
+    fn string(&self, b: Vec<u8>) -> Result<Value, DecodeError> {
+        let b = if self.compressed {
+            crate::compression::column_value(&b, None).map_err(|e| bad(&self.name, e))?
+        } else {
+            b
+        };
+        if self.my_type == MyType::MYSQL_TYPE_STRING && self.is_binary() {
+            // BINARY(n) is logged without its trailing 0x00 padding: restore it.
+            let mut b = b;
+            let n = self.string_length();
+            if b.len() < n {
+                b.resize(n, 0);
+            }
+            Ok(Value::Bytes(b))
+        } else {
+            Ok(decode_text(self.collation, b))
+        }
     }
 }
 

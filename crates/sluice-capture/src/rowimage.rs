@@ -295,52 +295,8 @@ fn value(c: &ColumnMeta, buf: &mut Buf<'_>) -> Result<Value, FastPath> {
                 day: (v & 31) as u8,
             }
         }
-        MYSQL_TYPE_TIME2 => {
-            let fsp = m0;
-            let packed: i64 = match fsp {
-                1..=4 => {
-                    let mut intpart = buf.be(3, col)? as i64 - 0x80_0000;
-                    let (mut frac, unit, full) = if fsp <= 2 {
-                        (buf.be(1, col)? as i64, 10_000, 0x100)
-                    } else {
-                        (buf.be(2, col)? as i64, 100, 0x10000)
-                    };
-                    if intpart < 0 && frac != 0 {
-                        intpart += 1;
-                        frac -= full;
-                    }
-                    (intpart << 24) + frac * unit
-                }
-                5 | 6 => buf.be(6, col)? as i64 - 0x8000_0000_0000,
-                _ => (buf.be(3, col)? as i64 - 0x80_0000) << 24,
-            };
-            let negative = packed < 0;
-            let p = packed.unsigned_abs();
-            let hms = p >> 24;
-            Value::Time {
-                negative,
-                hours: ((hms >> 12) & 0x3ff) as u32,
-                minutes: ((hms >> 6) & 0x3f) as u8,
-                seconds: (hms & 0x3f) as u8,
-                micros: (p % (1 << 24)) as u32,
-            }
-        }
-        MYSQL_TYPE_DATETIME2 => {
-            let intpart = buf.be(5, col)?.wrapping_sub(0x80_0000_0000);
-            let micros = frac_micros(buf, m0, col)?;
-            let ymd = intpart >> 17;
-            let ym = ymd >> 5;
-            let hms = intpart % (1 << 17);
-            Value::DateTime {
-                year: (ym / 13) as u16,
-                month: (ym % 13) as u8,
-                day: (ymd % 32) as u8,
-                hour: (hms >> 12) as u8,
-                minute: ((hms >> 6) % 64) as u8,
-                second: (hms % 64) as u8,
-                micros,
-            }
-        }
+        MYSQL_TYPE_TIME2 => time2(buf, m0, col)?,
+        MYSQL_TYPE_DATETIME2 => datetime2(buf, m0, col)?,
         MYSQL_TYPE_TIMESTAMP2 => {
             let sec = buf.be(4, col)? as i64;
             let us = frac_micros(buf, m0, col)? as i64;
@@ -348,89 +304,153 @@ fn value(c: &ColumnMeta, buf: &mut Buf<'_>) -> Result<Value, FastPath> {
                 micros: sec * 1_000_000 + us,
             }
         }
-        MYSQL_TYPE_ENUM => {
-            let index = buf.le(m1.clamp(1, 2) as usize, col)? as u16;
-            let name = if index == 0 {
-                String::new()
-            } else {
-                c.elements
-                    .get(index as usize - 1)
-                    .cloned()
-                    .unwrap_or_default()
-            };
-            Value::Enum { index, name }
-        }
-        MYSQL_TYPE_SET => {
-            let bytes = (m1 as usize).clamp(1, 8);
-            let bits = buf.le(bytes, col)?;
-            let names = c
-                .elements
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i < 64 && bits & (1u64 << i) != 0)
-                .map(|(_, n)| n.clone())
-                .collect();
-            Value::Set { bits, names }
-        }
-        MYSQL_TYPE_BIT => {
-            let width = m1 as u16 * 8 + m0 as u16;
-            let bytes = (width as usize).div_ceil(8);
-            let s = buf.take(bytes, col)?;
-            let bits = s
-                .iter()
-                .rev()
-                .take(8)
-                .rev()
-                .fold(0u64, |acc, b| (acc << 8) | *b as u64);
-            Value::Bit { bits, width }
-        }
+        MYSQL_TYPE_ENUM => enum_member(c, buf, m1, col)?,
+        MYSQL_TYPE_SET => set_members(c, buf, m1, col)?,
+        MYSQL_TYPE_BIT => bits(buf, m0, m1, col)?,
         MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING => {
             let max = m0 as usize | (m1 as usize) << 8;
             let len = buf.le(if max < 256 { 1 } else { 2 }, col)? as usize;
             decode_text(c.collation, stored(c, buf.take(len, col)?, Some(max))?)
         }
-        MYSQL_TYPE_STRING => {
-            let n = c.string_length();
-            let len = buf.le(if n < 256 { 1 } else { 2 }, col)? as usize;
-            let mut b = buf.take(len, col)?.to_vec();
-            if c.is_binary() {
-                if b.len() < n {
-                    b.resize(n, 0);
-                }
-                Value::Bytes(b)
-            } else {
-                decode_text(c.collation, b)
-            }
-        }
+        MYSQL_TYPE_STRING => fixed_string(c, buf, col)?,
         MYSQL_TYPE_BLOB
         | MYSQL_TYPE_TINY_BLOB
         | MYSQL_TYPE_MEDIUM_BLOB
         | MYSQL_TYPE_LONG_BLOB
-        | MYSQL_TYPE_GEOMETRY => {
-            let lb = m0 as usize;
-            if !(1..=4).contains(&lb) {
-                return Err(bad(col, format!("BLOB length bytes {lb}")));
-            }
-            let len = buf.le(lb, col)? as usize;
-            let b = stored(c, buf.take(len, col)?, None)?;
-            if c.my_type == MYSQL_TYPE_GEOMETRY {
-                Value::Geometry(b)
-            } else {
-                decode_text(c.collation, b)
-            }
-        }
-        MYSQL_TYPE_JSON => {
-            // MySQL 8 binary JSON (MariaDB logs JSON as LONGTEXT, a BLOB type above).
-            let lb = m0 as usize;
-            if !(1..=4).contains(&lb) {
-                return Err(bad(col, format!("JSON length bytes {lb}")));
-            }
-            let len = buf.le(lb, col)? as usize;
-            let b = buf.take(len, col)?;
-            Value::Json(crate::jsonb::to_json_text(b).map_err(|e| bad(col, e.to_string()))?)
-        }
+        | MYSQL_TYPE_GEOMETRY => blob(c, buf, m0, col)?,
+        MYSQL_TYPE_JSON => json(buf, m0, col)?,
         _ => return Err(FastPath::Unsupported),
     })
+}
+
+fn time2(buf: &mut Buf<'_>, fsp: u8, col: &str) -> Result<Value, FastPath> {
+    let packed: i64 = match fsp {
+        1..=4 => {
+            let mut intpart = buf.be(3, col)? as i64 - 0x80_0000;
+            let (mut frac, unit, full) = if fsp <= 2 {
+                (buf.be(1, col)? as i64, 10_000, 0x100)
+            } else {
+                (buf.be(2, col)? as i64, 100, 0x10000)
+            };
+            if intpart < 0 && frac != 0 {
+                intpart += 1;
+                frac -= full;
+            }
+            (intpart << 24) + frac * unit
+        }
+        5 | 6 => buf.be(6, col)? as i64 - 0x8000_0000_0000,
+        _ => (buf.be(3, col)? as i64 - 0x80_0000) << 24,
+    };
+    let negative = packed < 0;
+    let p = packed.unsigned_abs();
+    let hms = p >> 24;
+    Ok(Value::Time {
+        negative,
+        hours: ((hms >> 12) & 0x3ff) as u32,
+        minutes: ((hms >> 6) & 0x3f) as u8,
+        seconds: (hms & 0x3f) as u8,
+        micros: (p % (1 << 24)) as u32,
+    })
+}
+
+fn datetime2(buf: &mut Buf<'_>, m0: u8, col: &str) -> Result<Value, FastPath> {
+    let intpart = buf.be(5, col)?.wrapping_sub(0x80_0000_0000);
+    let micros = frac_micros(buf, m0, col)?;
+    let ymd = intpart >> 17;
+    let ym = ymd >> 5;
+    let hms = intpart % (1 << 17);
+    Ok(Value::DateTime {
+        year: (ym / 13) as u16,
+        month: (ym % 13) as u8,
+        day: (ymd % 32) as u8,
+        hour: (hms >> 12) as u8,
+        minute: ((hms >> 6) % 64) as u8,
+        second: (hms % 64) as u8,
+        micros,
+    })
+}
+
+fn enum_member(c: &ColumnMeta, buf: &mut Buf<'_>, m1: u8, col: &str) -> Result<Value, FastPath> {
+    let index = buf.le(m1.clamp(1, 2) as usize, col)? as u16;
+    let name = if index == 0 {
+        String::new()
+    } else {
+        c.elements
+            .get(index as usize - 1)
+            .cloned()
+            .unwrap_or_default()
+    };
+    Ok(Value::Enum { index, name })
+}
+
+fn set_members(c: &ColumnMeta, buf: &mut Buf<'_>, m1: u8, col: &str) -> Result<Value, FastPath> {
+    let bytes = (m1 as usize).clamp(1, 8);
+    let bits = buf.le(bytes, col)?;
+    let names = c
+        .elements
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i < 64 && bits & (1u64 << i) != 0)
+        .map(|(_, n)| n.clone())
+        .collect();
+    Ok(Value::Set { bits, names })
+}
+
+fn bits(buf: &mut Buf<'_>, m0: u8, m1: u8, col: &str) -> Result<Value, FastPath> {
+    let width = m1 as u16 * 8 + m0 as u16;
+    let bytes = (width as usize).div_ceil(8);
+    let s = buf.take(bytes, col)?;
+    let bits = s
+        .iter()
+        .rev()
+        .take(8)
+        .rev()
+        .fold(0u64, |acc, b| (acc << 8) | *b as u64);
+    Ok(Value::Bit { bits, width })
+}
+
+/// CHAR/BINARY (BINARY's trailing 0x00 padding, not logged, restored).
+fn fixed_string(c: &ColumnMeta, buf: &mut Buf<'_>, col: &str) -> Result<Value, FastPath> {
+    let n = c.string_length();
+    let len = buf.le(if n < 256 { 1 } else { 2 }, col)? as usize;
+    let mut b = buf.take(len, col)?.to_vec();
+    Ok(if c.is_binary() {
+        if b.len() < n {
+            b.resize(n, 0);
+        }
+        Value::Bytes(b)
+    } else {
+        decode_text(c.collation, b)
+    })
+}
+
+/// BLOB/TEXT/GEOMETRY: `m0` length bytes, then the value.
+fn blob(c: &ColumnMeta, buf: &mut Buf<'_>, m0: u8, col: &str) -> Result<Value, FastPath> {
+    let lb = m0 as usize;
+    if !(1..=4).contains(&lb) {
+        return Err(bad(col, format!("BLOB length bytes {lb}")));
+    }
+    let len = buf.le(lb, col)? as usize;
+    let b = stored(c, buf.take(len, col)?, None)?;
+    Ok(if c.my_type == MyType::MYSQL_TYPE_GEOMETRY {
+        Value::Geometry(b)
+    } else {
+        decode_text(c.collation, b)
+    })
+}
+
+/// MySQL 8 binary JSON (MariaDB logs JSON as LONGTEXT, a BLOB type).
+fn json(buf: &mut Buf<'_>, m0: u8, col: &str) -> Result<Value, FastPath> {
+    // MySQL 8 binary JSON (MariaDB logs JSON as LONGTEXT, a BLOB type above).
+    let lb = m0 as usize;
+    if !(1..=4).contains(&lb) {
+        return Err(bad(col, format!("JSON length bytes {lb}")));
+    }
+    let len = buf.le(lb, col)? as usize;
+    let b = buf.take(len, col)?;
+    Ok(Value::Json(
+        crate::jsonb::to_json_text(b).map_err(|e| bad(col, e.to_string()))?,
+    ))
 }
 
 #[cfg(test)]

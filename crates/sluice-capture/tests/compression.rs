@@ -153,7 +153,7 @@ async fn capture_compressed(events_compressed: bool, fast: bool) {
     let null_row: Vec<Value> = std::iter::once(Value::Int(1))
         .chain(std::iter::repeat_n(Value::Null, 6))
         .collect();
-    let empty_row = vec![
+    let empty_row = [
         Value::Int(2),
         text(""),
         text(""),
