@@ -981,6 +981,71 @@ fn placeholders(n: usize) -> String {
     format!("({})", vec!["?"; n].join(","))
 }
 
+/// How a row is written: upserts, inserts and keyed deletes of one table version are batched;
+/// the rest (updates outside safe mode, keyless rows) take one statement each.
+#[derive(Clone, Copy, PartialEq)]
+enum RowClass {
+    Upsert,
+    Insert,
+    Delete,
+    Single,
+}
+
+impl RowClass {
+    fn of(p: &Pending, safe_mode: bool) -> Self {
+        let keyed = !p.schema.key_columns.is_empty();
+        match p.row.kind {
+            RowKind::Insert if safe_mode && keyed => Self::Upsert,
+            RowKind::Update if safe_mode && keyed => Self::Upsert,
+            RowKind::Insert => Self::Insert,
+            RowKind::Delete if keyed => Self::Delete,
+            _ => Self::Single,
+        }
+    }
+}
+
+/// The row's after image (`after`) or before image, with a value for every column.
+fn row_image(p: &Pending, after: bool) -> Result<Vec<Value>> {
+    let v = if after {
+        p.row.after.clone()
+    } else {
+        p.row.before.clone()
+    };
+    let v = v.ok_or_else(|| {
+        SinkError::Codec(format!(
+            "{}: {:?} row without its image",
+            p.schema.qualified_name(),
+            p.row.kind
+        ))
+    })?;
+    if v.len() != p.schema.columns.len() {
+        return Err(SinkError::Codec(format!(
+            "{}: row has {} values for {} columns",
+            p.schema.qualified_name(),
+            v.len(),
+            p.schema.columns.len()
+        )));
+    }
+    Ok(v)
+}
+
+/// The end of the run from `i` that one statement may carry: rows of class `c` of the same
+/// table version, at most `max_rows` (a `Single` row runs alone).
+fn run_end(rows: &[&Pending], i: usize, c: RowClass, safe_mode: bool, max_rows: usize) -> usize {
+    let first = rows[i];
+    let mut j = i + 1;
+    if c != RowClass::Single {
+        while j < rows.len()
+            && j - i < max_rows
+            && RowClass::of(rows[j], safe_mode) == c
+            && Arc::ptr_eq(&rows[j].schema, &first.schema)
+        {
+            j += 1;
+        }
+    }
+    j
+}
+
 /// The statements applying `rows` (one worker's share, in order).
 fn build_statements(
     rows: &[&Pending],
@@ -988,65 +1053,16 @@ fn build_statements(
     max_rows: usize,
     load_data: bool,
 ) -> Result<Vec<Stmt>> {
-    #[derive(PartialEq)]
-    enum Class {
-        Upsert,
-        Insert,
-        Delete,
-        Single,
-    }
-    let class = |p: &Pending| {
-        let keyed = !p.schema.key_columns.is_empty();
-        match p.row.kind {
-            RowKind::Insert if safe_mode && keyed => Class::Upsert,
-            RowKind::Update if safe_mode && keyed => Class::Upsert,
-            RowKind::Insert => Class::Insert,
-            RowKind::Delete if keyed => Class::Delete,
-            _ => Class::Single,
-        }
-    };
-    let image = |p: &Pending, after: bool| -> Result<Vec<Value>> {
-        let v = if after {
-            p.row.after.clone()
-        } else {
-            p.row.before.clone()
-        };
-        let v = v.ok_or_else(|| {
-            SinkError::Codec(format!(
-                "{}: {:?} row without its image",
-                p.schema.qualified_name(),
-                p.row.kind
-            ))
-        })?;
-        if v.len() != p.schema.columns.len() {
-            return Err(SinkError::Codec(format!(
-                "{}: row has {} values for {} columns",
-                p.schema.qualified_name(),
-                v.len(),
-                p.schema.columns.len()
-            )));
-        }
-        Ok(v)
-    };
     let mut out = Vec::new();
     let mut i = 0;
     while i < rows.len() {
         let first = rows[i];
-        let c = class(first);
-        let mut j = i + 1;
-        if c != Class::Single {
-            while j < rows.len()
-                && j - i < max_rows
-                && class(rows[j]) == c
-                && Arc::ptr_eq(&rows[j].schema, &first.schema)
-            {
-                j += 1;
-            }
-        }
+        let c = RowClass::of(first, safe_mode);
+        let mut j = run_end(rows, i, c, safe_mode, max_rows);
         let s = &first.schema;
         // Generated columns are computed downstream and never written.
         let cols = s.written_columns();
-        if c == Class::Upsert && load_data && j - i >= LOAD_DATA_MIN_ROWS {
+        if c == RowClass::Upsert && load_data && j - i >= LOAD_DATA_MIN_ROWS {
             if let Some(load) = build_load(&rows[i..j]) {
                 out.push(load);
                 i = j;
@@ -1055,107 +1071,149 @@ fn build_statements(
         }
         // A statement binds at most MAX_PLACEHOLDERS values: wide tables get fewer rows each.
         let width = match c {
-            Class::Delete => s.key_columns.len(),
+            RowClass::Delete => s.key_columns.len(),
             _ => cols.len(),
         };
         j = j.min(i + (MAX_PLACEHOLDERS / width.max(1)).max(1));
-        match c {
-            Class::Upsert | Class::Insert => {
-                let verb = if c == Class::Upsert {
-                    "REPLACE"
-                } else {
-                    "INSERT"
-                };
-                let mut params = Vec::new();
-                for p in &rows[i..j] {
-                    params.extend(params_of(&image(p, true)?, &cols));
-                }
-                let vals = vec![placeholders(cols.len()); j - i].join(",");
-                out.push(Stmt::Exec(
-                    format!(
-                        "{verb} INTO {} ({}) VALUES {vals}",
-                        table_ref(s),
-                        col_list(s, &cols)
-                    ),
-                    params,
-                ));
-            }
-            Class::Delete => {
-                let keys: Vec<String> = s
-                    .key_columns
-                    .iter()
-                    .map(|k| quote_ident(&s.columns[*k].name))
-                    .collect();
-                let mut params = Vec::new();
-                for p in &rows[i..j] {
-                    let b = image(p, false)?;
-                    params.extend(s.key_columns.iter().map(|k| to_param(&b[*k])));
-                }
-                let tuple = placeholders(keys.len());
-                let sql = format!(
-                    "DELETE FROM {} WHERE ({}) IN ({})",
-                    table_ref(s),
-                    keys.join(","),
-                    vec![tuple; j - i].join(",")
-                );
-                out.push(Stmt::Exec(sql, params));
-            }
-            Class::Single => {
-                // Updates outside safe mode, and keyless tables: one statement per row. A keyless
-                // row is found by its written columns (generated ones follow from them).
-                let keyed = !s.key_columns.is_empty();
-                let where_cols: Vec<usize> = if keyed {
-                    s.key_columns.clone()
-                } else {
-                    cols.clone()
-                };
-                let cond = where_cols
-                    .iter()
-                    .map(|k| format!("{} <=> ?", quote_ident(&s.columns[*k].name)))
-                    .collect::<Vec<_>>()
-                    .join(" AND ");
-                let limit = if keyed { "" } else { " LIMIT 1" };
-                match first.row.kind {
-                    RowKind::Update => {
-                        let (b, a) = (image(first, false)?, image(first, true)?);
-                        let set = cols
-                            .iter()
-                            .map(|i| format!("{} = ?", quote_ident(&s.columns[*i].name)))
-                            .collect::<Vec<_>>()
-                            .join(",");
-                        let mut params: Vec<_> = params_of(&a, &cols).collect();
-                        params.extend(where_cols.iter().map(|k| to_param(&b[*k])));
-                        out.push(Stmt::Exec(
-                            format!("UPDATE {} SET {set} WHERE {cond}{limit}", table_ref(s)),
-                            params,
-                        ));
-                    }
-                    RowKind::Delete => {
-                        let b = image(first, false)?;
-                        let params = where_cols.iter().map(|k| to_param(&b[*k])).collect();
-                        out.push(Stmt::Exec(
-                            format!("DELETE FROM {} WHERE {cond}{limit}", table_ref(s)),
-                            params,
-                        ));
-                    }
-                    RowKind::Insert => {
-                        let a = image(first, true)?;
-                        out.push(Stmt::Exec(
-                            format!(
-                                "INSERT INTO {} ({}) VALUES {}",
-                                table_ref(s),
-                                col_list(s, &cols),
-                                placeholders(cols.len())
-                            ),
-                            params_of(&a, &cols).collect(),
-                        ));
-                    }
-                }
-            }
-        }
+        let run = &rows[i..j];
+        out.push(match c {
+            RowClass::Upsert => insert_rows("REPLACE", run, &cols)?,
+            RowClass::Insert => insert_rows("INSERT", run, &cols)?,
+            RowClass::Delete => delete_rows(run)?,
+            RowClass::Single => single_row(first, &cols)?,
+        });
         i = j;
     }
     Ok(out)
+}
+
+/// One `verb INTO … VALUES (…),(…)` (`INSERT` or `REPLACE`) of the after images of `run`.
+fn insert_rows(verb: &str, run: &[&Pending], cols: &[usize]) -> Result<Stmt> {
+    let s = &run[0].schema;
+    let mut params = Vec::new();
+    for p in run {
+        params.extend(params_of(&row_image(p, true)?, cols));
+    }
+    let vals = vec![placeholders(cols.len()); run.len()].join(",");
+    Ok(Stmt::Exec(
+        format!(
+            "{verb} INTO {} ({}) VALUES {vals}",
+            table_ref(s),
+            col_list(s, cols)
+        ),
+        params,
+    ))
+}
+
+/// One `DELETE … WHERE (key) IN (…)` of the rows of `run`, by their before images' keys.
+fn delete_rows(run: &[&Pending]) -> Result<Stmt> {
+    let s = &run[0].schema;
+    let keys: Vec<String> = s
+        .key_columns
+        .iter()
+        .map(|k| quote_ident(&s.columns[*k].name))
+        .collect();
+    let mut params = Vec::new();
+    for p in run {
+        let b = row_image(p, false)?;
+        params.extend(s.key_columns.iter().map(|k| to_param(&b[*k])));
+    }
+    let tuple = placeholders(keys.len());
+    let sql = format!(
+        "DELETE FROM {} WHERE ({}) IN ({})",
+        table_ref(s),
+        keys.join(","),
+        vec![tuple; run.len()].join(",")
+    );
+    Ok(Stmt::Exec(sql, params))
+}
+
+/// How a single-row statement finds its row downstream.
+struct RowMatch {
+    /// The columns compared: the key, or (keyless) every written column.
+    cols: Vec<usize>,
+    /// `col <=> ? AND …` over `cols`.
+    cond: String,
+    /// ` LIMIT 1` for a keyless table (one of several equal rows), else empty.
+    limit: &'static str,
+}
+
+impl RowMatch {
+    fn of(s: &TableSchema, written: &[usize]) -> Self {
+        let keyed = !s.key_columns.is_empty();
+        let cols: Vec<usize> = if keyed {
+            s.key_columns.clone()
+        } else {
+            written.to_vec()
+        };
+        let cond = cols
+            .iter()
+            .map(|k| format!("{} <=> ?", quote_ident(&s.columns[*k].name)))
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        let limit = if keyed { "" } else { " LIMIT 1" };
+        RowMatch { cols, cond, limit }
+    }
+}
+
+/// The statement of one row: updates outside safe mode, and rows of keyless tables. A keyless
+/// row is found by its written columns (generated ones follow from them).
+fn single_row(p: &Pending, cols: &[usize]) -> Result<Stmt> {
+    let m = RowMatch::of(&p.schema, cols);
+    match p.row.kind {
+        RowKind::Update => update_row(p, cols, &m),
+        RowKind::Delete => delete_row(p, &m),
+        RowKind::Insert => insert_row(p, cols),
+    }
+}
+
+fn update_row(p: &Pending, cols: &[usize], m: &RowMatch) -> Result<Stmt> {
+    let s = &p.schema;
+    let (b, a) = (row_image(p, false)?, row_image(p, true)?);
+    let set = cols
+        .iter()
+        .map(|i| format!("{} = ?", quote_ident(&s.columns[*i].name)))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut params: Vec<_> = params_of(&a, cols).collect();
+    params.extend(m.cols.iter().map(|k| to_param(&b[*k])));
+    Ok(Stmt::Exec(
+        format!(
+            "UPDATE {} SET {set} WHERE {}{}",
+            table_ref(s),
+            m.cond,
+            m.limit
+        ),
+        params,
+    ))
+}
+
+fn delete_row(p: &Pending, m: &RowMatch) -> Result<Stmt> {
+    let b = row_image(p, false)?;
+    let params = m.cols.iter().map(|k| to_param(&b[*k])).collect();
+    Ok(Stmt::Exec(
+        format!(
+            "DELETE FROM {} WHERE {}{}",
+            table_ref(&p.schema),
+            m.cond,
+            m.limit
+        ),
+        params,
+    ))
+}
+
+fn insert_row(p: &Pending, cols: &[usize]) -> Result<Stmt> {
+    let s = &p.schema;
+    let a = row_image(p, true)?;
+    Ok(Stmt::Exec(
+        format!(
+            "INSERT INTO {} ({}) VALUES {}",
+            table_ref(s),
+            col_list(s, cols),
+            placeholders(cols.len())
+        ),
+        params_of(&a, cols).collect(),
+    ))
 }
 
 /// Splits one worker's rows into downstream transactions of at most `max` rows; with `atomic`,
