@@ -257,7 +257,25 @@ pub async fn run_contract_suite(
     let lower = Span::new(t, whole.start.clone(), mid.clone());
     let upper = Span::new(t, mid, whole.end.clone());
 
-    // Unknown dispatchers are refused, fatally.
+    refuses_unknown_dispatcher(sink, &schema, d1).await;
+    let mut ack = opens_at_start_ts(sink, d1, &lower).await;
+    refuses_out_of_order_rows(sink, &schema, d1).await;
+    acks_what_was_written(sink, &schema, d1, &mut ack).await;
+    resolve_moves_the_ack(sink, d1).await;
+    let _ack2 = writes_concurrently(sink, &schema, d1, d2, &upper).await;
+    let v2 = ddl_is_a_barrier(sink, &schema, d1, (db, table, table_id), alter).await;
+    close_flushes_and_ends(sink, &v2, d1).await;
+    other_dispatcher_unaffected(sink, d2, upper).await;
+
+    // The checkpoint is accepted (and ignored where the sink keeps none).
+    sink.write_checkpoint(40).await.expect("checkpoint");
+    sink.write_checkpoint(30)
+        .await
+        .expect("checkpoint backwards is ignored");
+}
+
+/// Unknown dispatchers are refused, fatally.
+async fn refuses_unknown_dispatcher(sink: &dyn Sink, schema: &Arc<TableSchema>, d1: DispatcherId) {
     let e = sink
         .write_rows(
             d1,
@@ -269,9 +287,11 @@ pub async fn run_contract_suite(
         .await
         .expect_err("not open");
     assert!(is_contract(&e), "{e}");
+}
 
-    // Open at start ts 5: the ack starts there.
-    let mut ack = sink.open(d1, lower.clone(), 5).await.expect("open d1");
+/// Open at start ts 5: the ack starts there; opening again is refused.
+async fn opens_at_start_ts(sink: &dyn Sink, d1: DispatcherId, lower: &Span) -> crate::AckReceiver {
+    let ack = sink.open(d1, lower.clone(), 5).await.expect("open d1");
     assert_eq!(*ack.borrow(), 5);
     assert_eq!(sink.durable_ts(d1), Some(5));
     let e = sink
@@ -279,21 +299,21 @@ pub async fn run_contract_suite(
         .await
         .expect_err("double open");
     assert!(is_contract(&e), "{e}");
+    ack
+}
 
-    // Rows at or below the start ts, out of order, or outside the span are refused.
+/// Rows at or below the start ts, out of order, or outside the span are refused.
+async fn refuses_out_of_order_rows(sink: &dyn Sink, schema: &Arc<TableSchema>, d1: DispatcherId) {
     for (rows, why) in [
-        (vec![simple_insert(&schema, 1, "a", 5, 5)], "at start ts"),
+        (vec![simple_insert(schema, 1, "a", 5, 5)], "at start ts"),
         (
             vec![
-                simple_insert(&schema, 1, "a", 9, 9),
-                simple_insert(&schema, 2, "b", 8, 8),
+                simple_insert(schema, 1, "a", 9, 9),
+                simple_insert(schema, 2, "b", 8, 8),
             ],
             "decreasing",
         ),
-        (
-            vec![simple_insert(&schema, 5000, "a", 9, 9)],
-            "outside span",
-        ),
+        (vec![simple_insert(schema, 5000, "a", 9, 9)], "outside span"),
     ] {
         match sink
             .write_rows(
@@ -309,12 +329,20 @@ pub async fn run_contract_suite(
             Ok(()) => panic!("{why}: accepted"),
         }
     }
+}
 
-    // Writes then flush: the ack is the greatest commit ts written, never above it.
+/// Writes then flush: the ack is the greatest commit ts written, never above it; a later call
+/// must carry greater commit ts than everything before.
+async fn acks_what_was_written(
+    sink: &dyn Sink,
+    schema: &Arc<TableSchema>,
+    d1: DispatcherId,
+    ack: &mut crate::AckReceiver,
+) {
     let rows = vec![
-        simple_insert(&schema, 1, "a", 10, 10),
-        simple_insert(&schema, 2, "b", 10, 10),
-        simple_insert(&schema, 3, "c", 20, 20),
+        simple_insert(schema, 1, "a", 10, 10),
+        simple_insert(schema, 2, "b", 10, 10),
+        simple_insert(schema, 3, "c", 20, 20),
     ];
     sink.write_rows(
         d1,
@@ -330,46 +358,67 @@ pub async fn run_contract_suite(
     assert_eq!(acked, 20);
     assert_eq!(*ack.borrow_and_update(), 20);
 
-    // A later call must carry greater commit ts than everything before.
     let e = sink
         .write_rows(
             d1,
             RowBatch {
                 schema: schema.clone(),
-                rows: vec![simple_insert(&schema, 4, "d", 20, 20)],
+                rows: vec![simple_insert(schema, 4, "d", 20, 20)],
             },
         )
         .await
         .expect_err("same ts again");
     assert!(is_contract(&e), "{e}");
+}
 
-    // Resolve moves the ack over idle time, never backwards.
+/// Resolve moves the ack over idle time, never backwards.
+async fn resolve_moves_the_ack(sink: &dyn Sink, d1: DispatcherId) {
     sink.resolve(d1, 25).await.expect("resolve");
     assert_eq!(sink.flush(d1).await.expect("flush"), 25);
     sink.resolve(d1, 22).await.expect("resolve lower");
     assert_eq!(sink.flush(d1).await.expect("flush"), 25);
+}
 
-    // A second dispatcher on the other half of the table, concurrently.
-    let _ack2 = sink.open(d2, upper.clone(), 5).await.expect("open d2");
+/// A second dispatcher on the other half of the table, concurrently. Returns its ack (kept
+/// open for the rest of the suite).
+async fn writes_concurrently(
+    sink: &dyn Sink,
+    schema: &Arc<TableSchema>,
+    d1: DispatcherId,
+    d2: DispatcherId,
+    upper: &Span,
+) -> crate::AckReceiver {
+    let ack2 = sink.open(d2, upper.clone(), 5).await.expect("open d2");
     let w1 = sink.write_rows(
         d1,
         RowBatch {
             schema: schema.clone(),
-            rows: vec![simple_insert(&schema, 5, "e", 30, 30)],
+            rows: vec![simple_insert(schema, 5, "e", 30, 30)],
         },
     );
     let w2 = sink.write_rows(
         d2,
         RowBatch {
             schema: schema.clone(),
-            rows: vec![simple_insert(&schema, 2000, "x", 30, 30)],
+            rows: vec![simple_insert(schema, 2000, "x", 30, 30)],
         },
     );
     let (r1, r2) = tokio::join!(w1, w2);
     r1.expect("w1");
     r2.expect("w2");
+    ack2
+}
 
-    // Barrier: the DDL returns after the earlier rows are durable; its ack is its commit ts.
+/// Barrier: the DDL returns after the earlier rows are durable; its ack is its commit ts, it is
+/// on record, and rows of the new version (returned) follow. `(db, table, table_id)`: the table.
+async fn ddl_is_a_barrier(
+    sink: &dyn Sink,
+    schema: &Arc<TableSchema>,
+    d1: DispatcherId,
+    (db, table, table_id): (&str, &str, u64),
+    alter: &str,
+) -> Arc<TableSchema> {
+    let t = schema.table_id;
     let e = sink
         .write_ddl(d1, ddl_event(30, db, alter, t), vec![schema.clone()])
         .await
@@ -384,7 +433,13 @@ pub async fn run_contract_suite(
         .expect("ddl");
     assert_eq!(at, 40);
     assert_eq!(sink.durable_ts(d1), Some(40));
-    // The DDL is on record (where the sink keeps one), only above the asked ts.
+    ddl_is_on_record(sink).await;
+    rows_follow_the_new_version(sink, schema, &v2, d1).await;
+    v2
+}
+
+/// The DDL at 40 is on record (where the sink keeps one), only above the asked ts.
+async fn ddl_is_on_record(sink: &dyn Sink) {
     let recorded = sink.applied_ddls(30).await.expect("applied ddls");
     let finished_40 = vec![crate::DdlRecord {
         commit_ts: 40,
@@ -396,13 +451,21 @@ pub async fn run_contract_suite(
     );
     let above = sink.applied_ddls(40).await.expect("applied ddls");
     assert!(above.is_empty(), "{above:?}");
-    // Rows of the new version follow; rows of the old version at a later ts are a contract error.
+}
+
+/// Rows of the new version follow; rows of the old version at a later ts are a contract error.
+async fn rows_follow_the_new_version(
+    sink: &dyn Sink,
+    schema: &Arc<TableSchema>,
+    v2: &Arc<TableSchema>,
+    d1: DispatcherId,
+) {
     let e = sink
         .write_rows(
             d1,
             RowBatch {
                 schema: v2.clone(),
-                rows: vec![simple_insert(&schema, 6, "f", 50, 50)],
+                rows: vec![simple_insert(schema, 6, "f", 50, 50)],
             },
         )
         .await
@@ -412,13 +475,15 @@ pub async fn run_contract_suite(
         d1,
         RowBatch {
             schema: v2.clone(),
-            rows: vec![simple_insert(&v2, 6, "f", 50, 50)],
+            rows: vec![simple_insert(v2, 6, "f", 50, 50)],
         },
     )
     .await
     .expect("write v2");
+}
 
-    // Close flushes what is buffered and returns the final ack; afterwards nothing is accepted.
+/// Close flushes what is buffered and returns the final ack; afterwards nothing is accepted.
+async fn close_flushes_and_ends(sink: &dyn Sink, v2: &Arc<TableSchema>, d1: DispatcherId) {
     let report = sink.close(d1).await;
     assert!(report.error.is_none(), "{:?}", report.error);
     assert_eq!(report.durable_ts, 50);
@@ -428,7 +493,7 @@ pub async fn run_contract_suite(
             d1,
             RowBatch {
                 schema: v2.clone(),
-                rows: vec![simple_insert(&v2, 7, "g", 60, 60)],
+                rows: vec![simple_insert(v2, 7, "g", 60, 60)],
             },
         )
         .await
@@ -439,17 +504,13 @@ pub async fn run_contract_suite(
         again.error.is_some(),
         "closing twice must say the dispatcher is not open"
     );
+}
 
-    // The other dispatcher is unaffected by d1's close and can be reopened after its own close.
+/// The other dispatcher is unaffected by d1's close and can be reopened after its own close.
+async fn other_dispatcher_unaffected(sink: &dyn Sink, d2: DispatcherId, upper: Span) {
     assert_eq!(sink.flush(d2).await.expect("flush d2"), 30);
     let r2 = sink.close(d2).await;
     assert_eq!(r2.durable_ts, 30);
     let _ = sink.open(d2, upper, 30).await.expect("reopen d2");
     assert_eq!(sink.close(d2).await.durable_ts, 30);
-
-    // The checkpoint is accepted (and ignored where the sink keeps none).
-    sink.write_checkpoint(40).await.expect("checkpoint");
-    sink.write_checkpoint(30)
-        .await
-        .expect("checkpoint backwards is ignored");
 }
