@@ -363,16 +363,20 @@ fn attribute(def: &[Token], k: usize, out: &mut Vec<Token>, facts: &mut ColumnFa
         }
         "BINARY" if !matches!(upper(&def[k - 1]).as_str(), "SET" | "CHARSET" | "COLLATE") => {
             // The BINARY attribute: the `_bin` collation of the column's charset. With an
-            // explicit charset it is spelled out; otherwise the table's charset applies.
+            // explicit charset it is spelled out; otherwise it is `COLLATE bin`, a collation
+            // named without its charset, which the history gives the charset of its context
+            // (the table's, else the database's: `CharsetDefaults::resolve`).
             let cs = def.windows(3).find_map(|w| {
                 let (a, b) = (upper(&w[0]), upper(&w[1]));
                 ((a == "CHARACTER" && b == "SET") || b == "CHARSET").then(|| w[2].to_string())
             });
-            if let Some(cs) = cs.filter(|c| !c.eq_ignore_ascii_case("binary")) {
-                out.extend([
+            match cs {
+                Some(cs) if cs.eq_ignore_ascii_case("binary") => {}
+                Some(cs) => out.extend([
                     word("COLLATE"),
                     Token::make_word(&format!("{}_bin", cs.trim_matches('`')), None),
-                ]);
+                ]),
+                None => out.extend([word("COLLATE"), word("bin")]),
             }
             k + 1
         }

@@ -73,6 +73,39 @@ struct AlterWork {
     keys: KeyNames,
     /// `RENAME [TO] t2`: the new `db.name`.
     renamed: Option<String>,
+    /// Columns this statement renamed, under a stand-in name until it ends: `(stand-in,
+    /// new name)`. Every column an ALTER names (CHANGE, MODIFY, DROP, RENAME COLUMN) is a
+    /// column of the table as it was before the statement, so `CHANGE a b …, CHANGE b a …`
+    /// swaps two columns; a renamed column is only found by its new name in `AFTER`.
+    renames: Vec<(String, String)>,
+}
+
+impl AlterWork {
+    /// The stand-in name of a column renamed to `new` by this statement.
+    fn stand_in(&mut self, new: &str) -> String {
+        let s = format!("\u{1}{}\u{1}{new}", self.renames.len());
+        self.renames.push((s.clone(), new.to_string()));
+        s
+    }
+
+    /// An `AFTER name` target: a column renamed to `name` by this statement, else `name`.
+    fn after_target(&self, name: &str) -> String {
+        self.renames
+            .iter()
+            .rev()
+            .find(|(_, new)| new.eq_ignore_ascii_case(name))
+            .map_or_else(|| name.to_string(), |(s, _)| s.clone())
+    }
+
+    /// Gives renamed columns (and their key entries) their new names: the statement is over.
+    fn finish_renames(&mut self) {
+        for (stand_in, new) in std::mem::take(&mut self.renames) {
+            if let Some(c) = self.s.columns.iter_mut().find(|c| c.name == stand_in) {
+                c.name = new.clone();
+            }
+            rename_key_column(&mut self.keys, &stand_in, &new);
+        }
+    }
 }
 
 impl SchemaHistory {
@@ -355,6 +388,7 @@ impl SchemaHistory {
             s,
             keys,
             renamed: None,
+            renames: Vec::new(),
         };
         // A new table default applies to the columns this statement defines; CONVERT TO
         // CHARACTER SET applies to every column, after them.
@@ -382,10 +416,13 @@ impl SchemaHistory {
         work: AlterWork,
         out: &mut Applied,
     ) -> StmtResult {
+        let mut work = work;
+        work.finish_renames();
         let AlterWork {
             mut s,
             keys,
             renamed,
+            ..
         } = work;
         let (key_columns, unique_keys) = choose_key(&s.columns, &keys.pk, &keys.uniques);
         s.key_columns = key_columns;
@@ -615,7 +652,8 @@ fn alter_add_column(
     }
     let opts: Vec<ColumnOption> = def.options.iter().map(|o| o.option.clone()).collect();
     let d = defined_column(name, &def.data_type, &opts, &mut work.keys, charsets);
-    place_column(&mut work.s.columns, d, position, None);
+    let position = position.map(|p| after_stand_in(work, p));
+    place_column(&mut work.s.columns, d, position.as_ref(), None);
 }
 
 /// `DROP [COLUMN] c`: the column and every key that has it.
@@ -638,24 +676,50 @@ fn alter_replace_column(
     old: &str,
     new: Option<&str>,
 ) {
-    if let Some(new) = new {
-        rename_key_column(&mut work.keys, old, new);
+    let exists = work
+        .s
+        .columns
+        .iter()
+        .any(|c| c.name.eq_ignore_ascii_case(old));
+    if let Some(new) = new.filter(|n| !n.eq_ignore_ascii_case(old) && exists) {
+        let stand_in = work.stand_in(new);
+        rename_key_column(&mut work.keys, old, &stand_in);
+        d.name = stand_in;
     }
     keep_key_nullability(&mut d, &work.keys);
-    place_column(&mut work.s.columns, d, position, Some(old));
+    let position = position.map(|p| after_stand_in(work, p));
+    place_column(&mut work.s.columns, d, position.as_ref(), Some(old));
+}
+
+/// A column position with its `AFTER` target resolved among this statement's renames.
+fn after_stand_in(
+    work: &AlterWork,
+    p: &sqlparser::ast::MySQLColumnPosition,
+) -> sqlparser::ast::MySQLColumnPosition {
+    use sqlparser::ast::MySQLColumnPosition as P;
+    match p {
+        P::After(name) => {
+            let mut name = name.clone();
+            name.value = work.after_target(&name.value);
+            P::After(name)
+        }
+        P::First => P::First,
+    }
 }
 
 /// `RENAME COLUMN old TO new`.
 fn alter_rename_column(work: &mut AlterWork, old: &str, new: &str) {
-    if let Some(c) = work
+    let Some(i) = work
         .s
         .columns
-        .iter_mut()
-        .find(|c| c.name.eq_ignore_ascii_case(old))
-    {
-        c.name = new.to_string();
-    }
-    rename_key_column(&mut work.keys, old, new);
+        .iter()
+        .position(|c| c.name.eq_ignore_ascii_case(old))
+    else {
+        return;
+    };
+    let stand_in = work.stand_in(new);
+    work.s.columns[i].name = stand_in.clone();
+    rename_key_column(&mut work.keys, old, &stand_in);
 }
 
 /// `RENAME [TO|AS] t2`: an unqualified new name is in the session's database.

@@ -1041,3 +1041,111 @@ fn elements_and_types_parse() {
     ));
     assert!(!is_schema_statement("CREATE USER x"));
 }
+
+fn names(h: &SchemaHistory, t: &str) -> Vec<String> {
+    h.table_at("d", t, u64::MAX)
+        .unwrap_or_else(|| panic!("d.{t}"))
+        .columns
+        .iter()
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+fn key_names(h: &SchemaHistory, t: &str) -> Vec<String> {
+    let s = h.table_at("d", t, u64::MAX).expect("table");
+    s.key_columns
+        .iter()
+        .map(|i| s.columns[*i].name.clone())
+        .collect()
+}
+
+#[test]
+fn alter_names_the_columns_of_the_table_before_it() {
+    let mut h = h();
+    apply(&mut h, 11, "CREATE DATABASE d");
+    apply(
+        &mut h,
+        12,
+        "CREATE TABLE t (a INT, b BIGINT, c INT, PRIMARY KEY (a))",
+    );
+    // Two CHANGEs swap the names; each keeps its own definition and key membership.
+    apply(
+        &mut h,
+        13,
+        "ALTER TABLE t CHANGE COLUMN a b INT NOT NULL, CHANGE COLUMN b a BIGINT",
+    );
+    assert_eq!(names(&h, "t"), ["b", "a", "c"]);
+    let s = h.table_at("d", "t", u64::MAX).expect("t");
+    let types: Vec<ColumnType> = s.columns.iter().map(|c| c.ty).collect();
+    assert_eq!(
+        types,
+        [ColumnType::Int, ColumnType::BigInt, ColumnType::Int]
+    );
+    assert_eq!(key_names(&h, "t"), ["b"], "the key follows its column");
+    assert!(!s.columns[0].nullable);
+    // RENAME COLUMN the same way; DROP names the original column, not the renamed one.
+    apply(
+        &mut h,
+        14,
+        "ALTER TABLE t RENAME COLUMN b TO c, RENAME COLUMN c TO b",
+    );
+    assert_eq!(names(&h, "t"), ["c", "a", "b"]);
+    apply(
+        &mut h,
+        15,
+        "ALTER TABLE t CHANGE a c2 BIGINT, DROP COLUMN b",
+    );
+    assert_eq!(names(&h, "t"), ["c", "c2"]);
+    // AFTER names a column as the statement leaves it (a renamed one by its new name).
+    apply(
+        &mut h,
+        16,
+        "ALTER TABLE t CHANGE c2 z BIGINT FIRST, ADD COLUMN y INT AFTER z",
+    );
+    assert_eq!(names(&h, "t"), ["z", "y", "c"]);
+    apply(
+        &mut h,
+        17,
+        "ALTER TABLE t MODIFY c INT AFTER z, CHANGE y y INT",
+    );
+    assert_eq!(names(&h, "t"), ["z", "c", "y"]);
+    assert_eq!(key_names(&h, "t"), ["c"]);
+}
+
+#[test]
+fn the_binary_attribute_takes_the_bin_collation_of_the_charset_in_effect() {
+    let mut h = hcs();
+    apply(&mut h, 11, "CREATE DATABASE d CHARACTER SET latin1");
+    apply(
+        &mut h,
+        12,
+        "CREATE TABLE t (a VARCHAR(16) BINARY NOT NULL DEFAULT '', b CHAR(3) BINARY CHARACTER SET utf8mb4, c TEXT)",
+    );
+    expect(
+        &h,
+        "d",
+        "t",
+        &[
+            ("a", "latin1_bin"),
+            ("b", "utf8mb4_bin"),
+            ("c", "latin1_swedish_ci"),
+        ],
+    );
+    apply(
+        &mut h,
+        13,
+        "CREATE TABLE u (a CHAR(4) BINARY) DEFAULT CHARSET=utf8mb3",
+    );
+    expect(&h, "d", "u", &[("a", "utf8mb3_bin")]);
+    apply(
+        &mut h,
+        14,
+        "ALTER TABLE u ADD COLUMN b VARCHAR(5) BINARY, MODIFY a CHAR(4)",
+    );
+    expect(
+        &h,
+        "d",
+        "u",
+        &[("a", "utf8mb3_general_ci"), ("b", "utf8mb3_bin")],
+    );
+}
