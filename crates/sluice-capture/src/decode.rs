@@ -523,15 +523,20 @@ impl ColumnMeta {
 
     fn enum_member(&self, i: i64) -> Result<Value, DecodeError> {
         let index = u16::try_from(i).map_err(|_| bad(&self.name, format!("ENUM index {i}")))?;
-        let name = if index == 0 {
-            String::new()
-        } else {
-            self.elements
-                .get(index as usize - 1)
+        Ok(self.enum_value(index))
+    }
+
+    /// The ENUM value of a 1-based member index (0: the empty error value).
+    pub(crate) fn enum_value(&self, index: u16) -> Value {
+        let name = match index {
+            0 => String::new(),
+            i => self
+                .elements
+                .get(i as usize - 1)
                 .cloned()
-                .unwrap_or_default()
+                .unwrap_or_default(),
         };
-        Ok(Value::Enum { index, name })
+        Value::Enum { index, name }
     }
 
     fn set_members(&self, b: &[u8]) -> Value {
@@ -539,6 +544,11 @@ impl ColumnMeta {
         for (i, byte) in b.iter().enumerate().take(8) {
             bits |= (*byte as u64) << (8 * i);
         }
+        self.set_value(bits)
+    }
+
+    /// The SET value of a member bitmap.
+    pub(crate) fn set_value(&self, bits: u64) -> Value {
         let names = self
             .elements
             .iter()

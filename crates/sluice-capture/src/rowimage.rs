@@ -371,29 +371,11 @@ fn datetime2(buf: &mut Buf<'_>, m0: u8, col: &str) -> Result<Value, FastPath> {
 }
 
 fn enum_member(c: &ColumnMeta, buf: &mut Buf<'_>, m1: u8, col: &str) -> Result<Value, FastPath> {
-    let index = buf.le(m1.clamp(1, 2) as usize, col)? as u16;
-    let name = if index == 0 {
-        String::new()
-    } else {
-        c.elements
-            .get(index as usize - 1)
-            .cloned()
-            .unwrap_or_default()
-    };
-    Ok(Value::Enum { index, name })
+    Ok(c.enum_value(buf.le(m1.clamp(1, 2) as usize, col)? as u16))
 }
 
 fn set_members(c: &ColumnMeta, buf: &mut Buf<'_>, m1: u8, col: &str) -> Result<Value, FastPath> {
-    let bytes = (m1 as usize).clamp(1, 8);
-    let bits = buf.le(bytes, col)?;
-    let names = c
-        .elements
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i < 64 && bits & (1u64 << i) != 0)
-        .map(|(_, n)| n.clone())
-        .collect();
-    Ok(Value::Set { bits, names })
+    Ok(c.set_value(buf.le((m1 as usize).clamp(1, 8), col)?))
 }
 
 fn bits(buf: &mut Buf<'_>, m0: u8, m1: u8, col: &str) -> Result<Value, FastPath> {
