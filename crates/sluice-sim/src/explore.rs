@@ -128,315 +128,358 @@ pub fn random_scenario_text_without_sink_faults(seed: u64) -> String {
 }
 
 fn generate(seed: u64, sink_faults: bool) -> String {
-    let mut r = Rng::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0xA5A5);
-    let nodes = r.range(2, 4);
-    let node = |i: u64| format!("n{}", i + 1);
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "name = \"explore seed {seed}\"\n[world]\nnodes = [{}]",
-        (0..nodes)
-            .map(|i| format!("\"{}\"", node(i)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let sink = ["storage", "mysql", "storage", "blackhole"][r.range(0, 3) as usize];
-    let first_maintainer = node(r.range(0, nodes - 1));
-    let _ = writeln!(t, "maintainer = \"{first_maintainer}\"\nsink = \"{sink}\"");
-    let mut feed_load = FeedLoad::draw(seed);
-    if let Some(q) = feed_load.quota {
-        let _ = writeln!(t, "x-memory-quota-bytes = {q}");
+    let (mut g, mut feed_load) = Gen::world(seed);
+    g.step("op = \"create_changefeed\"".into());
+    if g.r.chance(0.5) {
+        g.step("op = \"settle\"".into());
     }
-    let across = r.chance(0.7);
-    let _ = writeln!(
-        t,
-        "[world.scheduler]\nenable-table-across-nodes = {across}\nregion-threshold = {}\nregion-count-per-span = {}\nbalance = {}",
-        r.range(2, 6),
-        r.range(1, 3),
-        r.chance(0.5)
-    );
-    // Drawn apart so the rest of the seed's world stays as it was before this knob existed.
-    let mut r2 = Rng::new(seed ^ 0xFEED_F00D);
-    if r2.chance(0.4) {
-        let _ = writeln!(t, "x-write-key-threshold = {}", r2.range(50, 3000));
-    }
-    let ntables = r.range(2, 5);
-    let mut tables: Vec<u64> = Vec::new();
-    let mut tables_db: std::collections::BTreeMap<u64, String> = std::collections::BTreeMap::new();
-    for i in 0..ntables {
-        let id = 10 + i;
-        tables.push(id);
-        tables_db.insert(id, format!("db{}", i % 2));
-        let _ = writeln!(
-            t,
-            "[[world.tables]]\nid = {id}\nname = \"db{}.t{id}\"\nregions = {}\nrows = {}",
-            i % 2,
-            r.range(1, 12),
-            r.range(0, 40)
-        );
-    }
-    let step = |t: &mut String, body: String| {
-        let _ = writeln!(t, "[[step]]\n{body}");
-    };
-    step(&mut t, "op = \"create_changefeed\"".into());
-    if r.chance(0.5) {
-        step(&mut t, "op = \"settle\"".into());
-    }
-    let mut next_table = 100;
-    let mut live: Vec<u64> = tables.clone();
-    let mut held: Vec<&str> = Vec::new();
-    let nsteps = r.range(8, 22);
+    let nsteps = g.r.range(8, 22);
     let mut sink_faults = SinkFaults::draw(seed, nsteps, sink_faults);
     let mut window = SlowTableWindow::draw(seed, nsteps);
     for i in 0..nsteps {
-        for body in sink_faults.steps_at(i, &live, nodes) {
-            step(&mut t, body);
-        }
+        let mut bodies = sink_faults.steps_at(i, &g.live, g.nodes);
         let mut tables = Tables {
-            live: &mut live,
-            db: &mut tables_db,
-            next: &mut next_table,
+            live: &mut g.live,
+            db: &mut g.tables_db,
+            next: &mut g.next_table,
         };
-        for body in window.steps_at(i, &mut tables, nodes) {
-            step(&mut t, body);
+        bodies.extend(window.steps_at(i, &mut tables, g.nodes));
+        bodies.extend(feed_load.steps_at(i, nsteps, tables.live, g.nodes));
+        for body in bodies {
+            g.step(body);
         }
-        for body in feed_load.steps_at(i, nsteps, tables.live, nodes) {
-            step(&mut t, body);
+        g.main_step();
+    }
+    g.step("op = \"faults\"".into());
+    g.t
+}
+
+/// The name of node `i` (0-based) in generated scenarios.
+fn node_name(i: u64) -> String {
+    format!("n{}", i + 1)
+}
+
+/// The generator of a seed's random world: its main stream (`r`), the scenario text written so
+/// far and what the steps so far did to the world. Invariant: every draw from `r` happens in the
+/// order it always did (a seed's scenario never changes), so each helper draws exactly what its
+/// part of the scenario always drew, in that order.
+struct Gen {
+    r: Rng,
+    t: String,
+    nodes: u64,
+    across: bool,
+    first_maintainer: String,
+    live: Vec<u64>,
+    tables_db: BTreeMap<u64, String>,
+    next_table: u64,
+    held: Vec<&'static str>,
+}
+
+impl Gen {
+    /// The `[world]` section (nodes, sink, scheduler, tables) and the seed's feed load.
+    fn world(seed: u64) -> (Gen, FeedLoad) {
+        let mut r = Rng::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0xA5A5);
+        let nodes = r.range(2, 4);
+        let mut t = String::new();
+        let _ = writeln!(
+            t,
+            "name = \"explore seed {seed}\"\n[world]\nnodes = [{}]",
+            (0..nodes)
+                .map(|i| format!("\"{}\"", node_name(i)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let sink = ["storage", "mysql", "storage", "blackhole"][r.range(0, 3) as usize];
+        let first_maintainer = node_name(r.range(0, nodes - 1));
+        let _ = writeln!(t, "maintainer = \"{first_maintainer}\"\nsink = \"{sink}\"");
+        let feed_load = FeedLoad::draw(seed);
+        if let Some(q) = feed_load.quota {
+            let _ = writeln!(t, "x-memory-quota-bytes = {q}");
         }
-        let pick = |r: &mut Rng, v: &Vec<u64>| {
-            v[(r.next_u64() % v.len().max(1) as u64) as usize % v.len().max(1)]
+        let across = r.chance(0.7);
+        let _ = writeln!(
+            t,
+            "[world.scheduler]\nenable-table-across-nodes = {across}\nregion-threshold = {}\nregion-count-per-span = {}\nbalance = {}",
+            r.range(2, 6),
+            r.range(1, 3),
+            r.chance(0.5)
+        );
+        // Drawn apart so the rest of the seed's world stays as it was before this knob existed.
+        let mut r2 = Rng::new(seed ^ 0xFEED_F00D);
+        if r2.chance(0.4) {
+            let _ = writeln!(t, "x-write-key-threshold = {}", r2.range(50, 3000));
+        }
+        let mut g = Gen {
+            r,
+            t,
+            nodes,
+            across,
+            first_maintainer,
+            live: Vec::new(),
+            tables_db: BTreeMap::new(),
+            next_table: 100,
+            held: Vec::new(),
         };
-        let n = node(r.range(0, nodes - 1));
-        match r.range(0, 23) {
-            0..=3 if !live.is_empty() => {
-                let tb = pick(&mut r, &live);
-                step(
-                    &mut t,
-                    format!(
-                        "op = \"write\"\ntable = {tb}\nrows = {}\ntxn-rows = {}\ndeletes = {}",
-                        r.range(1, 40),
-                        r.range(1, 5),
-                        r.range(0, 3)
-                    ),
-                );
-            }
-            4 if !live.is_empty() => {
-                let tb = pick(&mut r, &live);
-                step(
-                    &mut t,
-                    format!("op = \"move_table\"\ntable = {tb}\nto = \"{n}\""),
-                );
-            }
-            5 | 6 if !live.is_empty() => {
-                let tb = pick(&mut r, &live);
-                if across && r.chance(0.5) {
-                    step(
-                        &mut t,
-                        format!(
-                            "op = \"split_table\"\ntable = {tb}\nspans = {}",
-                            r.range(2, 3)
-                        ),
-                    );
-                } else {
-                    step(&mut t, format!("op = \"merge_table\"\ntable = {tb}"));
-                }
-                // Often hit the operator while it is in flight.
-                if r.chance(0.6) {
-                    step(&mut t, format!("op = \"run\"\nms = {}", r.range(0, 250)));
-                    match r.range(0, 2) {
-                        0 => {
-                            step(&mut t, format!("op = \"crash\"\nnode = \"{n}\""));
-                            step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 5000)));
-                            step(&mut t, format!("op = \"restart\"\nnode = \"{n}\""));
-                        }
-                        1 => {
-                            step(&mut t, format!("op = \"partition\"\ngroups = [[\"{n}\"]]"));
-                            step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 5000)));
-                            step(&mut t, "op = \"heal\"".into());
-                        }
-                        _ => {
-                            step(
-                                &mut t,
-                                format!(
-                                    "op = \"x-drop\"\nmessage = \"{}\"\ncount = {}",
-                                    ["merge", "remove", "create", "heartbeat", "bootstrap"]
-                                        [r.range(0, 4) as usize],
-                                    r.range(1, 3)
-                                ),
-                            );
-                            step(
-                                &mut t,
-                                "op = \"faults\"\ndrop = 0.2\nreorder = true".to_string(),
-                            );
-                            step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 2000)));
-                            step(&mut t, "op = \"faults\"".into());
-                        }
-                    }
-                }
-            }
-            7 => {
-                let id = next_table;
-                next_table += 1;
-                live.push(id);
-                tables_db.insert(id, "db1".into());
-                step(&mut t, format!("op = \"ddl\"\nkind = \"create_table\"\ntable = {id}\nname = \"db1.n{id}\"\nregions = {}", r.range(1, 8)));
-            }
-            8 if live.len() > 1 => {
-                let tb = pick(&mut r, &live);
-                live.retain(|x| *x != tb);
-                step(
-                    &mut t,
-                    format!("op = \"ddl\"\nkind = \"drop_table\"\ntable = {tb}"),
-                );
-            }
-            9 if !live.is_empty() => {
-                let tb = pick(&mut r, &live);
-                let id = next_table;
-                next_table += 1;
-                live.retain(|x| *x != tb);
-                live.push(id);
-                let db = tables_db.get(&tb).cloned().unwrap_or_default();
-                tables_db.insert(id, db);
-                step(
-                    &mut t,
-                    format!(
-                        "op = \"ddl\"\nkind = \"truncate_table\"\ntable = {tb}\nnew-table = {id}"
-                    ),
-                );
-            }
-            10 if !live.is_empty() => {
-                let tb = pick(&mut r, &live);
-                let kind = if r.chance(0.5) {
-                    "add_column".to_string()
-                } else {
-                    tables_db.insert(tb, "db0".into());
-                    format!("rename_table\"\nnew-name = \"db0.r{}", r.range(0, 999))
-                };
-                step(
-                    &mut t,
-                    format!("op = \"ddl\"\nkind = \"{kind}\"\ntable = {tb}"),
-                );
-            }
-            11 => {
-                let p = [
-                    "create_dispatcher",
-                    "close_dispatcher",
-                    "bootstrap_response",
-                    "sink_flush",
-                    "ddl_before_write",
-                    "ddl_after_write",
-                    "ddl_before_pass",
-                    "ddl_after_pass",
-                ][r.range(0, 7) as usize];
-                held.push(p);
-                step(
-                    &mut t,
-                    format!("op = \"hold\"\npoint = \"{p}\"\nnode = \"{n}\""),
-                );
-            }
-            12 if !held.is_empty() => {
-                let p = held.remove(0);
-                step(&mut t, format!("op = \"release\"\npoint = \"{p}\""));
-            }
-            13 => {
-                if r.chance(0.3) {
-                    // The node the first maintainer was placed on.
-                    step(
-                        &mut t,
-                        format!("op = \"crash\"\nnode = \"{first_maintainer}\""),
-                    );
-                    step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 4000)));
-                    for i in 0..nodes {
-                        step(&mut t, format!("op = \"restart\"\nnode = \"{}\"", node(i)));
-                    }
-                } else {
-                    step(&mut t, format!("op = \"crash\"\nnode = \"{n}\""));
-                    step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 5000)));
-                    step(&mut t, format!("op = \"restart\"\nnode = \"{n}\""));
-                }
-            }
-            14 => {
-                let meta = if r.chance(0.3) { ", \"meta\"" } else { "" };
-                step(
-                    &mut t,
-                    format!("op = \"partition\"\ngroups = [[\"{n}\"{meta}]]"),
-                );
-                step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 6000)));
-                step(&mut t, "op = \"heal\"".into());
-            }
-            15 => {
-                step(
-                    &mut t,
-                    format!(
-                        "op = \"faults\"\ndrop = {:.2}\nduplicate = {:.2}\nreorder = {}\ndelay-ms = [0, {}]",
-                        r.range(0, 30) as f64 / 100.0,
-                        r.range(0, 20) as f64 / 100.0,
-                        r.chance(0.5),
-                        r.range(0, 200)
-                    ),
-                );
-            }
-            16 => step(
-                &mut t,
-                "op = \"x-move_maintainer\"\nto = \"".to_string() + &n + "\"",
-            ),
-            17 => step(&mut t, format!("op = \"run\"\nms = {}", r.range(50, 3000))),
-            18 if held.is_empty() => {
-                step(&mut t, "op = \"settle\"\nmax-ms = 60000".into());
-            }
-            19 if r.chance(0.3) => {
-                // Database-level and cluster-level DDLs.
-                match r.range(0, 2) {
-                    0 => {
-                        let db = format!("db{}", r.range(0, 1));
-                        let gone: Vec<u64> = live
-                            .iter()
-                            .copied()
-                            .filter(|t| tables_db.get(t).map(|d| *d == db).unwrap_or(false))
-                            .collect();
-                        if gone.len() < live.len() {
-                            live.retain(|t| !gone.contains(t));
-                            step(
-                                &mut t,
-                                format!(
-                                    "op = \"ddl\"\nkind = \"drop_database\"\ndatabase = \"{db}\""
-                                ),
-                            );
-                        }
-                    }
-                    1 => step(
-                        &mut t,
-                        format!(
-                            "op = \"ddl\"\nkind = \"create_database\"\ndatabase = \"db{}\"",
-                            r.range(2, 9)
-                        ),
-                    ),
-                    _ => step(
-                        &mut t,
-                        "op = \"ddl\"\nkind = \"x-create_view\"\ndatabase = \"db0\"".into(),
-                    ),
-                }
-            }
-            20 => {
-                step(&mut t, format!("op = \"cordon\"\nnode = \"{n}\""));
-                step(&mut t, format!("op = \"run\"\nms = {}", r.range(100, 2000)));
-                step(&mut t, format!("op = \"uncordon\"\nnode = \"{n}\""));
-            }
-            21 if !live.is_empty() => {
-                let tb = pick(&mut r, &live);
-                step(
-                    &mut t,
-                    format!(
-                        "op = \"write\"\ntable = {tb}\nrows = {}\ntxn-rows = 600",
-                        r.range(600, 1500)
-                    ),
-                );
-            }
-            _ => step(&mut t, format!("op = \"run\"\nms = {}", r.range(10, 800))),
+        g.tables();
+        (g, feed_load)
+    }
+
+    /// The `[[world.tables]]` the seed starts with: 2 to 5, over two databases.
+    fn tables(&mut self) {
+        let r = &mut self.r;
+        let ntables = r.range(2, 5);
+        for i in 0..ntables {
+            let id = 10 + i;
+            self.live.push(id);
+            self.tables_db.insert(id, format!("db{}", i % 2));
+            let _ = writeln!(
+                self.t,
+                "[[world.tables]]\nid = {id}\nname = \"db{}.t{id}\"\nregions = {}\nrows = {}",
+                i % 2,
+                r.range(1, 12),
+                r.range(0, 40)
+            );
         }
     }
-    step(&mut t, "op = \"faults\"".into());
-    t
+
+    fn step(&mut self, body: String) {
+        let _ = writeln!(self.t, "[[step]]\n{body}");
+    }
+
+    /// A `run` step of `lo..=hi` ms.
+    fn run(&mut self, lo: u64, hi: u64) {
+        let ms = self.r.range(lo, hi);
+        self.step(format!("op = \"run\"\nms = {ms}"));
+    }
+
+    /// A live table (the caller checked there is one).
+    fn pick(&mut self) -> u64 {
+        let v = &self.live;
+        v[(self.r.next_u64() % v.len().max(1) as u64) as usize % v.len().max(1)]
+    }
+
+    fn new_table_id(&mut self) -> u64 {
+        let id = self.next_table;
+        self.next_table += 1;
+        id
+    }
+
+    /// One step of the main loop: a node, then a kind of step drawn; a kind whose condition
+    /// does not hold is a `run`.
+    fn main_step(&mut self) {
+        let n = node_name(self.r.range(0, self.nodes - 1));
+        match self.r.range(0, 23) {
+            0..=3 if !self.live.is_empty() => self.write(),
+            4 if !self.live.is_empty() => {
+                let tb = self.pick();
+                self.step(format!("op = \"move_table\"\ntable = {tb}\nto = \"{n}\""));
+            }
+            5 | 6 if !self.live.is_empty() => self.split_or_merge(&n),
+            7 => self.create_table(),
+            8 if self.live.len() > 1 => {
+                let tb = self.pick();
+                self.live.retain(|x| *x != tb);
+                self.step(format!("op = \"ddl\"\nkind = \"drop_table\"\ntable = {tb}"));
+            }
+            9 if !self.live.is_empty() => self.truncate_table(),
+            10 if !self.live.is_empty() => self.alter_table(),
+            11 => self.hold(&n),
+            12 if !self.held.is_empty() => {
+                let p = self.held.remove(0);
+                self.step(format!("op = \"release\"\npoint = \"{p}\""));
+            }
+            13 => self.crash(&n),
+            14 => self.partition(&n),
+            15 => self.faults(),
+            16 => self.step("op = \"x-move_maintainer\"\nto = \"".to_string() + &n + "\""),
+            17 => self.run(50, 3000),
+            18 if self.held.is_empty() => self.step("op = \"settle\"\nmax-ms = 60000".into()),
+            19 if self.r.chance(0.3) => self.database_ddl(),
+            20 => {
+                self.step(format!("op = \"cordon\"\nnode = \"{n}\""));
+                self.run(100, 2000);
+                self.step(format!("op = \"uncordon\"\nnode = \"{n}\""));
+            }
+            21 if !self.live.is_empty() => {
+                let tb = self.pick();
+                let rows = self.r.range(600, 1500);
+                self.step(format!(
+                    "op = \"write\"\ntable = {tb}\nrows = {rows}\ntxn-rows = 600"
+                ));
+            }
+            _ => self.run(10, 800),
+        }
+    }
+
+    fn write(&mut self) {
+        let tb = self.pick();
+        let r = &mut self.r;
+        let body = format!(
+            "op = \"write\"\ntable = {tb}\nrows = {}\ntxn-rows = {}\ndeletes = {}",
+            r.range(1, 40),
+            r.range(1, 5),
+            r.range(0, 3)
+        );
+        self.step(body);
+    }
+
+    /// A split (when tables may span nodes) or a merge, often hit while in flight.
+    fn split_or_merge(&mut self, n: &str) {
+        let tb = self.pick();
+        if self.across && self.r.chance(0.5) {
+            let spans = self.r.range(2, 3);
+            self.step(format!(
+                "op = \"split_table\"\ntable = {tb}\nspans = {spans}"
+            ));
+        } else {
+            self.step(format!("op = \"merge_table\"\ntable = {tb}"));
+        }
+        // Often hit the operator while it is in flight.
+        if self.r.chance(0.6) {
+            self.run(0, 250);
+            self.operator_fault(n);
+        }
+    }
+
+    /// A crash, a partition or dropped messages while an operator is in flight.
+    fn operator_fault(&mut self, n: &str) {
+        match self.r.range(0, 2) {
+            0 => {
+                self.step(format!("op = \"crash\"\nnode = \"{n}\""));
+                self.run(100, 5000);
+                self.step(format!("op = \"restart\"\nnode = \"{n}\""));
+            }
+            1 => {
+                self.step(format!("op = \"partition\"\ngroups = [[\"{n}\"]]"));
+                self.run(100, 5000);
+                self.step("op = \"heal\"".into());
+            }
+            _ => {
+                let r = &mut self.r;
+                let body = format!(
+                    "op = \"x-drop\"\nmessage = \"{}\"\ncount = {}",
+                    ["merge", "remove", "create", "heartbeat", "bootstrap"][r.range(0, 4) as usize],
+                    r.range(1, 3)
+                );
+                self.step(body);
+                self.step("op = \"faults\"\ndrop = 0.2\nreorder = true".to_string());
+                self.run(100, 2000);
+                self.step("op = \"faults\"".into());
+            }
+        }
+    }
+
+    fn create_table(&mut self) {
+        let id = self.new_table_id();
+        self.live.push(id);
+        self.tables_db.insert(id, "db1".into());
+        let regions = self.r.range(1, 8);
+        self.step(format!("op = \"ddl\"\nkind = \"create_table\"\ntable = {id}\nname = \"db1.n{id}\"\nregions = {regions}"));
+    }
+
+    fn truncate_table(&mut self) {
+        let tb = self.pick();
+        let id = self.new_table_id();
+        self.live.retain(|x| *x != tb);
+        self.live.push(id);
+        let db = self.tables_db.get(&tb).cloned().unwrap_or_default();
+        self.tables_db.insert(id, db);
+        self.step(format!(
+            "op = \"ddl\"\nkind = \"truncate_table\"\ntable = {tb}\nnew-table = {id}"
+        ));
+    }
+
+    /// `ADD COLUMN` or a rename into `db0`.
+    fn alter_table(&mut self) {
+        let tb = self.pick();
+        let kind = if self.r.chance(0.5) {
+            "add_column".to_string()
+        } else {
+            self.tables_db.insert(tb, "db0".into());
+            format!("rename_table\"\nnew-name = \"db0.r{}", self.r.range(0, 999))
+        };
+        self.step(format!("op = \"ddl\"\nkind = \"{kind}\"\ntable = {tb}"));
+    }
+
+    fn hold(&mut self, n: &str) {
+        let p = [
+            "create_dispatcher",
+            "close_dispatcher",
+            "bootstrap_response",
+            "sink_flush",
+            "ddl_before_write",
+            "ddl_after_write",
+            "ddl_before_pass",
+            "ddl_after_pass",
+        ][self.r.range(0, 7) as usize];
+        self.held.push(p);
+        self.step(format!("op = \"hold\"\npoint = \"{p}\"\nnode = \"{n}\""));
+    }
+
+    /// A crash of node `n`, or of the first maintainer's node with every node restarted.
+    fn crash(&mut self, n: &str) {
+        if self.r.chance(0.3) {
+            // The node the first maintainer was placed on.
+            let first = self.first_maintainer.clone();
+            self.step(format!("op = \"crash\"\nnode = \"{first}\""));
+            self.run(100, 4000);
+            for i in 0..self.nodes {
+                self.step(format!("op = \"restart\"\nnode = \"{}\"", node_name(i)));
+            }
+        } else {
+            self.step(format!("op = \"crash\"\nnode = \"{n}\""));
+            self.run(100, 5000);
+            self.step(format!("op = \"restart\"\nnode = \"{n}\""));
+        }
+    }
+
+    fn partition(&mut self, n: &str) {
+        let meta = if self.r.chance(0.3) { ", \"meta\"" } else { "" };
+        self.step(format!("op = \"partition\"\ngroups = [[\"{n}\"{meta}]]"));
+        self.run(100, 6000);
+        self.step("op = \"heal\"".into());
+    }
+
+    fn faults(&mut self) {
+        let r = &mut self.r;
+        let body = format!(
+            "op = \"faults\"\ndrop = {:.2}\nduplicate = {:.2}\nreorder = {}\ndelay-ms = [0, {}]",
+            r.range(0, 30) as f64 / 100.0,
+            r.range(0, 20) as f64 / 100.0,
+            r.chance(0.5),
+            r.range(0, 200)
+        );
+        self.step(body);
+    }
+
+    /// Database-level and cluster-level DDLs.
+    fn database_ddl(&mut self) {
+        match self.r.range(0, 2) {
+            0 => {
+                let db = format!("db{}", self.r.range(0, 1));
+                let tables_db = &self.tables_db;
+                let gone: Vec<u64> = self
+                    .live
+                    .iter()
+                    .copied()
+                    .filter(|t| tables_db.get(t).map(|d| *d == db).unwrap_or(false))
+                    .collect();
+                if gone.len() < self.live.len() {
+                    self.live.retain(|t| !gone.contains(t));
+                    self.step(format!(
+                        "op = \"ddl\"\nkind = \"drop_database\"\ndatabase = \"{db}\""
+                    ));
+                }
+            }
+            1 => {
+                let db = self.r.range(2, 9);
+                self.step(format!(
+                    "op = \"ddl\"\nkind = \"create_database\"\ndatabase = \"db{db}\""
+                ));
+            }
+            _ => self.step("op = \"ddl\"\nkind = \"x-create_view\"\ndatabase = \"db0\"".into()),
+        }
+    }
 }
 
 /// Share of seeds that inject sink faults.
