@@ -110,6 +110,7 @@ pub fn prepare(sql: &str) -> String {
             match object.as_deref() {
                 Some("TABLE") => prepare_create(&sig),
                 Some("INDEX") => prepare_create_index(&sig),
+                Some("DATABASE" | "SCHEMA") => prepare_create_database(&sig),
                 _ => None,
             }
         }
@@ -275,7 +276,21 @@ fn column_def(def: &[Token], facts: &mut ColumnFacts) -> String {
         out.push(name.clone());
         k = 1;
     }
-    let type_word = def.get(k).map(upper).unwrap_or_default();
+    let mut type_word = def.get(k).map(upper).unwrap_or_default();
+    if type_word == "NATIONAL" {
+        // `NATIONAL CHAR|CHARACTER [VARYING]`, `NATIONAL VARCHAR`: NCHAR and NVARCHAR.
+        let varying = is_kw(def.get(k + 2), "VARYING") || is_kw(def.get(k + 1), "VARCHAR");
+        out.push(Token::make_word(
+            if varying { "NVARCHAR" } else { "NCHAR" },
+            None,
+        ));
+        k += if is_kw(def.get(k + 2), "VARYING") {
+            3
+        } else {
+            2
+        };
+        type_word = String::new();
+    }
     while k < def.len() {
         let t = &def[k];
         match t {
@@ -314,6 +329,14 @@ fn attribute(def: &[Token], k: usize, out: &mut Vec<Token>, facts: &mut ColumnFa
     match w.as_str() {
         "PERSISTENT" => {
             out.push(word("STORED"));
+            k + 1
+        }
+        // `COLLATE DEFAULT`: the default collation of the column's charset, as if not written.
+        "COLLATE" if is_kw(def.get(k + 1), "DEFAULT") => k + 2,
+        // MariaDB's shorthands for a charset.
+        "UNICODE" | "ASCII" if !after_charset_word(def, k) => {
+            let cs = if w == "UNICODE" { "ucs2" } else { "latin1" };
+            out.extend([word("CHARACTER"), word("SET"), Token::make_word(cs, None)]);
             k + 1
         }
         "INVISIBLE" => k + 1,
@@ -361,7 +384,7 @@ fn attribute(def: &[Token], k: usize, out: &mut Vec<Token>, facts: &mut ColumnFa
             period_column(is_kw(def.get(k + 2), "END"), out);
             k + 3
         }
-        "BINARY" if !matches!(upper(&def[k - 1]).as_str(), "SET" | "CHARSET" | "COLLATE") => {
+        "BINARY" if !after_charset_word(def, k) => {
             // The BINARY attribute: the `_bin` collation of the column's charset. With an
             // explicit charset it is spelled out; otherwise it is `COLLATE bin`, a collation
             // named without its charset, which the history gives the charset of its context
@@ -382,6 +405,11 @@ fn attribute(def: &[Token], k: usize, out: &mut Vec<Token>, facts: &mut ColumnFa
         }
         _ => k,
     }
+}
+
+/// True when the word at `k` is the value of `CHARACTER SET`, `CHARSET` or `COLLATE`.
+fn after_charset_word(def: &[Token], k: usize) -> bool {
+    k > 0 && matches!(upper(&def[k - 1]).as_str(), "SET" | "CHARSET" | "COLLATE")
 }
 
 /// An ENUM/SET value as the server stores it: hex written as text, trailing spaces removed.
@@ -587,6 +615,65 @@ fn table_options(sig: &[Token]) -> (String, bool, String) {
     (kept.join(" "), versioned, join(&sig[k.min(sig.len())..]))
 }
 
+/// `CREATE [OR REPLACE] DATABASE|SCHEMA [IF NOT EXISTS] d [options]`: `COMMENT [=] '…'` and
+/// options set to `DEFAULT` (the server's) removed; OR REPLACE is `DROP DATABASE IF EXISTS d`
+/// (with its tables) then `CREATE DATABASE d`.
+fn prepare_create_database(sig: &[Token]) -> Option<String> {
+    let object = sig
+        .iter()
+        .position(|t| matches!(upper(t).as_str(), "DATABASE" | "SCHEMA"))?;
+    let or_replace = sig[..object].iter().any(|t| upper(t) == "REPLACE");
+    let name_at = skip_if_exists(sig, object + 1);
+    let name = sig.get(name_at)?;
+    let mut out: Vec<Token> = vec![
+        Token::make_keyword("CREATE"),
+        Token::make_keyword("DATABASE"),
+    ];
+    out.extend_from_slice(&sig[object + 1..=name_at]);
+    let mut k = name_at + 1;
+    while k < sig.len() {
+        let skip = database_option_to_drop(sig, k);
+        if skip > k {
+            k = skip;
+        } else {
+            out.push(sig[k].clone());
+            k += 1;
+        }
+    }
+    let create = join(&out);
+    Some(if or_replace {
+        format!("DROP DATABASE IF EXISTS {name}; {create}")
+    } else {
+        create
+    })
+}
+
+/// The end of a database option at `k` that sets nothing Sluice follows (`COMMENT [=] '…'`,
+/// `[DEFAULT] CHARACTER SET|CHARSET|COLLATE [=] DEFAULT`), or `k`.
+fn database_option_to_drop(sig: &[Token], k: usize) -> usize {
+    let mut i = k;
+    if is_kw(sig.get(i), "DEFAULT") {
+        i += 1;
+    }
+    let value_at = |i: usize| {
+        if matches!(sig.get(i), Some(Token::Eq)) {
+            i + 1
+        } else {
+            i
+        }
+    };
+    match upper(sig.get(i).unwrap_or(&Token::EOF)).as_str() {
+        "COMMENT" if i == k => term_end(sig, value_at(i + 1)),
+        "CHARACTER"
+            if is_kw(sig.get(i + 1), "SET") && is_kw(sig.get(value_at(i + 2)), "DEFAULT") =>
+        {
+            value_at(i + 2) + 1
+        }
+        "CHARSET" | "COLLATE" if is_kw(sig.get(value_at(i + 1)), "DEFAULT") => value_at(i + 1) + 1,
+        _ => k,
+    }
+}
+
 /// `CREATE [UNIQUE|FULLTEXT|SPATIAL] INDEX …`: FULLTEXT/SPATIAL (non-unique) and index options
 /// after the column list removed.
 fn prepare_create_index(sig: &[Token]) -> Option<String> {
@@ -693,7 +780,11 @@ fn alter_spec(spec: &[Token], explicit_period: bool, out: &mut Vec<String>) {
         "ALTER" => {}
         "RENAME" => match at(1) {
             "INDEX" | "KEY" => {}
-            "COLUMN" => out.push(join(spec)),
+            // IF EXISTS: the history renames only a column it has.
+            "COLUMN" => out.push(format!(
+                "RENAME COLUMN {}",
+                join(&spec[skip_if_exists(spec, 2)..])
+            )),
             "TO" | "AS" => out.push(format!("RENAME TO {}", join(&spec[2..]))),
             _ => out.push(format!("RENAME TO {}", join(&spec[1..]))),
         },

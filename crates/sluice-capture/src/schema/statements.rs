@@ -615,7 +615,8 @@ impl SchemaHistory {
 
     /// Records a new database; false when it already exists.
     fn create_database(&mut self, db: &str, ts: Ts, _if_not_exists: bool) -> bool {
-        if self.database_exists(db, ts - 1) {
+        // At `ts`, not before: `CREATE OR REPLACE DATABASE` dropped it at `ts` first.
+        if self.database_exists(db, ts) {
             return false;
         }
         self.databases

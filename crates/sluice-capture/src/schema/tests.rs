@@ -1110,6 +1110,12 @@ fn alter_names_the_columns_of_the_table_before_it() {
     );
     assert_eq!(names(&h, "t"), ["z", "c", "y"]);
     assert_eq!(key_names(&h, "t"), ["c"]);
+    apply(
+        &mut h,
+        18,
+        "ALTER TABLE t RENAME COLUMN IF EXISTS nope TO n, RENAME COLUMN IF EXISTS y TO w",
+    );
+    assert_eq!(names(&h, "t"), ["z", "c", "w"]);
 }
 
 #[test]
@@ -1147,5 +1153,68 @@ fn the_binary_attribute_takes_the_bin_collation_of_the_charset_in_effect() {
         "d",
         "u",
         &[("a", "utf8mb3_general_ci"), ("b", "utf8mb3_bin")],
+    );
+}
+
+#[test]
+fn mariadb_database_and_column_shorthands() {
+    let mut h = hcs();
+    apply(
+        &mut h,
+        11,
+        "CREATE DATABASE d COMMENT 'the app' CHARACTER SET DEFAULT",
+    );
+    assert_eq!(db_default(&h, "d").as_deref(), Some("utf8mb4_general_ci"));
+    apply(
+        &mut h,
+        12,
+        "CREATE TABLE t (a NATIONAL CHAR(2), b NATIONAL VARCHAR(3), c NATIONAL CHAR VARYING(4), \
+         d CHAR(5) UNICODE, e CHAR(6) ASCII, f CHAR(7) CHARACTER SET latin1 COLLATE DEFAULT, \
+         h VARCHAR(3) BINARY)",
+    );
+    expect(
+        &h,
+        "d",
+        "t",
+        &[
+            ("a", "utf8mb3_general_ci"),
+            ("b", "utf8mb3_general_ci"),
+            ("c", "utf8mb3_general_ci"),
+            ("d", "ucs2_general_ci"),
+            ("e", "latin1_swedish_ci"),
+            ("f", "latin1_swedish_ci"),
+            ("h", "utf8mb4_bin"),
+        ],
+    );
+    let types: Vec<ColumnType> = h
+        .table_at("d", "t", u64::MAX)
+        .expect("t")
+        .columns
+        .iter()
+        .map(|c| c.ty)
+        .collect();
+    assert_eq!(
+        types[..3],
+        [ColumnType::Char, ColumnType::VarChar, ColumnType::VarChar]
+    );
+    // OR REPLACE drops the database with its tables, then creates it again.
+    let ev = apply(
+        &mut h,
+        13,
+        "CREATE OR REPLACE DATABASE d COMMENT = 'again' DEFAULT CHARSET = latin1",
+    );
+    assert_eq!(ev.kind, DdlKind::CreateDatabase);
+    assert!(
+        h.table_at("d", "t", u64::MAX).is_none(),
+        "t went with its database"
+    );
+    assert_eq!(db_default(&h, "d").as_deref(), Some("latin1_swedish_ci"));
+    apply(&mut h, 14, "CREATE TABLE t (a CHAR(1))");
+    expect(&h, "d", "t", &[("a", "latin1_swedish_ci")]);
+    apply(&mut h, 15, "CREATE SCHEMA IF NOT EXISTS d COLLATE DEFAULT");
+    assert_eq!(
+        db_default(&h, "d").as_deref(),
+        Some("latin1_swedish_ci"),
+        "IF NOT EXISTS kept it"
     );
 }
