@@ -142,6 +142,22 @@ pub fn spawn_worker(
     tx
 }
 
+/// One dispatcher's worker: where it writes, to whom it reports, and its sink session.
+struct Worker {
+    registry: Arc<SinkRegistry>,
+    cf: ChangefeedId,
+    id: DispatcherId,
+    uri: String,
+    incarnation: u64,
+    report: mpsc::UnboundedSender<SinkReport>,
+    /// Whether this session's failure was already reported (only the first error of a failed
+    /// session is; the later ones are the same failure, returned again as `Earlier`).
+    reported: bool,
+    sink: Option<Arc<dyn Sink>>,
+    ack: Option<sluice_sink::AckReceiver>,
+    opened: bool,
+}
+
 async fn worker(
     registry: Arc<SinkRegistry>,
     cf: ChangefeedId,
@@ -151,185 +167,245 @@ async fn worker(
     mut rx: mpsc::UnboundedReceiver<SinkJob>,
     report: mpsc::UnboundedSender<SinkReport>,
 ) {
-    let send = |input: Option<Input>,
-                done_rows: usize,
-                done_bytes: usize,
-                written_rows: usize,
-                finished: bool| {
-        let _ = report.send(SinkReport {
+    let mut w = Worker {
+        registry,
+        cf,
+        id,
+        uri,
+        incarnation,
+        report,
+        reported: false,
+        sink: None,
+        ack: None,
+        opened: false,
+    };
+    loop {
+        let job = tokio::select! {
+            j = rx.recv() => match j { Some(j) => j, None => break },
+            changed = next_ack(&mut w.ack) => {
+                w.on_ack(changed);
+                continue;
+            }
+        };
+        if w.fenced(&job) || !w.sink_for(&job).await {
+            continue;
+        }
+        match job {
+            SinkJob::Open { span, start_ts } => w.open(span, start_ts).await,
+            SinkJob::Rows {
+                batches,
+                rows,
+                bytes,
+            } => w.write_rows(batches, rows, bytes).await,
+            SinkJob::Ddl { ddl, tables } => w.write_ddl(ddl, tables).await,
+            SinkJob::Flush => w.flush().await,
+            SinkJob::Close => {
+                w.close(&mut rx).await;
+                return;
+            }
+        }
+    }
+    w.send(None, 0, 0, 0, true);
+}
+
+/// The next ack the sink's ack channel carries (never, while the dispatcher is not open).
+async fn next_ack(
+    ack: &mut Option<sluice_sink::AckReceiver>,
+) -> Result<Ts, tokio::sync::watch::error::RecvError> {
+    match ack.as_mut() {
+        Some(a) => a.changed().await.map(|_| *a.borrow_and_update()),
+        None => std::future::pending().await,
+    }
+}
+
+impl Worker {
+    fn send(
+        &self,
+        input: Option<Input>,
+        done_rows: usize,
+        done_bytes: usize,
+        written_rows: usize,
+        finished: bool,
+    ) {
+        let _ = self.report.send(SinkReport {
             input,
-            cf: cf.clone(),
-            id,
+            cf: self.cf.clone(),
+            id: self.id,
             done_rows,
             done_bytes,
             written_rows,
             finished,
         });
-    };
-    // Whether this session's failure was already reported (only the first error of a failed
-    // session is; the later ones are the same failure, returned again as `Earlier`).
-    let reported = std::sync::atomic::AtomicBool::new(false);
-    let err = |e: &sluice_sink::SinkError| {
-        use std::sync::atomic::Ordering::Relaxed;
-        if reported.swap(true, Relaxed) && matches!(e, sluice_sink::SinkError::Earlier(_)) {
+    }
+
+    fn flushed(&self, ts: Ts) -> Input {
+        Input::SinkFlushed {
+            cf: self.cf.clone(),
+            id: self.id,
+            ts,
+        }
+    }
+
+    /// The `SinkError` input for `e`, unless it is the failure of this session reported already.
+    fn err(&mut self, e: &sluice_sink::SinkError) -> Option<Input> {
+        let again = std::mem::replace(&mut self.reported, true);
+        if again && matches!(e, sluice_sink::SinkError::Earlier(_)) {
             return None;
         }
         Some(Input::SinkError {
-            cf: cf.clone(),
-            id,
+            cf: self.cf.clone(),
+            id: self.id,
             retryable: e.is_retryable(),
             table_only: e.is_table_refusal(),
-            message: error_message(&cf, e),
+            message: error_message(&self.cf, e),
         })
-    };
-    let mut sink: Option<Arc<dyn Sink>> = None;
-    let mut ack: Option<sluice_sink::AckReceiver> = None;
-    let mut opened = false;
-    loop {
-        let job = tokio::select! {
-            j = rx.recv() => match j { Some(j) => j, None => break },
-            changed = async {
-                match ack.as_mut() {
-                    Some(a) => a.changed().await.map(|_| *a.borrow_and_update()),
-                    None => std::future::pending().await,
+    }
+
+    /// The ack channel woke up. A failure wakes it too (ack unchanged): report it now, whoever
+    /// ran the failed flush (the sink's own periodic flush has no caller to tell).
+    fn on_ack(&mut self, changed: Result<Ts, tokio::sync::watch::error::RecvError>) {
+        match (changed, self.sink.as_ref().and_then(|s| s.failure(self.id))) {
+            (Ok(ts), Some(e)) => {
+                // What was acknowledged before the failure stays true.
+                self.send(Some(self.flushed(ts)), 0, 0, 0, false);
+                if let Some(input) = self.err(&e) {
+                    self.send(Some(input), 0, 0, 0, false);
                 }
-            } => {
-                // A failure wakes the ack channel too (ack unchanged): report it now, whoever ran
-                // the failed flush (the sink's own periodic flush has no caller to tell).
-                match (changed, sink.as_ref().and_then(|s| s.failure(id))) {
-                    (Ok(ts), Some(e)) => {
-                        // What was acknowledged before the failure stays true.
-                        send(Some(Input::SinkFlushed { cf: cf.clone(), id, ts }), 0, 0, 0, false);
-                        if let Some(input) = err(&e) {
-                            send(Some(input), 0, 0, 0, false);
-                        }
-                    }
-                    (Ok(ts), None) => send(Some(Input::SinkFlushed { cf: cf.clone(), id, ts }), 0, 0, 0, false),
-                    (Err(_), _) => ack = None,
-                }
-                continue;
             }
-        };
-        // Fencing: a worker of an incarnation whose lease is not fresh writes nothing more.
-        if !matches!(job, SinkJob::Close) && !registry.may_write(incarnation) {
-            if let SinkJob::Rows { rows, bytes, .. } = &job {
-                send(None, *rows, *bytes, 0, false);
-            }
-            tracing::warn!(changefeed = %cf, dispatcher = ?id, "lease not fresh: sink call dropped (fenced)");
-            continue;
+            (Ok(ts), None) => self.send(Some(self.flushed(ts)), 0, 0, 0, false),
+            (Err(_), _) => self.ack = None,
         }
-        // The sink, opened on first use.
-        if sink.is_none() && !matches!(job, SinkJob::Close) {
-            match registry.get(&cf, &uri).await {
-                Ok(s) => sink = Some(s),
-                Err(e) => {
-                    let (r, b) = match &job {
-                        SinkJob::Rows { rows, bytes, .. } => (*rows, *bytes),
-                        _ => (0, 0),
-                    };
-                    tracing::warn!(changefeed = %cf, "cannot open sink: {}", scrub(&e.to_string()));
-                    // Not a session yet: every failed attempt to open counts.
-                    reported.store(false, std::sync::atomic::Ordering::Relaxed);
-                    send(err(&e), r, b, 0, false);
-                    continue;
-                }
-            }
+    }
+
+    /// Fencing: a worker of an incarnation whose lease is not fresh writes nothing more. Whether
+    /// `job` is dropped for that (its rows accounted).
+    fn fenced(&self, job: &SinkJob) -> bool {
+        if matches!(job, SinkJob::Close) || self.registry.may_write(self.incarnation) {
+            return false;
         }
-        match job {
-            SinkJob::Open { span, start_ts } => {
-                if opened {
-                    continue;
-                }
-                let Some(s) = &sink else { continue };
-                match s.open(id, span, start_ts).await {
-                    Ok(a) => {
-                        ack = Some(a);
-                        opened = true;
-                    }
-                    Err(e) => send(err(&e), 0, 0, 0, false),
-                }
+        if let SinkJob::Rows { rows, bytes, .. } = job {
+            self.send(None, *rows, *bytes, 0, false);
+        }
+        tracing::warn!(changefeed = %self.cf, dispatcher = ?self.id, "lease not fresh: sink call dropped (fenced)");
+        true
+    }
+
+    /// The sink, opened on first use (a close needs none). False when it cannot be opened: the
+    /// error is reported and `job` dropped (its rows accounted).
+    async fn sink_for(&mut self, job: &SinkJob) -> bool {
+        if self.sink.is_some() || matches!(job, SinkJob::Close) {
+            return true;
+        }
+        match self.registry.get(&self.cf, &self.uri).await {
+            Ok(s) => {
+                self.sink = Some(s);
+                true
             }
-            SinkJob::Rows {
-                batches,
-                rows,
-                bytes,
-            } => {
-                let Some(s) = &sink else {
-                    send(None, rows, bytes, 0, false);
-                    continue;
+            Err(e) => {
+                let (r, b) = match job {
+                    SinkJob::Rows { rows, bytes, .. } => (*rows, *bytes),
+                    _ => (0, 0),
                 };
-                let mut failed = None;
-                for b in batches {
-                    if let Err(e) = s.write_rows(id, b).await {
-                        failed = Some(e);
-                        break;
-                    }
-                }
-                match failed {
-                    None => send(None, rows, bytes, rows, false),
-                    Some(e) => send(err(&e), rows, bytes, 0, false),
-                }
-            }
-            SinkJob::Ddl { ddl, tables } => {
-                let Some(s) = &sink else { continue };
-                match s.write_ddl(id, ddl, tables).await {
-                    Ok(ts) => send(
-                        Some(Input::SinkFlushed {
-                            cf: cf.clone(),
-                            id,
-                            ts,
-                        }),
-                        0,
-                        0,
-                        0,
-                        false,
-                    ),
-                    Err(e) => send(err(&e), 0, 0, 0, false),
-                }
-            }
-            SinkJob::Flush => {
-                let Some(s) = &sink else { continue };
-                match s.flush(id).await {
-                    Ok(ts) => send(
-                        Some(Input::SinkFlushed {
-                            cf: cf.clone(),
-                            id,
-                            ts,
-                        }),
-                        0,
-                        0,
-                        0,
-                        false,
-                    ),
-                    Err(e) => send(err(&e), 0, 0, 0, false),
-                }
-            }
-            SinkJob::Close => {
-                if let (Some(s), true) = (&sink, opened) {
-                    let rep = s.close(id).await;
-                    if let Some(e) = rep.error {
-                        tracing::warn!(changefeed = %cf, dispatcher = ?id, "closing: {}", scrub(&e.to_string()));
-                    }
-                }
-                // Drain what is left (rows are only accounted, never written).
-                rx.close();
-                while let Ok(j) = rx.try_recv() {
-                    if let SinkJob::Rows { rows, bytes, .. } = j {
-                        send(None, rows, bytes, 0, false);
-                    }
-                }
-                send(
-                    Some(Input::SinkClosed { cf: cf.clone(), id }),
-                    0,
-                    0,
-                    0,
-                    true,
-                );
-                return;
+                tracing::warn!(changefeed = %self.cf, "cannot open sink: {}", scrub(&e.to_string()));
+                // Not a session yet: every failed attempt to open counts.
+                self.reported = false;
+                let input = self.err(&e);
+                self.send(input, r, b, 0, false);
+                false
             }
         }
     }
-    send(None, 0, 0, 0, true);
+
+    async fn open(&mut self, span: Span, start_ts: Ts) {
+        if self.opened {
+            return;
+        }
+        let Some(s) = &self.sink else { return };
+        let r = s.open(self.id, span, start_ts).await;
+        match r {
+            Ok(a) => {
+                self.ack = Some(a);
+                self.opened = true;
+            }
+            Err(e) => {
+                let input = self.err(&e);
+                self.send(input, 0, 0, 0, false);
+            }
+        }
+    }
+
+    /// Writes the batches in order up to the first error; the rows are accounted either way.
+    async fn write_rows(&mut self, batches: Vec<RowBatch>, rows: usize, bytes: usize) {
+        let Some(s) = &self.sink else {
+            self.send(None, rows, bytes, 0, false);
+            return;
+        };
+        let mut failed = None;
+        for b in batches {
+            if let Err(e) = s.write_rows(self.id, b).await {
+                failed = Some(e);
+                break;
+            }
+        }
+        match failed {
+            None => self.send(None, rows, bytes, rows, false),
+            Some(e) => {
+                let input = self.err(&e);
+                self.send(input, rows, bytes, 0, false);
+            }
+        }
+    }
+
+    async fn write_ddl(&mut self, ddl: DdlEvent, tables: Vec<Arc<TableSchema>>) {
+        let Some(s) = &self.sink else { return };
+        let r = s.write_ddl(self.id, ddl, tables).await;
+        self.report_ack(r);
+    }
+
+    async fn flush(&mut self) {
+        let Some(s) = &self.sink else { return };
+        let r = s.flush(self.id).await;
+        self.report_ack(r);
+    }
+
+    /// Reports what a DDL or a flush returned: the sink's ack, or its error.
+    fn report_ack(&mut self, r: Result<Ts, sluice_sink::SinkError>) {
+        match r {
+            Ok(ts) => self.send(Some(self.flushed(ts)), 0, 0, 0, false),
+            Err(e) => {
+                let input = self.err(&e);
+                self.send(input, 0, 0, 0, false);
+            }
+        }
+    }
+
+    /// Closes the dispatcher in the sink (if it was opened), accounts the jobs left behind (their
+    /// rows are never written) and reports `SinkClosed`.
+    async fn close(&mut self, rx: &mut mpsc::UnboundedReceiver<SinkJob>) {
+        if let (Some(s), true) = (&self.sink, self.opened) {
+            let rep = s.close(self.id).await;
+            if let Some(e) = rep.error {
+                tracing::warn!(changefeed = %self.cf, dispatcher = ?self.id, "closing: {}", scrub(&e.to_string()));
+            }
+        }
+        // Drain what is left (rows are only accounted, never written).
+        rx.close();
+        while let Ok(j) = rx.try_recv() {
+            if let SinkJob::Rows { rows, bytes, .. } = j {
+                self.send(None, rows, bytes, 0, false);
+            }
+        }
+        self.send(
+            Some(Input::SinkClosed {
+                cf: self.cf.clone(),
+                id: self.id,
+            }),
+            0,
+            0,
+            0,
+            true,
+        );
+    }
 }
 
 /// The message of a sink error as the user sees it (changefeed error, log): the sink's own text
