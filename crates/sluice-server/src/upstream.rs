@@ -254,102 +254,142 @@ async fn run(
         if *stop.borrow() {
             break;
         }
-        let history = (*shared.history()).clone();
-        let start = Pump::resume_position(&shared.store, &history);
-        tracing::info!(position = %start, "capture: reading the binlog");
-        let mut cfg = ReaderConfig::new(upstream.clone(), server_id, start);
-        cfg.retrying = shared.retrying.clone();
-        let reader = BinlogReader::new(cfg);
-        let mut pump = Pump::new(
-            Capture::new(reader, history),
-            shared.store.clone(),
-            hs.clone(),
-        );
-        // A restarted capture clears its error once it got past where it stopped, or ran
-        // without one for HEALTHY_AFTER (an idle upstream does not move the store).
-        let (restarted, stalled_at) = (std::time::Instant::now(), shared.store.resolved());
-        let last_repair = pump
-            .capture
-            .history
-            .repairs
-            .last()
-            .map(|r| r.ts)
-            .unwrap_or(0);
-        let mut published = (pump.capture.history.revision, last_repair);
-        let err = loop {
-            let step = tokio::select! {
-                r = pump.step() => r,
-                _ = stop.changed() => break None,
-            };
-            match step {
-                Ok(item) => {
-                    if shared.store.resolved() > stalled_at || restarted.elapsed() >= HEALTHY_AFTER
-                    {
-                        shared.set_error(None);
-                    }
-                    match &item {
-                        Captured::Rows { commit_ts, rows } => {
-                            shared
-                                .rows_captured
-                                .fetch_add(rows.len() as u64, Ordering::Relaxed);
-                            shared.txns_captured.fetch_add(1, Ordering::Relaxed);
-                            let ms = rows
-                                .first()
-                                .map(|r| r.commit_time_ms)
-                                .unwrap_or_else(now_ms);
-                            shared.sample(*commit_ts, ms);
-                        }
-                        Captured::Ddl(d) => {
-                            shared.ddls_captured.fetch_add(1, Ordering::Relaxed);
-                            shared.sample(d.commit_ts, d.commit_time_ms);
-                        }
-                        Captured::CommitStaged {
-                            commit_ts,
-                            staged_rows,
-                            rows,
-                            ..
-                        } => {
-                            shared
-                                .rows_captured
-                                .fetch_add((rows.len() + staged_rows) as u64, Ordering::Relaxed);
-                            shared.txns_captured.fetch_add(1, Ordering::Relaxed);
-                            let ms = rows
-                                .first()
-                                .map(|r| r.commit_time_ms)
-                                .unwrap_or_else(now_ms);
-                            shared.sample(*commit_ts, ms);
-                        }
-                        Captured::Resolved(ts) => shared.sample(*ts, now_ms()),
-                        Captured::Chunk { .. } | Captured::Abort(_) => {}
-                    }
-                    let ddl = matches!(item, Captured::Ddl(_));
-                    publish_history(&shared, &pump.capture.history, &mut published, ddl);
-                    let r = shared.store.resolved();
-                    shared.captured.send_if_modified(|c| {
-                        if r > *c {
-                            *c = r;
-                            true
-                        } else {
-                            false
-                        }
-                    });
-                }
-                Err(e) => break Some(e),
-            }
-        };
+        let mut pump = start_pump(&shared, &upstream, server_id, &hs);
+        let err = capture_until_stopped(&shared, &mut pump, &mut stop).await;
         let _ = shared.store.persist();
         match err {
             None => break,
             Some(e) => {
-                let msg = scrub(&e.to_string());
-                tracing::error!(retryable = e.is_retryable(), "capture stopped: {msg}");
-                shared.set_error(Some(msg));
-                tokio::select! {
-                    _ = tokio::time::sleep(FATAL_RETRY) => {}
-                    _ = stop.changed() => break,
+                if !wait_after_error(&shared, &e, &mut stop).await {
+                    break;
                 }
             }
         }
+    }
+}
+
+/// A pump reading the binlog from where the event store and the history resume.
+fn start_pump(
+    shared: &CaptureShared,
+    upstream: &str,
+    server_id: u32,
+    hs: &Arc<dyn SchemaStore>,
+) -> Pump {
+    let history = (*shared.history()).clone();
+    let start = Pump::resume_position(&shared.store, &history);
+    tracing::info!(position = %start, "capture: reading the binlog");
+    let mut cfg = ReaderConfig::new(upstream.to_string(), server_id, start);
+    cfg.retrying = shared.retrying.clone();
+    let reader = BinlogReader::new(cfg);
+    Pump::new(
+        Capture::new(reader, history),
+        shared.store.clone(),
+        hs.clone(),
+    )
+}
+
+/// Runs `pump` until `stop` changes (`None`) or capture fails (the error).
+async fn capture_until_stopped(
+    shared: &CaptureShared,
+    pump: &mut Pump,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<sluice_capture::CaptureError> {
+    // A restarted capture clears its error once it got past where it stopped, or ran
+    // without one for HEALTHY_AFTER (an idle upstream does not move the store).
+    let (restarted, stalled_at) = (std::time::Instant::now(), shared.store.resolved());
+    let last_repair = pump
+        .capture
+        .history
+        .repairs
+        .last()
+        .map(|r| r.ts)
+        .unwrap_or(0);
+    let mut published = (pump.capture.history.revision, last_repair);
+    loop {
+        let step = tokio::select! {
+            r = pump.step() => r,
+            _ = stop.changed() => return None,
+        };
+        match step {
+            Ok(item) => {
+                if shared.store.resolved() > stalled_at || restarted.elapsed() >= HEALTHY_AFTER {
+                    shared.set_error(None);
+                }
+                count(shared, &item);
+                let ddl = matches!(item, Captured::Ddl(_));
+                publish_history(shared, &pump.capture.history, &mut published, ddl);
+                publish_captured(shared);
+            }
+            Err(e) => return Some(e),
+        }
+    }
+}
+
+/// Counts a captured item and samples its commit time.
+fn count(shared: &CaptureShared, item: &Captured) {
+    match item {
+        Captured::Rows { commit_ts, rows } => {
+            shared
+                .rows_captured
+                .fetch_add(rows.len() as u64, Ordering::Relaxed);
+            shared.txns_captured.fetch_add(1, Ordering::Relaxed);
+            let ms = rows
+                .first()
+                .map(|r| r.commit_time_ms)
+                .unwrap_or_else(now_ms);
+            shared.sample(*commit_ts, ms);
+        }
+        Captured::Ddl(d) => {
+            shared.ddls_captured.fetch_add(1, Ordering::Relaxed);
+            shared.sample(d.commit_ts, d.commit_time_ms);
+        }
+        Captured::CommitStaged {
+            commit_ts,
+            staged_rows,
+            rows,
+            ..
+        } => {
+            shared
+                .rows_captured
+                .fetch_add((rows.len() + staged_rows) as u64, Ordering::Relaxed);
+            shared.txns_captured.fetch_add(1, Ordering::Relaxed);
+            let ms = rows
+                .first()
+                .map(|r| r.commit_time_ms)
+                .unwrap_or_else(now_ms);
+            shared.sample(*commit_ts, ms);
+        }
+        Captured::Resolved(ts) => shared.sample(*ts, now_ms()),
+        Captured::Chunk { .. } | Captured::Abort(_) => {}
+    }
+}
+
+/// Moves `captured` up to how far the event store is complete (after the history covering it).
+fn publish_captured(shared: &CaptureShared) {
+    let r = shared.store.resolved();
+    shared.captured.send_if_modified(|c| {
+        if r > *c {
+            *c = r;
+            true
+        } else {
+            false
+        }
+    });
+}
+
+/// Records why capture stopped and waits [`FATAL_RETRY`] before it is rebuilt. False when
+/// `stop` changed meanwhile.
+async fn wait_after_error(
+    shared: &CaptureShared,
+    e: &sluice_capture::CaptureError,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let msg = scrub(&e.to_string());
+    tracing::error!(retryable = e.is_retryable(), "capture stopped: {msg}");
+    shared.set_error(Some(msg));
+    tokio::select! {
+        _ = tokio::time::sleep(FATAL_RETRY) => true,
+        _ = stop.changed() => false,
     }
 }
 
