@@ -68,107 +68,38 @@ async fn shutdown_signal() {
     }
 }
 
+/// The etcd client and lease view of a cluster node (for its write fence and its resignation).
+type EtcdHandle = (etcd_client::Client, Arc<std::sync::Mutex<etcdmeta::View>>);
+
+/// Capture's shared view, the sender that stops the capture thread, and that thread.
+type Capturing = (
+    Arc<upstream::CaptureShared>,
+    watch::Sender<bool>,
+    std::thread::JoinHandle<()>,
+);
+
 /// Runs a node until SIGTERM / SIGINT.
 pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     mask::register_url(&cfg.upstream);
-    std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
-        ServerError::Config(format!(
-            "cannot create data dir {}: {e}",
-            cfg.data_dir.display()
-        ))
-    })?;
     // Before anything in the dir is opened; held until the process ends.
-    let _data_dir = datadir::lock(&cfg.data_dir, &cfg.addr)?;
+    let _data_dir = lock_data_dir(&cfg)?;
     tracing::info!(node = %cfg.node_id, addr = %cfg.addr, upstream = %mask::mask_url(&cfg.upstream), data_dir = %cfg.data_dir.display(), "starting");
-    match sluice_capture::check_upstream(&cfg.upstream).await {
-        Ok(_) => {}
-        // A node with a schema history can start while the upstream is unreachable: capture
-        // retries. Wrong settings, or a first start (the snapshot needs the upstream), are fatal.
-        Err(e) if e.is_retryable() && cfg.data_dir.join("schema-history.json").exists() => {
-            tracing::warn!(
-                "upstream not reachable now, capture will retry: {}",
-                scrub(&e.to_string())
-            );
-        }
-        Err(e) => return Err(ServerError::Upstream(scrub(&e.to_string()))),
-    }
+    check_upstream_at_start(&cfg).await?;
     let listener = tokio::net::TcpListener::bind(&cfg.addr)
         .await
         .map_err(|e| ServerError::Config(format!("cannot listen on {}: {e}", cfg.addr)))?;
-    let capture = upstream::open(
-        &cfg.data_dir,
-        &cfg.upstream,
-        cfg.store_cache_bytes,
-        cfg.skip_unparseable_ddl,
-        &cfg.etcd,
-    )
-    .await?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let capture_thread = upstream::spawn(
-        capture.clone(),
-        cfg.data_dir.clone(),
-        cfg.upstream.clone(),
-        cfg.server_id,
-        stop_rx,
-    );
+    let (capture, stop_tx, capture_thread) = start_capture(&cfg).await?;
     // Incarnations grow across restarts; a fenced process counts up within its block.
     let incarnation = next_incarnation(&cfg.data_dir)? * 1_000_000;
     let node_id = NodeId::new(cfg.node_id.clone());
     let (report_tx, report_rx) = mpsc::unbounded_channel();
     let (meta_tx, meta_rx) = mpsc::unbounded_channel();
-    let meta = if cfg.etcd.is_empty() {
-        metabackend::MetaBackend::embedded(&cfg.data_dir, &node_id, &cfg.advertise_addr)?
-    } else {
-        let m = etcdmeta::EtcdMeta::connect(
-            &cfg.etcd,
-            node_id.clone(),
-            cfg.advertise_addr.clone(),
-            incarnation,
-            cfg.lease_ttl_secs,
-            meta_tx,
-        )
-        .await?;
-        metabackend::MetaBackend::Etcd {
-            meta: Box::new(m),
-            known_alive: None,
-            known_leader: None,
-            fences: 0,
-        }
-    };
+    let meta = open_meta(&cfg, &node_id, incarnation, meta_tx).await?;
     let cluster = meta.is_cluster();
-    let etcd_client = match &meta {
-        metabackend::MetaBackend::Etcd { meta, .. } => {
-            Some((meta.client.clone(), meta.view.clone()))
-        }
-        _ => None,
-    };
-    let mut net = net::Net::default();
-    net.incarnation = incarnation;
-    let metrics = Arc::new(metrics::Metrics::default());
-    let shell = shell::Shell::new(
-        node_id.clone(),
-        incarnation,
-        cfg.advertise_addr.clone(),
-        capture.clone(),
-        meta,
-        net,
-        cfg.memory_quota_bytes,
-        metrics,
-        report_tx,
-        (
-            cfg.data_dir.join("events.redb"),
-            mask::mask_url(&cfg.upstream),
-        ),
-    );
+    let etcd_client = etcd_handle(&meta);
+    let shell = new_shell(&cfg, &node_id, incarnation, &capture, meta, report_tx);
     if let Some((_, view)) = &etcd_client {
-        let view = view.clone();
-        let limit = Duration::from_secs(cfg.lease_ttl_secs)
-            .saturating_sub(Duration::from_millis(2 * shell::TICK_MS));
-        shell.registry().set_guard(Arc::new(move || {
-            let v = view.lock().unwrap_or_else(|p| p.into_inner());
-            let fresh = v.renewed.map(|r| r.elapsed() < limit).unwrap_or(false);
-            (fresh && v.want_incarnation == v.incarnation).then_some(v.incarnation)
-        }));
+        set_lease_fence(&shell, view, cfg.lease_ttl_secs);
     }
     let (tx, rx) = mpsc::channel(shell::MAX_QUEUED_INPUTS);
     let shell_task = tokio::spawn(shell::run(shell, rx, report_rx, meta_rx));
@@ -192,6 +123,178 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         "serving the API on http://{}",
         cfg.addr
     );
+    let (stop_http_tx, server) = serve_api(listener, &state);
+    if cluster {
+        tokio::spawn(undrain_on_start(state.clone()));
+    }
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    if cluster {
+        leave_cluster(&state, &etcd_client).await;
+    }
+    stop_serving(stop_http_tx, regions, server).await;
+    stop_shell(&tx, shell_task).await;
+    let _ = stop_tx.send(true);
+    let _ = tokio::task::spawn_blocking(move || capture_thread.join()).await;
+    let _ = capture.store.persist();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Opens the event store and the schema history and starts the capture thread, which stops
+/// when the returned sender turns true.
+async fn start_capture(cfg: &ServerConfig) -> Result<Capturing, ServerError> {
+    let capture = upstream::open(
+        &cfg.data_dir,
+        &cfg.upstream,
+        cfg.store_cache_bytes,
+        cfg.skip_unparseable_ddl,
+        &cfg.etcd,
+    )
+    .await?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let capture_thread = upstream::spawn(
+        capture.clone(),
+        cfg.data_dir.clone(),
+        cfg.upstream.clone(),
+        cfg.server_id,
+        stop_rx,
+    );
+    Ok((capture, stop_tx, capture_thread))
+}
+
+/// Stops the HTTP API (waiting for it) and the regions task.
+async fn stop_serving(
+    stop_http_tx: oneshot::Sender<()>,
+    regions: tokio::task::JoinHandle<()>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let _ = stop_http_tx.send(());
+    regions.abort();
+    match server.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!("http server: {e}"),
+        Err(e) => tracing::warn!("http server task: {e}"),
+    }
+}
+
+/// Creates the data dir if needed and locks it for this process.
+fn lock_data_dir(cfg: &ServerConfig) -> Result<datadir::DataDirLock, ServerError> {
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
+        ServerError::Config(format!(
+            "cannot create data dir {}: {e}",
+            cfg.data_dir.display()
+        ))
+    })?;
+    datadir::lock(&cfg.data_dir, &cfg.addr)
+}
+
+/// Checks the upstream's settings before anything starts.
+async fn check_upstream_at_start(cfg: &ServerConfig) -> Result<(), ServerError> {
+    match sluice_capture::check_upstream(&cfg.upstream).await {
+        Ok(_) => Ok(()),
+        // A node with a schema history can start while the upstream is unreachable: capture
+        // retries. Wrong settings, or a first start (the snapshot needs the upstream), are fatal.
+        Err(e) if e.is_retryable() && cfg.data_dir.join("schema-history.json").exists() => {
+            tracing::warn!(
+                "upstream not reachable now, capture will retry: {}",
+                scrub(&e.to_string())
+            );
+            Ok(())
+        }
+        Err(e) => Err(ServerError::Upstream(scrub(&e.to_string()))),
+    }
+}
+
+/// The meta store: embedded on a single node, etcd (with this incarnation's lease) in a cluster.
+async fn open_meta(
+    cfg: &ServerConfig,
+    node_id: &NodeId,
+    incarnation: u64,
+    meta_tx: mpsc::UnboundedSender<sluice_control::Input>,
+) -> Result<metabackend::MetaBackend, ServerError> {
+    if cfg.etcd.is_empty() {
+        return metabackend::MetaBackend::embedded(&cfg.data_dir, node_id, &cfg.advertise_addr);
+    }
+    let m = etcdmeta::EtcdMeta::connect(
+        &cfg.etcd,
+        node_id.clone(),
+        cfg.advertise_addr.clone(),
+        incarnation,
+        cfg.lease_ttl_secs,
+        meta_tx,
+    )
+    .await?;
+    Ok(metabackend::MetaBackend::Etcd {
+        meta: Box::new(m),
+        known_alive: None,
+        known_leader: None,
+        fences: 0,
+    })
+}
+
+fn etcd_handle(meta: &metabackend::MetaBackend) -> Option<EtcdHandle> {
+    match meta {
+        metabackend::MetaBackend::Etcd { meta, .. } => {
+            Some((meta.client.clone(), meta.view.clone()))
+        }
+        _ => None,
+    }
+}
+
+fn new_shell(
+    cfg: &ServerConfig,
+    node_id: &NodeId,
+    incarnation: u64,
+    capture: &Arc<upstream::CaptureShared>,
+    meta: metabackend::MetaBackend,
+    report_tx: mpsc::UnboundedSender<sinkwork::SinkReport>,
+) -> shell::Shell {
+    let mut net = net::Net::default();
+    net.incarnation = incarnation;
+    let metrics = Arc::new(metrics::Metrics::default());
+    shell::Shell::new(
+        node_id.clone(),
+        incarnation,
+        cfg.advertise_addr.clone(),
+        capture.clone(),
+        meta,
+        net,
+        cfg.memory_quota_bytes,
+        metrics,
+        report_tx,
+        (
+            cfg.data_dir.join("events.redb"),
+            mask::mask_url(&cfg.upstream),
+        ),
+    )
+}
+
+/// Sinks write only while the node's lease is fresh (renewed within its TTL, less two ticks) and
+/// held by this incarnation.
+fn set_lease_fence(
+    shell: &shell::Shell,
+    view: &Arc<std::sync::Mutex<etcdmeta::View>>,
+    lease_ttl_secs: u64,
+) {
+    let view = view.clone();
+    let limit = Duration::from_secs(lease_ttl_secs)
+        .saturating_sub(Duration::from_millis(2 * shell::TICK_MS));
+    shell.registry().set_guard(Arc::new(move || {
+        let v = view.lock().unwrap_or_else(|p| p.into_inner());
+        let fresh = v.renewed.map(|r| r.elapsed() < limit).unwrap_or(false);
+        (fresh && v.want_incarnation == v.incarnation).then_some(v.incarnation)
+    }));
+}
+
+/// Serves the HTTP API on `listener` until the returned sender fires.
+fn serve_api(
+    listener: tokio::net::TcpListener,
+    state: &api::AppState,
+) -> (
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
     let app = api::router(state.clone());
     let (stop_http_tx, stop_http_rx) = oneshot::channel::<()>();
     let server = tokio::spawn(async move {
@@ -201,36 +304,25 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
             })
             .await
     });
-    if cluster {
-        tokio::spawn(undrain_on_start(state.clone()));
+    (stop_http_tx, server)
+}
+
+/// Hands the node's work over while still serving node-to-node messages, then resigns.
+async fn leave_cluster(state: &api::AppState, etcd_client: &Option<EtcdHandle>) {
+    handover(state).await;
+    if let Some((client, view)) = etcd_client {
+        let m = etcdmeta::resign_with(client.clone(), view.clone(), &state.node_id);
+        m.await;
     }
-    shutdown_signal().await;
-    tracing::info!("shutting down");
-    if cluster {
-        // Hand the node's work over while still serving node-to-node messages.
-        handover(&state).await;
-        if let Some((client, view)) = &etcd_client {
-            let m = etcdmeta::resign_with(client.clone(), view.clone(), &state.node_id);
-            m.await;
-        }
-    }
-    let _ = stop_http_tx.send(());
-    regions.abort();
-    match server.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!("http server: {e}"),
-        Err(e) => tracing::warn!("http server task: {e}"),
-    }
+}
+
+/// Asks the shell to shut down and waits for it (bounded).
+async fn stop_shell(tx: &mpsc::Sender<shell::ShellMsg>, shell_task: tokio::task::JoinHandle<()>) {
     let (done_tx, done_rx) = oneshot::channel();
     if tx.send(ShellMsgShutdown::msg(done_tx)).await.is_ok() {
         let _ = tokio::time::timeout(Duration::from_secs(10), done_rx).await;
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), shell_task).await;
-    let _ = stop_tx.send(true);
-    let _ = tokio::task::spawn_blocking(move || capture_thread.join()).await;
-    let _ = capture.store.persist();
-    tracing::info!("stopped");
-    Ok(())
 }
 
 struct ShellMsgShutdown;
