@@ -300,177 +300,178 @@ fn render(v: &Value, cols: &[&str]) -> String {
     table(std::slice::from_ref(v), cols)
 }
 
+/// The columns a command's answer is shown with (in table output).
+type Cols = &'static [&'static str];
+
 pub fn run(a: CliArgs) -> ExitCode {
-    let s = a.server.clone();
-    let id_path = |id: &CfId, tail: &str| format!("/api/v2/changefeeds/{}{tail}", id.changefeed_id);
-    let result: Result<(Value, &[&str]), CliError> = (|| match a.command {
-        CliCommand::Changefeed(c) => match c {
-            Changefeed::Create {
-                id,
-                sink_uri,
-                start_ts,
-                start_position,
-                start_gtid,
-                config,
-            } => {
-                register_url(&sink_uri);
-                let cfg = read_config(&config)?;
-                let body = json!({
-                    "changefeed_id": id.changefeed_id, "sink_uri": sink_uri, "start_ts": start_ts,
-                    "start_position": start_position, "start_gtid": start_gtid, "config": cfg,
-                });
-                Ok((
-                    call(&s, "POST", "/api/v2/changefeeds", Some(body))?,
-                    FEED_COLS,
-                ))
-            }
-            Changefeed::List => Ok((call(&s, "GET", "/api/v2/changefeeds", None)?, FEED_COLS)),
-            Changefeed::Query(id) => Ok((call(&s, "GET", &id_path(&id, ""), None)?, FEED_COLS)),
-            Changefeed::Pause(id) => {
-                Ok((call(&s, "POST", &id_path(&id, "/pause"), None)?, FEED_COLS))
-            }
-            Changefeed::Resume(id) => {
-                Ok((call(&s, "POST", &id_path(&id, "/resume"), None)?, FEED_COLS))
-            }
-            Changefeed::Remove(id) => Ok((call(&s, "DELETE", &id_path(&id, ""), None)?, FEED_COLS)),
-            Changefeed::Update {
-                id,
-                sink_uri,
-                config,
-            } => {
-                if let Some(u) = &sink_uri {
-                    register_url(u);
-                }
-                let cfg = read_config(&config)?;
-                let body = json!({"sink_uri": sink_uri, "config": cfg});
-                Ok((call(&s, "PUT", &id_path(&id, ""), Some(body))?, FEED_COLS))
-            }
-            Changefeed::Tables(id) => Ok((
-                call(&s, "GET", &id_path(&id, "/tables"), None)?,
-                &["node_id", "table_ids", "table_names"][..],
-            )),
-            Changefeed::Spans(id) => Ok((
-                call(&s, "GET", &id_path(&id, "/spans"), None)?,
-                &[
-                    "table_id",
-                    "table_name",
-                    "node_id",
-                    "state",
-                    "checkpoint_ts",
-                    "operator",
-                    "start_key",
-                    "end_key",
-                ][..],
-            )),
-            Changefeed::Dispatchers(id) => Ok((
-                call(&s, "GET", &id_path(&id, "/dispatchers"), None)?,
-                &[
-                    "node_id",
-                    "dispatcher_id",
-                    "table_id",
-                    "state",
-                    "checkpoint_ts",
-                    "is_trigger",
-                ][..],
-            )),
-            Changefeed::MoveTable {
-                id,
-                table_id,
-                target_node_id,
-            } => Ok((
-                call(
-                    &s,
-                    "POST",
-                    &id_path(&id, "/move_table"),
-                    Some(json!({"table_id": table_id, "target_node_id": target_node_id})),
-                )?,
-                &[][..],
-            )),
-            Changefeed::SplitTable {
-                id,
-                table_id,
-                spans,
-            } => Ok((
-                call(
-                    &s,
-                    "POST",
-                    &id_path(&id, "/split_table"),
-                    Some(json!({"table_id": table_id, "spans": spans})),
-                )?,
-                &[][..],
-            )),
-            Changefeed::MergeTable { id, table_id } => Ok((
-                call(
-                    &s,
-                    "POST",
-                    &id_path(&id, "/merge_table"),
-                    Some(json!({"table_id": table_id})),
-                )?,
-                &[][..],
-            )),
-        },
-        CliCommand::Debug(Debug::Holds(h)) => Ok((holds_call(&s, h)?, &["node", "holds"][..])),
-        CliCommand::Capture(c) => {
-            let cols: &[&str] = &["id", "address", "is_owner", "cordoned", "draining"];
-            match c {
-                Capture::List => Ok((call(&s, "GET", "/api/v2/captures", None)?, cols)),
-                Capture::Cordon { capture_id } => Ok((
-                    call(
-                        &s,
-                        "POST",
-                        &format!("/api/v2/captures/{capture_id}/cordon"),
-                        None,
-                    )?,
-                    cols,
-                )),
-                Capture::Uncordon { capture_id } => Ok((
-                    call(
-                        &s,
-                        "POST",
-                        &format!("/api/v2/captures/{capture_id}/uncordon"),
-                        None,
-                    )?,
-                    cols,
-                )),
-                Capture::Drain { capture_id } => Ok((
-                    call(
-                        &s,
-                        "POST",
-                        &format!("/api/v2/captures/{capture_id}/drain"),
-                        None,
-                    )?,
-                    cols,
-                )),
-            }
-        }
-    })();
+    let result = match a.command {
+        CliCommand::Changefeed(c) => changefeed_call(&a.server, c),
+        CliCommand::Debug(Debug::Holds(h)) => holds_call(&a.server, h).map(|v| {
+            let cols: Cols = &["node", "holds"];
+            (v, cols)
+        }),
+        CliCommand::Capture(c) => capture_call(&a.server, c),
+    };
     match result {
-        Ok((v, cols)) => {
-            let text = if a.output == Output::Json {
-                format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
-            } else {
-                render(&v, cols)
-            };
-            print!("{}", scrub(&text));
-            ExitCode::SUCCESS
-        }
-        Err(CliError::Refused(v)) => {
-            if a.output == Output::Json {
-                println!(
-                    "{}",
-                    scrub(&serde_json::to_string_pretty(&v).unwrap_or_default())
-                );
-            }
-            eprintln!(
-                "error: {} ({})",
-                scrub(&cell(&v["error_msg"])),
-                cell(&v["error_code"])
-            );
-            ExitCode::from(1)
-        }
+        Ok((v, cols)) => print_answer(a.output, &v, cols),
+        Err(CliError::Refused(v)) => print_refusal(a.output, &v),
         Err(CliError::Usage(m)) => {
             eprintln!("error: {}", scrub(&m));
             ExitCode::from(2)
         }
     }
+}
+
+fn cf_path(id: &CfId, tail: &str) -> String {
+    format!("/api/v2/changefeeds/{}{tail}", id.changefeed_id)
+}
+
+/// The API call a `changefeed` command makes, and the columns of its answer.
+fn changefeed_call(s: &str, c: Changefeed) -> Result<(Value, Cols), CliError> {
+    match c {
+        Changefeed::Create {
+            id,
+            sink_uri,
+            start_ts,
+            start_position,
+            start_gtid,
+            config,
+        } => {
+            register_url(&sink_uri);
+            let cfg = read_config(&config)?;
+            let body = json!({
+                "changefeed_id": id.changefeed_id, "sink_uri": sink_uri, "start_ts": start_ts,
+                "start_position": start_position, "start_gtid": start_gtid, "config": cfg,
+            });
+            Ok((
+                call(s, "POST", "/api/v2/changefeeds", Some(body))?,
+                FEED_COLS,
+            ))
+        }
+        Changefeed::List => Ok((call(s, "GET", "/api/v2/changefeeds", None)?, FEED_COLS)),
+        Changefeed::Query(id) => Ok((call(s, "GET", &cf_path(&id, ""), None)?, FEED_COLS)),
+        Changefeed::Pause(id) => Ok((call(s, "POST", &cf_path(&id, "/pause"), None)?, FEED_COLS)),
+        Changefeed::Resume(id) => Ok((call(s, "POST", &cf_path(&id, "/resume"), None)?, FEED_COLS)),
+        Changefeed::Remove(id) => Ok((call(s, "DELETE", &cf_path(&id, ""), None)?, FEED_COLS)),
+        Changefeed::Update {
+            id,
+            sink_uri,
+            config,
+        } => update_call(s, &id, sink_uri, &config),
+        Changefeed::Tables(id) => Ok((
+            call(s, "GET", &cf_path(&id, "/tables"), None)?,
+            &["node_id", "table_ids", "table_names"][..],
+        )),
+        Changefeed::Spans(id) => Ok((call(s, "GET", &cf_path(&id, "/spans"), None)?, SPAN_COLS)),
+        Changefeed::Dispatchers(id) => Ok((
+            call(s, "GET", &cf_path(&id, "/dispatchers"), None)?,
+            DISPATCHER_COLS,
+        )),
+        Changefeed::MoveTable {
+            id,
+            table_id,
+            target_node_id,
+        } => table_request(
+            s,
+            &id,
+            "/move_table",
+            json!({"table_id": table_id, "target_node_id": target_node_id}),
+        ),
+        Changefeed::SplitTable {
+            id,
+            table_id,
+            spans,
+        } => table_request(
+            s,
+            &id,
+            "/split_table",
+            json!({"table_id": table_id, "spans": spans}),
+        ),
+        Changefeed::MergeTable { id, table_id } => {
+            table_request(s, &id, "/merge_table", json!({"table_id": table_id}))
+        }
+    }
+}
+
+/// The columns of `changefeed spans`.
+const SPAN_COLS: &[&str] = &[
+    "table_id",
+    "table_name",
+    "node_id",
+    "state",
+    "checkpoint_ts",
+    "operator",
+    "start_key",
+    "end_key",
+];
+
+/// The columns of `changefeed dispatchers`.
+const DISPATCHER_COLS: &[&str] = &[
+    "node_id",
+    "dispatcher_id",
+    "table_id",
+    "state",
+    "checkpoint_ts",
+    "is_trigger",
+];
+
+/// `changefeed update`: a new sink URI and/or changefeed TOML.
+fn update_call(
+    s: &str,
+    id: &CfId,
+    sink_uri: Option<String>,
+    config: &Option<std::path::PathBuf>,
+) -> Result<(Value, Cols), CliError> {
+    if let Some(u) = &sink_uri {
+        register_url(u);
+    }
+    let cfg = read_config(config)?;
+    let body = json!({"sink_uri": sink_uri, "config": cfg});
+    Ok((call(s, "PUT", &cf_path(id, ""), Some(body))?, FEED_COLS))
+}
+
+/// A move, split or merge request for one table (`tail`: its path under the changefeed).
+fn table_request(s: &str, id: &CfId, tail: &str, body: Value) -> Result<(Value, Cols), CliError> {
+    Ok((call(s, "POST", &cf_path(id, tail), Some(body))?, &[][..]))
+}
+
+/// The API call a `capture` command makes, and the columns of its answer.
+fn capture_call(s: &str, c: Capture) -> Result<(Value, Cols), CliError> {
+    let cols: Cols = &["id", "address", "is_owner", "cordoned", "draining"];
+    let (method, path) = match c {
+        Capture::List => ("GET", "/api/v2/captures".to_string()),
+        Capture::Cordon { capture_id } => ("POST", format!("/api/v2/captures/{capture_id}/cordon")),
+        Capture::Uncordon { capture_id } => {
+            ("POST", format!("/api/v2/captures/{capture_id}/uncordon"))
+        }
+        Capture::Drain { capture_id } => ("POST", format!("/api/v2/captures/{capture_id}/drain")),
+    };
+    Ok((call(s, method, &path, None)?, cols))
+}
+
+/// Prints the server's answer: its JSON, or rendered as a table.
+fn print_answer(output: Output, v: &Value, cols: Cols) -> ExitCode {
+    let text = if output == Output::Json {
+        format!("{}\n", serde_json::to_string_pretty(v).unwrap_or_default())
+    } else {
+        render(v, cols)
+    };
+    print!("{}", scrub(&text));
+    ExitCode::SUCCESS
+}
+
+/// Prints the server's refusal (its JSON too, with `--output json`) and exits 1.
+fn print_refusal(output: Output, v: &Value) -> ExitCode {
+    if output == Output::Json {
+        println!(
+            "{}",
+            scrub(&serde_json::to_string_pretty(v).unwrap_or_default())
+        );
+    }
+    eprintln!(
+        "error: {} ({})",
+        scrub(&cell(&v["error_msg"])),
+        cell(&v["error_code"])
+    );
+    ExitCode::from(1)
 }
