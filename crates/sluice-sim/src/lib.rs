@@ -3,7 +3,11 @@
 //!
 //! Layout rule: one concern per file (the world that delivers messages and faults, the model
 //! upstream and downstream, the scenario reader, the explorer, the checker with its
-//! invariants); a type's `impl` blocks may spread over the files of its module.
+//! invariants); a type's `impl` blocks may spread over the files of its module. A module that
+//! outgrows one file keeps its root file (`world.rs`, `scenario.rs`: its types and entry points)
+//! and puts its parts, one concern each, in the folder of that name (`world/steps.rs`;
+//! `scenario/`: `parse.rs`, `step.rs`, `expect.rs`, `fields.rs`, `tests.rs`); each file opens
+//! with a `//!` saying what it owns.
 
 pub mod check;
 pub mod downstream;
