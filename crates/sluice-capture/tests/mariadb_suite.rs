@@ -411,6 +411,8 @@ struct Replay {
     counts: Counts,
     failures: Vec<Failure>,
     file: String,
+    /// Why the server cannot go on (the rest of the file is skipped, a new server started).
+    broken: Option<String>,
 }
 
 /// A reader that gives up after two reconnects: an event it cannot read is reported (and the
@@ -464,12 +466,29 @@ impl Replay {
             counts: Counts::default(),
             failures: Vec::new(),
             file: String::new(),
+            broken: None,
         }
+    }
+
+    /// A new server in place of one a file left unusable (counts and failures kept).
+    async fn fresh_server(&mut self) {
+        let fresh = Replay::start().await;
+        self.db = fresh.db;
+        self.conn = fresh.conn;
+        self.capture = fresh.capture;
+        self.end = fresh.end;
+        self.excluded.clear();
     }
 
     /// Drops every user database, makes `test`, opens a new session in it and snapshots.
     async fn reset(&mut self) {
-        let dbs: Vec<String> = self.conn.query("SHOW DATABASES").await.expect("databases");
+        let dbs: Vec<String> = match self.conn.query("SHOW DATABASES").await {
+            Ok(d) => d,
+            Err(e) => {
+                self.broken = Some(format!("SHOW DATABASES: {e}"));
+                return;
+            }
+        };
         let mut sql = String::from("SET SESSION foreign_key_checks = 0;");
         for d in dbs.iter().filter(|d| !is_system_schema(d)) {
             let _ = write!(sql, "DROP DATABASE `{}`;", d.replace('`', "``"));
@@ -479,7 +498,10 @@ impl Replay {
             .conn
             .query_drop("DROP TEMPORARY TABLE IF EXISTS t1")
             .await;
-        self.conn.query_drop(sql).await.expect("reset databases");
+        if let Err(e) = self.conn.query_drop(sql).await {
+            self.broken = Some(format!("reset databases: {e}"));
+            return;
+        }
         self.conn = session(&self.db.url_db("test")).await;
         self.resync().await;
     }
@@ -488,17 +510,25 @@ impl Replay {
     /// out of the comparison until the next one.
     async fn resync(&mut self) {
         self.counts.snapshots += 1;
-        let history = SchemaHistory::snapshot(&self.db.url())
-            .await
-            .expect("snapshot");
+        let history = match SchemaHistory::snapshot(&self.db.url()).await {
+            Ok(h) => h,
+            Err(e) => {
+                self.broken = Some(format!("snapshot: {e}"));
+                return;
+            }
+        };
         self.end = history.snapshot_pos.clone();
         self.capture = Capture::new(
             reader(&self.db.url(), history.snapshot_pos.clone()),
             history,
         );
-        let upstream = upstream_view(&mut self.conn)
-            .await
-            .expect("information_schema");
+        let upstream = match upstream_view(&mut self.conn).await {
+            Ok(u) => u,
+            Err(e) => {
+                self.broken = Some(format!("information_schema: {e}"));
+                return;
+            }
+        };
         self.excluded.clear();
         for (name, class, detail) in differences(
             &history_view(&self.capture.history),
@@ -623,9 +653,13 @@ impl Replay {
     }
 
     async fn compare(&mut self, line: usize, sql: &str) {
-        let upstream = upstream_view(&mut self.conn)
-            .await
-            .expect("information_schema");
+        let upstream = match upstream_view(&mut self.conn).await {
+            Ok(u) => u,
+            Err(e) => {
+                self.broken = Some(format!("information_schema: {e}"));
+                return;
+            }
+        };
         let history = history_view(&self.capture.history);
         let diffs = differences(&history, &upstream, &self.excluded);
         let compared = upstream
@@ -663,7 +697,21 @@ impl Replay {
         let statements = mysqltest::statements(&text);
         self.counts.extracted += statements.len();
         for s in statements {
+            if self.broken.is_some() {
+                break;
+            }
             self.run_statement(s.line, &s.sql).await;
+        }
+        // A file can leave the server unusable for every later one (a broken engine, a
+        // dropped system table): it is replaced, and the failure says after which file.
+        if let Some(e) = self.broken.take() {
+            self.fail(
+                "harness: server unusable, replaced by a new one".into(),
+                0,
+                "(the rest of the file skipped)",
+                e,
+            );
+            self.fresh_server().await;
         }
         eprintln!("{file}: {:?}", self.counts);
     }
@@ -748,6 +796,31 @@ fn full_corpus(root: &Path) -> Vec<String> {
     files
 }
 
+/// The report (first line: what was replayed and the next part's `FROM`), written with every
+/// failure to `SLUICE_MARIADB_SUITE_REPORT` when set. Returns the summary.
+fn write_report(replay: &Replay, from: usize, total: usize) -> String {
+    let next = from + replay.counts.files;
+    let mut report = format!(
+        "files replayed {} of {total} (from {from}; next part FROM={next}{})\n",
+        replay.counts.files,
+        if next == total { ", none left" } else { "" }
+    );
+    report.push_str(&replay.report());
+    report.push_str(&replay.counts.line());
+    if let Ok(path) = std::env::var("SLUICE_MARIADB_SUITE_REPORT") {
+        let mut full = report.clone();
+        for f in &replay.failures {
+            let _ = writeln!(
+                full,
+                "\n[{}] {}\n  {}\n  {}",
+                f.class, f.at, f.sql, f.detail
+            );
+        }
+        std::fs::write(&path, full).expect("write the report");
+    }
+    report
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_regression_suite_ddl_keeps_the_history_equal_to_the_server() {
     let root =
@@ -770,32 +843,13 @@ async fn mariadb_regression_suite_ddl_keeps_the_history_equal_to_the_server() {
             break;
         }
         replay.run_file(&root, f).await;
-    }
-    let next = from + replay.counts.files;
-    let mut report = format!(
-        "files replayed {} of {} (from {from}; next part FROM={next}{})\n",
-        replay.counts.files,
-        files.len(),
-        if next == files.len() {
-            ", none left"
-        } else {
-            ""
+        if replay.counts.files % 100 == 0 {
+            // So far, in case the run does not end (the report is written again at the end).
+            write_report(&replay, from, files.len());
         }
-    );
-    report.push_str(&replay.report());
-    report.push_str(&replay.counts.line());
+    }
+    let report = write_report(&replay, from, files.len());
     println!("{report}");
-    if let Ok(path) = std::env::var("SLUICE_MARIADB_SUITE_REPORT") {
-        let mut full = report.clone();
-        for f in &replay.failures {
-            let _ = writeln!(
-                full,
-                "\n[{}] {}\n  {}\n  {}",
-                f.class, f.at, f.sql, f.detail
-            );
-        }
-        std::fs::write(&path, full).expect("write the report");
-    }
     let c = &replay.counts;
     if std::env::var("SLUICE_MARIADB_SUITE").is_err() {
         // The selection as measured (docs/capture.md): 3,322 DDL accepted, 94% understood, 93%
