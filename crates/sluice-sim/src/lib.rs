@@ -5,9 +5,10 @@
 //! upstream and downstream, the scenario reader, the explorer, the checker with its
 //! invariants); a type's `impl` blocks may spread over the files of its module. A module that
 //! outgrows one file keeps its root file (`world.rs`, `scenario.rs`: its types and entry points)
-//! and puts its parts, one concern each, in the folder of that name (`world/steps.rs`;
-//! `scenario/`: `parse.rs`, `step.rs`, `expect.rs`, `fields.rs`, `tests.rs`); each file opens
-//! with a `//!` saying what it owns.
+//! and puts its parts, one concern each, in the folder of that name (`world/`: `nodes.rs`,
+//! `network.rs`, `events.rs`, `feed.rs`, `sinks.rs`, `requests.rs`, `queries.rs`, `run.rs`,
+//! `steps.rs`; `scenario/`: `parse.rs`, `step.rs`, `expect.rs`, `fields.rs`, `tests.rs`); each
+//! file opens with a `//!` saying what it owns.
 
 pub mod check;
 pub mod downstream;

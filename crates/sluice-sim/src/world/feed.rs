@@ -1,0 +1,171 @@
+//! The feed of every node (the server's [`sluice_control::feed`] over the model upstream): the
+//! node's effects go through it, what it answers is carried out (inputs, sink sessions opened,
+//! writes to the model sink, notes), and it reads the upstream at every node tick.
+//!
+//! Invariants, checked on every batch and every read: a batch holds whole transactions of its
+//! span and is never resolved past what capture completed; the bytes of rows in flight stay
+//! within the quota plus the largest transaction; no row handle leaks (audited after every read
+//! and every unsubscribe).
+
+use super::*;
+
+impl Sim {
+    /// The node's effects go through its feed (which takes subscriptions and row writes).
+    pub(super) fn through_feed(
+        &mut self,
+        name: &str,
+        inc: u64,
+        effects: Vec<Effect>,
+    ) -> Vec<FeedOut<SimRow>> {
+        let mut outs = Vec::new();
+        let Some(feed) = self.nodes.get_mut(name).and_then(|n| n.feed.as_mut()) else {
+            return outs;
+        };
+        let mut unsubscribed = false;
+        for e in effects {
+            if let Effect::Unsubscribe { id, .. } = &e {
+                self.spans.remove(&(name.to_string(), inc, *id));
+                unsubscribed = true;
+            }
+            feed.on_effect(&self.upstream, e, &mut outs);
+        }
+        if unsubscribed {
+            if let Err(e) = feed.audit() {
+                self.checker
+                    .violation
+                    .get_or_insert(format!("row-handle-leak: on {name}: {e}"));
+            }
+        }
+        outs
+    }
+
+    /// Carry out what a node's feed asks for.
+    pub(super) fn feed_out(&mut self, name: &str, inc: u64, o: FeedOut<SimRow>) {
+        match o {
+            FeedOut::Input(input @ Input::Events { .. }) => {
+                self.check_batch(name, inc, &input);
+                self.handle(name, inc, input);
+            }
+            FeedOut::Input(input) => {
+                let now = self.now;
+                let node = name.to_string();
+                self.push(now, Ev::Input { node, inc, input });
+            }
+            FeedOut::Open { id, span, .. } => {
+                self.spans.insert((name.to_string(), inc, id), span);
+            }
+            FeedOut::Write {
+                cf,
+                id,
+                span,
+                rows,
+                bytes,
+            } => {
+                let n = rows.len();
+                let at = self.sink_rows(name, inc, cf.clone(), id, &span, rows);
+                let node = name.to_string();
+                self.push(
+                    at,
+                    Ev::SinkAccepted {
+                        node,
+                        inc,
+                        cf,
+                        id,
+                        rows: n,
+                        bytes,
+                    },
+                );
+            }
+            FeedOut::Effect(e) => self.effect(name, inc, e),
+            FeedOut::Note(FeedNote::QuotaWait) => {
+                *self.fault_counts.entry("quota_wait").or_default() += 1;
+            }
+            FeedOut::Note(FeedNote::Delivered { .. }) => {}
+            FeedOut::Note(FeedNote::SourceError { message, .. }) => {
+                let now = self.now;
+                self.note(format!("{now} {name}: feed: {message}"));
+            }
+        }
+    }
+
+    /// The feed's batch invariants: whole transactions, resolved within the source.
+    fn check_batch(&mut self, name: &str, inc: u64, input: &Input) {
+        let Input::Events {
+            id,
+            items,
+            resolved_ts,
+            ..
+        } = input
+        else {
+            return;
+        };
+        if *resolved_ts > self.upstream.captured {
+            self.checker.violation.get_or_insert(format!(
+                "resolved-within-source: a batch for {id:?} on {name} resolved ts {resolved_ts}, past what capture completed ({})",
+                self.upstream.captured
+            ));
+        }
+        let Some(span) = self.spans.get(&(name.to_string(), inc, *id)) else {
+            return;
+        };
+        let mut counts: BTreeMap<Ts, usize> = BTreeMap::new();
+        for i in items {
+            if let sluice_control::io::StreamItem::Row { commit_ts, .. } = i {
+                *counts.entry(*commit_ts).or_default() += 1;
+            }
+        }
+        for (ts, n) in counts {
+            let whole = self.upstream.txn_rows_in(span, ts);
+            if n != whole {
+                self.checker.violation.get_or_insert(format!(
+                    "whole-transactions: a batch for {id:?} on {name} holds {n} of the {whole} rows of its span in the transaction at {ts}"
+                ));
+                return;
+            }
+        }
+    }
+
+    /// The feed's accounting after it read: rows in flight within the quota plus one
+    /// transaction, and every row read held or in a sink write.
+    fn check_feed(&mut self, name: &str) {
+        let Some(feed) = self.nodes.get(name).and_then(|n| n.feed.as_ref()) else {
+            return;
+        };
+        let bound = feed.quota_bytes() + self.upstream.max_txn_rows * ROW_BYTES as u64;
+        let v = if feed.inflight_bytes() > bound {
+            Some(format!(
+                "inflight-within-quota: {name} has {} bytes of rows in flight, above its quota {} plus its largest transaction ({} rows of {ROW_BYTES} bytes)",
+                feed.inflight_bytes(),
+                feed.quota_bytes(),
+                self.upstream.max_txn_rows
+            ))
+        } else {
+            feed.audit()
+                .err()
+                .map(|e| format!("row-handle-leak: on {name}: {e}"))
+        };
+        if let Some(v) = v {
+            self.checker.violation.get_or_insert(v);
+        }
+    }
+
+    /// The node's feed reads the model upstream for its dispatchers.
+    pub(super) fn feed_events(&mut self, name: &str, inc: u64) {
+        let mut outs = Vec::new();
+        let Some(n) = self.nodes.get_mut(name).filter(|n| n.incarnation == inc) else {
+            return;
+        };
+        let (Some(state), Some(feed)) = (n.state.as_ref(), n.feed.as_mut()) else {
+            return;
+        };
+        feed.poll(
+            &self.upstream,
+            |cf, id| state.wants_events(cf, id),
+            &mut outs,
+        );
+        self.check_feed(name);
+        for o in outs {
+            self.feed_out(name, inc, o);
+        }
+    }
+}
