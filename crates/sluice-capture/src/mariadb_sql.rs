@@ -49,6 +49,89 @@ pub fn implicit_period_columns() -> [sluice_types::ColumnDef; 2] {
 /// user expression is a bare identifier of that name (a generated column cannot read itself).
 pub const PERIOD_MARKERS: (&str, &str) = ("sluice_row_start", "sluice_row_end");
 
+/// Names that begin with a digit (`2fa_codes`, `3d_model`, `1e`), which MariaDB accepts
+/// unquoted and sqlparser reads as numbers, in backquotes. A name is a run of letters, digits,
+/// `_` and `$` outside quotes and comments that starts with a digit and is not a number
+/// (`12`, `1e3`, `1e+3`, `0x1F`, `0b101`).
+pub fn quote_digit_led_names(sql: &str) -> String {
+    let b = sql.as_bytes();
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80;
+    let mut out = String::with_capacity(sql.len() + 8);
+    let (mut i, mut last) = (0, 0);
+    while i < b.len() {
+        match b[i] {
+            q @ (b'\'' | b'"' | b'`') => i = quoted_end(b, i, q),
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i = sql[i + 2..].find("*/").map_or(b.len(), |e| i + e + 4)
+            }
+            b'#' => i = sql[i..].find('\n').map_or(b.len(), |e| i + e),
+            b'-' if b.get(i + 1) == Some(&b'-') => {
+                i = sql[i..].find('\n').map_or(b.len(), |e| i + e)
+            }
+            c if word(c) => {
+                let start = i;
+                while i < b.len() && word(b[i]) {
+                    i += 1;
+                }
+                let run = &sql[start..i];
+                let signed_exponent = matches!(b.get(i), Some(b'+' | b'-'))
+                    && b.get(i + 1).is_some_and(u8::is_ascii_digit);
+                if c.is_ascii_digit() && !is_number(run, signed_exponent) {
+                    out.push_str(&sql[last..start]);
+                    out.push('`');
+                    out.push_str(run);
+                    out.push('`');
+                    last = i;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    out.push_str(&sql[last..]);
+    out
+}
+
+/// The index after the quoted text opening at `i` with quote `q` (a doubled quote or, outside
+/// backquotes, a backslash escapes).
+fn quoted_end(b: &[u8], mut i: usize, q: u8) -> usize {
+    i += 1;
+    while i < b.len() {
+        if b[i] == b'\\' && q != b'`' {
+            i += 2;
+            continue;
+        }
+        if b[i] == q {
+            if b.get(i + 1) == Some(&q) {
+                i += 2;
+                continue;
+            }
+            return i + 1;
+        }
+        i += 1;
+    }
+    b.len()
+}
+
+/// A numeric literal's word: digits, a hex or binary literal, or digits with an exponent
+/// (`1e3`; `1e` when a signed exponent follows, as in `1e+3`).
+fn is_number(run: &str, signed_exponent: bool) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
+    if digits(run) {
+        return true;
+    }
+    if let Some(h) = run.strip_prefix("0x") {
+        return !h.is_empty() && h.bytes().all(|c| c.is_ascii_hexdigit());
+    }
+    if let Some(bits) = run.strip_prefix("0b") {
+        return !bits.is_empty() && bits.bytes().all(|c| c == b'0' || c == b'1');
+    }
+    match run.split_once(['e', 'E']) {
+        Some((m, "")) => digits(m) && signed_exponent,
+        Some((m, e)) => digits(m) && digits(e),
+        None => false,
+    }
+}
+
 /// `NOT NULL GENERATED ALWAYS AS (marker) STORED` for an explicit period column.
 fn period_column(end: bool, out: &mut Vec<Token>) {
     let marker = if end {
@@ -88,6 +171,8 @@ pub async fn tables_with_implicit_period(
 
 /// See the module docs.
 pub fn prepare(sql: &str) -> String {
+    let quoted = quote_digit_led_names(sql);
+    let sql = quoted.as_str();
     let Ok(toks) = Tokenizer::new(&MySqlDialect {}, sql)
         .with_unescape(false)
         .tokenize()

@@ -1218,3 +1218,24 @@ fn mariadb_database_and_column_shorthands() {
         "IF NOT EXISTS kept it"
     );
 }
+
+#[test]
+fn digit_led_names() {
+    let mut h = h();
+    apply(&mut h, 11, "CREATE DATABASE d");
+    apply(
+        &mut h,
+        12,
+        "CREATE TABLE 2fa_codes (id INT PRIMARY KEY, 3d_model INT, 1e INT, 1ea10 INT)",
+    );
+    assert_eq!(names(&h, "2fa_codes"), ["id", "3d_model", "1e", "1ea10"]);
+    apply(
+        &mut h,
+        13,
+        "ALTER TABLE 2fa_codes ADD COLUMN 9lives INT DEFAULT 1e3",
+    );
+    assert_eq!(
+        names(&h, "2fa_codes"),
+        ["id", "3d_model", "1e", "1ea10", "9lives"]
+    );
+}
