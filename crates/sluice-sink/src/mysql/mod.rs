@@ -14,8 +14,10 @@
 //! - in safe mode (default) inserts and updates are `REPLACE`, deletes are by key, so applying a
 //!   prefix of the stream again (a replay from the checkpoint) ends in the upstream state;
 //! - generated columns are never written (the downstream computes them; writing one is error
-//!   1906): statements and `LOAD DATA` list only [`TableSchema::written_columns`], and a keyless
-//!   row is found by those columns; a generated column of the key is still used to find rows;
+//!   1906): statements and `LOAD DATA` list only [`TableSchema::written_columns`] of the schema
+//!   with the columns the downstream says it generates marked too ([`generated`]: a version
+//!   rebuilt from the binlog cannot know them), and a keyless row is found by those columns; a
+//!   generated column of the key is still used to find rows;
 //! - a table with no primary or not-null unique key is refused ([`SinkError::TableRefused`])
 //!   unless `force-replicate=true`; such tables are written without `REPLACE` (rows may duplicate
 //!   on replay: documented in docs/sinks.md);
@@ -43,6 +45,7 @@
 
 pub mod config;
 pub mod fence;
+mod generated;
 
 use crate::error::{Result, SinkError};
 use crate::fence::BoundFence;
@@ -337,6 +340,8 @@ pub struct Mysql {
     load_data: Arc<AtomicBool>,
     /// Debug holds of transactions of rows ([`fence::HoldAt`]).
     holds: Arc<fence::WriteHolds>,
+    /// Per table version, the schema as written: the downstream's generated columns marked.
+    generated: Arc<generated::DownstreamGenerated>,
 }
 
 pub type MysqlSink = Runner<Mysql>;
@@ -370,6 +375,7 @@ impl Runner<Mysql> {
             infiles,
             load_data: Arc::new(AtomicBool::new(true)),
             holds,
+            generated: Arc::default(),
         };
         // Not fenced: idempotent, and no changefeed data (the sink is being opened).
         m.with_retry("create progress tables", &BoundFence::none(), |mut c| async move {
@@ -1387,9 +1393,11 @@ impl Backend for Mysql {
         fence: &BoundFence,
     ) -> Result<bool> {
         self.check_table(&batch.schema)?;
+        // Columns only the downstream knows it computes are not written either.
+        let schema = self.as_written(&batch.schema, fence).await?;
         for row in batch.rows {
             w.rows.push(Pending {
-                schema: batch.schema.clone(),
+                schema: schema.clone(),
                 row,
             });
         }
