@@ -46,19 +46,15 @@ impl DownstreamGenerated {
 
 impl Mysql {
     /// `schema` with every column the downstream generates marked generated (the same `Arc`
-    /// when the history already knew them all).
-    pub(super) async fn as_written(
-        &self,
-        schema: &Arc<TableSchema>,
-        fence: &BoundFence,
-    ) -> Result<Arc<TableSchema>> {
+    /// when the history already knew them all). A read: not fenced (it writes nothing).
+    pub(super) async fn as_written(&self, schema: &Arc<TableSchema>) -> Result<Arc<TableSchema>> {
         let key = (schema.table_id, schema.version);
         if let Some(s) = self.generated.get(key) {
             return Ok(s);
         }
         let (db, table) = (schema.database.clone(), schema.name.clone());
         let listed: Vec<(String, String, Option<String>)> = self
-            .with_retry("read the downstream's generated columns", fence, |mut c| {
+            .with_retry("read the downstream's generated columns", &BoundFence::none(), |mut c| {
                 let (db, table) = (db.clone(), table.clone());
                 async move {
                     c.exec(

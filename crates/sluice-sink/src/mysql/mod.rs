@@ -455,10 +455,21 @@ impl Mysql {
     /// Applies rows (one flush's worth) with every worker, in causality order.
     async fn apply_rows(
         &self,
-        rows: &[Pending],
+        rows: &mut [Pending],
         fence: &BoundFence,
         claim: Option<&SpanClaim>,
     ) -> Result<()> {
+        // Columns only the downstream knows it computes are not written either.
+        let mut last: Option<(Arc<TableSchema>, Arc<TableSchema>)> = None;
+        for p in rows.iter_mut() {
+            let written = match &last {
+                Some((from, to)) if Arc::ptr_eq(from, &p.schema) => to.clone(),
+                _ => self.as_written(&p.schema).await?,
+            };
+            last = Some((p.schema.clone(), written.clone()));
+            p.schema = written;
+        }
+        let rows: &[Pending] = rows;
         if let Some(claim) = claim.filter(|c| !c.is_claimed()) {
             // Before the dispatcher's first row write: take the span over downstream.
             self.with_retry("claim the span", fence, |c| claim.claim(c))
@@ -1393,11 +1404,9 @@ impl Backend for Mysql {
         fence: &BoundFence,
     ) -> Result<bool> {
         self.check_table(&batch.schema)?;
-        // Columns only the downstream knows it computes are not written either.
-        let schema = self.as_written(&batch.schema, fence).await?;
         for row in batch.rows {
             w.rows.push(Pending {
-                schema: schema.clone(),
+                schema: batch.schema.clone(),
                 row,
             });
         }
@@ -1408,11 +1417,11 @@ impl Backend for Mysql {
             if let Some(h) = w.in_flight.take() {
                 join(h).await?;
             }
-            let rows = std::mem::take(&mut w.rows);
+            let mut rows = std::mem::take(&mut w.rows);
             let me = self.clone();
             let fence = fence.clone();
             let claim = w.claim.clone();
-            let apply = async move { me.apply_rows(&rows, &fence, claim.as_deref()).await };
+            let apply = async move { me.apply_rows(&mut rows, &fence, claim.as_deref()).await };
             w.in_flight = Some(tokio::spawn(apply));
         }
         Ok(false)
@@ -1427,7 +1436,8 @@ impl Backend for Mysql {
             join(h).await?;
         }
         if !w.rows.is_empty() {
-            self.apply_rows(&w.rows, fence, w.claim.as_deref()).await?;
+            self.apply_rows(&mut w.rows, fence, w.claim.as_deref())
+                .await?;
             w.rows.clear();
         }
         Ok(())
