@@ -170,6 +170,8 @@ impl CharsetDefaults {
         context: Option<&CharsetCollation>,
     ) -> Option<CharsetCollation> {
         let cs = cs.filter(|c| bare(c) != "default").map(|c| self.charset(c));
+        // `COLLATE DEFAULT`: the default collation of the charset in effect.
+        let default_collation = coll.is_some_and(|c| bare(c) == "default");
         if let Some(coll) = coll.filter(|c| bare(c) != "default") {
             let mut coll = self.collation(coll);
             // MariaDB 11.2+: a collation named without its charset (`uca1400_ai_ci`) belongs
@@ -190,7 +192,13 @@ impl CharsetDefaults {
                 charset: cs,
             });
         }
-        context.cloned()
+        match context {
+            Some(c) if default_collation => Some(CharsetCollation {
+                collation: self.default_collation(&c.charset),
+                charset: c.charset.clone(),
+            }),
+            _ => context.cloned(),
+        }
     }
 
     /// The national charset (NCHAR, NVARCHAR): utf8mb3 with its compiled-in general_ci.

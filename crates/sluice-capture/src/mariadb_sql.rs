@@ -416,8 +416,19 @@ fn attribute(def: &[Token], k: usize, out: &mut Vec<Token>, facts: &mut ColumnFa
             out.push(word("STORED"));
             k + 1
         }
-        // `COLLATE DEFAULT`: the default collation of the column's charset, as if not written.
-        "COLLATE" if is_kw(def.get(k + 1), "DEFAULT") => k + 2,
+        // ZEROFILL implies UNSIGNED (and only pads the display): one UNSIGNED, wherever written.
+        "ZEROFILL" | "UNSIGNED" => {
+            if !out.iter().any(|t| upper(t) == "UNSIGNED") {
+                out.push(word("UNSIGNED"));
+            }
+            k + 1
+        }
+        // `COLLATE DEFAULT`: the default collation of the column's charset (not the table's
+        // collation), spelled so that sqlparser reads it (`CharsetDefaults::resolve`).
+        "COLLATE" if is_kw(def.get(k + 1), "DEFAULT") => {
+            out.extend([word("COLLATE"), Token::make_word("default", Some('`'))]);
+            k + 2
+        }
         // MariaDB's shorthands for a charset.
         "UNICODE" | "ASCII" if !after_charset_word(def, k) => {
             let cs = if w == "UNICODE" { "ucs2" } else { "latin1" };
@@ -609,6 +620,72 @@ fn element_kind(def: &[Token]) -> Element {
     }
 }
 
+/// An application-time period `PERIOD FOR name (start, end)` (not SYSTEM_TIME): its columns
+/// are NOT NULL, and `name WITHOUT OVERLAPS` in a key stands for `end, start`.
+struct Period {
+    name: String,
+    start: Token,
+    end: Token,
+}
+
+impl Period {
+    /// True when `column` (a column definition's name) is one of the period's bounds.
+    fn bounds(&self, column: Option<&Token>) -> bool {
+        column.is_some_and(|c| same_name(c, &self.start) || same_name(c, &self.end))
+    }
+}
+
+fn name_of(t: &Token) -> Option<&str> {
+    match t {
+        Token::Word(w) => Some(w.value.as_str()),
+        _ => None,
+    }
+}
+
+fn same_name(a: &Token, b: &Token) -> bool {
+    matches!((name_of(a), name_of(b)), (Some(x), Some(y)) if x.eq_ignore_ascii_case(y))
+}
+
+fn application_periods(defs: &[&[Token]]) -> Vec<Period> {
+    defs.iter()
+        .filter_map(|d| match d {
+            [p, f, name, Token::LParen, start, Token::Comma, end, Token::RParen, ..]
+                if upper(p) == "PERIOD" && upper(f) == "FOR" && upper(name) != "SYSTEM_TIME" =>
+            {
+                Some(Period {
+                    name: name_of(name)?.to_string(),
+                    start: start.clone(),
+                    end: end.clone(),
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// A key's `period WITHOUT OVERLAPS` as the period's end and start columns (what the server
+/// keys by).
+fn without_overlaps(def: &[Token], periods: &[Period]) -> Vec<Token> {
+    let mut out = Vec::with_capacity(def.len());
+    let mut k = 0;
+    while k < def.len() {
+        let period = periods
+            .iter()
+            .find(|p| name_of(&def[k]).is_some_and(|n| n.eq_ignore_ascii_case(&p.name)));
+        match period {
+            Some(p) if is_kw(def.get(k + 1), "WITHOUT") && is_kw(def.get(k + 2), "OVERLAPS") => {
+                out.extend([p.end.clone(), Token::Comma, p.start.clone()]);
+                k += 3;
+            }
+            _ => {
+                out.push(def[k].clone());
+                k += 1;
+            }
+        }
+    }
+    out
+}
+
 /// CREATE TABLE: the column list's elements rewritten, table options other than the charset
 /// and collation removed, implicit system-versioning columns added.
 fn prepare_create(sig: &[Token]) -> Option<String> {
@@ -624,10 +701,18 @@ fn prepare_create(sig: &[Token]) -> Option<String> {
         && !is_kw(sig.get(k + 1), "LIKE");
     if has_list {
         let end = group_end(sig, k);
-        for def in split_commas(inside(sig, k, end)) {
+        let defs = split_commas(inside(sig, k, end));
+        let periods = application_periods(&defs);
+        for def in defs {
             match element_kind(def) {
-                Element::Column => elements.push(column_def(def, &mut facts)),
-                Element::UniqueKey => elements.push(unique_key(def)),
+                Element::Column => {
+                    let mut c = column_def(def, &mut facts);
+                    if periods.iter().any(|p| p.bounds(def.first())) {
+                        c.push_str(" NOT NULL");
+                    }
+                    elements.push(c)
+                }
+                Element::UniqueKey => elements.push(unique_key(&without_overlaps(def, &periods))),
                 Element::Keep => {
                     let mut kept = Vec::new();
                     keep_constraint(def, "", &mut kept);
@@ -766,7 +851,11 @@ fn prepare_create_index(sig: &[Token]) -> Option<String> {
     let mut k = 0;
     while k < sig.len() {
         let w = upper(&sig[k]);
-        if matches!(w.as_str(), "FULLTEXT" | "SPATIAL") {
+        // OR REPLACE: the index replaces one of the same name (the history keeps key columns,
+        // not index names); FULLTEXT and SPATIAL indexes are not unique.
+        if matches!(w.as_str(), "FULLTEXT" | "SPATIAL")
+            || (k < 3 && matches!(w.as_str(), "OR" | "REPLACE"))
+        {
             k += 1;
             continue;
         }

@@ -1239,3 +1239,75 @@ fn digit_led_names() {
         ["id", "3d_model", "1e", "1ea10", "9lives"]
     );
 }
+
+#[test]
+fn application_time_periods_and_collate_default() {
+    let mut h = hcs();
+    apply(&mut h, 11, "CREATE DATABASE d");
+    apply(
+        &mut h,
+        12,
+        "CREATE TABLE t2 (id INT, f INT, s DATE, e DATE, PERIOD FOR p(s,e), \
+         PRIMARY KEY(id, p WITHOUT OVERLAPS))",
+    );
+    let t = h.table_at("d", "t2", u64::MAX).expect("t2");
+    let nullable: Vec<bool> = t.columns.iter().map(|c| c.nullable).collect();
+    assert_eq!(
+        nullable,
+        [false, true, false, false],
+        "the period's bounds are NOT NULL"
+    );
+    assert_eq!(
+        key_names(&h, "t2"),
+        ["id", "e", "s"],
+        "WITHOUT OVERLAPS keys by end, start"
+    );
+    apply(
+        &mut h,
+        13,
+        "CREATE TABLE t (s DATE, e DATE, PERIOD FOR p(s,e))",
+    );
+    let nullable: Vec<bool> = h
+        .table_at("d", "t", u64::MAX)
+        .expect("t")
+        .columns
+        .iter()
+        .map(|c| c.nullable)
+        .collect();
+    assert_eq!(nullable, [false, false]);
+    // COLLATE DEFAULT: the charset's default collation, not the table's.
+    apply(
+        &mut h,
+        14,
+        "CREATE TABLE c (a CHAR(10) COLLATE DEFAULT, b CHAR(1), x CHAR(2) CHARACTER SET latin1 COLLATE DEFAULT) \
+         CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+    );
+    expect(
+        &h,
+        "d",
+        "c",
+        &[
+            ("a", "utf8mb4_general_ci"),
+            ("b", "utf8mb4_bin"),
+            ("x", "latin1_swedish_ci"),
+        ],
+    );
+}
+
+#[test]
+fn zerofill_is_unsigned() {
+    let mut h = hcs();
+    apply(&mut h, 11, "CREATE DATABASE d");
+    apply(
+        &mut h,
+        12,
+        "CREATE TABLE z (b INT(2) ZEROFILL, c INT ZEROFILL UNSIGNED, d BIGINT UNSIGNED ZEROFILL, e DECIMAL(5,2) ZEROFILL, f INT)",
+    );
+    let t = h.table_at("d", "z", u64::MAX).expect("z");
+    let unsigned: Vec<bool> = t.columns.iter().map(|c| c.unsigned).collect();
+    assert_eq!(unsigned, [true, true, true, true, false]);
+    apply(&mut h, 13, "CREATE OR REPLACE UNIQUE INDEX i1 ON z (f)");
+    apply(&mut h, 14, "CREATE OR REPLACE INDEX i2 ON z (b)");
+    assert_eq!(h.ddls.len(), 4);
+    assert!(h.skipped.is_empty(), "every DDL understood: {:?}", h.skipped);
+}
