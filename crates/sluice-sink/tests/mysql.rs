@@ -1070,7 +1070,13 @@ async fn columns_the_downstream_generates_are_never_written_whatever_the_schema_
         let rows = vec![
             row(&g, RowKind::Insert, 10, None, Some(img(1, "a"))),
             row(&g, RowKind::Insert, 10, None, Some(img(2, "bb"))),
-            row(&g, RowKind::Update, 20, Some(img(1, "a")), Some(img(1, "ccc"))),
+            row(
+                &g,
+                RowKind::Update,
+                20,
+                Some(img(1, "a")),
+                Some(img(1, "ccc")),
+            ),
             row(&g, RowKind::Delete, 30, Some(img(2, "bb")), None),
         ];
         s.write_rows(

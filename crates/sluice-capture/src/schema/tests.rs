@@ -1309,5 +1309,9 @@ fn zerofill_is_unsigned() {
     apply(&mut h, 13, "CREATE OR REPLACE UNIQUE INDEX i1 ON z (f)");
     apply(&mut h, 14, "CREATE OR REPLACE INDEX i2 ON z (b)");
     assert_eq!(h.ddls.len(), 4);
-    assert!(h.skipped.is_empty(), "every DDL understood: {:?}", h.skipped);
+    assert!(
+        h.skipped.is_empty(),
+        "every DDL understood: {:?}",
+        h.skipped
+    );
 }
