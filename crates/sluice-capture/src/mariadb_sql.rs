@@ -696,9 +696,12 @@ fn prepare_create(sig: &[Token]) -> Option<String> {
     let mut k = after_name;
     let mut facts = ColumnFacts::default();
     let mut elements: Vec<String> = Vec::new();
-    let has_list = matches!(sig.get(k), Some(Token::LParen))
-        && !is_kw(sig.get(k + 1), "SELECT")
-        && !is_kw(sig.get(k + 1), "LIKE");
+    if matches!(sig.get(k), Some(Token::LParen)) && is_kw(sig.get(k + 1), "LIKE") {
+        // `CREATE TABLE t (LIKE src)`: the same as `CREATE TABLE t LIKE src`.
+        let end = group_end(sig, k);
+        return Some(format!("{out} {}", join(inside(sig, k, end))));
+    }
+    let has_list = matches!(sig.get(k), Some(Token::LParen)) && !is_kw(sig.get(k + 1), "SELECT");
     if has_list {
         let end = group_end(sig, k);
         let defs = split_commas(inside(sig, k, end));

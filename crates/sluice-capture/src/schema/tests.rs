@@ -1315,3 +1315,13 @@ fn zerofill_is_unsigned() {
         h.skipped
     );
 }
+
+#[test]
+fn create_table_like_in_parentheses() {
+    let mut h = h();
+    apply(&mut h, 11, "CREATE DATABASE d");
+    apply(&mut h, 12, "CREATE TABLE t1 (p INT PRIMARY KEY, a CHAR(3))");
+    apply(&mut h, 13, "create table t3 (like t1)");
+    assert_eq!(names(&h, "t3"), ["p", "a"]);
+    assert_eq!(key_names(&h, "t3"), ["p"]);
+}
