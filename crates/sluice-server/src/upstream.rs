@@ -16,7 +16,7 @@ use sluice_capture::capture::{Capture, Captured, Pump};
 use sluice_capture::schema::{FileSchemaStore, SchemaHistory, SchemaStore};
 use sluice_capture::store::{EventStore, StoreConfig};
 use sluice_capture::{BinlogReader, ReaderConfig};
-use sluice_types::Ts;
+use sluice_types::{RowEvent, Ts};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -328,17 +328,7 @@ async fn capture_until_stopped(
 /// Counts a captured item and samples its commit time.
 fn count(shared: &CaptureShared, item: &Captured) {
     match item {
-        Captured::Rows { commit_ts, rows } => {
-            shared
-                .rows_captured
-                .fetch_add(rows.len() as u64, Ordering::Relaxed);
-            shared.txns_captured.fetch_add(1, Ordering::Relaxed);
-            let ms = rows
-                .first()
-                .map(|r| r.commit_time_ms)
-                .unwrap_or_else(now_ms);
-            shared.sample(*commit_ts, ms);
-        }
+        Captured::Rows { commit_ts, rows } => count_txn(shared, *commit_ts, rows, 0),
         Captured::Ddl(d) => {
             shared.ddls_captured.fetch_add(1, Ordering::Relaxed);
             shared.sample(d.commit_ts, d.commit_time_ms);
@@ -348,20 +338,24 @@ fn count(shared: &CaptureShared, item: &Captured) {
             staged_rows,
             rows,
             ..
-        } => {
-            shared
-                .rows_captured
-                .fetch_add((rows.len() + staged_rows) as u64, Ordering::Relaxed);
-            shared.txns_captured.fetch_add(1, Ordering::Relaxed);
-            let ms = rows
-                .first()
-                .map(|r| r.commit_time_ms)
-                .unwrap_or_else(now_ms);
-            shared.sample(*commit_ts, ms);
-        }
+        } => count_txn(shared, *commit_ts, rows, *staged_rows),
         Captured::Resolved(ts) => shared.sample(*ts, now_ms()),
         Captured::Chunk { .. } | Captured::Abort(_) => {}
     }
+}
+
+/// One committed transaction: its rows (`staged` more were handed out in chunks before) and
+/// its commit time, sampled from its first row.
+fn count_txn(shared: &CaptureShared, commit_ts: Ts, rows: &[RowEvent], staged: usize) {
+    shared
+        .rows_captured
+        .fetch_add((rows.len() + staged) as u64, Ordering::Relaxed);
+    shared.txns_captured.fetch_add(1, Ordering::Relaxed);
+    let ms = rows
+        .first()
+        .map(|r| r.commit_time_ms)
+        .unwrap_or_else(now_ms);
+    shared.sample(commit_ts, ms);
 }
 
 /// Moves `captured` up to how far the event store is complete (after the history covering it).

@@ -77,6 +77,35 @@ pub enum Generation {
 }
 
 impl Generation {
+    /// The `information_schema.COLUMNS` expression [`Generation::from_extra`] reads: `EXTRA`,
+    /// followed by ` ROW_START` / ` ROW_END` for a period column (its `GENERATION_EXPRESSION`).
+    pub const EXTRA_SQL: &'static str =
+        "CONCAT(EXTRA, IF(GENERATION_EXPRESSION IN ('ROW START', 'ROW END'), \
+         CONCAT(' ', REPLACE(GENERATION_EXPRESSION, ' ', '_')), ''))";
+
+    /// A generated column as [`Generation::EXTRA_SQL`] shows it: `VIRTUAL GENERATED` or
+    /// `STORED GENERATED` (MariaDB before 10.2: `VIRTUAL`, `PERSISTENT`), possibly followed by
+    /// `, INVISIBLE`, and ` ROW_START` / ` ROW_END` for a period column. MySQL's
+    /// `DEFAULT_GENERATED` (a DEFAULT expression) is not one.
+    pub fn from_extra(extra: &str) -> Option<Generation> {
+        let upper = extra.to_ascii_uppercase();
+        let words: Vec<&str> = upper
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .collect();
+        let period = words.iter().find_map(|w| match *w {
+            "ROW_START" => Some(Generation::RowStart),
+            "ROW_END" => Some(Generation::RowEnd),
+            _ => None,
+        });
+        period.or_else(|| {
+            words.iter().find_map(|w| match *w {
+                "VIRTUAL" => Some(Generation::Virtual),
+                "STORED" | "PERSISTENT" => Some(Generation::Stored),
+                _ => None,
+            })
+        })
+    }
+
     /// The SQL word (`VIRTUAL` or `STORED`, which information_schema also says of the period
     /// columns).
     pub fn as_sql(self) -> &'static str {

@@ -147,27 +147,10 @@ pub(super) fn generation_of(
     }
 }
 
-/// A generated column as `information_schema.COLUMNS.EXTRA` shows it: `VIRTUAL GENERATED` or
-/// `STORED GENERATED` (MariaDB before 10.2: `VIRTUAL`, `PERSISTENT`), possibly followed by
-/// `, INVISIBLE`. MySQL's `DEFAULT_GENERATED` (a DEFAULT expression) is not one. The snapshot
-/// appends ` ROW_START` / ` ROW_END` for a period column (its `GENERATION_EXPRESSION`).
+/// A generated column as the snapshot reads `information_schema.COLUMNS`
+/// ([`Generation::from_extra`], shared with the MySQL sink).
 pub fn generation_from_extra(extra: &str) -> Option<Generation> {
-    let upper = extra.to_ascii_uppercase();
-    let words: Vec<&str> = upper
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .collect();
-    let period = words.iter().find_map(|w| match *w {
-        "ROW_START" => Some(Generation::RowStart),
-        "ROW_END" => Some(Generation::RowEnd),
-        _ => None,
-    });
-    period.or_else(|| {
-        words.iter().find_map(|w| match *w {
-            "VIRTUAL" => Some(Generation::Virtual),
-            "STORED" | "PERSISTENT" => Some(Generation::Stored),
-            _ => None,
-        })
-    })
+    Generation::from_extra(extra)
 }
 
 /// The tables a CREATE TABLE's foreign keys reference (table constraints and column

@@ -235,12 +235,11 @@ impl Catalog {
         tables.sort();
         let implicit_period = crate::mariadb_sql::tables_with_implicit_period(conn).await?;
         let cols: Vec<ColRow> = conn
-            .query(
+            .query(format!(
                 "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, COLLATION_NAME, \
-                 CONCAT(EXTRA, IF(GENERATION_EXPRESSION IN ('ROW START', 'ROW END'), \
-                 CONCAT(' ', REPLACE(GENERATION_EXPRESSION, ' ', '_')), '')) \
-                 FROM information_schema.COLUMNS ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
-            )
+                 {} FROM information_schema.COLUMNS ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
+                sluice_types::Generation::EXTRA_SQL
+            ))
             .await
             .map_err(e)?;
         let idx = conn

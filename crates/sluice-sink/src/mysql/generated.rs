@@ -4,8 +4,9 @@
 //! table's period columns) from the DDL; a table version rebuilt from the binlog (a DDL the
 //! history could not parse, a repair) cannot know them, because the binlog does not say. Writing
 //! such a column is refused by the downstream (1906) and would stop the changefeed, so before the
-//! first rows of a table version the sink asks the downstream which of the table's columns it
-//! generates and writes none of them.
+//! first rows of a table version are applied the sink asks the downstream which of the table's
+//! columns it generates (read as the snapshot reads them, [`Generation::from_extra`]: MySQL's
+//! `DEFAULT_GENERATED`, a DEFAULT expression, is not generated) and writes none of them.
 //!
 //! Invariants: a column is only ever removed from the written ones, never added (the history's
 //! marks stand); a column the downstream does not list as generated is written as before (a
@@ -53,18 +54,25 @@ impl Mysql {
             return Ok(s);
         }
         let (db, table) = (schema.database.clone(), schema.name.clone());
-        let listed: Vec<(String, String, Option<String>)> = self
-            .with_retry("read the downstream's generated columns", &BoundFence::none(), |mut c| {
-                let (db, table) = (db.clone(), table.clone());
-                async move {
-                    c.exec(
-                        "SELECT COLUMN_NAME, EXTRA, GENERATION_EXPRESSION FROM information_schema.COLUMNS \
-                         WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND EXTRA LIKE '%GENERATED%'",
-                        (db, table),
-                    )
-                    .await
-                }
-            })
+        let listed: Vec<(String, String)> = self
+            .with_retry(
+                "read the downstream's generated columns",
+                &BoundFence::none(),
+                |mut c| {
+                    let (db, table) = (db.clone(), table.clone());
+                    async move {
+                        c.exec(
+                            format!(
+                                "SELECT COLUMN_NAME, {} FROM information_schema.COLUMNS \
+                             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+                                Generation::EXTRA_SQL
+                            ),
+                            (db, table),
+                        )
+                        .await
+                    }
+                },
+            )
             .await?;
         let marked = mark(schema, &listed);
         self.generated.put(key, marked.clone());
@@ -72,26 +80,18 @@ impl Mysql {
     }
 }
 
-/// The schema with the listed `(name, EXTRA, GENERATION_EXPRESSION)` columns marked generated.
-fn mark(
-    schema: &Arc<TableSchema>,
-    listed: &[(String, String, Option<String>)],
-) -> Arc<TableSchema> {
-    let generation = |extra: &str, expr: Option<&str>| match expr.map(str::trim) {
-        Some(e) if e.eq_ignore_ascii_case("ROW START") => Generation::RowStart,
-        Some(e) if e.eq_ignore_ascii_case("ROW END") => Generation::RowEnd,
-        _ if extra.to_ascii_uppercase().starts_with("VIRTUAL") => Generation::Virtual,
-        _ => Generation::Stored,
-    };
-    let unmarked = |i: usize| schema.columns[i].generated.is_none();
+/// The schema with the listed `(name, EXTRA_SQL)` columns that are generated
+/// ([`Generation::from_extra`]) marked so.
+fn mark(schema: &Arc<TableSchema>, listed: &[(String, String)]) -> Arc<TableSchema> {
     let found: Vec<(usize, Generation)> = listed
         .iter()
-        .filter_map(|(name, extra, expr)| {
+        .filter_map(|(name, extra)| {
+            let g = Generation::from_extra(extra)?;
             let i = schema
                 .columns
                 .iter()
                 .position(|c| c.name.eq_ignore_ascii_case(name))?;
-            unmarked(i).then(|| (i, generation(extra, expr.as_deref())))
+            schema.columns[i].generated.is_none().then_some((i, g))
         })
         .collect();
     if found.is_empty() {
@@ -120,18 +120,12 @@ mod tests {
         s.columns[3].generated = Some(Generation::Stored);
         let s = Arc::new(s);
         let listed = vec![
-            (
-                "S".to_string(),
-                "VIRTUAL GENERATED".to_string(),
-                Some("`v` + 1".to_string()),
-            ),
-            ("w".to_string(), "VIRTUAL GENERATED".to_string(), None),
-            (
-                "rs".to_string(),
-                "STORED GENERATED".to_string(),
-                Some("ROW START".to_string()),
-            ),
-            ("not_here".to_string(), "STORED GENERATED".to_string(), None),
+            ("id".to_string(), String::new()),
+            ("v".to_string(), "DEFAULT_GENERATED".to_string()),
+            ("S".to_string(), "VIRTUAL GENERATED".to_string()),
+            ("w".to_string(), "VIRTUAL GENERATED".to_string()),
+            ("rs".to_string(), "STORED GENERATED ROW_START".to_string()),
+            ("not_here".to_string(), "STORED GENERATED".to_string()),
         ];
         let m = mark(&s, &listed);
         let g: Vec<Option<Generation>> = m.columns.iter().map(|c| c.generated).collect();
