@@ -54,6 +54,9 @@ pub mod mariadb_event {
     /// 166..=171: compressed ROWS events.
     pub const FIRST_COMPRESSED_ROWS: u8 = 166;
     pub const LAST_COMPRESSED_ROWS: u8 = 171;
+    /// MySQL 8's TRANSACTION_PAYLOAD (a zstd-compressed transaction,
+    /// `binlog_transaction_compression=ON`): its rows cannot be read here.
+    pub const MYSQL_TRANSACTION_PAYLOAD: u8 = 40;
 }
 
 /// GTID flag: the transaction is one statement without BEGIN/COMMIT (DDL, non-transactional).
@@ -269,6 +272,9 @@ pub struct BinlogReader {
     /// TABLE_MAPs rewritten without compressed column types (see [`crate::compression`]),
     /// for the generic row decoder; the stream's own copy keeps types 140/141.
     plain_maps: HashMap<u64, TableMapEvent<'static>>,
+    /// TABLE_MAPs that could not be read (an unsupported column type, metadata missing): the
+    /// rows of that table id stop only that table ([`crate::unreplicable`]).
+    bad_maps: HashMap<u64, Unreplicable>,
     failures: u32,
     /// Start of a transaction whose chunks were handed out and must be discarded.
     abort: Option<BinlogPos>,
@@ -287,6 +293,7 @@ impl BinlogReader {
             pending: None,
             tables: HashMap::new(),
             plain_maps: HashMap::new(),
+            bad_maps: HashMap::new(),
             failures: 0,
             abort: None,
             stats: ReaderStats::default(),
@@ -539,6 +546,13 @@ impl BinlogReader {
                 start_pos,
                 "partial JSON updates: set binlog_row_value_options='' upstream",
             )),
+            // Never skipped silently: every row of the transaction is inside it.
+            MYSQL_TRANSACTION_PAYLOAD => Err(self.decode_err(
+                start_pos,
+                "a compressed transaction payload (a session or the server has \
+                 binlog_transaction_compression=ON): set binlog_transaction_compression=OFF \
+                 globally and in every session that writes",
+            )),
             _ => Ok(None),
         }
     }
@@ -654,9 +668,23 @@ impl BinlogReader {
         else {
             return Ok(None);
         };
-        let meta =
-            TableMeta::from_tme(&tme, compressed).map_err(|e| self.decode_err(start_pos, e))?;
         let id = tme.table_id();
+        let meta = match TableMeta::from_tme(&tme, compressed) {
+            Ok(meta) => meta,
+            Err(e) => {
+                // Only this table stops: its rows are noted unreplicable, the others go on.
+                self.tables.remove(&id);
+                self.plain_maps.remove(&id);
+                let table = (
+                    tme.database_name().into_owned(),
+                    tme.table_name().into_owned(),
+                );
+                self.bad_maps
+                    .insert(id, unreplicable::table_map_problem(table, &e));
+                return Ok(None);
+            }
+        };
+        self.bad_maps.remove(&id);
         if compressed.is_empty() {
             self.plain_maps.remove(&id);
         } else {
@@ -718,6 +746,11 @@ impl BinlogReader {
             });
         };
         let table_id = rows.table_id();
+        if let Some(u) = self.bad_maps.get(&table_id) {
+            let u = u.clone();
+            self.note_unreplicable(u);
+            return Ok(());
+        }
         let (Some(meta), Some(tme)) = (
             self.tables.get(&table_id),
             self.plain_maps

@@ -145,6 +145,20 @@ pub fn image_reason(present: usize, of: usize) -> String {
     )
 }
 
+/// The change recorded for the rows of a table whose TABLE_MAP cannot be read (a column type
+/// Sluice does not decode, optional metadata missing): only that table stops.
+pub fn table_map_problem(table: (String, String), e: &impl std::fmt::Display) -> Unreplicable {
+    Unreplicable {
+        tables: vec![table],
+        reason: format!(
+            "its TABLE_MAP cannot be read ({e}), so its rows cannot be decoded. Fix: change \
+             what the message names upstream (or report the column type to the Sluice team), \
+             re-copy the table downstream, then let the table go on (docs/capture.md, \
+             'Unreplicable changes')"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

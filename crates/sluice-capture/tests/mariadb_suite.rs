@@ -21,18 +21,17 @@
 //! and `scripts/mariadb-suite-sum.py` adds the parts' counts and failures up.
 
 mod common;
-mod mysqltest;
 
 use mysql_async::prelude::Queryable;
-use mysqltest::{classify, Class};
 use sluice_capture::capture::{Capture, Captured};
 use sluice_capture::schema::{column_from_sql_type, is_system_schema, SchemaHistory};
 use sluice_capture::{BinlogPos, BinlogReader, ReaderConfig};
 use sluice_testkit::mariadb::MariaDb;
+use sluice_testkit::mysqltest::{self, classify, Class};
 use sluice_types::{ColumnType, Ts};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 /// The files replayed by the test command: DDL-heavy files covering MariaDB's own syntax
@@ -60,7 +59,6 @@ const SELECTION: &[&str] = &[
     "main/partition.test",
 ];
 
-const SUITE_DIR: &str = "/usr/share/mysql/mysql-test";
 /// Longest wait for capture to reach a statement's end in the binlog.
 const CAPTURE_WAIT: Duration = Duration::from_secs(10);
 /// Longest a statement may run upstream.
@@ -764,38 +762,6 @@ impl Replay {
     }
 }
 
-/// The files to replay (see the module docs).
-fn selection(root: &Path) -> Vec<String> {
-    match std::env::var("SLUICE_MARIADB_SUITE").ok().as_deref() {
-        None | Some("") => SELECTION.iter().map(|s| s.to_string()).collect(),
-        Some("full") => full_corpus(root),
-        Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
-    }
-}
-
-fn full_corpus(root: &Path) -> Vec<String> {
-    let mut dirs: Vec<PathBuf> = vec![root.join("main")];
-    if let Ok(suites) = std::fs::read_dir(root.join("suite")) {
-        for e in suites.flatten() {
-            dirs.push(e.path().join("t"));
-            dirs.push(e.path());
-        }
-    }
-    let mut files = Vec::new();
-    for d in dirs {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.extension().is_some_and(|x| x == "test") {
-                if let Ok(rel) = p.strip_prefix(root) {
-                    files.push(rel.to_string_lossy().into_owned());
-                }
-            }
-        }
-    }
-    files.sort();
-    files
-}
-
 /// The report (first line: what was replayed and the next part's `FROM`), written with every
 /// failure to `SLUICE_MARIADB_SUITE_REPORT` when set. Returns the summary.
 fn write_report(replay: &Replay, from: usize, total: usize) -> String {
@@ -823,9 +789,8 @@ fn write_report(replay: &Replay, from: usize, total: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_regression_suite_ddl_keeps_the_history_equal_to_the_server() {
-    let root =
-        PathBuf::from(std::env::var("SLUICE_MYSQL_TEST_DIR").unwrap_or_else(|_| SUITE_DIR.into()));
-    let files = selection(&root);
+    let root = mysqltest::suite_root();
+    let files = mysqltest::selection("SLUICE_MARIADB_SUITE", &root, SELECTION);
     let from = std::env::var("SLUICE_MARIADB_SUITE_FROM")
         .ok()
         .and_then(|i| i.parse::<usize>().ok())

@@ -319,3 +319,50 @@ async fn upstream_restart_mid_stream_resumes_without_gap() {
     assert_contiguous(&txns, 45_000);
     drop(db);
 }
+
+/// A TABLE_MAP the reader cannot read (here: written while the server had
+/// `binlog_row_metadata=MINIMAL`, so without column names) stops only its table: its rows
+/// become one unreplicable change naming the fix, the other tables and later maps of the same
+/// table decode as before, and the reader never stops.
+#[tokio::test]
+async fn an_unreadable_table_map_stops_only_its_table() {
+    let db = MariaDb::start().expect("mariadb");
+    db.exec(
+        "CREATE DATABASE d; CREATE TABLE d.a (id INT PRIMARY KEY, v INT); \
+         CREATE TABLE d.b (id INT PRIMARY KEY, v INT)",
+    )
+    .expect("sql");
+    let (file, pos) = db.master_status().expect("status");
+    db.exec("SET GLOBAL binlog_row_metadata = MINIMAL")
+        .expect("minimal");
+    db.exec("INSERT INTO d.a VALUES (1, 1)").expect("insert a");
+    db.exec("SET GLOBAL binlog_row_metadata = FULL")
+        .expect("full");
+    db.exec(
+        "INSERT INTO d.b VALUES (2, 2); INSERT INTO d.a VALUES (3, 3); \
+         CREATE TABLE d.marker (id INT PRIMARY KEY)",
+    )
+    .expect("sql");
+    let mut r = reader(&db.url(), 106, BinlogPos::new(file, pos));
+    let txns = read_until(&mut r, |t| is_stmt(t, "marker")).await;
+    let stops: Vec<_> = txns.iter().flat_map(|t| t.unreplicable.iter()).collect();
+    assert_eq!(stops.len(), 1, "{stops:?}");
+    assert_eq!(stops[0].tables, vec![("d".to_string(), "a".to_string())]);
+    assert!(
+        stops[0].reason.contains("binlog_row_metadata=FULL"),
+        "{}",
+        stops[0].reason
+    );
+    let rows: Vec<(String, Value)> = txns
+        .iter()
+        .flat_map(|t| t.rows.iter())
+        .map(|c| {
+            let after = c.after.as_ref().expect("insert image");
+            (c.table.table.clone(), after[0].clone())
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        vec![("b".into(), Value::Int(2)), ("a".into(), Value::Int(3))]
+    );
+}

@@ -274,41 +274,32 @@ pub fn to_param(v: &Value) -> mysql_async::Value {
     }
 }
 
-/// Rewrites a DDL into its idempotent form where MariaDB has one.
+/// Rewrites a DDL into its idempotent form where MariaDB has one for the whole statement:
+/// `CREATE TABLE|DATABASE|SCHEMA` gets `IF NOT EXISTS`, `DROP TABLE|DATABASE|SCHEMA|VIEW` gets
+/// `IF EXISTS`, right after its first two words; the rest of the text is kept byte for byte.
+/// Clauses inside an `ALTER` are never rewritten: MariaDB checks an `ADD COLUMN IF NOT EXISTS`
+/// against the table before the statement, so `DROP COLUMN a, ADD COLUMN IF NOT EXISTS a …`
+/// would silently keep the column dropped. A replayed or retried DDL accepts "already done"
+/// errors instead ([`DDL_ALREADY_DONE`]).
 pub fn idempotent_ddl(query: &str) -> String {
-    let toks: Vec<&str> = query.split_whitespace().collect();
-    let up: Vec<String> = toks.iter().map(|t| t.to_ascii_uppercase()).collect();
-    let mut out: Vec<String> = Vec::with_capacity(toks.len() + 4);
-    let next_is_if = |i: usize| up.get(i + 1).is_some_and(|t| t == "IF");
-    let mut i = 0;
-    while i < toks.len() {
-        out.push(toks[i].to_string());
-        let prev = if i > 0 { up[i - 1].as_str() } else { "" };
-        let cur = up[i].as_str();
-        let insert = match (prev, cur) {
-            ("CREATE", "TABLE")
-            | ("CREATE", "DATABASE")
-            | ("CREATE", "SCHEMA")
-            | ("ADD", "COLUMN")
-            | ("ADD", "INDEX")
-            | ("ADD", "KEY") => Some("IF NOT EXISTS"),
-            ("DROP", "TABLE")
-            | ("DROP", "DATABASE")
-            | ("DROP", "SCHEMA")
-            | ("DROP", "COLUMN")
-            | ("DROP", "INDEX")
-            | ("DROP", "KEY")
-            | ("DROP", "VIEW") => Some("IF EXISTS"),
-            _ => None,
-        };
-        if let Some(s) = insert {
-            if !next_is_if(i) {
-                out.push(s.to_string());
-            }
-        }
-        i += 1;
+    let mut words = query
+        .split_ascii_whitespace()
+        .map(|w| (w.as_ptr() as usize - query.as_ptr() as usize, w));
+    let (Some((_, first)), Some((at, second))) = (words.next(), words.next()) else {
+        return query.to_string();
+    };
+    let third = words.next().map(|(_, w)| w.to_ascii_uppercase());
+    let (first, second) = (first.to_ascii_uppercase(), second.to_ascii_uppercase());
+    let insert = match (first.as_str(), second.as_str()) {
+        ("CREATE", "TABLE" | "DATABASE" | "SCHEMA") => "IF NOT EXISTS",
+        ("DROP", "TABLE" | "DATABASE" | "SCHEMA" | "VIEW") => "IF EXISTS",
+        _ => return query.to_string(),
+    };
+    if third.as_deref() == Some("IF") {
+        return query.to_string();
     }
-    out.join(" ")
+    let end = at + second.len();
+    format!("{} {insert}{}", &query[..end], &query[end..])
 }
 
 struct Pending {
@@ -800,6 +791,9 @@ enum LoadCol {
 }
 
 fn load_col(c: &ColumnDef) -> LoadCol {
+    if raw_charset(c).is_some() {
+        return LoadCol::Hex;
+    }
     match c.ty {
         ColumnType::Binary | ColumnType::VarBinary | ColumnType::Blob | ColumnType::Geometry => {
             LoadCol::Hex
@@ -844,11 +838,7 @@ fn load_field(out: &mut Vec<u8>, v: &Value, how: LoadCol) -> bool {
                 Value::Text(s) => s.as_bytes(),
                 _ => return false,
             };
-            const HEX: &[u8; 16] = b"0123456789ABCDEF";
-            for x in b {
-                out.push(HEX[(x >> 4) as usize]);
-                out.push(HEX[(x & 15) as usize]);
-            }
+            hex_into(out, b);
             true
         }
         LoadCol::Bits => match v {
@@ -950,7 +940,11 @@ fn build_load(rows: &[&Pending]) -> Option<Stmt> {
             LoadCol::Text => targets.push(quote_ident(&c.name)),
             LoadCol::Hex => {
                 targets.push(format!("@c{k}"));
-                sets.push(format!("{} = UNHEX(@c{k})", quote_ident(&c.name)));
+                let value = match raw_charset(c) {
+                    Some(cs) => format!("CONVERT(UNHEX(@c{k}) USING {cs})"),
+                    None => format!("UNHEX(@c{k})"),
+                };
+                sets.push(format!("{} = {value}", quote_ident(&c.name)));
             }
             LoadCol::Bits => {
                 targets.push(format!("@c{k}"));
@@ -986,16 +980,75 @@ fn col_list(s: &TableSchema, cols: &[usize]) -> String {
         .join(",")
 }
 
-/// The values of columns `cols` of a row image, as statement parameters.
+/// The values of columns `cols` of a row image of `s`, as statement parameters.
 fn params_of<'a>(
+    s: &'a TableSchema,
     image: &'a [Value],
     cols: &'a [usize],
 ) -> impl Iterator<Item = mysql_async::Value> + 'a {
-    cols.iter().map(|i| to_param(&image[*i]))
+    cols.iter()
+        .map(|i| column_param(&s.columns[*i], &image[*i]))
 }
 
-fn placeholders(n: usize) -> String {
-    format!("({})", vec!["?"; n].join(","))
+/// The parameter of one value of column `c`: a value of a [`raw_charset`] column travels as
+/// the hex of its bytes (the server converts every string parameter from the connection's
+/// charset, which would replace bytes that are not utf8mb4 by `?`), everything else as
+/// [`to_param`] makes it.
+fn column_param(c: &ColumnDef, v: &Value) -> mysql_async::Value {
+    let bytes = match v {
+        Value::Text(t) => t.as_bytes(),
+        Value::Bytes(b) => b.as_slice(),
+        _ => return to_param(v),
+    };
+    if raw_charset(c).is_none() {
+        return to_param(v);
+    }
+    let mut hex = Vec::with_capacity(bytes.len() * 2);
+    hex_into(&mut hex, bytes);
+    mysql_async::Value::Bytes(hex)
+}
+
+/// Appends the upper-case hex digits of `b`.
+fn hex_into(out: &mut Vec<u8>, b: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for x in b {
+        out.push(HEX[(x >> 4) as usize]);
+        out.push(HEX[(x & 15) as usize]);
+    }
+}
+
+/// The charset of a string column whose values capture hands over as the upstream's own bytes
+/// (every charset but UTF-8, latin1 and ASCII, which capture turns into text: koi8r, cp1251,
+/// gbk, sjis, utf16, …). Such a value is bound as bytes and converted by the downstream
+/// ([`placeholder`], [`column_param`]), never read as the connection's utf8mb4.
+fn raw_charset(c: &ColumnDef) -> Option<&str> {
+    if !matches!(
+        c.ty,
+        ColumnType::Char | ColumnType::VarChar | ColumnType::Text
+    ) {
+        return None;
+    }
+    let cs = c.charset.as_deref()?;
+    let known = matches!(
+        cs,
+        "utf8mb4" | "utf8mb3" | "utf8" | "latin1" | "ascii" | "binary"
+    );
+    let plain = cs.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    (!known && plain).then_some(cs)
+}
+
+/// The placeholder of one value of column `c`.
+fn placeholder(c: &ColumnDef) -> String {
+    match raw_charset(c) {
+        Some(cs) => format!("CONVERT(UNHEX(?) USING {cs})"),
+        None => "?".to_string(),
+    }
+}
+
+/// `(?,?,…)` for the columns `cols` of `s`.
+fn placeholders(s: &TableSchema, cols: &[usize]) -> String {
+    let list: Vec<String> = cols.iter().map(|i| placeholder(&s.columns[*i])).collect();
+    format!("({})", list.join(","))
 }
 
 /// How a row is written: upserts, inserts and keyed deletes of one table version are batched;
@@ -1109,9 +1162,9 @@ fn insert_rows(verb: &str, run: &[&Pending], cols: &[usize]) -> Result<Stmt> {
     let s = &run[0].schema;
     let mut params = Vec::new();
     for p in run {
-        params.extend(params_of(&row_image(p, true)?, cols));
+        params.extend(params_of(s, &row_image(p, true)?, cols));
     }
-    let vals = vec![placeholders(cols.len()); run.len()].join(",");
+    let vals = vec![placeholders(s, cols); run.len()].join(",");
     Ok(Stmt::Exec(
         format!(
             "{verb} INTO {} ({}) VALUES {vals}",
@@ -1133,9 +1186,9 @@ fn delete_rows(run: &[&Pending]) -> Result<Stmt> {
     let mut params = Vec::new();
     for p in run {
         let b = row_image(p, false)?;
-        params.extend(s.key_columns.iter().map(|k| to_param(&b[*k])));
+        params.extend(params_of(s, &b, &s.key_columns));
     }
-    let tuple = placeholders(keys.len());
+    let tuple = placeholders(s, &s.key_columns);
     let sql = format!(
         "DELETE FROM {} WHERE ({}) IN ({})",
         table_ref(s),
@@ -1165,7 +1218,10 @@ impl RowMatch {
         };
         let cond = cols
             .iter()
-            .map(|k| format!("{} <=> ?", quote_ident(&s.columns[*k].name)))
+            .map(|k| {
+                let c = &s.columns[*k];
+                format!("{} <=> {}", quote_ident(&c.name), placeholder(c))
+            })
             .collect::<Vec<_>>()
             .join(" AND ");
         let limit = if keyed { "" } else { " LIMIT 1" };
@@ -1189,11 +1245,14 @@ fn update_row(p: &Pending, cols: &[usize], m: &RowMatch) -> Result<Stmt> {
     let (b, a) = (row_image(p, false)?, row_image(p, true)?);
     let set = cols
         .iter()
-        .map(|i| format!("{} = ?", quote_ident(&s.columns[*i].name)))
+        .map(|i| {
+            let c = &s.columns[*i];
+            format!("{} = {}", quote_ident(&c.name), placeholder(c))
+        })
         .collect::<Vec<_>>()
         .join(",");
-    let mut params: Vec<_> = params_of(&a, cols).collect();
-    params.extend(m.cols.iter().map(|k| to_param(&b[*k])));
+    let mut params: Vec<_> = params_of(s, &a, cols).collect();
+    params.extend(params_of(s, &b, &m.cols));
     Ok(Stmt::Exec(
         format!(
             "UPDATE {} SET {set} WHERE {}{}",
@@ -1207,7 +1266,7 @@ fn update_row(p: &Pending, cols: &[usize], m: &RowMatch) -> Result<Stmt> {
 
 fn delete_row(p: &Pending, m: &RowMatch) -> Result<Stmt> {
     let b = row_image(p, false)?;
-    let params = m.cols.iter().map(|k| to_param(&b[*k])).collect();
+    let params = params_of(&p.schema, &b, &m.cols).collect();
     Ok(Stmt::Exec(
         format!(
             "DELETE FROM {} WHERE {}{}",
@@ -1227,9 +1286,9 @@ fn insert_row(p: &Pending, cols: &[usize]) -> Result<Stmt> {
             "INSERT INTO {} ({}) VALUES {}",
             table_ref(s),
             col_list(s, cols),
-            placeholders(cols.len())
+            placeholders(s, cols)
         ),
-        params_of(&a, cols).collect(),
+        params_of(s, &a, cols).collect(),
     ))
 }
 
@@ -1672,9 +1731,20 @@ mod tests {
             idempotent_ddl("DROP TABLE `t` /* generated by server */"),
             "DROP TABLE IF EXISTS `t` /* generated by server */"
         );
+        // Inside an ALTER nothing changes: IF NOT EXISTS would be checked against the table
+        // before the statement.
         assert_eq!(
-            idempotent_ddl("ALTER TABLE t ADD COLUMN c int, DROP COLUMN d"),
-            "ALTER TABLE t ADD COLUMN IF NOT EXISTS c int, DROP COLUMN IF EXISTS d"
+            idempotent_ddl("ALTER TABLE t DROP COLUMN a, ADD COLUMN a bigint first"),
+            "ALTER TABLE t DROP COLUMN a, ADD COLUMN a bigint first"
+        );
+        // The text after the insertion is kept as it is (string literals keep their spaces).
+        assert_eq!(
+            idempotent_ddl("CREATE TABLE t (a varchar(9) DEFAULT 'x  \n y')"),
+            "CREATE TABLE IF NOT EXISTS t (a varchar(9) DEFAULT 'x  \n y')"
+        );
+        assert_eq!(
+            idempotent_ddl("DROP TABLE IF EXISTS t"),
+            "DROP TABLE IF EXISTS t"
         );
         assert_eq!(
             idempotent_ddl("CREATE DATABASE x"),

@@ -1,4 +1,3 @@
-#![allow(dead_code)]
 //! Statements out of MariaDB's regression suite (`mysql-test`, Debian's `mariadb-test-data`):
 //! a reader of the mysqltest language that yields the SQL a `.test` file sends to the server,
 //! and the classification of that SQL into what the replay runs and what it leaves out.
@@ -15,6 +14,50 @@
 //!   `GLOBAL` setting and anything that writes the binlog directly is left out.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Where Debian's `mariadb-test-data` installs the suite (`SLUICE_MYSQL_TEST_DIR` overrides).
+pub const SUITE_DIR: &str = "/usr/share/mysql/mysql-test";
+
+/// The suite's root: `SLUICE_MYSQL_TEST_DIR`, else [`SUITE_DIR`].
+pub fn suite_root() -> PathBuf {
+    PathBuf::from(std::env::var("SLUICE_MYSQL_TEST_DIR").unwrap_or_else(|_| SUITE_DIR.into()))
+}
+
+/// Every `main/*.test`, `suite/*/t/*.test` and `suite/*/*.test` under `root`, sorted, as paths
+/// relative to it.
+pub fn full_corpus(root: &Path) -> Vec<String> {
+    let mut dirs: Vec<PathBuf> = vec![root.join("main")];
+    if let Ok(suites) = std::fs::read_dir(root.join("suite")) {
+        for e in suites.flatten() {
+            dirs.push(e.path().join("t"));
+            dirs.push(e.path());
+        }
+    }
+    let mut files = Vec::new();
+    for d in dirs {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "test") {
+                if let Ok(rel) = p.strip_prefix(root) {
+                    files.push(rel.to_string_lossy().into_owned());
+                }
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The files a replay reads: `var` (e.g. `SLUICE_MARIADB_SUITE`) unset or empty gives
+/// `default`, `full` gives [`full_corpus`], anything else is a comma-separated list.
+pub fn selection(var: &str, root: &Path, default: &[&str]) -> Vec<String> {
+    match std::env::var(var).ok().as_deref() {
+        None | Some("") => default.iter().map(|s| s.to_string()).collect(),
+        Some("full") => full_corpus(root),
+        Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
+    }
+}
 
 /// One statement of a `.test` file, with the line it starts on.
 #[derive(Clone, Debug, PartialEq)]
@@ -427,13 +470,18 @@ fn find_delimiter(buf: &str, delimiter: &str) -> Option<usize> {
 
 /// The upper-cased words of a statement up to the first that is not a modifier, after
 /// leading comments (not executable ones: `/*!… CREATE …*/` counts as its content).
-fn words(sql: &str, n: usize) -> Vec<String> {
-    let opened = sluice_capture::schema::expand_executable_comments(sql);
-    let mut q = opened.trim_start();
-    while let Some(rest) = q.strip_prefix("/*") {
-        match rest.find("*/") {
-            Some(e) => q = rest[e + 2..].trim_start(),
-            None => return Vec::new(),
+pub fn words(sql: &str, n: usize) -> Vec<String> {
+    let mut q = sql.trim_start();
+    loop {
+        if let Some(body) = executable_comment_body(q) {
+            q = body.trim_start();
+        } else if let Some(rest) = q.strip_prefix("/*") {
+            match rest.find("*/") {
+                Some(e) => q = rest[e + 2..].trim_start(),
+                None => return Vec::new(),
+            }
+        } else {
+            break;
         }
     }
     q.split(|c: char| c.is_whitespace() || c == '(' || c == ';' || c == '=')
@@ -441,6 +489,13 @@ fn words(sql: &str, n: usize) -> Vec<String> {
         .take(n)
         .map(|w| w.to_ascii_uppercase())
         .collect()
+}
+
+/// The text after an opening `/*!NNNNN` or `/*M!NNNNN` (the server runs a comment's content;
+/// only the words at its start matter here, so the closing `*/` is left in place).
+fn executable_comment_body(q: &str) -> Option<&str> {
+    let rest = q.strip_prefix("/*M!").or_else(|| q.strip_prefix("/*!"))?;
+    Some(rest.trim_start_matches(|c: char| c.is_ascii_digit()))
 }
 
 const DDL_OBJECTS: &[&str] = &["TABLE", "DATABASE", "SCHEMA", "INDEX", "VIEW", "SEQUENCE"];
