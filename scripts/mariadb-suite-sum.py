@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Adds up the reports of a MariaDB-suite replay run in parts (scripts/mariadb-suite.sh with
-FROM and MINUTES): the counts, the share of accepted DDL the history understood and followed
-with an equal schema, and the failures by class (largest first, one example each).
+FROM and MINUTES, through capture or, with `sink`, through the MySQL sink): the counts, the
+share of accepted DDL the history understood and followed with an equal schema, the share of
+table comparisons that were equal, and the failures by class (largest first, one example each).
 
 Refuses parts that overlap or leave a gap, and says whether the corpus is covered to its end.
 Usage: scripts/mariadb-suite-sum.py report-1.txt report-2.txt ...
@@ -59,6 +60,10 @@ def main(paths):
     if accepted:
         for k in ("ddl_understood", "ddl_all_equal"):
             print(f"{k}: {sums.get(k, 0)} of {accepted} accepted ({100 * sums.get(k, 0) / accepted:.1f}%)")
+    checks = sums.get("table_checks", 0)
+    if checks:
+        print(f"tables_equal: {sums.get('tables_equal', 0)} of {checks} table comparisons "
+              f"({100 * sums.get('tables_equal', 0) / checks:.1f}%)")
     classes = OrderedDict()
     for r in parts:
         for cls, where, sql in r["failures"]:

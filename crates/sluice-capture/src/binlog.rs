@@ -589,7 +589,7 @@ impl BinlogReader {
         else {
             return Ok(None);
         };
-        let query = q.query().into_owned();
+        let query = crate::session::statement_text(q.status_vars(), q.query_raw()).into_owned();
         let trimmed = query.trim();
         if trimmed.eq_ignore_ascii_case("BEGIN") {
             if self.pending.is_none() {
@@ -616,7 +616,10 @@ impl BinlogReader {
         }
         let stmt = Statement {
             database: q.schema().into_owned(),
-            session: Box::new(crate::session::of_statement(q.status_vars(), &query)),
+            session: Box::new(crate::session::DdlSession {
+                expected_error: (q.error_code() != 0).then_some(q.error_code()),
+                ..crate::session::of_statement(q.status_vars(), &query)
+            }),
             query,
         };
         if let Some(tables) = unreplicable::dml_tables(&stmt.query, &stmt.database) {

@@ -13,8 +13,8 @@
 //!   event that every dispatcher stops at (nothing is lost or reordered around it) and changes no
 //!   table; the next check below repairs any table it changed.
 //! - **A history that disagrees with the binlog** ([`SchemaHistory::settle_from_binlog`]): when a
-//!   TABLE_MAP's columns differ from the history's version of the table (names or count), the
-//!   history was wrong about it (a DDL it misread). Rows are never keyed or described with the
+//!   TABLE_MAP's columns differ from the history's version of the table (names, count, type
+//!   family or signedness), the history was wrong about it (a DDL it misread). Rows are never keyed or described with the
 //!   wrong definition: a new version is made from the TABLE_MAP at the rows' commit ts and the
 //!   repair is recorded in [`SchemaHistory::repairs`] (logged and counted by the server).
 //!
@@ -171,11 +171,11 @@ fn index_target(toks: &[Token], from: usize, default_db: &str) -> Option<Target>
 }
 
 /// True when `history` (a version's column) and `binlog` (the TABLE_MAP's) describe the same
-/// column: the same name, and a type the binlog logs that way (MariaDB logs JSON as LONGTEXT).
+/// column: the same name, type family and signedness ([`agrees`] column by column).
 fn same_column(history: &ColumnDef, binlog: &ColumnDef) -> bool {
     history.name.eq_ignore_ascii_case(&binlog.name)
-        && (history.ty == binlog.ty
-            || (history.ty == ColumnType::Json && binlog.ty == ColumnType::Text))
+        && same_family(history.ty, binlog.ty)
+        && (!is_signed_number(binlog.ty) || history.unsigned == binlog.unsigned)
 }
 
 /// The table as the TABLE_MAP describes it, keeping what `prev` knew of the same columns.
@@ -250,14 +250,31 @@ fn column_names(columns: &[ColumnDef]) -> Vec<String> {
     columns.iter().map(|c| c.name.clone()).collect()
 }
 
-/// True when the history's version and the TABLE_MAP name the same columns in the same order.
+/// True when the history's version and the TABLE_MAP describe the same columns in the same
+/// order: the same names, the same type family (MariaDB's JSON is a LONGTEXT in the binlog) and,
+/// for numbers, the same signedness (values are read with it).
 pub fn agrees(schema: &TableSchema, meta: &TableMeta) -> bool {
     schema.columns.len() == meta.columns.len()
-        && schema
-            .columns
-            .iter()
-            .zip(&meta.columns)
-            .all(|(a, b)| a.name.eq_ignore_ascii_case(&b.name))
+        && schema.columns.iter().zip(&meta.columns).all(|(h, b)| {
+            let ty = b.column_type();
+            h.name.eq_ignore_ascii_case(&b.name)
+                && same_family(h.ty, ty)
+                && (!is_signed_number(ty) || h.unsigned == b.unsigned)
+        })
+}
+
+/// Types the binlog cannot tell apart from the history's: MariaDB logs JSON as text.
+fn same_family(history: ColumnType, binlog: ColumnType) -> bool {
+    history == binlog || (history == ColumnType::Json && binlog == ColumnType::Text)
+}
+
+/// Number types whose TABLE_MAP carries signedness.
+fn is_signed_number(ty: ColumnType) -> bool {
+    use ColumnType::*;
+    matches!(
+        ty,
+        TinyInt | SmallInt | MediumInt | Int | BigInt | Decimal | Float | Double
+    )
 }
 
 impl SchemaHistory {
@@ -438,6 +455,72 @@ mod tests {
             db: db.into(),
             table: t.into(),
         })
+    }
+
+    fn meta_col(
+        name: &str,
+        my_type: mysql_async::consts::ColumnType,
+        unsigned: bool,
+    ) -> crate::decode::ColumnMeta {
+        crate::decode::ColumnMeta {
+            name: name.into(),
+            my_type,
+            meta: vec![],
+            unsigned,
+            collation: 45,
+            nullable: true,
+            elements: vec![],
+            compressed: false,
+        }
+    }
+
+    fn table(columns: Vec<ColumnDef>) -> TableSchema {
+        TableSchema {
+            table_id: TableId(1),
+            database: "d".into(),
+            name: "t".into(),
+            columns,
+            key_columns: vec![],
+            unique_keys: vec![],
+            version: 0,
+            partitioning: None,
+        }
+    }
+
+    /// A history that names the binlog's columns but has a type or signedness wrong disagrees
+    /// (rows would be read and described with it); JSON logged as text does not.
+    #[test]
+    fn agreement_covers_types_and_signedness() {
+        use crate::schema::column_from_sql_type as col;
+        use mysql_async::consts::ColumnType as My;
+        let meta = |cols| TableMeta {
+            database: "d".into(),
+            table: "t".into(),
+            columns: cols,
+            primary_key: vec![],
+        };
+        let binlog = meta(vec![
+            meta_col("a", My::MYSQL_TYPE_LONG, true),
+            meta_col("j", My::MYSQL_TYPE_BLOB, false),
+        ]);
+        let right = table(vec![col("a", "int unsigned"), col("j", "json")]);
+        assert!(agrees(&right, &binlog));
+        let signed = table(vec![col("a", "int"), col("j", "json")]);
+        assert!(!agrees(&signed, &binlog));
+        let wider = table(vec![col("a", "bigint unsigned"), col("j", "json")]);
+        assert!(!agrees(&wider, &binlog));
+        let renamed = table(vec![col("b", "int unsigned"), col("j", "json")]);
+        assert!(!agrees(&renamed, &binlog));
+        // The repaired version takes the binlog's column where the history's was wrong, so it
+        // agrees from then on (no repair per event).
+        let repaired = schema_from_binlog(&binlog, &signed, 5, true);
+        assert!(agrees(&repaired, &binlog), "{repaired:?}");
+        assert!(repaired.columns[0].unsigned);
+        assert_eq!(
+            repaired.columns[1].ty,
+            ColumnType::Json,
+            "kept from the history"
+        );
     }
 
     #[test]

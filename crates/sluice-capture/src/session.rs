@@ -7,7 +7,8 @@
 //!   decimal number (MariaDB accepts `SET sql_mode = <number>`), never dropped;
 //! - only settings that change what a DDL does are read: `sql_mode`, the server and connection
 //!   collations, the time zone when the statement used it, `foreign_key_checks = 0`. The client
-//!   charset is not: capture reads the statement text as UTF-8 and sinks send it as UTF-8;
+//!   charset is used to read the statement text ([`statement_text`]: a latin1 session's bytes
+//!   become their characters), which sinks then send as UTF-8;
 //! - [`as_sql_mode_reads`] rewrites a statement only for the modes that change how the server
 //!   reads a definition (`ANSI_QUOTES`, `MAXDB`), so the history sees what the server made;
 //! - [`strip_set_statement`] returns the statement `SET STATEMENT` applies to, or the input
@@ -17,7 +18,7 @@
 //!   ([`of_statement`]): the history parses with no mode, a sink under its own.
 
 use mysql_async::binlog::events::{StatusVarVal, StatusVars};
-use sluice_types::DdlSession;
+pub use sluice_types::DdlSession;
 use std::borrow::Cow;
 
 /// MariaDB's `sql_mode` bits (`sql_mode.h`), bit `i` named `SQL_MODE_NAMES[i]`.
@@ -100,6 +101,25 @@ pub fn from_status_vars(vars: &StatusVars<'_>) -> DdlSession {
         }
     }
     s
+}
+
+/// The text of a QUERY event's statement, read in the session's `character_set_client`: latin1
+/// bytes are their cp1252 characters (as MariaDB reads them), UTF-8 and ASCII are read as
+/// UTF-8, and the bytes of any other client charset are read as UTF-8 where they are valid
+/// (documented in docs/capture.md: such sessions' non-ASCII DDL text is not transcoded).
+pub fn statement_text<'a>(vars: &StatusVars<'_>, raw: &'a [u8]) -> Cow<'a, str> {
+    let client = vars.iter().find_map(|v| match v.get_value() {
+        Ok(StatusVarVal::Charset { charset_client, .. }) => Some(charset_client),
+        _ => None,
+    });
+    match client.map(crate::decode::charset_of) {
+        Some(crate::decode::Charset::Latin1) if !raw.is_ascii() => Cow::Owned(
+            raw.iter()
+                .map(|&b| sluice_partition::collation::latin1_char(b))
+                .collect(),
+        ),
+        _ => String::from_utf8_lossy(raw),
+    }
 }
 
 /// The session of a statement read from the binlog: its status variables, except a `sql_mode`

@@ -223,8 +223,14 @@ async fn upstream_view(
         .await?;
     let mut out: BTreeMap<(String, String), TableView> = BTreeMap::new();
     for (db, t, name, ty, nullable, cs, coll) in rows {
-        // COLUMN_TYPE holds ENUM/SET values in the column's charset (not always UTF-8).
-        let c = column_from_sql_type(&name, &String::from_utf8_lossy(&ty));
+        // COLUMN_TYPE holds ENUM/SET values in the column's charset (not always UTF-8): a
+        // latin1 column's are read as latin1 (other charsets stay lossy).
+        let text = match (std::str::from_utf8(&ty), cs.as_deref()) {
+            (Ok(t), _) => t.to_string(),
+            (Err(_), Some("latin1")) => mysqltest::read_text(&ty).0,
+            (Err(_), _) => String::from_utf8_lossy(&ty).into_owned(),
+        };
+        let c = column_from_sql_type(&name, &text);
         out.entry((db.to_ascii_lowercase(), t.to_ascii_lowercase()))
             .or_insert_with(|| TableView {
                 columns: Vec::new(),
@@ -411,6 +417,8 @@ struct Replay {
     file: String,
     /// Why the server cannot go on (the rest of the file is skipped, a new server started).
     broken: Option<String>,
+    /// How the current file was read (its statements are sent as the bytes it holds).
+    encoding: mysqltest::Encoding,
 }
 
 /// A reader that gives up after two reconnects: an event it cannot read is reported (and the
@@ -465,6 +473,7 @@ impl Replay {
             failures: Vec::new(),
             file: String::new(),
             broken: None,
+            encoding: mysqltest::Encoding::Utf8,
         }
     }
 
@@ -595,7 +604,8 @@ impl Replay {
         } else {
             self.counts.setup_run += 1
         }
-        let ran = tokio::time::timeout(STATEMENT_WAIT, self.conn.query_drop(sql)).await;
+        let bytes = mysqltest::encoded(sql, self.encoding);
+        let ran = tokio::time::timeout(STATEMENT_WAIT, self.conn.query_drop(&bytes[..])).await;
         match ran {
             Ok(Ok(())) => {}
             Ok(Err(mysql_async::Error::Server(_))) => return,
@@ -691,7 +701,8 @@ impl Replay {
         self.file = file.to_string();
         self.counts.files += 1;
         self.reset().await;
-        let text = String::from_utf8_lossy(&bytes);
+        let (text, encoding) = mysqltest::read_text(&bytes);
+        self.encoding = encoding;
         let statements = mysqltest::statements(&text);
         self.counts.extracted += statements.len();
         for s in statements {

@@ -259,7 +259,13 @@ async fn health(State(st): State<AppState>) -> ApiResult {
     if !ready {
         return Err(ServerError::NotReady("no coordinator elected yet".into()).into());
     }
-    ok(json!({"status": "ok", "capture_error": capture_error}))
+    // Alive either way (200): a node whose capture is failing says so rather than "ok".
+    let status = if capture_error.is_some() {
+        "degraded"
+    } else {
+        "ok"
+    };
+    ok(json!({"status": status, "capture_error": capture_error}))
 }
 
 async fn status(State(st): State<AppState>) -> ApiResult {

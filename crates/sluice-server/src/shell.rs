@@ -615,7 +615,11 @@ impl Shell {
             self.schema_cache.clear();
         }
         let a = Arc::new(s.clone());
-        self.schema_cache.insert(key, a.clone());
+        // A version the first TABLE_MAP is still to complete (an unparsed DDL) changes in
+        // place: cached, its rows would be written with the placeholder's columns.
+        if !h.is_awaiting_binlog(table, ts) {
+            self.schema_cache.insert(key, a.clone());
+        }
         Some(a)
     }
 

@@ -55,8 +55,18 @@ pub fn set_statement(session: &DdlSession, collations: &[(u16, String)]) -> Opti
     (!parts.is_empty()).then(|| format!("SET {}", parts.join(", ")))
 }
 
-/// Sets `session` on `c` (the connection the DDL runs on next).
+/// Sets `session` on `c` (the connection the DDL runs on next). On MariaDB also
+/// `system_versioning_alter_history = KEEP`: the upstream logged the DDL only if it succeeded
+/// there, so an ALTER of a system-versioned table ran under KEEP upstream (the setting is not
+/// in the binlog); MySQL has no such variable (error 1193, ignored).
 pub async fn enter(c: &mut Conn, session: &DdlSession) -> Result<(), mysql_async::Error> {
+    match c
+        .query_drop("SET SESSION system_versioning_alter_history = KEEP")
+        .await
+    {
+        Err(mysql_async::Error::Server(e)) if e.code == 1193 => {}
+        other => other?,
+    }
     if session.is_empty() {
         return Ok(());
     }
@@ -92,6 +102,7 @@ mod tests {
             collation_connection: Some(45),
             time_zone: Some("+02:00".into()),
             no_foreign_key_checks: true,
+            expected_error: None,
         };
         let names = [(8, "latin1_swedish_ci".to_string())];
         assert_eq!(

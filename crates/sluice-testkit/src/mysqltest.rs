@@ -49,6 +49,38 @@ pub fn full_corpus(root: &Path) -> Vec<String> {
     files
 }
 
+/// How a `.test` file's bytes were read: most are UTF-8, some (`type_enum.test`, …) latin1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    Utf8,
+    /// Every byte is the char of the same number (U+0000..U+00FF).
+    Latin1,
+}
+
+/// A file's text: UTF-8 when it is valid UTF-8, else its bytes one char each, so that
+/// [`encoded`] gives the statements' bytes back exactly (a latin1 file's `'ä'` reaches the
+/// server as the byte the test sends, not as U+FFFD).
+pub fn read_text(bytes: &[u8]) -> (String, Encoding) {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => (s.to_string(), Encoding::Utf8),
+        Err(_) => (
+            bytes.iter().map(|&b| char::from(b)).collect(),
+            Encoding::Latin1,
+        ),
+    }
+}
+
+/// The bytes to send for `sql`, a statement of a file read as `encoding`.
+pub fn encoded(sql: &str, encoding: Encoding) -> Vec<u8> {
+    match encoding {
+        Encoding::Utf8 => sql.as_bytes().to_vec(),
+        Encoding::Latin1 => sql
+            .chars()
+            .map(|c| u8::try_from(u32::from(c)).unwrap_or(b'?'))
+            .collect(),
+    }
+}
+
 /// The files a replay reads: `var` (e.g. `SLUICE_MARIADB_SUITE`) unset or empty gives
 /// `default`, `full` gives [`full_corpus`], anything else is a comma-separated list.
 pub fn selection(var: &str, root: &Path, default: &[&str]) -> Vec<String> {

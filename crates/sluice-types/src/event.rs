@@ -346,6 +346,11 @@ pub struct DdlSession {
     /// `@@foreign_key_checks` was 0 (a foreign key to a table created later).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_foreign_key_checks: bool,
+    /// The error the statement ended with upstream: MariaDB logs a failed DDL that changed
+    /// something (a `CREATE OR REPLACE TABLE` that failed after dropping the old table), and a
+    /// sink whose downstream gives the same error has done what the upstream did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_error: Option<u16>,
 }
 
 impl DdlSession {

@@ -4,6 +4,8 @@
 //! updates and deletes found by such a key, and a keyless table whose rows are found by every
 //! column. Before the fix their bytes were bound as the connection's utf8mb4 and mangled
 //! silently (found by the MariaDB suite replay through the sink, `alter_table.test` koi8r).
+//! And a DDL sent by a `SET NAMES latin1` session (its text in latin1 bytes) reaches the
+//! downstream with its characters (defaults, comments, ENUM values), not U+FFFD.
 
 mod common;
 use common::*;
@@ -27,6 +29,23 @@ fn rows(db: &MariaDb, table: &str, cols: &str) -> Vec<Vec<String>> {
         cols
     ))
     .expect("rows")
+}
+
+/// Runs `sql` (raw bytes) in a session with `SET NAMES latin1`, as a legacy client sends it.
+fn run_latin1(url: &str, sql: &[u8]) {
+    use mysql_async::prelude::Queryable;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut c = mysql_async::Conn::new(mysql_async::Opts::from_url(url).expect("url"))
+            .await
+            .expect("connect");
+        c.query_drop("SET NAMES latin1").await.expect("names");
+        c.query_drop(sql).await.expect("latin1 DDL");
+        c.disconnect().await.expect("disconnect");
+    });
 }
 
 #[test]
@@ -62,8 +81,28 @@ fn strings_in_legacy_charsets_reach_mysql_byte_for_byte() {
          DELETE FROM cs.nokey WHERE b = CONVERT('Строка' USING cp1251);",
     )
     .expect("rows");
+    // 0xE9 is 'é' and 0xA4 '¤' in latin1; the text is not UTF-8.
+    run_latin1(
+        &up_url,
+        b"CREATE TABLE cs.l (id INT PRIMARY KEY, a VARCHAR(5) DEFAULT '\xe9t\xe9' COMMENT 'co\xfbt', \
+          e ENUM('\xa4', 'x') CHARACTER SET utf8mb4) CHARSET latin1",
+    );
+    up.exec("INSERT INTO cs.l (id) VALUES (1)")
+        .expect("latin1 row");
     let target = master_ts(&up);
     wait_checkpoint(&out, &server.url(), "cs", target, 120);
+    let definition = |db: &MariaDb| {
+        db.query(
+            "SELECT COLUMN_NAME, COLUMN_TYPE, IFNULL(COLUMN_DEFAULT, '-'), COLUMN_COMMENT \
+             FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'cs' AND TABLE_NAME = 'l' \
+             ORDER BY ORDINAL_POSITION",
+        )
+        .expect("columns")
+    };
+    let upstream = definition(&up);
+    assert_eq!(upstream[1][2], "'été'", "{upstream:?}");
+    assert_eq!(definition(&down), upstream);
+    assert_eq!(rows(&down, "l", "id,a,e"), rows(&up, "l", "id,a,e"));
     let k = "k,v,g,s,u,w,n";
     let upstream = rows(&up, "k", k);
     assert_eq!(upstream.len(), 40, "40 inserted + 1 - 1 deleted");

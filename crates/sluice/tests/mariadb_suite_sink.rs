@@ -374,6 +374,8 @@ struct Replay {
     failures: Vec<Failure>,
     file: String,
     broken: Option<String>,
+    /// How the current file was read (its statements are sent as the bytes it holds).
+    encoding: mysqltest::Encoding,
 }
 
 impl Replay {
@@ -402,6 +404,7 @@ impl Replay {
             failures: Vec::new(),
             file: String::new(),
             broken: None,
+            encoding: mysqltest::Encoding::Utf8,
         };
         r.replicate_from_now();
         r
@@ -582,9 +585,10 @@ impl Replay {
         } else {
             self.counts.setup_run += 1
         }
+        let bytes = mysqltest::encoded(sql, self.encoding);
         let ran = block(tokio::time::timeout(
             STATEMENT_WAIT,
-            self.conn.query_drop(sql),
+            self.conn.query_drop(&bytes[..]),
         ));
         match ran {
             Ok(Ok(())) => {}
@@ -628,7 +632,8 @@ impl Replay {
         self.file = file.to_string();
         self.counts.files += 1;
         self.reset();
-        let text = String::from_utf8_lossy(&bytes);
+        let (text, encoding) = mysqltest::read_text(&bytes);
+        self.encoding = encoding;
         let statements = mysqltest::statements(&text);
         self.counts.extracted += statements.len();
         for s in statements {
@@ -788,19 +793,22 @@ fn mariadb_regression_suite_through_the_mysql_sink_leaves_the_downstream_equal()
             break;
         }
         replay.run_file(&root, f);
-        if replay.counts.files % 50 == 0 {
+        if replay.counts.files.is_multiple_of(50) {
             replay.write_report(from, files.len());
         }
     }
     let report = replay.write_report(from, files.len());
     println!("{report}");
     if std::env::var("SLUICE_MARIADB_SINK_SUITE").is_err() {
+        // The selection as measured (docs/capture.md, "Through the MySQL sink"): about 1,000
+        // table comparisons, all but one or two equal (before the fixes it found: 970 of 975).
         let c = &replay.counts;
         assert!(
-            c.table_checks > 300,
+            c.table_checks > 900,
             "too few tables compared: the replay broke?\n{report}"
         );
         let share = c.tables_equal as f64 / c.table_checks as f64;
-        assert!(share >= 0.0, "tables equal downstream fell\n{report}");
+        assert!(share >= 0.995, "tables equal downstream fell\n{report}");
+        assert!(c.stops <= 2, "changefeeds stopped\n{report}");
     }
 }

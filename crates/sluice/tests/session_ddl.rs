@@ -370,3 +370,44 @@ fn rows_the_upstream_accepted_under_non_strict_modes_replicate() {
     s.assert_healthy();
     s.finish();
 }
+
+/// A `CREATE OR REPLACE TABLE` that fails upstream after dropping the old table is logged with
+/// its error: downstream it fails the same way (the old table is gone there too) and the
+/// changefeed goes on; the history knows the table is gone, so a table created again under the
+/// name replicates. An ALTER of a system-versioned table, allowed upstream by the session's
+/// `system_versioning_alter_history = KEEP` (not in the binlog), is allowed downstream too.
+/// A table whose CREATE the history cannot parse (`COLUMN_GET(… AS CHAR)`) takes its columns
+/// from the first TABLE_MAP, and its rows are written with them, not with the placeholder the
+/// DDL made. All three stopped the changefeed before (found by the MariaDB suite replay through
+/// the sink, `main/default.test`, `suite/versioning/t/alter.test`, `main/create.test`).
+#[test]
+fn ddl_that_failed_upstream_or_needed_keep_history_replicates() {
+    let s = replicate(
+        "ddl-outcome",
+        "CREATE DATABASE fo; CREATE TABLE fo.t1 (a INT);",
+    );
+    let failed =
+        s.up.exec("CREATE OR REPLACE TABLE fo.t1 (a INT DEFAULT b, b INT DEFAULT a)");
+    assert!(failed.is_err(), "the upstream refuses it: {failed:?}");
+    s.up.exec(
+        "CREATE TABLE fo.t1 (x INT PRIMARY KEY, y VARCHAR(8));
+         INSERT INTO fo.t1 VALUES (1, 'one'), (2, 'two');
+         SET SESSION system_versioning_alter_history = KEEP;
+         CREATE TABLE fo.v (id INT PRIMARY KEY, a INT) WITH SYSTEM VERSIONING;
+         INSERT INTO fo.v VALUES (1, 1);
+         ALTER TABLE fo.v ADD COLUMN b INT;
+         INSERT INTO fo.v VALUES (2, 2, 2);
+         CREATE TABLE fo.dc (color CHAR(32) AS (COLUMN_GET(dyn, 1 AS CHAR)) PERSISTENT,
+             item VARCHAR(32) PRIMARY KEY, dyn BLOB);
+         INSERT INTO fo.dc (item, dyn) VALUES ('shirt', COLUMN_CREATE(1, 'blue', 2, 'XL'));",
+    )
+    .expect("workload");
+    let target = master_ts(&s.up);
+    wait_checkpoint(&s.out, &s.server.url(), "to-mysql", target, 120);
+    wait_checkpoint(&s.out, &s.server.url(), "to-files", target, 120);
+    assert_eq!(columns(&s.down, "fo"), columns(&s.up, "fo"));
+    let r = check(&s.out, &s.up_url, &s.down_url, "fo.*");
+    assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
+    s.assert_healthy();
+    s.finish();
+}

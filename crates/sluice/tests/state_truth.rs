@@ -94,6 +94,13 @@ fn a_changefeed_with_its_upstream_down_reads_warning_then_normal_again() {
         is_warning_with(v, "binlog")
     });
     eprintln!("with the upstream down: {v}");
+    let health = wait_for("health degraded", 30, || {
+        let (_, h) = api_raw(&s, "GET", "/api/v2/health", None)?;
+        (h["status"] == "degraded" && h["capture_error"].is_string())
+            .then_some(h.clone())
+            .ok_or(h.to_string())
+    });
+    eprintln!("health with the upstream down: {health}");
     assert_eq!(
         metrics_state(&out, &s, "up"),
         "warning",
@@ -115,6 +122,12 @@ fn a_changefeed_with_its_upstream_down_reads_warning_then_normal_again() {
     wait_checkpoint(&out, &s, "up", master_ts(&up), 60);
     wait_feed(&out, &s, "up", "normal with no error", 30, is_clean_normal);
     assert_eq!(metrics_state(&out, &s, "up"), "normal");
+    wait_for("health ok again", 30, || {
+        let (_, h) = api_raw(&s, "GET", "/api/v2/health", None)?;
+        (h["status"] == "ok" && h["capture_error"].is_null())
+            .then_some(())
+            .ok_or(h.to_string())
+    });
     let r = check(&out, &up_url, &down_url, "t.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
     out.assert_no_secret(&[&server.log]);

@@ -136,7 +136,10 @@ impl SchemaHistory {
             crate::session::strip_set_statement(opened.as_str()),
             session.sql_mode.as_deref(),
         );
-        let text = moded.as_ref();
+        let failed = session
+            .expected_error
+            .and_then(|_| failed_replace_drops(moded.as_ref(), database));
+        let text = failed.as_deref().unwrap_or(moded.as_ref());
         if let Some(ev) = self.apply_recognised(st, text) {
             return Ok(ev);
         }
@@ -460,5 +463,23 @@ impl SchemaHistory {
 
     pub(super) fn find_id(&self, db: &str, name: &str, ts: Ts) -> Option<TableId> {
         self.table_at(db, name, ts).map(|s| s.table_id)
+    }
+}
+
+/// A `CREATE OR REPLACE TABLE t …` that failed upstream after dropping the old `t` (MariaDB
+/// logs it with its error): what it did is `DROP TABLE IF EXISTS t`. `None` for any other
+/// statement (it is read as it is; a sink accepts the same error downstream).
+fn failed_replace_drops(text: &str, database: &str) -> Option<String> {
+    match crate::binlog_schema::ddl_target(text, database)? {
+        crate::binlog_schema::Target::Create {
+            db,
+            table,
+            or_replace: true,
+        } => Some(format!(
+            "DROP TABLE IF EXISTS `{}`.`{}`",
+            db.replace('`', "``"),
+            table.replace('`', "``")
+        )),
+        _ => None,
     }
 }

@@ -226,6 +226,16 @@ impl SchemaHistory {
         self.tables.get(&id).and_then(|v| Self::version_at(v, ts))
     }
 
+    /// Whether the version of table `id` at `ts` is still to be completed from the binlog (made
+    /// by a DDL the history could not parse; its first TABLE_MAP completes it in place, under
+    /// the same version ts): a copy of it must not be kept as the version's definition.
+    pub fn is_awaiting_binlog(&self, id: TableId, ts: Ts) -> bool {
+        self.tables
+            .get(&id)
+            .and_then(|v| v.iter().rev().find(|v| v.from <= ts))
+            .is_some_and(|v| v.from_binlog)
+    }
+
     /// DDLs with commit ts `> ts`, in order.
     pub fn ddls_after(&self, ts: Ts) -> &[DdlEvent] {
         let i = self.ddls.partition_point(|d| d.commit_ts <= ts);

@@ -724,6 +724,9 @@ async fn apply_ddl_on(
     // The round trips: check again right before the DDL.
     fenced_driver(fence, "apply DDL")?;
     match c.query_drop(query).await {
+        // The statement failed upstream too, after changing something (it was logged with its
+        // error): the same error here means the same was done.
+        Err(mysql_async::Error::Server(e)) if session.expected_error == Some(e.code) => Ok(()),
         Err(mysql_async::Error::Server(e)) if retry && DDL_ALREADY_DONE.contains(&e.code) => Ok(()),
         // The defaults of a database the downstream does not have (one the changefeed does
         // not replicate): nothing to change.
