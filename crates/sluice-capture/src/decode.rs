@@ -143,8 +143,9 @@ struct OptionalMeta {
     /// ENUM and SET columns: a default, or one charset each.
     enum_set_default: Option<DefaultCharsets>,
     enum_set_charsets: Option<Vec<u16>>,
-    enum_values: Vec<Vec<String>>,
-    set_values: Vec<Vec<String>>,
+    /// Member names as the upstream's bytes, read in the column's charset by [`Self::apply`].
+    enum_values: Vec<Vec<Vec<u8>>>,
+    set_values: Vec<Vec<Vec<u8>>>,
     primary_key: Vec<usize>,
 }
 
@@ -223,7 +224,10 @@ impl OptionalMeta {
                 } else {
                     (&self.set_values, &mut set_i)
                 };
-                c.elements = list.get(*at).cloned().unwrap_or_default();
+                c.elements = list
+                    .get(*at)
+                    .map(|names| member_texts(c.collation, names))
+                    .unwrap_or_default();
                 *at += 1;
             }
         }
@@ -242,24 +246,36 @@ fn default_charsets(
     Ok((d.default_charset(), non_default))
 }
 
-fn member_names<T: MemberName>(values: &[T]) -> Vec<String> {
-    values.iter().map(|v| v.member()).collect()
+fn member_names<T: MemberName>(values: &[T]) -> Vec<Vec<u8>> {
+    values.iter().map(|v| v.member().to_vec()).collect()
 }
 
-/// An ENUM or SET member's name (mysql_common has a type for each).
+/// ENUM/SET member names read in the column's charset (a latin1 column's `ä` is the byte E4
+/// in the TABLE_MAP), as the history has them; bytes no charset reading gives are kept lossy.
+fn member_texts(collation: u16, names: &[Vec<u8>]) -> Vec<String> {
+    names
+        .iter()
+        .map(|b| match decode_text(collation, b.clone()) {
+            Value::Text(t) => t,
+            _ => String::from_utf8_lossy(b).into_owned(),
+        })
+        .collect()
+}
+
+/// An ENUM or SET member's name as bytes (mysql_common has a type for each).
 trait MemberName {
-    fn member(&self) -> String;
+    fn member(&self) -> &[u8];
 }
 
 impl MemberName for mysql_async::binlog::events::EnumStrValue<'_> {
-    fn member(&self) -> String {
-        self.value().into_owned()
+    fn member(&self) -> &[u8] {
+        self.value_raw()
     }
 }
 
 impl MemberName for mysql_async::binlog::events::SetStrValue<'_> {
-    fn member(&self) -> String {
-        self.value().into_owned()
+    fn member(&self) -> &[u8] {
+        self.value_raw()
     }
 }
 

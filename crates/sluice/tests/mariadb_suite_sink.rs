@@ -520,6 +520,11 @@ impl Replay {
                 Some(d) => difference(u, d),
                 None => ("table missing downstream".into(), String::new()),
             };
+            let detail = if class == "rows" {
+                format!("{detail}; {}", self.first_row_difference(name, &u.columns))
+            } else {
+                detail
+            };
             if !differs {
                 let detail = format!("{}.{}: {detail}", name.0, name.1);
                 self.fail(format!("differs: {class}"), line, sql, detail);
@@ -529,6 +534,30 @@ impl Replay {
         if differs {
             self.rebuild();
         }
+    }
+
+    /// The first row (every column in hex) one side has and the other has not.
+    fn first_row_difference(
+        &mut self,
+        name: &TableName,
+        columns: &[Vec<Option<String>>],
+    ) -> String {
+        let hexed: Vec<String> = columns
+            .iter()
+            .filter_map(|c| c[0].as_deref())
+            .map(|c| format!("IFNULL(HEX({}), 'NULL')", q(c)))
+            .collect();
+        let sql = format!(
+            "SELECT CONCAT_WS(',', {}) AS r FROM {}.{} ORDER BY r",
+            hexed.join(", "),
+            q(&name.0),
+            q(&name.1)
+        );
+        let up: Vec<String> = block(self.up_admin.query(sql.as_str())).unwrap_or_default();
+        let down: Vec<String> = block(self.down_admin.query(sql.as_str())).unwrap_or_default();
+        let only_up = up.iter().find(|r| !down.contains(r));
+        let only_down = down.iter().find(|r| !up.contains(r));
+        format!("a row only upstream: {only_up:?}, only downstream: {only_down:?}")
     }
 
     /// The downstream rebuilt from the upstream (`mariadb-dump`), and replication started again
