@@ -27,6 +27,8 @@ case "${1:-}" in
   run) mariadb_needs; tool_needs curl python3 ;;
   test) build_needs; mariadb_needs; tool_needs python3
         command -v etcd >/dev/null 2>&1 || need+=(etcd-server etcd-client)
+        # mariadb-dump: the suite replay through the sink rebuilds its downstream with it.
+        command -v mariadb-dump >/dev/null 2>&1 || need+=(mariadb-client)
         # MariaDB's regression suite (mysql-test), replayed by sluice-capture's mariadb_suite.
         [ -d /usr/share/mysql/mysql-test/main ] || need+=(mariadb-test-data) ;;
   *) echo "usage: $0 build|demo|run|test (what to install the needs of)" >&2; exit 2 ;;

@@ -420,10 +420,11 @@ impl SchemaHistory {
         work.finish_renames();
         let AlterWork {
             mut s,
-            keys,
+            mut keys,
             renamed,
             ..
         } = work;
+        drop_missing_key_parts(&s, &mut keys);
         let (key_columns, unique_keys) = choose_key(&s.columns, &keys.pk, &keys.uniques);
         s.key_columns = key_columns;
         s.unique_keys = unique_keys;
@@ -658,14 +659,21 @@ fn alter_add_column(
 }
 
 /// `DROP [COLUMN] c`: the column and every key that has it.
+/// `DROP [COLUMN] name`: the column goes; its keys are settled when the statement ends
+/// ([`drop_missing_key_parts`]), as MariaDB resolves key parts by name against the table the
+/// whole ALTER makes (`DROP i, ADD i … AUTO_INCREMENT` keeps `PRIMARY KEY (i)`).
 fn alter_drop_column(work: &mut AlterWork, name: &str) {
     work.s
         .columns
         .retain(|c| !c.name.eq_ignore_ascii_case(name));
-    work.keys.pk.retain(|c| !c.eq_ignore_ascii_case(name));
-    work.keys
-        .uniques
-        .retain(|u| !u.iter().any(|c| c.eq_ignore_ascii_case(name)));
+}
+
+/// Key parts naming no column of the finished table are dropped from the primary key (which
+/// keeps its other parts); a unique key with such a part is dropped.
+fn drop_missing_key_parts(s: &TableSchema, keys: &mut KeyNames) {
+    let exists = |n: &String| s.columns.iter().any(|c| c.name.eq_ignore_ascii_case(n));
+    keys.pk.retain(exists);
+    keys.uniques.retain(|u| u.iter().all(exists));
 }
 
 /// `MODIFY old …` (`new` None) or `CHANGE old new …`: the column redefined in place or at its
