@@ -11,7 +11,8 @@
 //!   server loses the race for it.
 //!
 //! Talking to the server uses plain HTTP/1.1 over `std::net` (moto accepts any credentials and
-//! unsigned bucket creation), so this module needs no async runtime and no HTTP client crate.
+//! unsigned bucket creation, unless started by [`Moto::start_checking_credentials`]), so this
+//! module needs no async runtime and no HTTP client crate.
 
 use std::fs;
 use std::io::{self, Read, Write};
@@ -117,6 +118,17 @@ pub struct Moto {
 impl Moto {
     /// Starts a server and creates the bucket `bucket`.
     pub fn start(bucket: &str) -> Result<Moto> {
+        Self::start_opts(bucket, false)
+    }
+
+    /// Starts a server that checks credentials: after the readiness probe and the bucket's
+    /// creation (moto's `INITIAL_NO_AUTH_ACTION_COUNT=2`) every request needs an access key its
+    /// IAM knows, and it knows none, so every key is a wrong one (`InvalidAccessKeyId`).
+    pub fn start_checking_credentials(bucket: &str) -> Result<Moto> {
+        Self::start_opts(bucket, true)
+    }
+
+    fn start_opts(bucket: &str, check_credentials: bool) -> Result<Moto> {
         let bin = moto_binary()?;
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("sluice-moto-{}-{n}", std::process::id()));
@@ -128,7 +140,11 @@ impl Moto {
             let log = dir.join("moto.log");
             let logf = fs::File::create(&log).map_err(io_err("creating moto.log"))?;
             let logf2 = logf.try_clone().map_err(io_err("cloning log handle"))?;
-            let child = Command::new(&bin)
+            let mut command = Command::new(&bin);
+            if check_credentials {
+                command.env("INITIAL_NO_AUTH_ACTION_COUNT", "2");
+            }
+            let child = command
                 .args(["-H", "127.0.0.1", "-p", &port.to_string()])
                 .stdin(Stdio::null())
                 .stdout(logf)

@@ -175,6 +175,8 @@ fn unusable_storage_is_refused_at_create_and_nothing_is_created() {
     let server = Server::start(&dir, &up_url);
     let s = server.url();
     let moto = sluice_testkit::moto::Moto::start("sluice-create").expect("moto");
+    let checking = sluice_testkit::moto::Moto::start_checking_credentials("sluice-create")
+        .expect("moto checking credentials");
     let closed = free_port();
     let locked = dir.join("locked");
     refuse_writes(&locked);
@@ -190,6 +192,11 @@ fn unusable_storage_is_refused_at_create_and_nothing_is_created() {
             moto.sink_uri("p")
                 .replace("s3://sluice-create/", "s3://no-such-bucket/"),
             "no-such-bucket".to_string(),
+        ),
+        (
+            "wrong-credentials",
+            checking.sink_uri("p"),
+            "check the sink URI's access-key and secret-access-key".to_string(),
         ),
         (
             "locked",

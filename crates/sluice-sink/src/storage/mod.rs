@@ -210,6 +210,16 @@ fn probe_failure(op: &'static str, shown: &str, e: object_store::Error) -> SinkE
         }
         cause = c.source();
     }
+    let refused = matches!(
+        e,
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
+    );
+    if refused {
+        text.push_str(
+            ". Fix: check the sink URI's access-key and secret-access-key (or the server's \
+             AWS credentials) and that they may write to this bucket and prefix",
+        );
+    }
     match SinkError::store(op, shown, e) {
         SinkError::Store {
             op,
