@@ -16,6 +16,10 @@ pub const MAINTAINER_STATUS_MS: Millis = 200;
 /// A placed maintainer that has not reported for this long (while its node stays alive) is
 /// considered lost and placed again with a new epoch.
 pub const MAINTAINER_LOST_MS: Millis = 10_000;
+/// A gap this long between two coordinator ticks is the coordinator's own stall (a blocking
+/// call in its node's loop, a paused process), not its maintainers' silence: the silence
+/// counted toward [`MAINTAINER_LOST_MS`] is the time the coordinator ran.
+pub const COORDINATOR_STALL_MS: Millis = 2_500;
 /// A dispatcher whose sink keeps failing with retryable errors this many times in a row without
 /// any progress reports it to the maintainer (the changefeed then shows the error and restarts
 /// after a backoff) instead of retrying silently forever.

@@ -1,6 +1,8 @@
 //! The changefeed lifecycle through the coordinator: create, pause (dispatchers closed, fenced by a
 //! new epoch), update while paused (refused while running), resume from the checkpoint, remove.
 
+mod common;
+
 use sluice_control::config::{ChangefeedConfig, SchedulerConfig};
 use sluice_control::coordinator::FeedState;
 use sluice_control::io::UserRequest;
@@ -207,4 +209,17 @@ ms = 3000
         );
         assert!(sim.checker.ok(), "seed {seed}: {:?}", sim.checker.violation);
     }
+}
+
+/// The coordinator counts a maintainer's silence only while it runs itself: a stall of the
+/// node's loop (the coordinator and the maintainer stalled together) does not make it take the
+/// maintainer for lost and place it again (a 1 GiB transaction read in one piece did, every
+/// 10 s, forever: issue 14). `mutations.rs` shows the epoch bump with the check switched off.
+#[test]
+fn a_stalled_node_keeps_its_maintainer() {
+    let (before, after) = common::epoch_after_a_stall();
+    assert_eq!(
+        before, after,
+        "the maintainer was placed again after the stall"
+    );
 }

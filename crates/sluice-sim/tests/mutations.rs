@@ -420,3 +420,19 @@ fn row_once_per_session_fires_when_the_feed_repeats_a_row() {
         "row-once-per-session",
     );
 }
+
+/// With the coordinator counting its own stall as its maintainer's silence, a single node whose
+/// loop stalled for 15 s places its maintainer again (a new epoch; the livelock of a huge
+/// transaction read in one piece, issue 14); with the check on it keeps it
+/// (`lifecycle.rs`, `a_stalled_node_keeps_its_maintainer`).
+#[test]
+fn counting_the_coordinators_own_stall_replaces_the_maintainer() {
+    mutations::clear();
+    mutations::enable("coordinator-counts-own-stall");
+    let (before, after) = common::epoch_after_a_stall();
+    mutations::clear();
+    assert!(
+        after > before,
+        "the maintainer kept its epoch {before} without the check"
+    );
+}

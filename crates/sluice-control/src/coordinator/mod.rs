@@ -31,8 +31,8 @@
 //! `tick.rs` (resends, drains, settings).
 
 use crate::config::{
-    ChangefeedConfig, MAINTAINER_LOST_MS, MAX_ERROR_BACKOFF_MS, MAX_ERROR_RETRIES,
-    MIN_ERROR_BACKOFF_MS, RESEND_MS,
+    ChangefeedConfig, COORDINATOR_STALL_MS, MAINTAINER_LOST_MS, MAX_ERROR_BACKOFF_MS,
+    MAX_ERROR_RETRIES, MIN_ERROR_BACKOFF_MS, RESEND_MS,
 };
 use crate::io::{Effect, TraceEvent, UserRequest};
 use crate::meta::{keys, Compare, Kv, MetaOp, MetaResult};
@@ -224,6 +224,8 @@ pub struct Coordinator {
     /// Checkpoints read at load time.
     statuses: BTreeMap<ChangefeedId, Ts>,
     pub stale_dropped: u64,
+    /// When [`Coordinator::on_tick`] last ran (stalls are measured from it).
+    last_tick: Option<Millis>,
 }
 
 fn new_feed(info: ChangefeedInfo, info_rev: u64, checkpoint: Ts) -> Feed {
@@ -282,6 +284,7 @@ impl Coordinator {
             cordon_rev: BTreeMap::new(),
             statuses: BTreeMap::new(),
             stale_dropped: 0,
+            last_tick: None,
         };
         c.load(out);
         c

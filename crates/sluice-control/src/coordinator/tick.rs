@@ -5,6 +5,7 @@ use super::*;
 
 impl Coordinator {
     pub fn on_tick(&mut self, now: Millis, alive: &BTreeMap<NodeId, u64>, out: &mut Vec<Effect>) {
+        self.forgive_own_stall(now);
         let rev = self.rev;
         if let Phase::Bootstrapping { pending, last_sent } = &mut self.phase {
             if now >= *last_sent + RESEND_MS {
@@ -23,6 +24,30 @@ impl Coordinator {
             self.resend_settings(now, alive, out);
         }
         self.progress(now, alive, out);
+    }
+
+    /// After a gap of [`COORDINATOR_STALL_MS`] or more since the last tick, the coordinator did
+    /// not run (its node's loop was blocked: reading a huge transaction, a paused process):
+    /// every maintainer's silence is counted without the gap, so a maintainer whose reports
+    /// wait in the same loop is not taken for lost and placed again, over and over. A node
+    /// that is really gone is still seen by its liveness.
+    fn forgive_own_stall(&mut self, now: Millis) {
+        if let Some(prev) = self.last_tick {
+            assert!(now >= prev, "coordinator time went back: {prev} -> {now}");
+            let gap = now - prev;
+            #[cfg(feature = "mutations")]
+            let gap = if crate::mutations::on("coordinator-counts-own-stall") {
+                0
+            } else {
+                gap
+            };
+            if gap >= COORDINATOR_STALL_MS {
+                for f in self.feeds.values_mut() {
+                    f.last_report = f.last_report.saturating_add(gap).min(now);
+                }
+            }
+        }
+        self.last_tick = Some(now);
     }
 
     /// Placements, moves and closes not answered within [`RESEND_MS`] are sent again.

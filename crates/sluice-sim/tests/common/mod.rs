@@ -62,3 +62,53 @@ pub fn run(ms: u64) -> String {
 pub fn expect(check: &str) -> String {
     format!("{}check = \"{check}\"\n", step("expect"))
 }
+
+/// One node whose loop stalls for 15 s (longer than a maintainer may stay silent, shorter than
+/// its lease: the embedded store's case), e.g. while reading a huge transaction in one piece.
+const STALL: &str = r#"
+name = "stalled-node"
+[world]
+nodes = ["n1"]
+sink = "mysql"
+x-lease-ms = 60000
+[[world.tables]]
+id = 1
+name = "a.t"
+rows = 20
+[[step]]
+op = "create_changefeed"
+[[step]]
+op = "write"
+table = 1
+rows = 50
+[[step]]
+op = "settle"
+[[step]]
+op = "x-pause"
+node = "n1"
+ms = 15000
+[[step]]
+op = "write"
+table = 1
+rows = 50
+[[step]]
+op = "settle"
+"#;
+
+/// The changefeed's epoch before and after the stall of [`STALL`] (the changefeed is normal
+/// again at the end).
+pub fn epoch_after_a_stall() -> (u64, u64) {
+    use sluice_sim::{scenario, world::Sim};
+    let sc = scenario::parse_str("stall.toml", STALL).unwrap_or_else(|e| panic!("{e}"));
+    let mut sim = Sim::new(sc, 5);
+    let mut before = None;
+    for i in 0..sim.sc.steps.len() {
+        if i == 3 {
+            before = sim.changefeed_info("cf").map(|c| c.epoch);
+        }
+        sim.run_step(i).unwrap_or_else(|f| panic!("{}", f.message));
+    }
+    let after = sim.changefeed_info("cf").expect("info");
+    assert_eq!(after.state, sluice_control::coordinator::FeedState::Normal);
+    (before.expect("created"), after.epoch)
+}
