@@ -378,8 +378,10 @@ fn rows_the_upstream_accepted_under_non_strict_modes_replicate() {
 /// `system_versioning_alter_history = KEEP` (not in the binlog), is allowed downstream too.
 /// A table whose CREATE the history cannot parse (`COLUMN_GET(… AS CHAR)`) takes its columns
 /// from the first TABLE_MAP, and its rows are written with them, not with the placeholder the
-/// DDL made. All three stopped the changefeed before (found by the MariaDB suite replay through
-/// the sink, `main/default.test`, `suite/versioning/t/alter.test`, `main/create.test`).
+/// DDL made. Rows a `check_constraint_checks = 0` session stored against a CHECK constraint are
+/// stored downstream too. All four stopped the changefeed before (found by the MariaDB suite
+/// replay through the sink: `main/default.test`, `suite/versioning/t/alter.test`,
+/// `main/create.test`, `main/check_constraint.test`).
 #[test]
 fn ddl_that_failed_upstream_or_needed_keep_history_replicates() {
     let s = replicate(
@@ -399,7 +401,11 @@ fn ddl_that_failed_upstream_or_needed_keep_history_replicates() {
          INSERT INTO fo.v VALUES (2, 2, 2);
          CREATE TABLE fo.dc (color CHAR(32) AS (COLUMN_GET(dyn, 1 AS CHAR)) PERSISTENT,
              item VARCHAR(32) PRIMARY KEY, dyn BLOB);
-         INSERT INTO fo.dc (item, dyn) VALUES ('shirt', COLUMN_CREATE(1, 'blue', 2, 'XL'));",
+         INSERT INTO fo.dc (item, dyn) VALUES ('shirt', COLUMN_CREATE(1, 'blue', 2, 'XL'));
+         CREATE TABLE fo.cc (id INT PRIMARY KEY, v INT, CONSTRAINT positive CHECK (v > 0));
+         SET SESSION check_constraint_checks = 0;
+         INSERT INTO fo.cc VALUES (1, -5), (2, 7);
+         SET SESSION check_constraint_checks = 1;",
     )
     .expect("workload");
     let target = master_ts(&s.up);

@@ -161,11 +161,13 @@ impl mysql_async::prelude::GlobalHandler for InfileHandler {
 /// `2020-02-31` with 1292). No strictness, no `NO_ZERO_DATE`/`NO_ZERO_IN_DATE`, invalid dates
 /// allowed, and a `0` written into an AUTO_INCREMENT column stays `0` (`NO_AUTO_VALUE_ON_ZERO`);
 /// nothing that changes how statements read (`ANSI_QUOTES`, `EMPTY_STRING_IS_NULL`, …). A DDL
-/// runs under its upstream session's mode instead ([`crate::ddl_session`]).
+/// runs under its upstream session's mode instead ([`crate::ddl_session`]). For the same reason
+/// MariaDB (10.2.1+, the `/*M!` comment MySQL skips) does not check CHECK constraints on the
+/// rows: an upstream session with `check_constraint_checks = 0` stored rows that violate them.
 const SESSION_SETUP: [&str; 3] = [
     "SET time_zone = '+00:00'",
     "SET foreign_key_checks = 0",
-    "SET sql_mode = 'ALLOW_INVALID_DATES,NO_AUTO_VALUE_ON_ZERO'",
+    "SET sql_mode = 'ALLOW_INVALID_DATES,NO_AUTO_VALUE_ON_ZERO' /*M!100201 , check_constraint_checks = 0 */",
 ];
 
 /// How long an idle pooled connection is kept before it is closed.
