@@ -28,6 +28,7 @@ use sluice_capture::schema::{column_from_sql_type, is_system_schema, SchemaHisto
 use sluice_capture::{BinlogPos, BinlogReader, ReaderConfig};
 use sluice_testkit::mariadb::MariaDb;
 use sluice_testkit::mysqltest::{self, classify, Class};
+use sluice_testkit::suite_report::{self, Failure};
 use sluice_types::{ColumnType, Ts};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -104,15 +105,6 @@ impl Counts {
             c.snapshots
         )
     }
-}
-
-/// One statement the history did not understand or got wrong.
-#[derive(Debug)]
-struct Failure {
-    class: String,
-    at: String,
-    sql: String,
-    detail: String,
 }
 
 /// `(name, type family, unsigned, nullable, elements, decimals, length, charset, collation)`.
@@ -585,12 +577,8 @@ impl Replay {
     }
 
     fn fail(&mut self, class: String, line: usize, sql: &str, detail: String) {
-        self.failures.push(Failure {
-            class,
-            at: format!("{}:{line}", self.file),
-            sql: sql.chars().take(400).collect(),
-            detail: detail.chars().take(400).collect(),
-        });
+        let f = Failure::new(class, &self.file, line, sql, &detail);
+        self.failures.push(f);
     }
 
     async fn run_statement(&mut self, line: usize, sql: &str) {
@@ -746,29 +734,7 @@ impl Replay {
             c.tables_equal,
             c.snapshots
         );
-        let mut classes: BTreeMap<&str, Vec<&Failure>> = BTreeMap::new();
-        for f in &self.failures {
-            classes.entry(&f.class).or_default().push(f);
-        }
-        let mut by_size: Vec<_> = classes.into_iter().collect();
-        by_size.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
-        let _ = writeln!(
-            out,
-            "{} failures in {} classes:",
-            self.failures.len(),
-            by_size.len()
-        );
-        for (class, list) in &by_size {
-            let f = list[0];
-            let _ = writeln!(
-                out,
-                "{:5} {class}\n      e.g. {}: {}\n      {}",
-                list.len(),
-                f.at,
-                f.sql.replace('\n', " "),
-                f.detail
-            );
-        }
+        out.push_str(&suite_report::classes(&self.failures));
         out
     }
 }
@@ -776,25 +742,10 @@ impl Replay {
 /// The report (first line: what was replayed and the next part's `FROM`), written with every
 /// failure to `SLUICE_MARIADB_SUITE_REPORT` when set. Returns the summary.
 fn write_report(replay: &Replay, from: usize, total: usize) -> String {
-    let next = from + replay.counts.files;
-    let mut report = format!(
-        "files replayed {} of {total} (from {from}; next part FROM={next}{})\n",
-        replay.counts.files,
-        if next == total { ", none left" } else { "" }
-    );
+    let mut report = suite_report::head(replay.counts.files, from, total);
     report.push_str(&replay.report());
     report.push_str(&replay.counts.line());
-    if let Ok(path) = std::env::var("SLUICE_MARIADB_SUITE_REPORT") {
-        let mut full = report.clone();
-        for f in &replay.failures {
-            let _ = writeln!(
-                full,
-                "\n[{}] {}\n  {}\n  {}",
-                f.class, f.at, f.sql, f.detail
-            );
-        }
-        std::fs::write(&path, full).expect("write the report");
-    }
+    suite_report::write(&report, &replay.failures);
     report
 }
 
@@ -802,17 +753,13 @@ fn write_report(replay: &Replay, from: usize, total: usize) -> String {
 async fn mariadb_regression_suite_ddl_keeps_the_history_equal_to_the_server() {
     let root = mysqltest::suite_root();
     let files = mysqltest::selection("SLUICE_MARIADB_SUITE", &root, SELECTION);
-    let from = std::env::var("SLUICE_MARIADB_SUITE_FROM")
-        .ok()
-        .and_then(|i| i.parse::<usize>().ok())
+    let from = suite_report::env_usize("SLUICE_MARIADB_SUITE_FROM")
         .unwrap_or(0)
         .min(files.len());
     // `SLUICE_MARIADB_SUITE_MINUTES=n`: stop after the file that passes n minutes (a capped run
     // of the full corpus reports what it replayed).
-    let cap = std::env::var("SLUICE_MARIADB_SUITE_MINUTES")
-        .ok()
-        .and_then(|m| m.parse::<u64>().ok())
-        .map(|m| std::time::Instant::now() + Duration::from_secs(m * 60));
+    let cap = suite_report::env_usize("SLUICE_MARIADB_SUITE_MINUTES")
+        .map(|m| std::time::Instant::now() + Duration::from_secs(m as u64 * 60));
     let mut replay = Replay::start().await;
     for f in &files[from..] {
         if cap.is_some_and(|c| std::time::Instant::now() >= c) {

@@ -2,10 +2,12 @@
 //! row binlog, a moto S3 server, an etcd member) in its own temp directory on a free port and
 //! stops it on drop. Nothing here is a mock.
 //!
-//! Layout rule: one file per server it starts, and one for the corpus the MariaDB replays
-//! read (`mysqltest`: statements out of MariaDB's own regression suite).
+//! Layout rule: one file per server it starts, and two for the MariaDB replays: the corpus they
+//! read (`mysqltest`: statements out of MariaDB's own regression suite) and the report they
+//! write (`suite_report`).
 
 pub mod etcd;
 pub mod mariadb;
 pub mod moto;
 pub mod mysqltest;
+pub mod suite_report;

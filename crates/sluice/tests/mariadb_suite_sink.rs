@@ -31,6 +31,7 @@ use common::*;
 use mysql_async::prelude::Queryable;
 use sluice_testkit::mariadb::MariaDb;
 use sluice_testkit::mysqltest::{self, classify, Class};
+use sluice_testkit::suite_report::{self, env_usize, Failure};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -96,14 +97,6 @@ impl Counts {
             c.rebuilds
         )
     }
-}
-
-#[derive(Debug)]
-struct Failure {
-    class: String,
-    at: String,
-    sql: String,
-    detail: String,
 }
 
 type TableName = (String, String);
@@ -464,12 +457,8 @@ impl Replay {
     }
 
     fn fail(&mut self, class: String, line: usize, sql: &str, detail: String) {
-        self.failures.push(Failure {
-            class,
-            at: format!("{}:{line}", self.file),
-            sql: sql.chars().take(400).collect(),
-            detail: detail.chars().take(600).collect(),
-        });
+        let f = Failure::new(class, &self.file, line, sql, &detail);
+        self.failures.push(f);
     }
 
     /// Both sides' tables, `None` if a server cannot be read (the replay replaces it).
@@ -701,15 +690,13 @@ impl Replay {
 
     fn report(&self, from: usize, total: usize) -> String {
         let c = &self.counts;
-        let next = from + c.files;
-        let mut out = format!(
-            "files replayed {} of {total} (from {from}; next part FROM={next}{})\n\
-             statements extracted {}; DDL run {}, accepted upstream {}; DML and settings run {}, \
+        let mut out = suite_report::head(c.files, from, total);
+        let _ = write!(
+            out,
+            "statements extracted {}; DDL run {}, accepted upstream {}; DML and settings run {}, \
              accepted {}\n\
              comparisons {}: table comparisons {}, schema and rows equal downstream {}; \
              changefeed stops {}, downstream rebuilds {}\n",
-            c.files,
-            if next == total { ", none left" } else { "" },
             c.extracted,
             c.ddl_run,
             c.ddl_accepted,
@@ -721,46 +708,14 @@ impl Replay {
             c.stops,
             c.rebuilds
         );
-        let mut classes: BTreeMap<&str, Vec<&Failure>> = BTreeMap::new();
-        for f in &self.failures {
-            classes.entry(&f.class).or_default().push(f);
-        }
-        let mut by_size: Vec<_> = classes.into_iter().collect();
-        by_size.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
-        let _ = writeln!(
-            out,
-            "{} failures in {} classes:",
-            self.failures.len(),
-            by_size.len()
-        );
-        for (class, list) in &by_size {
-            let f = list[0];
-            let _ = writeln!(
-                out,
-                "{:5} {class}\n      e.g. {}: {}\n      {}",
-                list.len(),
-                f.at,
-                f.sql.replace('\n', " "),
-                f.detail
-            );
-        }
+        out.push_str(&suite_report::classes(&self.failures));
         out.push_str(&c.line());
         out
     }
 
     fn write_report(&self, from: usize, total: usize) -> String {
         let report = self.report(from, total);
-        if let Ok(path) = std::env::var("SLUICE_MARIADB_SUITE_REPORT") {
-            let mut full = report.clone();
-            for f in &self.failures {
-                let _ = writeln!(
-                    full,
-                    "\n[{}] {}\n  {}\n  {}",
-                    f.class, f.at, f.sql, f.detail
-                );
-            }
-            std::fs::write(&path, full).expect("write the report");
-        }
+        suite_report::write(&report, &self.failures);
         report
     }
 }
@@ -800,10 +755,6 @@ fn dump(up: &MariaDb, down: &MariaDb, dbs: &[String]) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
 #[test]
