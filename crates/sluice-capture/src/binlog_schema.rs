@@ -396,6 +396,9 @@ impl SchemaHistory {
             // The first rows after an unparsed DDL: the TABLE_MAP completes that version.
             let carry = !v.schema.columns.is_empty();
             v.schema = schema_from_binlog(meta, &v.schema, v.from, carry);
+            // An unparsed `CREATE … WITH SYSTEM VERSIONING`: the binlog names the implicit
+            // `row_start`, `row_end` like any column.
+            crate::schema::mark_implicit_period(&mut v.schema);
             v.from_binlog = false;
             return true;
         }

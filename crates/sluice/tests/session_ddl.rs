@@ -379,9 +379,10 @@ fn rows_the_upstream_accepted_under_non_strict_modes_replicate() {
 /// A table whose CREATE the history cannot parse (`COLUMN_GET(… AS CHAR)`) takes its columns
 /// from the first TABLE_MAP, and its rows are written with them, not with the placeholder the
 /// DDL made. Rows a `check_constraint_checks = 0` session stored against a CHECK constraint are
-/// stored downstream too. All four stopped the changefeed before (found by the MariaDB suite
+/// stored downstream too, and so are the rows of an unparsed `CREATE … WITH SYSTEM VERSIONING`
+/// (its implicit `row_start`, `row_end` are never written). All five stopped the changefeed before (found by the MariaDB suite
 /// replay through the sink: `main/default.test`, `suite/versioning/t/alter.test`,
-/// `main/create.test`, `main/check_constraint.test`).
+/// `main/create.test`, `main/check_constraint.test`, `main/create_select.test`).
 #[test]
 fn ddl_that_failed_upstream_or_needed_keep_history_replicates() {
     let s = replicate(
@@ -405,7 +406,11 @@ fn ddl_that_failed_upstream_or_needed_keep_history_replicates() {
          CREATE TABLE fo.cc (id INT PRIMARY KEY, v INT, CONSTRAINT positive CHECK (v > 0));
          SET SESSION check_constraint_checks = 0;
          INSERT INTO fo.cc VALUES (1, -5), (2, 7);
-         SET SESSION check_constraint_checks = 1;",
+         SET SESSION check_constraint_checks = 1;
+         SET SESSION sql_mode = 'IGNORE_BAD_TABLE_OPTIONS';
+         CREATE TABLE fo.sv (id INT PRIMARY KEY, f INT foo=\"bar\") WITH SYSTEM VERSIONING;
+         INSERT INTO fo.sv VALUES (1, 1), (2, 2);
+         UPDATE fo.sv SET f = 20 WHERE id = 2;",
     )
     .expect("workload");
     let target = master_ts(&s.up);

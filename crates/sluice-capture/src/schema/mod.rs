@@ -267,12 +267,7 @@ impl SchemaHistory {
 
     pub(super) fn push_version(&mut self, mut schema: TableSchema, ts: Ts) {
         schema.version = ts;
-        // MariaDB's implicit system-versioning columns are generated (the server sets them).
-        let from = schema.columns.len() - implicit_period_columns(&schema.columns);
-        let period = [Generation::RowStart, Generation::RowEnd];
-        for (c, g) in schema.columns[from..].iter_mut().zip(period) {
-            c.generated = Some(g);
-        }
+        mark_implicit_period(&mut schema);
         let id = schema.table_id;
         self.index_name(id, &schema.database.clone(), &schema.name.clone());
         self.close(id, ts);
@@ -282,5 +277,15 @@ impl SchemaHistory {
             schema,
             from_binlog: false,
         });
+    }
+}
+
+/// MariaDB's implicit system-versioning columns are generated (the server sets them): never
+/// written to a downstream, flagged in schema files.
+pub(crate) fn mark_implicit_period(schema: &mut TableSchema) {
+    let from = schema.columns.len() - implicit_period_columns(&schema.columns);
+    let period = [Generation::RowStart, Generation::RowEnd];
+    for (c, g) in schema.columns[from..].iter_mut().zip(period) {
+        c.generated = Some(g);
     }
 }
