@@ -325,6 +325,10 @@ impl BinlogReader {
     async fn connect(&mut self) -> Result<()> {
         let opts = mysql_async::Opts::from_url(&self.cfg.url)
             .map_err(|e| CaptureError::Connection(format!("bad url: {e}")))?;
+        // A binlog event may be larger than the server's max_allowed_packet (a replica reads
+        // with slave_max_allowed_packet, 1 GiB): the client takes packets up to that size, or
+        // one big row stops capture for every table.
+        let opts = mysql_async::OptsBuilder::from_opts(opts).max_allowed_packet(Some(1 << 30));
         let mut conn = mysql_async::Conn::new(opts)
             .await
             .map_err(CaptureError::from_mysql)?;

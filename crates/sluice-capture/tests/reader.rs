@@ -366,3 +366,35 @@ async fn an_unreadable_table_map_stops_only_its_table() {
         vec![("b".into(), Value::Int(2)), ("a".into(), Value::Int(3))]
     );
 }
+
+/// A row as large as the server's `max_allowed_packet` makes a binlog event larger than it
+/// (MariaDB's own `main/explain.test` writes one): the reader takes it, as a replica does with
+/// `slave_max_allowed_packet`, instead of failing every reconnect and stopping capture.
+#[tokio::test]
+async fn a_row_as_large_as_max_allowed_packet_is_read() {
+    let db = MariaDb::start().expect("mariadb");
+    db.exec("CREATE DATABASE d; CREATE TABLE d.big (id INT PRIMARY KEY, a LONGTEXT)")
+        .expect("sql");
+    let (file, pos) = db.master_status().expect("status");
+    let packet: usize = db
+        .query_one("SELECT @@global.max_allowed_packet")
+        .expect("max_allowed_packet")
+        .parse()
+        .expect("number");
+    db.exec(
+        "INSERT INTO d.big VALUES (1, REPEAT('a', @@global.max_allowed_packet)); \
+         CREATE TABLE d.marker (id INT PRIMARY KEY)",
+    )
+    .expect("insert");
+    let mut r = reader(&db.url(), 107, BinlogPos::new(file, pos));
+    let txns = read_until(&mut r, |t| is_stmt(t, "marker")).await;
+    let row = txns
+        .iter()
+        .flat_map(|t| t.rows.iter())
+        .next()
+        .expect("the big row");
+    match &row.after.as_ref().expect("image")[1] {
+        Value::Text(s) => assert_eq!(s.len(), packet),
+        other => panic!("unexpected value {:?}", std::mem::discriminant(other)),
+    }
+}
