@@ -263,9 +263,18 @@ pub fn agrees(schema: &TableSchema, meta: &TableMeta) -> bool {
         })
 }
 
-/// Types the binlog cannot tell apart from the history's: MariaDB logs JSON as text.
+/// Whether the binlog's type can be the history's: the same storage shape, text or binary
+/// alike (MariaDB logs JSON as LONGTEXT, and its UUID, INET4 and INET6, which the history keeps
+/// as CHAR-like types, as BINARY).
 fn same_family(history: ColumnType, binlog: ColumnType) -> bool {
-    history == binlog || (history == ColumnType::Json && binlog == ColumnType::Text)
+    use ColumnType::*;
+    let shape = |t: ColumnType| match t {
+        Char | Binary => Char,
+        VarChar | VarBinary => VarChar,
+        Text | Blob | Json => Text,
+        t => t,
+    };
+    shape(history) == shape(binlog)
 }
 
 /// Number types whose TABLE_MAP carries signedness.
@@ -514,6 +523,14 @@ mod tests {
         assert!(!agrees(&wider, &binlog));
         let renamed = table(vec![col("b", "int unsigned"), col("j", "json")]);
         assert!(!agrees(&renamed, &binlog));
+        // MariaDB's UUID is a CHAR-like type in the history, BINARY(16) in the binlog.
+        let uuid = meta(vec![meta_col("u", My::MYSQL_TYPE_STRING, false)]);
+        let mut u = meta_col("u", My::MYSQL_TYPE_STRING, false);
+        u.collation = 63;
+        let uuid_binlog = meta(vec![u]);
+        assert!(agrees(&table(vec![col("u", "uuid")]), &uuid));
+        assert!(agrees(&table(vec![col("u", "uuid")]), &uuid_binlog));
+        assert!(!agrees(&table(vec![col("u", "varchar(36)")]), &uuid_binlog));
         // The repaired version takes the binlog's column where the history's was wrong, so it
         // agrees from then on (no repair per event).
         let repaired = schema_from_binlog(&binlog, &signed, 5, true);
