@@ -13,9 +13,9 @@
 //!   event that every dispatcher stops at (nothing is lost or reordered around it) and changes no
 //!   table; the next check below repairs any table it changed.
 //! - **A history that disagrees with the binlog** ([`SchemaHistory::settle_from_binlog`]): when a
-//!   TABLE_MAP's columns differ from the history's version of the table (names, count, type
-//!   family or signedness), the history was wrong about it (a DDL it misread). Rows are never keyed or described with the
-//!   wrong definition: a new version is made from the TABLE_MAP at the rows' commit ts and the
+//!   TABLE_MAP's columns differ from the history's version of the table (names, count,
+//!   storage shape or signedness), the history was wrong about it (a DDL it misread). Rows are
+//!   never keyed or described with the wrong definition: a new version is made from the TABLE_MAP at the rows' commit ts and the
 //!   repair is recorded in [`SchemaHistory::repairs`] (logged and counted by the server).
 //!
 //! Invariants: a version made here carries over, column by column, what the history knew of a
@@ -173,9 +173,15 @@ fn index_target(toks: &[Token], from: usize, default_db: &str) -> Option<Target>
 /// True when `history` (a version's column) and `binlog` (the TABLE_MAP's) describe the same
 /// column: the same name, type family and signedness ([`agrees`] column by column).
 fn same_column(history: &ColumnDef, binlog: &ColumnDef) -> bool {
-    history.name.eq_ignore_ascii_case(&binlog.name)
-        && same_family(history.ty, binlog.ty)
-        && (!is_signed_number(binlog.ty) || history.unsigned == binlog.unsigned)
+    column_matches(history, &binlog.name, binlog.ty, binlog.unsigned)
+}
+
+/// The one column test of [`agrees`] and [`same_column`]: the binlog's name, type and
+/// signedness can be the history's column.
+fn column_matches(history: &ColumnDef, name: &str, ty: ColumnType, unsigned: bool) -> bool {
+    history.name.eq_ignore_ascii_case(name)
+        && same_family(history.ty, ty)
+        && (!is_signed_number(ty) || history.unsigned == unsigned)
 }
 
 /// The table as the TABLE_MAP describes it, keeping what `prev` knew of the same columns.
@@ -251,16 +257,15 @@ fn column_names(columns: &[ColumnDef]) -> Vec<String> {
 }
 
 /// True when the history's version and the TABLE_MAP describe the same columns in the same
-/// order: the same names, the same type family (MariaDB's JSON is a LONGTEXT in the binlog) and,
-/// for numbers, the same signedness (values are read with it).
+/// order: the same names, the same storage shape ([`same_family`]) and, for numbers, the same
+/// signedness (values are read with it).
 pub fn agrees(schema: &TableSchema, meta: &TableMeta) -> bool {
     schema.columns.len() == meta.columns.len()
-        && schema.columns.iter().zip(&meta.columns).all(|(h, b)| {
-            let ty = b.column_type();
-            h.name.eq_ignore_ascii_case(&b.name)
-                && same_family(h.ty, ty)
-                && (!is_signed_number(ty) || h.unsigned == b.unsigned)
-        })
+        && schema
+            .columns
+            .iter()
+            .zip(&meta.columns)
+            .all(|(h, b)| column_matches(h, &b.name, b.column_type(), b.unsigned))
 }
 
 /// Whether the binlog's type can be the history's: the same storage shape, text or binary
