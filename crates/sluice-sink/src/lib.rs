@@ -41,6 +41,7 @@ pub mod consume;
 pub mod ddl_session;
 pub mod error;
 pub mod fence;
+pub mod kafka;
 pub mod mysql;
 pub mod runner;
 pub mod storage;
@@ -144,6 +145,7 @@ pub async fn check_sink(uri: &str) -> Result<()> {
         SinkConfig::Blackhole => Ok(()),
         SinkConfig::Storage(cfg) => storage::probe(&cfg).await,
         SinkConfig::Mysql(_) => open_sink(uri).await.map(|_| ()),
+        SinkConfig::Kafka(cfg) => cfg.probe().await,
     }
 }
 
@@ -155,7 +157,7 @@ pub async fn check_sink(uri: &str) -> Result<()> {
 pub async fn prepare_new_changefeed(changefeed: &str, uri: &str, start_ts: Ts) -> Result<()> {
     let parsed = SinkUri::parse(uri)?;
     match parsed.config {
-        SinkConfig::Blackhole => Ok(()),
+        SinkConfig::Blackhole | SinkConfig::Kafka(_) => Ok(()),
         SinkConfig::Mysql(cfg) => cfg.prepare(changefeed).await,
         SinkConfig::Storage(cfg) => cfg.prepare(&uri::mask_uri(uri), start_ts).await,
     }
@@ -183,5 +185,6 @@ pub async fn open_sink_with(
         SinkConfig::Blackhole => blackhole::build(fence),
         SinkConfig::Storage(cfg) => cfg.build(fence),
         SinkConfig::Mysql(cfg) => cfg.build(changefeed, fence, holds).await,
+        SinkConfig::Kafka(cfg) => cfg.build(&[], fence),
     }
 }

@@ -214,7 +214,8 @@ pub fn all_types_rows(schema: &TableSchema, commit_ts: Ts, commit_time_ms: u64) 
         .collect()
 }
 
-fn ddl_event(ts: Ts, db: &str, query: &str, table: TableId) -> DdlEvent {
+/// An `ALTER TABLE` of `table` at `ts` (its commit time in ms is `ts` too).
+pub fn ddl_event(ts: Ts, db: &str, query: &str, table: TableId) -> DdlEvent {
     DdlEvent {
         session: Default::default(),
         object_database: None,

@@ -13,6 +13,7 @@ use std::fmt;
 use std::time::Duration;
 use url::Url;
 
+pub use crate::kafka::config::*;
 pub use crate::mysql::config::*;
 pub use crate::storage::config::*;
 
@@ -45,11 +46,29 @@ pub const SECRET_PARAMS: &[&str] = &[
     "access-key",
     "password",
     "session-token",
+    "sasl-password",
+    "sasl-gssapi-password",
+    "sasl-oauth-client-secret",
 ];
 
 /// The URI with the userinfo password and every secret parameter replaced by `******`. Works
 /// on strings that do not parse, too (best effort), so errors can quote it.
 pub fn mask_uri(raw: &str) -> String {
+    // A Kafka URI lists several brokers in its authority: mask the rest, then put them back.
+    if let Some((brokers, rest)) = crate::kafka::config::split_brokers(raw) {
+        if !brokers.iter().any(|b| b.contains('@')) {
+            let masked = mask_url_text(&rest);
+            return masked.replacen(
+                "kafka://brokers",
+                &format!("kafka://{}", brokers.join(",")),
+                1,
+            );
+        }
+    }
+    mask_url_text(raw)
+}
+
+fn mask_url_text(raw: &str) -> String {
     match Url::parse(raw) {
         Ok(mut u) => {
             if u.password().is_some() {
@@ -89,6 +108,7 @@ pub fn mask_uri(raw: &str) -> String {
 pub enum SinkConfig {
     Storage(StorageConfig),
     Mysql(MysqlConfig),
+    Kafka(KafkaConfig),
     Blackhole,
 }
 
@@ -201,7 +221,12 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 impl SinkUri {
     pub fn parse(raw: &str) -> Result<SinkUri> {
         let masked = mask_uri(raw);
-        let url = Url::parse(raw)
+        // Kafka lists several brokers in the authority, which a URL cannot hold.
+        let (brokers, raw) = match crate::kafka::config::split_brokers(raw) {
+            Some((b, rest)) => (b, rest),
+            None => (Vec::new(), raw.to_string()),
+        };
+        let url = Url::parse(&raw)
             .map_err(|e| SinkError::invalid_uri(&masked, format!("not a URI: {e}")))?;
         let mut map = BTreeMap::new();
         for (k, v) in url.query_pairs() {
@@ -216,11 +241,14 @@ impl SinkUri {
         let config = match url.scheme() {
             "file" | "s3" => SinkConfig::Storage(StorageConfig::from_uri(&url, &mut p, &masked)?),
             "mysql" => SinkConfig::Mysql(MysqlConfig::from_uri(&url, &mut p, &masked)?),
+            "kafka" => SinkConfig::Kafka(KafkaConfig::from_uri(brokers, &url, &mut p, &masked)?),
             "blackhole" => SinkConfig::Blackhole,
             other => {
                 return Err(SinkError::invalid_uri(
                     &masked,
-                    format!("unknown scheme {other:?} (expected file, s3, mysql or blackhole)"),
+                    format!(
+                        "unknown scheme {other:?} (expected file, s3, mysql, kafka or blackhole)"
+                    ),
                 ))
             }
         };
@@ -245,7 +273,23 @@ mod tests {
 
     #[test]
     fn bad_uris_say_what_is_wrong() {
-        assert!(err("kafka://x/y").contains("unknown scheme \"kafka\""));
+        assert!(err("pulsar://x/y").contains("unknown scheme \"pulsar\""));
+        assert!(err("kafka://127.0.0.1:9092/t").contains("protocol"));
+        assert!(err("kafka://127.0.0.1:9092/?protocol=canal-json").contains("missing topic"));
+        assert!(err("kafka:///t?protocol=canal-json").contains("missing broker"));
+        assert!(err("kafka://host/t?protocol=canal-json").contains("host:port"));
+        assert!(err("kafka://h:9092/t?protocol=avro").contains("not supported yet"));
+        assert!(err("kafka://h:9092/t?protocol=canal-json&compression=zstd")
+            .contains("not supported yet"));
+        assert!(err("kafka://h:9092/t?protocol=canal-json&enable-tls=true")
+            .contains("not supported yet"));
+        assert!(
+            err("kafka://h:9092/t?protocol=canal-json&partition-num=0").contains("partition-num=0")
+        );
+        assert!(
+            err("kafka://h:9092/t?protocol=canal-json&required-acks=2").contains("required-acks=2")
+        );
+        assert!(err("kafka://h:9092/bad%20topic?protocol=canal-json").contains("topic"));
         assert!(err("s3:///prefix").contains("missing bucket"));
         assert!(err("file:///tmp/x?flush-interval=abc").contains("flush-interval=abc"));
         assert!(err("file:///tmp/x?flush-interval=10ms").contains("must be within"));

@@ -1,5 +1,5 @@
 //! Test harness shared by the integration tests: each helper starts a real server (MariaDB with
-//! row binlog, a moto S3 server, an etcd member) in its own temp directory on a free port and
+//! row binlog, a moto S3 server, an etcd member, a Kafka-protocol broker) in its own temp directory on a free port and
 //! stops it on drop. Nothing here is a mock.
 //!
 //! Layout rule: one file per server it starts, and two for the MariaDB replays: the corpus they
@@ -7,6 +7,7 @@
 //! write (`suite_report`).
 
 pub mod etcd;
+pub mod kafka;
 pub mod mariadb;
 pub mod moto;
 pub mod mysqltest;

@@ -30,6 +30,19 @@ pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
+/// (year, month 1–12, day 1–31), proleptic Gregorian, to days since 1970-01-01: the inverse of
+/// [`civil_from_days`].
+pub fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    const DAYS_FROM_0000_03_01_TO_EPOCH: i64 = 719_468;
+    let y = year - i64::from(month <= 2);
+    let era = y.div_euclid(400);
+    let year_of_era = y.rem_euclid(400);
+    let month_from_march = i64::from((month + 9) % 12);
+    let day_of_year = (153 * month_from_march + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - DAYS_FROM_0000_03_01_TO_EPOCH
+}
+
 /// A UTC time in microseconds since the epoch as (year, month, day, hour, minute, second,
 /// microsecond).
 pub fn utc_parts(micros: i64) -> (i64, u32, u32, u32, u32, u32, u32) {
@@ -44,6 +57,16 @@ pub fn utc_parts(micros: i64) -> (i64, u32, u32, u32, u32, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn days_from_civil_inverts_civil_from_days() {
+        for days in (-800_000..800_000).step_by(7) {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days, "{y}-{m}-{d}");
+        }
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+    }
 
     /// Days since the epoch counted one day at a time, the slow and obvious way.
     fn days_by_counting(y: i64, m: u32, d: u32) -> i64 {

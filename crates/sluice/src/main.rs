@@ -88,8 +88,15 @@ struct CheckArgs {
 #[derive(ClapArgs)]
 struct ConsumeArgs {
     /// The storage sink URI the changefeed wrote to (file://… or s3://…, with its protocol).
+    #[arg(long, conflicts_with = "kafka", required_unless_present = "kafka")]
+    storage: Option<String>,
+    /// The Kafka sink URI the changefeed wrote to (kafka://host:port/topic?protocol=…); read
+    /// from the start of every partition until caught up.
     #[arg(long)]
-    storage: String,
+    kafka: Option<String>,
+    /// With --kafka: how long to wait for more once every partition reached its end.
+    #[arg(long, default_value = "2s")]
+    idle: String,
     /// The downstream MySQL sink URI (mysql://user:pass@host:port/).
     #[arg(long)]
     downstream: String,
@@ -179,24 +186,49 @@ fn check(a: CheckArgs) -> ExitCode {
 }
 
 fn consume(a: ConsumeArgs) -> ExitCode {
-    register_url(&a.storage);
+    let source = a
+        .storage
+        .clone()
+        .or_else(|| a.kafka.clone())
+        .unwrap_or_default();
+    register_url(&source);
     register_url(&a.downstream);
-    let args = sluice_sink::consume::ConsumeArgs {
-        storage: a.storage.clone(),
-        downstream: a.downstream.clone(),
-    };
     let rt = match runtime() {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
-    match rt.block_on(sluice_sink::consume::run(&args)) {
+    let done = match (&a.storage, &a.kafka) {
+        (Some(storage), _) => rt.block_on(sluice_sink::consume::run(
+            &sluice_sink::consume::ConsumeArgs {
+                storage: storage.clone(),
+                downstream: a.downstream.clone(),
+            },
+        )),
+        (None, Some(kafka)) => {
+            let Some(idle) = sluice_sink::uri::parse_duration(&a.idle) else {
+                return fail(format!(
+                    "--idle {:?}: expected a duration like 2s or 500ms",
+                    a.idle
+                ));
+            };
+            rt.block_on(sluice_sink::kafka::consume::run(
+                &sluice_sink::kafka::consume::KafkaConsumeArgs {
+                    kafka: kafka.clone(),
+                    downstream: a.downstream.clone(),
+                    idle,
+                },
+            ))
+        }
+        (None, None) => return fail("consume needs --storage or --kafka".to_string()),
+    };
+    match done {
         Ok(report) => {
             println!("{}", scrub(&report.to_string()));
             ExitCode::SUCCESS
         }
         Err(e) => fail(format!(
             "consume {} into {}: {e}",
-            mask_url(&a.storage),
+            mask_url(&source),
             mask_url(&a.downstream)
         )),
     }

@@ -9,7 +9,9 @@
 
 use super::{is_binary, value_bytes, value_from_text, value_text, DecodedRow};
 use crate::error::{Result, SinkError};
-use sluice_types::{ColumnDef, ColumnType, RowEvent, RowKind, TableSchema, Value};
+use sluice_types::{
+    ColumnDef, ColumnType, DdlEvent, DdlKind, RowEvent, RowKind, TableSchema, Ts, Value,
+};
 
 pub const TERMINATOR: &str = "\r\n";
 
@@ -85,8 +87,20 @@ fn push_image(out: &mut String, schema: &TableSchema, values: &[Value]) -> Resul
     Ok(())
 }
 
-/// Appends the canal-json line of one row change.
+/// Appends the canal-json line of one row change (the message and the terminator).
 pub fn encode_row(
+    out: &mut String,
+    tidb_extension: bool,
+    schema: &TableSchema,
+    row: &RowEvent,
+) -> Result<()> {
+    encode_row_message(out, tidb_extension, schema, row)?;
+    out.push_str(TERMINATOR);
+    Ok(())
+}
+
+/// Appends the canal-json object of one row change (a Kafka message's value).
+pub fn encode_row_message(
     out: &mut String,
     tidb_extension: bool,
     schema: &TableSchema,
@@ -157,8 +171,49 @@ pub fn encode_row(
         out.push_str(&format!(",\"_tidb\":{{\"commitTs\":{}}}", row.commit_ts));
     }
     out.push('}');
-    out.push_str(TERMINATOR);
     Ok(())
+}
+
+/// canal's event type of a DDL (TiCDC's mapping; everything else is `QUERY`).
+pub fn ddl_type(kind: DdlKind) -> &'static str {
+    match kind {
+        DdlKind::CreateTable => "CREATE",
+        DdlKind::DropTable => "ERASE",
+        DdlKind::AlterTable => "ALTER",
+        DdlKind::TruncateTable => "TRUNCATE",
+        DdlKind::RenameTable => "RENAME",
+        _ => "QUERY",
+    }
+}
+
+/// The canal-json object of a DDL (a Kafka message's value): `table` is the table it changes
+/// ("" for a database-level DDL); with the TiDB extension `_tidb.commitTs` carries its commit ts.
+pub fn encode_ddl_message(tidb_extension: bool, ddl: &DdlEvent, table: &str) -> String {
+    let mut out = String::from("{\"id\":0,\"database\":");
+    out.push_str(&json_str(ddl.target_database()));
+    out.push_str(",\"table\":");
+    out.push_str(&json_str(table));
+    out.push_str(",\"pkNames\":null,\"isDdl\":true,\"type\":\"");
+    out.push_str(ddl_type(ddl.kind));
+    out.push_str(&format!(
+        "\",\"es\":{0},\"ts\":{0},\"sql\":",
+        ddl.commit_time_ms
+    ));
+    out.push_str(&json_str(&ddl.query));
+    out.push_str(",\"sqlType\":null,\"mysqlType\":null,\"data\":null,\"old\":null");
+    if tidb_extension {
+        out.push_str(&format!(",\"_tidb\":{{\"commitTs\":{}}}", ddl.commit_ts));
+    }
+    out.push('}');
+    out
+}
+
+/// The canal-json WATERMARK message TiCDC sends with the TiDB extension: every event with a
+/// smaller commit ts was sent before it on its partition.
+pub fn encode_watermark_message(ts: Ts, time_ms: u64) -> String {
+    format!(
+        "{{\"id\":0,\"database\":\"\",\"table\":\"\",\"pkNames\":null,\"isDdl\":false,\"type\":\"TIDB_WATERMARK\",\"es\":{time_ms},\"ts\":{time_ms},\"sql\":\"\",\"sqlType\":null,\"mysqlType\":null,\"data\":null,\"old\":null,\"_tidb\":{{\"watermarkTs\":{ts}}}}}"
+    )
 }
 
 fn decode_image(v: &serde_json::Value, schema: &TableSchema) -> Result<Vec<Value>> {

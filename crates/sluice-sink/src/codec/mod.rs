@@ -1,5 +1,6 @@
-//! Row codecs of the storage sink: csv ([`csv`]) and canal-json ([`canal`]), both encode and
-//! decode (decode serves `consume`), plus the value-to-text rules they share.
+//! Row codecs of the sinks: csv ([`csv`]) and canal-json ([`canal`]) for storage, canal-json and
+//! the Debezium envelope ([`debezium`]) for Kafka, each encode and decode (decode serves
+//! `consume`), plus the value-to-text rules they share.
 //!
 //! Invariants:
 //! - encoding is a pure function of (schema, row, options): the same input gives the same bytes
@@ -10,6 +11,7 @@
 
 pub mod canal;
 pub mod csv;
+pub mod debezium;
 
 use crate::error::{Result, SinkError};
 use sluice_types::{ColumnDef, ColumnType, RowEvent, RowKind, TableSchema, Value};

@@ -1,0 +1,468 @@
+//! The Debezium JSON envelope (Kafka Connect's JSON converter with schemas on), as the Debezium
+//! MySQL connector writes it with its default settings, except where noted in
+//! `docs/kafka.md`: DECIMAL is a string (`decimal.handling.mode=string`), `ts_ms` is the commit
+//! time (not the wall clock, so output is deterministic), no tombstone follows a delete, and a
+//! DDL travels in the table's own topic (every partition) as a schema-change payload, so a
+//! consumer meets it in order with the rows.
+//!
+//! Invariants:
+//! - encoding is a pure function of (schema, row, topic prefix): golden files pin it;
+//! - every column carries its MySQL type in the parameter `__debezium.source.column.type`
+//!   (Debezium's `column.propagate.source.type`), which decoding uses to give values back in
+//!   MySQL's text form;
+//! - `source.commit_ts` is Sluice's commit ts (binlog file index << 32 | end position) and
+//!   `source.pos` that end position, so a consumer can order and deduplicate;
+//! - decoding never panics on external data: malformed input is a [`SinkError::Codec`].
+
+use super::{base64_decode, base64_encode, value_bytes, value_text, DecodedRow};
+use crate::error::{Result, SinkError};
+use serde_json::{json, Map, Value as Json};
+use sluice_types::civil::{days_from_civil, utc_parts};
+use sluice_types::{ColumnDef, ColumnType, DdlEvent, RowEvent, RowKind, TableSchema, Ts, Value};
+
+/// `source.connector` of every message.
+pub const CONNECTOR: &str = "sluice";
+/// `source.version`: the Debezium envelope version this follows.
+pub const ENVELOPE_VERSION: &str = "2.7.0.Final";
+/// The parameter carrying a column's MySQL type.
+pub const SOURCE_TYPE: &str = "__debezium.source.column.type";
+
+/// The Kafka Connect type, the semantic name and the MySQL type of a column.
+fn field_schema(col: &ColumnDef) -> Json {
+    let (ty, name): (&str, Option<&str>) = match col.ty {
+        ColumnType::TinyInt => ("int16", None),
+        ColumnType::SmallInt if !col.unsigned => ("int16", None),
+        ColumnType::SmallInt | ColumnType::MediumInt => ("int32", None),
+        ColumnType::Int if !col.unsigned => ("int32", None),
+        ColumnType::Int | ColumnType::BigInt => ("int64", None),
+        ColumnType::Float => ("float", None),
+        ColumnType::Double => ("double", None),
+        ColumnType::Decimal => ("string", None),
+        ColumnType::Char | ColumnType::VarChar | ColumnType::Text => ("string", None),
+        ColumnType::Json => ("string", Some("io.debezium.data.Json")),
+        ColumnType::Enum => ("string", Some("io.debezium.data.Enum")),
+        ColumnType::Set => ("string", Some("io.debezium.data.EnumSet")),
+        ColumnType::Binary | ColumnType::VarBinary | ColumnType::Blob | ColumnType::Geometry => {
+            ("bytes", None)
+        }
+        ColumnType::Date => ("int32", Some("io.debezium.time.Date")),
+        ColumnType::Time => ("int64", Some("io.debezium.time.MicroTime")),
+        ColumnType::DateTime if col.decimals <= 3 => ("int64", Some("io.debezium.time.Timestamp")),
+        ColumnType::DateTime => ("int64", Some("io.debezium.time.MicroTimestamp")),
+        ColumnType::Timestamp => ("string", Some("io.debezium.time.ZonedTimestamp")),
+        ColumnType::Year => ("int32", Some("io.debezium.time.Year")),
+        ColumnType::Bit if bit_width(col) == 1 => ("boolean", None),
+        ColumnType::Bit => ("bytes", Some("io.debezium.data.Bits")),
+    };
+    let mut f = Map::new();
+    f.insert("type".into(), json!(ty));
+    f.insert("optional".into(), json!(col.nullable));
+    if let Some(n) = name {
+        f.insert("name".into(), json!(n));
+    }
+    let mut params = Map::new();
+    params.insert(SOURCE_TYPE.into(), json!(col.sql_type.to_ascii_uppercase()));
+    if col.ty == ColumnType::Bit {
+        params.insert("length".into(), json!(bit_width(col).to_string()));
+    }
+    f.insert("parameters".into(), Json::Object(params));
+    f.insert("field".into(), json!(col.name));
+    Json::Object(f)
+}
+
+fn date_days(year: u16, month: u8, day: u8) -> Option<i64> {
+    (month >= 1 && day >= 1)
+        .then(|| days_from_civil(i64::from(year), u32::from(month), u32::from(day)))
+}
+
+/// A column value as Debezium's JSON converter writes it (see the module docs). A value
+/// Debezium cannot represent (a zero date) is `null`, as the Debezium MySQL connector does.
+fn field_value(v: &Value, col: &ColumnDef) -> Json {
+    match v {
+        Value::Null => Json::Null,
+        Value::Int(i) => json!(i),
+        Value::UInt(u) if col.ty == ColumnType::Bit => bit_value(*u, col),
+        Value::UInt(u) => json!(u),
+        Value::Float(f) => json!(f),
+        Value::Double(f) => json!(f),
+        Value::Bit { bits, .. } => bit_value(*bits, col),
+        Value::Date { year, month, day } => {
+            date_days(*year, *month, *day).map_or(Json::Null, |d| json!(d))
+        }
+        Value::Time {
+            negative,
+            hours,
+            minutes,
+            seconds,
+            micros,
+        } => {
+            let us = ((i64::from(*hours) * 60 + i64::from(*minutes)) * 60 + i64::from(*seconds))
+                * 1_000_000
+                + i64::from(*micros);
+            json!(if *negative { -us } else { us })
+        }
+        Value::DateTime {
+            year,
+            month,
+            day,
+            hour,
+            minute,
+            second,
+            micros,
+        } => match date_days(*year, *month, *day) {
+            None => Json::Null,
+            Some(d) => {
+                let us = ((d * 24 + i64::from(*hour)) * 60 + i64::from(*minute)) * 60_000_000
+                    + i64::from(*second) * 1_000_000
+                    + i64::from(*micros);
+                json!(if col.decimals <= 3 {
+                    us.div_euclid(1000)
+                } else {
+                    us
+                })
+            }
+        },
+        Value::Timestamp { micros } => {
+            let (y, m, d, h, mi, s, us) = utc_parts(*micros);
+            let frac = if col.decimals == 0 {
+                String::new()
+            } else {
+                format!(".{:06}", us)[..=usize::from(col.decimals.min(6))].to_string()
+            };
+            json!(format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}{frac}Z"))
+        }
+        Value::Year(y) => json!(y),
+        _ if super::is_binary(col.ty) => {
+            json!(base64_encode(&value_bytes(v, col).unwrap_or_default()))
+        }
+        other => value_text(other, col).map_or(Json::Null, Json::String),
+    }
+}
+
+/// The width of a BIT column: its length, else the `(n)` of its type, else 1 (MySQL's default).
+fn bit_width(col: &ColumnDef) -> u64 {
+    if col.length > 0 {
+        return col.length;
+    }
+    let t = &col.sql_type;
+    t.find('(')
+        .and_then(|i| t[i + 1..].split(')').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(1)
+}
+
+fn bit_value(bits: u64, col: &ColumnDef) -> Json {
+    let width = bit_width(col);
+    if width == 1 {
+        return json!(bits != 0);
+    }
+    let n = width.div_ceil(8).clamp(1, 8) as usize;
+    json!(base64_encode(&bits.to_le_bytes()[..n]))
+}
+
+fn image(schema: &TableSchema, values: Option<&[Value]>) -> Result<Json> {
+    let Some(values) = values else {
+        return Ok(Json::Null);
+    };
+    if values.len() != schema.columns.len() {
+        return Err(SinkError::Codec(format!(
+            "{}: row has {} values for {} columns",
+            schema.qualified_name(),
+            values.len(),
+            schema.columns.len()
+        )));
+    }
+    let mut m = Map::new();
+    for (v, col) in values.iter().zip(&schema.columns) {
+        m.insert(col.name.clone(), field_value(v, col));
+    }
+    Ok(Json::Object(m))
+}
+
+fn source_schema() -> Json {
+    let f = |ty: &str, optional: bool, field: &str| json!({"type": ty, "optional": optional, "field": field});
+    json!({
+        "type": "struct",
+        "fields": [
+            f("string", false, "version"), f("string", false, "connector"), f("string", false, "name"),
+            f("int64", false, "ts_ms"), f("string", true, "snapshot"), f("string", false, "db"),
+            f("string", true, "table"), f("int64", false, "server_id"), f("string", true, "gtid"),
+            f("string", false, "file"), f("int64", false, "pos"), f("int32", false, "row"),
+            f("int64", true, "thread"), f("string", true, "query"), f("int64", false, "commit_ts"),
+        ],
+        "optional": false,
+        "name": "io.debezium.connector.mysql.Source",
+        "field": "source"
+    })
+}
+
+fn source(name: &str, db: &str, table: Option<&str>, commit_ts: Ts, time_ms: u64) -> Json {
+    json!({
+        "version": ENVELOPE_VERSION, "connector": CONNECTOR, "name": name, "ts_ms": time_ms,
+        "snapshot": "false", "db": db, "table": table, "server_id": 0, "gtid": null,
+        "file": "", "pos": commit_ts & 0xffff_ffff, "row": 0, "thread": null, "query": null,
+        "commit_ts": commit_ts
+    })
+}
+
+/// The value of a row change's message. `name`: the logical server name (`source.name` and
+/// the schema names' prefix; the sink passes its topic).
+pub fn encode_row_value(name: &str, schema: &TableSchema, row: &RowEvent) -> Result<String> {
+    let fields: Vec<Json> = schema.columns.iter().map(field_schema).collect();
+    let record = format!("{name}.{}.{}", schema.database, schema.name);
+    let image_schema = |field: &str| json!({"type": "struct", "fields": fields, "optional": true, "name": format!("{record}.Value"), "field": field});
+    let (op, before, after) = match row.kind {
+        RowKind::Insert => ("c", Json::Null, image(schema, row.after.as_deref())?),
+        RowKind::Update => (
+            "u",
+            image(schema, row.before.as_deref())?,
+            image(schema, row.after.as_deref())?,
+        ),
+        RowKind::Delete => ("d", image(schema, row.before.as_deref())?, Json::Null),
+    };
+    if (row.kind != RowKind::Insert && before.is_null())
+        || (row.kind != RowKind::Delete && after.is_null())
+    {
+        return Err(SinkError::Codec(format!(
+            "{}: {:?} row without its image",
+            schema.qualified_name(),
+            row.kind
+        )));
+    }
+    let msg = json!({
+        "schema": {
+            "type": "struct",
+            "fields": [image_schema("before"), image_schema("after"), source_schema(),
+                {"type": "string", "optional": false, "field": "op"},
+                {"type": "int64", "optional": true, "field": "ts_ms"}],
+            "optional": false,
+            "name": format!("{record}.Envelope"),
+            "version": 1
+        },
+        "payload": {
+            "before": before, "after": after,
+            "source": source(name, &schema.database, Some(&schema.name), row.commit_ts, row.commit_time_ms),
+            "op": op, "ts_ms": row.commit_time_ms
+        }
+    });
+    Ok(msg.to_string())
+}
+
+/// The key of a row change's message: the key columns (primary key, else the not-null unique
+/// key the rows are routed by); `None` for a table without one.
+pub fn encode_key(name: &str, schema: &TableSchema, row: &RowEvent) -> Option<String> {
+    if schema.key_columns.is_empty() {
+        return None;
+    }
+    let values = match row.kind {
+        RowKind::Delete => row.before.as_deref()?,
+        _ => row.after.as_deref()?,
+    };
+    let mut fields = Vec::new();
+    let mut payload = Map::new();
+    for &k in &schema.key_columns {
+        let col = schema.columns.get(k)?;
+        fields.push(field_schema(col));
+        payload.insert(col.name.clone(), field_value(values.get(k)?, col));
+    }
+    let msg = json!({
+        "schema": {"type": "struct", "fields": fields, "optional": false,
+                   "name": format!("{name}.{}.{}.Key", schema.database, schema.name)},
+        "payload": payload
+    });
+    Some(msg.to_string())
+}
+
+/// The value of a DDL's message: Debezium's schema-change payload (`databaseName`, `ddl`) with
+/// the source block.
+pub fn encode_ddl_value(name: &str, ddl: &DdlEvent, table: &str) -> String {
+    let table = (!table.is_empty()).then_some(table);
+    json!({
+        "schema": null,
+        "payload": {
+            "source": source(name, ddl.target_database(), table, ddl.commit_ts, ddl.commit_time_ms),
+            "ts_ms": ddl.commit_time_ms,
+            "databaseName": ddl.target_database(),
+            "schemaName": null,
+            "ddl": ddl.query,
+            "tableChanges": []
+        }
+    })
+    .to_string()
+}
+
+/// What one Debezium message holds, decoded (consume's side).
+#[derive(Debug)]
+pub enum Decoded {
+    Row {
+        database: String,
+        table: String,
+        /// The columns in the schema's order, their MySQL types, and the key columns' names.
+        columns: Vec<(String, String)>,
+        row: DecodedRow,
+    },
+    Ddl {
+        database: String,
+        query: String,
+        commit_ts: Ts,
+    },
+}
+
+fn codec_err(what: &str) -> SinkError {
+    SinkError::Codec(format!("debezium: {what}"))
+}
+
+/// Decodes a message value.
+pub fn decode(value: &[u8]) -> Result<Decoded> {
+    let v: Json = serde_json::from_slice(value).map_err(|e| codec_err(&e.to_string()))?;
+    let payload = v.get("payload").ok_or_else(|| codec_err("no payload"))?;
+    let source = payload
+        .get("source")
+        .ok_or_else(|| codec_err("no source"))?;
+    let commit_ts = source
+        .get("commit_ts")
+        .and_then(Json::as_u64)
+        .ok_or_else(|| codec_err("source without commit_ts"))?;
+    let database = source
+        .get("db")
+        .and_then(Json::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if let Some(ddl) = payload.get("ddl").and_then(Json::as_str) {
+        return Ok(Decoded::Ddl {
+            database,
+            query: ddl.to_string(),
+            commit_ts,
+        });
+    }
+    let table = source
+        .get("table")
+        .and_then(Json::as_str)
+        .ok_or_else(|| codec_err("source without table"))?
+        .to_string();
+    let fields = v
+        .pointer("/schema/fields")
+        .and_then(Json::as_array)
+        .and_then(|f| {
+            f.iter()
+                .find(|x| x.get("field").and_then(Json::as_str) == Some("after"))
+        })
+        .and_then(|a| a.get("fields"))
+        .and_then(Json::as_array)
+        .ok_or_else(|| codec_err("schema without the after struct's fields"))?;
+    let cols: Vec<Field> = fields.iter().map(Field::read).collect::<Result<_>>()?;
+    let kind = match payload.get("op").and_then(Json::as_str) {
+        Some("c") | Some("r") => RowKind::Insert,
+        Some("u") => RowKind::Update,
+        Some("d") => RowKind::Delete,
+        other => return Err(codec_err(&format!("unknown op {other:?}"))),
+    };
+    let img = |k: &str| -> Result<Option<Vec<Value>>> {
+        match payload.get(k) {
+            None | Some(Json::Null) => Ok(None),
+            Some(o) => cols
+                .iter()
+                .map(|c| c.value(o.get(&c.name).unwrap_or(&Json::Null)))
+                .collect::<Result<Vec<_>>>()
+                .map(Some),
+        }
+    };
+    let row = DecodedRow {
+        kind,
+        commit_ts: Some(commit_ts),
+        before: img("before")?,
+        after: img("after")?,
+    };
+    let columns = cols.into_iter().map(|c| (c.name, c.source_type)).collect();
+    Ok(Decoded::Row {
+        database,
+        table,
+        columns,
+        row,
+    })
+}
+
+/// One column of a message's schema.
+struct Field {
+    name: String,
+    ty: String,
+    semantic: Option<String>,
+    source_type: String,
+}
+
+impl Field {
+    fn read(f: &Json) -> Result<Field> {
+        let s = |k: &str| f.get(k).and_then(Json::as_str).map(str::to_string);
+        Ok(Field {
+            name: s("field").ok_or_else(|| codec_err("a field without its name"))?,
+            ty: s("type").unwrap_or_default(),
+            semantic: s("name"),
+            source_type: f
+                .pointer(&format!("/parameters/{SOURCE_TYPE}"))
+                .and_then(Json::as_str)
+                .unwrap_or_default()
+                .to_string(),
+        })
+    }
+
+    /// The value in MySQL's text form (bytes for binary columns, an integer for BIT).
+    fn value(&self, v: &Json) -> Result<Value> {
+        if v.is_null() {
+            return Ok(Value::Null);
+        }
+        let text = |t: String| -> Result<Value> { Ok(Value::Text(t)) };
+        match (self.semantic.as_deref(), v) {
+            (Some("io.debezium.time.Date"), Json::Number(n)) => {
+                let (y, m, d) = sluice_types::civil::civil_from_days(
+                    n.as_i64().ok_or_else(|| codec_err("bad date"))?,
+                );
+                text(format!("{y:04}-{m:02}-{d:02}"))
+            }
+            (Some("io.debezium.time.MicroTime"), Json::Number(n)) => {
+                text(micro_time(n.as_i64().ok_or_else(|| codec_err("bad time"))?))
+            }
+            (Some("io.debezium.time.Timestamp"), Json::Number(n)) => text(datetime(
+                n.as_i64().ok_or_else(|| codec_err("bad datetime"))? * 1000,
+            )),
+            (Some("io.debezium.time.MicroTimestamp"), Json::Number(n)) => text(datetime(
+                n.as_i64().ok_or_else(|| codec_err("bad datetime"))?,
+            )),
+            (Some("io.debezium.time.ZonedTimestamp"), Json::String(s)) => {
+                text(s.trim_end_matches('Z').replacen('T', " ", 1))
+            }
+            (Some("io.debezium.data.Bits"), Json::String(s)) => {
+                let b = base64_decode(s)?;
+                Ok(Value::UInt(
+                    b.iter()
+                        .rev()
+                        .fold(0u64, |acc, x| (acc << 8) | u64::from(*x)),
+                ))
+            }
+            (_, Json::Bool(b)) => Ok(Value::UInt(u64::from(*b))),
+            (_, Json::String(s)) if self.ty == "bytes" => Ok(Value::Bytes(base64_decode(s)?)),
+            (_, Json::String(s)) => text(s.clone()),
+            (_, Json::Number(n)) => text(n.to_string()),
+            (_, other) => Err(codec_err(&format!(
+                "column {}: unexpected value {other}",
+                self.name
+            ))),
+        }
+    }
+}
+
+fn micro_time(us: i64) -> String {
+    let sign = if us < 0 { "-" } else { "" };
+    let a = us.unsigned_abs();
+    let (s, frac) = (a / 1_000_000, a % 1_000_000);
+    format!(
+        "{sign}{:02}:{:02}:{:02}.{frac:06}",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+fn datetime(us: i64) -> String {
+    let (y, m, d, h, mi, s, frac) = utc_parts(us);
+    format!("{y:04}-{m:02}-{d:02} {h:02}:{mi:02}:{s:02}.{frac:06}")
+}

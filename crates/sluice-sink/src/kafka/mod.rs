@@ -1,0 +1,528 @@
+//! The Kafka sink (`kafka://host:port[,…]/topic?protocol=canal-json|debezium&…`): each row change
+//! is one message (TiCDC's canal-json or the Debezium envelope), routed to a topic and partition
+//! by [`route`]; a DDL goes to every partition of its table's topic; with canal-json's TiDB
+//! extension the changefeed checkpoint goes to every partition of every topic written as a
+//! WATERMARK message.
+//!
+//! Invariants:
+//! - a dispatcher's ack rises only after the broker acknowledged every message before it
+//!   (`flush` waits for each delivery report; the runner raises the ack after `flush`);
+//! - per partition, messages leave in the order they were produced: the idempotent producer
+//!   (`required-acks=-1`, the default) keeps that order and drops duplicates across the
+//!   client's own retries; a failed delivery fails the dispatcher, and its successor replays
+//!   from the checkpoint (at-least-once: a consumer deduplicates by commit ts);
+//! - an update that changes its row's key is sent as a delete of the old key then an insert of
+//!   the new one, so every message of a key goes to that key's partition;
+//! - a message larger than `max-message-bytes` fails its dispatcher with an error naming the
+//!   parameter (fatal); nothing is cut or dropped;
+//! - the write fence is checked immediately before every produce;
+//! - a buffer holds at most [`MAX_BUFFERED_BYTES`] of encoded messages before it is flushed.
+
+pub mod config;
+pub mod consume;
+pub mod route;
+
+use crate::error::{Result, SinkError};
+use crate::fence::BoundFence;
+use crate::runner::{Backend, Runner, WriterSpec};
+use crate::{DdlRecord, RowBatch};
+use async_trait::async_trait;
+use config::{KafkaConfig, KafkaProtocol};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::ClientConfig;
+use route::{DispatchRule, Router};
+use sluice_types::{DdlEvent, RowEvent, RowKind, TableSchema, Ts};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Encoded messages a dispatcher buffers before it must flush.
+pub const MAX_BUFFERED_BYTES: usize = 8 << 20;
+/// How often buffered messages are sent without being asked.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
+
+/// One encoded message.
+struct Message {
+    topic: String,
+    partition: i32,
+    key: Option<String>,
+    value: String,
+}
+
+/// A dispatcher's buffer.
+#[derive(Default)]
+pub struct KafkaWriter {
+    pending: Vec<Message>,
+    bytes: usize,
+}
+
+pub struct Kafka {
+    cfg: KafkaConfig,
+    router: Router,
+    producer: FutureProducer,
+    admin: AdminClient<DefaultClientContext>,
+    /// Partition count of each topic used so far (the topics watermarks go to).
+    partitions: Mutex<BTreeMap<String, i32>>,
+}
+
+pub type KafkaSink = Runner<Kafka>;
+
+/// A broker error as a sink error: what failed, retryable unless it cannot succeed as it is.
+pub(crate) fn broker_error(what: impl Into<String>, e: &KafkaError) -> SinkError {
+    let fatal = matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::MessageSizeTooLarge
+                | RDKafkaErrorCode::InvalidTopic
+                | RDKafkaErrorCode::TopicAuthorizationFailed
+                | RDKafkaErrorCode::ClusterAuthorizationFailed
+                | RDKafkaErrorCode::InvalidConfig
+                | RDKafkaErrorCode::InvalidReplicationFactor
+                | RDKafkaErrorCode::InvalidPartitions
+        )
+    );
+    SinkError::Broker {
+        what: what.into(),
+        reason: e.to_string(),
+        retryable: !fatal,
+    }
+}
+
+impl KafkaConfig {
+    fn client(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        for (k, v) in self.client_settings() {
+            c.set(k, v);
+        }
+        c
+    }
+
+    /// Builds the sink (`rules`: the changefeed's `[[sink.dispatchers]]`); `fence`: checked
+    /// before every produce.
+    pub fn build(
+        &self,
+        rules: &[DispatchRule],
+        fence: Option<crate::WriteFence>,
+    ) -> Result<Arc<dyn crate::Sink>> {
+        let masked = format!("kafka://{}/{}", self.brokers.join(","), self.topic);
+        let router =
+            Router::new(&self.topic, rules).map_err(|e| SinkError::invalid_uri(&masked, e))?;
+        let producer: FutureProducer = self
+            .client()
+            .create()
+            .map_err(|e| broker_error("creating the Kafka producer", &e))?;
+        let admin: AdminClient<DefaultClientContext> = self
+            .client()
+            .create()
+            .map_err(|e| broker_error("creating the Kafka admin client", &e))?;
+        let sink = Runner::with_backend(Kafka {
+            cfg: self.clone(),
+            router,
+            producer,
+            admin,
+            partitions: Mutex::new(BTreeMap::new()),
+        });
+        if let Some(f) = fence {
+            sink.set_fence(f)?;
+        }
+        Ok(Arc::new(sink))
+    }
+
+    /// Checks the brokers answer and the URI's topic exists or may be created (changefeed
+    /// create and update).
+    pub async fn probe(&self) -> Result<()> {
+        let k = self.backend()?;
+        k.partition_count(&self.topic).await.map(|_| ())
+    }
+
+    fn backend(&self) -> Result<Kafka> {
+        Ok(Kafka {
+            cfg: self.clone(),
+            router: Router::new(&self.topic, &[])
+                .map_err(|e| SinkError::invalid_uri(&self.topic, e))?,
+            producer: self
+                .client()
+                .create()
+                .map_err(|e| broker_error("creating the Kafka producer", &e))?,
+            admin: self
+                .client()
+                .create()
+                .map_err(|e| broker_error("creating the Kafka admin client", &e))?,
+            partitions: Mutex::new(BTreeMap::new()),
+        })
+    }
+}
+
+impl Kafka {
+    /// The partitions of `topic` this sink uses, creating the topic when it is missing and
+    /// `auto-create-topic` allows (see `KafkaConfig::partition_num`).
+    async fn partition_count(&self, topic: &str) -> Result<i32> {
+        if let Some(n) = self.partitions.lock().map_err(|_| poisoned())?.get(topic) {
+            return Ok(*n);
+        }
+        let n = match self.existing_partitions(topic).await? {
+            Some(have) => self.usable_partitions(topic, have)?,
+            None if self.cfg.auto_create_topic => self.create_topic(topic).await?,
+            None => {
+                return Err(SinkError::Broker {
+                    what: format!("topic {topic}"),
+                    reason: "it does not exist and auto-create-topic=false: create it, or set auto-create-topic=true".into(),
+                    retryable: false,
+                })
+            }
+        };
+        self.partitions
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(topic.to_string(), n);
+        Ok(n)
+    }
+
+    fn usable_partitions(&self, topic: &str, have: i32) -> Result<i32> {
+        match self.cfg.partition_num {
+            Some(want) if (want as i32) > have => Err(SinkError::Broker {
+                what: format!("topic {topic}"),
+                reason: format!("it has {have} partitions, fewer than partition-num={want}: add partitions or lower partition-num"),
+                retryable: false,
+            }),
+            Some(want) => Ok(want as i32),
+            None => Ok(have),
+        }
+    }
+
+    /// The partition count of an existing topic; `None` when the broker does not know it.
+    async fn existing_partitions(&self, topic: &str) -> Result<Option<i32>> {
+        let producer = self.producer.clone();
+        let (t, timeout) = (topic.to_string(), self.cfg.dial_timeout);
+        let md = tokio::task::spawn_blocking(move || {
+            producer.client().fetch_metadata(Some(&t), timeout)
+        })
+        .await
+        .map_err(|e| SinkError::Broker {
+            what: "reading topic metadata".into(),
+            reason: e.to_string(),
+            retryable: true,
+        })?
+        .map_err(|e| broker_error(format!("reading the metadata of topic {topic}"), &e))?;
+        let Some(m) = md.topics().iter().find(|m| m.name() == topic) else {
+            return Ok(None);
+        };
+        match m.error() {
+            None if !m.partitions().is_empty() => Ok(Some(m.partitions().len() as i32)),
+            None => Ok(None),
+            Some(e) if RDKafkaErrorCode::from(e) == RDKafkaErrorCode::UnknownTopicOrPartition => {
+                Ok(None)
+            }
+            Some(e) => Err(SinkError::Broker {
+                what: format!("reading the metadata of topic {topic}"),
+                reason: RDKafkaErrorCode::from(e).to_string(),
+                retryable: true,
+            }),
+        }
+    }
+
+    async fn create_topic(&self, topic: &str) -> Result<i32> {
+        let n = self
+            .cfg
+            .partition_num
+            .unwrap_or(config::DEFAULT_PARTITION_NUM as u32) as i32;
+        let new = NewTopic::new(
+            topic,
+            n,
+            TopicReplication::Fixed(self.cfg.replication_factor as i32),
+        );
+        let opts = AdminOptions::new().operation_timeout(Some(self.cfg.dial_timeout));
+        let res = self
+            .admin
+            .create_topics([&new], &opts)
+            .await
+            .map_err(|e| broker_error(format!("creating topic {topic}"), &e))?;
+        for r in res {
+            if let Err((_, code)) = r {
+                if code != RDKafkaErrorCode::TopicAlreadyExists {
+                    return Err(broker_error(
+                        format!("creating topic {topic}"),
+                        &KafkaError::AdminOp(code),
+                    ));
+                }
+            }
+        }
+        // Another node may have created it first, with another count: ask again.
+        match self.existing_partitions(topic).await? {
+            Some(have) => self.usable_partitions(topic, have),
+            None => Ok(n),
+        }
+    }
+
+    fn encode_value(
+        &self,
+        schema: &TableSchema,
+        row: &RowEvent,
+    ) -> Result<(Option<String>, String)> {
+        match self.cfg.protocol {
+            KafkaProtocol::CanalJson => {
+                let mut v = String::new();
+                crate::codec::canal::encode_row_message(
+                    &mut v,
+                    self.cfg.enable_tidb_extension,
+                    schema,
+                    row,
+                )?;
+                Ok((None, v))
+            }
+            KafkaProtocol::Debezium => {
+                let name = &self.cfg.topic;
+                let v = crate::codec::debezium::encode_row_value(name, schema, row)?;
+                Ok((crate::codec::debezium::encode_key(name, schema, row), v))
+            }
+        }
+    }
+
+    fn check_size(&self, m: &Message, what: &dyn Fn() -> String) -> Result<()> {
+        let size = m.value.len() + m.key.as_ref().map_or(0, String::len);
+        if size as u64 > self.cfg.max_message_bytes {
+            return Err(SinkError::Broker {
+                what: what(),
+                reason: format!(
+                    "the message is {size} bytes, more than max-message-bytes={} (raise it, and the broker's and topic's max.message.bytes, to carry it)",
+                    self.cfg.max_message_bytes
+                ),
+                retryable: false,
+            });
+        }
+        Ok(())
+    }
+
+    /// Sends `messages` in order and waits for every delivery report.
+    async fn produce(&self, messages: &[Message], fence: &BoundFence) -> Result<()> {
+        fence.check("produce to Kafka")?;
+        let mut inflight = Vec::with_capacity(messages.len());
+        for m in messages {
+            let mut rec = FutureRecord::to(&m.topic)
+                .partition(m.partition)
+                .payload(m.value.as_bytes());
+            if let Some(k) = &m.key {
+                rec = rec.key(k.as_bytes());
+            }
+            loop {
+                match self.producer.send_result(rec) {
+                    Ok(f) => {
+                        inflight.push(f);
+                        break;
+                    }
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        rec = back;
+                        // The client's queue is full: wait for the oldest delivery, then retry.
+                        if let Some(f) = (!inflight.is_empty()).then(|| inflight.remove(0)) {
+                            delivered(f, &m.topic).await?;
+                        } else {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    }
+                    Err((e, _)) => {
+                        return Err(broker_error(format!("producing to {}", m.topic), &e))
+                    }
+                }
+            }
+        }
+        for f in inflight {
+            delivered(f, "Kafka").await?;
+        }
+        Ok(())
+    }
+
+    /// Every partition of the topics a DDL concerns: its tables' topics, or the URI's topic for
+    /// a DDL that changes no table.
+    async fn ddl_targets(
+        &self,
+        ddl: &DdlEvent,
+        tables: &[Arc<TableSchema>],
+    ) -> Result<Vec<(String, String, i32)>> {
+        let mut topics: BTreeMap<String, String> = BTreeMap::new();
+        for t in tables {
+            topics
+                .entry(self.router.topic(&t.database, &t.name))
+                .or_insert_with(|| t.name.clone());
+        }
+        if topics.is_empty() {
+            topics.insert(self.router.default_topic().to_string(), String::new());
+        }
+        let _ = ddl;
+        let mut out = Vec::new();
+        for (topic, table) in topics {
+            for p in 0..self.partition_count(&topic).await? {
+                out.push((topic.clone(), table.clone(), p));
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn poisoned() -> SinkError {
+    SinkError::Broker {
+        what: "the topic table".into(),
+        reason: "a lock was poisoned by a panic".into(),
+        retryable: false,
+    }
+}
+
+async fn delivered(f: rdkafka::producer::DeliveryFuture, topic: &str) -> Result<()> {
+    match f.await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err((e, _))) => Err(broker_error(format!("delivering to {topic}"), &e)),
+        Err(_) => Err(SinkError::Broker {
+            what: format!("delivering to {topic}"),
+            reason: "the producer was dropped".into(),
+            retryable: true,
+        }),
+    }
+}
+
+/// An update that changes the row's key, as a delete of the old key and an insert of the new.
+fn split_key_change(schema: &TableSchema, row: RowEvent) -> Vec<RowEvent> {
+    let changed = row.kind == RowKind::Update
+        && !schema.key_columns.is_empty()
+        && match (&row.before, &row.after) {
+            (Some(b), Some(a)) => schema.key_columns.iter().any(|&k| b.get(k) != a.get(k)),
+            _ => false,
+        };
+    if !changed {
+        return vec![row];
+    }
+    let mut del = row.clone();
+    del.kind = RowKind::Delete;
+    del.after = None;
+    let mut ins = row;
+    ins.kind = RowKind::Insert;
+    ins.before = None;
+    vec![del, ins]
+}
+
+#[async_trait]
+impl Backend for Kafka {
+    type Writer = KafkaWriter;
+    fn new_writer(&self, _: &WriterSpec<'_>) -> Result<KafkaWriter> {
+        Ok(KafkaWriter::default())
+    }
+
+    async fn buffer(&self, w: &mut KafkaWriter, batch: RowBatch, _: &BoundFence) -> Result<bool> {
+        let schema = &batch.schema;
+        let topic = self.router.topic(&schema.database, &schema.name);
+        let partitions = self.partition_count(&topic).await?;
+        for row in batch
+            .rows
+            .into_iter()
+            .flat_map(|r| split_key_change(schema, r))
+        {
+            let partition = self.router.partition(schema, &row, partitions)?;
+            let (key, value) = self.encode_value(schema, &row)?;
+            let m = Message {
+                topic: topic.clone(),
+                partition,
+                key,
+                value,
+            };
+            self.check_size(&m, &|| {
+                format!(
+                    "a row of {} at commit ts {}",
+                    schema.qualified_name(),
+                    row.commit_ts
+                )
+            })?;
+            w.bytes += m.value.len();
+            w.pending.push(m);
+        }
+        Ok(w.bytes >= MAX_BUFFERED_BYTES)
+    }
+
+    fn has_buffered(&self, w: &KafkaWriter) -> bool {
+        !w.pending.is_empty()
+    }
+
+    async fn flush(&self, w: &mut KafkaWriter, fence: &BoundFence) -> Result<()> {
+        if w.pending.is_empty() {
+            return Ok(());
+        }
+        self.produce(&w.pending, fence).await?;
+        w.pending.clear();
+        w.bytes = 0;
+        Ok(())
+    }
+
+    async fn ddl(
+        &self,
+        _: &mut KafkaWriter,
+        ddl: &DdlEvent,
+        tables: &[Arc<TableSchema>],
+        fence: &BoundFence,
+    ) -> Result<()> {
+        let mut msgs = Vec::new();
+        for (topic, table, partition) in self.ddl_targets(ddl, tables).await? {
+            let value = match self.cfg.protocol {
+                KafkaProtocol::CanalJson => crate::codec::canal::encode_ddl_message(
+                    self.cfg.enable_tidb_extension,
+                    ddl,
+                    &table,
+                ),
+                KafkaProtocol::Debezium => {
+                    crate::codec::debezium::encode_ddl_value(&self.cfg.topic, ddl, &table)
+                }
+            };
+            let m = Message {
+                topic,
+                partition,
+                key: None,
+                value,
+            };
+            self.check_size(&m, &|| format!("the DDL at commit ts {}", ddl.commit_ts))?;
+            msgs.push(m);
+        }
+        self.produce(&msgs, fence).await
+    }
+
+    /// With canal-json's TiDB extension: a WATERMARK message to every partition of every topic
+    /// written so far (each row before it on its partition has a smaller commit ts).
+    async fn checkpoint(&self, ts: Ts, fence: &BoundFence) -> Result<()> {
+        if !(self.cfg.protocol == KafkaProtocol::CanalJson && self.cfg.enable_tidb_extension) {
+            return Ok(());
+        }
+        self.partition_count(&self.cfg.topic).await?;
+        let topics: Vec<(String, i32)> = self
+            .partitions
+            .lock()
+            .map_err(|_| poisoned())?
+            .iter()
+            .map(|(t, n)| (t.clone(), *n))
+            .collect();
+        let value = crate::codec::canal::encode_watermark_message(ts, 0);
+        let msgs: Vec<Message> = topics
+            .into_iter()
+            .flat_map(|(topic, n)| (0..n).map(move |partition| (topic.clone(), partition)))
+            .map(|(topic, partition)| Message {
+                topic,
+                partition,
+                key: None,
+                value: value.clone(),
+            })
+            .collect();
+        self.produce(&msgs, fence).await
+    }
+
+    /// A topic keeps every message: no DDL a replay repeats can undo anything downstream (a
+    /// consumer skips what it has applied, by commit ts).
+    async fn applied_ddls(&self, _: Ts) -> Result<Vec<DdlRecord>> {
+        Ok(Vec::new())
+    }
+
+    async fn discard(&self, w: &mut KafkaWriter) {
+        w.pending.clear();
+        w.bytes = 0;
+    }
+
+    fn flush_interval(&self) -> Option<Duration> {
+        Some(FLUSH_INTERVAL)
+    }
+}

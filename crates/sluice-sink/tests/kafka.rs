@@ -1,0 +1,409 @@
+//! Kafka sink tests against a real Kafka-protocol broker (tansu, started per test by
+//! `sluice_testkit::kafka`): a plain produce/consume/group smoke test (so a real Kafka can be
+//! swapped in), the sink contract, what lands in which partition (rows by the partition
+//! dispatcher, DDLs and watermarks on every partition), golden encodings of every column type
+//! per protocol, a message over `max-message-bytes`, and a broker paused mid-run.
+//!
+//! Golden files live in tests/golden/; `UPDATE_GOLDEN=1 cargo test -p sluice-sink --test kafka`
+//! rewrites them.
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use sluice_sink::kafka::route::{DispatchRule, Router};
+use sluice_sink::testing::{
+    all_types_rows, all_types_schema, run_contract_suite, simple_insert, simple_schema,
+};
+use sluice_sink::uri::{SinkConfig, SinkUri};
+use sluice_sink::{open_sink, RowBatch};
+use sluice_testkit::kafka::Broker;
+use sluice_types::{DispatcherId, Epoch, RowKind, Span, TableId};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn golden(name: &str, actual: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).expect("write golden");
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|_| panic!("missing golden {name}; run with UPDATE_GOLDEN=1"));
+    assert_eq!(actual, expected, "golden {name} differs");
+}
+
+/// Every message of `topic`, per partition in offset order: (partition, key, value).
+fn read_all(broker: &Broker, topic: &str, want: usize) -> Vec<(i32, Option<String>, String)> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.address())
+        .set("group.id", "sluice-test-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let md = c
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
+    let mut tpl = TopicPartitionList::new();
+    for t in md.topics().iter().filter(|t| t.name() == topic) {
+        for p in t.partitions() {
+            tpl.add_partition_offset(topic, p.id(), Offset::Beginning)
+                .expect("partition");
+        }
+    }
+    c.assign(&tpl).expect("assign");
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while out.len() < want && Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
+            out.push((
+                m.partition(),
+                text(m.key()),
+                text(m.payload()).unwrap_or_default(),
+            ));
+        }
+    }
+    // Anything more than expected shows up too.
+    while let Some(Ok(m)) = c.poll(Duration::from_millis(500)) {
+        out.push((
+            m.partition(),
+            None,
+            String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+        ));
+    }
+    out
+}
+
+fn dispatcher(seq: u64) -> DispatcherId {
+    DispatcherId {
+        epoch: Epoch(1).0,
+        seq,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_smoke_produce_consume_and_a_group() {
+    let broker = Broker::start().expect("broker");
+    let p: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker.address())
+        .set("enable.idempotence", "true")
+        .create()
+        .expect("producer");
+    for i in 0..10 {
+        let v = format!("v{i}");
+        p.send(
+            FutureRecord::<str, _>::to("smoke").payload(&v).partition(0),
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("delivered");
+    }
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.address())
+        .set("group.id", "smoke-group")
+        .set("session.timeout.ms", "6000")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    c.subscribe(&["smoke"]).expect("subscribe");
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while got.len() < 10 && Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            got.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+        }
+    }
+    assert_eq!(got, (0..10).map(|i| format!("v{i}")).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_keeps_the_sink_contract_for_both_protocols() {
+    let broker = Broker::start().expect("broker");
+    for proto in ["canal-json&enable-tidb-extension=true", "debezium"] {
+        let topic = format!("contract-{}", proto.split('&').next().unwrap_or_default());
+        let sink = open_sink(&broker.sink_uri(&topic, &format!("protocol={proto}")))
+            .await
+            .expect("sink");
+        run_contract_suite(
+            sink.as_ref(),
+            "db",
+            "t",
+            1,
+            "ALTER TABLE t ADD COLUMN x INT",
+        )
+        .await;
+        assert!(sink.applied_ddls(0).await.expect("applied").is_empty());
+    }
+}
+
+/// Rows go to the partition their dispatcher rule says, every DDL to every partition, and
+/// (canal-json with the TiDB extension) the checkpoint to every partition as a WATERMARK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_by_key_ddls_and_watermarks_on_every_partition() {
+    let broker = Broker::start().expect("broker");
+    let uri = broker.sink_uri(
+        "routed",
+        "protocol=canal-json&enable-tidb-extension=true&partition-num=4",
+    );
+    let SinkConfig::Kafka(cfg) = SinkUri::parse(&uri).expect("uri").config else {
+        panic!("kafka")
+    };
+    let rules = [DispatchRule {
+        matcher: vec!["db.*".into()],
+        partition: Some("index-value".into()),
+        ..Default::default()
+    }];
+    let sink = cfg.build(&rules, None).expect("sink");
+    let schema = Arc::new(simple_schema("db", "t", 1, 0));
+    let d = dispatcher(1);
+    sink.open(d, Span::whole_table(TableId(1)), 0)
+        .await
+        .expect("open");
+    let rows: Vec<_> = (1..=40)
+        .map(|i| simple_insert(&schema, i, "x", 100 + i, 0))
+        .collect();
+    sink.write_rows(
+        d,
+        RowBatch {
+            schema: schema.clone(),
+            rows: rows.clone(),
+        },
+    )
+    .await
+    .expect("rows");
+    let ddl =
+        sluice_sink::testing::ddl_event(200, "db", "ALTER TABLE t ADD COLUMN y INT", TableId(1));
+    sink.write_ddl(d, ddl, vec![schema.clone()])
+        .await
+        .expect("ddl");
+    sink.write_checkpoint(200).await.expect("checkpoint");
+    let got = read_all(&broker, "routed", 40 + 4 + 4);
+    let router = Router::new("routed", &rules).expect("router");
+    let mut data = 0;
+    for (p, _, v) in &got {
+        let j: serde_json::Value = serde_json::from_str(v).expect("json");
+        if j["isDdl"] == true || j["type"] == "TIDB_WATERMARK" {
+            continue;
+        }
+        let id: usize = j["data"][0]["id"]
+            .as_str()
+            .expect("id")
+            .parse()
+            .expect("int");
+        let row = &rows[id - 1];
+        assert_eq!(
+            *p,
+            router.partition(&schema, row, 4).expect("partition"),
+            "row {id}"
+        );
+        data += 1;
+    }
+    assert_eq!(data, 40, "{got:?}");
+    let partitions_of = |pred: &dyn Fn(&serde_json::Value) -> bool| {
+        let mut ps: Vec<i32> = got
+            .iter()
+            .filter(|(_, _, v)| pred(&serde_json::from_str(v).expect("json")))
+            .map(|(p, _, _)| *p)
+            .collect();
+        ps.sort();
+        ps
+    };
+    assert_eq!(
+        partitions_of(&|j| j["isDdl"] == true && j["_tidb"]["commitTs"] == 200),
+        vec![0, 1, 2, 3]
+    );
+    assert_eq!(
+        partitions_of(&|j| j["type"] == "TIDB_WATERMARK" && j["_tidb"]["watermarkTs"] == 200),
+        vec![0, 1, 2, 3]
+    );
+    let used: std::collections::BTreeSet<i32> = got.iter().map(|(p, _, _)| *p).collect();
+    assert!(
+        used.len() == 4,
+        "40 keys over 4 partitions use them all: {used:?}"
+    );
+    sink.close(d).await;
+}
+
+/// An update that changes the key is a delete then an insert, each in its key's partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_of_the_key_is_a_delete_and_an_insert() {
+    let broker = Broker::start().expect("broker");
+    let uri = broker.sink_uri("keys", "protocol=debezium&partition-num=3");
+    let SinkConfig::Kafka(cfg) = SinkUri::parse(&uri).expect("uri").config else {
+        panic!("kafka")
+    };
+    let sink = cfg
+        .build(
+            &[DispatchRule {
+                matcher: vec!["*.*".into()],
+                partition: Some("index-value".into()),
+                ..Default::default()
+            }],
+            None,
+        )
+        .expect("sink");
+    let schema = Arc::new(simple_schema("db", "t", 1, 0));
+    let d = dispatcher(2);
+    sink.open(d, Span::whole_table(TableId(1)), 0)
+        .await
+        .expect("open");
+    let mut up = simple_insert(&schema, 1, "a", 10, 0);
+    up.kind = RowKind::Update;
+    up.before = simple_insert(&schema, 1, "a", 10, 0).after;
+    up.after = simple_insert(&schema, 2, "b", 10, 0).after;
+    sink.write_rows(
+        d,
+        RowBatch {
+            schema: schema.clone(),
+            rows: vec![up],
+        },
+    )
+    .await
+    .expect("rows");
+    assert_eq!(sink.flush(d).await.expect("flush"), 10);
+    let got = read_all(&broker, "keys", 2);
+    let ops: Vec<String> = got
+        .iter()
+        .map(|(_, _, v)| {
+            serde_json::from_str::<serde_json::Value>(v).expect("json")["payload"]["op"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(ops, ["d", "c"], "{got:?}");
+    let keys: Vec<String> = got
+        .iter()
+        .map(|(_, k, _)| k.clone().unwrap_or_default())
+        .collect();
+    assert!(
+        keys[0].contains("\"id\":1") && keys[1].contains("\"id\":2"),
+        "{keys:?}"
+    );
+    sink.close(d).await;
+}
+
+#[test]
+fn golden_messages_of_every_column_type() {
+    let schema = all_types_schema("db", 5);
+    let rows = all_types_rows(&schema, (7 << 32) | 1234, 1_700_000_000_123);
+    let mut canal = String::new();
+    let mut dbz = String::new();
+    for r in &rows {
+        sluice_sink::codec::canal::encode_row_message(&mut canal, true, &schema, r).expect("canal");
+        canal.push('\n');
+        dbz.push_str(
+            &sluice_sink::codec::debezium::encode_key("sluice", &schema, r).unwrap_or_default(),
+        );
+        dbz.push('\n');
+        dbz.push_str(
+            &sluice_sink::codec::debezium::encode_row_value("sluice", &schema, r)
+                .expect("debezium"),
+        );
+        dbz.push('\n');
+    }
+    golden("kafka_all_types_canal.json", &canal);
+    golden("kafka_all_types_debezium.json", &dbz);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_max_message_bytes_fails_clearly() {
+    let broker = Broker::start().expect("broker");
+    let sink = open_sink(&broker.sink_uri("big", "protocol=canal-json&max-message-bytes=2048"))
+        .await
+        .expect("sink");
+    let schema = Arc::new(simple_schema("db", "t", 1, 0));
+    let d = dispatcher(3);
+    sink.open(d, Span::whole_table(TableId(1)), 0)
+        .await
+        .expect("open");
+    let row = simple_insert(&schema, 1, &"x".repeat(4000), 10, 0);
+    let e = match sink
+        .write_rows(
+            d,
+            RowBatch {
+                schema,
+                rows: vec![row],
+            },
+        )
+        .await
+    {
+        Err(e) => e,
+        Ok(()) => sink.flush(d).await.expect_err("too large"),
+    };
+    assert!(!e.is_retryable(), "{e}");
+    assert!(e.to_string().contains("max-message-bytes=2048"), "{e}");
+    assert_eq!(sink.durable_ts(d), Some(0));
+    sink.close(d).await;
+}
+
+/// A broker frozen (SIGSTOP) mid-run holds the ack back; once it runs again every row is
+/// delivered, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_broker_holds_the_ack_and_loses_nothing() {
+    let mut broker = Broker::start().expect("broker");
+    let sink = open_sink(&broker.sink_uri(
+        "paused",
+        "protocol=canal-json&enable-tidb-extension=true&partition-num=2&write-timeout=60s",
+    ))
+    .await
+    .expect("sink");
+    let schema = Arc::new(simple_schema("db", "t", 1, 0));
+    let d = dispatcher(4);
+    sink.open(d, Span::whole_table(TableId(1)), 0)
+        .await
+        .expect("open");
+    sink.write_rows(
+        d,
+        RowBatch {
+            schema: schema.clone(),
+            rows: vec![simple_insert(&schema, 1, "a", 10, 0)],
+        },
+    )
+    .await
+    .expect("rows");
+    assert_eq!(sink.flush(d).await.expect("flush"), 10);
+    broker.pause();
+    let rows: Vec<_> = (2..=50u64)
+        .map(|i| simple_insert(&schema, i, "b", 10 + i, 0))
+        .collect();
+    sink.write_rows(
+        d,
+        RowBatch {
+            schema: schema.clone(),
+            rows,
+        },
+    )
+    .await
+    .expect("rows buffered");
+    let s2 = sink.clone();
+    let flushing = tokio::spawn(async move { s2.flush(d).await });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        sink.durable_ts(d),
+        Some(10),
+        "no ack while the broker is frozen"
+    );
+    broker.resume();
+    let ack = tokio::time::timeout(Duration::from_secs(60), flushing)
+        .await
+        .expect("flush returns")
+        .expect("task")
+        .expect("flushed");
+    assert_eq!(ack, 60);
+    let got = read_all(&broker, "paused", 50);
+    let mut ids: Vec<i64> = got
+        .iter()
+        .filter_map(|(_, _, v)| {
+            serde_json::from_str::<serde_json::Value>(v).ok()?["data"][0]["id"]
+                .as_str()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids, (1..=50).collect::<Vec<i64>>());
+    sink.close(d).await;
+}

