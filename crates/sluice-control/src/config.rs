@@ -81,4 +81,8 @@ pub struct ChangefeedConfig {
     /// Which tables the changefeed replicates.
     #[serde(default)]
     pub filter: crate::filter::FilterConfig,
+    /// `[[sink.dispatchers]]`: topic and partition rules of a Kafka sink (empty: the URI's
+    /// topic, the `table` dispatcher).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sink_dispatchers: Vec<sluice_types::sink_rules::DispatchRule>,
 }

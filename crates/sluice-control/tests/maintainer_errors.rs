@@ -45,6 +45,7 @@ fn report(d: DispatcherId, table: u64) -> DispatcherReport {
 fn maintainer(w: &World) -> Maintainer {
     let ctx = w.ctx(0);
     let config = ChangefeedConfig {
+        sink_dispatchers: Vec::new(),
         sink_uri: "blackhole://".into(),
         start_ts: 100,
         scheduler: Default::default(),

@@ -81,6 +81,7 @@ fn snapshot() -> SchemaSnapshot {
 fn bootstrap(w: &World, applied: Vec<AppliedDdl>) -> (Maintainer, BTreeMap<TableId, Ts>) {
     let ctx = w.ctx(0);
     let config = ChangefeedConfig {
+        sink_dispatchers: Vec::new(),
         sink_uri: "mysql://down".into(),
         start_ts: CP,
         scheduler: Default::default(),
@@ -254,6 +255,7 @@ fn a_surviving_writer_counts_as_a_record() {
     w.alive.insert(NodeId::new("n2"), 1);
     let ctx = w.ctx(0);
     let config = ChangefeedConfig {
+        sink_dispatchers: Vec::new(),
         sink_uri: "mysql://down".into(),
         start_ts: CP,
         scheduler: Default::default(),
@@ -304,6 +306,7 @@ fn an_unreadable_sink_keeps_the_bootstrap_waiting_with_a_warning() {
     let w = World::of(&["n1"]);
     let ctx = w.ctx(0);
     let config = ChangefeedConfig {
+        sink_dispatchers: Vec::new(),
         sink_uri: "mysql://down".into(),
         start_ts: CP,
         scheduler: Default::default(),
@@ -338,6 +341,7 @@ fn a_ddl_the_downstream_applied_after_the_schema_was_loaded_is_learned_before_th
     let w = World::of(&["n1"]);
     let ctx = w.ctx(0);
     let config = ChangefeedConfig {
+        sink_dispatchers: Vec::new(),
         sink_uri: "mysql://down".into(),
         start_ts: CP,
         scheduler: Default::default(),
@@ -392,6 +396,7 @@ fn bootstrap_after_refresh(
 ) -> (Maintainer, BTreeMap<TableId, Ts>) {
     let ctx = w.ctx(0);
     let config = ChangefeedConfig {
+        sink_dispatchers: Vec::new(),
         sink_uri: "mysql://down".into(),
         start_ts: CP,
         scheduler: Default::default(),

@@ -809,6 +809,9 @@ async fn create_changefeed(
         Err(e) => return Err(e.into()),
     }
     check_sink_uri(&sink_uri).await?;
+    let sink_dispatchers = cfg_toml.sink.map(|s| s.dispatchers).unwrap_or_default();
+    sluice_sink::check_dispatchers(&sink_uri, &sink_dispatchers)
+        .map_err(|e| ServerError::BadRequest(format!("changefeed config: {e}")))?;
     // Upstream settings.
     sluice_capture::check_upstream(&st.upstream)
         .await
@@ -818,6 +821,7 @@ async fn create_changefeed(
     prepare_sink(&id, &sink_uri, start_ts).await?;
     let scheduler = cfg_toml.scheduler.unwrap_or_else(SchedulerConfig::default);
     let config = ChangefeedConfig {
+        sink_dispatchers,
         sink_uri,
         start_ts,
         scheduler,
@@ -879,6 +883,10 @@ async fn update_changefeed(
         Some(f) => Some(filter_config(Some(f))?),
         None => None,
     };
+    let sink_dispatchers = toml
+        .as_ref()
+        .and_then(|t| t.sink.as_ref())
+        .map(|s| s.dispatchers.clone());
     let cf = ChangefeedId::new(id.clone());
     let want = {
         let cf = cf.clone();
@@ -902,6 +910,11 @@ async fn update_changefeed(
             if let Some(f) = filter {
                 config.filter = f;
             }
+            if let Some(d) = sink_dispatchers {
+                config.sink_dispatchers = d;
+            }
+            sluice_sink::check_dispatchers(&config.sink_uri, &config.sink_dispatchers)
+                .map_err(|e| ServerError::BadRequest(format!("changefeed config: {e}")))?;
             s.deliver(Input::Request(UserRequest::UpdateChangefeed {
                 cf: cf.clone(),
                 config: config.clone(),

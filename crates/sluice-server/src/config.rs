@@ -196,6 +196,17 @@ pub struct ChangefeedToml {
     pub scheduler: Option<sluice_control::config::SchedulerConfig>,
     #[serde(default)]
     pub filter: Option<FilterToml>,
+    #[serde(default)]
+    pub sink: Option<SinkToml>,
+}
+
+/// `[sink]`: settings of the changefeed's sink beyond its URI.
+#[derive(Clone, Debug, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct SinkToml {
+    /// `[[sink.dispatchers]]`: a Kafka sink's topic and partition rules (TiCDC's format).
+    #[serde(default)]
+    pub dispatchers: Vec<sluice_types::sink_rules::DispatchRule>,
 }
 
 /// `[filter]`: which tables and event types a changefeed replicates.

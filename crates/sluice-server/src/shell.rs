@@ -363,6 +363,7 @@ impl Shell {
         } = input
         {
             crate::mask::register_url(&config.sink_uri);
+            self.registry.set_rules(cf, &config.sink_dispatchers);
             self.sink_uris.insert(cf.clone(), config.sink_uri.clone());
         }
     }
@@ -464,12 +465,12 @@ impl Shell {
         if let Some(u) = self.sink_uris.get(cf) {
             return Some(u.clone());
         }
-        self.node.coordinator().and_then(|c| {
-            c.feeds()
-                .into_iter()
-                .find(|f| &f.id == cf)
-                .map(|f| f.sink_uri)
-        })
+        let f = self
+            .node
+            .coordinator()
+            .and_then(|c| c.feeds().into_iter().find(|f| &f.id == cf))?;
+        self.registry.set_rules(cf, &f.config.sink_dispatchers);
+        Some(f.sink_uri)
     }
 
     fn worker(&mut self, cf: &ChangefeedId, id: DispatcherId) -> Option<&mut Worker> {

@@ -25,7 +25,8 @@
 
 use crate::mask::{mask_url, scrub};
 use sluice_control::Input;
-use sluice_sink::{open_sink_with, RowBatch, Sink};
+use sluice_sink::{open_sink_routed, RowBatch, Sink};
+use sluice_types::sink_rules::DispatchRule;
 use sluice_types::{ChangefeedId, DdlEvent, DispatcherId, Span, TableSchema, Ts};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -61,8 +62,8 @@ pub struct SinkReport {
     pub finished: bool,
 }
 
-/// Changefeed → (sink URI, sink).
-type SinkMap = BTreeMap<ChangefeedId, (String, Arc<dyn Sink>)>;
+/// Changefeed → (sink URI, the dispatcher rules it was opened with, sink).
+type SinkMap = BTreeMap<ChangefeedId, (String, Vec<DispatchRule>, Arc<dyn Sink>)>;
 
 /// Says which node incarnation may write now: `None` while the node's lease is not fresh
 /// (cluster), so a paused or partitioned node stops writing before its lease can expire. The
@@ -76,6 +77,8 @@ pub struct SinkRegistry {
     guard: std::sync::OnceLock<WriteGuard>,
     /// Debug holds of MySQL sink transactions, shared by every sink of the node.
     write_holds: Arc<sluice_sink::WriteHolds>,
+    /// Each changefeed's `[[sink.dispatchers]]`, as its configuration last said.
+    rules: std::sync::Mutex<BTreeMap<ChangefeedId, Vec<DispatchRule>>>,
 }
 
 impl SinkRegistry {
@@ -83,6 +86,22 @@ impl SinkRegistry {
     /// it as their write fence. Without one, writes are always allowed.
     pub fn set_guard(&self, g: WriteGuard) {
         let _ = self.guard.set(g);
+    }
+
+    /// Records a changefeed's `[[sink.dispatchers]]` (from its configuration, before its
+    /// dispatchers open the sink). A change drops the sink opened under the old rules, so the
+    /// next open routes by the new ones (see [`SinkRegistry::get`]).
+    pub fn set_rules(&self, cf: &ChangefeedId, rules: &[DispatchRule]) {
+        let mut r = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+        if r.get(cf).map(Vec::as_slice).unwrap_or_default() == rules {
+            return;
+        }
+        r.insert(cf.clone(), rules.to_vec());
+    }
+
+    fn rules_of(&self, cf: &ChangefeedId) -> Vec<DispatchRule> {
+        let r = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+        r.get(cf).cloned().unwrap_or_default()
     }
 
     /// Whether a worker spawned by incarnation `inc` may still touch the sink.
@@ -99,17 +118,19 @@ impl SinkRegistry {
         uri: &str,
     ) -> Result<Arc<dyn Sink>, sluice_sink::SinkError> {
         let mut s = self.sinks.lock().await;
-        if let Some((u, sink)) = s.get(cf) {
-            if u == uri {
+        let rules = self.rules_of(cf);
+        if let Some((u, r, sink)) = s.get(cf) {
+            if u == uri && *r == rules {
                 return Ok(sink.clone());
             }
         }
         // Progress rows (DDL applied, checkpoint) downstream are keyed by changefeed, so two
         // changefeeds writing to one downstream never share them.
         let holds = Some(self.write_holds.clone());
-        let sink = open_sink_with(cf.as_str(), uri, self.guard.get().cloned(), holds).await?;
+        let sink =
+            open_sink_routed(cf.as_str(), uri, &rules, self.guard.get().cloned(), holds).await?;
         tracing::info!(changefeed = %cf, sink = %mask_url(uri), "sink opened");
-        s.insert(cf.clone(), (uri.to_string(), sink.clone()));
+        s.insert(cf.clone(), (uri.to_string(), rules, sink.clone()));
         Ok(sink)
     }
 
@@ -124,7 +145,7 @@ impl SinkRegistry {
     }
 
     pub async fn existing(&self, cf: &ChangefeedId) -> Option<Arc<dyn Sink>> {
-        self.sinks.lock().await.get(cf).map(|(_, s)| s.clone())
+        self.sinks.lock().await.get(cf).map(|(_, _, s)| s.clone())
     }
 }
 

@@ -149,6 +149,27 @@ pub async fn check_sink(uri: &str) -> Result<()> {
     }
 }
 
+/// Checks a changefeed's `[[sink.dispatchers]]` against its sink URI: rules need a Kafka sink,
+/// and each must be valid (the error names the rule).
+pub fn check_dispatchers(
+    uri: &str,
+    rules: &[sluice_types::sink_rules::DispatchRule],
+) -> Result<()> {
+    if rules.is_empty() {
+        return Ok(());
+    }
+    let parsed = SinkUri::parse(uri)?;
+    let SinkConfig::Kafka(cfg) = &parsed.config else {
+        return Err(SinkError::invalid_uri(
+            &parsed,
+            "[[sink.dispatchers]] route messages of a kafka:// sink; this sink takes none",
+        ));
+    };
+    kafka::route::Router::new(&cfg.topic, rules)
+        .map(|_| ())
+        .map_err(|e| SinkError::invalid_uri(&parsed, e))
+}
+
 /// Prepares the downstream for a changefeed created now with id `changefeed` from `start_ts`.
 /// What the downstream recorded for a removed changefeed of the same id is not this one's, and
 /// the replay rule would read it as this changefeed's progress (skipping rows): the MySQL sink
@@ -181,10 +202,22 @@ pub async fn open_sink_with(
     fence: Option<WriteFence>,
     holds: Option<Arc<WriteHolds>>,
 ) -> Result<Arc<dyn Sink>> {
+    open_sink_routed(changefeed, uri, &[], fence, holds).await
+}
+
+/// [`open_sink_with`] with the changefeed's `[[sink.dispatchers]]` (a Kafka sink's topic and
+/// partition rules; other sinks take none).
+pub async fn open_sink_routed(
+    changefeed: &str,
+    uri: &str,
+    rules: &[sluice_types::sink_rules::DispatchRule],
+    fence: Option<WriteFence>,
+    holds: Option<Arc<WriteHolds>>,
+) -> Result<Arc<dyn Sink>> {
     match SinkUri::parse(uri)?.config {
         SinkConfig::Blackhole => blackhole::build(fence),
         SinkConfig::Storage(cfg) => cfg.build(fence),
         SinkConfig::Mysql(cfg) => cfg.build(changefeed, fence, holds).await,
-        SinkConfig::Kafka(cfg) => cfg.build(&[], fence),
+        SinkConfig::Kafka(cfg) => cfg.build(rules, fence),
     }
 }

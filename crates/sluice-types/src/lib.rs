@@ -17,6 +17,7 @@ pub mod event;
 pub mod ids;
 pub mod key;
 pub mod partition;
+pub mod sink_rules;
 
 pub use error_class::{server_error_class, ErrorClass};
 pub use event::*;

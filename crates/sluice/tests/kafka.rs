@@ -8,8 +8,12 @@
 
 mod common;
 use common::*;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use sluice_testkit::kafka::Broker;
 use sluice_testkit::mariadb::MariaDb;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
 /// Tables that exist before the server starts, with the same rows on both sides.
 const SEED: &str = "CREATE DATABASE app;
@@ -220,6 +224,145 @@ fn bad_kafka_uris_are_refused_at_create() {
         !r.stdout.contains("\"bad\""),
         "a refused changefeed exists: {}",
         r.stdout
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every message of `topic`: (partition, value), read until nothing came for two seconds.
+fn read_topic(broker: &Broker, topic: &str) -> Vec<(i32, serde_json::Value)> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.address())
+        .set("group.id", "routing-reader")
+        .create()
+        .expect("consumer");
+    let md = c
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
+    let mut tpl = TopicPartitionList::new();
+    for t in md.topics().iter().filter(|t| t.name() == topic) {
+        for p in t.partitions() {
+            tpl.add_partition_offset(topic, p.id(), Offset::Beginning)
+                .expect("partition");
+        }
+    }
+    c.assign(&tpl).expect("assign");
+    let mut out = Vec::new();
+    let mut last = Instant::now();
+    while last.elapsed() < Duration::from_secs(2) {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            last = Instant::now();
+            let v = serde_json::from_slice(m.payload().unwrap_or_default()).expect("json");
+            out.push((m.partition(), v));
+        }
+    }
+    out
+}
+
+/// `[[sink.dispatchers]]` of the changefeed TOML route messages: a topic expression per
+/// table, the index-value dispatcher keeps each key in one partition and spreads the keys;
+/// rules a Kafka sink cannot use, or any rule on another sink, are refused at create.
+#[test]
+fn dispatcher_rules_route_topics_and_partitions() {
+    let out = Outputs::default();
+    let dir = tmpdir("kafka-routes");
+    let broker = Broker::start().expect("broker");
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    up.exec(SEED).expect("seed upstream");
+    let server = Server::start(&dir, &up_url);
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write toml");
+        p.display().to_string()
+    };
+    let good = write("routes.toml", "[[sink.dispatchers]]\nmatcher = ['shop.*']\ntopic = 'shop-{table}'\npartition = 'index-value'\n\n[[sink.dispatchers]]\nmatcher = ['app.*']\npartition = 'index-value'\n");
+    let uri = broker.sink_uri(
+        "cdc-base",
+        "protocol=canal-json&enable-tidb-extension=true&partition-num=3",
+    );
+    let create = |id: &str, sink: &str, cfg: &str| {
+        sluice(
+            &out,
+            &[
+                "cli",
+                "--server",
+                &server.url(),
+                "changefeed",
+                "create",
+                "-c",
+                id,
+                "--sink-uri",
+                sink,
+                "--config",
+                cfg,
+            ],
+        )
+    };
+    let bad = write(
+        "bad.toml",
+        "[[sink.dispatchers]]\nmatcher = ['*.*']\npartition = 'rowid'\n",
+    );
+    let r = create("bad1", &uri, &bad);
+    assert!(
+        r.code != 0 && (r.stderr.contains("rowid") || r.stdout.contains("rowid")),
+        "{} {}",
+        r.stdout,
+        r.stderr
+    );
+    let r = create("bad2", "blackhole://", &good);
+    assert!(
+        r.code != 0 && (r.stderr.contains("kafka") || r.stdout.contains("kafka")),
+        "{} {}",
+        r.stdout,
+        r.stderr
+    );
+    let r = create("routed", &uri, &good);
+    assert_eq!(r.code, 0, "create: {} {}", r.stdout, r.stderr);
+    traffic(&up, 0, 8);
+    workload(&up, "shop", 0, 6);
+    wait_checkpoint(&out, &server.url(), "routed", master_ts(&up), 120);
+    let rows =
+        |msgs: &[(i32, serde_json::Value)], table: &str| -> BTreeMap<String, BTreeSet<i32>> {
+            let mut by_key: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
+            for (p, v) in msgs
+                .iter()
+                .filter(|(_, v)| v["isDdl"] == false && v["table"] == table)
+            {
+                by_key
+                    .entry(v["data"][0]["id"].to_string())
+                    .or_default()
+                    .insert(*p);
+            }
+            by_key
+        };
+    let accounts = read_topic(&broker, "shop-accounts");
+    let keys = rows(&accounts, "accounts");
+    assert!(
+        keys.len() > 20,
+        "shop.accounts rows are in their own topic: {} keys",
+        keys.len()
+    );
+    assert!(
+        keys.values().all(|ps| ps.len() == 1),
+        "a key in two partitions: {keys:?}"
+    );
+    let used: BTreeSet<i32> = keys.values().flatten().copied().collect();
+    assert_eq!(
+        used.len(),
+        3,
+        "index-value spreads the keys over the partitions: {used:?}"
+    );
+    assert!(accounts.iter().all(|(_, v)| v["table"] == "accounts"
+        || v["type"] == "TIDB_WATERMARK"
+        || v["isDdl"] == true));
+    let base = read_topic(&broker, "cdc-base");
+    assert!(
+        !rows(&base, "a").is_empty(),
+        "app.a stays in the URI's topic"
+    );
+    assert!(
+        rows(&base, "accounts").is_empty(),
+        "shop.accounts went to the URI's topic too"
     );
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);

@@ -114,6 +114,7 @@ impl Sim {
         self.created = true;
         let w = &self.sc.world;
         let config = ChangefeedConfig {
+            sink_dispatchers: Vec::new(),
             sink_uri: format!("model://{:?}", w.sink).to_lowercase(),
             start_ts: start,
             scheduler: SchedulerConfig {

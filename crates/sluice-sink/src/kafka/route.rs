@@ -12,7 +12,6 @@
 use super::config::valid_topic;
 use crate::error::{Result, SinkError};
 use crate::storage::layout::crc32;
-use serde::{Deserialize, Serialize};
 use sluice_types::{RowEvent, RowKind, TableSchema, Value};
 
 /// A partition dispatcher (TiCDC's names).
@@ -28,22 +27,7 @@ pub enum Partitioner {
     Columns(Vec<String>),
 }
 
-/// One `[[sink.dispatchers]]` rule of a changefeed, as TiCDC spells it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct DispatchRule {
-    /// `db.table` patterns with `*` (the changefeed filter's syntax).
-    pub matcher: Vec<String>,
-    /// A topic expression: `{schema}`, `{table}` and literal text, e.g. `cdc_{schema}_{table}`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub topic: Option<String>,
-    /// `default`, `table`, `index-value`, `ts` or `columns`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub partition: Option<String>,
-    /// The columns of the `columns` dispatcher.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub columns: Vec<String>,
-}
+pub use sluice_types::sink_rules::DispatchRule;
 
 struct Rule {
     patterns: Vec<(String, String)>,
