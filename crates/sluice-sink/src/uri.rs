@@ -302,6 +302,51 @@ mod tests {
     }
 
     #[test]
+    fn kafka_uris_list_brokers_and_derive_the_client_settings() {
+        let u = SinkUri::parse("kafka://10.0.0.1:9092,10.0.0.2:9093/cdc?protocol=debezium&required-acks=1&compression=lz4")
+            .expect("parses");
+        assert_eq!(u.to_string(), "kafka://10.0.0.1:9092,10.0.0.2:9093/cdc?protocol=debezium&required-acks=1&compression=lz4");
+        let SinkConfig::Kafka(c) = u.config else {
+            panic!("kafka")
+        };
+        assert_eq!(c.brokers, ["10.0.0.1:9092", "10.0.0.2:9093"]);
+        assert_eq!(
+            (c.topic.as_str(), c.protocol),
+            ("cdc", KafkaProtocol::Debezium)
+        );
+        assert_eq!(
+            (c.partition_num, c.max_message_bytes, c.auto_create_topic),
+            (None, 10 << 20, true)
+        );
+        let settings: BTreeMap<_, _> = c.client_settings().into_iter().collect();
+        assert_eq!(settings["bootstrap.servers"], "10.0.0.1:9092,10.0.0.2:9093");
+        assert_eq!(settings["acks"], "1");
+        assert_eq!(settings["compression.codec"], "lz4");
+        assert!(
+            !settings.contains_key("enable.idempotence"),
+            "idempotence needs acks=all"
+        );
+        let SinkConfig::Kafka(d) = SinkUri::parse("kafka://h:1/t?protocol=canal-json")
+            .expect("parses")
+            .config
+        else {
+            panic!("kafka")
+        };
+        let d: BTreeMap<_, _> = d.client_settings().into_iter().collect();
+        assert_eq!(
+            (d["acks"].as_str(), d["enable.idempotence"].as_str()),
+            ("all", "true")
+        );
+        let raw = "kafka://a:1,b:2/t?protocol=canal-json&sasl-user=u&sasl-password=hunter2pw";
+        assert!(!mask_uri(raw).contains("hunter2pw"), "{}", mask_uri(raw));
+        let e = SinkUri::parse(raw).expect_err("sasl is not supported yet");
+        assert!(
+            e.to_string().contains("not supported yet") && !e.to_string().contains("hunter2pw"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn defaults_follow_ticdc() {
         let u = SinkUri::parse("file:///tmp/out").expect("parses");
         let SinkConfig::Storage(c) = u.config else {
