@@ -1,8 +1,10 @@
 //! Sink benchmark (not a test): rows/s and MiB/s of encoding plus writing for csv and canal-json
-//! to local files and to S3 (moto), and of the MySQL sink on an insert-only workload against a
-//! local MariaDB, side by side with MariaDB's `LOAD DATA` of the same rows (the downstream's
-//! limit). Run: `cargo run --release -p sluice-sink --example sink_bench [ROWS]`.
-//! Prints a markdown table (docs/sinks.md keeps the last measured one).
+//! to local files and to S3 (moto), of the Kafka sink (canal-json, debezium) to a local tansu
+//! broker side by side with the blackhole sink, and of the MySQL sink on an insert-only workload
+//! against a local MariaDB, side by side with MariaDB's `LOAD DATA` of the same rows (the
+//! downstream's limit). Run: `cargo run --release -p sluice-sink --example sink_bench [ROWS]`;
+//! `SINK_BENCH_CASES=storage,kafka,mysql` picks cases (default: all). Prints a markdown table
+//! (docs/sinks.md keeps the last measured one).
 
 use futures::TryStreamExt;
 use object_store::ObjectStore;
@@ -121,6 +123,79 @@ async fn main() {
     let s = Arc::new(schema());
     let data = rows(&s, n);
     println!("| what | rows | seconds | rows/s | MiB/s |\n|---|---|---|---|---|");
+    let cases = std::env::var("SINK_BENCH_CASES").unwrap_or_else(|_| "storage,kafka,mysql".into());
+    if cases.contains("storage") {
+        storage_cases(&s, &data).await;
+    }
+    if cases.contains("kafka") {
+        kafka_cases(&s, &data).await;
+    }
+    if cases.contains("mysql") {
+        mysql_cases(&s, &data).await;
+    }
+}
+
+/// The Kafka sink per protocol against the blackhole sink on the same rows, alternating, best
+/// of 3 each; MiB/s counts the encoded message values.
+async fn kafka_cases(s: &Arc<TableSchema>, data: &[RowEvent]) {
+    const ROUNDS: usize = 3;
+    let n = data.len();
+    let broker = sluice_testkit::kafka::Broker::start().expect("broker");
+    let mut canal_bytes = 0u64;
+    let mut dbz_bytes = 0u64;
+    for r in data {
+        let mut v = String::new();
+        sluice_sink::codec::canal::encode_row_message(&mut v, true, s, r).expect("canal");
+        canal_bytes += v.len() as u64;
+        dbz_bytes += sluice_sink::codec::debezium::encode_row_value("bench", s, r)
+            .expect("dbz")
+            .len() as u64;
+    }
+    let protos = [
+        (
+            "canal-json&enable-tidb-extension=true",
+            "canal-json",
+            canal_bytes,
+        ),
+        ("debezium", "debezium", dbz_bytes),
+    ];
+    let mut best = [f64::MAX; 3];
+    for round in 0..ROUNDS {
+        let hole = sluice_sink::open_sink("blackhole://")
+            .await
+            .expect("blackhole");
+        best[0] = best[0].min(drive(hole.as_ref(), s, data).await);
+        for (i, (params, name, _)) in protos.iter().enumerate() {
+            let uri = broker.sink_uri(
+                &format!("bench-{name}-{round}"),
+                &format!("protocol={params}&partition-num=3"),
+            );
+            let sink = sluice_sink::open_sink(&uri).await.expect("kafka sink");
+            best[i + 1] = best[i + 1].min(drive(sink.as_ref(), s, data).await);
+        }
+    }
+    line(
+        &format!("blackhole, best of {ROUNDS}"),
+        n,
+        best[0],
+        canal_bytes,
+    );
+    for (i, (_, name, bytes)) in protos.iter().enumerate() {
+        line(
+            &format!("kafka {name} → tansu (3 partitions), best of {ROUNDS}"),
+            n,
+            best[i + 1],
+            *bytes,
+        );
+        println!(
+            "|   ratio to blackhole | | | {:.2}x | |",
+            best[0] / best[i + 1]
+        );
+    }
+}
+
+async fn storage_cases(s: &Arc<TableSchema>, data: &[RowEvent]) {
+    let n = data.len();
     let moto = Moto::start("sluice-bench").expect("moto");
     for proto in ["csv", "canal-json"] {
         for target in ["file", "s3"] {
@@ -141,7 +216,7 @@ async fn main() {
                 panic!()
             };
             let sink = StorageSink::open_storage(cfg).expect("sink");
-            let secs = drive(&sink, &s, &data).await;
+            let secs = drive(&sink, s, data).await;
             line(
                 &format!("storage {proto} → {target}"),
                 n,
@@ -151,6 +226,10 @@ async fn main() {
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
+}
+
+async fn mysql_cases(s: &Arc<TableSchema>, data: &[RowEvent]) {
+    let n = data.len();
     // MySQL sink vs LOAD DATA of the same rows into the same empty table, alternating, best of
     // ROUNDS each (the machine is shared: the best run is the least disturbed one).
     const ROUNDS: usize = 3;
@@ -167,7 +246,7 @@ async fn main() {
     let sink = MysqlSink::connect(cfg).await.expect("connect");
     let tsv = std::env::temp_dir().join(format!("sluice-bench-{}.tsv", std::process::id()));
     let mut body = String::new();
-    for r in &data {
+    for r in data {
         let a = r.after.as_ref().expect("after");
         let cols: Vec<String> = a
             .iter()
@@ -213,7 +292,7 @@ async fn main() {
         sink.open(d, Span::whole_table(s.table_id), 0)
             .await
             .expect("open");
-        let batches = batches(&s, &data);
+        let batches = batches(s, data);
         let t = Instant::now();
         for batch in batches {
             sink.write_rows(d, batch).await.expect("write");

@@ -118,9 +118,13 @@ async fn broker_smoke_produce_consume_and_a_group() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kafka_keeps_the_sink_contract_for_both_protocols() {
+async fn kafka_keeps_the_sink_contract_for_every_protocol() {
     let broker = Broker::start().expect("broker");
-    for proto in ["canal-json&enable-tidb-extension=true", "debezium"] {
+    for proto in [
+        "canal-json&enable-tidb-extension=true",
+        "debezium",
+        "open-protocol",
+    ] {
         let topic = format!("contract-{}", proto.split('&').next().unwrap_or_default());
         let sink = open_sink(&broker.sink_uri(&topic, &format!("protocol={proto}")))
             .await
@@ -303,6 +307,18 @@ fn golden_messages_of_every_column_type() {
         );
         dbz.push('\n');
     }
+    let mut open = String::new();
+    for r in &rows {
+        let (k, v) = sluice_sink::codec::open::encode_row(&schema, r).expect("open");
+        // The frames' JSON, one line each (the 8-byte lengths are checked by the decoder).
+        open.push_str(&String::from_utf8_lossy(&k[16..]));
+        open.push('\n');
+        open.push_str(&String::from_utf8_lossy(&v[8..]));
+        open.push('\n');
+        let back = sluice_sink::codec::open::decode(&k, &v).expect("decodes");
+        assert_eq!(back.len(), 1, "one event per message");
+    }
+    golden("kafka_all_types_open.json", &open);
     golden("kafka_all_types_canal.json", &canal);
     golden("kafka_all_types_debezium.json", &dbz);
 }

@@ -1,6 +1,7 @@
 //! The Kafka path end to end on real processes: upstream MariaDB → `sluice server` → a
 //! Kafka-protocol broker (tansu) → `sluice consume --kafka` → a downstream MariaDB, compared
-//! with `sluice check`, for canal-json (TiDB extension) and Debezium over several partitions,
+//! with `sluice check`, for canal-json (TiDB extension), Debezium and the Open Protocol over
+//! several partitions,
 //! with DDLs of every kind between the rows, a table of many column types, updates that move a
 //! row to another key (so to another partition), and a `kill -9` of the node mid-run
 //! (at-least-once: the replay adds copies, never a gap). And the URI mistakes a user makes are
@@ -108,7 +109,7 @@ fn consume_and_check(out: &Outputs, up_url: &str, uri: &str, name: &str) {
 }
 
 #[test]
-fn canal_json_and_debezium_through_kafka_consume_into_an_equal_downstream() {
+fn canal_json_debezium_and_open_protocol_through_kafka_consume_into_an_equal_downstream() {
     let out = Outputs::default();
     let dir = tmpdir("kafka");
     let broker = Broker::start().expect("broker");

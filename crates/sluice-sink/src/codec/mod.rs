@@ -1,5 +1,5 @@
-//! Row codecs of the sinks: csv ([`csv`]) and canal-json ([`canal`]) for storage, canal-json and
-//! the Debezium envelope ([`debezium`]) for Kafka, each encode and decode (decode serves
+//! Row codecs of the sinks: csv ([`csv`]) and canal-json ([`canal`]) for storage, canal-json, the
+//! Debezium envelope ([`debezium`]) and TiCDC's Open Protocol ([`open`]) for Kafka, each encode and decode (decode serves
 //! `consume`), plus the value-to-text rules they share.
 //!
 //! Invariants:
@@ -12,6 +12,7 @@
 pub mod canal;
 pub mod csv;
 pub mod debezium;
+pub mod open;
 
 use crate::error::{Result, SinkError};
 use sluice_types::{ColumnDef, ColumnType, RowEvent, RowKind, TableSchema, Value};

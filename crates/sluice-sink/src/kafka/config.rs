@@ -20,6 +20,8 @@ pub enum KafkaProtocol {
     CanalJson,
     /// The Debezium JSON envelope (`schema` + `payload`).
     Debezium,
+    /// TiCDC's Open Protocol (framed JSON keys and values, resolved events).
+    OpenProtocol,
 }
 
 impl KafkaProtocol {
@@ -27,6 +29,7 @@ impl KafkaProtocol {
         match self {
             KafkaProtocol::CanalJson => "canal-json",
             KafkaProtocol::Debezium => "debezium",
+            KafkaProtocol::OpenProtocol => "open-protocol",
         }
     }
 }
@@ -277,16 +280,25 @@ impl KafkaConfig {
 
 fn protocol(p: &mut Params<'_>) -> Result<KafkaProtocol> {
     match p.take("protocol") {
-        None => Err(p.bad("protocol", "", "required for kafka: canal-json or debezium")),
+        None => Err(p.bad(
+            "protocol",
+            "",
+            "required for kafka: canal-json, debezium or open-protocol",
+        )),
         Some(v) => match v.as_str() {
             "canal-json" => Ok(KafkaProtocol::CanalJson),
             "debezium" => Ok(KafkaProtocol::Debezium),
-            "open-protocol" | "simple" | "avro" | "canal" | "maxwell" | "craft" => Err(p.bad(
+            "open-protocol" | "default" => Ok(KafkaProtocol::OpenProtocol),
+            "simple" | "avro" | "canal" | "maxwell" | "craft" => Err(p.bad(
                 "protocol",
                 &v,
-                "not supported yet (use canal-json or debezium)",
+                "not supported yet (use canal-json, debezium or open-protocol)",
             )),
-            _ => Err(p.bad("protocol", &v, "expected canal-json or debezium")),
+            _ => Err(p.bad(
+                "protocol",
+                &v,
+                "expected canal-json, debezium or open-protocol",
+            )),
         },
     }
 }

@@ -187,14 +187,97 @@ fn read_topic(cfg: &KafkaConfig, idle: Duration) -> Result<Vec<Raw>> {
     }
 }
 
-fn decode(cfg: &KafkaConfig, raw: &Raw) -> Result<Option<Event>> {
-    let Some(value) = raw.value.as_deref() else {
-        return Ok(None); // a tombstone
-    };
-    match cfg.protocol {
-        KafkaProtocol::CanalJson => decode_canal(value),
-        KafkaProtocol::Debezium => decode_debezium(raw.key.as_deref(), value),
+fn decode(cfg: &KafkaConfig, raw: &Raw) -> Result<Vec<Event>> {
+    if cfg.protocol == KafkaProtocol::OpenProtocol {
+        let key = raw
+            .key
+            .as_deref()
+            .ok_or_else(|| SinkError::Codec("open-protocol: a message without its key".into()))?;
+        return decode_open(key, raw.value.as_deref().unwrap_or_default());
     }
+    let Some(value) = raw.value.as_deref() else {
+        return Ok(Vec::new()); // a tombstone
+    };
+    let ev = match cfg.protocol {
+        KafkaProtocol::CanalJson => decode_canal(value)?,
+        KafkaProtocol::Debezium => decode_debezium(raw.key.as_deref(), value)?,
+        KafkaProtocol::OpenProtocol => None,
+    };
+    Ok(ev.into_iter().collect())
+}
+
+/// The type text `build_schema` reads for an Open Protocol type code and flags.
+fn open_type(code: u64, flags: u64) -> String {
+    let binary = flags & codec::open::BINARY_FLAG != 0;
+    let ty = match code {
+        16 => "bit",
+        247 => "enum",
+        248 => "set",
+        255 => "geometry",
+        15 | 254 | 249..=252 if binary => "blob",
+        _ => "text",
+    };
+    if flags & codec::open::GENERATED_FLAG != 0 {
+        format!("{ty} {GENERATED}")
+    } else {
+        ty.to_string()
+    }
+}
+
+/// What a column's type text ends with when the message marks it generated.
+const GENERATED: &str = "generated";
+
+fn decode_open(key: &[u8], value: &[u8]) -> Result<Vec<Event>> {
+    use codec::open::Event as Open;
+    let mut out = Vec::new();
+    for ev in codec::open::decode(key, value)? {
+        out.push(match ev {
+            Open::Resolved(ts) => Event::Watermark(ts),
+            Open::Ddl {
+                database,
+                query,
+                commit_ts,
+                ..
+            } => Event::Ddl {
+                database,
+                query,
+                commit_ts,
+                kind: DdlKind::Other,
+            },
+            Open::Row {
+                database,
+                table,
+                commit_ts,
+                kind,
+                columns,
+                before,
+                after,
+            } => {
+                let keys = columns
+                    .iter()
+                    .filter(|(_, _, f)| f & codec::open::HANDLE_KEY_FLAG != 0)
+                    .map(|(n, _, _)| n.clone())
+                    .collect();
+                let columns = columns
+                    .into_iter()
+                    .map(|(n, t, f)| (n, open_type(t, f)))
+                    .collect();
+                let row = DecodedRow {
+                    kind,
+                    commit_ts: Some(commit_ts),
+                    before,
+                    after,
+                };
+                Event::Row {
+                    table: (database, table),
+                    columns,
+                    keys,
+                    row,
+                }
+            }
+        });
+    }
+    Ok(out)
 }
 
 fn decode_canal(value: &[u8]) -> Result<Option<Event>> {
@@ -322,8 +405,13 @@ fn build_schema(
                 "multipolygon",
                 "geometrycollection",
             ];
+            let generated = t.ends_with(GENERATED).then_some(Generation::Stored);
             let ty = if t.starts_with("bit") {
                 ColumnType::Bit
+            } else if t == "enum" || t.starts_with("enum ") {
+                ColumnType::Enum
+            } else if t == "set" || t.starts_with("set ") {
+                ColumnType::Set
             } else if t.contains("blob")
                 || t.contains("binary")
                 || geometry.iter().any(|g| t.starts_with(g))
@@ -343,7 +431,7 @@ fn build_schema(
                 elements: Vec::new(),
                 decimals: 0,
                 length: 0,
-                generated: None,
+                generated,
             }
         })
         .collect();
@@ -392,52 +480,53 @@ fn order(cfg: &KafkaConfig, raws: Vec<Raw>, report: &mut ConsumeReport) -> Resul
     let mut marks: BTreeMap<i32, Ts> = BTreeMap::new();
     let partitions: BTreeSet<i32> = raws.iter().map(|r| r.partition).collect();
     for raw in &raws {
-        let ev = decode(cfg, raw).map_err(|e| SinkError::Layout {
+        let events = decode(cfg, raw).map_err(|e| SinkError::Layout {
             path: format!("{}/{}@{}", cfg.topic, raw.partition, raw.offset),
             reason: e.to_string(),
         })?;
-        match ev {
-            None => {}
-            Some(Event::Watermark(ts)) => {
-                let m = marks.entry(raw.partition).or_default();
-                *m = (*m).max(ts);
-            }
-            Some(Event::Ddl {
-                database,
-                query,
-                commit_ts,
-                kind,
-            }) => {
-                ddls.entry((commit_ts, query.clone()))
-                    .or_insert_with(|| ddl_event(database, query, commit_ts, kind));
-            }
-            Some(Event::Row {
-                table,
-                columns,
-                keys,
-                row,
-            }) => {
-                report.rows_read += 1;
-                let n = ids.len() as u64 + 1;
-                let id = *ids.entry(table.clone()).or_insert(TableId(n));
-                // Each column set of a table is a version of its own (the sink keys its
-                // statements by table and version).
-                let version = schemas.len() as Ts + 1;
-                let schema = schemas
-                    .entry((table.clone(), columns.clone(), keys.clone()))
-                    .or_insert_with(|| {
-                        let mut s = build_schema(id, &table, &columns, &keys);
-                        s.version = version;
-                        Arc::new(s)
-                    })
-                    .clone();
-                let ts = row.commit_ts.unwrap_or_default();
-                rows.push(Placed {
-                    at: (ts, raw.partition, raw.offset),
+        for ev in events {
+            match ev {
+                Event::Watermark(ts) => {
+                    let m = marks.entry(raw.partition).or_default();
+                    *m = (*m).max(ts);
+                }
+                Event::Ddl {
+                    database,
+                    query,
+                    commit_ts,
+                    kind,
+                } => {
+                    ddls.entry((commit_ts, query.clone()))
+                        .or_insert_with(|| ddl_event(database, query, commit_ts, kind));
+                }
+                Event::Row {
                     table,
-                    schema,
+                    columns,
+                    keys,
                     row,
-                });
+                } => {
+                    report.rows_read += 1;
+                    let n = ids.len() as u64 + 1;
+                    let id = *ids.entry(table.clone()).or_insert(TableId(n));
+                    // Each column set of a table is a version of its own (the sink keys its
+                    // statements by table and version).
+                    let version = schemas.len() as Ts + 1;
+                    let schema = schemas
+                        .entry((table.clone(), columns.clone(), keys.clone()))
+                        .or_insert_with(|| {
+                            let mut s = build_schema(id, &table, &columns, &keys);
+                            s.version = version;
+                            Arc::new(s)
+                        })
+                        .clone();
+                    let ts = row.commit_ts.unwrap_or_default();
+                    rows.push(Placed {
+                        at: (ts, raw.partition, raw.offset),
+                        table,
+                        schema,
+                        row,
+                    });
+                }
             }
         }
     }
@@ -525,6 +614,7 @@ async fn apply_rows(
     let Some(first) = rows.first().map(|r| r.commit_ts) else {
         return Ok(0);
     };
+    name_members(sink, &schema, &mut rows).await?;
     // Copies a replay added share their original's commit ts: one transaction each keeps the
     // sink's order check (strictly after the previous write) satisfied.
     let mut next = first.saturating_sub(1);
@@ -544,5 +634,99 @@ async fn apply_rows(
     match sink.close(d).await.error {
         Some(e) => Err(e),
         None => Ok(n),
+    }
+}
+
+/// The members of an ENUM or SET column type text (`enum('a','it''s')` → `a`, `it's`).
+fn members(column_type: &str) -> Vec<String> {
+    let Some(inner) = column_type
+        .find('(')
+        .and_then(|i| column_type.get(i + 1..column_type.len().saturating_sub(1)))
+    else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut chars = inner.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('\'', true) if chars.peek() == Some(&'\'') => {
+                cur.push('\'');
+                chars.next();
+            }
+            ('\'', _) => quoted = !quoted,
+            (',', false) => out.push(std::mem::take(&mut cur)),
+            (c, true) => cur.push(c),
+            _ => {}
+        }
+    }
+    out.push(cur);
+    out
+}
+
+/// ENUM indexes and SET bit masks (the Open Protocol's values) as their member names, read from
+/// the downstream's definition of the table as it is now (every earlier DDL applied): a
+/// downstream write of a number into an ENUM would be taken as a name by `LOAD DATA`.
+async fn name_members(sink: &MysqlSink, schema: &TableSchema, rows: &mut [RowEvent]) -> Result<()> {
+    use mysql_async::prelude::Queryable;
+    let cols: Vec<usize> = (0..schema.columns.len())
+        .filter(|i| matches!(schema.columns[*i].ty, ColumnType::Enum | ColumnType::Set))
+        .collect();
+    if cols.is_empty() {
+        return Ok(());
+    }
+    let mut conn = sink
+        .pool()
+        .get_conn()
+        .await
+        .map_err(|e| SinkError::db("connect", e))?;
+    let types: Vec<(String, String)> = conn
+        .exec("SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", (&schema.database, &schema.name))
+        .await
+        .map_err(|e| SinkError::db(format!("read the columns of {}", schema.qualified_name()), e))?;
+    for i in cols {
+        let col = &schema.columns[i];
+        let names = types
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(&col.name))
+            .map(|(_, t)| members(t))
+            .unwrap_or_default();
+        let named = |v: &mut Value| {
+            let Value::UInt(n) = *v else { return };
+            *v = Value::Text(match col.ty {
+                ColumnType::Enum => names
+                    .get((n as usize).wrapping_sub(1))
+                    .cloned()
+                    .unwrap_or_default(),
+                _ => names
+                    .iter()
+                    .enumerate()
+                    .filter(|(b, _)| *b < 64 && n & (1 << b) != 0)
+                    .map(|(_, m)| m.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            });
+        };
+        for r in rows.iter_mut() {
+            for img in [r.before.as_mut(), r.after.as_mut()].into_iter().flatten() {
+                if let Some(v) = img.get_mut(i) {
+                    named(v);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::members;
+
+    #[test]
+    fn members_of_enum_and_set_types() {
+        assert_eq!(members("enum('a','b','c')"), ["a", "b", "c"]);
+        assert_eq!(members("set('x','it''s','a,b')"), ["x", "it's", "a,b"]);
+        assert_eq!(members("enum('')"), [""]);
     }
 }

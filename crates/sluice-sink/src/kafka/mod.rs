@@ -48,8 +48,8 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 struct Message {
     topic: String,
     partition: i32,
-    key: Option<String>,
-    value: String,
+    key: Option<Vec<u8>>,
+    value: Vec<u8>,
 }
 
 /// A dispatcher's buffer.
@@ -261,28 +261,63 @@ impl Kafka {
         &self,
         schema: &TableSchema,
         row: &RowEvent,
-    ) -> Result<(Option<String>, String)> {
+    ) -> Result<(Option<Vec<u8>>, Vec<u8>)> {
         match self.cfg.protocol {
             KafkaProtocol::CanalJson => {
                 let mut v = String::new();
-                crate::codec::canal::encode_row_message(
-                    &mut v,
-                    self.cfg.enable_tidb_extension,
-                    schema,
-                    row,
-                )?;
-                Ok((None, v))
+                let tidb = self.cfg.enable_tidb_extension;
+                crate::codec::canal::encode_row_message(&mut v, tidb, schema, row)?;
+                Ok((None, v.into_bytes()))
             }
             KafkaProtocol::Debezium => {
                 let name = &self.cfg.topic;
                 let v = crate::codec::debezium::encode_row_value(name, schema, row)?;
-                Ok((crate::codec::debezium::encode_key(name, schema, row), v))
+                let k = crate::codec::debezium::encode_key(name, schema, row);
+                Ok((k.map(String::into_bytes), v.into_bytes()))
+            }
+            KafkaProtocol::OpenProtocol => {
+                let (k, v) = crate::codec::open::encode_row(schema, row)?;
+                Ok((Some(k), v))
             }
         }
     }
 
+    /// The (key, value) of a DDL's message.
+    fn encode_ddl(&self, ddl: &DdlEvent, table: &str) -> (Option<Vec<u8>>, Vec<u8>) {
+        let tidb = self.cfg.enable_tidb_extension;
+        match self.cfg.protocol {
+            KafkaProtocol::CanalJson => {
+                let v = crate::codec::canal::encode_ddl_message(tidb, ddl, table);
+                (None, v.into_bytes())
+            }
+            KafkaProtocol::Debezium => {
+                let v = crate::codec::debezium::encode_ddl_value(&self.cfg.topic, ddl, table);
+                (None, v.into_bytes())
+            }
+            KafkaProtocol::OpenProtocol => {
+                let (k, v) = crate::codec::open::encode_ddl(ddl, table);
+                (Some(k), v)
+            }
+        }
+    }
+
+    /// The (key, value) of a checkpoint message, for the protocols that have one.
+    fn encode_checkpoint(&self, ts: Ts) -> Option<(Option<Vec<u8>>, Vec<u8>)> {
+        match self.cfg.protocol {
+            KafkaProtocol::CanalJson if self.cfg.enable_tidb_extension => {
+                let v = crate::codec::canal::encode_watermark_message(ts, 0);
+                Some((None, v.into_bytes()))
+            }
+            KafkaProtocol::OpenProtocol => {
+                let (k, v) = crate::codec::open::encode_resolved(ts);
+                Some((Some(k), v))
+            }
+            _ => None,
+        }
+    }
+
     fn check_size(&self, m: &Message, what: &dyn Fn() -> String) -> Result<()> {
-        let size = m.value.len() + m.key.as_ref().map_or(0, String::len);
+        let size = m.value.len() + m.key.as_ref().map_or(0, Vec::len);
         if size as u64 > self.cfg.max_message_bytes {
             return Err(SinkError::Broker {
                 what: what(),
@@ -303,9 +338,9 @@ impl Kafka {
         for m in messages {
             let mut rec = FutureRecord::to(&m.topic)
                 .partition(m.partition)
-                .payload(m.value.as_bytes());
+                .payload(&m.value);
             if let Some(k) = &m.key {
-                rec = rec.key(k.as_bytes());
+                rec = rec.key(k);
             }
             loop {
                 match self.producer.send_result(rec) {
@@ -461,20 +496,11 @@ impl Backend for Kafka {
     ) -> Result<()> {
         let mut msgs = Vec::new();
         for (topic, table, partition) in self.ddl_targets(ddl, tables).await? {
-            let value = match self.cfg.protocol {
-                KafkaProtocol::CanalJson => crate::codec::canal::encode_ddl_message(
-                    self.cfg.enable_tidb_extension,
-                    ddl,
-                    &table,
-                ),
-                KafkaProtocol::Debezium => {
-                    crate::codec::debezium::encode_ddl_value(&self.cfg.topic, ddl, &table)
-                }
-            };
+            let (key, value) = self.encode_ddl(ddl, &table);
             let m = Message {
                 topic,
                 partition,
-                key: None,
+                key,
                 value,
             };
             self.check_size(&m, &|| format!("the DDL at commit ts {}", ddl.commit_ts))?;
@@ -483,12 +509,13 @@ impl Backend for Kafka {
         self.produce(&msgs, fence).await
     }
 
-    /// With canal-json's TiDB extension: a WATERMARK message to every partition of every topic
-    /// written so far (each row before it on its partition has a smaller commit ts).
+    /// With canal-json's TiDB extension a WATERMARK, with the Open Protocol a resolved event, to
+    /// every partition of every topic written so far (each row before it on its partition has a
+    /// smaller commit ts).
     async fn checkpoint(&self, ts: Ts, fence: &BoundFence) -> Result<()> {
-        if !(self.cfg.protocol == KafkaProtocol::CanalJson && self.cfg.enable_tidb_extension) {
+        let Some((key, value)) = self.encode_checkpoint(ts) else {
             return Ok(());
-        }
+        };
         self.partition_count(&self.cfg.topic).await?;
         let topics: Vec<(String, i32)> = self
             .partitions
@@ -497,14 +524,13 @@ impl Backend for Kafka {
             .iter()
             .map(|(t, n)| (t.clone(), *n))
             .collect();
-        let value = crate::codec::canal::encode_watermark_message(ts, 0);
         let msgs: Vec<Message> = topics
             .into_iter()
             .flat_map(|(topic, n)| (0..n).map(move |partition| (topic.clone(), partition)))
             .map(|(topic, partition)| Message {
                 topic,
                 partition,
-                key: None,
+                key: key.clone(),
                 value: value.clone(),
             })
             .collect();
