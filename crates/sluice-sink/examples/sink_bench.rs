@@ -141,16 +141,34 @@ async fn kafka_cases(s: &Arc<TableSchema>, data: &[RowEvent]) {
     const ROUNDS: usize = 3;
     let n = data.len();
     let broker = sluice_testkit::kafka::Broker::start().expect("broker");
+    // Encoding alone, per protocol (no broker): where the sink's time goes.
+    let t = Instant::now();
     let mut canal_bytes = 0u64;
-    let mut dbz_bytes = 0u64;
     for r in data {
         let mut v = String::new();
         sluice_sink::codec::canal::encode_row_message(&mut v, true, s, r).expect("canal");
         canal_bytes += v.len() as u64;
-        dbz_bytes += sluice_sink::codec::debezium::encode_row_value("bench", s, r)
-            .expect("dbz")
-            .len() as u64;
     }
+    line(
+        "encode only: canal-json",
+        n,
+        t.elapsed().as_secs_f64(),
+        canal_bytes,
+    );
+    let t = Instant::now();
+    let mut dbz_bytes = 0u64;
+    let envelope = sluice_sink::codec::debezium::envelope_schema("bench", s);
+    for r in data {
+        let v = sluice_sink::codec::debezium::encode_row_value_with(&envelope, "bench", s, r)
+            .expect("dbz");
+        dbz_bytes += v.len() as u64;
+    }
+    line(
+        "encode only: debezium",
+        n,
+        t.elapsed().as_secs_f64(),
+        dbz_bytes,
+    );
     let protos = [
         (
             "canal-json&enable-tidb-extension=true",

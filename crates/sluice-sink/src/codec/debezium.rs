@@ -208,9 +208,34 @@ fn source(name: &str, db: &str, table: Option<&str>, commit_ts: Ts, time_ms: u64
 /// The value of a row change's message. `name`: the logical server name (`source.name` and
 /// the schema names' prefix; the sink passes its topic).
 pub fn encode_row_value(name: &str, schema: &TableSchema, row: &RowEvent) -> Result<String> {
+    encode_row_value_with(&envelope_schema(name, schema), name, schema, row)
+}
+
+/// The `schema` part of every row message of one table version: the same for all its rows, so
+/// a sink builds it once per version ([`encode_row_value_with`]).
+pub fn envelope_schema(name: &str, schema: &TableSchema) -> String {
     let fields: Vec<Json> = schema.columns.iter().map(field_schema).collect();
     let record = format!("{name}.{}.{}", schema.database, schema.name);
     let image_schema = |field: &str| json!({"type": "struct", "fields": fields, "optional": true, "name": format!("{record}.Value"), "field": field});
+    json!({
+        "type": "struct",
+        "fields": [image_schema("before"), image_schema("after"), source_schema(),
+            {"type": "string", "optional": false, "field": "op"},
+            {"type": "int64", "optional": true, "field": "ts_ms"}],
+        "optional": false,
+        "name": format!("{record}.Envelope"),
+        "version": 1
+    })
+    .to_string()
+}
+
+/// [`encode_row_value`] with the table version's [`envelope_schema`] already built.
+pub fn encode_row_value_with(
+    envelope: &str,
+    name: &str,
+    schema: &TableSchema,
+    row: &RowEvent,
+) -> Result<String> {
     let (op, before, after) = match row.kind {
         RowKind::Insert => ("c", Json::Null, image(schema, row.after.as_deref())?),
         RowKind::Update => (
@@ -229,23 +254,18 @@ pub fn encode_row_value(name: &str, schema: &TableSchema, row: &RowEvent) -> Res
             row.kind
         )));
     }
-    let msg = json!({
-        "schema": {
-            "type": "struct",
-            "fields": [image_schema("before"), image_schema("after"), source_schema(),
-                {"type": "string", "optional": false, "field": "op"},
-                {"type": "int64", "optional": true, "field": "ts_ms"}],
-            "optional": false,
-            "name": format!("{record}.Envelope"),
-            "version": 1
-        },
-        "payload": {
-            "before": before, "after": after,
-            "source": source(name, &schema.database, Some(&schema.name), row.commit_ts, row.commit_time_ms),
-            "op": op, "ts_ms": row.commit_time_ms
-        }
+    let payload = json!({
+        "before": before, "after": after,
+        "source": source(name, &schema.database, Some(&schema.name), row.commit_ts, row.commit_time_ms),
+        "op": op, "ts_ms": row.commit_time_ms
     });
-    Ok(msg.to_string())
+    let mut out = String::with_capacity(envelope.len() + 512);
+    out.push_str("{\"schema\":");
+    out.push_str(envelope);
+    out.push_str(",\"payload\":");
+    out.push_str(&payload.to_string());
+    out.push('}');
+    Ok(out)
 }
 
 /// The key of a row change's message: the key columns (primary key, else the not-null unique

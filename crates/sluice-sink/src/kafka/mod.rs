@@ -41,6 +41,8 @@ use std::time::Duration;
 
 /// Encoded messages a dispatcher buffers before it must flush.
 pub const MAX_BUFFERED_BYTES: usize = 8 << 20;
+/// At most this many Debezium envelope schemas are kept (one per table version).
+pub const MAX_ENVELOPES: usize = 65_536;
 /// How often buffered messages are sent without being asked.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -66,6 +68,8 @@ pub struct Kafka {
     admin: AdminClient<DefaultClientContext>,
     /// Partition count of each topic used so far (the topics watermarks go to).
     partitions: Mutex<BTreeMap<String, i32>>,
+    /// The Debezium envelope's `schema` part per table version (table id, version), built once.
+    envelopes: Mutex<BTreeMap<(sluice_types::TableId, Ts), Arc<str>>>,
 }
 
 pub type KafkaSink = Runner<Kafka>;
@@ -124,6 +128,7 @@ impl KafkaConfig {
             producer,
             admin,
             partitions: Mutex::new(BTreeMap::new()),
+            envelopes: Mutex::new(BTreeMap::new()),
         });
         if let Some(f) = fence {
             sink.set_fence(f)?;
@@ -152,6 +157,7 @@ impl KafkaConfig {
                 .create()
                 .map_err(|e| broker_error("creating the Kafka admin client", &e))?,
             partitions: Mutex::new(BTreeMap::new()),
+            envelopes: Mutex::new(BTreeMap::new()),
         })
     }
 }
@@ -271,7 +277,9 @@ impl Kafka {
             }
             KafkaProtocol::Debezium => {
                 let name = &self.cfg.topic;
-                let v = crate::codec::debezium::encode_row_value(name, schema, row)?;
+                let envelope = self.envelope(schema)?;
+                let v =
+                    crate::codec::debezium::encode_row_value_with(&envelope, name, schema, row)?;
                 let k = crate::codec::debezium::encode_key(name, schema, row);
                 Ok((k.map(String::into_bytes), v.into_bytes()))
             }
@@ -280,6 +288,22 @@ impl Kafka {
                 Ok((Some(k), v))
             }
         }
+    }
+
+    /// The Debezium `schema` part of `schema`'s rows (built at the version's first row; at most
+    /// [`MAX_ENVELOPES`] kept, the table forgotten when full).
+    fn envelope(&self, schema: &TableSchema) -> Result<Arc<str>> {
+        let key = (schema.table_id, schema.version);
+        let mut m = self.envelopes.lock().map_err(|_| poisoned())?;
+        if let Some(e) = m.get(&key) {
+            return Ok(e.clone());
+        }
+        if m.len() >= MAX_ENVELOPES {
+            m.clear();
+        }
+        let e: Arc<str> = crate::codec::debezium::envelope_schema(&self.cfg.topic, schema).into();
+        m.insert(key, e.clone());
+        Ok(e)
     }
 
     /// The (key, value) of a DDL's message.
