@@ -218,6 +218,6 @@ pub async fn open_sink_routed(
         SinkConfig::Blackhole => blackhole::build(fence),
         SinkConfig::Storage(cfg) => cfg.build(fence),
         SinkConfig::Mysql(cfg) => cfg.build(changefeed, fence, holds).await,
-        SinkConfig::Kafka(cfg) => cfg.build(rules, fence),
+        SinkConfig::Kafka(cfg) => cfg.build(changefeed, rules, fence),
     }
 }

