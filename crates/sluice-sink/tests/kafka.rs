@@ -545,3 +545,62 @@ async fn exactly_once_a_zombie_producer_is_fenced() {
     assert!(e.to_string().contains("newer producer"), "{e}");
     assert_eq!(old.durable_ts(dispatcher(1)), Some(11));
 }
+
+/// `large-message-handle-option=claim-check`: a message over `max-message-bytes` is stored whole
+/// in the claim-check location and a reference to it is sent; smaller ones travel as they are.
+/// Claim-check without canal-json's TiDB extension is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_check_stores_a_large_message_and_sends_its_reference() {
+    let broker = Broker::start().expect("broker");
+    let dir = std::env::temp_dir().join(format!("sluice-claims-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let claims = format!(
+        "large-message-handle-option=claim-check&claim-check-storage-uri=file://{}",
+        dir.display()
+    );
+    let refused =
+        open_sink(&broker.sink_uri("claims", &format!("protocol=debezium&{claims}"))).await;
+    assert!(refused
+        .err()
+        .is_some_and(|e| e.to_string().contains("enable-tidb-extension")));
+    let uri = broker.sink_uri(
+        "claims",
+        &format!("protocol=canal-json&enable-tidb-extension=true&max-message-bytes=2048&{claims}"),
+    );
+    let sink = open_sink(&uri).await.expect("sink");
+    let schema = Arc::new(simple_schema("db", "t", 1, 0));
+    let d = dispatcher(5);
+    sink.open(d, Span::whole_table(TableId(1)), 0)
+        .await
+        .expect("open");
+    let big = "x".repeat(4000);
+    let rows = vec![
+        simple_insert(&schema, 1, &big, 10, 0),
+        simple_insert(&schema, 2, "small", 11, 0),
+    ];
+    sink.write_rows(d, RowBatch { schema, rows })
+        .await
+        .expect("rows");
+    assert_eq!(sink.flush(d).await.expect("flush"), 11);
+    let got = read_all(&broker, "claims", 2);
+    assert_eq!(got.len(), 2, "{got:?}");
+    let refs: Vec<serde_json::Value> = got
+        .iter()
+        .map(|(_, _, v)| serde_json::from_str(v).expect("json"))
+        .collect();
+    let location = refs
+        .iter()
+        .find_map(|j| j["_tidb"]["claimCheckLocation"].as_str())
+        .expect("the large row is a reference");
+    assert!(
+        refs.iter().any(|j| j["data"][0]["v"] == "small"),
+        "the small row travels whole: {refs:?}"
+    );
+    let stored = std::fs::read_to_string(dir.join(location)).expect("the stored message");
+    let full: serde_json::Value = serde_json::from_str(&stored).expect("json");
+    assert_eq!(full["data"][0]["v"], big.as_str());
+    assert!(got.iter().all(|(_, _, v)| v.len() <= 2048));
+    sink.close(d).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

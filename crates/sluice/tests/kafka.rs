@@ -1,8 +1,8 @@
 //! The Kafka path end to end on real processes: upstream MariaDB → `sluice server` → a
 //! Kafka-protocol broker (tansu) → `sluice consume --kafka` → a downstream MariaDB, compared
 //! with `sluice check`, for canal-json (TiDB extension), Debezium and the Open Protocol over
-//! several partitions,
-//! with DDLs of every kind between the rows, a table of many column types, updates that move a
+//! several partitions, and canal-json with its large messages through a claim-check store, with
+//! DDLs of every kind between the rows, a table of many column types, updates that move a
 //! row to another key (so to another partition), and a `kill -9` of the node mid-run
 //! (at-least-once: the replay adds copies, never a gap). And the URI mistakes a user makes are
 //! refused at `changefeed create`, with nothing created.
@@ -109,7 +109,7 @@ fn consume_and_check(out: &Outputs, up_url: &str, uri: &str, name: &str) {
 }
 
 #[test]
-fn canal_json_debezium_and_open_protocol_through_kafka_consume_into_an_equal_downstream() {
+fn every_protocol_through_kafka_consumes_into_an_equal_downstream() {
     let out = Outputs::default();
     let dir = tmpdir("kafka");
     let broker = Broker::start().expect("broker");
@@ -128,6 +128,21 @@ fn canal_json_debezium_and_open_protocol_through_kafka_consume_into_an_equal_dow
             "dbz",
             broker.sink_uri("cdc-dbz", "protocol=debezium&partition-num=3"),
         ),
+        (
+            "open",
+            broker.sink_uri("cdc-open", "protocol=open-protocol&partition-num=3"),
+        ),
+        // Every app.types row message is over 1 KiB: each goes through the claim-check store.
+        (
+            "claims",
+            broker.sink_uri(
+                "cdc-claims",
+                &format!(
+                    "protocol=canal-json&enable-tidb-extension=true&partition-num=2&max-message-bytes=1024&large-message-handle-option=claim-check&claim-check-storage-uri=file://{}",
+                    dir.join("claims").display()
+                ),
+            ),
+        ),
     ];
     for (name, uri) in &feeds {
         create_changefeed(&out, &server.url(), name, uri);
@@ -142,6 +157,11 @@ fn canal_json_debezium_and_open_protocol_through_kafka_consume_into_an_equal_dow
     for (name, uri) in &feeds {
         consume_and_check(&out, &up_url, uri, name);
     }
+    let claimed = std::fs::read_dir(dir.join("claims")).map_or(0, |d| d.count());
+    assert!(
+        claimed >= 19,
+        "the types rows went through the claim-check store: {claimed} objects"
+    );
     out.assert_no_secret(&[&server.log]);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);

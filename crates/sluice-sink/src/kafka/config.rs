@@ -9,7 +9,7 @@
 //! - secrets (`sasl-password`) are masked like every other URI's.
 
 use crate::error::{Result, SinkError};
-use crate::uri::Params;
+use crate::uri::{Params, SinkConfig};
 use std::time::Duration;
 use url::Url;
 
@@ -108,6 +108,9 @@ pub struct KafkaConfig {
     /// `transactional` (default false): exactly-once, each flush one Kafka transaction with
     /// the span's progress (`kafka::txn`).
     pub transactional: bool,
+    /// `large-message-handle-option=claim-check` with `claim-check-storage-uri`: where a
+    /// message over `max-message-bytes` is stored (`kafka::claim`); `None`: it fails clearly.
+    pub claim_check: Option<Box<crate::uri::StorageConfig>>,
 }
 
 /// TiCDC's TLS and SASL parameters: refused until the client is built with TLS and SASL.
@@ -245,7 +248,23 @@ impl KafkaConfig {
             read_timeout: timeout(p, "read-timeout")?,
             client_id: client_id(p)?,
             transactional: p.bool("transactional", false)?,
+            claim_check: claim_check(p)?,
         })
+        .and_then(|c: KafkaConfig| c.checked(p))
+    }
+
+    /// Cross-parameter rules: claim-check stores canal-json messages with the TiDB extension.
+    fn checked(self, p: &Params<'_>) -> Result<KafkaConfig> {
+        if self.claim_check.is_some()
+            && !(self.protocol == KafkaProtocol::CanalJson && self.enable_tidb_extension)
+        {
+            return Err(p.bad(
+                "large-message-handle-option",
+                "claim-check",
+                "claim-check needs protocol=canal-json&enable-tidb-extension=true (the reference travels in _tidb)",
+            ));
+        }
+        Ok(self)
     }
 
     /// The librdkafka settings of the producer: the idempotent producer whenever every replica
@@ -279,6 +298,45 @@ impl KafkaConfig {
             RequiredAcks::None => s.push(("acks", "0".into())),
         }
         s
+    }
+}
+
+fn claim_check(p: &mut Params<'_>) -> Result<Option<Box<crate::uri::StorageConfig>>> {
+    let option = p
+        .take("large-message-handle-option")
+        .unwrap_or_else(|| "none".into());
+    let uri = p.take("claim-check-storage-uri");
+    match (option.as_str(), uri) {
+        ("none", None) => Ok(None),
+        ("none", Some(u)) => Err(p.bad(
+            "claim-check-storage-uri",
+            &u,
+            "needs large-message-handle-option=claim-check",
+        )),
+        ("claim-check", None) => Err(p.bad(
+            "large-message-handle-option",
+            &option,
+            "needs claim-check-storage-uri=file://… or s3://…",
+        )),
+        ("claim-check", Some(u)) => match crate::uri::SinkUri::parse(&u).map(|x| x.config) {
+            Ok(SinkConfig::Storage(c)) => Ok(Some(Box::new(c))),
+            Ok(_) => Err(p.bad(
+                "claim-check-storage-uri",
+                &u,
+                "must be a file:// or s3:// URI",
+            )),
+            Err(e) => Err(p.bad("claim-check-storage-uri", &u, &e.to_string())),
+        },
+        ("handle-key-only", _) => Err(p.bad(
+            "large-message-handle-option",
+            &option,
+            "not supported yet (use claim-check)",
+        )),
+        (_, _) => Err(p.bad(
+            "large-message-handle-option",
+            &option,
+            "expected none or claim-check",
+        )),
     }
 }
 

@@ -101,6 +101,7 @@ pub async fn run(args: &KafkaConsumeArgs) -> Result<ConsumeReport> {
             reason: e.to_string(),
             retryable: true,
         })??;
+    let raws = resolve_claims(&cfg, raws).await?;
     let mut report = ConsumeReport {
         data_files: 0,
         ..Default::default()
@@ -109,6 +110,28 @@ pub async fn run(args: &KafkaConsumeArgs) -> Result<ConsumeReport> {
     let sink = MysqlSink::connect_for(CONSUME_CHANGEFEED, down).await?;
     apply(&sink, items, &mut report).await?;
     Ok(report)
+}
+
+/// Replaces each claim-check reference by the message it stands for, read from the URI's
+/// `claim-check-storage-uri`.
+async fn resolve_claims(cfg: &KafkaConfig, mut raws: Vec<Raw>) -> Result<Vec<Raw>> {
+    let mut store = None;
+    for raw in &mut raws {
+        let Some(location) = raw.value.as_deref().and_then(super::claim::location_of) else {
+            continue;
+        };
+        if store.is_none() {
+            let c = cfg.claim_check.as_deref().ok_or_else(|| SinkError::Layout {
+                path: format!("{}/{}@{}", cfg.topic, raw.partition, raw.offset),
+                reason: format!("a claim-check reference to {location}: pass large-message-handle-option=claim-check&claim-check-storage-uri=… in --kafka"),
+            })?;
+            store = Some(super::claim::ClaimCheck::open(c)?);
+        }
+        if let Some(s) = &store {
+            raw.value = Some(s.get(&location).await?);
+        }
+    }
+    Ok(raws)
 }
 
 fn consumer(cfg: &KafkaConfig) -> Result<BaseConsumer> {

@@ -18,6 +18,7 @@
 //! - the write fence is checked immediately before every produce;
 //! - a buffer holds at most [`MAX_BUFFERED_BYTES`] of encoded messages before it is flushed.
 
+pub mod claim;
 pub mod config;
 pub mod consume;
 pub mod route;
@@ -75,6 +76,8 @@ pub struct Kafka {
     admin: AdminClient<DefaultClientContext>,
     /// Partition count of each topic used so far (the topics watermarks go to).
     partitions: Mutex<BTreeMap<String, i32>>,
+    /// `large-message-handle-option=claim-check`: where large messages go.
+    claim: Option<claim::ClaimCheck>,
     /// The Debezium envelope's `schema` part per table version (table id, version), built once.
     envelopes: Mutex<BTreeMap<(sluice_types::TableId, Ts), Arc<str>>>,
 }
@@ -133,6 +136,11 @@ impl KafkaConfig {
         let sink = Runner::with_backend(Kafka {
             cfg: self.clone(),
             changefeed: changefeed.to_string(),
+            claim: self
+                .claim_check
+                .as_deref()
+                .map(claim::ClaimCheck::open)
+                .transpose()?,
             router,
             producer,
             admin,
@@ -156,6 +164,7 @@ impl KafkaConfig {
         Ok(Kafka {
             cfg: self.clone(),
             changefeed: String::new(),
+            claim: None,
             router: Router::new(&self.topic, &[])
                 .map_err(|e| SinkError::invalid_uri(&self.topic, e))?,
             producer: self
@@ -425,6 +434,25 @@ impl Kafka {
         }
     }
 
+    /// With claim-check, a message over `max-message-bytes` is stored and replaced by its
+    /// reference (see [`claim`]).
+    async fn claim_if_large(
+        &self,
+        m: &mut Message,
+        schema: &TableSchema,
+        row: &RowEvent,
+    ) -> Result<()> {
+        let Some(c) = &self.claim else {
+            return Ok(());
+        };
+        if (m.value.len() as u64) <= self.cfg.max_message_bytes {
+            return Ok(());
+        }
+        let name = c.put(schema, row, &m.value).await?;
+        m.value = claim::reference_message(schema, row, &name).into_bytes();
+        Ok(())
+    }
+
     fn check_size(&self, m: &Message, what: &dyn Fn() -> String) -> Result<()> {
         let size = m.value.len() + m.key.as_ref().map_or(0, Vec::len);
         if size as u64 > self.cfg.max_message_bytes {
@@ -580,12 +608,13 @@ impl Backend for Kafka {
             w.max_ts = w.max_ts.max(row.commit_ts);
             let partition = self.router.partition(schema, &row, partitions)?;
             let (key, value) = self.encode_value(schema, &row)?;
-            let m = Message {
+            let mut m = Message {
                 topic: topic.clone(),
                 partition,
                 key,
                 value,
             };
+            self.claim_if_large(&mut m, schema, &row).await?;
             self.check_size(&m, &|| {
                 format!(
                     "a row of {} at commit ts {}",
