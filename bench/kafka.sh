@@ -71,6 +71,9 @@ run() { # name sink-uri -> seconds
   while :; do
     cp=$(curl -s "http://$API/api/v2/changefeeds/$name" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("checkpoint_ts", 0))' 2>/dev/null || echo 0)
     [ "$cp" -ge "$TARGET" ] && break
+    if python3 -c "import sys; sys.exit(0 if $(date +%s.%N) - $t0 > ${BENCH_TIMEOUT:-600} else 1)"; then
+      echo "gave up on $name after ${BENCH_TIMEOUT:-600} s at checkpoint $cp (target $TARGET)" >&2; break
+    fi
     sleep 0.1
   done
   python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')"
