@@ -124,6 +124,7 @@ async fn kafka_keeps_the_sink_contract_for_every_protocol() {
         "canal-json&enable-tidb-extension=true",
         "debezium",
         "open-protocol",
+        "simple",
     ] {
         let topic = format!("contract-{}", proto.split('&').next().unwrap_or_default());
         let sink = open_sink(&broker.sink_uri(&topic, &format!("protocol={proto}")))
@@ -319,6 +320,13 @@ fn golden_messages_of_every_column_type() {
         assert_eq!(back.len(), 1, "one event per message");
     }
     golden("kafka_all_types_open.json", &open);
+    let mut simple = sluice_sink::codec::simple::encode_bootstrap(&schema);
+    simple.push('\n');
+    for r in &rows {
+        simple.push_str(&sluice_sink::codec::simple::encode_row(&schema, r).expect("simple"));
+        simple.push('\n');
+    }
+    golden("kafka_all_types_simple.json", &simple);
     golden("kafka_all_types_canal.json", &canal);
     golden("kafka_all_types_debezium.json", &dbz);
 }

@@ -1,6 +1,7 @@
 //! The Kafka path end to end on real processes: upstream MariaDB → `sluice server` → a
 //! Kafka-protocol broker (tansu) → `sluice consume --kafka` → a downstream MariaDB, compared
-//! with `sluice check`, for canal-json (TiDB extension), Debezium and the Open Protocol over
+//! with `sluice check`, for canal-json (TiDB extension), Debezium, the Open Protocol and the
+//! Simple protocol over
 //! several partitions, and canal-json with its large messages through a claim-check store, with
 //! DDLs of every kind between the rows, a table of many column types, updates that move a
 //! row to another key (so to another partition), and a `kill -9` of the node mid-run
@@ -131,6 +132,10 @@ fn every_protocol_through_kafka_consumes_into_an_equal_downstream() {
         (
             "open",
             broker.sink_uri("cdc-open", "protocol=open-protocol&partition-num=3"),
+        ),
+        (
+            "simple",
+            broker.sink_uri("cdc-simple", "protocol=simple&partition-num=3"),
         ),
         // Every app.types row message is over 1 KiB: each goes through the claim-check store.
         (

@@ -1,5 +1,6 @@
 //! Row codecs of the sinks: csv ([`csv`]) and canal-json ([`canal`]) for storage, canal-json, the
-//! Debezium envelope ([`debezium`]) and TiCDC's Open Protocol ([`open`]) for Kafka, each encode and decode (decode serves
+//! Debezium envelope ([`debezium`]) TiCDC's Open Protocol ([`open`])
+//! and Simple protocol ([`simple`]) for Kafka, each encode and decode (decode serves
 //! `consume`), plus the value-to-text rules they share.
 //!
 //! Invariants:
@@ -13,6 +14,7 @@ pub mod canal;
 pub mod csv;
 pub mod debezium;
 pub mod open;
+pub mod simple;
 
 use crate::error::{Result, SinkError};
 use sluice_types::{ColumnDef, ColumnType, RowEvent, RowKind, TableSchema, Value};

@@ -22,6 +22,8 @@ pub enum KafkaProtocol {
     Debezium,
     /// TiCDC's Open Protocol (framed JSON keys and values, resolved events).
     OpenProtocol,
+    /// TiCDC's Simple protocol, JSON encoding (BOOTSTRAP, DML, DDL, WATERMARK messages).
+    Simple,
 }
 
 impl KafkaProtocol {
@@ -30,6 +32,7 @@ impl KafkaProtocol {
             KafkaProtocol::CanalJson => "canal-json",
             KafkaProtocol::Debezium => "debezium",
             KafkaProtocol::OpenProtocol => "open-protocol",
+            KafkaProtocol::Simple => "simple",
         }
     }
 }
@@ -345,21 +348,22 @@ fn protocol(p: &mut Params<'_>) -> Result<KafkaProtocol> {
         None => Err(p.bad(
             "protocol",
             "",
-            "required for kafka: canal-json, debezium or open-protocol",
+            "required for kafka: canal-json, debezium, open-protocol or simple",
         )),
         Some(v) => match v.as_str() {
             "canal-json" => Ok(KafkaProtocol::CanalJson),
             "debezium" => Ok(KafkaProtocol::Debezium),
             "open-protocol" | "default" => Ok(KafkaProtocol::OpenProtocol),
-            "simple" | "avro" | "canal" | "maxwell" | "craft" => Err(p.bad(
+            "simple" => Ok(KafkaProtocol::Simple),
+            "simple-avro" | "avro" | "canal" | "maxwell" | "craft" => Err(p.bad(
                 "protocol",
                 &v,
-                "not supported yet (use canal-json, debezium or open-protocol)",
+                "not supported yet (use canal-json, debezium, open-protocol or simple)",
             )),
             _ => Err(p.bad(
                 "protocol",
                 &v,
-                "expected canal-json, debezium or open-protocol",
+                "expected canal-json, debezium, open-protocol or simple",
             )),
         },
     }

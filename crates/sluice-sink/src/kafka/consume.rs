@@ -210,7 +210,14 @@ fn read_topic(cfg: &KafkaConfig, idle: Duration) -> Result<Vec<Raw>> {
     }
 }
 
-fn decode(cfg: &KafkaConfig, raw: &Raw) -> Result<Vec<Event>> {
+/// Simple protocol: the schemas its BOOTSTRAP and DDL messages announced, by (db, table,
+/// version): (columns with their mysqlType and generated flag, key columns).
+type SimpleSchemas = BTreeMap<(String, String, Ts), (Vec<(String, String, bool)>, Vec<String>)>;
+
+fn decode(cfg: &KafkaConfig, raw: &Raw, simple: &mut SimpleSchemas) -> Result<Vec<Event>> {
+    if cfg.protocol == KafkaProtocol::Simple {
+        return decode_simple(raw.value.as_deref().unwrap_or_default(), simple);
+    }
     if cfg.protocol == KafkaProtocol::OpenProtocol {
         let key = raw
             .key
@@ -224,9 +231,80 @@ fn decode(cfg: &KafkaConfig, raw: &Raw) -> Result<Vec<Event>> {
     let ev = match cfg.protocol {
         KafkaProtocol::CanalJson => decode_canal(value)?,
         KafkaProtocol::Debezium => decode_debezium(raw.key.as_deref(), value)?,
-        KafkaProtocol::OpenProtocol => None,
+        KafkaProtocol::OpenProtocol | KafkaProtocol::Simple => None,
     };
     Ok(ev.into_iter().collect())
+}
+
+fn decode_simple(value: &[u8], schemas: &mut SimpleSchemas) -> Result<Vec<Event>> {
+    use codec::simple::Event as S;
+    let mut out = Vec::new();
+    for ev in codec::simple::decode(value)? {
+        match ev {
+            S::Watermark(ts) => out.push(Event::Watermark(ts)),
+            S::Schema {
+                database,
+                table,
+                version,
+                columns,
+                keys,
+            } => {
+                schemas.insert((database, table, version), (columns, keys));
+            }
+            S::Ddl {
+                query,
+                commit_ts,
+                database,
+            } => out.push(Event::Ddl {
+                database,
+                query,
+                commit_ts,
+                kind: DdlKind::Other,
+            }),
+            S::Row {
+                database,
+                table,
+                version,
+                commit_ts,
+                kind,
+                data,
+                old,
+            } => {
+                let (cols, keys) = schemas.get(&(database.clone(), table.clone(), version)).ok_or_else(|| {
+                    SinkError::Codec(format!("simple: a row of {database}.{table} version {version} before its BOOTSTRAP or DDL message"))
+                })?;
+                let image = |m: &Option<serde_json::Map<String, serde_json::Value>>| -> Result<Option<Vec<Value>>> {
+                    m.as_ref().map(|m| cols.iter().map(|(n, t, _)| codec::simple::value_of(m.get(n), t)).collect()).transpose()
+                };
+                let row = DecodedRow {
+                    kind,
+                    commit_ts: Some(commit_ts),
+                    before: image(&old)?,
+                    after: image(&data)?,
+                };
+                let columns = cols
+                    .iter()
+                    .map(|(n, t, g)| {
+                        (
+                            n.clone(),
+                            if *g {
+                                format!("{t} {GENERATED}")
+                            } else {
+                                t.clone()
+                            },
+                        )
+                    })
+                    .collect();
+                out.push(Event::Row {
+                    table: (database, table),
+                    columns,
+                    keys: keys.clone(),
+                    row,
+                });
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The type text `build_schema` reads for an Open Protocol type code and flags.
@@ -502,8 +580,9 @@ fn order(cfg: &KafkaConfig, raws: Vec<Raw>, report: &mut ConsumeReport) -> Resul
     let mut ids: BTreeMap<(String, String), TableId> = BTreeMap::new();
     let mut marks: BTreeMap<i32, Ts> = BTreeMap::new();
     let partitions: BTreeSet<i32> = raws.iter().map(|r| r.partition).collect();
+    let mut simple = SimpleSchemas::new();
     for raw in &raws {
-        let events = decode(cfg, raw).map_err(|e| SinkError::Layout {
+        let events = decode(cfg, raw, &mut simple).map_err(|e| SinkError::Layout {
             path: format!("{}/{}@{}", cfg.topic, raw.partition, raw.offset),
             reason: e.to_string(),
         })?;

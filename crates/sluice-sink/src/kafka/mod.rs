@@ -65,6 +65,8 @@ pub struct KafkaWriter {
     txn: Option<txn::Txn>,
     /// The greatest commit ts buffered since the last flush.
     max_ts: Ts,
+    /// Simple protocol: rows written per table version since its last BOOTSTRAP message.
+    bootstrapped: BTreeMap<(sluice_types::TableId, Ts), u64>,
 }
 
 pub struct Kafka {
@@ -381,6 +383,37 @@ impl Kafka {
                 let (k, v) = crate::codec::open::encode_row(schema, row)?;
                 Ok((Some(k), v))
             }
+            KafkaProtocol::Simple => Ok((
+                None,
+                crate::codec::simple::encode_row(schema, row)?.into_bytes(),
+            )),
+        }
+    }
+
+    /// Simple protocol: a BOOTSTRAP message to every partition of `topic` before the first row
+    /// of each table version a dispatcher writes, and again every `BOOTSTRAP_EVERY` rows.
+    fn bootstrap(&self, w: &mut KafkaWriter, schema: &TableSchema, topic: &str, partitions: i32) {
+        if self.cfg.protocol != KafkaProtocol::Simple {
+            return;
+        }
+        let n = w
+            .bootstrapped
+            .entry((schema.table_id, schema.version))
+            .or_insert(0);
+        *n += 1;
+        if *n != 1 && *n <= crate::codec::simple::BOOTSTRAP_EVERY {
+            return;
+        }
+        *n = 1;
+        let value = crate::codec::simple::encode_bootstrap(schema).into_bytes();
+        for partition in 0..partitions {
+            w.bytes += value.len();
+            w.pending.push(Message {
+                topic: topic.to_string(),
+                partition,
+                key: None,
+                value: value.clone(),
+            });
         }
     }
 
@@ -400,8 +433,14 @@ impl Kafka {
         Ok(e)
     }
 
-    /// The (key, value) of a DDL's message.
-    fn encode_ddl(&self, ddl: &DdlEvent, table: &str) -> (Option<Vec<u8>>, Vec<u8>) {
+    /// The (key, value) of a DDL's message (`version`: the table version it produces, for the
+    /// Simple protocol's `tableSchema`).
+    fn encode_ddl(
+        &self,
+        ddl: &DdlEvent,
+        table: &str,
+        version: Option<&TableSchema>,
+    ) -> (Option<Vec<u8>>, Vec<u8>) {
         let tidb = self.cfg.enable_tidb_extension;
         match self.cfg.protocol {
             KafkaProtocol::CanalJson => {
@@ -416,6 +455,10 @@ impl Kafka {
                 let (k, v) = crate::codec::open::encode_ddl(ddl, table);
                 (Some(k), v)
             }
+            KafkaProtocol::Simple => (
+                None,
+                crate::codec::simple::encode_ddl(ddl, version).into_bytes(),
+            ),
         }
     }
 
@@ -430,6 +473,10 @@ impl Kafka {
                 let (k, v) = crate::codec::open::encode_resolved(ts);
                 Some((Some(k), v))
             }
+            KafkaProtocol::Simple => Some((
+                None,
+                crate::codec::simple::encode_watermark(ts).into_bytes(),
+            )),
             _ => None,
         }
     }
@@ -586,6 +633,7 @@ impl Backend for Kafka {
             bytes: 0,
             txn,
             max_ts: 0,
+            bootstrapped: BTreeMap::new(),
         })
     }
 
@@ -606,6 +654,7 @@ impl Backend for Kafka {
                 }
             }
             w.max_ts = w.max_ts.max(row.commit_ts);
+            self.bootstrap(w, schema, &topic, partitions);
             let partition = self.router.partition(schema, &row, partitions)?;
             let (key, value) = self.encode_value(schema, &row)?;
             let mut m = Message {
@@ -655,7 +704,8 @@ impl Backend for Kafka {
     ) -> Result<()> {
         let mut msgs = Vec::new();
         for (topic, table, partition) in self.ddl_targets(ddl, tables).await? {
-            let (key, value) = self.encode_ddl(ddl, &table);
+            let version = tables.iter().find(|t| t.name == table).map(|t| t.as_ref());
+            let (key, value) = self.encode_ddl(ddl, &table, version);
             let m = Message {
                 topic,
                 partition,
