@@ -58,17 +58,25 @@ SERVER=$!
 PIDS+=($SERVER)
 for _ in $(seq 1 100); do curl -sf "http://$API/api/v2/health" >/dev/null && break; sleep 0.2; done
 START=$(db -N -e "SHOW MASTER STATUS" | awk '{ print $1 ":" $2 }')
+# A paused changefeed at the start keeps the event store from collecting the rows while the
+# measured changefeeds run one after another.
+"$SLUICE" cli --server "http://$API" changefeed create -c keep --start-position "$START" --sink-uri blackhole:// >/dev/null
+"$SLUICE" cli --server "http://$API" changefeed pause -c keep >/dev/null
 echo "writing $ROWS rows in transactions of 1000"
 for ((i = 0; i < ROWS; i += 1000)); do
   echo "INSERT INTO sb.t SELECT seq, seq % 1000, REPEAT(CHAR(97 + seq % 26), 120), REPEAT('p', 60) FROM seq_$((i + 1))_to_$((i + 1000));"
 done | db sb
 TARGET=$(db -N -e "SHOW MASTER STATUS" | awk '{ split($1, f, "."); printf "%d", (f[2] * 4294967296) + $2 }')
 load0=$(cut -d' ' -f1 /proc/loadavg)
-run() { # name sink-uri -> seconds
-  local name=$1 uri=$2 t0 cp
+run() { # name sink-uri -> "seconds-to-checkpoint seconds-until-the-sink-counted-every-row"
+  local name=$1 uri=$2 t0 cp n tw=""
   "$SLUICE" cli --server "http://$API" changefeed create -c "$name" --start-position "$START" --sink-uri "$uri" >/dev/null
   t0=$(date +%s.%N)
   while :; do
+    if [ -z "$tw" ]; then
+      n=$(curl -s "http://$API/metrics" | awk -v c="changefeed=\"$name\"" '$0 ~ "^sluice_sink_rows_total" && index($0, c) { print $2 }')
+      [ "${n:-0}" -ge "$ROWS" ] && tw=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')")
+    fi
     cp=$(curl -s "http://$API/api/v2/changefeeds/$name" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("checkpoint_ts", 0))' 2>/dev/null || echo 0)
     [ "$cp" -ge "$TARGET" ] && break
     if python3 -c "import sys; sys.exit(0 if $(date +%s.%N) - $t0 > ${BENCH_TIMEOUT:-600} else 1)"; then
@@ -76,17 +84,17 @@ run() { # name sink-uri -> seconds
     fi
     sleep 0.1
   done
-  python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')"
+  echo "$(python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')") ${tw:-?}"
   "$SLUICE" cli --server "http://$API" changefeed remove -c "$name" >/dev/null
 }
 K="kafka://127.0.0.1:$KPORT"
-echo "| changefeed | rows | seconds | rows/s | ratio to blackhole |"
-echo "|---|---|---|---|---|"
-base=$(run hole "blackhole://")
-echo "| blackhole | $ROWS | $base | $(python3 -c "print(int($ROWS / $base))") | 1.00 |"
-for p in "canal canal-json&enable-tidb-extension=true" "dbz debezium" "open open-protocol"; do
+echo "| changefeed | rows | s to checkpoint | rows/s | ratio to blackhole | s until the sink had every row |"
+echo "|---|---|---|---|---|---|"
+read -r base bw <<<"$(run hole "blackhole://")"
+echo "| blackhole | $ROWS | $base | $(python3 -c "print(int($ROWS / $base))") | 1.00 | $bw |"
+for p in "canal canal-json&enable-tidb-extension=true" "dbz debezium" "open open-protocol" "simple simple"; do
   set -- $p
-  s=$(run "$1" "$K/bench-$1?protocol=$2&partition-num=3")
-  echo "| kafka $2 | $ROWS | $s | $(python3 -c "print(int($ROWS / $s))") | $(python3 -c "print(f'{$base / $s:.2f}')") |"
+  read -r s w <<<"$(run "$1" "$K/bench-$1?protocol=$2&partition-num=3")"
+  echo "| kafka $2 | $ROWS | $s | $(python3 -c "print(int($ROWS / $s))") | $(python3 -c "print(f'{$base / $s:.2f}')") | $w |"
 done
 echo "load average before: $load0, after: $(cut -d' ' -f1 /proc/loadavg); $(nproc) cores; commit $(git rev-parse --short HEAD)"

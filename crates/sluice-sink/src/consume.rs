@@ -205,17 +205,10 @@ pub async fn run(args: &ConsumeArgs) -> Result<ConsumeReport> {
     let items = read_layout(&store, &cfg, &mut report).await?;
     let sink = MysqlSink::connect_for(CONSUME_CHANGEFEED, down).await?;
     for (seq, item) in items.into_iter().enumerate() {
-        let d = DispatcherId {
-            epoch: u64::MAX,
-            seq: seq as u64,
-        };
+        let d = consume_dispatcher(seq);
         match item {
             Item::Ddl(ddl) => {
-                let ts = ddl.commit_ts;
-                sink.open(d, Span::whole_table(TableId(0)), ts.saturating_sub(1))
-                    .await?;
-                sink.write_ddl(d, *ddl, Vec::new()).await?;
-                sink.close(d).await;
+                apply_ddl(&sink, d, *ddl).await?;
                 report.ddls_applied += 1;
             }
             Item::Rows {
@@ -226,6 +219,25 @@ pub async fn run(args: &ConsumeArgs) -> Result<ConsumeReport> {
         }
     }
     Ok(report)
+}
+
+/// The dispatcher id of consume's `seq`-th item (a fresh one each: consume's writes have no
+/// successor to fence against).
+pub(crate) fn consume_dispatcher(seq: usize) -> DispatcherId {
+    DispatcherId {
+        epoch: u64::MAX,
+        seq: seq as u64,
+    }
+}
+
+/// Applies one DDL through dispatcher `d` (recorded in the downstream's `ddl_ts`).
+pub(crate) async fn apply_ddl(sink: &MysqlSink, d: DispatcherId, ddl: DdlEvent) -> Result<()> {
+    let ts = ddl.commit_ts;
+    sink.open(d, Span::whole_table(TableId(0)), ts.saturating_sub(1))
+        .await?;
+    sink.write_ddl(d, ddl, Vec::new()).await?;
+    sink.close(d).await;
+    Ok(())
 }
 
 /// Applies one table version's rows through dispatcher `d`; returns how many.

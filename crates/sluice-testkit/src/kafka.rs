@@ -18,7 +18,7 @@
 
 use std::fs;
 use std::io;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -114,10 +114,7 @@ pub fn tansu_binary() -> Result<PathBuf> {
 }
 
 fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(io_err("binding port 0"))?;
-    Ok(l.local_addr()
-        .map_err(io_err("reading local address"))?
-        .port())
+    crate::process::free_port().map_err(io_err("finding a free port"))
 }
 
 /// A running broker. See the module docs.
@@ -237,10 +234,7 @@ impl Broker {
         if self.paused {
             self.resume();
         }
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        crate::process::kill(&mut self.child);
     }
 }
 
@@ -251,8 +245,4 @@ impl Drop for Broker {
     }
 }
 
-fn tail(p: &Path) -> String {
-    let s = fs::read_to_string(p).unwrap_or_default();
-    let start = s.len().saturating_sub(2000);
-    s.get(start..).unwrap_or_default().to_string()
-}
+use crate::process::tail;

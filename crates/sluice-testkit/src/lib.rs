@@ -4,11 +4,12 @@
 //!
 //! Layout rule: one file per server it starts, and two for the MariaDB replays: the corpus they
 //! read (`mysqltest`: statements out of MariaDB's own regression suite) and the report they
-//! write (`suite_report`).
+//! write (`suite_report`); `process` holds what the server helpers share about their child.
 
 pub mod etcd;
 pub mod kafka;
 pub mod mariadb;
 pub mod moto;
 pub mod mysqltest;
+pub mod process;
 pub mod suite_report;

@@ -259,10 +259,7 @@ impl Moto {
     }
 
     fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        crate::process::kill(&mut self.child);
     }
 }
 
@@ -273,11 +270,7 @@ impl Drop for Moto {
     }
 }
 
-fn tail(p: &Path) -> String {
-    let s = fs::read_to_string(p).unwrap_or_default();
-    let start = s.len().saturating_sub(2000);
-    s.get(start..).unwrap_or_default().to_string()
-}
+use crate::process::tail;
 
 #[cfg(test)]
 mod tests {

@@ -685,17 +685,10 @@ fn interleave(ddls: BTreeMap<(Ts, String), DdlEvent>, rows: Vec<Placed>) -> Vec<
 
 async fn apply(sink: &MysqlSink, items: Vec<Item>, report: &mut ConsumeReport) -> Result<()> {
     for (seq, item) in items.into_iter().enumerate() {
-        let d = DispatcherId {
-            epoch: u64::MAX,
-            seq: seq as u64,
-        };
+        let d = crate::consume::consume_dispatcher(seq);
         match item {
             Item::Ddl(ddl) => {
-                let ts = ddl.commit_ts;
-                sink.open(d, Span::whole_table(TableId(0)), ts.saturating_sub(1))
-                    .await?;
-                sink.write_ddl(d, *ddl, Vec::new()).await?;
-                sink.close(d).await;
+                crate::consume::apply_ddl(sink, d, *ddl).await?;
                 report.ddls_applied += 1;
             }
             Item::Rows(schema, rows) => {
