@@ -24,6 +24,9 @@ pub const COORDINATOR_STALL_MS: Millis = 2_500;
 /// any progress reports it to the maintainer (the changefeed then shows the error and restarts
 /// after a backoff) instead of retrying silently forever.
 pub const MAX_SINK_RETRIES_WITHOUT_PROGRESS: u32 = 10;
+/// A dispatcher whose sink holds written rows unacknowledged this long says so in every
+/// heartbeat (the changefeed's state reads `warning`) until the sink acknowledges again.
+pub const SINK_ACK_STALL_MS: Millis = 30_000;
 /// A failed dispatcher's error goes in every heartbeat of its manager until the changefeed is
 /// closed; at most this many errors (one per failed dispatcher, lowest ids first) per heartbeat.
 pub const MAX_ERRORS_PER_HEARTBEAT: usize = 8;

@@ -1231,3 +1231,52 @@ fn a_dispatcher_removed_while_it_waits_for_its_floor_never_starts() {
     assert!(started(&out).is_empty(), "a late answer starts nothing");
     assert_eq!(state_of(&dm, d), None);
 }
+
+/// Rows the sink holds without acknowledging them hold the checkpoint; after
+/// `SINK_ACK_STALL_MS` without an acknowledgement the dispatcher says so in its heartbeats (the
+/// changefeed then reads `warning`, not `normal`), and the warning goes once the sink
+/// acknowledges. A sink that acknowledges slowly but steadily never raises it.
+#[test]
+fn a_sink_that_stops_acknowledging_is_reported_not_hidden() {
+    use sluice_control::config::SINK_ACK_STALL_MS;
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let d = id(1, 1);
+    create(&mut dm, &m1(), 1, d, Span::whole_table(TableId(4)), &holds);
+    let row = |ts: u64, k: u64| StreamItem::Row {
+        commit_ts: ts,
+        key: Key::row_u64(TableId(4), k),
+        handle: k,
+        kind: sluice_types::RowKind::Insert,
+    };
+    let stalled = |dm: &DispatcherManager| {
+        dm.warnings()
+            .iter()
+            .any(|w| w.contains("acknowledged nothing"))
+    };
+    let mut out = Vec::new();
+    dm.on_events(1_000, d, vec![row(105, 1)], 110, &holds, &mut out);
+    dm.on_tick(1_000 + SINK_ACK_STALL_MS / 2, &holds, &mut out);
+    assert!(!stalled(&dm), "half the limit is not a stall");
+    // Steady progress: an acknowledgement, then more rows, each within the limit.
+    dm.on_sink_flushed(1_000 + SINK_ACK_STALL_MS / 2, d, 105, &holds, &mut out);
+    dm.on_events(
+        1_000 + SINK_ACK_STALL_MS / 2,
+        d,
+        vec![row(115, 2)],
+        120,
+        &holds,
+        &mut out,
+    );
+    dm.on_tick(1_000 + SINK_ACK_STALL_MS, &holds, &mut out);
+    assert!(!stalled(&dm), "the sink acknowledged within the limit");
+    dm.on_tick(1_000 + SINK_ACK_STALL_MS * 2, &holds, &mut out);
+    assert!(
+        stalled(&dm),
+        "no acknowledgement for the whole limit: {:?}",
+        dm.warnings()
+    );
+    dm.on_sink_flushed(1_000 + SINK_ACK_STALL_MS * 2, d, 115, &holds, &mut out);
+    assert!(!stalled(&dm), "acknowledged again: {:?}", dm.warnings());
+}

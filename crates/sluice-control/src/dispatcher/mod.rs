@@ -156,9 +156,34 @@ struct Dispatcher {
     floor_known: bool,
     /// Waiting for its replay floor before it subscribes (see `floor.rs`).
     floor_wait: Option<floor::FloorWait>,
+    /// Rows written and not acknowledged: since when the acknowledged ts last moved, and where
+    /// it stood then (`None` while everything written is acknowledged).
+    ack_wait: Option<(Millis, Ts)>,
+    /// The wait above is longer than [`crate::config::SINK_ACK_STALL_MS`]: how long, in ms.
+    ack_stalled_ms: Option<Millis>,
 }
 
 impl Dispatcher {
+    /// Follows the sink's acknowledgements at `now`: a sink that keeps rows written without
+    /// acknowledging them for [`crate::config::SINK_ACK_STALL_MS`] holds the checkpoint, and the
+    /// dispatcher says so (a changefeed stuck behind a silent sink never reads `normal`).
+    fn track_ack_wait(&mut self, now: Millis) {
+        if self.written_ts <= self.flushed_ts {
+            self.ack_wait = None;
+            self.ack_stalled_ms = None;
+            return;
+        }
+        let since = match self.ack_wait {
+            Some((since, acked)) if acked == self.flushed_ts => since,
+            _ => {
+                self.ack_wait = Some((now, self.flushed_ts));
+                now
+            }
+        };
+        let waited = now.saturating_sub(since);
+        self.ack_stalled_ms = (waited >= crate::config::SINK_ACK_STALL_MS).then_some(waited);
+    }
+
     fn new(id: DispatcherId, span: Span, is_trigger: bool, start_ts: Ts, phase: Phase) -> Self {
         Dispatcher {
             id,
@@ -187,6 +212,8 @@ impl Dispatcher {
             halted: None,
             floor_known: is_trigger,
             floor_wait: None,
+            ack_wait: None,
+            ack_stalled_ms: None,
         }
     }
 
@@ -200,6 +227,18 @@ impl Dispatcher {
             return Some(format!(
                 "span {:?} of table {} stopped at ts {ts}: {what}",
                 self.span, self.span.table.0
+            ));
+        }
+        if let Some(ms) = self.ack_stalled_ms {
+            return Some(format!(
+                "span {:?} of table {}: the sink has acknowledged nothing for {} s (rows written \
+                 up to ts {}, acknowledged up to ts {}): the checkpoint cannot move; check the \
+                 sink and its downstream",
+                self.span,
+                self.span.table.0,
+                ms / 1000,
+                self.written_ts,
+                self.flushed_ts
             ));
         }
         let e = self.last_sink_error.as_ref()?;

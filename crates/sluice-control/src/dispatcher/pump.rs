@@ -112,6 +112,7 @@ impl DispatcherManager {
             return;
         }
         d.drain_buffer(&cf, &ignore, out);
+        d.track_ack_wait(now);
         d.consumed_upto = match d.buffer.front() {
             Some(item) => d.consumed_upto.max(item.commit_ts().saturating_sub(1)),
             None => d.consumed_upto.max(d.received_upto),
