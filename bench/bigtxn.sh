@@ -12,36 +12,9 @@ ROWS=${1:-1000000}
 MINUTES=${2:-20}
 SLUICE=${SLUICE_BIN:-target/release/sluice}
 [ -x "$SLUICE" ] || cargo build --release -p sluice
-WORK=$(mktemp -d /tmp/sluice-bigtxn.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$WORK"; }
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
-mkdir -p "$WORK/db/data"
-cat >"$WORK/db/my.cnf" <<CNF
-[mariadbd]
-datadir=$WORK/db/data
-socket=$WORK/db/mysql.sock
-port=$PORT
-bind-address=127.0.0.1
-log-error=$WORK/db/error.log
-server_id=$PORT
-log_bin=$WORK/db/data/mysql-bin
-binlog_format=ROW
-binlog_row_image=FULL
-binlog_row_metadata=FULL
-max_binlog_size=1G
-innodb_buffer_pool_size=256M
-[client]
-socket=$WORK/db/mysql.sock
-CNF
-mariadb-install-db --defaults-file="$WORK/db/my.cnf" --auth-root-authentication-method=normal --skip-test-db >/dev/null 2>&1
-user_opt=(); [ "$(id -u)" = 0 ] && user_opt=(--user=root)
-/usr/sbin/mariadbd --defaults-file="$WORK/db/my.cnf" "${user_opt[@]}" >/dev/null 2>&1 &
-PIDS+=($!)
-db() { mariadb --defaults-file="$WORK/db/my.cnf" -uroot "$@"; }
-for _ in $(seq 1 100); do db -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
+source bench/lib.sh
+bench_init bigtxn
+start_mariadb "max_binlog_size=1G"
 db -e "CREATE USER sluice@'127.0.0.1' IDENTIFIED BY 'bigtxn'; GRANT ALL ON *.* TO sluice@'127.0.0.1';
        CREATE DATABASE big; CREATE TABLE big.t (id INT PRIMARY KEY, pad VARCHAR(1000))"
 API=127.0.0.1:$(free_port)

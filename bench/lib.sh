@@ -1,0 +1,44 @@
+# Shared by the bench scripts (sourced, not run): a work directory cleaned on exit, free ports,
+# and a throwaway MariaDB with row binlog on a free port.
+#   source bench/lib.sh; bench_init NAME; start_mariadb [extra my.cnf lines...]; db -e '...'
+# After start_mariadb: $PORT is its port, db() runs the mariadb client on it as root.
+
+bench_init() { # NAME: the work directory's prefix
+  WORK=$(mktemp -d "/tmp/sluice-$1.XXXXXX")
+  PIDS=()
+  trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+db() { mariadb --defaults-file="$WORK/db/my.cnf" -uroot "$@"; }
+
+start_mariadb() { # extra my.cnf lines of [mariadbd]
+  PORT=$(free_port)
+  mkdir -p "$WORK/db/data"
+  {
+    echo "[mariadbd]"
+    echo "datadir=$WORK/db/data"
+    echo "socket=$WORK/db/mysql.sock"
+    echo "port=$PORT"
+    echo "bind-address=127.0.0.1"
+    echo "log-error=$WORK/db/error.log"
+    echo "server_id=$PORT"
+    echo "log_bin=$WORK/db/data/mysql-bin"
+    echo "binlog_format=ROW"
+    echo "binlog_row_image=FULL"
+    echo "binlog_row_metadata=FULL"
+    echo "innodb_buffer_pool_size=256M"
+    for line in "$@"; do echo "$line"; done
+    echo "[client]"
+    echo "socket=$WORK/db/mysql.sock"
+  } >"$WORK/db/my.cnf"
+  mariadb-install-db --defaults-file="$WORK/db/my.cnf" --auth-root-authentication-method=normal --skip-test-db >/dev/null 2>&1
+  local user_opt=()
+  [ "$(id -u)" = 0 ] && user_opt=(--user=root)
+  /usr/sbin/mariadbd --defaults-file="$WORK/db/my.cnf" "${user_opt[@]}" >/dev/null 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 100); do db -e 'select 1' >/dev/null 2>&1 && return 0; sleep 0.2; done
+  echo "MariaDB did not start; its log: $WORK/db/error.log" >&2
+  return 1
+}
