@@ -2,8 +2,9 @@
 # The Kafka sink end to end, side by side with the blackhole sink in the same run: N rows already
 # in the binlog (transactions of 1000 rows of ~150 bytes), one changefeed at a time from the
 # position before them to blackhole://, then to a local tansu broker in canal-json (TiDB
-# extension), debezium and open-protocol (3 partitions); each timed until its checkpoint passes
-# the last row. Prints rows/s and the ratio to the blackhole changefeed. A measurement, not a
+# extension), debezium, open-protocol and simple (3 partitions); each timed until its checkpoint
+# passes the last row. Prints rows/s and the ratio to the blackhole changefeed, and MariaDB's own
+# decoder reading the same binlog remotely (`mariadb-binlog -v`, the read limit). A measurement, not a
 # test; upstream, Sluice and the broker share the machine's cores.
 #   bench/kafka.sh [rows]    # default 500000
 # SLUICE_BIN=path picks the binary (default: target/release/sluice, built if missing); the tansu
@@ -41,6 +42,11 @@ for ((i = 0; i < ROWS; i += 1000)); do
 done | db sb
 TARGET=$(db -N -e "SHOW MASTER STATUS" | awk '{ split($1, f, "."); printf "%d", (f[2] * 4294967296) + $2 }')
 load0=$(cut -d' ' -f1 /proc/loadavg)
+# The read limit beside it: MariaDB's own C decoder over the same binlog, remote like Sluice.
+t0=$(date +%s.%N)
+mariadb-binlog --read-from-remote-server --host=127.0.0.1 --port="$PORT" --user=sluice --password=bench \
+  -v "$(db -N -e 'SHOW MASTER STATUS' | awk '{print $1}')" >/dev/null 2>&1
+DECODE=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')")
 run() { # name sink-uri -> "seconds-to-checkpoint seconds-until-the-sink-counted-every-row"
   local name=$1 uri=$2 t0 cp n tw=""
   "$SLUICE" cli --server "http://$API" changefeed create -c "$name" --start-position "$START" --sink-uri "$uri" >/dev/null
@@ -65,6 +71,7 @@ echo "| changefeed | rows | s to checkpoint | rows/s | ratio to blackhole | s un
 echo "|---|---|---|---|---|---|"
 read -r base bw <<<"$(run hole "blackhole://")"
 echo "| blackhole | $ROWS | $base | $(python3 -c "print(int($ROWS / $base))") | 1.00 | $bw |"
+echo "| (mariadb-binlog -v > /dev/null, the same binlog) | $ROWS | $DECODE | $(python3 -c "print(int($ROWS / $DECODE))") | $(python3 -c "print(f'{$base / $DECODE:.2f}')") | |"
 for p in "canal canal-json&enable-tidb-extension=true" "dbz debezium" "open open-protocol" "simple simple"; do
   set -- $p
   read -r s w <<<"$(run "$1" "$K/bench-$1?protocol=$2&partition-num=3")"
