@@ -124,31 +124,7 @@ impl KafkaConfig {
         rules: &[DispatchRule],
         fence: Option<crate::WriteFence>,
     ) -> Result<Arc<dyn crate::Sink>> {
-        let masked = format!("kafka://{}/{}", self.brokers.join(","), self.topic);
-        let router =
-            Router::new(&self.topic, rules).map_err(|e| SinkError::invalid_uri(&masked, e))?;
-        let producer: FutureProducer = self
-            .client()
-            .create()
-            .map_err(|e| broker_error("creating the Kafka producer", &e))?;
-        let admin: AdminClient<DefaultClientContext> = self
-            .client()
-            .create()
-            .map_err(|e| broker_error("creating the Kafka admin client", &e))?;
-        let sink = Runner::with_backend(Kafka {
-            cfg: self.clone(),
-            changefeed: changefeed.to_string(),
-            claim: self
-                .claim_check
-                .as_deref()
-                .map(claim::ClaimCheck::open)
-                .transpose()?,
-            router,
-            producer,
-            admin,
-            partitions: Mutex::new(BTreeMap::new()),
-            envelopes: Mutex::new(BTreeMap::new()),
-        });
+        let sink = Runner::with_backend(self.backend(changefeed, rules)?);
         if let Some(f) = fence {
             sink.set_fence(f)?;
         }
@@ -158,17 +134,20 @@ impl KafkaConfig {
     /// Checks the brokers answer and the URI's topic exists or may be created (changefeed
     /// create and update).
     pub async fn probe(&self) -> Result<()> {
-        let k = self.backend()?;
+        let k = self.backend("", &[])?;
         k.partition_count(&self.topic).await.map(|_| ())
     }
 
-    fn backend(&self) -> Result<Kafka> {
+    /// The backend of changefeed `changefeed` routing by `rules` (the probe: none of either).
+    fn backend(&self, changefeed: &str, rules: &[DispatchRule]) -> Result<Kafka> {
+        let masked = format!("kafka://{}/{}", self.brokers.join(","), self.topic);
+        let claim = self.claim_check.as_deref();
         Ok(Kafka {
             cfg: self.clone(),
-            changefeed: String::new(),
-            claim: None,
-            router: Router::new(&self.topic, &[])
-                .map_err(|e| SinkError::invalid_uri(&self.topic, e))?,
+            changefeed: changefeed.to_string(),
+            claim: claim.map(claim::ClaimCheck::open).transpose()?,
+            router: Router::new(&self.topic, rules)
+                .map_err(|e| SinkError::invalid_uri(&masked, e))?,
             producer: self
                 .client()
                 .create()
@@ -555,11 +534,7 @@ impl Kafka {
 
     /// Every partition of the topics a DDL concerns: its tables' topics, or the URI's topic for
     /// a DDL that changes no table.
-    async fn ddl_targets(
-        &self,
-        ddl: &DdlEvent,
-        tables: &[Arc<TableSchema>],
-    ) -> Result<Vec<(String, String, i32)>> {
+    async fn ddl_targets(&self, tables: &[Arc<TableSchema>]) -> Result<Vec<(String, String, i32)>> {
         let mut topics: BTreeMap<String, String> = BTreeMap::new();
         for t in tables {
             topics
@@ -569,7 +544,6 @@ impl Kafka {
         if topics.is_empty() {
             topics.insert(self.router.default_topic().to_string(), String::new());
         }
-        let _ = ddl;
         let mut out = Vec::new();
         for (topic, table) in topics {
             for p in 0..self.partition_count(&topic).await? {
@@ -703,7 +677,7 @@ impl Backend for Kafka {
         fence: &BoundFence,
     ) -> Result<()> {
         let mut msgs = Vec::new();
-        for (topic, table, partition) in self.ddl_targets(ddl, tables).await? {
+        for (topic, table, partition) in self.ddl_targets(tables).await? {
             let version = tables.iter().find(|t| t.name == table).map(|t| t.as_ref());
             let (key, value) = self.encode_ddl(ddl, &table, version);
             let m = Message {
