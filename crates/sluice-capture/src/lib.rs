@@ -7,7 +7,8 @@
 //! the binlog in [`binlog_schema`]; foreign keys, and the cascades the binlog never shows, in
 //! [`foreign_keys`]), the glue that turns transactions into Sluice events and feeds the
 //! store ([`capture`]), the per-node event store ([`store`], records in [`codec`]), regions from
-//! upstream statistics ([`regions`]) and the opt-in heartbeat table ([`heartbeat`]).
+//! upstream statistics ([`regions`]), consistent snapshot reads of existing rows
+//! ([`snapshot_read`]) and the opt-in heartbeat table ([`heartbeat`]).
 //! `docs/capture.md` is the operator's view.
 //!
 //! How a node uses it:
@@ -52,6 +53,7 @@ pub mod regions;
 pub mod rowimage;
 pub mod schema;
 pub mod session;
+pub mod snapshot_read;
 pub mod store;
 pub mod textual;
 pub mod unreplicable;

@@ -88,4 +88,69 @@ pub struct ChangefeedConfig {
     /// topic, the `table` dispatcher).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sink_dispatchers: Vec<sluice_types::sink_rules::DispatchRule>,
+    /// Whether the tables' existing rows are copied before (while) the stream is replicated.
+    #[serde(default)]
+    pub snapshot: SnapshotConfig,
+}
+
+/// How a changefeed copies the rows its tables hold at its start point (`snapshot` in the
+/// changefeed TOML, `--snapshot` on the CLI).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SnapshotMode {
+    /// Replicate only what changes after the start point (TiCDC's behaviour).
+    #[default]
+    Never,
+    /// Copy every table the changefeed covers, then (and meanwhile) stream.
+    Initial,
+    /// Copy every table, then stop: the changefeed finishes once the copy is durable.
+    InitialOnly,
+}
+
+impl SnapshotMode {
+    pub fn parse(s: &str) -> Result<SnapshotMode, String> {
+        match s {
+            "never" => Ok(SnapshotMode::Never),
+            "initial" => Ok(SnapshotMode::Initial),
+            "initial-only" => Ok(SnapshotMode::InitialOnly),
+            other => Err(format!(
+                "unknown snapshot mode {other:?}: use never (stream only, the default), initial \
+                 (copy the tables, then stream) or initial-only (copy the tables, then finish)"
+            )),
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnapshotMode::Never => "never",
+            SnapshotMode::Initial => "initial",
+            SnapshotMode::InitialOnly => "initial-only",
+        }
+    }
+}
+
+/// Default rows per snapshot chunk (one consistent read each).
+pub const DEFAULT_SNAPSHOT_CHUNK_ROWS: usize = 8192;
+/// At most this many rows per snapshot chunk (a chunk is one transaction downstream).
+pub const MAX_SNAPSHOT_CHUNK_ROWS: usize = 65_536;
+/// At most this many dispatchers of one node read a snapshot chunk at a time (each holds at most
+/// one chunk in the feed): the memory a snapshot takes is bounded whatever the number of tables.
+pub const MAX_CONCURRENT_CHUNK_READS: usize = 4;
+/// A failed chunk read is tried again after this long.
+pub const CHUNK_RETRY_MS: Millis = 2_000;
+
+/// The `snapshot` settings of a changefeed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", default)]
+pub struct SnapshotConfig {
+    pub mode: SnapshotMode,
+    pub chunk_rows: usize,
+}
+
+impl Default for SnapshotConfig {
+    fn default() -> Self {
+        SnapshotConfig {
+            mode: SnapshotMode::Never,
+            chunk_rows: DEFAULT_SNAPSHOT_CHUNK_ROWS,
+        }
+    }
 }

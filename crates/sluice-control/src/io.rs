@@ -182,6 +182,30 @@ pub enum Input {
         on: bool,
     },
     Request(UserRequest),
+    /// The feed holds the snapshot chunk the dispatcher asked for (`Effect::ReadChunk`): `rows`
+    /// rows read consistently at `ts - 1` (a binlog position), which reach the dispatcher in its
+    /// stream at `ts`, after everything at or below the position and before everything after it.
+    /// `cursor` is where the next chunk starts; `more` false: the span has no rows after it.
+    ChunkQueued {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        ts: Ts,
+        cursor: Option<Vec<u8>>,
+        more: bool,
+        rows: usize,
+    },
+    /// A chunk read failed (the dispatcher tries again after a pause and says so meanwhile).
+    ChunkFailed {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        message: String,
+    },
+    /// The stream was taken back below a chunk the feed had already handed out (a
+    /// resubscription): the dispatcher copies again from its durable progress.
+    ChunkLost {
+        cf: ChangefeedId,
+        id: DispatcherId,
+    },
     /// Capture on this node stopped with this error (or runs again: `None`). While it is set,
     /// every changefeed with work here reads `warning` with this message.
     CaptureStatus {
@@ -303,6 +327,19 @@ pub enum Effect {
     Unsubscribe {
         cf: ChangefeedId,
         id: DispatcherId,
+    },
+    /// Read the next snapshot chunk of a subscribed dispatcher's span: at most `limit` rows of
+    /// the span after `after` (the previous chunk's cursor; `None`: from the start), in the
+    /// upstream's key order, in one consistent read at a known binlog position (all of a keyless
+    /// table). The feed pauses the dispatcher's stream until the shell hands it the rows
+    /// ([`crate::feed::Feed::on_chunk`]) or the failure (`Input::ChunkFailed`).
+    ReadChunk {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        span: Span,
+        after: Option<Vec<u8>>,
+        limit: usize,
+        keyless: bool,
     },
     Sink(SinkCommand),
     /// The coordinator persisted this changefeed checkpoint (its write succeeded): the sink's own

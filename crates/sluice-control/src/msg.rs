@@ -74,6 +74,42 @@ pub struct DispatcherReport {
     /// Everything of this span at or below this ts has reached the dispatcher (its resolved ts).
     #[serde(default)]
     pub resolved: Ts,
+    /// Its snapshot copy, if it copies (or copied) its span.
+    #[serde(default)]
+    pub copy: Option<CopyReport>,
+}
+
+/// How far a span's snapshot copy is durable: every key of the span at or before `cursor` (in
+/// the upstream's key order; `None`: none yet) was copied and acknowledged, or all of them
+/// (`done`). The cursor is the shell's, opaque to the control plane.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CopyProgress {
+    pub cursor: Option<Vec<u8>>,
+    pub done: bool,
+}
+
+impl CopyProgress {
+    /// The copy of a span that has copied nothing yet.
+    pub fn start() -> Self {
+        CopyProgress::default()
+    }
+    pub fn finished() -> Self {
+        CopyProgress {
+            cursor: None,
+            done: true,
+        }
+    }
+}
+
+/// A dispatcher's snapshot copy as its manager reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyReport {
+    pub durable: CopyProgress,
+    /// Rows and chunks this dispatcher copied (acknowledged or not).
+    pub rows: u64,
+    pub chunks: u64,
+    /// Why the last chunk read failed, while it is being tried again.
+    pub error: Option<String>,
 }
 
 /// The error a failed dispatcher keeps until it is closed: its manager puts it in every heartbeat
@@ -111,6 +147,17 @@ pub enum BarrierCommand {
     Pass,
     /// The writer's DONE was applied: go on.
     Proceed,
+}
+
+/// Where a dispatcher's snapshot copy starts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyStart {
+    pub from: CopyProgress,
+    /// The table has no key: it is copied in one consistent read, and its stream's rows before
+    /// that read are not written (they are in it).
+    pub keyless: bool,
+    /// Rows per chunk.
+    pub chunk_rows: usize,
 }
 
 /// What a rejected create or merge says.
@@ -191,6 +238,18 @@ pub enum Message {
         /// downstream's record at its bootstrap and no dispatcher served the span since); when
         /// false, the dispatcher reads the floor before it subscribes (see `replay::table_floor`).
         floor_known: bool,
+        /// Copy the span's rows from this progress on (a snapshot), besides streaming.
+        #[serde(default)]
+        copy: Option<CopyStart>,
+    },
+    /// (Re)start the snapshot copy of a working dispatcher's span from `copy` (a dispatcher
+    /// that copies already keeps its own progress unless `restart`).
+    Copy {
+        cf: ChangefeedId,
+        epoch: Epoch,
+        id: DispatcherId,
+        copy: CopyStart,
+        restart: bool,
     },
     Remove {
         cf: ChangefeedId,
@@ -286,6 +345,7 @@ impl Message {
             Message::MaintainerStatusReport { .. } => "maintainer_status",
             Message::Bootstrap { .. } => "bootstrap",
             Message::Create { .. } => "create",
+            Message::Copy { .. } => "copy",
             Message::Remove { .. } => "remove",
             Message::Merge { .. } => "merge",
             Message::Barrier { .. } => "barrier_action",
@@ -306,6 +366,7 @@ impl Message {
             | Message::RemoveMaintainer { epoch, .. }
             | Message::Bootstrap { epoch, .. }
             | Message::Create { epoch, .. }
+            | Message::Copy { epoch, .. }
             | Message::Remove { epoch, .. }
             | Message::Merge { epoch, .. }
             | Message::Barrier { epoch, .. }
@@ -359,4 +420,20 @@ pub struct MaintainerStatus {
     /// changefeed reads `warning` while it is set.
     #[serde(default)]
     pub warning: Option<String>,
+    /// The snapshot copy, while the changefeed has one (absent: none, or it finished earlier).
+    #[serde(default)]
+    pub snapshot: Option<SnapshotStatus>,
+}
+
+/// A changefeed's snapshot copy as its maintainer sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotStatus {
+    /// Tables with rows still to copy (or not yet acknowledged).
+    pub tables_pending: u64,
+    /// Rows copied by the dispatchers running now (a replaced dispatcher's rows are not counted).
+    pub rows: u64,
+    /// The first error a chunk read is being retried for.
+    pub error: Option<String>,
+    /// Every span's copy is durable.
+    pub finished: bool,
 }

@@ -176,6 +176,28 @@ impl NodeState {
                     dm.on_events(now, id, items, resolved_ts, &self.holds, &mut out);
                 }
             }
+            Input::ChunkQueued {
+                cf,
+                id,
+                ts,
+                cursor,
+                more,
+                rows,
+            } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_chunk_queued(now, id, ts, cursor, more, rows);
+                }
+            }
+            Input::ChunkFailed { cf, id, message } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_chunk_failed(now, id, message);
+                }
+            }
+            Input::ChunkLost { cf, id } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_chunk_lost(id);
+                }
+            }
             Input::SinkFlushed { cf, id, ts } => {
                 if let Some(dm) = self.dms.get_mut(&cf) {
                     dm.on_sink_flushed(now, id, ts, &self.holds, &mut out);
@@ -372,6 +394,7 @@ impl NodeState {
                 self.close_dispatchers(now, from, cf, epoch, msg, out)
             }
             Message::Create { ref cf, .. }
+            | Message::Copy { ref cf, .. }
             | Message::Remove { ref cf, .. }
             | Message::Merge { ref cf, .. }
             | Message::Barrier { ref cf, .. } => {
@@ -478,6 +501,7 @@ impl NodeState {
                     resolved: 0,
                     error: None,
                     warning: None,
+                    snapshot: None,
                 },
             );
         }

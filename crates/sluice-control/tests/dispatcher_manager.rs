@@ -28,6 +28,7 @@ fn id(epoch: u64, seq: u64) -> DispatcherId {
 fn config() -> ChangefeedConfig {
     ChangefeedConfig {
         sink_dispatchers: Vec::new(),
+        snapshot: Default::default(),
         sink_uri: "blackhole://".into(),
         start_ts: 100,
         scheduler: Default::default(),

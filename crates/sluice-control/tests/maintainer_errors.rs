@@ -46,6 +46,7 @@ fn maintainer(w: &World) -> Maintainer {
     let ctx = w.ctx(0);
     let config = ChangefeedConfig {
         sink_dispatchers: Vec::new(),
+        snapshot: Default::default(),
         sink_uri: "blackhole://".into(),
         start_ts: 100,
         scheduler: Default::default(),

@@ -82,6 +82,7 @@ fn bootstrap(w: &World, applied: Vec<AppliedDdl>) -> (Maintainer, BTreeMap<Table
     let ctx = w.ctx(0);
     let config = ChangefeedConfig {
         sink_dispatchers: Vec::new(),
+        snapshot: Default::default(),
         sink_uri: "mysql://down".into(),
         start_ts: CP,
         scheduler: Default::default(),
@@ -256,6 +257,7 @@ fn a_surviving_writer_counts_as_a_record() {
     let ctx = w.ctx(0);
     let config = ChangefeedConfig {
         sink_dispatchers: Vec::new(),
+        snapshot: Default::default(),
         sink_uri: "mysql://down".into(),
         start_ts: CP,
         scheduler: Default::default(),
@@ -307,6 +309,7 @@ fn an_unreadable_sink_keeps_the_bootstrap_waiting_with_a_warning() {
     let ctx = w.ctx(0);
     let config = ChangefeedConfig {
         sink_dispatchers: Vec::new(),
+        snapshot: Default::default(),
         sink_uri: "mysql://down".into(),
         start_ts: CP,
         scheduler: Default::default(),
@@ -342,6 +345,7 @@ fn a_ddl_the_downstream_applied_after_the_schema_was_loaded_is_learned_before_th
     let ctx = w.ctx(0);
     let config = ChangefeedConfig {
         sink_dispatchers: Vec::new(),
+        snapshot: Default::default(),
         sink_uri: "mysql://down".into(),
         start_ts: CP,
         scheduler: Default::default(),
@@ -397,6 +401,7 @@ fn bootstrap_after_refresh(
     let ctx = w.ctx(0);
     let config = ChangefeedConfig {
         sink_dispatchers: Vec::new(),
+        snapshot: Default::default(),
         sink_uri: "mysql://down".into(),
         start_ts: CP,
         scheduler: Default::default(),

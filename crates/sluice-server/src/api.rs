@@ -249,7 +249,26 @@ fn feed_json(s: &Shell, f: &sluice_control::coordinator::FeedView) -> Json {
         "restarts": f.restarts,
         "sink_uri": mask_url(&f.sink_uri),
         "epoch": f.epoch.0,
+        "snapshot": snapshot_json(f),
     })
+}
+
+/// The snapshot copy of a changefeed that has one: `copying` or `finished`, tables left, rows.
+fn snapshot_json(f: &sluice_control::coordinator::FeedView) -> Json {
+    use sluice_control::config::SnapshotMode;
+    let mode = f.config.snapshot.mode;
+    match &f.snapshot {
+        Some(s) => json!({
+            "mode": mode.as_str(),
+            "state": if s.finished { "finished" } else { "copying" },
+            "tables_pending": s.tables_pending,
+            "rows_copied": s.rows,
+            "rows_per_second": f.snapshot_rows_per_sec,
+            "error": s.error.as_ref().map(|e| scrub(e)),
+        }),
+        None if mode == SnapshotMode::Never => Json::Null,
+        None => json!({ "mode": mode.as_str(), "state": "pending" }),
+    }
 }
 
 async fn health(State(st): State<AppState>) -> ApiResult {
@@ -565,6 +584,8 @@ struct CreateBody {
     start_gtid: Option<String>,
     /// The changefeed TOML (same keys as the `--config` file).
     config: Option<String>,
+    /// `never` / `initial` (overrides the TOML's `snapshot`).
+    snapshot: Option<String>,
 }
 
 fn parse_body<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, ServerError> {
@@ -778,6 +799,23 @@ async fn prepare_sink(id: &str, uri: &str, start_ts: u64) -> Result<(), ServerEr
     }
 }
 
+/// A snapshot's rows are upserts: a MySQL sink must be in safe mode to write them over rows
+/// the stream wrote first.
+fn check_snapshot_sink(uri: &str) -> Result<(), ServerError> {
+    if let Ok(sluice_sink::SinkConfig::Mysql(m)) =
+        sluice_sink::SinkUri::parse(uri).map(|u| u.config)
+    {
+        if !m.safe_mode {
+            return Err(ServerError::BadRequest(
+                "a changefeed with a snapshot needs its MySQL sink in safe mode (the snapshot's rows \
+                 are written over rows the stream may have written first): drop safe-mode=false"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
 async fn create_changefeed(
     State(st): State<AppState>,
     method: Method,
@@ -801,6 +839,7 @@ async fn create_changefeed(
         None => Default::default(),
     };
     let filter = filter_config(cfg_toml.filter.as_ref())?;
+    let snapshot = crate::config::snapshot_config(&cfg_toml, b.snapshot.as_deref())?;
     // Exists already?
     let cf = ChangefeedId::new(id.clone());
     match feed_view(&st, &id).await {
@@ -820,7 +859,11 @@ async fn create_changefeed(
     // A removed changefeed of the same id left its records downstream: not this one's progress.
     prepare_sink(&id, &sink_uri, start_ts).await?;
     let scheduler = cfg_toml.scheduler.unwrap_or_else(SchedulerConfig::default);
+    if snapshot.mode != sluice_control::config::SnapshotMode::Never {
+        check_snapshot_sink(&sink_uri)?;
+    }
     let config = ChangefeedConfig {
+        snapshot,
         sink_dispatchers,
         sink_uri,
         start_ts,

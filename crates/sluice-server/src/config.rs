@@ -198,6 +198,41 @@ pub struct ChangefeedToml {
     pub filter: Option<FilterToml>,
     #[serde(default)]
     pub sink: Option<SinkToml>,
+    /// `never` (default), `initial`: copy the tables' existing rows (see docs/configuration.md).
+    #[serde(default)]
+    pub snapshot: Option<String>,
+    /// Rows per snapshot chunk (one consistent read each).
+    #[serde(default)]
+    pub snapshot_chunk_rows: Option<usize>,
+}
+
+/// The snapshot settings of a changefeed TOML (and the CLI's `--snapshot`, which wins), checked.
+pub fn snapshot_config(
+    t: &ChangefeedToml,
+    flag: Option<&str>,
+) -> Result<sluice_control::config::SnapshotConfig, ServerError> {
+    use sluice_control::config::{SnapshotConfig, SnapshotMode, MAX_SNAPSHOT_CHUNK_ROWS};
+    let mut c = SnapshotConfig::default();
+    if let Some(m) = flag.or(t.snapshot.as_deref()) {
+        c.mode = SnapshotMode::parse(m)
+            .map_err(|e| ServerError::BadRequest(format!("changefeed config: snapshot: {e}")))?;
+    }
+    if c.mode == SnapshotMode::InitialOnly {
+        return Err(ServerError::BadRequest(
+            "changefeed config: snapshot = \"initial-only\" is not supported yet: use \"initial\" \
+             and remove the changefeed once `changefeed query` shows the snapshot finished"
+                .into(),
+        ));
+    }
+    if let Some(n) = t.snapshot_chunk_rows {
+        if n == 0 || n > MAX_SNAPSHOT_CHUNK_ROWS {
+            return Err(ServerError::BadRequest(format!(
+                "changefeed config: snapshot-chunk-rows = {n}: use 1 to {MAX_SNAPSHOT_CHUNK_ROWS}"
+            )));
+        }
+        c.chunk_rows = n;
+    }
+    Ok(c)
 }
 
 /// `[sink]`: settings of the changefeed's sink beyond its URI.

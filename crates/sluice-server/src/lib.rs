@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod net;
 pub mod shell;
 pub mod sinkwork;
+pub mod snapshot;
 pub mod source;
 pub mod upstream;
 
@@ -263,10 +264,7 @@ fn new_shell(
         cfg.memory_quota_bytes,
         metrics,
         report_tx,
-        (
-            cfg.data_dir.join("events.redb"),
-            mask::mask_url(&cfg.upstream),
-        ),
+        (cfg.data_dir.join("events.redb"), cfg.upstream.clone()),
     )
 }
 

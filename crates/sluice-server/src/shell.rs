@@ -106,6 +106,13 @@ pub struct Shell {
     upstream_masked: String,
     /// What was captured at the previous GC round (the GC bound when there is no changefeed).
     idle_gc_mark: Ts,
+    /// The upstream URL (snapshot reads connect with it).
+    upstream: String,
+    /// Snapshot chunk reads report back here (`crate::snapshot`); `run` takes the receiver.
+    chunk_tx: mpsc::UnboundedSender<crate::snapshot::ChunkDone>,
+    chunk_rx: Option<mpsc::UnboundedReceiver<crate::snapshot::ChunkDone>>,
+    /// Chunks read ahead of capture, waiting for it to reach their position.
+    chunk_waits: Vec<crate::snapshot::ChunkDone>,
 }
 
 impl Shell {
@@ -120,8 +127,10 @@ impl Shell {
         quota_bytes: u64,
         metrics: Arc<Metrics>,
         report_tx: mpsc::UnboundedSender<SinkReport>,
-        (store_path, upstream_masked): (std::path::PathBuf, String),
+        (store_path, upstream): (std::path::PathBuf, String),
     ) -> Shell {
+        let (chunk_tx, chunk_rx) = mpsc::unbounded_channel();
+        let upstream_masked = crate::mask::mask_url(&upstream);
         Shell {
             node: NodeState::new(node_id.clone(), incarnation),
             feed: Feed::new(node_id.clone(), quota_bytes),
@@ -151,7 +160,58 @@ impl Shell {
             members: BTreeMap::new(),
             upstream_masked,
             idle_gc_mark: 0,
+            upstream,
+            chunk_tx,
+            chunk_rx: Some(chunk_rx),
+            chunk_waits: Vec::new(),
         }
+    }
+
+    pub(crate) fn upstream_url(&self) -> &str {
+        &self.upstream
+    }
+
+    pub(crate) fn chunk_sender(&self) -> mpsc::UnboundedSender<crate::snapshot::ChunkDone> {
+        self.chunk_tx.clone()
+    }
+
+    pub(crate) fn chunk_waits_len(&self) -> usize {
+        self.chunk_waits.len()
+    }
+
+    pub(crate) fn push_chunk_wait(&mut self, d: crate::snapshot::ChunkDone) {
+        self.chunk_waits.push(d);
+    }
+
+    /// Chunks waiting for capture whose position it has reached go to the feed.
+    fn release_chunk_waits(&mut self) {
+        if self.chunk_waits.is_empty() {
+            return;
+        }
+        let captured = self.capture.captured();
+        let (ready, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.chunk_waits)
+            .into_iter()
+            .partition(|d| d.result.as_ref().map_or(true, |c| c.position <= captured));
+        self.chunk_waits = wait;
+        for d in ready {
+            self.on_chunk_done(d);
+        }
+    }
+
+    /// Hand a chunk read (or its failure) to the feed and run what follows.
+    pub(crate) fn chunk_to_feed(
+        &mut self,
+        cf: &ChangefeedId,
+        id: DispatcherId,
+        read: Result<sluice_control::feed::ChunkRead<RowEvent>, String>,
+    ) {
+        let mut outs = Vec::new();
+        self.feed.on_chunk(cf, id, read, &mut outs);
+        for o in outs {
+            self.feed_out(o);
+        }
+        self.drain();
+        self.feed_all();
     }
 
     /// The control plane this shell drives (read-only: inputs go through [`Shell::deliver`]).
@@ -405,6 +465,7 @@ impl Shell {
         }
         self.local.push_back(Input::Tick);
         self.drain();
+        self.release_chunk_waits();
         self.feed_all();
         self.answer_schemas();
         let due: Vec<(ChangefeedId, Ts)> = self
@@ -548,6 +609,14 @@ impl Shell {
             } => self.load_floor(cf, id, sink_uri, table, after),
             // The feed's: they never reach the shell.
             Effect::Subscribe { .. } | Effect::Unsubscribe { .. } => {}
+            Effect::ReadChunk {
+                cf,
+                id,
+                span,
+                after,
+                limit,
+                ..
+            } => self.read_snapshot_chunk(cf, id, span, after, limit),
             Effect::Sink(cmd) => self.sink_command(cmd),
             Effect::CheckpointPersisted { cf, ts } => self.on_persisted_checkpoint(cf, ts),
             Effect::Trace(t) => self.trace(t),
@@ -845,6 +914,9 @@ pub async fn run(
     let mut tick = tokio::time::interval(Duration::from_millis(TICK_MS));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut captured = shell.capture.captured.subscribe();
+    let Some(mut chunks) = shell.chunk_rx.take() else {
+        return;
+    };
     loop {
         shell.check_fence();
         tokio::select! {
@@ -853,6 +925,7 @@ pub async fn run(
                 shell.on_tick();
             }
             Some(r) = reports.recv() => shell.on_sink_report(r),
+            Some(c) = chunks.recv() => shell.on_chunk_done(c),
             Some(i) = meta_rx.recv() => shell.on_meta_input(i),
             Ok(()) = captured.changed() => shell.feed_all(),
             m = rx.recv() => match m {

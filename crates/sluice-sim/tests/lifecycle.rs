@@ -32,6 +32,7 @@ op = "settle"
 fn config(uri: &str) -> ChangefeedConfig {
     ChangefeedConfig {
         sink_dispatchers: Vec::new(),
+        snapshot: Default::default(),
         sink_uri: uri.into(),
         start_ts: 1,
         scheduler: SchedulerConfig::default(),

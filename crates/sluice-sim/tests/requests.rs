@@ -24,6 +24,7 @@ fn n1() -> NodeId {
 fn config() -> ChangefeedConfig {
     ChangefeedConfig {
         sink_dispatchers: Vec::new(),
+        snapshot: Default::default(),
         sink_uri: "blackhole://".into(),
         start_ts: 100,
         scheduler: Default::default(),

@@ -107,6 +107,10 @@ enum Changefeed {
         /// Changefeed TOML ([scheduler] …; see docs/configuration.md).
         #[arg(long)]
         config: Option<std::path::PathBuf>,
+        /// Copy the tables' existing rows: never (default), initial (copy, then stream).
+        /// Overrides `snapshot` of the --config file.
+        #[arg(long)]
+        snapshot: Option<String>,
     },
     /// List changefeeds.
     List,
@@ -336,12 +340,14 @@ fn changefeed_call(s: &str, c: Changefeed) -> Result<(Value, Cols), CliError> {
             start_position,
             start_gtid,
             config,
+            snapshot,
         } => {
             register_url(&sink_uri);
             let cfg = read_config(&config)?;
             let body = json!({
                 "changefeed_id": id.changefeed_id, "sink_uri": sink_uri, "start_ts": start_ts,
                 "start_position": start_position, "start_gtid": start_gtid, "config": cfg,
+                "snapshot": snapshot,
             });
             Ok((
                 call(s, "POST", "/api/v2/changefeeds", Some(body))?,

@@ -156,6 +156,10 @@ struct Feed {
     last_report: Millis,
     /// The current maintainer's last reported warning (not persisted: it describes now).
     warning: Option<String>,
+    /// The snapshot copy as the maintainer last reported it, and the rows copied per second
+    /// (from reports at least a second apart: rows, at, rate).
+    snapshot: Option<crate::msg::SnapshotStatus>,
+    snapshot_rate: (u64, Millis, u64),
 }
 
 #[derive(Clone, Debug)]
@@ -204,6 +208,10 @@ pub struct FeedView {
     /// What stops a `Normal` changefeed's progress now (capture stopped, a sink retrying, a
     /// table held), as its maintainer last reported; the API shows the state `warning`.
     pub warning: Option<String>,
+    /// The snapshot copy, while the changefeed has one (as its maintainer last reported).
+    pub snapshot: Option<crate::msg::SnapshotStatus>,
+    /// Snapshot rows copied per second, lately.
+    pub snapshot_rows_per_sec: u64,
 }
 
 pub struct Coordinator {
@@ -249,6 +257,8 @@ fn new_feed(info: ChangefeedInfo, info_rev: u64, checkpoint: Ts) -> Feed {
         placed_inc: 0,
         last_report: 0,
         warning: None,
+        snapshot: None,
+        snapshot_rate: (0, 0, 0),
     }
 }
 
@@ -343,6 +353,8 @@ impl Coordinator {
                     .warning
                     .clone()
                     .filter(|_| f.info.state == FeedState::Normal),
+                snapshot: f.snapshot.clone(),
+                snapshot_rows_per_sec: f.snapshot_rate.2,
             })
             .collect()
     }

@@ -100,6 +100,14 @@ impl Coordinator {
         }
         f.last_report = now;
         f.warning = status.warning.clone();
+        if let Some(snap) = &status.snapshot {
+            let (rows, at, _) = f.snapshot_rate;
+            if now >= at + 1000 {
+                let rate = snap.rows.saturating_sub(rows) * 1000 / (now - at).max(1);
+                f.snapshot_rate = (snap.rows, now, rate);
+            }
+        }
+        f.snapshot = status.snapshot.clone();
         f.resolved = f.resolved.max(status.resolved);
         let moved = status.checkpoint > f.reported;
         if moved {

@@ -46,7 +46,9 @@ impl DispatcherManager {
             // transaction is never cut (one larger than the bound is taken whole: cutting it
             // and asking again would fetch it again, for ever).
             let boundary = d.buffer.back().is_none_or(|b| b.commit_ts() != ts);
-            if d.buffer.len() >= MAX_BUFFERED_ITEMS && boundary {
+            // A snapshot chunk is taken whole even then: the feed does not have it twice.
+            let chunk = d.copy.as_ref().is_some_and(|c| c.chunk_at(ts));
+            if d.buffer.len() >= MAX_BUFFERED_ITEMS && boundary && !chunk {
                 d.received_upto = ts.saturating_sub(1);
                 resubscribe_from = Some(d.received_upto);
                 break;
@@ -64,7 +66,11 @@ impl DispatcherManager {
             }),
             None => d.received_upto = d.received_upto.max(resolved_ts),
         }
+        let copying = d.copy.as_ref().is_some_and(|c| !c.done());
         self.pump(id, now, holds, out);
+        if copying {
+            self.copy_step(now, out);
+        }
     }
 
     pub fn on_sink_flushed(
@@ -107,6 +113,7 @@ impl DispatcherManager {
                 let cp = d.checkpoint();
                 let mut fresh =
                     Dispatcher::new(d.id, d.span.clone(), d.is_trigger, cp, Phase::Working);
+                fresh.copy = d.copy.as_ref().map(|c| c.restarted());
                 fresh.merge_sources = d.merge_sources.clone();
                 fresh.sink_failures = d.sink_failures;
                 fresh.sink_failures_since = d.sink_failures_since;

@@ -52,6 +52,7 @@ use sluice_types::{
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 mod barrier;
+mod copy;
 mod events;
 mod floor;
 mod lifecycle;
@@ -161,6 +162,8 @@ struct Dispatcher {
     ack_wait: Option<(Millis, Ts)>,
     /// The wait above is longer than [`crate::config::SINK_ACK_STALL_MS`]: how long, in ms.
     ack_stalled_ms: Option<Millis>,
+    /// Its snapshot copy, if it copies its span (see `copy.rs`).
+    copy: Option<copy::Copy>,
 }
 
 impl Dispatcher {
@@ -214,6 +217,7 @@ impl Dispatcher {
             floor_wait: None,
             ack_wait: None,
             ack_stalled_ms: None,
+            copy: None,
         }
     }
 
@@ -339,6 +343,7 @@ impl Dispatcher {
             merge_sources: self.merge_sources.clone(),
             write_rate: self.write_rate,
             resolved: self.received_upto.max(self.checkpoint()),
+            copy: self.copy.as_ref().map(|c| c.report()),
         }
     }
 }
@@ -578,10 +583,26 @@ impl DispatcherManager {
                 span,
                 start_ts,
                 floor_known,
+                copy,
                 ..
             } => {
                 if self.admits(from, epoch, "create", out) {
                     self.create(id, span, start_ts, floor_known, holds, out);
+                    if let Some(start) = copy {
+                        self.start_copy(id, start, false);
+                    }
+                }
+            }
+            Message::Copy {
+                epoch,
+                id,
+                copy,
+                restart,
+                ..
+            } => {
+                if self.admits(from, epoch, "copy", out) {
+                    self.start_copy(id, copy, restart);
+                    self.copy_step(now, out);
                 }
             }
             Message::Remove {
@@ -725,5 +746,6 @@ fn stopped_report(id: DispatcherId, span: Span, cp: Ts) -> DispatcherReport {
         merge_sources: Vec::new(),
         write_rate: 0,
         resolved: cp,
+        copy: None,
     }
 }

@@ -152,6 +152,7 @@ impl DispatcherManager {
         for id in ids {
             self.pump(id, now, holds, out);
         }
+        self.copy_step(now, out);
         if self.owner.is_none() || self.held_bootstrap.is_some() {
             return;
         }
@@ -274,8 +275,9 @@ impl Dispatcher {
         out: &mut Vec<Effect>,
     ) {
         self.buffer.pop_front();
-        // Rows of an ignored event type are consumed, not written.
-        if ignore.ignores_row(kind) {
+        // Rows of an ignored event type are consumed, not written; so are a keyless table's
+        // rows before its snapshot chunk (the chunk holds their effect).
+        if ignore.ignores_row(kind) || self.copy.as_ref().is_some_and(|c| !c.writes_row(row.0)) {
             return;
         }
         #[cfg(feature = "mutations")]

@@ -36,6 +36,7 @@ pub mod replay;
 mod reports;
 pub mod requests;
 mod scheduler;
+pub mod snapshot;
 
 use crate::config::{
     ChangefeedConfig, APPLIED_RETRY_MS, BALANCE_INTERVAL_MS, MAINTAINER_STATUS_MS,
@@ -212,6 +213,14 @@ pub struct Maintainer {
     ignored: BTreeSet<DispatcherId>,
     /// Operator phases entered, by (kind, phase), for coverage reports.
     pub phase_counts: BTreeMap<(OpKind, OpPhase), u64>,
+    /// The snapshot copy's progress by key range ([`snapshot`]).
+    copies: snapshot::CopyMap,
+    /// The changefeed has (had) a copy: its status is reported.
+    copy_started: bool,
+    /// The copy's progress changed since the record was last written.
+    copy_dirty: bool,
+    /// Rows copied and the last read error, per dispatcher, from its reports.
+    copy_rows: BTreeMap<DispatcherId, (u64, Option<String>)>,
 }
 
 impl Maintainer {
@@ -281,6 +290,10 @@ impl Maintainer {
             sink_warning: None,
             forget: BTreeMap::new(),
             phase_counts: BTreeMap::new(),
+            copies: snapshot::CopyMap::default(),
+            copy_started: false,
+            copy_dirty: false,
+            copy_rows: BTreeMap::new(),
         };
         // First the schema history and the persisted epoch; the bootstrap starts only once this
         // maintainer knows it is not stale.
@@ -333,6 +346,7 @@ impl Maintainer {
                 .or(self.node_warning.as_ref())
                 .or(self.sink_warning.as_ref())
                 .cloned(),
+            snapshot: self.snapshot_status(),
         }
     }
     pub fn trigger_id(&self) -> DispatcherId {

@@ -379,6 +379,7 @@ impl Maintainer {
                 checkpoint: start_ts,
             });
             let floor_known = entry.floored;
+            let copy = self.copy_start(&span);
             if let Some(e) = self.spans.get_mut(&k) {
                 e.node = Some(dest.clone());
                 e.dispatcher = Some(id);
@@ -396,6 +397,7 @@ impl Maintainer {
                     span,
                     start_ts,
                     floor_known,
+                    copy,
                 },
             );
         }

@@ -75,6 +75,9 @@ impl Maintainer {
                             self.on_block_status(ctx, from, r.id, &r.span, b, out);
                         }
                     }
+                    if r.phase == DispatcherPhase::Working && matches!(self.phase, Phase::Working) {
+                        self.on_copy_report(from, r, out);
+                    }
                 }
                 Some(_) => {
                     self.stale_dropped += 1; // a report from a node the dispatcher is not on

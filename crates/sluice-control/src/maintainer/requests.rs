@@ -44,6 +44,9 @@ pub struct PersistedRequests {
     /// Tables split by a user request: the merge scheduler leaves them alone.
     #[serde(default)]
     pub user_split: Vec<TableId>,
+    /// The snapshot copy's pieces not finished yet; present once a copy started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<super::snapshot::SnapshotRecord>,
 }
 
 /// A queued request, for the API and the simulator.
@@ -428,6 +431,8 @@ impl Maintainer {
             record = PersistedRequests::default();
         }
         self.store.written = Some(record.clone());
+        self.restore_copy(record.snapshot.clone());
+        self.store.dirty |= self.copy_dirty;
         // A mark or a request holds while the table has spans, even when a DDL after the
         // checkpoint drops it: until that DDL passes, its spans are scheduled like any other (and
         // an operator of the request may be in flight, restored from the dispatchers); once the
@@ -610,6 +615,7 @@ impl Maintainer {
 
     /// Write the record if it changed and nothing stands in the way (one write at a time).
     fn flush_requests(&mut self) {
+        self.forget_dropped_copies();
         let s = &self.store;
         let write = StoreOp::Write {
             seqs: BTreeSet::new(),
@@ -618,7 +624,7 @@ impl Maintainer {
         let Some(rev) = s.info_rev else {
             return;
         };
-        if !s.dirty
+        if !(s.dirty || self.copy_dirty)
             || !s.restored
             || s.fenced
             || s.retry_at.is_some()
@@ -632,21 +638,26 @@ impl Maintainer {
             epoch: self.epoch.0,
             requests: users.iter().map(|r| r.req.clone()).collect(),
             user_split: self.user_split_tables(),
+            snapshot: self.copy_started.then(|| self.copies.record()),
         };
         let seqs: BTreeSet<u64> = users.iter().map(|r| r.seq).collect();
         self.store.dirty = false;
+        self.copy_dirty = false;
         if self
             .store
             .written
             .as_ref()
-            .map(|w| (&w.requests, &w.user_split))
-            == Some((&record.requests, &record.user_split))
+            .map(|w| (&w.requests, &w.user_split, &w.snapshot))
+            == Some((&record.requests, &record.user_split, &record.snapshot))
         {
             self.store.saved = seqs;
             return;
         }
         let key = keys::requests(self.cf.as_str());
-        let (puts, deletes) = if record.requests.is_empty() && record.user_split.is_empty() {
+        let (puts, deletes) = if record.requests.is_empty()
+            && record.user_split.is_empty()
+            && record.snapshot.is_none()
+        {
             (vec![], vec![key])
         } else {
             (

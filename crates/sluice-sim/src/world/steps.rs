@@ -115,6 +115,7 @@ impl Sim {
         let w = &self.sc.world;
         let config = ChangefeedConfig {
             sink_dispatchers: Vec::new(),
+            snapshot: Default::default(),
             sink_uri: format!("model://{:?}", w.sink).to_lowercase(),
             start_ts: start,
             scheduler: SchedulerConfig {

@@ -25,6 +25,10 @@
 //! - **no leak, no repeat**: every row read is, until it leaves, exactly one of: held for a
 //!   subscribed dispatcher, or in a sink write not yet accepted; the bytes in flight are exactly
 //!   theirs ([`Feed::audit`]). A row is handed to the sink at most once.
+//! - **a snapshot chunk at its position**: a chunk read consistently at binlog position `P`
+//!   reaches its dispatcher at `P + 1` ([`chunk_ts`]), after every event at or below `P` and
+//!   before every later one; the dispatcher's stream is paused while its read is under way, and
+//!   a chunk read behind the stream is refused (`chunk.rs`).
 //! - **no deadlock at the quota**: rows are read only for dispatchers that take events now
 //!   (working, not stopped at a DDL), and a batch ends at the first row after a DDL it carries, so
 //!   a dispatcher waiting at a barrier holds no rows that could starve the others of the quota.
@@ -35,6 +39,9 @@ use sluice_types::{
     TableId, Ts, Value,
 };
 use std::collections::BTreeMap;
+
+mod chunk;
+pub use chunk::{chunk_ts, ChunkRead};
 
 /// At most this many rows go into one batch of one dispatcher (plus the rest of a transaction
 /// larger than that).
@@ -142,6 +149,12 @@ struct Lane<R> {
     pending: BTreeMap<u64, (R, usize)>,
     /// Rows in sink writes not yet accepted.
     in_sink: usize,
+    /// A snapshot chunk read asked for and not answered: the stream waits.
+    awaiting_chunk: bool,
+    /// A snapshot chunk read and not yet handed out (see `chunk.rs`).
+    chunk: Option<chunk::HeldChunk<R>>,
+    /// The ts of the last chunk handed out: a resubscription below it loses it.
+    chunk_out: Option<Ts>,
     #[cfg(feature = "mutations")]
     writes: u64,
 }
@@ -152,6 +165,9 @@ impl<R> Lane<R> {
             sub: None,
             pending: BTreeMap::new(),
             in_sink: 0,
+            awaiting_chunk: false,
+            chunk: None,
+            chunk_out: None,
             #[cfg(feature = "mutations")]
             writes: 0,
         }
@@ -160,7 +176,7 @@ impl<R> Lane<R> {
         self.pending.len() + self.in_sink
     }
     fn idle(&self) -> bool {
-        self.sub.is_none() && self.pending.is_empty() && self.in_sink == 0
+        self.sub.is_none() && self.pending.is_empty() && self.in_sink == 0 && self.chunk.is_none()
     }
 }
 
@@ -227,6 +243,7 @@ impl<R: FeedRow> Feed<R> {
                 start_ts,
             } => self.subscribe(src.floor(), cf, id, span, is_trigger, start_ts, out),
             Effect::Unsubscribe { cf, id } => self.unsubscribe(cf, id),
+            e @ Effect::ReadChunk { .. } => self.read_chunk(e, out),
             Effect::Sink(SinkCommand::WriteRows { cf, id, span, rows }) => {
                 self.write(cf, id, span, rows, out)
             }
@@ -287,7 +304,13 @@ impl<R: FeedRow> Feed<R> {
             .values()
             .flat_map(|l| l.pending.values())
             .map(|(_, b)| *b as u64)
-            .sum();
+            .sum::<u64>()
+            + self
+                .lanes
+                .values()
+                .filter_map(|l| l.chunk.as_ref())
+                .map(|c| c.bytes)
+                .sum::<u64>();
         if held + self.in_sink_bytes != self.inflight_bytes {
             return Err(format!(
                 "{} bytes in flight, but the rows held have {held} and the sink writes not yet accepted {}",
@@ -342,6 +365,7 @@ impl<R: FeedRow> Feed<R> {
         }
         // Rows after the new start are read again: the ones held are stale.
         self.release(&(cf.clone(), id), |_, r| r.commit_ts() > start_ts);
+        self.rewind_chunk(&(cf.clone(), id), start_ts, out);
         out.push(FeedOut::Open {
             cf,
             id,
@@ -356,6 +380,11 @@ impl<R: FeedRow> Feed<R> {
             return;
         };
         l.sub = None;
+        l.awaiting_chunk = false;
+        l.chunk_out = None;
+        if let Some(c) = l.chunk.take() {
+            self.inflight_bytes = self.inflight_bytes.saturating_sub(c.bytes);
+        }
         self.release(&key, |_, _| true);
         if self.lanes.get(&key).is_some_and(|l| l.idle()) {
             self.lanes.remove(&key);
@@ -463,6 +492,16 @@ impl<R: FeedRow> Feed<R> {
         };
         let Some(sub) = lane.sub.clone() else {
             return;
+        };
+        if lane.awaiting_chunk {
+            return; // the stream waits for the chunk's position
+        }
+        let complete = match lane.chunk.as_ref().map(|c| c.ts) {
+            Some(c) if sub.cursor + 1 >= c => return self.hand_out_chunk(key, out),
+            // Everything at or below the chunk's position goes first.
+            Some(c) if chunk::chunk_holds_stream() => complete.min(c - 1),
+            Some(_) => complete,
+            None => complete,
         };
         if sub.cursor >= complete || lane.rows() >= MAX_INFLIGHT_ROWS_PER_DISPATCHER {
             return;

@@ -1,0 +1,508 @@
+//! Snapshot reads: one chunk of a table's existing rows, read in one consistent snapshot whose
+//! binlog position the upstream names, for a changefeed's initial or requested copy.
+//!
+//! A chunk is `START TRANSACTION WITH CONSISTENT SNAPSHOT`, MariaDB's `binlog_snapshot_file` and
+//! `binlog_snapshot_position` (the binlog position the snapshot is consistent with: every
+//! transaction committed before it is in the snapshot, none after it), one `SELECT` of at most
+//! `limit` rows after the previous chunk's last key in key order, and `COMMIT`. No lock is taken
+//! (no `FLUSH TABLES WITH READ LOCK`, no `RELOAD` privilege), the binlog never pauses, and each
+//! transaction lasts one chunk.
+//!
+//! Invariants:
+//! - values are the ones the binlog decoder produces for the column (timestamps as UTC
+//!   microseconds, ENUM/SET/BIT by their numbers, JSON as text, temporal types by parts), so a
+//!   chunk's row and a captured row of the same content are equal, and so are their keys
+//!   ([`crate::keys::row_key`] with the key columns' collation ids);
+//! - the cursor is the last row's key values as the upstream returned them; the next chunk
+//!   starts strictly after it in the upstream's key order (`ORDER BY` the key columns), so the
+//!   chunks of a table cover it once, whatever its key types and collations;
+//! - a table without a key is read whole in one snapshot (`limit` is ignored): there is no
+//!   order to resume in.
+//! - an upstream that does not name the snapshot's position (MySQL) is refused with the reason.
+
+use crate::error::{CaptureError, Result};
+use crate::keys::row_key;
+use crate::pos::BinlogPos;
+use mysql_async::prelude::Queryable;
+use mysql_async::Value as M;
+use serde::{Deserialize, Serialize};
+use sluice_types::{ColumnDef, ColumnType, Key, TableSchema, Ts, Value};
+
+/// One chunk as read.
+#[derive(Clone, Debug)]
+pub struct SnapshotChunk {
+    /// The commit ts of everything the snapshot holds (its binlog position).
+    pub position: Ts,
+    /// Each row's values (in the schema's column order) and its key.
+    pub rows: Vec<(Vec<Value>, Key)>,
+    /// Where the next chunk starts (`None` when no row was read).
+    pub cursor: Option<Vec<u8>>,
+    /// Rows follow the cursor.
+    pub more: bool,
+}
+
+/// A key value as the cursor keeps it (the upstream's own value, sent back as a parameter).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum CursorValue {
+    Null,
+    Int(i64),
+    UInt(u64),
+    Bytes(Vec<u8>),
+    Float(f32),
+    Double(f64),
+    Date(u16, u8, u8, u8, u8, u8, u32),
+    Time(bool, u32, u8, u8, u8, u32),
+}
+
+impl CursorValue {
+    fn of(v: &M) -> CursorValue {
+        match v {
+            M::NULL => CursorValue::Null,
+            M::Int(i) => CursorValue::Int(*i),
+            M::UInt(u) => CursorValue::UInt(*u),
+            M::Bytes(b) => CursorValue::Bytes(b.clone()),
+            M::Float(f) => CursorValue::Float(*f),
+            M::Double(d) => CursorValue::Double(*d),
+            M::Date(y, mo, d, h, mi, s, us) => CursorValue::Date(*y, *mo, *d, *h, *mi, *s, *us),
+            M::Time(n, d, h, mi, s, us) => CursorValue::Time(*n, *d, *h, *mi, *s, *us),
+        }
+    }
+    fn param(&self) -> M {
+        match self.clone() {
+            CursorValue::Null => M::NULL,
+            CursorValue::Int(i) => M::Int(i),
+            CursorValue::UInt(u) => M::UInt(u),
+            CursorValue::Bytes(b) => M::Bytes(b),
+            CursorValue::Float(f) => M::Float(f),
+            CursorValue::Double(d) => M::Double(d),
+            CursorValue::Date(y, mo, d, h, mi, s, us) => M::Date(y, mo, d, h, mi, s, us),
+            CursorValue::Time(n, d, h, mi, s, us) => M::Time(n, d, h, mi, s, us),
+        }
+    }
+}
+
+fn quote(id: &str) -> String {
+    format!("`{}`", id.replace('`', "``"))
+}
+
+/// The expression a column is selected by, so its value reads as the decoder's.
+fn select_expr(c: &ColumnDef) -> String {
+    let q = quote(&c.name);
+    match c.ty {
+        ColumnType::Timestamp => format!("UNIX_TIMESTAMP({q})"),
+        ColumnType::Enum | ColumnType::Set | ColumnType::Bit => format!("({q} + 0)"),
+        _ => q,
+    }
+}
+
+/// The comparison of a key column with a cursor parameter.
+fn key_operand(c: &ColumnDef) -> String {
+    let q = quote(&c.name);
+    match c.ty {
+        // ENUM and SET sort by their numbers; compared with a number they compare so too.
+        ColumnType::Enum | ColumnType::Set => format!("({q} + 0)"),
+        _ => q,
+    }
+}
+
+fn param_expr(c: &ColumnDef) -> &'static str {
+    match c.ty {
+        // Exact: a decimal compared with a string parameter would compare as a double.
+        ColumnType::Decimal => "CAST(? AS DECIMAL(65,30))",
+        _ => "?",
+    }
+}
+
+/// `k1 > ? OR (k1 = ? AND k2 > ?) OR …`, with its parameters.
+fn after_clause(keys: &[&ColumnDef], after: &[CursorValue]) -> (String, Vec<M>) {
+    let mut ors = Vec::new();
+    let mut params = Vec::new();
+    for i in 0..keys.len() {
+        let mut ands = Vec::new();
+        for (j, k) in keys.iter().enumerate().take(i) {
+            ands.push(format!("{} = {}", key_operand(k), param_expr(k)));
+            params.push(after[j].param());
+        }
+        ands.push(format!(
+            "{} > {}",
+            key_operand(keys[i]),
+            param_expr(keys[i])
+        ));
+        params.push(after[i].param());
+        ors.push(format!("({})", ands.join(" AND ")));
+    }
+    (ors.join(" OR "), params)
+}
+
+/// The collation id of each key column (key weights use ids; the schema has names).
+async fn key_spec(conn: &mut mysql_async::Conn, table: &TableSchema) -> Result<Vec<(usize, u16)>> {
+    let mut spec = Vec::new();
+    for i in &table.key_columns {
+        let id: u16 = match &table.columns[*i].collation {
+            Some(name) => conn
+                .exec_first(
+                    "SELECT ID FROM information_schema.COLLATIONS WHERE COLLATION_NAME = ?",
+                    (name.clone(),),
+                )
+                .await
+                .map_err(CaptureError::from_mysql)?
+                .unwrap_or(0),
+            None => 0,
+        };
+        spec.push((*i, id));
+    }
+    Ok(spec)
+}
+
+/// The binlog position of the transaction's consistent snapshot.
+async fn snapshot_position(conn: &mut mysql_async::Conn) -> Result<Ts> {
+    let rows: Vec<(String, String)> = conn
+        .query("SHOW STATUS LIKE 'binlog_snapshot_%'")
+        .await
+        .map_err(CaptureError::from_mysql)?;
+    let get = |name: &str| {
+        rows.iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|r| r.1.clone())
+    };
+    let (Some(file), Some(pos)) = (get("binlog_snapshot_file"), get("binlog_snapshot_position"))
+    else {
+        return Err(CaptureError::Sql(
+            "the upstream does not report binlog_snapshot_file / binlog_snapshot_position: a \
+             snapshot needs MariaDB (MySQL is not supported for snapshots yet; use snapshot = \
+             \"never\" and seed the downstream yourself)"
+                .into(),
+        ));
+    };
+    let pos: u64 = pos
+        .parse()
+        .map_err(|_| CaptureError::Sql(format!("binlog_snapshot_position {pos:?}")))?;
+    BinlogPos::new(file.clone(), pos)
+        .ts()
+        .ok_or_else(|| CaptureError::Sql(format!("binlog_snapshot_file {file:?} has no index")))
+}
+
+/// Reads one chunk of `table` after `after` (a cursor of an earlier chunk; `None`: from the
+/// start), at most `limit` rows (all rows of a keyless table).
+pub async fn read_chunk(
+    conn: &mut mysql_async::Conn,
+    table: &TableSchema,
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Result<SnapshotChunk> {
+    let e = CaptureError::from_mysql;
+    let spec = key_spec(conn, table).await?;
+    let after: Option<Vec<CursorValue>> = match after {
+        Some(b) => Some(serde_json::from_slice(b).map_err(|x| {
+            CaptureError::Sql(format!(
+                "unreadable snapshot cursor ({x}): copy the table again"
+            ))
+        })?),
+        None => None,
+    };
+    let keys: Vec<&ColumnDef> = table
+        .key_columns
+        .iter()
+        .map(|i| &table.columns[*i])
+        .collect();
+    let mut exprs: Vec<String> = table.columns.iter().map(select_expr).collect();
+    exprs.extend(keys.iter().map(|k| quote(&k.name)));
+    let mut q = format!(
+        "SELECT {} FROM {}.{}",
+        exprs.join(", "),
+        quote(&table.database),
+        quote(&table.name)
+    );
+    let mut params = Vec::new();
+    let keyed = !keys.is_empty();
+    if keyed {
+        if let Some(a) = after.as_ref().filter(|a| a.len() == keys.len()) {
+            let (w, p) = after_clause(&keys, a);
+            q.push_str(&format!(" WHERE {w}"));
+            params = p;
+        }
+        let order: Vec<String> = keys.iter().map(|k| quote(&k.name)).collect();
+        q.push_str(&format!(
+            " ORDER BY {} LIMIT {}",
+            order.join(", "),
+            limit + 1
+        ));
+    }
+    conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .map_err(e)?;
+    conn.query_drop("SET time_zone = '+00:00', NAMES utf8mb4")
+        .await
+        .map_err(e)?;
+    conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        .await
+        .map_err(e)?;
+    let read = async {
+        let position = snapshot_position(conn).await?;
+        let rows: Vec<mysql_async::Row> = conn.exec(q.as_str(), params).await.map_err(e)?;
+        Ok::<_, CaptureError>((position, rows))
+    }
+    .await;
+    let _ = conn.query_drop("COMMIT").await;
+    let (position, mut rows) = read?;
+    let more = keyed && rows.len() > limit;
+    rows.truncate(if keyed { limit } else { rows.len() });
+    let n = table.columns.len();
+    let mut out = Vec::with_capacity(rows.len());
+    let mut cursor = None;
+    for r in &rows {
+        let mut vals = Vec::with_capacity(n);
+        for (i, c) in table.columns.iter().enumerate() {
+            vals.push(sql_value(c, r.as_ref(i)).map_err(|m| CaptureError::Decode {
+                file: String::new(),
+                pos: position,
+                message: format!(
+                    "snapshot of {}.{}: column {}: {m}",
+                    table.database, table.name, c.name
+                ),
+            })?);
+        }
+        let key = row_key(table.table_id, &vals, &spec);
+        out.push((vals, key));
+        if keyed {
+            let raw: Vec<CursorValue> = (n..n + keys.len())
+                .map(|j| {
+                    r.as_ref(j)
+                        .map(CursorValue::of)
+                        .unwrap_or(CursorValue::Null)
+                })
+                .collect();
+            cursor = Some(raw);
+        }
+    }
+    let cursor = cursor.map(|c| serde_json::to_vec(&c).unwrap_or_default());
+    Ok(SnapshotChunk {
+        position,
+        rows: out,
+        cursor,
+        more,
+    })
+}
+
+/// The decoder's value of a column from the upstream's (see [`select_expr`]).
+pub fn sql_value(c: &ColumnDef, v: Option<&M>) -> std::result::Result<Value, String> {
+    let v = v.ok_or("missing")?;
+    if *v == M::NULL {
+        return Ok(Value::Null);
+    }
+    let text = |v: &M| -> std::result::Result<String, String> {
+        match v {
+            M::Bytes(b) => String::from_utf8(b.clone()).map_err(|_| "not UTF-8".to_string()),
+            M::Int(i) => Ok(i.to_string()),
+            M::UInt(u) => Ok(u.to_string()),
+            M::Float(f) => Ok(f.to_string()),
+            M::Double(d) => Ok(d.to_string()),
+            other => Err(format!("unexpected value {other:?}")),
+        }
+    };
+    let int = |v: &M| -> std::result::Result<u64, String> {
+        match v {
+            M::UInt(u) => Ok(*u),
+            M::Int(i) => Ok(*i as u64),
+            other => text(other)?
+                .parse()
+                .map_err(|_| format!("not a number: {other:?}")),
+        }
+    };
+    Ok(match c.ty {
+        ColumnType::TinyInt
+        | ColumnType::SmallInt
+        | ColumnType::MediumInt
+        | ColumnType::Int
+        | ColumnType::BigInt => match (v, c.unsigned) {
+            (M::Int(i), false) => Value::Int(*i),
+            (M::UInt(u), true) => Value::UInt(*u),
+            (M::Int(i), true) => Value::UInt(*i as u64),
+            (M::UInt(u), false) => Value::Int(*u as i64),
+            (other, true) => Value::UInt(text(other)?.parse().map_err(|_| "not a number")?),
+            (other, false) => Value::Int(text(other)?.parse().map_err(|_| "not a number")?),
+        },
+        ColumnType::Year => Value::Year(int(v)? as u16),
+        ColumnType::Float => match v {
+            M::Float(f) => Value::Float(*f),
+            M::Double(d) => Value::Float(*d as f32),
+            other => Value::Float(text(other)?.parse().map_err(|_| "not a float")?),
+        },
+        ColumnType::Double => match v {
+            M::Double(d) => Value::Double(*d),
+            M::Float(f) => Value::Double(*f as f64),
+            other => Value::Double(text(other)?.parse().map_err(|_| "not a double")?),
+        },
+        ColumnType::Decimal => Value::Decimal(text(v)?),
+        ColumnType::Char | ColumnType::VarChar | ColumnType::Text => match v {
+            M::Bytes(b) => match String::from_utf8(b.clone()) {
+                Ok(s) => Value::Text(s),
+                Err(_) => Value::Bytes(b.clone()),
+            },
+            other => Value::Text(text(other)?),
+        },
+        ColumnType::Json => Value::Json(text(v)?),
+        ColumnType::Binary | ColumnType::VarBinary | ColumnType::Blob => match v {
+            M::Bytes(b) => Value::Bytes(b.clone()),
+            other => Value::Bytes(text(other)?.into_bytes()),
+        },
+        ColumnType::Geometry => match v {
+            M::Bytes(b) => Value::Geometry(b.clone()),
+            other => return Err(format!("unexpected geometry {other:?}")),
+        },
+        ColumnType::Date => match v {
+            M::Date(y, m, d, ..) => Value::Date {
+                year: *y,
+                month: *m,
+                day: *d,
+            },
+            other => parse_date(&text(other)?)?,
+        },
+        ColumnType::DateTime => match v {
+            M::Date(y, mo, d, h, mi, s, us) => Value::DateTime {
+                year: *y,
+                month: *mo,
+                day: *d,
+                hour: *h,
+                minute: *mi,
+                second: *s,
+                micros: *us,
+            },
+            other => parse_datetime(&text(other)?)?,
+        },
+        ColumnType::Timestamp => Value::Timestamp {
+            micros: parse_micros(&text(v)?)?,
+        },
+        ColumnType::Time => match v {
+            M::Time(neg, days, h, mi, s, us) => Value::Time {
+                negative: *neg,
+                hours: days * 24 + *h as u32,
+                minutes: *mi,
+                seconds: *s,
+                micros: *us,
+            },
+            other => return Err(format!("unexpected time {other:?}")),
+        },
+        ColumnType::Enum => {
+            let index = int(v)? as u16;
+            let name = match index {
+                0 => String::new(),
+                i => c.elements.get(i as usize - 1).cloned().unwrap_or_default(),
+            };
+            Value::Enum { index, name }
+        }
+        ColumnType::Set => {
+            let bits = int(v)?;
+            let names = c
+                .elements
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i < 64 && bits & (1u64 << i) != 0)
+                .map(|(_, n)| n.clone())
+                .collect();
+            Value::Set { bits, names }
+        }
+        ColumnType::Bit => Value::Bit {
+            bits: int(v)?,
+            width: bit_width(c),
+        },
+    })
+}
+
+fn bit_width(c: &ColumnDef) -> u16 {
+    let t = c.sql_type.to_ascii_lowercase();
+    t.strip_prefix("bit(")
+        .and_then(|r| r.split(')').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(if c.length > 0 { c.length as u16 } else { 1 })
+}
+
+/// `UNIX_TIMESTAMP()`'s text (`1700000000` or `1700000000.123456`) as microseconds.
+fn parse_micros(s: &str) -> std::result::Result<i64, String> {
+    let (secs, frac) = s.split_once('.').unwrap_or((s, ""));
+    let secs: i64 = secs.parse().map_err(|_| format!("timestamp {s:?}"))?;
+    let mut f = frac.to_string();
+    f.truncate(6);
+    while f.len() < 6 {
+        f.push('0');
+    }
+    let us: i64 = f.parse().map_err(|_| format!("timestamp {s:?}"))?;
+    Ok(secs * 1_000_000 + us)
+}
+
+fn parse_date(s: &str) -> std::result::Result<Value, String> {
+    let p: Vec<&str> = s.split('-').collect();
+    let n = |i: usize| {
+        p.get(i)
+            .and_then(|x| x.parse::<u16>().ok())
+            .ok_or(format!("date {s:?}"))
+    };
+    Ok(Value::Date {
+        year: n(0)?,
+        month: n(1)? as u8,
+        day: n(2)? as u8,
+    })
+}
+
+fn parse_datetime(s: &str) -> std::result::Result<Value, String> {
+    let (d, t) = s.split_once(' ').unwrap_or((s, "00:00:00"));
+    let Value::Date { year, month, day } = parse_date(d)? else {
+        return Err(format!("datetime {s:?}"));
+    };
+    let (hms, frac) = t.split_once('.').unwrap_or((t, ""));
+    let p: Vec<u8> = hms.split(':').filter_map(|x| x.parse().ok()).collect();
+    let micros = if frac.is_empty() {
+        0
+    } else {
+        parse_micros(&format!("0.{frac}"))? as u32
+    };
+    Ok(Value::DateTime {
+        year,
+        month,
+        day,
+        hour: *p.first().unwrap_or(&0),
+        minute: *p.get(1).unwrap_or(&0),
+        second: *p.get(2).unwrap_or(&0),
+        micros,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_read_as_utc_micros() {
+        assert_eq!(parse_micros("1700000000.123456"), Ok(1_700_000_000_123_456));
+        assert_eq!(parse_micros("1700000000.5"), Ok(1_700_000_000_500_000));
+        assert_eq!(parse_micros("0"), Ok(0));
+        assert!(parse_micros("x").is_err());
+    }
+
+    #[test]
+    fn composite_keys_resume_strictly_after_the_cursor() {
+        let col = |name: &str, ty| ColumnDef {
+            name: name.into(),
+            ty,
+            sql_type: String::new(),
+            unsigned: false,
+            nullable: false,
+            charset: None,
+            collation: None,
+            elements: vec![],
+            decimals: 0,
+            length: 0,
+            generated: None,
+        };
+        let (a, b) = (col("a", ColumnType::Int), col("b", ColumnType::Decimal));
+        let (w, p) = after_clause(
+            &[&a, &b],
+            &[CursorValue::Int(1), CursorValue::Bytes(b"2.5".to_vec())],
+        );
+        assert_eq!(
+            w,
+            "(`a` > ?) OR (`a` = ? AND `b` > CAST(? AS DECIMAL(65,30)))"
+        );
+        assert_eq!(p.len(), 3);
+    }
+}

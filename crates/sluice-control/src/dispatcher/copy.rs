@@ -1,0 +1,265 @@
+//! A dispatcher's snapshot copy: it reads its span's existing rows chunk by chunk (each one
+//! consistent read, `Effect::ReadChunk`), and the feed puts each chunk into the span's stream at
+//! the position it was read at (`feed/chunk.rs`), so the chunk's rows go to the sink like any
+//! other transaction, in order with the changes around them.
+//!
+//! Invariants:
+//! - **durable progress only**: the progress reported ([`CopyProgress`]) moves to a chunk's
+//!   cursor only once the dispatcher's checkpoint passed the chunk's ts (its rows are
+//!   acknowledged), so a successor that starts from it never skips rows that were not written;
+//!   a successor that starts below what was written copies those rows again, which is harmless
+//!   (each chunk is the rows as they were at its position, put in the stream at that position);
+//! - **one chunk at a time**: the next chunk is asked for only once the previous one reached the
+//!   dispatcher; at most [`MAX_CONCURRENT_CHUNK_READS`] dispatchers of a manager read at once;
+//! - **a failed read is retried** after [`CHUNK_RETRY_MS`] and reported meanwhile (the span's
+//!   stream goes on; the copy's error shows in the changefeed's snapshot status);
+//! - **keyless tables** are one chunk (one consistent read of the whole table): the stream's
+//!   rows of the table below that chunk are not written (the chunk holds their effect).
+
+use super::*;
+use crate::config::{CHUNK_RETRY_MS, MAX_CONCURRENT_CHUNK_READS};
+use crate::msg::{CopyProgress, CopyReport, CopyStart};
+
+/// A chunk queued in the feed or written, not yet durable.
+#[derive(Clone, Debug)]
+struct QueuedChunk {
+    ts: Ts,
+    /// Where the next chunk starts, and whether rows follow.
+    cursor: Option<Vec<u8>>,
+    more: bool,
+    /// Read before the copy started again (a restart or a lost chunk): its rows are written
+    /// (harmless, at their position) but it is no progress.
+    stale: bool,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Copy {
+    keyless: bool,
+    chunk_rows: usize,
+    /// What is acknowledged.
+    durable: CopyProgress,
+    /// Where the next read starts.
+    next: Option<Vec<u8>>,
+    /// The last chunk read had nothing after it.
+    read_all: bool,
+    /// A read is under way.
+    reading: bool,
+    /// The read under way was asked before the copy started again: its chunk is no progress.
+    stale_read: bool,
+    queued: VecDeque<QueuedChunk>,
+    rows: u64,
+    chunks: u64,
+    error: Option<String>,
+    retry_at: Option<Millis>,
+    /// Keyless: the ts of the chunk; the stream's rows below it are not written.
+    keyless_chunk_ts: Option<Ts>,
+}
+
+impl Copy {
+    pub(super) fn new(start: CopyStart) -> Self {
+        Copy {
+            keyless: start.keyless,
+            chunk_rows: start.chunk_rows.max(1),
+            next: start.from.cursor.clone(),
+            read_all: start.from.done,
+            durable: start.from,
+            reading: false,
+            stale_read: false,
+            queued: VecDeque::new(),
+            rows: 0,
+            chunks: 0,
+            error: None,
+            retry_at: None,
+            keyless_chunk_ts: None,
+        }
+    }
+
+    /// The same copy for a dispatcher that starts again from its checkpoint: from what is
+    /// durable on.
+    pub(super) fn restarted(&self) -> Self {
+        let mut c = self.clone();
+        c.restart_from(self.durable.clone());
+        c
+    }
+
+    /// A chunk at `ts` is on its way to the dispatcher (it takes it whole, even when full).
+    pub(super) fn chunk_at(&self, ts: Ts) -> bool {
+        self.queued.iter().any(|q| q.ts == ts)
+    }
+
+    /// Starts again from `from` while a read may be under way (its chunk will be no progress).
+    fn restart_from(&mut self, from: CopyProgress) {
+        let mut fresh = Copy::new(CopyStart {
+            from,
+            keyless: self.keyless,
+            chunk_rows: self.chunk_rows,
+        });
+        fresh.reading = self.reading;
+        fresh.stale_read = self.reading;
+        fresh.rows = self.rows;
+        fresh.chunks = self.chunks;
+        *self = fresh;
+    }
+
+    pub(super) fn done(&self) -> bool {
+        self.durable.done
+    }
+
+    /// Chunks at or below the checkpoint are acknowledged: the durable progress follows them.
+    fn settle(&mut self, checkpoint: Ts) {
+        while let Some(q) = self.queued.front() {
+            if q.ts > checkpoint {
+                break;
+            }
+            let Some(q) = self.queued.pop_front() else {
+                break;
+            };
+            if q.stale {
+                continue;
+            }
+            assert!(!self.durable.done, "a finished copy progressed again");
+            self.durable = CopyProgress {
+                cursor: if q.more { q.cursor } else { None },
+                done: !q.more,
+            };
+        }
+    }
+
+    /// Holds a chunk in the feed or a read under way (counts against the manager's bound).
+    fn busy(&self, received_upto: Ts) -> bool {
+        self.reading || self.queued.back().is_some_and(|q| q.ts > received_upto)
+    }
+
+    fn wants_read(&self, received_upto: Ts, now: Millis) -> bool {
+        !self.read_all && !self.busy(received_upto) && self.retry_at.is_none_or(|t| now >= t)
+    }
+
+    /// Whether a stream row at `ts` is written (keyless tables: not before their chunk).
+    pub(super) fn writes_row(&self, ts: Ts) -> bool {
+        !self.keyless || self.durable.done || self.keyless_chunk_ts.is_some_and(|c| ts >= c)
+    }
+
+    pub(super) fn report(&self) -> CopyReport {
+        CopyReport {
+            durable: self.durable.clone(),
+            rows: self.rows,
+            chunks: self.chunks,
+            error: self.error.clone(),
+        }
+    }
+}
+
+impl DispatcherManager {
+    /// The snapshot work of every copying dispatcher: progress follows the checkpoints, and
+    /// reads start where there is room.
+    pub(super) fn copy_step(&mut self, now: Millis, out: &mut Vec<Effect>) {
+        let mut busy = 0usize;
+        let mut ready = Vec::new();
+        for d in self.dispatchers.values_mut() {
+            let cp = d.checkpoint();
+            let (working, received) = (d.phase == Phase::Working, d.received_upto);
+            let Some(c) = d.copy.as_mut() else { continue };
+            c.settle(cp);
+            if c.busy(received) {
+                busy += 1;
+            } else if working && c.wants_read(received, now) {
+                ready.push(d.id);
+            }
+        }
+        for id in ready
+            .into_iter()
+            .take(MAX_CONCURRENT_CHUNK_READS.saturating_sub(busy))
+        {
+            self.read_chunk(id, out);
+        }
+    }
+
+    fn read_chunk(&mut self, id: DispatcherId, out: &mut Vec<Effect>) {
+        let cf = self.cf.clone();
+        let Some(d) = self.dispatchers.get_mut(&id) else {
+            return;
+        };
+        let Some(c) = d.copy.as_mut() else { return };
+        c.reading = true;
+        out.push(Effect::ReadChunk {
+            cf,
+            id,
+            span: d.span.clone(),
+            after: c.next.clone(),
+            limit: if c.keyless { usize::MAX } else { c.chunk_rows },
+            keyless: c.keyless,
+        });
+    }
+
+    /// `Input::ChunkQueued`: the feed holds the chunk; it reaches the dispatcher at `ts`.
+    pub fn on_chunk_queued(
+        &mut self,
+        now: Millis,
+        id: DispatcherId,
+        ts: Ts,
+        cursor: Option<Vec<u8>>,
+        more: bool,
+        rows: usize,
+    ) {
+        let Some(c) = self.dispatchers.get_mut(&id).and_then(|d| d.copy.as_mut()) else {
+            return;
+        };
+        let stale = std::mem::take(&mut c.stale_read);
+        c.reading = false;
+        c.error = None;
+        c.retry_at = None;
+        c.rows += rows as u64;
+        c.chunks += 1;
+        if !stale {
+            c.next = cursor.clone();
+            c.read_all = !more;
+            if c.keyless {
+                c.keyless_chunk_ts.get_or_insert(ts);
+            }
+        }
+        c.queued.push_back(QueuedChunk {
+            ts,
+            cursor,
+            more,
+            stale,
+        });
+        let _ = now;
+    }
+
+    /// `Input::ChunkFailed`: tried again after a pause, reported meanwhile.
+    pub fn on_chunk_failed(&mut self, now: Millis, id: DispatcherId, message: String) {
+        let Some(c) = self.dispatchers.get_mut(&id).and_then(|d| d.copy.as_mut()) else {
+            return;
+        };
+        c.reading = false;
+        c.stale_read = false;
+        c.error = Some(truncate_error(message));
+        c.retry_at = Some(now + CHUNK_RETRY_MS);
+    }
+
+    /// `Input::ChunkLost`: the stream went back below a chunk handed out; copy again from what
+    /// is durable (nothing to do for a dispatcher that has no chunk out).
+    pub fn on_chunk_lost(&mut self, id: DispatcherId) {
+        let Some(c) = self.dispatchers.get_mut(&id).and_then(|d| d.copy.as_mut()) else {
+            return;
+        };
+        if c.queued.is_empty() {
+            return;
+        }
+        let durable = c.durable.clone();
+        c.restart_from(durable);
+    }
+
+    /// `Message::Copy`: copy the span (again, from the start when `restart`).
+    pub(super) fn start_copy(&mut self, id: DispatcherId, start: CopyStart, restart: bool) {
+        let Some(d) = self.dispatchers.get_mut(&id) else {
+            return;
+        };
+        match &mut d.copy {
+            // Already copying: it keeps its own (newer) progress.
+            Some(_) if !restart => {}
+            Some(c) => c.restart_from(start.from),
+            slot => *slot = Some(Copy::new(start)),
+        }
+    }
+}

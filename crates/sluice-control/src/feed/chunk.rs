@@ -1,0 +1,205 @@
+//! Snapshot chunks in the feed: the rows of one consistent read of a span, put into the span's
+//! stream at the read's binlog position.
+//!
+//! A dispatcher that copies its span asks for one chunk at a time (`Effect::ReadChunk`). From
+//! then until the shell answers ([`Feed::on_chunk`]) the feed reads nothing more for it, so its
+//! stream cannot pass the position the read will be at (the read happens later than anything
+//! the stream has reached: capture never runs ahead of the upstream's binlog). The chunk, read at
+//! position `P`, is held until the stream has delivered everything at or below `P`, and then goes
+//! out as one batch at [`chunk_ts`]`(P) = P + 1` — a ts no transaction has (a commit ts is the
+//! binlog position after a transaction's last event, so the next one is at least an event header
+//! further). Per key, the sink then sees the stream's changes up to `P`, the row as it was at
+//! `P`, then the changes after `P`: a chunk row never overwrites a newer version of its key, and
+//! a key deleted before `P` is not in the chunk, so nothing deleted comes back.
+//!
+//! Invariants:
+//! - a chunk read behind the stream (its position below what the dispatcher already received)
+//!   is refused, never put into the stream out of order;
+//! - a chunk's rows are accounted against the memory quota from the moment the feed holds them;
+//!   each dispatcher holds at most one (it asks for the next only once this one is out);
+//! - a resubscription below a chunk handed out loses that chunk and any held after it
+//!   (`Input::ChunkLost`: the dispatcher copies again from its durable progress); otherwise a
+//!   chunk still held above the new start stays, the stream reaches it again.
+
+use super::{mutation, Feed, FeedOut, FeedRow, LaneKey};
+use crate::io::{Effect, Input, StreamItem};
+use sluice_types::{ChangefeedId, DispatcherId, Ts};
+
+/// The stream ts of a chunk read at binlog position `position` (see the module doc).
+pub fn chunk_ts(position: Ts) -> Ts {
+    position + 1
+}
+
+/// One chunk as the shell read it.
+#[derive(Clone, Debug)]
+pub struct ChunkRead<R> {
+    /// The binlog position the read was consistent at (the ts of everything up to it).
+    pub position: Ts,
+    /// The rows, in the upstream's key order, each with commit ts [`chunk_ts`]`(position)`.
+    pub rows: Vec<R>,
+    /// Where the next chunk starts (the last row's key, in the shell's form).
+    pub cursor: Option<Vec<u8>>,
+    /// Rows of the span follow the cursor.
+    pub more: bool,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct HeldChunk<R> {
+    pub(super) ts: Ts,
+    pub(super) rows: Vec<R>,
+    pub(super) bytes: u64,
+}
+
+impl<R: FeedRow> Feed<R> {
+    /// The shell read the chunk a dispatcher asked for (or failed to). A dispatcher that is no
+    /// longer subscribed, or did not ask, gets nothing: its rows are dropped.
+    pub fn on_chunk(
+        &mut self,
+        cf: &ChangefeedId,
+        id: DispatcherId,
+        read: Result<ChunkRead<R>, String>,
+        out: &mut Vec<FeedOut<R>>,
+    ) {
+        let key = (cf.clone(), id);
+        let Some(lane) = self.lanes.get_mut(&key) else {
+            return;
+        };
+        let Some(cursor) = lane.sub.as_ref().map(|s| s.cursor) else {
+            return;
+        };
+        if !lane.awaiting_chunk {
+            return;
+        }
+        lane.awaiting_chunk = false;
+        let failed = |message: String| {
+            FeedOut::Input(Input::ChunkFailed {
+                cf: cf.clone(),
+                id,
+                message,
+            })
+        };
+        let read = match read {
+            Ok(r) => r,
+            Err(message) => return out.push(failed(message)),
+        };
+        let ts = chunk_ts(read.position);
+        if read.position < cursor {
+            let why = format!(
+                "snapshot chunk read at binlog position ts {} is behind the stream at ts {cursor}; \
+                 reading it again",
+                read.position
+            );
+            return out.push(failed(why));
+        }
+        if let Some(r) = read.rows.iter().find(|r| r.commit_ts() != ts) {
+            let why = format!(
+                "internal: a snapshot chunk row has ts {}, not the chunk's {ts}",
+                r.commit_ts()
+            );
+            return out.push(failed(why));
+        }
+        let bytes: u64 = read.rows.iter().map(|r| r.size() as u64).sum();
+        let rows = read.rows.len();
+        lane.chunk = Some(HeldChunk {
+            ts,
+            rows: read.rows,
+            bytes,
+        });
+        self.inflight_bytes += bytes;
+        out.push(FeedOut::Input(Input::ChunkQueued {
+            cf: cf.clone(),
+            id,
+            ts,
+            cursor: read.cursor,
+            more: read.more,
+            rows,
+        }));
+    }
+
+    /// `Effect::ReadChunk`: the dispatcher's stream waits for the answer; the read goes to the
+    /// shell.
+    pub(super) fn read_chunk(&mut self, e: Effect, out: &mut Vec<FeedOut<R>>) {
+        let Effect::ReadChunk { cf, id, .. } = &e else {
+            return;
+        };
+        let (cf, id) = (cf.clone(), *id);
+        match self.lanes.get_mut(&(cf.clone(), id)) {
+            Some(l) if l.sub.is_some() && l.chunk.is_none() && !l.awaiting_chunk => {
+                l.awaiting_chunk = true
+            }
+            Some(l) if l.sub.is_some() => {
+                let message = "internal: a snapshot chunk was asked for while another one is \
+                               still held for the dispatcher"
+                    .to_string();
+                return out.push(FeedOut::Input(Input::ChunkFailed { cf, id, message }));
+            }
+            // Not subscribed: nothing to read for.
+            _ => return,
+        }
+        out.push(FeedOut::Effect(e));
+    }
+
+    /// The stream of `key` starts again at `start`: a chunk already handed out above it is lost,
+    /// a held one above it waits for the stream again, a held one at or below it is dropped.
+    pub(super) fn rewind_chunk(&mut self, key: &LaneKey, start: Ts, out: &mut Vec<FeedOut<R>>) {
+        let Some(lane) = self.lanes.get_mut(key) else {
+            return;
+        };
+        // The dispatcher copies again from its durable progress on a loss: a chunk still held
+        // goes too (it would follow the lost one).
+        let lost = lane.chunk_out.take_if(|c| *c > start).is_some()
+            || lane.chunk.as_ref().is_some_and(|c| c.ts <= start);
+        if lost {
+            if let Some(c) = lane.chunk.take() {
+                self.inflight_bytes = self.inflight_bytes.saturating_sub(c.bytes);
+            }
+            out.push(FeedOut::Input(Input::ChunkLost {
+                cf: key.0.clone(),
+                id: key.1,
+            }));
+        }
+    }
+
+    /// Everything at or below the held chunk's position is out: the chunk goes, as one batch.
+    pub(super) fn hand_out_chunk(&mut self, key: &LaneKey, out: &mut Vec<FeedOut<R>>) {
+        let Some(lane) = self.lanes.get_mut(key) else {
+            return;
+        };
+        let Some(chunk) = lane.chunk.take() else {
+            return;
+        };
+        let mut items = Vec::with_capacity(chunk.rows.len());
+        // The chunk's bytes stay in flight: they move from the chunk to the rows held.
+        let mut held = 0u64;
+        for row in chunk.rows {
+            let handle = self.next_handle;
+            self.next_handle += 1;
+            let size = row.size();
+            held += size as u64;
+            items.push(StreamItem::Row {
+                commit_ts: row.commit_ts(),
+                key: row.key().clone(),
+                handle,
+                kind: row.kind(),
+            });
+            lane.pending.insert(handle, (row, size));
+        }
+        self.inflight_bytes = self.inflight_bytes + held - chunk.bytes;
+        lane.chunk_out = Some(chunk.ts);
+        if let Some(s) = lane.sub.as_mut() {
+            s.cursor = s.cursor.max(chunk.ts);
+        }
+        out.push(FeedOut::Input(Input::Events {
+            cf: key.0.clone(),
+            id: key.1,
+            items,
+            resolved_ts: chunk.ts,
+        }));
+    }
+}
+
+/// Mutation `feed-chunk-late`: the stream is not held at a chunk's position, so the chunk goes
+/// out after changes newer than it.
+pub(super) fn chunk_holds_stream() -> bool {
+    !mutation("feed-chunk-late")
+}

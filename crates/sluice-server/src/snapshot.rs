@@ -1,0 +1,147 @@
+//! Snapshot chunk reads for the feed (`Effect::ReadChunk`): the shell reads one chunk of a
+//! dispatcher's table from the upstream in a consistent snapshot
+//! ([`sluice_capture::snapshot_read`]), on a task of its own, and hands the rows to the feed
+//! ([`sluice_control::feed::Feed::on_chunk`]), which puts them into the span's stream at the
+//! snapshot's binlog position.
+//!
+//! Invariants:
+//! - a chunk goes to the feed only once capture has passed its position, decoded with the
+//!   table's version at that position; a DDL of the table between the version the read used and
+//!   the position makes the read fail (the dispatcher reads again), so a chunk's rows always have
+//!   the columns of the version they are written under;
+//! - only rows of the dispatcher's span are handed on (a split table's spans each read the table
+//!   in key order and keep their own keys);
+//! - at most [`MAX_CHUNK_WAITS`] read chunks wait for capture; beyond, the read fails and is
+//!   retried (bounded memory whatever capture's lag).
+
+use crate::shell::Shell;
+use sluice_capture::snapshot_read::{read_chunk, SnapshotChunk};
+use sluice_control::feed::{chunk_ts, ChunkRead};
+use sluice_types::{ChangefeedId, DispatcherId, RowEvent, RowKind, Span, TableSchema, Ts};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// At most this many chunks read wait for capture to reach their position.
+pub const MAX_CHUNK_WAITS: usize = 64;
+
+/// A chunk read finished (or failed), back on the shell's task.
+pub struct ChunkDone {
+    pub cf: ChangefeedId,
+    pub id: DispatcherId,
+    pub span: Span,
+    /// The table version the read selected by.
+    pub version: Ts,
+    pub result: Result<SnapshotChunk, String>,
+}
+
+impl Shell {
+    /// `Effect::ReadChunk`: read on a task; the answer comes back as a [`ChunkDone`].
+    pub(crate) fn read_snapshot_chunk(
+        &mut self,
+        cf: ChangefeedId,
+        id: DispatcherId,
+        span: Span,
+        after: Option<Vec<u8>>,
+        limit: usize,
+    ) {
+        let history = self.capture().history();
+        let at = self.capture().captured();
+        let Some(schema) = history.table_by_id_at(span.table, at).cloned() else {
+            let why = format!(
+                "table {} is not in the schema history at ts {at} (dropped?)",
+                span.table.0
+            );
+            return self.chunk_to_feed(&cf, id, Err(why));
+        };
+        let (url, tx) = (self.upstream_url().to_string(), self.chunk_sender());
+        tokio::spawn(async move {
+            let result = read(&url, &schema, after.as_deref(), limit).await;
+            let _ = tx.send(ChunkDone {
+                cf,
+                id,
+                span,
+                version: schema.version,
+                result,
+            });
+        });
+    }
+
+    /// A chunk read came back: to the feed once capture has its position.
+    pub(crate) fn on_chunk_done(&mut self, d: ChunkDone) {
+        if let Ok(c) = &d.result {
+            if self.capture().captured() < c.position {
+                if self.chunk_waits_len() >= MAX_CHUNK_WAITS {
+                    let why = "too many snapshot chunks wait for capture to reach their position; reading again".to_string();
+                    return self.chunk_to_feed(&d.cf, d.id, Err(why));
+                }
+                return self.push_chunk_wait(d);
+            }
+        }
+        let (cf, id) = (d.cf.clone(), d.id);
+        let read = self.decode_chunk(d);
+        self.chunk_to_feed(&cf, id, read);
+    }
+
+    /// The rows of a chunk as the feed takes them, checked against the table's version at the
+    /// chunk's position.
+    fn decode_chunk(&self, d: ChunkDone) -> Result<ChunkRead<RowEvent>, String> {
+        let c = d.result?;
+        let history = self.capture().history();
+        let version = history
+            .table_by_id_at(d.span.table, c.position)
+            .map(|t| t.version);
+        if version != Some(d.version) {
+            return Err(format!(
+                "table {} changed while its snapshot chunk was read (version {} then {version:?}); reading again",
+                d.span.table.0, d.version
+            ));
+        }
+        let ts = chunk_ts(c.position);
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let rows = c
+            .rows
+            .into_iter()
+            .filter(|(_, key)| d.span.contains(key))
+            .map(|(vals, key)| RowEvent {
+                table_id: d.span.table,
+                schema_version: d.version,
+                commit_ts: ts,
+                commit_time_ms: now_ms,
+                kind: RowKind::Insert,
+                key,
+                before: None,
+                after: Some(vals),
+            })
+            .collect();
+        Ok(ChunkRead {
+            position: c.position,
+            rows,
+            cursor: c.cursor,
+            more: c.more,
+        })
+    }
+}
+
+async fn read(
+    url: &str,
+    schema: &TableSchema,
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Result<SnapshotChunk, String> {
+    let opts = mysql_async::Opts::from_url(url).map_err(|e| format!("upstream URL: {e}"))?;
+    let mut conn = mysql_async::Conn::new(opts)
+        .await
+        .map_err(|e| crate::mask::scrub(&format!("snapshot read: connecting upstream: {e}")))?;
+    let r = read_chunk(&mut conn, schema, after, limit)
+        .await
+        .map_err(|e| {
+            crate::mask::scrub(&format!(
+                "snapshot read of {}: {e}",
+                schema.qualified_name()
+            ))
+        });
+    let _ = conn.disconnect().await;
+    r
+}

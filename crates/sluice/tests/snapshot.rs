@@ -1,0 +1,192 @@
+//! A consistent initial snapshot on real processes: a changefeed with `snapshot = "initial"`
+//! copies the rows its tables hold at its start point, chunk by chunk in consistent reads,
+//! while a workload keeps updating, deleting and inserting them, and the downstream ends equal
+//! to the upstream (`sluice check`). Bad snapshot settings are refused with a clear error and
+//! nothing created.
+
+mod common;
+use common::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// The tables: an integer key, a composite key with a string, every common column type, and
+/// one without a key.
+const SCHEMA: &str = "CREATE DATABASE s;
+CREATE TABLE s.big (id INT PRIMARY KEY, v VARCHAR(64), n DECIMAL(20,4), t DATETIME(6), ts TIMESTAMP(3) NULL);
+CREATE TABLE s.comp (region VARCHAR(16) NOT NULL, seq BIGINT NOT NULL, body TEXT, PRIMARY KEY (region, seq));
+CREATE TABLE s.types (id BIGINT UNSIGNED PRIMARY KEY, ti TINYINT, si SMALLINT UNSIGNED, mi MEDIUMINT, f FLOAT, d DOUBLE,
+  dd DATE, tm TIME(3), y YEAR, e ENUM('a','b','c'), st SET('x','y','z'), b BIT(10), j JSON, bin VARBINARY(16),
+  bl BLOB, ch CHAR(8), u UUID, g POINT NULL);
+CREATE TABLE s.nokey (a INT, b VARCHAR(8));";
+
+fn seed(up: &sluice_testkit::mariadb::MariaDb, rows: u32) {
+    up.exec(&format!(
+        "INSERT INTO s.big SELECT seq, CONCAT('v', seq), seq / 7, '2024-01-02 03:04:05.123456' + INTERVAL seq SECOND, \
+         IF(seq % 5 = 0, NULL, '2024-05-06 07:08:09.5' + INTERVAL seq MINUTE) FROM s.seq_1_to_{rows};
+         INSERT INTO s.comp SELECT CONCAT('r', seq % 13), seq, REPEAT('é', seq % 9) FROM s.seq_1_to_{rows};
+         INSERT INTO s.types SELECT seq, CAST(seq % 100 AS SIGNED) - 50, seq % 60000, -CAST(seq AS SIGNED), seq / 3, seq / 7, '2020-02-29' + INTERVAL seq DAY,
+           SEC_TO_TIME(seq) + INTERVAL 0.125 SECOND, 1990 + seq % 50, ELT(1 + seq % 3, 'a', 'b', 'c'), 'x,z', seq % 1024,
+           JSON_OBJECT('k', seq, 's', 'q\"t'), UNHEX(LPAD(HEX(seq), 8, '0')), REPEAT(CHAR(seq % 256), 3), 'ch', UUID(),
+           IF(seq % 2 = 0, POINT(seq, -seq), NULL) FROM s.seq_1_to_2000;
+         INSERT INTO s.nokey SELECT seq % 17, 'k' FROM s.seq_1_to_500;",
+        rows = rows
+    ))
+    .expect("seed");
+}
+
+/// Updates, deletes and inserts on the copied tables until `stop`.
+fn workload(socket: std::path::PathBuf, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u32> {
+    std::thread::spawn(move || {
+        let mut round = 0u32;
+        while !stop.load(Ordering::Relaxed) {
+            round += 1;
+            let r = round;
+            let sql = format!(
+                "BEGIN;
+                 UPDATE s.big SET v = CONCAT(v, '+'), n = n + 1 WHERE id % 97 = {m};
+                 DELETE FROM s.big WHERE id % 89 = {m} AND id < {lim};
+                 INSERT INTO s.big VALUES ({new}, 'new', 1.5, NOW(6), NULL) ON DUPLICATE KEY UPDATE v = 'again';
+                 UPDATE s.comp SET body = CONCAT(body, 'x') WHERE seq % 101 = {m};
+                 DELETE FROM s.comp WHERE region = 'r{m13}' AND seq % 7 = 0 AND seq < {lim};
+                 INSERT INTO s.comp VALUES ('zz', {new}, 'late');
+                 UPDATE s.types SET d = d + 1, e = 'c', st = 'y' WHERE id % 53 = {m};
+                 COMMIT;",
+                m = r % 89,
+                m13 = r % 13,
+                lim = r * 400,
+                new = 1_000_000 + r
+            );
+            let ok = std::process::Command::new("mariadb")
+                .arg("--no-defaults")
+                .arg(format!("--socket={}", socket.display()))
+                .args(["-uroot", "-e", &sql])
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            assert!(ok, "workload round {r}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        round
+    })
+}
+
+#[test]
+fn an_initial_snapshot_under_a_concurrent_workload_ends_equal_to_the_upstream() {
+    let out = Outputs::default();
+    let dir = tmpdir("snapshot");
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    let (down, down_url) = mariadb_with_user(DOWN_PASS);
+    up.exec(SCHEMA).expect("schema up");
+    down.exec(SCHEMA).expect("schema down");
+    seed(&up, 60_000);
+    let server = Server::start(&dir, &up_url);
+    let s = server.url();
+    let config = dir.join("cf.toml");
+    std::fs::write(
+        &config,
+        "snapshot = \"initial\"\nsnapshot-chunk-rows = 2000\n",
+    )
+    .expect("toml");
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = workload(up.socket(), stop.clone());
+    let sink = format!("{down_url}/?force-replicate=true");
+    let r = sluice(
+        &out,
+        &[
+            "cli",
+            "--server",
+            &s,
+            "changefeed",
+            "create",
+            "-c",
+            "snap",
+            "--sink-uri",
+            &sink,
+            "--config",
+            config.to_str().unwrap_or_default(),
+        ],
+    );
+    assert_eq!(r.code, 0, "create: {} {}", r.stdout, r.stderr);
+    // The copy reports itself while it runs, and finishes.
+    let mut saw_copying = false;
+    wait_for("the snapshot to finish", 240, || {
+        let v = feed(&out, &s, "snap");
+        saw_copying |= v["snapshot"]["state"] == "copying";
+        (v["snapshot"]["state"] == "finished")
+            .then_some(())
+            .ok_or(v.to_string())
+    });
+    stop.store(true, Ordering::Relaxed);
+    let rounds = load.join().expect("workload");
+    assert!(
+        rounds > 10,
+        "the workload ran during the copy ({rounds} rounds)"
+    );
+    assert!(saw_copying, "the changefeed showed the copy under way");
+    wait_checkpoint(&out, &s, "snap", master_ts(&up), 120);
+    let v = feed(&out, &s, "snap");
+    assert_eq!(v["state"], "normal", "{v}");
+    assert!(
+        v["snapshot"]["rows_copied"].as_u64().unwrap_or(0) >= 60_000,
+        "rows copied reported: {v}"
+    );
+    let r = check(&out, &up_url, &down_url, "s.*");
+    assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
+    // The keyless table: one consistent read, no stream rows doubled before it.
+    assert_eq!(
+        down.query_one("SELECT COUNT(*) FROM s.nokey")
+            .expect("count"),
+        "500"
+    );
+}
+
+#[test]
+fn bad_snapshot_settings_are_refused_and_nothing_is_created() {
+    let out = Outputs::default();
+    let dir = tmpdir("snapshot-bad");
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    let (_down, down_url) = mariadb_with_user(DOWN_PASS);
+    up.exec("CREATE DATABASE s; CREATE TABLE s.t (id INT PRIMARY KEY)")
+        .expect("ddl");
+    let server = Server::start(&dir, &up_url);
+    let s = server.url();
+    let create = |args: &[&str]| {
+        let mut a = vec![
+            "cli",
+            "--server",
+            &s,
+            "changefeed",
+            "create",
+            "-c",
+            "bad",
+            "--sink-uri",
+        ];
+        a.extend_from_slice(args);
+        sluice(&out, &a)
+    };
+    let r = create(&[&down_url, "--snapshot", "sometimes"]);
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("unknown snapshot mode") && r.stderr.contains("initial"),
+        "names the values: {}",
+        r.stderr
+    );
+    let r = create(&[&down_url, "--snapshot", "initial-only"]);
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("not supported yet"), "{}", r.stderr);
+    let unsafe_sink = format!("{down_url}/?safe-mode=false");
+    let r = create(&[&unsafe_sink, "--snapshot", "initial"]);
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("safe mode"), "{}", r.stderr);
+    let config = dir.join("cf.toml");
+    std::fs::write(&config, "snapshot-chunk-rows = 0\n").expect("toml");
+    let r = create(&[&down_url, "--config", config.to_str().unwrap_or_default()]);
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("snapshot-chunk-rows"), "{}", r.stderr);
+    let (_, list) = api(&out, &s, "GET", "/api/v2/changefeeds", None);
+    assert_eq!(
+        list["total"].as_u64().unwrap_or(0),
+        0,
+        "nothing was created: {list}"
+    );
+}
