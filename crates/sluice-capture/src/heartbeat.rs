@@ -35,6 +35,20 @@ pub async fn ensure_table(conn: &mut mysql_async::Conn) -> Result<()> {
     .map_err(CaptureError::from_mysql)
 }
 
+/// Writes the heartbeat row of `node` once (creating the table if needed): one transaction.
+pub async fn write_once(conn: &mut mysql_async::Conn, node: &str) -> Result<()> {
+    ensure_table(conn).await?;
+    conn.exec_drop(
+        format!(
+            "INSERT INTO `{HEARTBEAT_DB}`.`{HEARTBEAT_TABLE}` (node, ts_ms) VALUES (?, ?) \
+             ON DUPLICATE KEY UPDATE ts_ms = VALUES(ts_ms)"
+        ),
+        (node, now_ms()),
+    )
+    .await
+    .map_err(CaptureError::from_mysql)
+}
+
 /// Writes the heartbeat row of `node` every `interval` until `stop` becomes true. Connection
 /// errors are retried at the next tick; only a bad url ends it early.
 pub async fn run(

@@ -58,6 +58,7 @@ pub const ALL: &[&str] = &[
     "feed-ignores-quota",
     "feed-leaks-rows",
     "feed-duplicates-rows",
+    "feed-chunk-late",
 ];
 
 pub fn enable(name: &str) {

@@ -72,6 +72,7 @@ fn create(
             span,
             start_ts: 100,
             floor_known: true,
+            copy: None,
         },
         holds,
         &mut out,
@@ -1116,6 +1117,7 @@ fn create_unfloored(dm: &mut DispatcherManager, d: DispatcherId, span: Span) -> 
         span,
         start_ts: 100,
         floor_known: false,
+        copy: None,
     };
     dm.on_message(0, &m1(), msg, &Holds::default(), &mut out);
     out

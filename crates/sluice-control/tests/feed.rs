@@ -2,10 +2,12 @@
 //! leaves it to the next batch; one larger than a batch goes whole), a batch ends at the first row
 //! after a DDL, DDLs go only to the dispatchers they concern, reading stops at the memory quota
 //! and resumes when the sink takes the rows, and the accounting holds through writes, skipped
-//! rows and unsubscribes.
+//! rows and unsubscribes; a snapshot chunk goes into the stream right after its position, never
+//! before everything up to it nor after anything later.
 
 use sluice_control::feed::{
-    EventSource, Feed, FeedNote, FeedOut, FeedRow, Scan, MAX_ROWS_PER_DELIVERY,
+    ChunkRead, EventSource, Feed, FeedNote, FeedOut, FeedRow, Scan, CHUNK_TS_SLOTS,
+    MAX_ROWS_PER_DELIVERY,
 };
 use sluice_control::{Effect, Input, SinkCommand, StreamItem};
 use sluice_types::{
@@ -31,6 +33,10 @@ impl FeedRow for Row {
     }
     fn size(&self) -> usize {
         100
+    }
+    fn at_ts(mut self, ts: Ts) -> Self {
+        self.ts = ts;
+        self
     }
 }
 
@@ -342,4 +348,133 @@ fn a_start_below_the_source_is_refused_with_an_error() {
         FeedOut::Input(Input::SinkError { retryable: false, message, .. }) if message.contains("starts at ts 100")
     )));
     assert!(!out.iter().any(|o| matches!(o, FeedOut::Open { .. })));
+}
+
+/// `Effect::ReadChunk` for `D`, then the shell's answer: a chunk of `keys` read at `position`.
+fn chunk(feed: &mut Feed<Row>, src: &Mem, position: Ts, keys: &[u64]) -> Vec<FeedOut<Row>> {
+    let mut out = Vec::new();
+    let read = Effect::ReadChunk {
+        cf: cf(),
+        id: D,
+        span: Span::whole_table(T),
+        after: None,
+        limit: 100,
+        keyless: false,
+    };
+    feed.on_effect(src, read, &mut out);
+    assert!(
+        matches!(out.as_slice(), [FeedOut::Effect(Effect::ReadChunk { .. })]),
+        "{out:?}"
+    );
+    let rows = keys
+        .iter()
+        .map(|k| Row {
+            ts: 0,
+            key: Key::row_u64(T, 900_000 + k),
+        })
+        .collect();
+    let mut out = Vec::new();
+    let r = ChunkRead {
+        position,
+        rows,
+        cursor: Some(vec![1]),
+        more: true,
+    };
+    feed.on_chunk(&cf(), D, Ok(r), &mut out);
+    out
+}
+
+#[test]
+fn a_snapshot_chunk_waits_for_everything_up_to_its_position_and_goes_before_what_follows() {
+    let mut src = Mem::default();
+    src.txns(10, 2, 2); // ts 10, 11
+    let mut feed = subscribed(&src, 1 << 20);
+    let out = chunk(&mut feed, &src, 11, &[1, 2, 3]);
+    assert!(
+        matches!(
+            out.as_slice(),
+            [FeedOut::Input(Input::ChunkQueued {
+                ts: 12,
+                rows: 3,
+                ..
+            })]
+        ),
+        "{out:?}"
+    );
+    // The stream up to the position first, then the chunk at position + 1, then the rest.
+    let (b, _) = poll(&mut feed, &src);
+    let (items, resolved) = b.expect("a batch");
+    assert_eq!(resolved, 11);
+    assert!(rows_of(&items).iter().all(|(ts, _)| *ts <= 11));
+    let (b, _) = poll(&mut feed, &src);
+    let (items, resolved) = b.expect("the chunk");
+    assert_eq!((resolved, rows_of(&items).len()), (12, 3));
+    assert!(rows_of(&items).iter().all(|(ts, _)| *ts == 12));
+    feed.audit().expect("accounting");
+    // A later transaction (commit ts are binlog positions: never within the slots) follows.
+    src.txns(200, 1, 1);
+    let (b, _) = poll(&mut feed, &src);
+    let (items, resolved) = b.expect("after the chunk");
+    assert_eq!(resolved, 200);
+    assert_eq!(
+        rows_of(&items).iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![200]
+    );
+}
+
+#[test]
+fn chunks_at_one_position_take_the_ts_after_each_other_and_stop_past_the_slots() {
+    let mut src = Mem::default();
+    src.txns(10, 1, 1);
+    let mut feed = subscribed(&src, 1 << 20);
+    let _ = poll(&mut feed, &src);
+    for i in 0..CHUNK_TS_SLOTS {
+        let out = chunk(&mut feed, &src, 10, &[i]);
+        let want = 11 + i;
+        assert!(
+            matches!(out.as_slice(), [FeedOut::Input(Input::ChunkQueued { ts, .. })] if *ts == want),
+            "chunk {i}: {out:?}"
+        );
+        let (b, _) = poll(&mut feed, &src);
+        assert_eq!(b.expect("the chunk").1, want);
+    }
+    // The upstream did not move: one more chunk cannot go in without passing a possible
+    // transaction; it is refused with the reason, and the stream is not held.
+    let out = chunk(&mut feed, &src, 10, &[99]);
+    match out.as_slice() {
+        [FeedOut::Input(Input::ChunkFailed { message, .. })] => {
+            assert!(message.contains("written nothing"), "{message}")
+        }
+        other => panic!("expected a refused chunk, got {other:?}"),
+    }
+    feed.audit().expect("accounting");
+}
+
+#[test]
+fn a_resubscription_below_a_chunk_handed_out_loses_it_and_says_so() {
+    let mut src = Mem::default();
+    src.txns(10, 2, 1);
+    let mut feed = subscribed(&src, 1 << 20);
+    let _ = chunk(&mut feed, &src, 11, &[1, 2]);
+    let _ = poll(&mut feed, &src);
+    let (b, _) = poll(&mut feed, &src);
+    assert_eq!(b.expect("the chunk").1, 12);
+    let mut out = Vec::new();
+    feed.on_effect(
+        &src,
+        Effect::Subscribe {
+            cf: cf(),
+            id: D,
+            span: Span::whole_table(T),
+            is_trigger: false,
+            start_ts: 10,
+        },
+        &mut out,
+    );
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, FeedOut::Input(Input::ChunkLost { .. }))),
+        "{out:?}"
+    );
+    feed.audit().expect("the chunk's rows were released");
 }

@@ -37,6 +37,7 @@ fn report(d: DispatcherId, table: u64) -> DispatcherReport {
         merge_sources: Vec::new(),
         write_rate: 0,
         resolved: 100,
+        copy: None,
     }
 }
 

@@ -113,6 +113,8 @@ pub struct Shell {
     chunk_rx: Option<mpsc::UnboundedReceiver<crate::snapshot::ChunkDone>>,
     /// Chunks read ahead of capture, waiting for it to reach their position.
     chunk_waits: Vec<crate::snapshot::ChunkDone>,
+    /// Per dispatcher, the position of its last chunk read and how many were read there.
+    chunk_positions: BTreeMap<(ChangefeedId, DispatcherId), (Ts, u32)>,
 }
 
 impl Shell {
@@ -164,6 +166,25 @@ impl Shell {
             chunk_tx,
             chunk_rx: Some(chunk_rx),
             chunk_waits: Vec::new(),
+            chunk_positions: BTreeMap::new(),
+        }
+    }
+
+    /// How many chunks of the dispatcher were read at the same position in a row.
+    pub(crate) fn same_position_reads(&self, cf: &ChangefeedId, id: DispatcherId) -> u32 {
+        self.chunk_positions
+            .get(&(cf.clone(), id))
+            .map_or(0, |p| p.1)
+    }
+
+    pub(crate) fn note_chunk_position(&mut self, cf: &ChangefeedId, id: DispatcherId, at: Ts) {
+        let e = self
+            .chunk_positions
+            .entry((cf.clone(), id))
+            .or_insert((at, 0));
+        *e = if e.0 == at { (at, e.1 + 1) } else { (at, 1) };
+        if self.chunk_positions.len() > 4 * crate::snapshot::MAX_CHUNK_WAITS {
+            self.chunk_positions.clear(); // bounded; a lost count only delays a nudge
         }
     }
 

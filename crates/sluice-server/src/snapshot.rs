@@ -22,6 +22,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// At most this many chunks read wait for capture to reach their position.
 pub const MAX_CHUNK_WAITS: usize = 64;
+/// After this many chunks of one dispatcher read at the same binlog position, the next read
+/// first writes the node's row of the heartbeat table (`sluice.heartbeat`), if it may.
+pub const NUDGE_AFTER_READS: u32 = (sluice_control::feed::CHUNK_TS_SLOTS / 2) as u32;
 
 /// A chunk read finished (or failed), back on the shell's task.
 pub struct ChunkDone {
@@ -53,7 +56,14 @@ impl Shell {
             return self.chunk_to_feed(&cf, id, Err(why));
         };
         let (url, tx) = (self.upstream_url().to_string(), self.chunk_sender());
+        // An upstream that wrote nothing since many chunks of this span: a heartbeat write moves
+        // its position, so the next chunks have room in the stream (`feed::CHUNK_TS_SLOTS`).
+        let nudge = self.same_position_reads(&cf, id) >= NUDGE_AFTER_READS;
+        let node = self.node_id().to_string();
         tokio::spawn(async move {
+            if nudge {
+                nudge_upstream(&url, &node).await;
+            }
             let result = read(&url, &schema, after.as_deref(), limit).await;
             let _ = tx.send(ChunkDone {
                 cf,
@@ -68,6 +78,7 @@ impl Shell {
     /// A chunk read came back: to the feed once capture has its position.
     pub(crate) fn on_chunk_done(&mut self, d: ChunkDone) {
         if let Ok(c) = &d.result {
+            self.note_chunk_position(&d.cf, d.id, c.position);
             if self.capture().captured() < c.position {
                 if self.chunk_waits_len() >= MAX_CHUNK_WAITS {
                     let why = "too many snapshot chunks wait for capture to reach their position; reading again".to_string();
@@ -121,6 +132,32 @@ impl Shell {
             cursor: c.cursor,
             more: c.more,
         })
+    }
+}
+
+/// One heartbeat write (a transaction of Sluice's own table, never replicated); a user without
+/// the privilege only gets a warning in the log: the copy then waits for the upstream to write.
+async fn nudge_upstream(url: &str, node: &str) {
+    let Ok(opts) = mysql_async::Opts::from_url(url) else {
+        return;
+    };
+    let r = async {
+        let mut c = mysql_async::Conn::new(opts)
+            .await
+            .map_err(|e| e.to_string())?;
+        sluice_capture::heartbeat::write_once(&mut c, node)
+            .await
+            .map_err(|e| e.to_string())?;
+        let _ = c.disconnect().await;
+        Ok::<_, String>(())
+    }
+    .await;
+    if let Err(e) = r {
+        tracing::warn!(
+            "snapshot: the upstream wrote nothing for many chunks and the heartbeat write failed \
+             ({}); the copy waits for the upstream to write",
+            crate::mask::scrub(&e)
+        );
     }
 }
 

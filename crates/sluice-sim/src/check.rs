@@ -50,6 +50,8 @@ pub struct Checker {
     global_epoch: BTreeMap<ChangefeedId, Epoch>,
     /// History indexes of the row events delivered at least once.
     delivered: BTreeSet<usize>,
+    /// Per dispatcher, the rows its current sink session wrote (`snapshot-row-order`).
+    session_rows: BTreeMap<(String, u64, DispatcherId), (u64, BTreeSet<usize>)>,
     /// Per table: (ts, history index) of rows not yet delivered.
     undelivered_rows: BTreeMap<TableId, BTreeSet<(Ts, usize)>>,
     undelivered_ddls: BTreeMap<TableId, BTreeSet<Ts>>,
@@ -67,6 +69,8 @@ pub struct Checker {
     pub sink_fatal: u64,
     pub sink_retryable: u64,
     pub rows_written: u64,
+    /// Snapshot chunk rows written (first or again).
+    pub snapshot_rows_written: u64,
     pub rows_first_delivered: u64,
     pub ddls_written: u64,
     /// Requests the meta store held (by their text) that no maintainer finished yet, with how
@@ -200,18 +204,78 @@ impl Checker {
         }
     }
 
+    /// A snapshot chunk's row: as the upstream held it at the chunk's position, in its span, and
+    /// never written after a newer version of its key (`snapshot-row-order`). False: a violation.
+    fn on_chunk_row(
+        &mut self,
+        node: &str,
+        id: DispatcherId,
+        span: &Span,
+        (ts, key, idx): (Ts, &Key, usize),
+        newer: Option<Ts>,
+        up: &Upstream,
+    ) -> bool {
+        let Some((table, k, _, position)) = up.row_at(idx) else {
+            self.fail(format!(
+                "no-row-invented: {id:?} on {node} wrote a snapshot row #{idx} nobody read"
+            ));
+            return false;
+        };
+        self.snapshot_rows_written += 1;
+        // Within one sink session a chunk row never follows a newer version of its key (a
+        // replay in a later session may write older versions again, as any replay does).
+        if let Some(newer) = newer {
+            self.fail(format!(
+                "snapshot-row-order: {table:?}/{k} read at {position} written by {id:?} on {node} after the newer version at {newer}, in the same sink session"
+            ));
+            return false;
+        }
+        if ts <= position || Key::row_u64(table, k) != *key || !span.contains(key) {
+            self.fail(format!("no-row-invented: {id:?} on {node} wrote snapshot row ({ts}, {key:?}) outside its span {span:?} or not as read"));
+            return false;
+        }
+        true
+    }
+
+    #[allow(clippy::too_many_arguments)]
     pub fn on_rows(
         &mut self,
         node: &str,
         inc: u64,
         id: DispatcherId,
+        session: u64,
         span: &Span,
         rows: &[(Ts, Key, u64)],
         up: &Upstream,
     ) {
         self.check_one_writer(node, inc, id, span);
+        let key = (node.to_string(), inc, id);
+        if self
+            .session_rows
+            .get(&key)
+            .is_none_or(|(s, _)| *s != session)
+        {
+            self.session_rows
+                .insert(key.clone(), (session, BTreeSet::new()));
+        }
         for (ts, key, handle) in rows {
             self.rows_written += 1;
+            if *handle as usize >= crate::upstream::SNAP_BASE {
+                let idx = *handle as usize;
+                let session_rows = self.session_rows.get(&(node.to_string(), inc, id));
+                let seen = |i: usize| session_rows.is_some_and(|(_, s)| s.contains(&i));
+                let newer = up.row_at(idx).and_then(|(t, k, _, p)| {
+                    let vs = up.versions.get(&(t, k))?;
+                    vs.iter().find(|v| v.0 > p && seen(v.2)).map(|v| v.0)
+                });
+                if !self.on_chunk_row(node, id, span, (*ts, key, idx), newer, up) {
+                    return;
+                }
+                continue;
+            }
+            if let Some((_, s)) = self.session_rows.get_mut(&(node.to_string(), inc, id)) {
+                s.insert(*handle as usize);
+            }
             let Some(UEvent::Row {
                 ts: uts,
                 table,

@@ -76,6 +76,11 @@ pub struct World {
     /// Extension `x-memory-quota-bytes`: every node's feed memory quota (a model row counts
     /// `upstream::ROW_BYTES`), if set.
     pub x_memory_quota_bytes: Option<u64>,
+    /// Extension `x-snapshot`: the changefeed's snapshot mode (`never`, `initial`); with
+    /// `initial` the model sink starts with the tables but none of their rows.
+    pub x_snapshot: sluice_control::config::SnapshotMode,
+    /// Extension `x-snapshot-chunk-rows`: rows per snapshot chunk.
+    pub x_snapshot_chunk_rows: Option<u64>,
 }
 
 /// The model sink kind.

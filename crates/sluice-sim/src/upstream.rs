@@ -32,6 +32,10 @@ impl FeedRow for SimRow {
     fn commit_ts(&self) -> Ts {
         self.ts
     }
+    fn at_ts(mut self, ts: Ts) -> Self {
+        self.ts = ts;
+        self
+    }
     fn key(&self) -> &Key {
         &self.key
     }
@@ -128,7 +132,18 @@ pub struct Upstream {
     pub captured: Ts,
     /// Rows of the largest transaction so far, in one table.
     pub max_txn_rows: u64,
+    /// Rows served by snapshot chunk reads: (table, key, value, position read at); a feed row
+    /// of one has the index [`SNAP_BASE`] + its place here.
+    pub snap_rows: Vec<(TableId, u64, u64, Ts)>,
+    /// Positions snapshot chunks were read at.
+    pub chunk_positions: BTreeSet<Ts>,
 }
+
+/// How far apart consecutive commit ts are.
+pub const TS_STEP: Ts = 2 * sluice_control::feed::CHUNK_TS_SLOTS;
+
+/// Feed rows of snapshot chunks have indexes from here (history indexes stay below).
+pub const SNAP_BASE: usize = 1 << 40;
 
 impl Upstream {
     pub fn new() -> Self {
@@ -139,9 +154,84 @@ impl Upstream {
         }
     }
 
+    /// Commit ts advance like binlog positions, by more than a transaction's events: the
+    /// [`sluice_control::feed::CHUNK_TS_SLOTS`] ts after one are never a commit ts, and snapshot
+    /// chunks read there go into the stream at them.
     fn next_ts(&mut self) -> Ts {
-        self.head += 1;
+        self.head += TS_STEP;
         self.head
+    }
+
+    /// One snapshot chunk of `span`: a consistent read of the table as it is now (at the head),
+    /// at most `limit` rows in key order after the cursor, kept to the span (the server reads
+    /// the table in key order and keeps its span's rows too).
+    pub fn read_chunk(
+        &mut self,
+        span: &Span,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> sluice_control::feed::ChunkRead<SimRow> {
+        let position = self.head;
+        self.chunk_positions.insert(position);
+        let ts = sluice_control::feed::chunk_ts(position);
+        let from = after
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(|b| u64::from_be_bytes(b).saturating_add(1))
+            .unwrap_or(0);
+        let table = span.table;
+        let keys: Vec<(u64, u64)> = self
+            .tables
+            .get(&table)
+            .filter(|t| t.live_at(position))
+            .map(|t| {
+                t.rows
+                    .range(from..)
+                    .take(limit.saturating_add(1))
+                    .map(|(k, v)| (*k, *v))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let more = keys.len() > limit;
+        let read = &keys[..keys.len().min(limit)];
+        let cursor = read.last().map(|(k, _)| k.to_be_bytes().to_vec());
+        let mut rows = Vec::new();
+        for (k, v) in read {
+            let key = Key::row_u64(table, *k);
+            if !span.contains(&key) {
+                continue;
+            }
+            rows.push(SimRow {
+                ts,
+                key,
+                idx: SNAP_BASE + self.snap_rows.len(),
+                kind: RowKind::Insert,
+            });
+            self.snap_rows.push((table, *k, *v, position));
+        }
+        sluice_control::feed::ChunkRead {
+            position,
+            rows,
+            cursor,
+            more,
+        }
+    }
+
+    /// The row a feed row index names: (table, key, value or `None` for a delete, commit ts; a
+    /// snapshot row: the position it was read at).
+    pub fn row_at(&self, idx: usize) -> Option<(TableId, u64, Option<u64>, Ts)> {
+        if idx >= SNAP_BASE {
+            let (t, k, v, p) = *self.snap_rows.get(idx - SNAP_BASE)?;
+            return Some((t, k, Some(v), p));
+        }
+        match self.history.get(idx)? {
+            UEvent::Row {
+                ts,
+                table,
+                key,
+                value,
+            } => Some((*table, *key, *value, *ts)),
+            UEvent::Ddl { .. } => None,
+        }
     }
 
     pub fn add_initial_table(

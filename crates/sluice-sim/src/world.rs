@@ -107,6 +107,16 @@ enum Ev {
         effect: Effect,
     },
     MetaTick,
+    /// A snapshot chunk read (`Effect::ReadChunk`) is carried out on the model upstream.
+    ChunkRead {
+        node: String,
+        inc: u64,
+        cf: ChangefeedId,
+        id: DispatcherId,
+        span: sluice_types::Span,
+        after: Option<Vec<u8>>,
+        limit: usize,
+    },
 }
 
 struct SimNode {

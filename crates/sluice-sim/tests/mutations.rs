@@ -436,3 +436,12 @@ fn counting_the_coordinators_own_stall_replaces_the_maintainer() {
         "the maintainer kept its epoch {before} without the check"
     );
 }
+
+#[test]
+fn a_snapshot_chunk_put_into_the_stream_after_newer_changes_is_seen_as_snapshot_row_order() {
+    expect_violation(
+        "features:snapshot-initial-under-writes-and-failover.toml",
+        &["feed-chunk-late"],
+        "snapshot-row-order",
+    );
+}

@@ -189,6 +189,7 @@ fn report(t: u64) -> DispatcherReport {
         merge_sources: Vec::new(),
         write_rate: 0,
         resolved: 100,
+        copy: None,
     }
 }
 
@@ -237,6 +238,7 @@ fn a_new_maintainer_restores_marks_and_rejects_requests_of_tables_gone() {
     let mut w = World::new();
     w.bump(1);
     let stored = PersistedRequests {
+        snapshot: None,
         epoch: 1,
         requests: vec![
             split(3),
@@ -301,6 +303,7 @@ fn the_record_is_deleted_once_nothing_is_pending_or_marked() {
         "a request finished at once is never written"
     );
     let stored = PersistedRequests {
+        snapshot: None,
         epoch: 1,
         requests: vec![TableRequest::Merge { table: TableId(4) }],
         user_split: vec![TableId(4)],

@@ -44,7 +44,7 @@ fn workload(socket: std::path::PathBuf, stop: Arc<AtomicBool>) -> std::thread::J
             let sql = format!(
                 "BEGIN;
                  UPDATE s.big SET v = CONCAT(v, '+'), n = n + 1 WHERE id % 97 = {m};
-                 DELETE FROM s.big WHERE id % 89 = {m} AND id < {lim};
+                 DELETE FROM s.big WHERE id % 89 = {m} AND id % 5 = 0 AND id < {lim};
                  INSERT INTO s.big VALUES ({new}, 'new', 1.5, NOW(6), NULL) ON DUPLICATE KEY UPDATE v = 'again';
                  UPDATE s.comp SET body = CONCAT(body, 'x') WHERE seq % 101 = {m};
                  DELETE FROM s.comp WHERE region = 'r{m13}' AND seq % 7 = 0 AND seq < {lim};

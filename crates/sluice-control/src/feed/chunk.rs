@@ -13,8 +13,8 @@
 //! a key deleted before `P` is not in the chunk, so nothing deleted comes back.
 //!
 //! Invariants:
-//! - a chunk read behind the stream (its position below what the dispatcher already received)
-//!   is refused, never put into the stream out of order;
+//! - a chunk goes into the stream after its cursor, within [`CHUNK_TS_SLOTS`] of its position
+//!   (where no transaction can be), or not at all: it is refused, never put in out of order;
 //! - a chunk's rows are accounted against the memory quota from the moment the feed holds them;
 //!   each dispatcher holds at most one (it asks for the next only once this one is out);
 //! - a resubscription below a chunk handed out loses that chunk and any held after it
@@ -25,17 +25,24 @@ use super::{mutation, Feed, FeedOut, FeedRow, LaneKey};
 use crate::io::{Effect, Input, StreamItem};
 use sluice_types::{ChangefeedId, DispatcherId, Ts};
 
-/// The stream ts of a chunk read at binlog position `position` (see the module doc).
+/// The stream ts of the first chunk read at binlog position `position` (see the module doc).
 pub fn chunk_ts(position: Ts) -> Ts {
     position + 1
 }
+
+/// Chunks read at one position (an upstream that wrote nothing meanwhile) take the ts after
+/// each other: `position + 1` up to `position + CHUNK_TS_SLOTS`. No commit ts is that close
+/// after a position: the next transaction is at least a GTID and a QUERY event long (over 64
+/// bytes), and capture uses at most the two ts below a commit ts. Past the slots, a read at the
+/// same position waits for the upstream to move (it is retried, and says so).
+pub const CHUNK_TS_SLOTS: Ts = 64;
 
 /// One chunk as the shell read it.
 #[derive(Clone, Debug)]
 pub struct ChunkRead<R> {
     /// The binlog position the read was consistent at (the ts of everything up to it).
     pub position: Ts,
-    /// The rows, in the upstream's key order, each with commit ts [`chunk_ts`]`(position)`.
+    /// The rows, in the upstream's key order (the feed gives them the chunk's ts).
     pub rows: Vec<R>,
     /// Where the next chunk starts (the last row's key, in the shell's form).
     pub cursor: Option<Vec<u8>>,
@@ -82,29 +89,22 @@ impl<R: FeedRow> Feed<R> {
             Ok(r) => r,
             Err(message) => return out.push(failed(message)),
         };
-        let ts = chunk_ts(read.position);
-        if read.position < cursor {
+        // After the stream's cursor, and after a chunk already out at this position.
+        let ts = chunk_ts(read.position).max(cursor + 1);
+        if ts > read.position + CHUNK_TS_SLOTS {
             let why = format!(
-                "snapshot chunk read at binlog position ts {} is behind the stream at ts {cursor}; \
-                 reading it again",
+                "snapshot chunk read at binlog position ts {} cannot go into the stream, which is \
+                 at ts {cursor}: the upstream has written nothing since the last {CHUNK_TS_SLOTS} \
+                 chunks of this span; the copy goes on once it writes (any transaction; the server \
+                 writes its heartbeat row in `sluice.heartbeat` if the upstream user may)",
                 read.position
             );
             return out.push(failed(why));
         }
-        if let Some(r) = read.rows.iter().find(|r| r.commit_ts() != ts) {
-            let why = format!(
-                "internal: a snapshot chunk row has ts {}, not the chunk's {ts}",
-                r.commit_ts()
-            );
-            return out.push(failed(why));
-        }
-        let bytes: u64 = read.rows.iter().map(|r| r.size() as u64).sum();
-        let rows = read.rows.len();
-        lane.chunk = Some(HeldChunk {
-            ts,
-            rows: read.rows,
-            bytes,
-        });
+        let rows: Vec<R> = read.rows.into_iter().map(|r| r.at_ts(ts)).collect();
+        let bytes: u64 = rows.iter().map(|r| r.size() as u64).sum();
+        let n = rows.len();
+        lane.chunk = Some(HeldChunk { ts, rows, bytes });
         self.inflight_bytes += bytes;
         out.push(FeedOut::Input(Input::ChunkQueued {
             cf: cf.clone(),
@@ -112,7 +112,7 @@ impl<R: FeedRow> Feed<R> {
             ts,
             cursor: read.cursor,
             more: read.more,
-            rows,
+            rows: n,
         }));
     }
 
@@ -165,9 +165,15 @@ impl<R: FeedRow> Feed<R> {
         let Some(lane) = self.lanes.get_mut(key) else {
             return;
         };
-        let Some(chunk) = lane.chunk.take() else {
+        let Some(mut chunk) = lane.chunk.take() else {
             return;
         };
+        if !chunk_holds_stream() {
+            // The mutation: the chunk goes where the stream is now, after newer changes.
+            let now = lane.sub.as_ref().map_or(chunk.ts, |s| s.cursor + 1);
+            chunk.ts = chunk.ts.max(now);
+            chunk.rows = chunk.rows.into_iter().map(|r| r.at_ts(now)).collect();
+        }
         let mut items = Vec::with_capacity(chunk.rows.len());
         // The chunk's bytes stay in flight: they move from the chunk to the rows held.
         let mut held = 0u64;

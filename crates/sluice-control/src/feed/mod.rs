@@ -41,7 +41,7 @@ use sluice_types::{
 use std::collections::BTreeMap;
 
 mod chunk;
-pub use chunk::{chunk_ts, ChunkRead};
+pub use chunk::{chunk_ts, ChunkRead, CHUNK_TS_SLOTS};
 
 /// At most this many rows go into one batch of one dispatcher (plus the rest of a transaction
 /// larger than that).
@@ -56,6 +56,8 @@ pub trait FeedRow: Clone {
     fn kind(&self) -> RowKind;
     /// Bytes it is accounted for against the memory quota.
     fn size(&self) -> usize;
+    /// The same row at stream ts `ts` (a snapshot chunk's rows take the chunk's ts).
+    fn at_ts(self, ts: Ts) -> Self;
     /// The row with its key corrupted (mutation `shift-key` only; by default unchanged).
     fn shifted(&self) -> Self {
         self.clone()
@@ -497,7 +499,12 @@ impl<R: FeedRow> Feed<R> {
             return; // the stream waits for the chunk's position
         }
         let complete = match lane.chunk.as_ref().map(|c| c.ts) {
-            Some(c) if sub.cursor + 1 >= c => return self.hand_out_chunk(key, out),
+            Some(c)
+                if sub.cursor + 1 >= c
+                    && (chunk::chunk_holds_stream() || sub.cursor >= complete) =>
+            {
+                return self.hand_out_chunk(key, out)
+            }
             // Everything at or below the chunk's position goes first.
             Some(c) if chunk::chunk_holds_stream() => complete.min(c - 1),
             Some(_) => complete,
@@ -710,6 +717,10 @@ fn value_size(v: &Value) -> usize {
 impl FeedRow for RowEvent {
     fn commit_ts(&self) -> Ts {
         self.commit_ts
+    }
+    fn at_ts(mut self, ts: Ts) -> Self {
+        self.commit_ts = ts;
+        self
     }
     fn key(&self) -> &Key {
         &self.key

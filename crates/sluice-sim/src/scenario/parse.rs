@@ -148,6 +148,15 @@ impl Parser {
             return Err(self.err(ctx, "`x-lease-ms` must be positive"));
         }
         let x_memory_quota_bytes = w.opt_u64("x-memory-quota-bytes")?;
+        let x_snapshot = match w.opt_str("x-snapshot")? {
+            None => sluice_control::config::SnapshotMode::Never,
+            Some(m) => sluice_control::config::SnapshotMode::parse(&m)
+                .map_err(|e| self.err(ctx, format!("`x-snapshot`: {e}")))?,
+        };
+        let x_snapshot_chunk_rows = w.opt_u64("x-snapshot-chunk-rows")?;
+        if x_snapshot_chunk_rows == Some(0) {
+            return Err(self.err(ctx, "`x-snapshot-chunk-rows` must be positive"));
+        }
         let scheduler = match w.take("scheduler") {
             None => SchedulerConfig::default(),
             Some(Value::Table(t)) => self.scheduler(t)?,
@@ -192,6 +201,8 @@ impl Parser {
             tables,
             x_lease_ms,
             x_memory_quota_bytes,
+            x_snapshot,
+            x_snapshot_chunk_rows,
         })
     }
 

@@ -33,6 +33,7 @@ impl Sim {
             | Ev::SinkClosed { node: n, .. }
             | Ev::DdlFinished { node: n, .. }
             | Ev::SinkAccepted { node: n, .. }
+            | Ev::ChunkRead { node: n, .. }
             | Ev::Effect { node: n, .. } => {
                 let n = n.clone();
                 self.check_fence(&n);
@@ -41,6 +42,15 @@ impl Sim {
         }
         match ev {
             Ev::MetaTick => self.meta_tick(),
+            Ev::ChunkRead {
+                node,
+                inc,
+                cf,
+                id,
+                span,
+                after,
+                limit,
+            } => self.chunk_read(&node, inc, cf, id, &span, after, limit),
             Ev::SinkAccepted {
                 node,
                 inc,
@@ -215,6 +225,30 @@ impl Sim {
             }
             // The feed's: they never leave it.
             Effect::Subscribe { .. } | Effect::Unsubscribe { .. } => {}
+            Effect::ReadChunk {
+                cf,
+                id,
+                span,
+                after,
+                limit,
+                ..
+            } => {
+                // The read happens a little later, at the upstream as it is then.
+                let at = self.now + self.rng.range(1, 30);
+                let node = name.to_string();
+                self.push(
+                    at,
+                    Ev::ChunkRead {
+                        node,
+                        inc,
+                        cf,
+                        id,
+                        span,
+                        after,
+                        limit,
+                    },
+                );
+            }
             Effect::CheckpointPersisted { cf, ts } => {
                 self.checker.on_persisted_checkpoint(cf.as_str(), ts)
             }

@@ -43,6 +43,10 @@ impl Sim {
             if !m.requests_in_flight().is_empty() {
                 return Err(format!("requests in flight: {:?}", m.requests_in_flight()));
             }
+            // A snapshot copy under way is not settled.
+            if let Some(s) = m.status().snapshot.filter(|s| !s.finished) {
+                return Err(format!("snapshot copy under way: {s:?}"));
+            }
         }
         // A request the meta store held is in flight until a maintainer finished it: one a
         // failover lost stays in flight for ever.

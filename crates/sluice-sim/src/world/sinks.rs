@@ -194,7 +194,8 @@ impl Sim {
             ));
         }
         let up = &self.upstream;
-        self.checker.on_rows(name, inc, id, span, &rows, up);
+        self.checker
+            .on_rows(name, inc, id, session, span, &rows, up);
         if let Some(s) = self.sessions.get_mut(&(name.to_string(), inc, id)) {
             s.max_written = s.max_written.max(max);
         }

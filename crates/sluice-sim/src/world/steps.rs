@@ -107,15 +107,26 @@ impl Sim {
     fn create_changefeed(&mut self, changefeed: &str, now: Millis) {
         self.cf = ChangefeedId::new(changefeed);
         let start = self.upstream.head;
+        let copies = self.sc.world.x_snapshot != sluice_control::config::SnapshotMode::Never;
         if self.checker.start_ts.is_none() {
-            self.downstream = Downstream::baseline(self.sc.world.sink, &self.upstream, start);
+            self.downstream = match copies {
+                true => Downstream::empty_tables(self.sc.world.sink, &self.upstream, start),
+                false => Downstream::baseline(self.sc.world.sink, &self.upstream, start),
+            };
         }
         self.checker.set_start(start, &self.upstream);
         self.created = true;
         let w = &self.sc.world;
         let config = ChangefeedConfig {
             sink_dispatchers: Vec::new(),
-            snapshot: Default::default(),
+            snapshot: sluice_control::config::SnapshotConfig {
+                mode: w.x_snapshot,
+                chunk_rows: w
+                    .x_snapshot_chunk_rows
+                    .map_or(sluice_control::config::DEFAULT_SNAPSHOT_CHUNK_ROWS, |n| {
+                        n as usize
+                    }),
+            },
             sink_uri: format!("model://{:?}", w.sink).to_lowercase(),
             start_ts: start,
             scheduler: SchedulerConfig {
