@@ -397,6 +397,10 @@ pub enum TableRequest {
     Merge {
         table: sluice_types::TableId,
     },
+    /// Copy the table's rows again while streaming goes on (`changefeed snapshot`).
+    Snapshot {
+        table: sluice_types::TableId,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -127,6 +127,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v2/changefeeds/{id}/dispatchers", get(dispatchers))
         .route("/api/v2/changefeeds/{id}/move_table", post(move_table))
         .route("/api/v2/changefeeds/{id}/split_table", post(split_table))
+        .route("/api/v2/changefeeds/{id}/snapshot", post(snapshot_tables))
         .route("/api/v2/changefeeds/{id}/merge_table", post(merge_table))
         .route("/api/v2/debug/holds", get(list_holds).post(set_holds))
         .route("/metrics", get(metrics))
@@ -1206,6 +1207,7 @@ fn pending_request_items(m: &sluice_control::maintainer::Maintainer) -> Vec<Json
                 TableRequest::Move { table, to } => ("move", table, None, Some(to.to_string())),
                 TableRequest::Split { table, spans } => ("split", table, Some(spans), None),
                 TableRequest::Merge { table } => ("merge", table, None, None),
+                TableRequest::Snapshot { table } => ("snapshot", table, None, None),
             };
             json!({
                 "request": kind,
@@ -1436,6 +1438,75 @@ async fn merge_table(
     body: Bytes,
 ) -> ApiResult {
     table_request(st, method, uri, id, body, "merge").await
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct SnapshotBody {
+    /// `db.table` patterns (`*`, `?`), comma-separated.
+    tables: Option<String>,
+}
+
+/// `POST …/snapshot {"tables": "db.t*"}`: copy those tables of the changefeed again while it
+/// streams. Every pattern must name tables the changefeed replicates; nothing is asked otherwise.
+async fn snapshot_tables(
+    State(st): State<AppState>,
+    method: Method,
+    uri: Uri,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let b: SnapshotBody = parse_body(&body)?;
+    at_maintainer!(st, id, method, uri, body);
+    let patterns = b.tables.filter(|t| !t.trim().is_empty()).ok_or_else(|| {
+        ServerError::BadRequest("tables is required (`db.table` patterns)".into())
+    })?;
+    let rules: Vec<String> = patterns.split(',').map(|p| p.trim().to_string()).collect();
+    let matcher = sluice_control::filter::TableFilter::new(&sluice_control::filter::FilterConfig {
+        rules,
+        ignore_event: Vec::new(),
+    })
+    .map_err(|e| ServerError::BadRequest(format!("tables: {e}")))?;
+    let cf = ChangefeedId::new(id.clone());
+    let tables = st
+        .query(move |s| {
+            let m = s.node().maintainer(&cf).ok_or_else(|| ServerError::ChangefeedNotFound(cf.to_string()))?;
+            let history = s.capture().history();
+            let mine: std::collections::BTreeSet<TableId> = m.spans().iter().map(|sp| sp.span.table).collect();
+            let mut chosen = Vec::new();
+            let mut outside = Vec::new();
+            for t in history.tables_at(Ts::MAX) {
+                if !matcher.matches(&t.database, &t.name) {
+                    continue;
+                }
+                match mine.contains(&t.table_id) {
+                    true => chosen.push((t.table_id, t.qualified_name())),
+                    false => outside.push(t.qualified_name()),
+                }
+            }
+            if !outside.is_empty() {
+                return Err(ServerError::BadRequest(format!(
+                    "{} outside changefeed {cf}'s filter: {}; nothing was asked",
+                    if outside.len() == 1 { "this table is" } else { "these tables are" },
+                    outside.join(", ")
+                )));
+            }
+            if chosen.is_empty() {
+                return Err(ServerError::BadRequest(format!(
+                    "no table of changefeed {cf} matches {patterns:?}; list its tables with `sluice cli changefeed tables -c {cf}`"
+                )));
+            }
+            for (table, _) in &chosen {
+                let req = TableRequest::Snapshot { table: *table };
+                s.deliver(Input::Request(UserRequest::Table { cf: cf.clone(), req }));
+            }
+            Ok(chosen.into_iter().map(|(_, n)| n).collect::<Vec<_>>())
+        })
+        .await??;
+    Ok(json_response(
+        StatusCode::ACCEPTED,
+        &json!({"accepted": true, "tables": tables}),
+    ))
 }
 
 async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {

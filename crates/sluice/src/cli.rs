@@ -112,6 +112,14 @@ enum Changefeed {
         #[arg(long)]
         snapshot: Option<String>,
     },
+    /// Copy tables of a running changefeed again (their rows as they are now), while it streams.
+    Snapshot {
+        #[command(flatten)]
+        id: CfId,
+        /// `db.table` patterns with `*` and `?`, comma-separated.
+        #[arg(long)]
+        tables: String,
+    },
     /// List changefeeds.
     List,
     /// Show one changefeed.
@@ -299,9 +307,30 @@ fn render(v: &Value, cols: &[&str]) -> String {
         if let Some(s) = v["sink_uri"].as_str() {
             out.push_str(&format!("sink: {s}\n"));
         }
+        out.push_str(&snapshot_line(&v["snapshot"]));
         return out;
     }
     table(std::slice::from_ref(v), cols)
+}
+
+/// The snapshot copy's progress line of `changefeed query` (empty without a snapshot).
+fn snapshot_line(s: &Value) -> String {
+    let Some(state) = s["state"].as_str() else {
+        return String::new();
+    };
+    let mut line = format!("snapshot: {state}");
+    if state == "copying" {
+        line.push_str(&format!(
+            ", {} table(s) left, {} rows copied, {} rows/s",
+            s["tables_pending"].as_u64().unwrap_or(0),
+            s["rows_copied"].as_u64().unwrap_or(0),
+            s["rows_per_second"].as_u64().unwrap_or(0)
+        ));
+    }
+    if let Some(e) = s["error"].as_str() {
+        line.push_str(&format!(" (retrying: {e})"));
+    }
+    line + "\n"
 }
 
 /// The columns a command's answer is shown with (in table output).
@@ -352,6 +381,13 @@ fn changefeed_call(s: &str, c: Changefeed) -> Result<(Value, Cols), CliError> {
             Ok((
                 call(s, "POST", "/api/v2/changefeeds", Some(body))?,
                 FEED_COLS,
+            ))
+        }
+        Changefeed::Snapshot { id, tables } => {
+            let body = json!({ "tables": tables });
+            Ok((
+                call(s, "POST", &cf_path(&id, "/snapshot"), Some(body))?,
+                &["accepted", "tables"],
             ))
         }
         Changefeed::List => Ok((call(s, "GET", "/api/v2/changefeeds", None)?, FEED_COLS)),

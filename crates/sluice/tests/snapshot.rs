@@ -190,3 +190,166 @@ fn bad_snapshot_settings_are_refused_and_nothing_is_created() {
         "nothing was created: {list}"
     );
 }
+
+#[test]
+fn a_snapshot_of_an_idle_upstream_resumes_after_kill_9_and_finishes() {
+    let out = Outputs::default();
+    let dir = tmpdir("snapshot-kill");
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    let (down, down_url) = mariadb_with_user(DOWN_PASS);
+    let ddl = "CREATE DATABASE s; CREATE TABLE s.t (id INT PRIMARY KEY, v VARCHAR(32));";
+    up.exec(ddl).expect("ddl up");
+    down.exec(ddl).expect("ddl down");
+    const ROWS: u64 = 40_000;
+    up.exec(&format!(
+        "INSERT INTO s.t SELECT seq, CONCAT('row-', seq) FROM s.seq_1_to_{ROWS}"
+    ))
+    .expect("seed");
+    let mut server = Server::start(&dir, &up_url);
+    let s = server.url();
+    // 400 chunks of 100 rows with nothing else written upstream: far more chunks than fit after
+    // one position, so the server moves the position with its heartbeat row.
+    let config = dir.join("cf.toml");
+    std::fs::write(
+        &config,
+        "snapshot = \"initial\"\nsnapshot-chunk-rows = 100\n",
+    )
+    .expect("toml");
+    let r = sluice(
+        &out,
+        &[
+            "cli",
+            "--server",
+            &s,
+            "changefeed",
+            "create",
+            "-c",
+            "idle",
+            "--sink-uri",
+            &down_url,
+            "--config",
+            config.to_str().unwrap_or_default(),
+        ],
+    );
+    assert_eq!(r.code, 0, "create: {} {}", r.stdout, r.stderr);
+    wait_for("a third of the copy", 120, || {
+        let n: u64 = down
+            .query_one("SELECT COUNT(*) FROM s.t")
+            .map_err(|e| e.to_string())?
+            .parse()
+            .unwrap_or(0);
+        (n >= ROWS / 3).then_some(()).ok_or(format!("{n} rows"))
+    });
+    server.kill9();
+    server.restart_after_kill();
+    wait_for("the snapshot to finish after the restart", 240, || {
+        let v = feed(&out, &s, "idle");
+        (v["snapshot"]["state"] == "finished")
+            .then_some(())
+            .ok_or(v.to_string())
+    });
+    let v = feed(&out, &s, "idle");
+    // It resumed from the progress kept with the changefeed: the restarted server copied only
+    // what was left (plus at most the chunks not yet acknowledged when it was killed).
+    let again = v["snapshot"]["rows_copied"].as_u64().unwrap_or(0);
+    assert!(
+        again < ROWS * 3 / 4,
+        "copied {again} rows after the restart: {v}"
+    );
+    // Nothing else wrote upstream: the copy went past one position's chunk slots because the
+    // server wrote its heartbeat row.
+    assert_eq!(
+        up.query_one("SELECT COUNT(*) > 0 FROM sluice.heartbeat")
+            .expect("heartbeat table"),
+        "1"
+    );
+    wait_checkpoint(&out, &s, "idle", master_ts(&up), 120);
+    let r = check(&out, &up_url, &down_url, "s.*");
+    assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
+}
+
+#[test]
+fn changefeed_snapshot_copies_a_table_lost_downstream_again_while_streaming() {
+    let out = Outputs::default();
+    let dir = tmpdir("snapshot-again");
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    let (down, down_url) = mariadb_with_user(DOWN_PASS);
+    let ddl = "CREATE DATABASE s; CREATE TABLE s.t (id INT PRIMARY KEY, v INT); CREATE TABLE s.u (id INT PRIMARY KEY);
+               CREATE DATABASE other; CREATE TABLE other.x (id INT PRIMARY KEY);";
+    up.exec(ddl).expect("ddl up");
+    down.exec(ddl).expect("ddl down");
+    let seed = "INSERT INTO s.t SELECT seq, seq FROM s.seq_1_to_5000; INSERT INTO s.u VALUES (1);";
+    up.exec(seed).expect("seed up");
+    down.exec(seed)
+        .expect("seed down (by hand, as without a snapshot)");
+    let server = Server::start(&dir, &up_url);
+    let s = server.url();
+    let config = dir.join("cf.toml");
+    std::fs::write(&config, "[filter]\nrules = [\"s.*\"]\n").expect("toml");
+    let r = sluice(
+        &out,
+        &[
+            "cli",
+            "--server",
+            &s,
+            "changefeed",
+            "create",
+            "-c",
+            "again",
+            "--sink-uri",
+            &down_url,
+            "--config",
+            config.to_str().unwrap_or_default(),
+        ],
+    );
+    assert_eq!(r.code, 0, "create: {} {}", r.stdout, r.stderr);
+    up.exec("UPDATE s.t SET v = v + 1 WHERE id <= 100")
+        .expect("update");
+    wait_checkpoint(&out, &s, "again", master_ts(&up), 60);
+    // The downstream loses the table's rows; the user asks for it to be copied again.
+    down.exec("TRUNCATE TABLE s.t").expect("lost downstream");
+    let snap = |tables: &str| {
+        sluice(
+            &out,
+            &[
+                "cli",
+                "--server",
+                &s,
+                "changefeed",
+                "snapshot",
+                "-c",
+                "again",
+                "--tables",
+                tables,
+            ],
+        )
+    };
+    let r = snap("other.*");
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("outside") && r.stderr.contains("other.x"),
+        "{}",
+        r.stderr
+    );
+    let r = snap("nope.*");
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("no table"), "{}", r.stderr);
+    let r = snap("s.t");
+    assert_eq!(r.code, 0, "snapshot: {} {}", r.stdout, r.stderr);
+    up.exec("UPDATE s.t SET v = v * 2 WHERE id % 10 = 0; DELETE FROM s.t WHERE id > 4900")
+        .expect("writes during the copy");
+    wait_for("the copy to finish", 120, || {
+        let v = feed(&out, &s, "again");
+        (v["snapshot"]["state"] == "finished")
+            .then_some(())
+            .ok_or(v.to_string())
+    });
+    wait_checkpoint(&out, &s, "again", master_ts(&up), 60);
+    let r = check(&out, &up_url, &down_url, "s.*");
+    assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
+    let q = sluice(
+        &out,
+        &["cli", "--server", &s, "changefeed", "query", "-c", "again"],
+    );
+    assert!(q.stdout.contains("snapshot: finished"), "{}", q.stdout);
+}

@@ -162,7 +162,8 @@ pub fn request_table(req: &TableRequest) -> TableId {
     match req {
         TableRequest::Move { table, .. }
         | TableRequest::Split { table, .. }
-        | TableRequest::Merge { table } => *table,
+        | TableRequest::Merge { table }
+        | TableRequest::Snapshot { table } => *table,
     }
 }
 
@@ -296,7 +297,7 @@ impl Maintainer {
                 i += 1;
                 continue;
             }
-            match self.request_step(ctx, &req) {
+            match self.request_step(ctx, &req, out) {
                 Some(outcome) => self.finish_request(i, outcome, out),
                 None => i += 1,
             }
@@ -305,7 +306,12 @@ impl Maintainer {
     }
 
     /// One step of a request; `Some(outcome)` once it is finished (done or rejected).
-    fn request_step(&mut self, ctx: &Ctx, req: &TableRequest) -> Option<String> {
+    fn request_step(
+        &mut self,
+        ctx: &Ctx,
+        req: &TableRequest,
+        out: &mut Vec<Effect>,
+    ) -> Option<String> {
         let table = request_table(req);
         if !self.tables.contains_key(&table) {
             return Some("rejected: no such table".into());
@@ -326,6 +332,14 @@ impl Maintainer {
             TableRequest::Move { to, .. } => self.step_move(ctx, to, entries),
             TableRequest::Split { spans, .. } => self.step_split(ctx, table, *spans, entries),
             TableRequest::Merge { .. } => self.step_merge(ctx, table, entries),
+            TableRequest::Snapshot { .. } => {
+                self.recopy_table(table, out);
+                Some(format!(
+                    "done: copying table {} again ({} span(s))",
+                    table.0,
+                    entries.len()
+                ))
+            }
         }
     }
 
