@@ -182,6 +182,34 @@ async fn snapshot_position(conn: &mut mysql_async::Conn) -> Result<Ts> {
         .ok_or_else(|| CaptureError::Sql(format!("binlog_snapshot_file {file:?} has no index")))
 }
 
+/// What stands in the way of a snapshot of these tables (`db`, `table`): an upstream that does not
+/// name a snapshot's position, or tables the user may not `SELECT` (one line each, at most 20).
+/// Empty: the snapshot can run.
+pub async fn check_readable(
+    conn: &mut mysql_async::Conn,
+    tables: &[(String, String)],
+) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        .await
+        .map_err(CaptureError::from_mysql)?;
+    let pos = snapshot_position(conn).await;
+    let _ = conn.query_drop("COMMIT").await;
+    if let Err(e) = pos {
+        problems.push(e.to_string());
+    }
+    for (db, t) in tables {
+        let q = format!("SELECT * FROM {}.{} LIMIT 0", quote(db), quote(t));
+        if let Err(e) = conn.query_drop(q).await {
+            problems.push(format!("{db}.{t}: {}", CaptureError::from_mysql(e)));
+            if problems.len() >= 20 {
+                break;
+            }
+        }
+    }
+    Ok(problems)
+}
+
 /// Reads one chunk of `table` after `after` (a cursor of an earlier chunk; `None`: from the
 /// start), at most `limit` rows (all rows of a keyless table).
 pub async fn read_chunk(

@@ -817,6 +817,49 @@ fn check_snapshot_sink(uri: &str) -> Result<(), ServerError> {
     Ok(())
 }
 
+/// The upstream can give a snapshot of every table the changefeed covers: it names the
+/// snapshot's binlog position and the user may read each table. Refused with every problem named.
+async fn check_snapshot_upstream(
+    st: &AppState,
+    filter: &sluice_control::filter::FilterConfig,
+) -> Result<(), ServerError> {
+    let f = sluice_control::filter::TableFilter::new(filter)
+        .map_err(|e| ServerError::BadRequest(format!("changefeed config: {e}")))?;
+    let tables: Vec<(String, String)> = st
+        .query(move |s| {
+            s.capture()
+                .history()
+                .tables_at(Ts::MAX)
+                .into_iter()
+                .filter(|t| f.matches(&t.database, &t.name))
+                .map(|t| (t.database.clone(), t.name.clone()))
+                .collect()
+        })
+        .await?;
+    let opts = mysql_async::Opts::from_url(&st.upstream)
+        .map_err(|e| ServerError::Upstream(format!("upstream URL: {e}")))?;
+    let problems = async {
+        let mut c = mysql_async::Conn::new(opts)
+            .await
+            .map_err(|e| e.to_string())?;
+        let p = sluice_capture::snapshot_read::check_readable(&mut c, &tables)
+            .await
+            .map_err(|e| e.to_string());
+        let _ = c.disconnect().await;
+        p
+    }
+    .await
+    .map_err(|e| ServerError::Upstream(scrub(&format!("checking the snapshot: {e}"))))?;
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(ServerError::BadRequest(scrub(&format!(
+        "the snapshot cannot read every table: {}; grant SELECT on them (or leave them out with \
+         [filter] rules); nothing was created",
+        problems.join("; ")
+    ))))
+}
+
 async fn create_changefeed(
     State(st): State<AppState>,
     method: Method,
@@ -857,12 +900,13 @@ async fn create_changefeed(
         .await
         .map_err(|e| ServerError::Upstream(scrub(&e.to_string())))?;
     let start_ts = resolve_start(&st, &b).await?;
+    if snapshot.mode != sluice_control::config::SnapshotMode::Never {
+        check_snapshot_sink(&sink_uri)?;
+        check_snapshot_upstream(&st, &filter).await?;
+    }
     // A removed changefeed of the same id left its records downstream: not this one's progress.
     prepare_sink(&id, &sink_uri, start_ts).await?;
     let scheduler = cfg_toml.scheduler.unwrap_or_else(SchedulerConfig::default);
-    if snapshot.mode != sluice_control::config::SnapshotMode::Never {
-        check_snapshot_sink(&sink_uri)?;
-    }
     let config = ChangefeedConfig {
         snapshot,
         sink_dispatchers,
@@ -1183,6 +1227,7 @@ async fn spans(
                         "state": sp.state,
                         "checkpoint_ts": sp.checkpoint,
                         "operator": sp.operator,
+                        "snapshot_rows": sp.snapshot_rows,
                     })
                 })
                 .collect();

@@ -151,7 +151,21 @@ fn changefeed_metrics(shell: &Shell, o: &mut String) {
         metric(o, "sluice_changefeed_state", "gauge", "The changefeed's state as the API shows it (normal, warning, stopped, failed), on the coordinator's node.", &state_lines);
     }
     let (mut resolved_lines, mut ops_lines) = (String::new(), String::new());
+    let (mut snap_rows, mut snap_tables) = (String::new(), String::new());
     for mt in shell.node().maintainers() {
+        if let Some(snap) = mt.status().snapshot {
+            let cf = esc(mt.cf().as_str());
+            let _ = writeln!(
+                snap_rows,
+                "sluice_snapshot_rows_copied{{changefeed=\"{cf}\"}} {}",
+                snap.rows
+            );
+            let _ = writeln!(
+                snap_tables,
+                "sluice_snapshot_tables_pending{{changefeed=\"{cf}\"}} {}",
+                snap.tables_pending
+            );
+        }
         let lag = lag_of(shell, mt.status().resolved, now);
         let cf = esc(mt.cf().as_str());
         let _ = writeln!(
@@ -172,6 +186,16 @@ fn changefeed_metrics(shell: &Shell, o: &mut String) {
         "Scheduling operators in flight (maintainers on this node).",
         &ops_lines,
     );
+    if !snap_rows.is_empty() {
+        metric(o, "sluice_snapshot_rows_copied", "gauge", "Rows the running dispatchers copied for the changefeed's snapshot (maintainers on this node).", &snap_rows);
+        metric(
+            o,
+            "sluice_snapshot_tables_pending",
+            "gauge",
+            "Tables whose snapshot copy is not durable yet (0: finished).",
+            &snap_tables,
+        );
+    }
 }
 
 /// Rows, transactions and DDLs this node captured.

@@ -240,7 +240,22 @@ fn a_snapshot_of_an_idle_upstream_resumes_after_kill_9_and_finishes() {
             .unwrap_or(0);
         (n >= ROWS / 3).then_some(()).ok_or(format!("{n} rows"))
     });
+    // The copy shows where users look: the span's state and the metrics.
+    let (_, spans) = api(&out, &s, "GET", "/api/v2/changefeeds/idle/spans", None);
+    let (_, m) = api_raw(&s, "GET", "/metrics", None).expect("metrics");
+    let metrics = m.as_str().unwrap_or("").to_string();
     server.kill9();
+    assert!(
+        spans["items"].as_array().is_some_and(|i| i.iter().any(
+            |sp| sp["state"] == "snapshotting" && sp["snapshot_rows"].as_u64().unwrap_or(0) > 0
+        )),
+        "a span snapshotting with its rows: {spans}"
+    );
+    assert!(
+        metrics.contains("sluice_snapshot_rows_copied{changefeed=\"idle\"}")
+            && metrics.contains("sluice_snapshot_tables_pending{changefeed=\"idle\"} 1"),
+        "{metrics}"
+    );
     server.restart_after_kill();
     wait_for("the snapshot to finish after the restart", 240, || {
         let v = feed(&out, &s, "idle");
@@ -352,4 +367,60 @@ fn changefeed_snapshot_copies_a_table_lost_downstream_again_while_streaming() {
         &["cli", "--server", &s, "changefeed", "query", "-c", "again"],
     );
     assert!(q.stdout.contains("snapshot: finished"), "{}", q.stdout);
+}
+
+#[test]
+fn a_snapshot_of_a_table_the_user_may_not_read_is_refused_at_create() {
+    let out = Outputs::default();
+    let dir = tmpdir("snapshot-grant");
+    let up = sluice_testkit::mariadb::MariaDb::start().expect("mariadb");
+    let (_down, down_url) = mariadb_with_user(DOWN_PASS);
+    up.exec(&format!(
+        "CREATE DATABASE s; CREATE TABLE s.t (id INT PRIMARY KEY); CREATE TABLE s.secret (id INT PRIMARY KEY);
+         CREATE USER 'cdc'@'127.0.0.1' IDENTIFIED BY '{UP_PASS}';
+         GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'cdc'@'127.0.0.1';"
+    ))
+    .expect("users");
+    let up_url = format!("mysql://cdc:{UP_PASS}@127.0.0.1:{}", up.port());
+    let server = Server::start(&dir, &up_url);
+    let s = server.url();
+    // Later, the user loses SELECT on one table (the server checked its privileges at start).
+    up.exec(
+        "REVOKE SELECT ON *.* FROM 'cdc'@'127.0.0.1';
+         GRANT SELECT ON s.t TO 'cdc'@'127.0.0.1';
+         GRANT INSERT ON s.secret TO 'cdc'@'127.0.0.1';",
+    )
+    .expect("revoke");
+    let r = sluice(
+        &out,
+        &[
+            "cli",
+            "--server",
+            &s,
+            "changefeed",
+            "create",
+            "-c",
+            "nope",
+            "--sink-uri",
+            &down_url,
+            "--snapshot",
+            "initial",
+        ],
+    );
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    // Sluice reads with SELECT on every table (the upstream check names the missing grant; the
+    // snapshot's own check names each table it could not read, for upstreams with partial
+    // revokes).
+    assert!(
+        r.stderr.contains("s.secret") || r.stderr.contains("GRANT SELECT ON *.*"),
+        "names what is missing and the fix: {}",
+        r.stderr
+    );
+    let (_, list) = api(&out, &s, "GET", "/api/v2/changefeeds", None);
+    assert_eq!(
+        list["total"].as_u64().unwrap_or(0),
+        0,
+        "nothing was created: {list}"
+    );
+    out.assert_no_secret(&[]);
 }

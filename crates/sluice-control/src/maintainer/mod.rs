@@ -155,6 +155,8 @@ pub struct SpanView {
     pub node: Option<NodeId>,
     pub checkpoint: Ts,
     pub operator: Option<String>,
+    /// Rows its dispatcher copied (snapshot), as it last reported; `None`: it copies nothing.
+    pub snapshot_rows: Option<u64>,
 }
 
 pub struct Maintainer {
@@ -372,8 +374,15 @@ impl Maintainer {
                 state: match e.state {
                     SpanState::Absent => "absent",
                     SpanState::Scheduling => "scheduling",
+                    SpanState::Replicating if self.copies.copy_of(&e.span).is_some() => {
+                        "snapshotting"
+                    }
                     SpanState::Replicating => "replicating",
                 },
+                snapshot_rows: e
+                    .dispatcher
+                    .and_then(|d| self.copy_rows.get(&d))
+                    .map(|(rows, _)| *rows),
                 node: e.node.clone(),
                 checkpoint: e.checkpoint,
                 operator: e
