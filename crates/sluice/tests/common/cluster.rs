@@ -69,10 +69,15 @@ impl Cluster {
     /// Creates changefeed `cf` (another than the one the helpers read) with a `[scheduler]`
     /// section.
     pub fn create_as(&self, out: &Outputs, cf: &str, sink: &str, scheduler: &str) {
+        self.create_toml(out, cf, sink, &format!("[scheduler]\n{scheduler}"))
+    }
+
+    /// Creates changefeed `cf` with this whole changefeed TOML.
+    pub fn create_toml(&self, out: &Outputs, cf: &str, sink: &str, toml: &str) {
         let cfg = self.servers[0]
             .data_dir
             .with_file_name(format!("{cf}.toml"));
-        std::fs::write(&cfg, format!("[scheduler]\n{scheduler}")).expect("cf toml");
+        std::fs::write(&cfg, toml).expect("cf toml");
         let r = sluice(
             out,
             &[
@@ -131,9 +136,10 @@ impl Cluster {
             let v = self.spans(out)?;
             let items = of_table(&v, t);
             let settled = items.len() == n
-                && items
-                    .iter()
-                    .all(|i| i["state"] == "replicating" && i["operator"].is_null());
+                && items.iter().all(|i| {
+                    (i["state"] == "replicating" || i["state"] == "snapshotting")
+                        && i["operator"].is_null()
+                });
             settled.then_some(items).ok_or(v.to_string())
         })
     }
