@@ -318,57 +318,73 @@ pub fn sql_value(c: &ColumnDef, v: Option<&M>) -> std::result::Result<Value, Str
     if *v == M::NULL {
         return Ok(Value::Null);
     }
-    let text = |v: &M| -> std::result::Result<String, String> {
-        match v {
-            M::Bytes(b) => String::from_utf8(b.clone()).map_err(|_| "not UTF-8".to_string()),
-            M::Int(i) => Ok(i.to_string()),
-            M::UInt(u) => Ok(u.to_string()),
-            M::Float(f) => Ok(f.to_string()),
-            M::Double(d) => Ok(d.to_string()),
-            other => Err(format!("unexpected value {other:?}")),
-        }
-    };
-    let int = |v: &M| -> std::result::Result<u64, String> {
-        match v {
-            M::UInt(u) => Ok(*u),
-            M::Int(i) => Ok(*i as u64),
-            other => text(other)?
-                .parse()
-                .map_err(|_| format!("not a number: {other:?}")),
-        }
-    };
-    Ok(match c.ty {
+    match c.ty {
         ColumnType::TinyInt
         | ColumnType::SmallInt
         | ColumnType::MediumInt
         | ColumnType::Int
-        | ColumnType::BigInt => match (v, c.unsigned) {
-            (M::Int(i), false) => Value::Int(*i),
-            (M::UInt(u), true) => Value::UInt(*u),
-            (M::Int(i), true) => Value::UInt(*i as u64),
-            (M::UInt(u), false) => Value::Int(*u as i64),
-            (other, true) => Value::UInt(text(other)?.parse().map_err(|_| "not a number")?),
-            (other, false) => Value::Int(text(other)?.parse().map_err(|_| "not a number")?),
-        },
+        | ColumnType::BigInt
+        | ColumnType::Year
+        | ColumnType::Float
+        | ColumnType::Double
+        | ColumnType::Decimal => numeric(c, v),
+        ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp | ColumnType::Time => {
+            temporal(c, v)
+        }
+        ColumnType::Enum | ColumnType::Set | ColumnType::Bit => members(c, v),
+        _ => textual(c, v),
+    }
+}
+
+fn text(v: &M) -> std::result::Result<String, String> {
+    match v {
+        M::Bytes(b) => String::from_utf8(b.clone()).map_err(|_| "not UTF-8".to_string()),
+        M::Int(i) => Ok(i.to_string()),
+        M::UInt(u) => Ok(u.to_string()),
+        M::Float(f) => Ok(f.to_string()),
+        M::Double(d) => Ok(d.to_string()),
+        other => Err(format!("unexpected value {other:?}")),
+    }
+}
+
+fn int(v: &M) -> std::result::Result<u64, String> {
+    match v {
+        M::UInt(u) => Ok(*u),
+        M::Int(i) => Ok(*i as u64),
+        other => text(other)?
+            .parse()
+            .map_err(|_| format!("not a number: {other:?}")),
+    }
+}
+
+fn numeric(c: &ColumnDef, v: &M) -> std::result::Result<Value, String> {
+    let bad = |what: &str| format!("not {what}: {v:?}");
+    Ok(match c.ty {
         ColumnType::Year => Value::Year(int(v)? as u16),
         ColumnType::Float => match v {
             M::Float(f) => Value::Float(*f),
             M::Double(d) => Value::Float(*d as f32),
-            other => Value::Float(text(other)?.parse().map_err(|_| "not a float")?),
+            other => Value::Float(text(other)?.parse().map_err(|_| bad("a float"))?),
         },
         ColumnType::Double => match v {
             M::Double(d) => Value::Double(*d),
             M::Float(f) => Value::Double(*f as f64),
-            other => Value::Double(text(other)?.parse().map_err(|_| "not a double")?),
+            other => Value::Double(text(other)?.parse().map_err(|_| bad("a double"))?),
         },
         ColumnType::Decimal => Value::Decimal(text(v)?),
-        ColumnType::Char | ColumnType::VarChar | ColumnType::Text => match v {
-            M::Bytes(b) => match String::from_utf8(b.clone()) {
-                Ok(s) => Value::Text(s),
-                Err(_) => Value::Bytes(b.clone()),
-            },
-            other => Value::Text(text(other)?),
+        _ => match (v, c.unsigned) {
+            (M::Int(i), false) => Value::Int(*i),
+            (M::UInt(u), true) => Value::UInt(*u),
+            (M::Int(i), true) => Value::UInt(*i as u64),
+            (M::UInt(u), false) => Value::Int(*u as i64),
+            (other, true) => Value::UInt(text(other)?.parse().map_err(|_| bad("a number"))?),
+            (other, false) => Value::Int(text(other)?.parse().map_err(|_| bad("a number"))?),
         },
+    })
+}
+
+fn textual(c: &ColumnDef, v: &M) -> std::result::Result<Value, String> {
+    Ok(match c.ty {
         ColumnType::Json => Value::Json(text(v)?),
         ColumnType::Binary | ColumnType::VarBinary | ColumnType::Blob => match v {
             M::Bytes(b) => Value::Bytes(b.clone()),
@@ -378,39 +394,52 @@ pub fn sql_value(c: &ColumnDef, v: Option<&M>) -> std::result::Result<Value, Str
             M::Bytes(b) => Value::Geometry(b.clone()),
             other => return Err(format!("unexpected geometry {other:?}")),
         },
-        ColumnType::Date => match v {
-            M::Date(y, m, d, ..) => Value::Date {
-                year: *y,
-                month: *m,
-                day: *d,
+        // CHAR, VARCHAR, TEXT: read as utf8mb4 (`SET NAMES`); bytes that are not stay bytes.
+        _ => match v {
+            M::Bytes(b) => match String::from_utf8(b.clone()) {
+                Ok(s) => Value::Text(s),
+                Err(_) => Value::Bytes(b.clone()),
             },
-            other => parse_date(&text(other)?)?,
+            other => Value::Text(text(other)?),
         },
-        ColumnType::DateTime => match v {
-            M::Date(y, mo, d, h, mi, s, us) => Value::DateTime {
-                year: *y,
-                month: *mo,
-                day: *d,
-                hour: *h,
-                minute: *mi,
-                second: *s,
-                micros: *us,
-            },
-            other => parse_datetime(&text(other)?)?,
+    })
+}
+
+fn temporal(c: &ColumnDef, v: &M) -> std::result::Result<Value, String> {
+    Ok(match (c.ty, v) {
+        (ColumnType::Date, M::Date(y, m, d, ..)) => Value::Date {
+            year: *y,
+            month: *m,
+            day: *d,
         },
-        ColumnType::Timestamp => Value::Timestamp {
-            micros: parse_micros(&text(v)?)?,
+        (ColumnType::Date, other) => parse_date(&text(other)?)?,
+        (ColumnType::DateTime, M::Date(y, mo, d, h, mi, s, us)) => Value::DateTime {
+            year: *y,
+            month: *mo,
+            day: *d,
+            hour: *h,
+            minute: *mi,
+            second: *s,
+            micros: *us,
         },
-        ColumnType::Time => match v {
-            M::Time(neg, days, h, mi, s, us) => Value::Time {
-                negative: *neg,
-                hours: days * 24 + *h as u32,
-                minutes: *mi,
-                seconds: *s,
-                micros: *us,
-            },
-            other => return Err(format!("unexpected time {other:?}")),
+        (ColumnType::DateTime, other) => parse_datetime(&text(other)?)?,
+        (ColumnType::Timestamp, other) => Value::Timestamp {
+            micros: parse_micros(&text(other)?)?,
         },
+        (_, M::Time(neg, days, h, mi, s, us)) => Value::Time {
+            negative: *neg,
+            hours: days * 24 + *h as u32,
+            minutes: *mi,
+            seconds: *s,
+            micros: *us,
+        },
+        (_, other) => return Err(format!("unexpected time {other:?}")),
+    })
+}
+
+/// ENUM and SET by their numbers (`col + 0`), BIT by its bits.
+fn members(c: &ColumnDef, v: &M) -> std::result::Result<Value, String> {
+    Ok(match c.ty {
         ColumnType::Enum => {
             let index = int(v)? as u16;
             let name = match index {
@@ -430,7 +459,7 @@ pub fn sql_value(c: &ColumnDef, v: Option<&M>) -> std::result::Result<Value, Str
                 .collect();
             Value::Set { bits, names }
         }
-        ColumnType::Bit => Value::Bit {
+        _ => Value::Bit {
             bits: int(v)?,
             width: bit_width(c),
         },

@@ -176,28 +176,9 @@ impl NodeState {
                     dm.on_events(now, id, items, resolved_ts, &self.holds, &mut out);
                 }
             }
-            Input::ChunkQueued {
-                cf,
-                id,
-                ts,
-                cursor,
-                more,
-                rows,
-            } => {
-                if let Some(dm) = self.dms.get_mut(&cf) {
-                    dm.on_chunk_queued(now, id, ts, cursor, more, rows);
-                }
-            }
-            Input::ChunkFailed { cf, id, message } => {
-                if let Some(dm) = self.dms.get_mut(&cf) {
-                    dm.on_chunk_failed(now, id, message);
-                }
-            }
-            Input::ChunkLost { cf, id } => {
-                if let Some(dm) = self.dms.get_mut(&cf) {
-                    dm.on_chunk_lost(id);
-                }
-            }
+            i @ (Input::ChunkQueued { .. }
+            | Input::ChunkFailed { .. }
+            | Input::ChunkLost { .. }) => self.on_chunk_input(now, i),
             Input::SinkFlushed { cf, id, ts } => {
                 if let Some(dm) = self.dms.get_mut(&cf) {
                     dm.on_sink_flushed(now, id, ts, &self.holds, &mut out);
@@ -342,6 +323,35 @@ impl NodeState {
                 "node {}: request dropped, not the coordinator: {req:?}",
                 self.id
             )))),
+        }
+    }
+
+    /// The feed's answers about a dispatcher's snapshot chunk.
+    fn on_chunk_input(&mut self, now: Millis, input: Input) {
+        match input {
+            Input::ChunkQueued {
+                cf,
+                id,
+                ts,
+                cursor,
+                more,
+                rows,
+            } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_chunk_queued(now, id, ts, cursor, more, rows);
+                }
+            }
+            Input::ChunkFailed { cf, id, message } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_chunk_failed(now, id, message);
+                }
+            }
+            Input::ChunkLost { cf, id } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_chunk_lost(id);
+                }
+            }
+            _ => {}
         }
     }
 

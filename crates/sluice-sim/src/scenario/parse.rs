@@ -148,21 +148,35 @@ impl Parser {
             return Err(self.err(ctx, "`x-lease-ms` must be positive"));
         }
         let x_memory_quota_bytes = w.opt_u64("x-memory-quota-bytes")?;
-        let x_snapshot = match w.opt_str("x-snapshot")? {
-            None => sluice_control::config::SnapshotMode::Never,
-            Some(m) => sluice_control::config::SnapshotMode::parse(&m)
-                .map_err(|e| self.err(ctx, format!("`x-snapshot`: {e}")))?,
-        };
-        let x_snapshot_chunk_rows = w.opt_u64("x-snapshot-chunk-rows")?;
-        if x_snapshot_chunk_rows == Some(0) {
-            return Err(self.err(ctx, "`x-snapshot-chunk-rows` must be positive"));
-        }
+        let (x_snapshot, x_snapshot_chunk_rows) = self.snapshot_fields(&mut w, ctx)?;
         let scheduler = match w.take("scheduler") {
             None => SchedulerConfig::default(),
             Some(Value::Table(t)) => self.scheduler(t)?,
             Some(_) => return Err(self.err(ctx, "`scheduler` must be a table ([world.scheduler])")),
         };
-        let tables = match w.take("tables") {
+        let tables = self.world_tables(w.take("tables"), ctx)?;
+        w.finish()?;
+        Ok(World {
+            nodes,
+            maintainer,
+            sink,
+            seed,
+            scheduler,
+            tables,
+            x_lease_ms,
+            x_memory_quota_bytes,
+            x_snapshot,
+            x_snapshot_chunk_rows,
+        })
+    }
+
+    /// `[[world.tables]]`.
+    fn world_tables(
+        &self,
+        tables: Option<Value>,
+        ctx: Ctx,
+    ) -> Result<Vec<TableDef>, ScenarioError> {
+        Ok(match tables {
             None => Vec::new(),
             Some(Value::Array(items)) => {
                 let mut out: Vec<TableDef> = Vec::new();
@@ -190,20 +204,25 @@ impl Parser {
                     "`tables` must be an array of tables ([[world.tables]])",
                 ))
             }
-        };
-        w.finish()?;
-        Ok(World {
-            nodes,
-            maintainer,
-            sink,
-            seed,
-            scheduler,
-            tables,
-            x_lease_ms,
-            x_memory_quota_bytes,
-            x_snapshot,
-            x_snapshot_chunk_rows,
         })
+    }
+
+    /// `x-snapshot` and `x-snapshot-chunk-rows` of `[world]`.
+    fn snapshot_fields(
+        &self,
+        w: &mut Fields,
+        ctx: Ctx,
+    ) -> Result<(sluice_control::config::SnapshotMode, Option<u64>), ScenarioError> {
+        let mode = match w.opt_str("x-snapshot")? {
+            None => sluice_control::config::SnapshotMode::Never,
+            Some(m) => sluice_control::config::SnapshotMode::parse(&m)
+                .map_err(|e| self.err(ctx, format!("`x-snapshot`: {e}")))?,
+        };
+        let rows = w.opt_u64("x-snapshot-chunk-rows")?;
+        if rows == Some(0) {
+            return Err(self.err(ctx, "`x-snapshot-chunk-rows` must be positive"));
+        }
+        Ok((mode, rows))
     }
 
     fn scheduler(&self, tbl: Table) -> Result<SchedulerConfig, ScenarioError> {
