@@ -200,6 +200,12 @@ pub enum Input {
         id: DispatcherId,
         message: String,
     },
+    /// The chunk read the dispatcher asked for will not be answered (its subscription ended
+    /// while it was under way): it may ask again.
+    ChunkDropped {
+        cf: ChangefeedId,
+        id: DispatcherId,
+    },
     /// The stream was taken back below a chunk the feed had already handed out (a
     /// resubscription): the dispatcher copies again from its durable progress.
     ChunkLost {

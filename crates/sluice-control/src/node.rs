@@ -178,7 +178,8 @@ impl NodeState {
             }
             i @ (Input::ChunkQueued { .. }
             | Input::ChunkFailed { .. }
-            | Input::ChunkLost { .. }) => self.on_chunk_input(now, i),
+            | Input::ChunkLost { .. }
+            | Input::ChunkDropped { .. }) => self.on_chunk_input(now, i),
             Input::SinkFlushed { cf, id, ts } => {
                 if let Some(dm) = self.dms.get_mut(&cf) {
                     dm.on_sink_flushed(now, id, ts, &self.holds, &mut out);
@@ -349,6 +350,11 @@ impl NodeState {
             Input::ChunkLost { cf, id } => {
                 if let Some(dm) = self.dms.get_mut(&cf) {
                     dm.on_chunk_lost(id);
+                }
+            }
+            Input::ChunkDropped { cf, id } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_chunk_dropped(id);
                 }
             }
             _ => {}

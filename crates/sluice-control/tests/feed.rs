@@ -478,3 +478,38 @@ fn a_resubscription_below_a_chunk_handed_out_loses_it_and_says_so() {
     );
     feed.audit().expect("the chunk's rows were released");
 }
+
+#[test]
+fn a_chunk_read_of_an_ended_subscription_is_dropped_and_the_dispatcher_told() {
+    let mut src = Mem::default();
+    src.txns(10, 1, 1);
+    let mut feed = subscribed(&src, 1 << 20);
+    let mut out = Vec::new();
+    let read = Effect::ReadChunk {
+        cf: cf(),
+        id: D,
+        span: Span::whole_table(T),
+        after: None,
+        limit: 10,
+        keyless: false,
+    };
+    feed.on_effect(&src, read, &mut out);
+    feed.on_effect(&src, Effect::Unsubscribe { cf: cf(), id: D }, &mut out);
+    let mut out = Vec::new();
+    let r = ChunkRead {
+        position: 10,
+        rows: vec![Row {
+            ts: 0,
+            key: Key::row_u64(T, 1),
+        }],
+        cursor: None,
+        more: false,
+    };
+    feed.on_chunk(&cf(), D, Ok(r), &mut out);
+    assert!(
+        matches!(out.as_slice(), [FeedOut::Input(Input::ChunkDropped { .. })]),
+        "{out:?}"
+    );
+    assert_eq!(feed.inflight_bytes(), 0);
+    feed.audit().expect("nothing held");
+}

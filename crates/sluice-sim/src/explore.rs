@@ -196,6 +196,15 @@ impl Gen {
         if let Some(q) = feed_load.quota {
             let _ = writeln!(t, "x-memory-quota-bytes = {q}");
         }
+        // Drawn apart too: a seed's world is otherwise the one it was before snapshots.
+        let mut r3 = Rng::new(seed ^ 0x5A4B_5407);
+        if r3.chance(0.4) {
+            let rows = r3.range(3, 20);
+            let _ = writeln!(
+                t,
+                "x-snapshot = \"initial\"\nx-snapshot-chunk-rows = {rows}"
+            );
+        }
         let across = r.chance(0.7);
         let _ = writeln!(
             t,

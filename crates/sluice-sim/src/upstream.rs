@@ -216,6 +216,12 @@ impl Upstream {
         }
     }
 
+    /// A heartbeat write (the server's `sluice.heartbeat` row): a transaction of no captured
+    /// table, so only the position moves.
+    pub fn heartbeat(&mut self) {
+        self.next_ts();
+    }
+
     /// The row a feed row index names: (table, key, value or `None` for a delete, commit ts; a
     /// snapshot row: the position it was read at).
     pub fn row_at(&self, idx: usize) -> Option<(TableId, u64, Option<u64>, Ts)> {

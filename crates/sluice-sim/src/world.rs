@@ -181,6 +181,8 @@ pub struct Failure {
 }
 
 pub struct Sim {
+    /// Per (node, dispatcher): the position of its last snapshot chunk read and how many there.
+    chunk_positions: BTreeMap<(String, DispatcherId), (Ts, u32)>,
     pub sc: Scenario,
     pub seed: u64,
     rng: Rng,
@@ -258,6 +260,7 @@ impl Sim {
             upstream,
             checker: Checker::default(),
             spans: BTreeMap::new(),
+            chunk_positions: BTreeMap::new(),
             quota_bytes: sc.world.x_memory_quota_bytes.unwrap_or(DEFAULT_QUOTA_BYTES),
             sessions: BTreeMap::new(),
             next_session: 1,

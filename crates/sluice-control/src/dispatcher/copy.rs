@@ -237,6 +237,14 @@ impl DispatcherManager {
         c.retry_at = Some(now + CHUNK_RETRY_MS);
     }
 
+    /// `Input::ChunkDropped`: the read under way will not be answered; ask again.
+    pub fn on_chunk_dropped(&mut self, id: DispatcherId) {
+        if let Some(c) = self.dispatchers.get_mut(&id).and_then(|d| d.copy.as_mut()) {
+            c.reading = false;
+            c.stale_read = false;
+        }
+    }
+
     /// `Input::ChunkLost`: the stream went back below a chunk handed out; copy again from what
     /// is durable (nothing to do for a dispatcher that has no chunk out).
     pub fn on_chunk_lost(&mut self, id: DispatcherId) {

@@ -68,15 +68,15 @@ impl<R: FeedRow> Feed<R> {
         out: &mut Vec<FeedOut<R>>,
     ) {
         let key = (cf.clone(), id);
-        let Some(lane) = self.lanes.get_mut(&key) else {
-            return;
+        let dropped = FeedOut::Input(Input::ChunkDropped { cf: cf.clone(), id });
+        // A read of an ended subscription: its rows go; the dispatcher (if it still is) hears
+        // that its read will not be answered.
+        let Some(lane) = self.lanes.get_mut(&key).filter(|l| l.awaiting_chunk) else {
+            return out.push(dropped);
         };
         let Some(cursor) = lane.sub.as_ref().map(|s| s.cursor) else {
-            return;
+            return out.push(dropped);
         };
-        if !lane.awaiting_chunk {
-            return;
-        }
         lane.awaiting_chunk = false;
         let failed = |message: String| {
             FeedOut::Input(Input::ChunkFailed {
@@ -134,7 +134,7 @@ impl<R: FeedRow> Feed<R> {
                 return out.push(FeedOut::Input(Input::ChunkFailed { cf, id, message }));
             }
             // Not subscribed: nothing to read for.
-            _ => return,
+            _ => return out.push(FeedOut::Input(Input::ChunkDropped { cf, id })),
         }
         out.push(FeedOut::Effect(e));
     }

@@ -190,6 +190,22 @@ impl Sim {
         {
             return;
         }
+        // As the server does: after many reads of the dispatcher at one position, one heartbeat
+        // write moves it.
+        let head = self.upstream.head;
+        let n = self
+            .chunk_positions
+            .entry((name.to_string(), id))
+            .or_insert((head, 0));
+        *n = if n.0 == head {
+            (head, n.1 + 1)
+        } else {
+            (head, 1)
+        };
+        if n.1 > (sluice_control::feed::CHUNK_TS_SLOTS / 2) as u32 {
+            self.upstream.heartbeat();
+            self.cover("snapshot_heartbeat");
+        }
         let read = self.upstream.read_chunk(span, after.as_deref(), limit);
         self.cover("snapshot_chunk");
         let mut outs = Vec::new();
