@@ -11,34 +11,35 @@ bench_init() { # NAME: the work directory's prefix
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-db() { mariadb --defaults-file="$WORK/db/my.cnf" -uroot "$@"; }
+db() { mariadb --defaults-file="$WORK/${DBNAME:-db}/my.cnf" -uroot "$@"; }
 
-start_mariadb() { # extra my.cnf lines of [mariadbd]
+start_mariadb() { # extra my.cnf lines of [mariadbd]; DBNAME=name for a second server (default db)
   PORT=$(free_port)
-  mkdir -p "$WORK/db/data"
+  local d="$WORK/${DBNAME:-db}"
+  mkdir -p "$d/data"
   {
     echo "[mariadbd]"
-    echo "datadir=$WORK/db/data"
-    echo "socket=$WORK/db/mysql.sock"
+    echo "datadir=$d/data"
+    echo "socket=$d/mysql.sock"
     echo "port=$PORT"
     echo "bind-address=127.0.0.1"
-    echo "log-error=$WORK/db/error.log"
+    echo "log-error=$d/error.log"
     echo "server_id=$PORT"
-    echo "log_bin=$WORK/db/data/mysql-bin"
+    echo "log_bin=$d/data/mysql-bin"
     echo "binlog_format=ROW"
     echo "binlog_row_image=FULL"
     echo "binlog_row_metadata=FULL"
     echo "innodb_buffer_pool_size=256M"
     for line in "$@"; do echo "$line"; done
     echo "[client]"
-    echo "socket=$WORK/db/mysql.sock"
-  } >"$WORK/db/my.cnf"
-  mariadb-install-db --defaults-file="$WORK/db/my.cnf" --auth-root-authentication-method=normal --skip-test-db >/dev/null 2>&1
+    echo "socket=$d/mysql.sock"
+  } >"$d/my.cnf"
+  mariadb-install-db --defaults-file="$d/my.cnf" --auth-root-authentication-method=normal --skip-test-db >/dev/null 2>&1
   local user_opt=()
   [ "$(id -u)" = 0 ] && user_opt=(--user=root)
-  /usr/sbin/mariadbd --defaults-file="$WORK/db/my.cnf" "${user_opt[@]}" >/dev/null 2>&1 &
+  /usr/sbin/mariadbd --defaults-file="$d/my.cnf" "${user_opt[@]}" >/dev/null 2>&1 &
   PIDS+=($!)
   for _ in $(seq 1 100); do db -e 'select 1' >/dev/null 2>&1 && return 0; sleep 0.2; done
-  echo "MariaDB did not start; its log: $WORK/db/error.log" >&2
+  echo "MariaDB did not start; its log: $d/error.log" >&2
   return 1
 }

@@ -56,13 +56,7 @@ fn workload(socket: std::path::PathBuf, stop: Arc<AtomicBool>) -> std::thread::J
                 lim = r * 400,
                 new = 1_000_000 + r
             );
-            let ok = std::process::Command::new("mariadb")
-                .arg("--no-defaults")
-                .arg(format!("--socket={}", socket.display()))
-                .args(["-uroot", "-e", &sql])
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
+            let ok = exec_on_socket(&socket, &sql);
             assert!(ok, "workload round {r}");
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
@@ -81,32 +75,17 @@ fn an_initial_snapshot_under_a_concurrent_workload_ends_equal_to_the_upstream() 
     seed(&up, 60_000);
     let server = Server::start(&dir, &up_url);
     let s = server.url();
-    let config = dir.join("cf.toml");
-    std::fs::write(
-        &config,
-        "snapshot = \"initial\"\nsnapshot-chunk-rows = 2000\n",
-    )
-    .expect("toml");
     let stop = Arc::new(AtomicBool::new(false));
     let load = workload(up.socket(), stop.clone());
     let sink = format!("{down_url}/?force-replicate=true");
-    let r = sluice(
+    create_changefeed_with(
         &out,
-        &[
-            "cli",
-            "--server",
-            &s,
-            "changefeed",
-            "create",
-            "-c",
-            "snap",
-            "--sink-uri",
-            &sink,
-            "--config",
-            config.to_str().unwrap_or_default(),
-        ],
+        &s,
+        "snap",
+        &sink,
+        Some((&dir, "snapshot = \"initial\"\nsnapshot-chunk-rows = 2000\n")),
+        &[],
     );
-    assert_eq!(r.code, 0, "create: {} {}", r.stdout, r.stderr);
     // The copy reports itself while it runs, and finishes.
     let mut saw_copying = false;
     wait_for("the snapshot to finish", 240, || {
@@ -209,29 +188,14 @@ fn a_snapshot_of_an_idle_upstream_resumes_after_kill_9_and_finishes() {
     let s = server.url();
     // 400 chunks of 100 rows with nothing else written upstream: far more chunks than fit after
     // one position, so the server moves the position with its heartbeat row.
-    let config = dir.join("cf.toml");
-    std::fs::write(
-        &config,
-        "snapshot = \"initial\"\nsnapshot-chunk-rows = 100\n",
-    )
-    .expect("toml");
-    let r = sluice(
+    create_changefeed_with(
         &out,
-        &[
-            "cli",
-            "--server",
-            &s,
-            "changefeed",
-            "create",
-            "-c",
-            "idle",
-            "--sink-uri",
-            &down_url,
-            "--config",
-            config.to_str().unwrap_or_default(),
-        ],
+        &s,
+        "idle",
+        &down_url,
+        Some((&dir, "snapshot = \"initial\"\nsnapshot-chunk-rows = 100\n")),
+        &[],
     );
-    assert_eq!(r.code, 0, "create: {} {}", r.stdout, r.stderr);
     wait_for("a third of the copy", 120, || {
         let n: u64 = down
             .query_one("SELECT COUNT(*) FROM s.t")
@@ -257,12 +221,7 @@ fn a_snapshot_of_an_idle_upstream_resumes_after_kill_9_and_finishes() {
         "{metrics}"
     );
     server.restart_after_kill();
-    wait_for("the snapshot to finish after the restart", 240, || {
-        let v = feed(&out, &s, "idle");
-        (v["snapshot"]["state"] == "finished")
-            .then_some(())
-            .ok_or(v.to_string())
-    });
+    wait_snapshot_finished(&out, &s, "idle", 240);
     let v = feed(&out, &s, "idle");
     // It resumed from the progress kept with the changefeed: the restarted server copied only
     // what was left (plus at most the chunks not yet acknowledged when it was killed).
@@ -299,25 +258,14 @@ fn changefeed_snapshot_copies_a_table_lost_downstream_again_while_streaming() {
         .expect("seed down (by hand, as without a snapshot)");
     let server = Server::start(&dir, &up_url);
     let s = server.url();
-    let config = dir.join("cf.toml");
-    std::fs::write(&config, "[filter]\nrules = [\"s.*\"]\n").expect("toml");
-    let r = sluice(
+    create_changefeed_with(
         &out,
-        &[
-            "cli",
-            "--server",
-            &s,
-            "changefeed",
-            "create",
-            "-c",
-            "again",
-            "--sink-uri",
-            &down_url,
-            "--config",
-            config.to_str().unwrap_or_default(),
-        ],
+        &s,
+        "again",
+        &down_url,
+        Some((&dir, "[filter]\nrules = [\"s.*\"]\n")),
+        &[],
     );
-    assert_eq!(r.code, 0, "create: {} {}", r.stdout, r.stderr);
     up.exec("UPDATE s.t SET v = v + 1 WHERE id <= 100")
         .expect("update");
     wait_checkpoint(&out, &s, "again", master_ts(&up), 60);
@@ -353,12 +301,7 @@ fn changefeed_snapshot_copies_a_table_lost_downstream_again_while_streaming() {
     assert_eq!(r.code, 0, "snapshot: {} {}", r.stdout, r.stderr);
     up.exec("UPDATE s.t SET v = v * 2 WHERE id % 10 = 0; DELETE FROM s.t WHERE id > 4900")
         .expect("writes during the copy");
-    wait_for("the copy to finish", 120, || {
-        let v = feed(&out, &s, "again");
-        (v["snapshot"]["state"] == "finished")
-            .then_some(())
-            .ok_or(v.to_string())
-    });
+    wait_snapshot_finished(&out, &s, "again", 120);
     wait_checkpoint(&out, &s, "again", master_ts(&up), 60);
     let r = check(&out, &up_url, &down_url, "s.*");
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);

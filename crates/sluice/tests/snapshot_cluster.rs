@@ -41,13 +41,7 @@ fn workload(socket: std::path::PathBuf, stop: Arc<AtomicBool>) -> std::thread::J
                 m = r % 991,
                 new = 1_000_000 + r
             );
-            let ok = std::process::Command::new("mariadb")
-                .arg("--no-defaults")
-                .arg(format!("--socket={}", socket.display()))
-                .args(["-uroot", "-e", &sql])
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
+            let ok = exec_on_socket(&socket, &sql);
             assert!(ok, "workload round {r}");
             std::thread::sleep(std::time::Duration::from_millis(30));
         }
@@ -181,12 +175,7 @@ fn a_snapshot_to_a_file_sink_reads_back_equal_through_consume() {
         ],
     );
     assert_eq!(r.code, 0, "create: {} {}", r.stdout, r.stderr);
-    wait_for("the snapshot to finish", 300, || {
-        let v = feed(&out, &s, "files");
-        (v["snapshot"]["state"] == "finished")
-            .then_some(())
-            .ok_or(v.to_string())
-    });
+    wait_snapshot_finished(&out, &s, "files", 300);
     stop.store(true, Ordering::Relaxed);
     load.join().expect("workload");
     let target = master_ts(&up);

@@ -311,6 +311,59 @@ pub fn create_changefeed(out: &Outputs, server: &str, id: &str, sink: &str) {
     assert_eq!(r.code, 0, "create: {} {}", r.stdout, r.stderr);
 }
 
+/// `changefeed create -c ID --sink-uri SINK` plus `extra` arguments, expecting success; with
+/// `toml`, that changefeed TOML is written beside the data and passed as `--config`.
+pub fn create_changefeed_with(
+    out: &Outputs,
+    server: &str,
+    id: &str,
+    sink: &str,
+    toml: Option<(&Path, &str)>,
+    extra: &[&str],
+) {
+    let mut args = vec![
+        "cli",
+        "--server",
+        server,
+        "changefeed",
+        "create",
+        "-c",
+        id,
+        "--sink-uri",
+        sink,
+    ];
+    let path;
+    if let Some((dir, text)) = toml {
+        path = dir.join(format!("{id}.toml"));
+        std::fs::write(&path, text).expect("changefeed toml");
+        args.extend(["--config", path.to_str().unwrap_or_default()]);
+    }
+    args.extend_from_slice(extra);
+    let r = sluice(out, &args);
+    assert_eq!(r.code, 0, "create: {} {}", r.stdout, r.stderr);
+}
+
+/// Waits until the changefeed's snapshot copy reads `finished`.
+pub fn wait_snapshot_finished(out: &Outputs, server: &str, id: &str, secs: u64) {
+    wait_for(&format!("the snapshot of {id} to finish"), secs, || {
+        let v = feed(out, server, id);
+        (v["snapshot"]["state"] == "finished")
+            .then_some(())
+            .ok_or(v.to_string())
+    });
+}
+
+/// Runs `sql` with the `mariadb` client on a server's socket (from any thread); true on success.
+pub fn exec_on_socket(socket: &Path, sql: &str) -> bool {
+    Command::new("mariadb")
+        .arg("--no-defaults")
+        .arg(format!("--socket={}", socket.display()))
+        .args(["-uroot", "-e", sql])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
 /// Waits until the changefeed's checkpoint reaches `ts`.
 pub fn wait_checkpoint(out: &Outputs, server: &str, id: &str, ts: u64, secs: u64) {
     wait_for(&format!("checkpoint {ts} of {id}"), secs, || {

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The initial snapshot side by side with what users do without it, in one run on one machine: a
+# sysbench-shaped table of N rows (id, k, c CHAR(120), pad CHAR(60)) on an idle upstream,
+#   1. `mariadb-dump --single-transaction` > /dev/null          (the read limit)
+#   2. `mariadb-dump --single-transaction | mariadb` downstream (the user's alternative)
+#   3. a changefeed with `snapshot = "initial"` to the MySQL sink (same downstream, table emptied)
+#   4. the same to a file sink in csv
+# each timed until done (3 and 4: until the snapshot reads `finished` and the checkpoint passed
+# the position at creation), with the sluice server's peak RSS during 3 and 4. A measurement, not
+# a test; upstream, downstream and Sluice share the machine's cores.
+#   bench/snapshot.sh [rows] [chunk-rows]    # default 1000000 rows, 8192 rows per chunk
+# SLUICE_BIN=path picks the binary (default: target/release/sluice, built if missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROWS=${1:-1000000}
+CHUNK=${2:-8192}
+SLUICE=${SLUICE_BIN:-target/release/sluice}
+[ -x "$SLUICE" ] || cargo build --release -p sluice
+source bench/lib.sh
+bench_init snapshot-bench
+DBNAME=up start_mariadb "innodb_flush_log_at_trx_commit=2" "innodb_buffer_pool_size=1G"
+UP=$PORT
+DBNAME=down start_mariadb "innodb_flush_log_at_trx_commit=2" "innodb_buffer_pool_size=1G"
+DOWN=$PORT
+up() { DBNAME=up db "$@"; }
+down() { DBNAME=down db "$@"; }
+SCHEMA="CREATE DATABASE sb; CREATE TABLE sb.t (id INT PRIMARY KEY, k INT, c CHAR(120), pad CHAR(60), KEY k (k))"
+for d in up down; do
+  $d -e "CREATE USER sluice@'127.0.0.1' IDENTIFIED BY 'bench'; GRANT ALL ON *.* TO sluice@'127.0.0.1'; $SCHEMA"
+done
+echo "seeding $ROWS rows"
+for ((i = 0; i < ROWS; i += 100000)); do
+  n=$((ROWS - i < 100000 ? ROWS - i : 100000))
+  echo "INSERT INTO sb.t SELECT seq, seq % 10007, REPEAT(CHAR(97 + seq % 26), 120), REPEAT('p', 60) FROM seq_$((i + 1))_to_$((i + n));"
+done | up sb
+elapsed() { python3 -c "print(f'{$(date +%s.%N) - $1:.2f}')"; }
+DUMP=(mariadb-dump --host=127.0.0.1 --port="$UP" --user=sluice --password=bench --single-transaction --quick sb t)
+load0=$(cut -d' ' -f1 /proc/loadavg)
+t0=$(date +%s.%N); "${DUMP[@]}" >/dev/null; T_READ=$(elapsed "$t0")
+t0=$(date +%s.%N); "${DUMP[@]}" | mariadb --host=127.0.0.1 --port="$DOWN" --user=sluice --password=bench sb; T_LOAD=$(elapsed "$t0")
+API=127.0.0.1:$(free_port)
+"$SLUICE" server --addr "$API" --data-dir "$WORK/data" --upstream "mysql://sluice:bench@127.0.0.1:$UP" \
+  >"$WORK/server.log" 2>&1 &
+SERVER=$!
+PIDS+=($SERVER)
+for _ in $(seq 1 150); do curl -sf "http://$API/api/v2/health" >/dev/null && break; sleep 0.2; done
+printf 'snapshot = "initial"\nsnapshot-chunk-rows = %s\n' "$CHUNK" >"$WORK/cf.toml"
+run() { # name sink-uri -> "seconds peak-rss-MiB"
+  local name=$1 uri=$2 t0 v peak=0 rss target
+  target=$(up -N -e "SHOW MASTER STATUS" | awk '{ split($1, f, "."); printf "%d", (f[2] * 4294967296) + $2 }')
+  t0=$(date +%s.%N)
+  "$SLUICE" cli --server "http://$API" changefeed create -c "$name" --sink-uri "$uri" --config "$WORK/cf.toml" >/dev/null
+  while :; do
+    rss=$(awk '/VmRSS/ { print int($2 / 1024) }' "/proc/$SERVER/status")
+    [ "$rss" -gt "$peak" ] && peak=$rss
+    v=$(curl -s "http://$API/api/v2/changefeeds/$name")
+    if python3 -c "import json,sys; v=json.loads(sys.argv[1]); sys.exit(0 if (v.get('snapshot') or {}).get('state') == 'finished' and v.get('checkpoint_ts', 0) >= $target else 1)" "$v"; then
+      break
+    fi
+    if python3 -c "import sys; sys.exit(0 if $(date +%s.%N) - $t0 > ${BENCH_TIMEOUT:-1800} else 1)"; then
+      echo "gave up on $name after ${BENCH_TIMEOUT:-1800} s: $v" >&2; break
+    fi
+    sleep 0.1
+  done
+  echo "$(elapsed "$t0") $peak"
+  "$SLUICE" cli --server "http://$API" changefeed remove -c "$name" >/dev/null
+}
+down -e "TRUNCATE TABLE sb.t"
+read -r T_MYSQL RSS_MYSQL <<<"$(run tomysql "mysql://sluice:bench@127.0.0.1:$DOWN/")"
+N_DOWN=$(down -N -e "SELECT COUNT(*) FROM sb.t")
+read -r T_FILE RSS_FILE <<<"$(run tofile "file://$WORK/out?protocol=csv")"
+ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
+rate() { python3 -c "print(int($ROWS / $1))"; }
+echo
+echo "| run | rows | seconds | rows/s | ratio | peak RSS of sluice |"
+echo "|---|---|---|---|---|---|"
+echo "| mariadb-dump --single-transaction > /dev/null (read limit) | $ROWS | $T_READ | $(rate "$T_READ") | 1.00 | |"
+echo "| mariadb-dump --single-transaction \| mariadb (dump and load) | $ROWS | $T_LOAD | $(rate "$T_LOAD") | $(ratio "$T_LOAD" "$T_READ") to the read | |"
+echo "| snapshot to MySQL ($N_DOWN rows downstream) | $ROWS | $T_MYSQL | $(rate "$T_MYSQL") | $(ratio "$T_MYSQL" "$T_LOAD") to dump and load (target 1.25) | $RSS_MYSQL MiB |"
+echo "| snapshot to file csv | $ROWS | $T_FILE | $(rate "$T_FILE") | $(ratio "$T_FILE" "$T_READ") to the read (target 1.5) | $RSS_FILE MiB |"
+echo "chunk rows $CHUNK; load average before: $load0, after: $(cut -d' ' -f1 /proc/loadavg); $(nproc) cores; commit $(git rev-parse --short HEAD)"
