@@ -975,6 +975,11 @@ async fn update_changefeed(
         .as_ref()
         .and_then(|t| t.sink.as_ref())
         .map(|s| s.dispatchers.clone());
+    // A new `snapshot` mode (e.g. `initial` after an `initial-only` copy finished, to stream).
+    let snapshot = match toml.as_ref().filter(|t| t.snapshot.is_some()) {
+        Some(t) => Some(crate::config::snapshot_config(t, None)?),
+        None => None,
+    };
     let cf = ChangefeedId::new(id.clone());
     let want = {
         let cf = cf.clone();
@@ -994,6 +999,9 @@ async fn update_changefeed(
             }
             if let Some(sched) = toml.and_then(|t| t.scheduler) {
                 config.scheduler = sched;
+            }
+            if let Some(snap) = snapshot {
+                config.snapshot.mode = snap.mode;
             }
             if let Some(f) = filter {
                 config.filter = f;

@@ -217,13 +217,6 @@ pub fn snapshot_config(
         c.mode = SnapshotMode::parse(m)
             .map_err(|e| ServerError::BadRequest(format!("changefeed config: snapshot: {e}")))?;
     }
-    if c.mode == SnapshotMode::InitialOnly {
-        return Err(ServerError::BadRequest(
-            "changefeed config: snapshot = \"initial-only\" is not supported yet: use \"initial\" \
-             and remove the changefeed once `changefeed query` shows the snapshot finished"
-                .into(),
-        ));
-    }
     if let Some(n) = t.snapshot_chunk_rows {
         if n == 0 || n > MAX_SNAPSHOT_CHUNK_ROWS {
             return Err(ServerError::BadRequest(format!(

@@ -107,7 +107,8 @@ enum Changefeed {
         /// Changefeed TOML ([scheduler] …; see docs/configuration.md).
         #[arg(long)]
         config: Option<std::path::PathBuf>,
-        /// Copy the tables' existing rows: never (default), initial (copy, then stream).
+        /// Copy the tables' existing rows: never (default), initial (copy, then stream),
+        /// initial-only (copy, then stop).
         /// Overrides `snapshot` of the --config file.
         #[arg(long)]
         snapshot: Option<String>,

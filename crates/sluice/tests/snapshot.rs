@@ -150,9 +150,6 @@ fn bad_snapshot_settings_are_refused_and_nothing_is_created() {
         "names the values: {}",
         r.stderr
     );
-    let r = create(&[&down_url, "--snapshot", "initial-only"]);
-    assert_ne!(r.code, 0);
-    assert!(r.stderr.contains("not supported yet"), "{}", r.stderr);
     let unsafe_sink = format!("{down_url}/?safe-mode=false");
     let r = create(&[&unsafe_sink, "--snapshot", "initial"]);
     assert_ne!(r.code, 0);
@@ -366,4 +363,70 @@ fn a_snapshot_of_a_table_the_user_may_not_read_is_refused_at_create() {
         "nothing was created: {list}"
     );
     out.assert_no_secret(&[]);
+}
+
+#[test]
+fn an_initial_only_snapshot_copies_then_stops_and_can_stream_after_an_update() {
+    let out = Outputs::default();
+    let dir = tmpdir("snapshot-only");
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    let (down, down_url) = mariadb_with_user(DOWN_PASS);
+    let ddl = "CREATE DATABASE s; CREATE TABLE s.t (id INT PRIMARY KEY, v INT);";
+    up.exec(ddl).expect("ddl up");
+    down.exec(ddl).expect("ddl down");
+    up.exec("INSERT INTO s.t SELECT seq, seq FROM s.seq_1_to_20000")
+        .expect("seed");
+    let server = Server::start(&dir, &up_url);
+    let s = server.url();
+    create_changefeed_with(
+        &out,
+        &s,
+        "once",
+        &down_url,
+        None,
+        &["--snapshot", "initial-only"],
+    );
+    wait_snapshot_finished(&out, &s, "once", 120);
+    wait_state(&out, &s, "once", "stopped", 60);
+    let r = check(&out, &up_url, &down_url, "s.*");
+    assert_eq!(r.code, 0, "check after the copy: {} {}", r.stdout, r.stderr);
+    // Stopped: later changes wait; streaming them takes `snapshot = "initial"` and a resume.
+    up.exec("UPDATE s.t SET v = -v WHERE id <= 10")
+        .expect("update");
+    pause_update_resume_toml(&out, &s, "once", &dir, "snapshot = \"initial\"\n");
+    wait_checkpoint(&out, &s, "once", master_ts(&up), 60);
+    wait_state(&out, &s, "once", "normal", 30);
+    let r = check(&out, &up_url, &down_url, "s.*");
+    assert_eq!(
+        r.code, 0,
+        "check after streaming: {} {}",
+        r.stdout, r.stderr
+    );
+}
+
+/// `changefeed update --config` with `toml`, then `resume` (the changefeed is stopped).
+fn pause_update_resume_toml(out: &Outputs, s: &str, id: &str, dir: &std::path::Path, toml: &str) {
+    let path = dir.join(format!("{id}-update.toml"));
+    std::fs::write(&path, toml).expect("toml");
+    let p = path.to_str().unwrap_or_default();
+    let r = sluice(
+        out,
+        &[
+            "cli",
+            "--server",
+            s,
+            "changefeed",
+            "update",
+            "-c",
+            id,
+            "--config",
+            p,
+        ],
+    );
+    assert_eq!(r.code, 0, "update: {} {}", r.stdout, r.stderr);
+    let r = sluice(
+        out,
+        &["cli", "--server", s, "changefeed", "resume", "-c", id],
+    );
+    assert_eq!(r.code, 0, "resume: {} {}", r.stdout, r.stderr);
 }

@@ -108,6 +108,20 @@ impl Coordinator {
             }
         }
         f.snapshot = status.snapshot.clone();
+        // `initial-only`: once the copy is durable the changefeed stops (like a pause).
+        let copied = status.snapshot.as_ref().is_some_and(|s| s.finished);
+        if copied
+            && f.info.config.snapshot.mode == crate::config::SnapshotMode::InitialOnly
+            && f.info.state == FeedState::Normal
+            && f.pending_state.is_none()
+        {
+            f.pending_state = Some(FeedState::Paused);
+            f.closed_once = false;
+            out.push(Effect::Trace(crate::io::TraceEvent::Log(format!(
+                "changefeed {}: its initial-only snapshot finished: stopping it",
+                status.cf
+            ))));
+        }
         f.resolved = f.resolved.max(status.resolved);
         let moved = status.checkpoint > f.reported;
         if moved {
