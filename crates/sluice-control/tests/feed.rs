@@ -513,3 +513,31 @@ fn a_chunk_read_of_an_ended_subscription_is_dropped_and_the_dispatcher_told() {
     assert_eq!(feed.inflight_bytes(), 0);
     feed.audit().expect("nothing held");
 }
+
+#[test]
+fn the_next_chunk_is_read_while_one_is_held_and_they_go_out_in_order() {
+    let mut src = Mem::default();
+    src.txns(10, 2, 1); // ts 10, 11
+    let mut feed = subscribed(&src, 1 << 20);
+    let first = chunk(&mut feed, &src, 11, &[1]);
+    assert!(matches!(
+        first.as_slice(),
+        [FeedOut::Input(Input::ChunkQueued { ts: 12, .. })]
+    ));
+    // A second read while the first is held: accepted, after it.
+    let second = chunk(&mut feed, &src, 11, &[2]);
+    assert!(
+        matches!(
+            second.as_slice(),
+            [FeedOut::Input(Input::ChunkQueued { ts: 13, .. })]
+        ),
+        "{second:?}"
+    );
+    let (b, _) = poll(&mut feed, &src);
+    assert_eq!(b.expect("the stream up to the position").1, 11);
+    let (b, _) = poll(&mut feed, &src);
+    assert_eq!(b.expect("the first chunk").1, 12);
+    let (b, _) = poll(&mut feed, &src);
+    assert_eq!(b.expect("the second chunk").1, 13);
+    feed.audit().expect("accounting");
+}

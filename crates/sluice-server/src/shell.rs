@@ -115,6 +115,8 @@ pub struct Shell {
     chunk_waits: Vec<crate::snapshot::ChunkDone>,
     /// Per dispatcher, the position of its last chunk read and how many were read there.
     chunk_positions: BTreeMap<(ChangefeedId, DispatcherId), (Ts, u32)>,
+    /// Upstream connections of snapshot reads (`crate::snapshot`).
+    snapshot_pool: Option<mysql_async::Pool>,
 }
 
 impl Shell {
@@ -167,7 +169,16 @@ impl Shell {
             chunk_rx: Some(chunk_rx),
             chunk_waits: Vec::new(),
             chunk_positions: BTreeMap::new(),
+            snapshot_pool: None,
         }
+    }
+
+    pub(crate) fn snapshot_pool_slot(&self) -> Option<&mysql_async::Pool> {
+        self.snapshot_pool.as_ref()
+    }
+
+    pub(crate) fn set_snapshot_pool(&mut self, pool: mysql_async::Pool) {
+        self.snapshot_pool = Some(pool);
     }
 
     /// How many chunks of the dispatcher were read at the same position in a row.

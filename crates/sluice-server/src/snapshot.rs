@@ -37,6 +37,22 @@ pub struct ChunkDone {
 }
 
 impl Shell {
+    /// The connections snapshot reads share (made on first use; at most
+    /// [`sluice_control::config::MAX_CONCURRENT_CHUNK_READS`] per changefeed are busy at once).
+    fn snapshot_pool(&mut self) -> Result<mysql_async::Pool, String> {
+        if let Some(p) = self.snapshot_pool_slot() {
+            return Ok(p.clone());
+        }
+        let opts = mysql_async::Opts::from_url(self.upstream_url())
+            .map_err(|e| crate::mask::scrub(&format!("upstream URL: {e}")))?;
+        let constraints = mysql_async::PoolConstraints::new(0, 16).unwrap_or_default();
+        let opts = mysql_async::OptsBuilder::from_opts(opts)
+            .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints));
+        let pool = mysql_async::Pool::new(opts);
+        self.set_snapshot_pool(pool.clone());
+        Ok(pool)
+    }
+
     /// `Effect::ReadChunk`: read on a task; the answer comes back as a [`ChunkDone`].
     pub(crate) fn read_snapshot_chunk(
         &mut self,
@@ -56,6 +72,7 @@ impl Shell {
             return self.chunk_to_feed(&cf, id, Err(why));
         };
         let (url, tx) = (self.upstream_url().to_string(), self.chunk_sender());
+        let pool = self.snapshot_pool();
         // An upstream that wrote nothing since many chunks of this span: a heartbeat write moves
         // its position, so the next chunks have room in the stream (`feed::CHUNK_TS_SLOTS`).
         let nudge = self.same_position_reads(&cf, id) >= NUDGE_AFTER_READS;
@@ -64,7 +81,7 @@ impl Shell {
             if nudge {
                 nudge_upstream(&url, &node).await;
             }
-            let result = read(&url, &schema, after.as_deref(), limit).await;
+            let result = read(pool, &schema, after.as_deref(), limit).await;
             let _ = tx.send(ChunkDone {
                 cf,
                 id,
@@ -162,23 +179,21 @@ async fn nudge_upstream(url: &str, node: &str) {
 }
 
 async fn read(
-    url: &str,
+    pool: Result<mysql_async::Pool, String>,
     schema: &TableSchema,
     after: Option<&[u8]>,
     limit: usize,
 ) -> Result<SnapshotChunk, String> {
-    let opts = mysql_async::Opts::from_url(url).map_err(|e| format!("upstream URL: {e}"))?;
-    let mut conn = mysql_async::Conn::new(opts)
+    let mut conn = pool?
+        .get_conn()
         .await
         .map_err(|e| crate::mask::scrub(&format!("snapshot read: connecting upstream: {e}")))?;
-    let r = read_chunk(&mut conn, schema, after, limit)
+    read_chunk(&mut conn, schema, after, limit)
         .await
         .map_err(|e| {
             crate::mask::scrub(&format!(
                 "snapshot read of {}: {e}",
                 schema.qualified_name()
             ))
-        });
-    let _ = conn.disconnect().await;
-    r
+        })
 }

@@ -9,8 +9,9 @@
 //!   acknowledged), so a successor that starts from it never skips rows that were not written;
 //!   a successor that starts below what was written copies those rows again, which is harmless
 //!   (each chunk is the rows as they were at its position, put in the stream at that position);
-//! - **one chunk at a time**: the next chunk is asked for only once the previous one reached the
-//!   dispatcher; at most [`MAX_CONCURRENT_CHUNK_READS`] dispatchers of a manager read at once;
+//! - **a bounded read-ahead**: one read at a time, and at most `feed::MAX_CHUNKS_AHEAD` chunks
+//!   read and not yet received; at most [`MAX_CONCURRENT_CHUNK_READS`] dispatchers of a manager
+//!   hold chunks or read at once;
 //! - **a failed read is retried** after [`CHUNK_RETRY_MS`] and reported meanwhile (the span's
 //!   stream goes on; the copy's error shows in the changefeed's snapshot status);
 //! - **keyless tables** are one chunk (one consistent read of the whole table): the stream's
@@ -154,22 +155,24 @@ impl DispatcherManager {
     /// reads start where there is room.
     pub(super) fn copy_step(&mut self, now: Millis, out: &mut Vec<Effect>) {
         let mut busy = 0usize;
-        let mut ready = Vec::new();
+        let (mut ahead, mut ready) = (Vec::new(), Vec::new());
         for d in self.dispatchers.values_mut() {
             let cp = d.checkpoint();
             let (working, received) = (d.phase == Phase::Working, d.received_upto);
             let Some(c) = d.copy.as_mut() else { continue };
             c.settle(cp);
-            if c.busy(received) {
-                busy += 1;
-            } else if working && c.wants_read(received, now) {
-                ready.push(d.id);
+            let wants = working && c.wants_read(received, now);
+            match (c.busy(received), wants) {
+                // Already counted: it reads its next chunk ahead.
+                (true, true) => ahead.push(d.id),
+                (true, false) => {}
+                (false, true) => ready.push(d.id),
+                (false, false) => continue,
             }
+            busy += usize::from(c.busy(received));
         }
-        for id in ready
-            .into_iter()
-            .take(MAX_CONCURRENT_CHUNK_READS.saturating_sub(busy))
-        {
+        let room = MAX_CONCURRENT_CHUNK_READS.saturating_sub(busy);
+        for id in ahead.into_iter().chain(ready.into_iter().take(room)) {
             self.read_chunk(id, out);
         }
     }

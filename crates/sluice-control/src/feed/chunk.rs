@@ -16,7 +16,9 @@
 //! - a chunk goes into the stream after its cursor, within [`CHUNK_TS_SLOTS`] of its position
 //!   (where no transaction can be), or not at all: it is refused, never put in out of order;
 //! - a chunk's rows are accounted against the memory quota from the moment the feed holds them;
-//!   each dispatcher holds at most one (it asks for the next only once this one is out);
+//!   each dispatcher holds at most [`MAX_CHUNKS_AHEAD`] and has at most one read under way; while
+//!   it holds one, the stream goes up to that chunk's position (below the next read's), and
+//!   with none held it waits for the read;
 //! - a resubscription below a chunk handed out loses that chunk and any held after it
 //!   (`Input::ChunkLost`: the dispatcher copies again from its durable progress); otherwise a
 //!   chunk still held above the new start stays, the stream reaches it again.
@@ -36,6 +38,10 @@ pub fn chunk_ts(position: Ts) -> Ts {
 /// bytes), and capture uses at most the two ts below a commit ts. Past the slots, a read at the
 /// same position waits for the upstream to move (it is retried, and says so).
 pub const CHUNK_TS_SLOTS: Ts = 64;
+
+/// At most this many chunks of one dispatcher are held in the feed: the next one is read while
+/// the previous one waits for its position or goes out.
+pub const MAX_CHUNKS_AHEAD: usize = 2;
 
 /// One chunk as the shell read it.
 #[derive(Clone, Debug)]
@@ -89,8 +95,10 @@ impl<R: FeedRow> Feed<R> {
             Ok(r) => r,
             Err(message) => return out.push(failed(message)),
         };
-        // After the stream's cursor, and after a chunk already out at this position.
-        let ts = chunk_ts(read.position).max(cursor + 1);
+        // After the stream's cursor, after a chunk already out at this position, and after the
+        // chunks still held.
+        let after_held = lane.chunks.back().map_or(0, |c| c.ts + 1);
+        let ts = chunk_ts(read.position).max(cursor + 1).max(after_held);
         if ts > read.position + CHUNK_TS_SLOTS {
             let why = format!(
                 "snapshot chunk read at binlog position ts {} cannot go into the stream, which is \
@@ -104,7 +112,7 @@ impl<R: FeedRow> Feed<R> {
         let rows: Vec<R> = read.rows.into_iter().map(|r| r.at_ts(ts)).collect();
         let bytes: u64 = rows.iter().map(|r| r.size() as u64).sum();
         let n = rows.len();
-        lane.chunk = Some(HeldChunk { ts, rows, bytes });
+        lane.chunks.push_back(HeldChunk { ts, rows, bytes });
         self.inflight_bytes += bytes;
         out.push(FeedOut::Input(Input::ChunkQueued {
             cf: cf.clone(),
@@ -124,12 +132,14 @@ impl<R: FeedRow> Feed<R> {
         };
         let (cf, id) = (cf.clone(), *id);
         match self.lanes.get_mut(&(cf.clone(), id)) {
-            Some(l) if l.sub.is_some() && l.chunk.is_none() && !l.awaiting_chunk => {
+            Some(l)
+                if l.sub.is_some() && l.chunks.len() < MAX_CHUNKS_AHEAD && !l.awaiting_chunk =>
+            {
                 l.awaiting_chunk = true
             }
             Some(l) if l.sub.is_some() => {
-                let message = "internal: a snapshot chunk was asked for while another one is \
-                               still held for the dispatcher"
+                let message = "internal: a snapshot chunk was asked for while another read is \
+                               under way or the feed holds as many as it may"
                     .to_string();
                 return out.push(FeedOut::Input(Input::ChunkFailed { cf, id, message }));
             }
@@ -148,9 +158,9 @@ impl<R: FeedRow> Feed<R> {
         // The dispatcher copies again from its durable progress on a loss: a chunk still held
         // goes too (it would follow the lost one).
         let lost = lane.chunk_out.take_if(|c| *c > start).is_some()
-            || lane.chunk.as_ref().is_some_and(|c| c.ts <= start);
+            || lane.chunks.iter().any(|c| c.ts <= start);
         if lost {
-            if let Some(c) = lane.chunk.take() {
+            for c in std::mem::take(&mut lane.chunks) {
                 self.inflight_bytes = self.inflight_bytes.saturating_sub(c.bytes);
             }
             out.push(FeedOut::Input(Input::ChunkLost {
@@ -165,7 +175,7 @@ impl<R: FeedRow> Feed<R> {
         let Some(lane) = self.lanes.get_mut(key) else {
             return;
         };
-        let Some(mut chunk) = lane.chunk.take() else {
+        let Some(mut chunk) = lane.chunks.pop_front() else {
             return;
         };
         if !chunk_holds_stream() {

@@ -41,7 +41,7 @@ use sluice_types::{
 use std::collections::BTreeMap;
 
 mod chunk;
-pub use chunk::{chunk_ts, ChunkRead, CHUNK_TS_SLOTS};
+pub use chunk::{chunk_ts, ChunkRead, CHUNK_TS_SLOTS, MAX_CHUNKS_AHEAD};
 
 /// At most this many rows go into one batch of one dispatcher (plus the rest of a transaction
 /// larger than that).
@@ -153,8 +153,9 @@ struct Lane<R> {
     in_sink: usize,
     /// A snapshot chunk read asked for and not answered: the stream waits.
     awaiting_chunk: bool,
-    /// A snapshot chunk read and not yet handed out (see `chunk.rs`).
-    chunk: Option<chunk::HeldChunk<R>>,
+    /// Snapshot chunks read and not yet handed out, oldest first (see `chunk.rs`; at most
+    /// [`MAX_CHUNKS_AHEAD`]).
+    chunks: std::collections::VecDeque<chunk::HeldChunk<R>>,
     /// The ts of the last chunk handed out: a resubscription below it loses it.
     chunk_out: Option<Ts>,
     #[cfg(feature = "mutations")]
@@ -168,7 +169,7 @@ impl<R> Lane<R> {
             pending: BTreeMap::new(),
             in_sink: 0,
             awaiting_chunk: false,
-            chunk: None,
+            chunks: std::collections::VecDeque::new(),
             chunk_out: None,
             #[cfg(feature = "mutations")]
             writes: 0,
@@ -178,7 +179,7 @@ impl<R> Lane<R> {
         self.pending.len() + self.in_sink
     }
     fn idle(&self) -> bool {
-        self.sub.is_none() && self.pending.is_empty() && self.in_sink == 0 && self.chunk.is_none()
+        self.sub.is_none() && self.pending.is_empty() && self.in_sink == 0 && self.chunks.is_empty()
     }
 }
 
@@ -310,7 +311,7 @@ impl<R: FeedRow> Feed<R> {
             + self
                 .lanes
                 .values()
-                .filter_map(|l| l.chunk.as_ref())
+                .flat_map(|l| l.chunks.iter())
                 .map(|c| c.bytes)
                 .sum::<u64>();
         if held + self.in_sink_bytes != self.inflight_bytes {
@@ -384,7 +385,7 @@ impl<R: FeedRow> Feed<R> {
         l.sub = None;
         l.awaiting_chunk = false;
         l.chunk_out = None;
-        if let Some(c) = l.chunk.take() {
+        for c in std::mem::take(&mut l.chunks) {
             self.inflight_bytes = self.inflight_bytes.saturating_sub(c.bytes);
         }
         self.release(&key, |_, _| true);
@@ -495,10 +496,10 @@ impl<R: FeedRow> Feed<R> {
         let Some(sub) = lane.sub.clone() else {
             return;
         };
-        if lane.awaiting_chunk {
+        if lane.awaiting_chunk && lane.chunks.is_empty() {
             return; // the stream waits for the chunk's position
         }
-        let complete = match lane.chunk.as_ref().map(|c| c.ts) {
+        let complete = match lane.chunks.front().map(|c| c.ts) {
             Some(c)
                 if sub.cursor + 1 >= c
                     && (chunk::chunk_holds_stream() || sub.cursor >= complete) =>
