@@ -339,7 +339,7 @@ impl NodeState {
                 rows,
             } => {
                 if let Some(dm) = self.dms.get_mut(&cf) {
-                    dm.on_chunk_queued(now, id, ts, cursor, more, rows);
+                    dm.on_chunk_queued(id, ts, cursor, more, rows);
                 }
             }
             Input::ChunkFailed { cf, id, message } => {

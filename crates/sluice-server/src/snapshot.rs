@@ -71,7 +71,7 @@ impl Shell {
             );
             return self.chunk_to_feed(&cf, id, Err(why));
         };
-        let (url, tx) = (self.upstream_url().to_string(), self.chunk_sender());
+        let tx = self.chunk_sender();
         let pool = self.snapshot_pool();
         // An upstream that wrote nothing since many chunks of this span: a heartbeat write moves
         // its position, so the next chunks have room in the stream (`feed::CHUNK_TS_SLOTS`).
@@ -79,7 +79,7 @@ impl Shell {
         let node = self.node_id().to_string();
         tokio::spawn(async move {
             if nudge {
-                nudge_upstream(&url, &node).await;
+                nudge_upstream(&pool, &node).await;
             }
             let result = read(pool, &schema, after.as_deref(), limit).await;
             let _ = tx.send(ChunkDone {
@@ -154,19 +154,12 @@ impl Shell {
 
 /// One heartbeat write (a transaction of Sluice's own table, never replicated); a user without
 /// the privilege only gets a warning in the log: the copy then waits for the upstream to write.
-async fn nudge_upstream(url: &str, node: &str) {
-    let Ok(opts) = mysql_async::Opts::from_url(url) else {
-        return;
-    };
+async fn nudge_upstream(pool: &Result<mysql_async::Pool, String>, node: &str) {
     let r = async {
-        let mut c = mysql_async::Conn::new(opts)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut c = pool.as_ref()?.get_conn().await.map_err(|e| e.to_string())?;
         sluice_capture::heartbeat::write_once(&mut c, node)
             .await
-            .map_err(|e| e.to_string())?;
-        let _ = c.disconnect().await;
-        Ok::<_, String>(())
+            .map_err(|e| e.to_string())
     }
     .await;
     if let Err(e) = r {

@@ -197,7 +197,6 @@ impl DispatcherManager {
     /// `Input::ChunkQueued`: the feed holds the chunk; it reaches the dispatcher at `ts`.
     pub fn on_chunk_queued(
         &mut self,
-        now: Millis,
         id: DispatcherId,
         ts: Ts,
         cursor: Option<Vec<u8>>,
@@ -226,7 +225,6 @@ impl DispatcherManager {
             more,
             stale,
         });
-        let _ = now;
     }
 
     /// `Input::ChunkFailed`: tried again after a pause, reported meanwhile.

@@ -156,12 +156,7 @@ impl Maintainer {
             }
             None => CopyMap::default(),
         };
-        for t in self.copies.tables() {
-            if !self.tables.contains_key(&t) {
-                self.copies.forget_table(t);
-                self.copy_dirty = true;
-            }
-        }
+        self.forget_dropped_copies();
     }
 
     /// A working dispatcher's report: its copy's durable progress is its span's; one that

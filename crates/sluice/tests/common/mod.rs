@@ -294,21 +294,7 @@ pub fn wait_for<T>(what: &str, secs: u64, mut f: impl FnMut() -> Result<T, Strin
 }
 
 pub fn create_changefeed(out: &Outputs, server: &str, id: &str, sink: &str) {
-    let r = sluice(
-        out,
-        &[
-            "cli",
-            "--server",
-            server,
-            "changefeed",
-            "create",
-            "-c",
-            id,
-            "--sink-uri",
-            sink,
-        ],
-    );
-    assert_eq!(r.code, 0, "create: {} {}", r.stdout, r.stderr);
+    create_changefeed_with(out, server, id, sink, None, &[]);
 }
 
 /// `changefeed create -c ID --sink-uri SINK` plus `extra` arguments, expecting success; with
