@@ -99,8 +99,6 @@ impl Sim {
         else {
             return;
         };
-        // A snapshot chunk's batch resolves at its ts, one past the position it was read at,
-        // which capture has (no transaction has that ts).
         // Rows above what capture completed can only be a chunk's (the source has none there):
         // a batch of them resolves at their ts, which the slot rule keeps within a position's
         // slots (a chunk put in late is left to `snapshot-row-order`).
@@ -113,11 +111,7 @@ impl Sim {
             .any(|p| *p <= captured);
         let late = *resolved_ts == captured + 1 && positions.range(..=captured).next().is_some();
         let chunk = at_resolved && (in_slots || late);
-        let bound = if chunk {
-            *resolved_ts
-        } else {
-            self.upstream.captured
-        };
+        let bound = if chunk { *resolved_ts } else { captured };
         if *resolved_ts > bound {
             self.checker.violation.get_or_insert(format!(
                 "resolved-within-source: a batch for {id:?} on {name} resolved ts {resolved_ts}, past what capture completed ({})",
