@@ -9,7 +9,10 @@
 # the position at creation), with the sluice server's peak RSS during 3 and 4. A measurement, not
 # a test; upstream, downstream and Sluice share the machine's cores.
 #   bench/snapshot.sh [rows] [chunk-rows]    # default 1000000 rows, 8192 rows per chunk
-# SLUICE_BIN=path picks the binary (default: target/release/sluice, built if missing).
+# SLUICE_BIN=path picks the binary (default: target/release/sluice, built if missing);
+# FILE_PARAMS='&flush-interval=100ms' adds sink URI parameters to the file run; PERF_OUT=path
+# records a `perf` profile of the server during the file run; SERVER_LOG=path keeps its log
+# (LOG_LEVEL=debug logs each chunk read with its timings).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS=${1:-1000000}
@@ -39,8 +42,9 @@ load0=$(cut -d' ' -f1 /proc/loadavg)
 t0=$(date +%s.%N); "${DUMP[@]}" >/dev/null; T_READ=$(elapsed "$t0")
 t0=$(date +%s.%N); "${DUMP[@]}" | mariadb --host=127.0.0.1 --port="$DOWN" --user=sluice --password=bench sb; T_LOAD=$(elapsed "$t0")
 API=127.0.0.1:$(free_port)
-"$SLUICE" server --addr "$API" --data-dir "$WORK/data" --upstream "mysql://sluice:bench@127.0.0.1:$UP" \
-  >"$WORK/server.log" 2>&1 &
+printf 'log-level = "%s"\n' "${LOG_LEVEL:-info}" >"$WORK/server.toml"
+"$SLUICE" server --config "$WORK/server.toml" --addr "$API" --data-dir "$WORK/data" --upstream "mysql://sluice:bench@127.0.0.1:$UP" \
+  >"${SERVER_LOG:-$WORK/server.log}" 2>&1 &
 SERVER=$!
 PIDS+=($SERVER)
 for _ in $(seq 1 150); do curl -sf "http://$API/api/v2/health" >/dev/null && break; sleep 0.2; done
@@ -68,7 +72,12 @@ run() { # name sink-uri -> "seconds peak-rss-MiB"
 down -e "TRUNCATE TABLE sb.t"
 read -r T_MYSQL RSS_MYSQL <<<"$(run tomysql "mysql://sluice:bench@127.0.0.1:$DOWN/")"
 N_DOWN=$(down -N -e "SELECT COUNT(*) FROM sb.t")
-read -r T_FILE RSS_FILE <<<"$(run tofile "file://$WORK/out?protocol=csv")"
+if [ -n "${PERF_OUT:-}" ]; then # a profile of the server during the file run
+  perf record -F 499 -g -o "$PERF_OUT" -p "$SERVER" 2>/dev/null &
+  PERF=$!
+fi
+read -r T_FILE RSS_FILE <<<"$(run tofile "file://$WORK/out?protocol=csv${FILE_PARAMS:-}")"
+[ -n "${PERF_OUT:-}" ] && kill -INT "$PERF" && wait "$PERF" || true
 ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
 rate() { python3 -c "print(int($ROWS / $1))"; }
 echo

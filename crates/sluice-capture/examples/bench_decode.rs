@@ -253,6 +253,7 @@ async fn main() {
                     sluice_types::Value::Int((b * 1000 + i) as i64),
                     sluice_types::Value::Text("x".repeat(100)),
                 ]),
+                snapshot: false,
             })
             .collect();
         store.append_txn(ts, &rows).expect("append");

@@ -449,6 +449,7 @@ fn convert_rows(
                 key,
                 before,
                 after,
+                snapshot: false,
             };
         let (before, after) = (fix(change.before), fix(change.after));
         let Some(kind) =

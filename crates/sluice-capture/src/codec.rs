@@ -216,6 +216,7 @@ pub fn decode(b: &[u8]) -> Res<RowEvent> {
         key,
         before,
         after,
+        snapshot: false,
     })
 }
 
@@ -351,6 +352,7 @@ mod tests {
             key: Key(vec![1, 2, 3]),
             before: Some(vals.clone()),
             after: None,
+            snapshot: false,
         };
         let mut b = Vec::new();
         encode(&e, &mut b);

@@ -35,6 +35,19 @@ fn quote(id: &str) -> String {
     format!("`{}`", id.replace('`', "``"))
 }
 
+/// The upstream's estimate of the rows of `table` (`TABLE_ROWS` of its statistics; 0 when it
+/// has none).
+pub async fn table_rows(conn: &mut mysql_async::Conn, table: &TableSchema) -> Result<u64> {
+    let rows: Option<Option<u64>> = conn
+        .exec_first(
+            "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            (table.database.clone(), table.name.clone()),
+        )
+        .await
+        .map_err(CaptureError::from_mysql)?;
+    Ok(rows.flatten().unwrap_or(0))
+}
+
 /// Interior region boundaries of `table` (sorted, deduplicated).
 pub async fn table_regions(
     conn: &mut mysql_async::Conn,

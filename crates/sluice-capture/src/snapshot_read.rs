@@ -256,15 +256,14 @@ pub async fn read_chunk(
             limit + 1
         ));
     }
-    conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        .await
-        .map_err(e)?;
-    conn.query_drop("SET time_zone = '+00:00', NAMES utf8mb4")
-        .await
-        .map_err(e)?;
-    conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        .await
-        .map_err(e)?;
+    // One round trip: the session's settings, then the snapshot.
+    conn.query_drop(
+        "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; \
+         SET time_zone = '+00:00', NAMES utf8mb4; \
+         START TRANSACTION WITH CONSISTENT SNAPSHOT",
+    )
+    .await
+    .map_err(e)?;
     let read = async {
         let position = snapshot_position(conn).await?;
         let rows: Vec<mysql_async::Row> = conn.exec(q.as_str(), params).await.map_err(e)?;

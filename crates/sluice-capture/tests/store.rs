@@ -35,6 +35,7 @@ fn row(table: u64, pk: u64, ts: u64) -> RowEvent {
         key: Key::row_u64(TableId(table), pk),
         before: None,
         after: Some(vec![Value::UInt(pk), Value::Text(format!("v{pk}"))]),
+        snapshot: false,
     }
 }
 

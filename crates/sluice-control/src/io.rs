@@ -149,6 +149,9 @@ pub enum Input {
     Regions {
         table: TableId,
         regions: Vec<Key>,
+        /// The upstream's estimate of the table's rows (its statistics), for the snapshot's
+        /// estimate of the time left.
+        rows: u64,
     },
     Events {
         cf: ChangefeedId,

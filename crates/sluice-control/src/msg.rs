@@ -440,4 +440,8 @@ pub struct SnapshotStatus {
     pub error: Option<String>,
     /// Every span's copy is durable.
     pub finished: bool,
+    /// About how many rows are left: the upstream's statistics (`TABLE_ROWS`) of the tables
+    /// pending less what their dispatchers copied; `None` until every pending table has them.
+    #[serde(default)]
+    pub rows_left: Option<u64>,
 }

@@ -32,6 +32,8 @@ struct View {
     cordoned: BTreeSet<NodeId>,
     draining: BTreeSet<NodeId>,
     regions: BTreeMap<TableId, Vec<Key>>,
+    /// The upstream's row estimate per table (for the snapshot's time left).
+    table_rows: BTreeMap<TableId, u64>,
 }
 
 impl View {
@@ -163,8 +165,16 @@ impl NodeState {
                     dm.on_floor(now, id, result, &mut out);
                 }
             }
-            Input::Regions { table, regions } => {
+            Input::Regions {
+                table,
+                regions,
+                rows,
+            } => {
                 self.view.regions.insert(table, regions);
+                self.view.table_rows.insert(table, rows);
+                for m in self.maintainers.values_mut() {
+                    m.note_table_rows(table, rows);
+                }
             }
             Input::Events {
                 cf,
@@ -179,7 +189,7 @@ impl NodeState {
             i @ (Input::ChunkQueued { .. }
             | Input::ChunkFailed { .. }
             | Input::ChunkLost { .. }
-            | Input::ChunkDropped { .. }) => self.on_chunk_input(now, i),
+            | Input::ChunkDropped { .. }) => self.on_chunk_input(now, i, &mut out),
             Input::SinkFlushed { cf, id, ts } => {
                 if let Some(dm) = self.dms.get_mut(&cf) {
                     dm.on_sink_flushed(now, id, ts, &self.holds, &mut out);
@@ -328,7 +338,7 @@ impl NodeState {
     }
 
     /// The feed's answers about a dispatcher's snapshot chunk.
-    fn on_chunk_input(&mut self, now: Millis, input: Input) {
+    fn on_chunk_input(&mut self, now: Millis, input: Input, out: &mut Vec<Effect>) {
         match input {
             Input::ChunkQueued {
                 cf,
@@ -339,7 +349,7 @@ impl NodeState {
                 rows,
             } => {
                 if let Some(dm) = self.dms.get_mut(&cf) {
-                    dm.on_chunk_queued(id, ts, cursor, more, rows);
+                    dm.on_chunk_queued(now, id, ts, cursor, more, rows, out);
                 }
             }
             Input::ChunkFailed { cf, id, message } => {
@@ -473,6 +483,9 @@ impl NodeState {
             out,
         );
         m.set_node_warning(self.capture_error.clone());
+        for (t, rows) in &self.view.table_rows {
+            m.note_table_rows(*t, *rows);
+        }
         self.maintainers.insert(cf, m);
     }
 

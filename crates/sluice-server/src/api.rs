@@ -265,11 +265,19 @@ fn snapshot_json(f: &sluice_control::coordinator::FeedView) -> Json {
             "tables_pending": s.tables_pending,
             "rows_copied": s.rows,
             "rows_per_second": f.snapshot_rows_per_sec,
+            "rows_left_estimate": s.rows_left,
+            "seconds_left_estimate": seconds_left(s.rows_left, f.snapshot_rows_per_sec),
             "error": s.error.as_ref().map(|e| scrub(e)),
         }),
         None if mode == SnapshotMode::Never => Json::Null,
         None => json!({ "mode": mode.as_str(), "state": "pending" }),
     }
+}
+
+/// The copy's time left at its current rate (`None` without statistics or while nothing moves).
+fn seconds_left(rows_left: Option<u64>, rows_per_second: u64) -> Option<u64> {
+    let left = rows_left?;
+    (rows_per_second > 0).then(|| left.div_ceil(rows_per_second))
 }
 
 async fn health(State(st): State<AppState>) -> ApiResult {

@@ -94,7 +94,7 @@ pub struct Shell {
     last_gc: Instant,
     /// The capture error last given to the control plane (`Input::CaptureStatus`).
     capture_error_sent: Option<String>,
-    regions: BTreeMap<TableId, Vec<Key>>,
+    regions: BTreeMap<TableId, (Vec<Key>, u64)>,
     /// The last checkpoint this node's coordinator persisted, per changefeed
     /// (`Effect::CheckpointPersisted`).
     persisted: BTreeMap<ChangefeedId, Ts>,
@@ -287,7 +287,7 @@ impl Shell {
 
     /// The table's region boundaries as the upstream's statistics last gave them.
     pub fn regions_of(&self, table: TableId) -> Option<&Vec<Key>> {
-        self.regions.get(&table)
+        self.regions.get(&table).map(|(r, _)| r)
     }
 
     pub fn store_path(&self) -> &std::path::Path {
@@ -323,10 +323,14 @@ impl Shell {
         self.local.clear();
         self.incarnation = incarnation;
         self.node = NodeState::new(self.node_id.clone(), incarnation);
-        let regions: Vec<(TableId, Vec<Key>)> =
+        let regions: Vec<(TableId, (Vec<Key>, u64))> =
             self.regions.iter().map(|(t, r)| (*t, r.clone())).collect();
-        for (table, regions) in regions {
-            self.local.push_back(Input::Regions { table, regions });
+        for (table, (regions, rows)) in regions {
+            self.local.push_back(Input::Regions {
+                table,
+                regions,
+                rows,
+            });
         }
     }
 
@@ -446,8 +450,13 @@ impl Shell {
     }
 
     fn observe(&mut self, input: &Input) {
-        if let Input::Regions { table, regions } = input {
-            self.regions.insert(*table, regions.clone());
+        if let Input::Regions {
+            table,
+            regions,
+            rows,
+        } = input
+        {
+            self.regions.insert(*table, (regions.clone(), *rows));
         }
         if let Input::Message {
             msg: Message::Bootstrap { cf, config, .. } | Message::AddMaintainer { cf, config, .. },
@@ -798,7 +807,7 @@ impl Shell {
                 .map(|t| TableInfo {
                     id: t.table_id,
                     name: t.qualified_name(),
-                    regions: self.regions.get(&t.table_id).cloned().unwrap_or_default(),
+                    regions: self.regions_of(t.table_id).cloned().unwrap_or_default(),
                     splittable: !t.key_columns.is_empty(),
                 })
                 .collect();

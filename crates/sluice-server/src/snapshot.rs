@@ -33,6 +33,10 @@ pub struct ChunkDone {
     pub span: Span,
     /// The table version the read selected by.
     pub version: Ts,
+    /// When the read was asked for (the timings in the debug log).
+    pub asked: std::time::Instant,
+    /// When the read came back.
+    pub read: std::time::Instant,
     pub result: Result<SnapshotChunk, String>,
 }
 
@@ -47,7 +51,13 @@ impl Shell {
             .map_err(|e| crate::mask::scrub(&format!("upstream URL: {e}")))?;
         let constraints = mysql_async::PoolConstraints::new(0, 16).unwrap_or_default();
         let opts = mysql_async::OptsBuilder::from_opts(opts)
-            .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints));
+            // A read sets what it needs each time; kept sessions keep their prepared
+            // statements (one round trip less per chunk).
+            .pool_opts(
+                mysql_async::PoolOpts::default()
+                    .with_constraints(constraints)
+                    .with_reset_connection(false),
+            );
         let pool = mysql_async::Pool::new(opts);
         self.set_snapshot_pool(pool.clone());
         Ok(pool)
@@ -77,6 +87,7 @@ impl Shell {
         // its position, so the next chunks have room in the stream (`feed::CHUNK_TS_SLOTS`).
         let nudge = self.same_position_reads(&cf, id) >= NUDGE_AFTER_READS;
         let node = self.node_id().to_string();
+        let asked = std::time::Instant::now();
         tokio::spawn(async move {
             if nudge {
                 nudge_upstream(&pool, &node).await;
@@ -87,6 +98,8 @@ impl Shell {
                 id,
                 span,
                 version: schema.version,
+                asked,
+                read: std::time::Instant::now(),
                 result,
             });
         });
@@ -105,7 +118,16 @@ impl Shell {
             }
         }
         let (cf, id) = (d.cf.clone(), d.id);
+        let (asked, read_at) = (d.asked, d.read);
         let read = self.decode_chunk(d);
+        tracing::debug!(
+            changefeed = %cf,
+            dispatcher = %id,
+            rows = read.as_ref().map_or(0, |r| r.rows.len()),
+            read_ms = read_at.duration_since(asked).as_millis() as u64,
+            capture_wait_ms = read_at.elapsed().as_millis() as u64,
+            "snapshot chunk read"
+        );
         self.chunk_to_feed(&cf, id, read);
     }
 
@@ -141,6 +163,7 @@ impl Shell {
                 key,
                 before: None,
                 after: Some(vals),
+                snapshot: true,
             })
             .collect();
         Ok(ChunkRead {

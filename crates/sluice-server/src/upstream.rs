@@ -427,7 +427,7 @@ pub async fn regions_task(
     region_size: u64,
     tx: tokio::sync::mpsc::Sender<crate::shell::ShellMsg>,
 ) {
-    use sluice_capture::regions::{table_regions, RegionConfig};
+    use sluice_capture::regions::{table_regions, table_rows, RegionConfig};
     let cfg = RegionConfig {
         region_size: region_size.max(1),
         ..RegionConfig::default()
@@ -445,16 +445,23 @@ pub async fn regions_task(
                 Ok(opts) => match mysql_async::Conn::new(opts).await {
                     Ok(mut conn) => {
                         for t in history.tables_at(at) {
-                            if sluice_capture::schema::is_system_schema(&t.database)
-                                || t.key_columns.is_empty()
-                            {
+                            if sluice_capture::schema::is_system_schema(&t.database) {
                                 continue;
                             }
-                            match table_regions(&mut conn, t, &cfg).await {
-                                Ok(regions) => {
+                            // A keyless table has no boundaries, only its row estimate.
+                            let stats = async {
+                                let rows = table_rows(&mut conn, t).await?;
+                                Ok::<_, sluice_capture::CaptureError>((
+                                    table_regions(&mut conn, t, &cfg).await?,
+                                    rows,
+                                ))
+                            };
+                            match stats.await {
+                                Ok((regions, rows)) => {
                                     let input = sluice_control::Input::Regions {
                                         table: t.table_id,
                                         regions,
+                                        rows,
                                     };
                                     if tx.send(crate::shell::ShellMsg::Input(input)).await.is_err()
                                     {

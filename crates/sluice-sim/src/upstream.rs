@@ -137,6 +137,8 @@ pub struct Upstream {
     pub snap_rows: Vec<(TableId, u64, u64, Ts)>,
     /// Positions snapshot chunks were read at.
     pub chunk_positions: BTreeSet<Ts>,
+    /// Rows of the largest snapshot chunk read so far.
+    pub max_chunk_rows: u64,
 }
 
 /// How far apart consecutive commit ts are.
@@ -208,6 +210,7 @@ impl Upstream {
             });
             self.snap_rows.push((table, *k, *v, position));
         }
+        self.max_chunk_rows = self.max_chunk_rows.max(rows.len() as u64);
         sluice_control::feed::ChunkRead {
             position,
             rows,

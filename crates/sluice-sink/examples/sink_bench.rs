@@ -64,6 +64,7 @@ fn rows(s: &TableSchema, n: usize) -> Vec<RowEvent> {
                     micros: (i % 1_000_000) as u32,
                 },
             ]),
+            snapshot: false,
         })
         .collect()
 }

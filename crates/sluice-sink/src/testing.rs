@@ -59,6 +59,7 @@ pub fn simple_insert(
         key: Key::row_u64(schema.table_id, id),
         before: None,
         after: Some(vec![Value::Int(id as i64), Value::Text(v.into())]),
+        snapshot: false,
     }
 }
 
@@ -210,6 +211,7 @@ pub fn all_types_rows(schema: &TableSchema, commit_ts: Ts, commit_time_ms: u64) 
             key: Key::row_u64(schema.table_id, i as u64 + 1),
             before: None,
             after: Some(after),
+            snapshot: false,
         })
         .collect()
 }

@@ -71,6 +71,7 @@ impl Workload {
             key: Key::row_u64(s.table_id, id),
             before,
             after,
+            snapshot: false,
         }
     }
     fn insert(&mut self, s: &TableSchema, id: i64, v: &str, time: u64) -> RowEvent {

@@ -64,6 +64,7 @@ fn workload() -> (Vec<RowEvent>, Vec<String>) {
             key: Key::row_u64(s.table_id, id as u64),
             before,
             after,
+            snapshot: false,
         });
     }
     (events, sql)

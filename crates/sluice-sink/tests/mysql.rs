@@ -40,6 +40,7 @@ fn row(
         key: Key::row_u64(schema.table_id, id),
         before,
         after,
+        snapshot: false,
     }
 }
 

@@ -226,6 +226,11 @@ pub struct RowEvent {
     pub key: Key,
     pub before: Option<Vec<Value>>,
     pub after: Option<Vec<Value>>,
+    /// A snapshot read of the row (an initial or requested copy), not a change in the binlog:
+    /// an insert of the row as it was, which sinks mark where their protocol has a place for it
+    /// (Debezium's `op: "r"`, canal-json's TiDB extension). Never set on captured changes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub snapshot: bool,
 }
 
 /// The DDL kinds the control plane distinguishes.

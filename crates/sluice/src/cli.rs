@@ -327,11 +327,26 @@ fn snapshot_line(s: &Value) -> String {
             s["rows_copied"].as_u64().unwrap_or(0),
             s["rows_per_second"].as_u64().unwrap_or(0)
         ));
+        if let Some(left) = s["rows_left_estimate"].as_u64() {
+            line.push_str(&format!(", about {left} rows left"));
+        }
+        if let Some(secs) = s["seconds_left_estimate"].as_u64() {
+            line.push_str(&format!(" ({} left at this rate)", duration_text(secs)));
+        }
     }
     if let Some(e) = s["error"].as_str() {
         line.push_str(&format!(" (retrying: {e})"));
     }
     line + "\n"
+}
+
+/// `3h 02m`, `4m 10s`, `12s`.
+fn duration_text(secs: u64) -> String {
+    match secs {
+        s if s >= 3600 => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
+        s if s >= 60 => format!("{}m {:02}s", s / 60, s % 60),
+        s => format!("{s}s"),
+    }
 }
 
 /// The columns a command's answer is shown with (in table output).

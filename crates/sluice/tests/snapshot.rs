@@ -19,16 +19,18 @@ CREATE TABLE s.types (id BIGINT UNSIGNED PRIMARY KEY, ti TINYINT, si SMALLINT UN
   bl BLOB, ch CHAR(8), u UUID, g POINT NULL);
 CREATE TABLE s.nokey (a INT, b VARCHAR(8));";
 
-fn seed(up: &sluice_testkit::mariadb::MariaDb, rows: u32) {
+/// `big` rows in the sysbench-like `s.big`, `rows` in `s.comp`.
+fn seed(up: &sluice_testkit::mariadb::MariaDb, big: u32, rows: u32) {
     up.exec(&format!(
         "INSERT INTO s.big SELECT seq, CONCAT('v', seq), seq / 7, '2024-01-02 03:04:05.123456' + INTERVAL seq SECOND, \
-         IF(seq % 5 = 0, NULL, '2024-05-06 07:08:09.5' + INTERVAL seq MINUTE) FROM s.seq_1_to_{rows};
+         IF(seq % 5 = 0, NULL, '2024-05-06 07:08:09.5' + INTERVAL seq MINUTE) FROM s.seq_1_to_{big};
          INSERT INTO s.comp SELECT CONCAT('r', seq % 13), seq, REPEAT('é', seq % 9) FROM s.seq_1_to_{rows};
          INSERT INTO s.types SELECT seq, CAST(seq % 100 AS SIGNED) - 50, seq % 60000, -CAST(seq AS SIGNED), seq / 3, seq / 7, '2020-02-29' + INTERVAL seq DAY,
            SEC_TO_TIME(seq) + INTERVAL 0.125 SECOND, 1990 + seq % 50, ELT(1 + seq % 3, 'a', 'b', 'c'), 'x,z', seq % 1024,
            JSON_OBJECT('k', seq, 's', 'q\"t'), UNHEX(LPAD(HEX(seq), 8, '0')), REPEAT(CHAR(seq % 256), 3), 'ch', UUID(),
            IF(seq % 2 = 0, POINT(seq, -seq), NULL) FROM s.seq_1_to_2000;
          INSERT INTO s.nokey SELECT seq % 17, 'k' FROM s.seq_1_to_500;",
+        big = big,
         rows = rows
     ))
     .expect("seed");
@@ -72,7 +74,9 @@ fn an_initial_snapshot_under_a_concurrent_workload_ends_equal_to_the_upstream() 
     let (down, down_url) = mariadb_with_user(DOWN_PASS);
     up.exec(SCHEMA).expect("schema up");
     down.exec(SCHEMA).expect("schema down");
-    seed(&up, 60_000);
+    // A million rows in the sysbench-like table, copied in chunks of the default size.
+    const BIG: u64 = 1_000_000;
+    seed(&up, BIG as u32, 60_000);
     let server = Server::start(&dir, &up_url);
     let s = server.url();
     let stop = Arc::new(AtomicBool::new(false));
@@ -83,12 +87,12 @@ fn an_initial_snapshot_under_a_concurrent_workload_ends_equal_to_the_upstream() 
         &s,
         "snap",
         &sink,
-        Some((&dir, "snapshot = \"initial\"\nsnapshot-chunk-rows = 2000\n")),
+        Some((&dir, "snapshot = \"initial\"\n")),
         &[],
     );
     // The copy reports itself while it runs, and finishes.
     let mut saw_copying = false;
-    wait_for("the snapshot to finish", 240, || {
+    wait_for("the snapshot to finish", 600, || {
         let v = feed(&out, &s, "snap");
         saw_copying |= v["snapshot"]["state"] == "copying";
         (v["snapshot"]["state"] == "finished")
@@ -106,7 +110,7 @@ fn an_initial_snapshot_under_a_concurrent_workload_ends_equal_to_the_upstream() 
     let v = feed(&out, &s, "snap");
     assert_eq!(v["state"], "normal", "{v}");
     assert!(
-        v["snapshot"]["rows_copied"].as_u64().unwrap_or(0) >= 60_000,
+        v["snapshot"]["rows_copied"].as_u64().unwrap_or(0) >= BIG,
         "rows copied reported: {v}"
     );
     let r = check(&out, &up_url, &down_url, "s.*");
@@ -201,8 +205,14 @@ fn a_snapshot_of_an_idle_upstream_resumes_after_kill_9_and_finishes() {
             .unwrap_or(0);
         (n >= ROWS / 3).then_some(()).ok_or(format!("{n} rows"))
     });
-    // The copy shows where users look: the span's state and the metrics.
+    // The copy shows where users look: the span's state, the metrics, and the progress line
+    // with the rows left by the upstream's statistics.
     let (_, spans) = api(&out, &s, "GET", "/api/v2/changefeeds/idle/spans", None);
+    let v = feed(&out, &s, "idle");
+    let query = sluice(
+        &out,
+        &["cli", "--server", &s, "changefeed", "query", "-c", "idle"],
+    );
     let (_, m) = api_raw(&s, "GET", "/metrics", None).expect("metrics");
     let metrics = m.as_str().unwrap_or("").to_string();
     server.kill9();
@@ -216,6 +226,16 @@ fn a_snapshot_of_an_idle_upstream_resumes_after_kill_9_and_finishes() {
         metrics.contains("sluice_snapshot_rows_copied{changefeed=\"idle\"}")
             && metrics.contains("sluice_snapshot_tables_pending{changefeed=\"idle\"} 1"),
         "{metrics}"
+    );
+    let left = v["snapshot"]["rows_left_estimate"].as_u64();
+    assert!(
+        left.is_some_and(|l| l < ROWS),
+        "rows left by the statistics: {v}"
+    );
+    assert!(
+        query.stdout.contains("snapshot: copying") && query.stdout.contains("rows left"),
+        "the progress line: {}",
+        query.stdout
     );
     server.restart_after_kill();
     wait_snapshot_finished(&out, &s, "idle", 240);

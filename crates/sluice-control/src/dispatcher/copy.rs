@@ -19,6 +19,7 @@
 
 use super::*;
 use crate::config::{CHUNK_RETRY_MS, MAX_CONCURRENT_CHUNK_READS};
+use crate::feed::MAX_CHUNKS_AHEAD;
 use crate::msg::{CopyProgress, CopyReport, CopyStart};
 
 /// A chunk queued in the feed or written, not yet durable.
@@ -131,8 +132,19 @@ impl Copy {
         self.reading || self.queued.back().is_some_and(|q| q.ts > received_upto)
     }
 
+    /// Chunks read and not yet received from the feed.
+    fn ahead(&self, received_upto: Ts) -> usize {
+        self.queued.iter().filter(|q| q.ts > received_upto).count()
+    }
+
+    /// The next read may start: no read under way and room in the feed's read-ahead (the read
+    /// of chunk `n + 1` overlaps the wait of chunk `n` for its position and its trip to the
+    /// sink).
     fn wants_read(&self, received_upto: Ts, now: Millis) -> bool {
-        !self.read_all && !self.busy(received_upto) && self.retry_at.is_none_or(|t| now >= t)
+        !self.read_all
+            && !self.reading
+            && self.ahead(received_upto) < MAX_CHUNKS_AHEAD
+            && self.retry_at.is_none_or(|t| now >= t)
     }
 
     /// Whether a stream row at `ts` is written (keyless tables: not before their chunk).
@@ -194,8 +206,24 @@ impl DispatcherManager {
         });
     }
 
-    /// `Input::ChunkQueued`: the feed holds the chunk; it reaches the dispatcher at `ts`.
+    /// `Input::ChunkQueued`: the feed holds the chunk; it reaches the dispatcher at `ts`. The
+    /// next read starts now, while this chunk goes through the stream to the sink.
+    #[allow(clippy::too_many_arguments)]
     pub fn on_chunk_queued(
+        &mut self,
+        now: Millis,
+        id: DispatcherId,
+        ts: Ts,
+        cursor: Option<Vec<u8>>,
+        more: bool,
+        rows: usize,
+        out: &mut Vec<Effect>,
+    ) {
+        self.note_chunk_queued(id, ts, cursor, more, rows);
+        self.copy_step(now, out);
+    }
+
+    fn note_chunk_queued(
         &mut self,
         id: DispatcherId,
         ts: Ts,

@@ -15,7 +15,9 @@
 //! Invariants:
 //! - a chunk goes into the stream after its cursor, within [`CHUNK_TS_SLOTS`] of its position
 //!   (where no transaction can be), or not at all: it is refused, never put in out of order;
-//! - a chunk's rows are accounted against the memory quota from the moment the feed holds them;
+//! - a chunk's rows are accounted against the memory quota from the moment the feed holds them,
+//!   and no read starts while the quota is full (so rows in flight stay within the quota plus one
+//!   transaction plus one chunk per read under way);
 //!   each dispatcher holds at most [`MAX_CHUNKS_AHEAD`] and has at most one read under way; while
 //!   it holds one, the stream goes up to that chunk's position (below the next read's), and
 //!   with none held it waits for the read;
@@ -131,6 +133,11 @@ impl<R: FeedRow> Feed<R> {
             return;
         };
         let (cf, id) = (cf.clone(), *id);
+        // A full quota starts no read: the dispatcher asks again later (each read under way
+        // can bring one chunk above the quota, and a manager has a bounded number of them).
+        if self.inflight_bytes >= self.quota_bytes && !mutation("feed-ignores-quota") {
+            return out.push(FeedOut::Input(Input::ChunkDropped { cf, id }));
+        }
         match self.lanes.get_mut(&(cf.clone(), id)) {
             Some(l)
                 if l.sub.is_some() && l.chunks.len() < MAX_CHUNKS_AHEAD && !l.awaiting_chunk =>

@@ -44,8 +44,9 @@ use crate::config::{
 };
 use crate::io::{AppliedDdl, Effect, SchemaSnapshot, TraceEvent};
 use crate::msg::{
-    truncate_error, BarrierCommand, BlockReport, BlockStage, ClosePurpose, DispatcherPhase,
-    DispatcherReport, MaintainerState, MaintainerStatus, Message, RejectReason, TableRequest,
+    truncate_error, BarrierCommand, BlockReport, BlockStage, ClosePurpose, CopyReport,
+    DispatcherPhase, DispatcherReport, MaintainerState, MaintainerStatus, Message, RejectReason,
+    TableRequest,
 };
 use barrier::Barrier;
 use operator::{span_key, OpKind, OpPhase, Operator, SpanKey};
@@ -221,8 +222,10 @@ pub struct Maintainer {
     copy_started: bool,
     /// The copy's progress changed since the record was last written.
     copy_dirty: bool,
-    /// Rows copied and the last read error, per dispatcher, from its reports.
-    copy_rows: BTreeMap<DispatcherId, (u64, Option<String>)>,
+    /// Each dispatcher's copy as it last reported it.
+    copy_rows: BTreeMap<DispatcherId, CopyReport>,
+    /// The upstream's row estimate of each table (its statistics, from the node).
+    table_rows: BTreeMap<TableId, u64>,
 }
 
 impl Maintainer {
@@ -296,6 +299,7 @@ impl Maintainer {
             copy_started: false,
             copy_dirty: false,
             copy_rows: BTreeMap::new(),
+            table_rows: BTreeMap::new(),
         };
         // First the schema history and the persisted epoch; the bootstrap starts only once this
         // maintainer knows it is not stale.
@@ -382,7 +386,7 @@ impl Maintainer {
                 snapshot_rows: e
                     .dispatcher
                     .and_then(|d| self.copy_rows.get(&d))
-                    .map(|(rows, _)| *rows),
+                    .map(|c| c.rows),
                 node: e.node.clone(),
                 checkpoint: e.checkpoint,
                 operator: e

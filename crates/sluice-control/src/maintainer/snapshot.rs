@@ -19,7 +19,7 @@
 
 use super::{Maintainer, SpanState};
 use crate::io::Effect;
-use crate::msg::{CopyProgress, CopyStart, DispatcherReport, Message, SnapshotStatus};
+use crate::msg::{CopyProgress, CopyReport, CopyStart, DispatcherReport, Message, SnapshotStatus};
 use serde::{Deserialize, Serialize};
 use sluice_types::{NodeId, Span, TableId};
 use std::collections::BTreeMap;
@@ -176,7 +176,7 @@ impl Maintainer {
         }
         match &r.copy {
             Some(c) => {
-                self.copy_rows.insert(r.id, (c.rows, c.error.clone()));
+                self.copy_rows.insert(r.id, c.clone());
                 if self.copies.set(&r.span, c.durable.clone()) {
                     self.copy_dirty = true;
                 }
@@ -236,17 +236,37 @@ impl Maintainer {
         if !self.copy_started {
             return None;
         }
-        let live: Vec<&(u64, Option<String>)> = self
+        let live: Vec<(TableId, &CopyReport)> = self
             .spans
-            .values()
-            .filter_map(|e| e.dispatcher)
-            .filter_map(|id| self.copy_rows.get(&id))
+            .iter()
+            .filter_map(|(s, e)| Some((s.0, self.copy_rows.get(&e.dispatcher?)?)))
             .collect();
         Some(SnapshotStatus {
             tables_pending: self.copies.pending_tables() as u64,
-            rows: live.iter().map(|(r, _)| r).sum(),
-            error: live.iter().find_map(|(_, e)| e.clone()),
+            rows: live.iter().map(|(_, c)| c.rows).sum(),
+            error: live.iter().find_map(|(_, c)| c.error.clone()),
             finished: self.copies.is_empty(),
+            rows_left: self.rows_left(&live),
         })
+    }
+
+    /// The statistics' rows of every pending table less what its dispatchers copied (`None`
+    /// while a pending table has no statistics yet).
+    fn rows_left(&self, live: &[(TableId, &CopyReport)]) -> Option<u64> {
+        let mut left = 0u64;
+        for t in self.copies.tables() {
+            let copied: u64 = live
+                .iter()
+                .filter(|(table, _)| *table == t)
+                .map(|(_, c)| c.rows)
+                .sum();
+            left += self.table_rows.get(&t)?.saturating_sub(copied);
+        }
+        Some(left)
+    }
+
+    /// The node learnt the upstream's row estimate of a table.
+    pub fn note_table_rows(&mut self, table: TableId, rows: u64) {
+        self.table_rows.insert(table, rows);
     }
 }

@@ -147,10 +147,15 @@ impl Sim {
         let Some(feed) = self.nodes.get(name).and_then(|n| n.feed.as_ref()) else {
             return;
         };
-        let bound = feed.quota_bytes() + self.upstream.max_txn_rows * ROW_BYTES as u64;
+        // Beyond the quota: the batch that crossed it (one transaction at most), and one chunk
+        // per snapshot read under way (no read starts at a full quota; a manager has at most
+        // `MAX_CONCURRENT_CHUNK_READS` under way).
+        let chunks = sluice_control::config::MAX_CONCURRENT_CHUNK_READS as u64
+            * self.upstream.max_chunk_rows;
+        let bound = feed.quota_bytes() + (self.upstream.max_txn_rows + chunks) * ROW_BYTES as u64;
         let v = if feed.inflight_bytes() > bound {
             Some(format!(
-                "inflight-within-quota: {name} has {} bytes of rows in flight, above its quota {} plus its largest transaction ({} rows of {ROW_BYTES} bytes)",
+                "inflight-within-quota: {name} has {} bytes of rows in flight, above its quota {} plus its largest transaction ({} rows of {ROW_BYTES} bytes) plus {chunks} rows of snapshot chunks",
                 feed.inflight_bytes(),
                 feed.quota_bytes(),
                 self.upstream.max_txn_rows

@@ -38,14 +38,27 @@ impl Sim {
             );
         }
         // Regions of every table, and the holds switched on for this node name.
-        let regions: Vec<(TableId, Vec<sluice_types::Key>)> = self
+        let regions: Vec<(TableId, Vec<sluice_types::Key>, u64)> = self
             .upstream
             .tables
             .values()
-            .map(|t| (t.id, region_boundaries(t.id, t.regions)))
+            .map(|t| {
+                (
+                    t.id,
+                    region_boundaries(t.id, t.regions),
+                    t.rows.len() as u64,
+                )
+            })
             .collect();
-        for (table, r) in regions {
-            self.deliver_now(name, Input::Regions { table, regions: r });
+        for (table, r, rows) in regions {
+            self.deliver_now(
+                name,
+                Input::Regions {
+                    table,
+                    regions: r,
+                    rows,
+                },
+            );
         }
         let holds: Vec<HoldPoint> = self
             .holds

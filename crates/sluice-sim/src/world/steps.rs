@@ -159,6 +159,7 @@ impl Sim {
                     Input::Regions {
                         table: t,
                         regions: region_boundaries(t, r),
+                        rows: 0,
                     },
                 );
             }

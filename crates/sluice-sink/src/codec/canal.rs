@@ -168,7 +168,16 @@ pub fn encode_row_message(
         _ => push_image(out, schema, row.after.as_deref().ok_or_else(missing)?)?,
     }
     if tidb_extension {
-        out.push_str(&format!(",\"_tidb\":{{\"commitTs\":{}}}", row.commit_ts));
+        // A snapshot read says so (canal has no place for it; the extension does).
+        let snapshot = if row.snapshot {
+            ",\"snapshot\":true"
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            ",\"_tidb\":{{\"commitTs\":{}{snapshot}}}",
+            row.commit_ts
+        ));
     }
     out.push('}');
     Ok(())

@@ -196,10 +196,22 @@ fn source_schema() -> Json {
     })
 }
 
-fn source(name: &str, db: &str, table: Option<&str>, commit_ts: Ts, time_ms: u64) -> Json {
+fn source(name: &str, db: &str, table: Option<&str>, row: &RowEvent) -> Json {
+    let snapshot = if row.snapshot { "true" } else { "false" };
+    source_at(name, db, table, row.commit_ts, row.commit_time_ms, snapshot)
+}
+
+fn source_at(
+    name: &str,
+    db: &str,
+    table: Option<&str>,
+    commit_ts: Ts,
+    time_ms: u64,
+    snapshot: &str,
+) -> Json {
     json!({
         "version": ENVELOPE_VERSION, "connector": CONNECTOR, "name": name, "ts_ms": time_ms,
-        "snapshot": "false", "db": db, "table": table, "server_id": 0, "gtid": null,
+        "snapshot": snapshot, "db": db, "table": table, "server_id": 0, "gtid": null,
         "file": "", "pos": commit_ts & 0xffff_ffff, "row": 0, "thread": null, "query": null,
         "commit_ts": commit_ts
     })
@@ -237,6 +249,8 @@ pub fn encode_row_value_with(
     row: &RowEvent,
 ) -> Result<String> {
     let (op, before, after) = match row.kind {
+        // A snapshot read is Debezium's read event.
+        RowKind::Insert if row.snapshot => ("r", Json::Null, image(schema, row.after.as_deref())?),
         RowKind::Insert => ("c", Json::Null, image(schema, row.after.as_deref())?),
         RowKind::Update => (
             "u",
@@ -256,7 +270,7 @@ pub fn encode_row_value_with(
     }
     let payload = json!({
         "before": before, "after": after,
-        "source": source(name, &schema.database, Some(&schema.name), row.commit_ts, row.commit_time_ms),
+        "source": source(name, &schema.database, Some(&schema.name), row),
         "op": op, "ts_ms": row.commit_time_ms
     });
     let mut out = String::with_capacity(envelope.len() + 512);
@@ -300,7 +314,7 @@ pub fn encode_ddl_value(name: &str, ddl: &DdlEvent, table: &str) -> String {
     json!({
         "schema": null,
         "payload": {
-            "source": source(name, ddl.target_database(), table, ddl.commit_ts, ddl.commit_time_ms),
+            "source": source_at(name, ddl.target_database(), table, ddl.commit_ts, ddl.commit_time_ms, "false"),
             "ts_ms": ddl.commit_time_ms,
             "databaseName": ddl.target_database(),
             "schemaName": null,

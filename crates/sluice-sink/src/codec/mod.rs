@@ -143,6 +143,7 @@ impl DecodedRow {
             key: sluice_types::Key::table_start(schema.table_id),
             before: self.before,
             after: self.after,
+            snapshot: false,
         }
     }
 }
