@@ -311,6 +311,64 @@ pub async fn read_chunk(
     })
 }
 
+/// Whether the table's key order is the upstream's `ORDER BY` order exactly: every key column
+/// is an integer (string keys are not: the row key's collation weights do not fold accents the
+/// way `general_ci` does). Only then may a read of a span start at the span's first key and
+/// stop at its end ([`cursor_at`], [`past_span`]).
+pub fn exact_key_order(table: &TableSchema) -> bool {
+    !table.key_columns.is_empty()
+        && table.key_columns.iter().all(|i| {
+            matches!(
+                table.columns[*i].ty,
+                ColumnType::TinyInt
+                    | ColumnType::SmallInt
+                    | ColumnType::MediumInt
+                    | ColumnType::Int
+                    | ColumnType::BigInt
+            )
+        })
+}
+
+/// A cursor whose read starts at row key `start` (the rows with key `>= start`), for a table of
+/// [`exact_key_order`]; `None` when the key is not a whole row key of integers or is the
+/// smallest there is (read from the table's start then).
+pub fn cursor_at(table: &TableSchema, start: &sluice_types::Key) -> Option<Vec<u8>> {
+    if !exact_key_order(table) {
+        return None;
+    }
+    let mut rest = start.0.get(9..)?;
+    let mut vals = Vec::with_capacity(table.key_columns.len());
+    for i in &table.key_columns {
+        let (tag, tail) = rest.split_first()?;
+        let bytes: [u8; 8] = tail.get(..8)?.try_into().ok()?;
+        if *tag != 0x03 {
+            return None;
+        }
+        let raw = u64::from_be_bytes(bytes);
+        vals.push(match table.columns[*i].unsigned {
+            true => CursorValue::UInt(raw),
+            false => CursorValue::Int((raw ^ (1 << 63)) as i64),
+        });
+        rest = &tail[8..];
+    }
+    if !rest.is_empty() {
+        return None;
+    }
+    // `>= (.., y)` is `> (.., y - 1)` for integers.
+    match vals.last_mut()? {
+        CursorValue::UInt(u) => *u = u.checked_sub(1)?,
+        CursorValue::Int(i) => *i = i.checked_sub(1)?,
+        _ => return None,
+    }
+    serde_json::to_vec(&vals).ok()
+}
+
+/// A read of a span of a table of [`exact_key_order`] is over once it saw a row at or past the
+/// span's end (the rows after it in key order are past it too).
+pub fn past_span(table: &TableSchema, span: &sluice_types::Span, key: &sluice_types::Key) -> bool {
+    exact_key_order(table) && *key >= span.end
+}
+
 /// The decoder's value of a column from the upstream's (see [`select_expr`]).
 pub fn sql_value(c: &ColumnDef, v: Option<&M>) -> std::result::Result<Value, String> {
     let v = v.ok_or("missing")?;
@@ -533,6 +591,66 @@ mod tests {
         assert_eq!(parse_micros("1700000000.5"), Ok(1_700_000_000_500_000));
         assert_eq!(parse_micros("0"), Ok(0));
         assert!(parse_micros("x").is_err());
+    }
+
+    fn int_table(unsigned: [bool; 2], keys: Vec<usize>, second: ColumnType) -> TableSchema {
+        let col = |name: &str, ty, unsigned| ColumnDef {
+            name: name.into(),
+            ty,
+            sql_type: String::new(),
+            unsigned,
+            nullable: false,
+            charset: None,
+            collation: None,
+            elements: vec![],
+            decimals: 0,
+            length: 0,
+            generated: None,
+        };
+        TableSchema {
+            table_id: sluice_types::TableId(7),
+            database: "d".into(),
+            name: "t".into(),
+            columns: vec![
+                col("a", ColumnType::BigInt, unsigned[0]),
+                col("b", second, unsigned[1]),
+            ],
+            key_columns: keys,
+            unique_keys: vec![],
+            version: 0,
+            partitioning: None,
+        }
+    }
+
+    #[test]
+    fn a_span_of_integer_keys_starts_at_its_first_key_and_ends_past_its_last() {
+        let t = int_table([false, true], vec![0, 1], ColumnType::Int);
+        let spec = [(0usize, 0u16), (1, 0)];
+        let key = |a: i64, b: u64| row_key(t.table_id, &[Value::Int(a), Value::UInt(b)], &spec);
+        let cursor = |k: &Key| cursor_at(&t, k).map(|c| String::from_utf8(c).unwrap());
+        // `>= (-5, 10)` reads as `> (-5, 9)`, in the cursor's own form.
+        assert_eq!(
+            cursor(&key(-5, 10)).as_deref(),
+            Some(r#"[{"Int":-5},{"UInt":9}]"#)
+        );
+        // The smallest last value has no predecessor: read from the start (correct, slower).
+        assert_eq!(cursor(&key(3, 0)), None);
+        // Not a whole row key (a table prefix): no cursor.
+        assert_eq!(cursor(&Key::table_start(t.table_id)), None);
+        let span = sluice_types::Span::new(t.table_id, key(-5, 10), key(8, 1));
+        assert!(!past_span(&t, &span, &key(8, 0)));
+        assert!(past_span(&t, &span, &key(8, 1)));
+        assert!(past_span(&t, &span, &key(9, 0)));
+        // A string in the key: its order is not the SQL order; read the table, keep the span.
+        let s = int_table([false, false], vec![0, 1], ColumnType::VarChar);
+        let skey = row_key(s.table_id, &[Value::Int(1), Value::Text("x".into())], &spec);
+        assert_eq!(cursor_at(&s, &skey), None);
+        assert!(!past_span(&s, &span, &key(9, 0)));
+        assert!(!exact_key_order(&int_table(
+            [false, false],
+            vec![],
+            ColumnType::Int
+        )));
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //!   table's version at that position; a DDL of the table between the version the read used and
 //!   the position makes the read fail (the dispatcher reads again), so a chunk's rows always have
 //!   the columns of the version they are written under;
-//! - only rows of the dispatcher's span are handed on (a split table's spans each read the table
-//!   in key order and keep their own keys);
+//! - only rows of the dispatcher's span are handed on; a span of a table with integer keys (key
+//!   order = SQL order) reads from its first key and ends at its last, other split tables' spans
+//!   each read the table in key order and keep their own keys;
 //! - at most [`MAX_CHUNK_WAITS`] read chunks wait for capture; beyond, the read fails and is
 //!   retried (bounded memory whatever capture's lag).
 
@@ -81,6 +82,14 @@ impl Shell {
             );
             return self.chunk_to_feed(&cf, id, Err(why));
         };
+        // A span that starts inside its table reads from its first key where the key order is
+        // the SQL order (integer keys); elsewhere each span reads the table from its start and
+        // keeps its own rows.
+        let after = after.or_else(|| {
+            (span.start > sluice_types::Key::table_start(span.table))
+                .then(|| sluice_capture::snapshot_read::cursor_at(&schema, &span.start))
+                .flatten()
+        });
         let tx = self.chunk_sender();
         let pool = self.snapshot_pool();
         // An upstream that wrote nothing since many chunks of this span: a heartbeat write moves
@@ -136,9 +145,14 @@ impl Shell {
     fn decode_chunk(&self, d: ChunkDone) -> Result<ChunkRead<RowEvent>, String> {
         let c = d.result?;
         let history = self.capture().history();
-        let version = history
-            .table_by_id_at(d.span.table, c.position)
-            .map(|t| t.version);
+        let table = history.table_by_id_at(d.span.table, c.position);
+        let version = table.map(|t| t.version);
+        // Integer keys: a row past the span's end ends the span's copy.
+        let past = table.is_some_and(|t| {
+            c.rows
+                .iter()
+                .any(|(_, key)| sluice_capture::snapshot_read::past_span(t, &d.span, key))
+        });
         if version != Some(d.version) {
             return Err(format!(
                 "table {} changed while its snapshot chunk was read (version {} then {version:?}); reading again",
@@ -170,7 +184,7 @@ impl Shell {
             position: c.position,
             rows,
             cursor: c.cursor,
-            more: c.more,
+            more: c.more && !past,
         })
     }
 }
