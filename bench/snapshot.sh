@@ -10,7 +10,8 @@
 # a test; upstream, downstream and Sluice share the machine's cores.
 #   bench/snapshot.sh [rows] [chunk-rows]    # default 1000000 rows, 8192 rows per chunk
 # SLUICE_BIN=path picks the binary (default: target/release/sluice, built if missing);
-# FILE_PARAMS='&flush-interval=100ms' adds sink URI parameters to the file run; PERF_OUT=path
+# FILE_PARAMS='&flush-interval=100ms' adds sink URI parameters to the file run (MYSQL_PARAMS='?worker-count=4'
+# to the MySQL run); PERF_OUT=path
 # records a `perf` profile of the server during the file run; SERVER_LOG=path keeps its log
 # (LOG_LEVEL=debug logs each chunk read with its timings).
 set -euo pipefail
@@ -70,7 +71,7 @@ run() { # name sink-uri -> "seconds peak-rss-MiB"
   "$SLUICE" cli --server "http://$API" changefeed remove -c "$name" >/dev/null
 }
 down -e "TRUNCATE TABLE sb.t"
-read -r T_MYSQL RSS_MYSQL <<<"$(run tomysql "mysql://sluice:bench@127.0.0.1:$DOWN/")"
+read -r T_MYSQL RSS_MYSQL <<<"$(run tomysql "mysql://sluice:bench@127.0.0.1:$DOWN/${MYSQL_PARAMS:-}")"
 N_DOWN=$(down -N -e "SELECT COUNT(*) FROM sb.t")
 if [ -n "${PERF_OUT:-}" ]; then # a profile of the server during the file run
   perf record -F 499 -g -o "$PERF_OUT" -p "$SERVER" 2>/dev/null &

@@ -593,8 +593,8 @@ mod tests {
         assert!(parse_micros("x").is_err());
     }
 
-    fn int_table(unsigned: [bool; 2], keys: Vec<usize>, second: ColumnType) -> TableSchema {
-        let col = |name: &str, ty, unsigned| ColumnDef {
+    fn col(name: &str, ty: ColumnType, unsigned: bool) -> ColumnDef {
+        ColumnDef {
             name: name.into(),
             ty,
             sql_type: String::new(),
@@ -606,7 +606,10 @@ mod tests {
             decimals: 0,
             length: 0,
             generated: None,
-        };
+        }
+    }
+
+    fn int_table(unsigned: [bool; 2], keys: Vec<usize>, second: ColumnType) -> TableSchema {
         TableSchema {
             table_id: sluice_types::TableId(7),
             database: "d".into(),
@@ -655,20 +658,10 @@ mod tests {
 
     #[test]
     fn composite_keys_resume_strictly_after_the_cursor() {
-        let col = |name: &str, ty| ColumnDef {
-            name: name.into(),
-            ty,
-            sql_type: String::new(),
-            unsigned: false,
-            nullable: false,
-            charset: None,
-            collation: None,
-            elements: vec![],
-            decimals: 0,
-            length: 0,
-            generated: None,
-        };
-        let (a, b) = (col("a", ColumnType::Int), col("b", ColumnType::Decimal));
+        let (a, b) = (
+            col("a", ColumnType::Int, false),
+            col("b", ColumnType::Decimal, false),
+        );
         let (w, p) = after_clause(
             &[&a, &b],
             &[CursorValue::Int(1), CursorValue::Bytes(b"2.5".to_vec())],

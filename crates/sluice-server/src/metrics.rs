@@ -151,7 +151,8 @@ fn changefeed_metrics(shell: &Shell, o: &mut String) {
         metric(o, "sluice_changefeed_state", "gauge", "The changefeed's state as the API shows it (normal, warning, stopped, failed), on the coordinator's node.", &state_lines);
     }
     let (mut resolved_lines, mut ops_lines) = (String::new(), String::new());
-    let (mut snap_rows, mut snap_tables) = (String::new(), String::new());
+    let (mut snap_rows, mut snap_tables, mut snap_left) =
+        (String::new(), String::new(), String::new());
     for mt in shell.node().maintainers() {
         if let Some(snap) = mt.status().snapshot {
             let cf = esc(mt.cf().as_str());
@@ -165,6 +166,12 @@ fn changefeed_metrics(shell: &Shell, o: &mut String) {
                 "sluice_snapshot_tables_pending{{changefeed=\"{cf}\"}} {}",
                 snap.tables_pending
             );
+            if let Some(left) = snap.rows_left {
+                let _ = writeln!(
+                    snap_left,
+                    "sluice_snapshot_rows_left_estimate{{changefeed=\"{cf}\"}} {left}"
+                );
+            }
         }
         let lag = lag_of(shell, mt.status().resolved, now);
         let cf = esc(mt.cf().as_str());
@@ -194,6 +201,15 @@ fn changefeed_metrics(shell: &Shell, o: &mut String) {
             "gauge",
             "Tables whose snapshot copy is not durable yet (0: finished).",
             &snap_tables,
+        );
+    }
+    if !snap_left.is_empty() {
+        metric(
+            o,
+            "sluice_snapshot_rows_left_estimate",
+            "gauge",
+            "Rows the snapshot has left by the upstream's statistics (TABLE_ROWS of the pending tables less the rows copied).",
+            &snap_left,
         );
     }
 }

@@ -253,14 +253,14 @@ impl Maintainer {
     /// The statistics' rows of every pending table less what its dispatchers copied (`None`
     /// while a pending table has no statistics yet).
     fn rows_left(&self, live: &[(TableId, &CopyReport)]) -> Option<u64> {
+        let mut copied: BTreeMap<TableId, u64> = BTreeMap::new();
+        for (t, c) in live {
+            *copied.entry(*t).or_default() += c.rows;
+        }
         let mut left = 0u64;
         for t in self.copies.tables() {
-            let copied: u64 = live
-                .iter()
-                .filter(|(table, _)| *table == t)
-                .map(|(_, c)| c.rows)
-                .sum();
-            left += self.table_rows.get(&t)?.saturating_sub(copied);
+            let done = copied.get(&t).copied().unwrap_or(0);
+            left += self.table_rows.get(&t)?.saturating_sub(done);
         }
         Some(left)
     }
