@@ -630,7 +630,7 @@ mod tests {
         let t = int_table([false, true], vec![0, 1], ColumnType::Int);
         let spec = [(0usize, 0u16), (1, 0)];
         let key = |a: i64, b: u64| row_key(t.table_id, &[Value::Int(a), Value::UInt(b)], &spec);
-        let cursor = |k: &Key| cursor_at(&t, k).map(|c| String::from_utf8(c).unwrap());
+        let cursor = |k: &Key| cursor_at(&t, k).map(|c| String::from_utf8(c).expect("utf-8"));
         // `>= (-5, 10)` reads as `> (-5, 9)`, in the cursor's own form.
         assert_eq!(
             cursor(&key(-5, 10)).as_deref(),
