@@ -169,13 +169,7 @@ impl NodeState {
                 table,
                 regions,
                 rows,
-            } => {
-                self.view.regions.insert(table, regions);
-                self.view.table_rows.insert(table, rows);
-                for m in self.maintainers.values_mut() {
-                    m.note_table_rows(table, rows);
-                }
-            }
+            } => self.on_regions(table, regions, rows),
             Input::Events {
                 cf,
                 id,
@@ -334,6 +328,16 @@ impl NodeState {
                 "node {}: request dropped, not the coordinator: {req:?}",
                 self.id
             )))),
+        }
+    }
+
+    /// The upstream's statistics of a table: its regions (for the split scheduler) and its row
+    /// estimate (for the maintainers' snapshot estimate).
+    fn on_regions(&mut self, table: TableId, regions: Vec<Key>, rows: u64) {
+        self.view.regions.insert(table, regions);
+        self.view.table_rows.insert(table, rows);
+        for m in self.maintainers.values_mut() {
+            m.note_table_rows(table, rows);
         }
     }
 
