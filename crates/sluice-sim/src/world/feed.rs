@@ -4,8 +4,8 @@
 //!
 //! Invariants, checked on every batch and every read: a batch holds whole transactions of its
 //! span and is never resolved past what capture completed; the bytes of rows in flight stay
-//! within the quota plus the largest transaction; no row handle leaks (audited after every read
-//! and every unsubscribe).
+//! within the quota plus the largest transaction plus one chunk per snapshot read under way; no
+//! row handle leaks (audited after every read and every unsubscribe).
 
 use super::*;
 
