@@ -107,6 +107,15 @@ pub enum SinkError {
         reason: String,
         retryable: bool,
     },
+    /// A schema registry (`protocol=avro`) failed: `what` was being done, `reason` is its
+    /// answer. Retryable when it could not be reached or answered 5xx; fatal when it refused
+    /// (an incompatible schema, a bad request, no access).
+    #[error("schema registry {what} failed: {reason}")]
+    Registry {
+        what: String,
+        reason: String,
+        retryable: bool,
+    },
     /// A background flush of this dispatcher failed earlier; later calls report it.
     #[error("an earlier flush failed: {0}")]
     Earlier(std::sync::Arc<SinkError>),
@@ -123,7 +132,8 @@ impl SinkError {
             SinkError::Store { retryable, .. }
             | SinkError::Db { retryable, .. }
             | SinkError::Connect { retryable, .. }
-            | SinkError::Broker { retryable, .. } => {
+            | SinkError::Broker { retryable, .. }
+            | SinkError::Registry { retryable, .. } => {
                 if *retryable {
                     ErrorClass::Retryable
                 } else {

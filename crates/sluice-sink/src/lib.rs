@@ -155,19 +155,24 @@ pub fn check_dispatchers(
     uri: &str,
     rules: &[sluice_types::sink_rules::DispatchRule],
 ) -> Result<()> {
-    if rules.is_empty() {
-        return Ok(());
-    }
     let parsed = SinkUri::parse(uri)?;
     let SinkConfig::Kafka(cfg) = &parsed.config else {
+        if rules.is_empty() {
+            return Ok(());
+        }
         return Err(SinkError::invalid_uri(
             &parsed,
             "[[sink.dispatchers]] route messages of a kafka:// sink; this sink takes none",
         ));
     };
-    kafka::route::Router::new(&cfg.topic, rules)
-        .map(|_| ())
-        .map_err(|e| SinkError::invalid_uri(&parsed, e))
+    let router = kafka::route::Router::new(&cfg.topic, rules)
+        .map_err(|e| SinkError::invalid_uri(&parsed, e))?;
+    if cfg.protocol == kafka::config::KafkaProtocol::Avro {
+        router
+            .check_topic_per_table()
+            .map_err(|e| SinkError::invalid_uri(&parsed, e))?;
+    }
+    Ok(())
 }
 
 /// Prepares the downstream for a changefeed created now with id `changefeed` from `start_ts`.

@@ -83,6 +83,10 @@ fn mask_url_text(raw: &str) -> String {
                 for (k, v) in &pairs {
                     if SECRET_PARAMS.contains(&k.as_str()) {
                         q.append_pair(k, "******");
+                    } else if v.contains("://") {
+                        // A URL inside a parameter (schema-registry, claim-check-storage-uri)
+                        // may carry its own password.
+                        q.append_pair(k, &mask_url_text(v));
                     } else {
                         q.append_pair(k, v);
                     }
@@ -278,7 +282,21 @@ mod tests {
         assert!(err("kafka://127.0.0.1:9092/?protocol=canal-json").contains("missing topic"));
         assert!(err("kafka:///t?protocol=canal-json").contains("missing broker"));
         assert!(err("kafka://host/t?protocol=canal-json").contains("host:port"));
-        assert!(err("kafka://h:9092/t?protocol=avro").contains("not supported yet"));
+        assert!(err("kafka://h:9092/t?protocol=avro").contains("schema-registry"));
+        assert!(err("kafka://h:9092/t?protocol=simple-avro").contains("not supported yet"));
+        assert!(
+            err("kafka://h:9092/t?protocol=canal-json&schema-registry=http://r:1")
+                .contains("only protocol=avro")
+        );
+        assert!(
+            err("kafka://h:9092/t?protocol=avro&schema-registry=ftp://r:1")
+                .contains("http://host:port")
+        );
+        assert!(err("kafka://h:9092/t?protocol=avro&schema-registry=http://r:1&avro-decimal-handling-mode=exact").contains("precise or string"));
+        assert!(err(
+            "kafka://h:9092/t?protocol=debezium&avro-bigint-unsigned-handling-mode=string"
+        )
+        .contains("need protocol=avro"));
         assert!(err("kafka://h:9092/t?protocol=canal-json&compression=zstd")
             .contains("not supported yet"));
         assert!(err("kafka://h:9092/t?protocol=canal-json&enable-tls=true")
@@ -344,6 +362,17 @@ mod tests {
             e.to_string().contains("not supported yet") && !e.to_string().contains("hunter2pw"),
             "{e}"
         );
+        let raw =
+            "kafka://a:1/t?protocol=avro&schema-registry=https%3A%2F%2Fu%3Ahunter2pw%40reg%3A8081";
+        assert!(!mask_uri(raw).contains("hunter2pw"), "{}", mask_uri(raw));
+        let SinkConfig::Kafka(k) = SinkUri::parse(raw).expect("parses").config else {
+            panic!("kafka")
+        };
+        let reg = k.schema_registry.expect("a registry");
+        assert_eq!((reg.username(), reg.password()), ("u", Some("hunter2pw")));
+        let bad = "kafka://a:1/t?protocol=avro&schema-registry=ftp%3A%2F%2Fu%3Ahunter2pw%40reg";
+        let e = SinkUri::parse(bad).expect_err("not http");
+        assert!(!e.to_string().contains("hunter2pw"), "{e}");
     }
 
     #[test]

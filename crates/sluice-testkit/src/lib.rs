@@ -1,5 +1,5 @@
 //! Test harness shared by the integration tests: each helper starts a real server (MariaDB with
-//! row binlog, a moto S3 server, an etcd member, a Kafka-protocol broker) in its own temp directory on a free port and
+//! row binlog, a moto S3 server, an etcd member, a Kafka-protocol broker, a schema registry) in its own temp directory or thread on a free port and
 //! stops it on drop. Nothing here is a mock.
 //!
 //! Layout rule: one file per server it starts, and two for the MariaDB replays: the corpus they
@@ -12,4 +12,5 @@ pub mod mariadb;
 pub mod moto;
 pub mod mysqltest;
 pub mod process;
+pub mod registry;
 pub mod suite_report;

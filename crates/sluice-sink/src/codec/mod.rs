@@ -10,6 +10,7 @@
 //!   seconds are printed to the column's precision;
 //! - decoding never panics on external data: malformed input is a [`SinkError::Codec`].
 
+pub mod avro;
 pub mod canal;
 pub mod csv;
 pub mod debezium;

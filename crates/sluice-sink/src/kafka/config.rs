@@ -4,9 +4,11 @@
 //!
 //! Invariants:
 //! - every parameter is validated here; a bad one is [`SinkError::InvalidUri`] naming it;
-//! - a TiCDC parameter Sluice cannot honour yet (TLS, SASL, zstd, the avro and open protocols)
-//!   is refused with "not supported yet", never silently ignored;
-//! - secrets (`sasl-password`) are masked like every other URI's.
+//! - a TiCDC parameter Sluice cannot honour yet (TLS, SASL, zstd, the simple-avro protocol) is
+//!   refused with "not supported yet", never silently ignored;
+//! - `protocol=avro` needs `schema-registry`, and the `avro-*` and `schema-registry` parameters
+//!   need `protocol=avro`;
+//! - secrets (`sasl-password`, a registry URL's password) are masked like every other URI's.
 
 use crate::error::{Result, SinkError};
 use crate::uri::{Params, SinkConfig};
@@ -24,6 +26,9 @@ pub enum KafkaProtocol {
     OpenProtocol,
     /// TiCDC's Simple protocol, JSON encoding (BOOTSTRAP, DML, DDL, WATERMARK messages).
     Simple,
+    /// Confluent Avro with a schema registry, TiCDC's layout (`codec::avro`): rows only, one
+    /// topic per table.
+    Avro,
 }
 
 impl KafkaProtocol {
@@ -33,6 +38,7 @@ impl KafkaProtocol {
             KafkaProtocol::Debezium => "debezium",
             KafkaProtocol::OpenProtocol => "open-protocol",
             KafkaProtocol::Simple => "simple",
+            KafkaProtocol::Avro => "avro",
         }
     }
 }
@@ -114,6 +120,12 @@ pub struct KafkaConfig {
     /// `large-message-handle-option=claim-check` with `claim-check-storage-uri`: where a
     /// message over `max-message-bytes` is stored (`kafka::claim`); `None`: it fails clearly.
     pub claim_check: Option<Box<crate::uri::StorageConfig>>,
+    /// `schema-registry` (`protocol=avro`): the Confluent-compatible registry's URL.
+    pub schema_registry: Option<Url>,
+    /// `avro-decimal-handling-mode=string` (default `precise`: Avro's decimal logical type).
+    pub avro_decimal_as_string: bool,
+    /// `avro-bigint-unsigned-handling-mode=string` (default `long`: the value's 64 bits).
+    pub avro_bigint_unsigned_as_string: bool,
 }
 
 /// TiCDC's TLS and SASL parameters: refused until the client is built with TLS and SASL.
@@ -140,9 +152,6 @@ const NOT_YET: &[&str] = &[
     "sasl-oauth-scopes",
     "sasl-oauth-grant-type",
     "sasl-oauth-audience",
-    "avro-decimal-handling-mode",
-    "avro-bigint-unsigned-handling-mode",
-    "schema-registry",
 ];
 
 /// Splits `kafka://a:1,b:2/topic?q` into the broker list and a URI with one placeholder host
@@ -216,7 +225,11 @@ impl KafkaConfig {
         }
         for k in NOT_YET {
             if let Some(v) = p.take(k) {
-                return Err(p.bad(k, &v, "not supported yet (Sluice's Kafka client is built without TLS, SASL and a schema registry)"));
+                return Err(p.bad(
+                    k,
+                    &v,
+                    "not supported yet (Sluice's Kafka client is built without TLS and SASL)",
+                ));
             }
         }
         Ok(KafkaConfig {
@@ -252,12 +265,38 @@ impl KafkaConfig {
             client_id: client_id(p)?,
             transactional: p.bool("transactional", false)?,
             claim_check: claim_check(p)?,
+            schema_registry: schema_registry(p)?,
+            avro_decimal_as_string: mode(p, "avro-decimal-handling-mode", "precise")?,
+            avro_bigint_unsigned_as_string: mode(p, "avro-bigint-unsigned-handling-mode", "long")?,
         })
         .and_then(|c: KafkaConfig| c.checked(p))
     }
 
-    /// Cross-parameter rules: claim-check stores canal-json messages with the TiDB extension.
+    /// Cross-parameter rules: claim-check stores canal-json messages with the TiDB extension;
+    /// avro needs a registry, and the registry and the avro modes need avro.
     fn checked(self, p: &Params<'_>) -> Result<KafkaConfig> {
+        let avro = self.protocol == KafkaProtocol::Avro;
+        if avro && self.schema_registry.is_none() {
+            return Err(p.bad(
+                "protocol",
+                "avro",
+                "protocol=avro needs schema-registry=http://host:port (a Confluent-compatible schema registry)",
+            ));
+        }
+        if !avro && self.schema_registry.is_some() {
+            return Err(p.bad(
+                "schema-registry",
+                "",
+                "only protocol=avro uses a schema registry",
+            ));
+        }
+        if !avro && (self.avro_decimal_as_string || self.avro_bigint_unsigned_as_string) {
+            return Err(p.bad(
+                "protocol",
+                self.protocol.name(),
+                "the avro-*-handling-mode parameters need protocol=avro",
+            ));
+        }
         if self.claim_check.is_some()
             && !(self.protocol == KafkaProtocol::CanalJson && self.enable_tidb_extension)
         {
@@ -348,24 +387,50 @@ fn protocol(p: &mut Params<'_>) -> Result<KafkaProtocol> {
         None => Err(p.bad(
             "protocol",
             "",
-            "required for kafka: canal-json, debezium, open-protocol or simple",
+            "required for kafka: canal-json, debezium, open-protocol, simple or avro",
         )),
         Some(v) => match v.as_str() {
             "canal-json" => Ok(KafkaProtocol::CanalJson),
             "debezium" => Ok(KafkaProtocol::Debezium),
             "open-protocol" | "default" => Ok(KafkaProtocol::OpenProtocol),
             "simple" => Ok(KafkaProtocol::Simple),
-            "simple-avro" | "avro" | "canal" | "maxwell" | "craft" => Err(p.bad(
+            "avro" => Ok(KafkaProtocol::Avro),
+            "simple-avro" | "canal" | "maxwell" | "craft" => Err(p.bad(
                 "protocol",
                 &v,
-                "not supported yet (use canal-json, debezium, open-protocol or simple)",
+                "not supported yet (use canal-json, debezium, open-protocol, simple or avro)",
             )),
             _ => Err(p.bad(
                 "protocol",
                 &v,
-                "expected canal-json, debezium, open-protocol or simple",
+                "expected canal-json, debezium, open-protocol, simple or avro",
             )),
         },
+    }
+}
+
+/// `schema-registry`: an `http://` or `https://` URL.
+fn schema_registry(p: &mut Params<'_>) -> Result<Option<Url>> {
+    let Some(v) = p.take("schema-registry") else {
+        return Ok(None);
+    };
+    match Url::parse(&v) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(Some(u)),
+        _ => Err(p.bad(
+            "schema-registry",
+            &crate::uri::mask_uri(&v),
+            "expected http://host:port or https://user:password@host:port",
+        )),
+    }
+}
+
+/// An avro handling mode: `false` for `default_mode`, `true` for `string`.
+fn mode(p: &mut Params<'_>, key: &str, default_mode: &str) -> Result<bool> {
+    match p.take(key) {
+        None => Ok(false),
+        Some(v) if v == default_mode => Ok(false),
+        Some(v) if v == "string" => Ok(true),
+        Some(v) => Err(p.bad(key, &v, &format!("expected {default_mode} or string"))),
     }
 }
 

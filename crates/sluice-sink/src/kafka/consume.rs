@@ -1,14 +1,16 @@
 //! `sluice consume --kafka kafka://…/topic?protocol=… --downstream mysql://…`: reads every
-//! partition of the topic from the beginning until it is caught up, orders what it read by
-//! commit ts, and applies DDLs and rows to a MySQL-compatible downstream through the MySQL sink
-//! (safe mode), so `sluice check` can compare the result with the upstream.
+//! partition of the topic (or of every topic a `*` pattern in its place matches, e.g.
+//! `cdc_*` for a topic per table) from the beginning until it is caught up, orders what it read
+//! by commit ts, and applies DDLs and rows to a MySQL-compatible downstream through the MySQL
+//! sink (safe mode), so `sluice check` can compare the result with the upstream.
 //!
 //! Invariants:
 //! - every message carries its commit ts (canal-json needs `enable-tidb-extension=true`, which
-//!   is refused without; Debezium's `source.commit_ts` is always there), and rows are applied in
-//!   (commit ts, partition, offset) order: a key lives in one partition, so its changes keep
-//!   their order, and the copies a replay adds sort next to their originals, where applying them
-//!   again changes nothing (safe mode);
+//!   is refused without; Debezium's `source.commit_ts` is always there; Avro's is in the
+//!   `sluice-commit-ts` header), and rows are applied in (commit ts, topic, partition, offset)
+//!   order: a key lives in one partition, so its changes keep their order, and the copies a
+//!   replay adds sort next to their originals, where applying them again changes nothing (safe
+//!   mode);
 //! - a DDL (sent to every partition) is applied once, after every row with a smaller commit ts
 //!   and before every row with a greater one; its copies are recognised by (commit ts, query);
 //! - the end is reached when every partition reported its end and nothing arrived for `idle`;
@@ -44,16 +46,20 @@ pub struct KafkaConsumeArgs {
     pub idle: Duration,
 }
 
-/// One message as read: (partition, offset, key, value).
-struct Raw {
-    partition: i32,
-    offset: i64,
-    key: Option<Vec<u8>>,
-    value: Option<Vec<u8>>,
+/// One message as read.
+pub(super) struct Raw {
+    /// The topic's place in the sorted list of topics read.
+    pub(super) topic: u32,
+    pub(super) partition: i32,
+    pub(super) offset: i64,
+    pub(super) key: Option<Vec<u8>>,
+    pub(super) value: Option<Vec<u8>>,
+    /// The `sluice-commit-ts` header (Avro's messages).
+    pub(super) commit_ts: Option<Ts>,
 }
 
 /// What a message holds.
-enum Event {
+pub(super) enum Event {
     Row {
         table: (String, String),
         columns: Vec<(String, String)>,
@@ -72,7 +78,8 @@ enum Event {
 /// Reads the topic and applies it. Returns what was done.
 pub async fn run(args: &KafkaConsumeArgs) -> Result<ConsumeReport> {
     let masked = crate::uri::mask_uri(&args.kafka);
-    let SinkConfig::Kafka(cfg) = SinkUri::parse(&args.kafka)?.config else {
+    let (uri, pattern) = topic_pattern(&args.kafka);
+    let SinkConfig::Kafka(mut cfg) = SinkUri::parse(&uri)?.config else {
         return Err(SinkError::invalid_uri(
             &masked,
             "--kafka must be a kafka:// URI",
@@ -92,9 +99,12 @@ pub async fn run(args: &KafkaConsumeArgs) -> Result<ConsumeReport> {
     };
     down.safe_mode = true;
     down.downstream_fence = false;
+    if let Some(p) = pattern {
+        cfg.topic = p;
+    }
     let idle = args.idle;
     let read_cfg = cfg.clone();
-    let raws = tokio::task::spawn_blocking(move || read_topic(&read_cfg, idle))
+    let raws = tokio::task::spawn_blocking(move || read_topics(&read_cfg, idle))
         .await
         .map_err(|e| SinkError::Broker {
             what: "reading the topic".into(),
@@ -102,11 +112,12 @@ pub async fn run(args: &KafkaConsumeArgs) -> Result<ConsumeReport> {
             retryable: true,
         })??;
     let raws = resolve_claims(&cfg, raws).await?;
+    let avro = super::consume_avro::fetch_schemas(&cfg, &raws).await?;
     let mut report = ConsumeReport {
         data_files: 0,
         ..Default::default()
     };
-    let items = order(&cfg, raws, &mut report)?;
+    let items = order(&cfg, raws, &avro, &mut report)?;
     let sink = MysqlSink::connect_for(CONSUME_CHANGEFEED, down).await?;
     apply(&sink, items, &mut report).await?;
     Ok(report)
@@ -146,28 +157,129 @@ fn consumer(cfg: &KafkaConfig) -> Result<BaseConsumer> {
         .map_err(|e| super::broker_error("creating the Kafka consumer", &e))
 }
 
-/// Reads every partition of the topic from its start until caught up (see the module docs).
-fn read_topic(cfg: &KafkaConfig, idle: Duration) -> Result<Vec<Raw>> {
-    let c = consumer(cfg)?;
+/// A consume URI whose topic is a `*` pattern, as a URI the sink's parser takes (the pattern
+/// replaced by a valid name) and the pattern; any other URI as it is.
+fn topic_pattern(raw: &str) -> (String, Option<String>) {
+    let Some(rest) = raw.strip_prefix("kafka://") else {
+        return (raw.to_string(), None);
+    };
+    let Some(slash) = rest.find('/') else {
+        return (raw.to_string(), None);
+    };
+    let (authority, path) = rest.split_at(slash);
+    let end = path.find('?').unwrap_or(path.len());
+    let topic = &path[1..end];
+    if !topic.contains('*') {
+        return (raw.to_string(), None);
+    }
+    let uri = format!("kafka://{authority}/sluice-consume-pattern{}", &path[end..]);
+    (uri, Some(topic.to_string()))
+}
+
+/// The topics `cfg.topic` names: itself, or every topic its `*` pattern matches (the progress
+/// topics of `transactional=true` and the broker's internal ones never).
+fn topics_of(c: &BaseConsumer, cfg: &KafkaConfig) -> Result<Vec<(String, Vec<i32>)>> {
+    let pattern = cfg.topic.contains('*');
     let md = c
-        .fetch_metadata(Some(&cfg.topic), cfg.dial_timeout)
+        .fetch_metadata((!pattern).then_some(cfg.topic.as_str()), cfg.dial_timeout)
         .map_err(|e| super::broker_error(format!("reading the metadata of {}", cfg.topic), &e))?;
-    let partitions: Vec<i32> = md
+    let mut topics: Vec<(String, Vec<i32>)> = md
         .topics()
         .iter()
-        .filter(|t| t.name() == cfg.topic)
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .filter(|t| !t.partitions().is_empty())
+        .filter(|t| match pattern {
+            true => {
+                super::route::glob(&cfg.topic, t.name())
+                    && !t.name().starts_with("__")
+                    && !t.name().ends_with(&super::txn::progress_topic(""))
+            }
+            false => t.name() == cfg.topic,
+        })
+        .map(|t| {
+            (
+                t.name().to_string(),
+                t.partitions().iter().map(|p| p.id()).collect(),
+            )
+        })
         .collect();
-    if partitions.is_empty() {
+    topics.sort();
+    if topics.is_empty() {
         return Err(SinkError::Broker {
             what: format!("reading topic {}", cfg.topic),
-            reason: "the topic does not exist or has no partitions".into(),
+            reason: match pattern {
+                true => "no topic with partitions matches the pattern".into(),
+                false => "the topic does not exist or has no partitions".into(),
+            },
             retryable: false,
         });
     }
+    Ok(topics)
+}
+
+fn commit_ts_header(m: &rdkafka::message::BorrowedMessage<'_>) -> Option<Ts> {
+    use rdkafka::message::Headers;
+    m.headers()?
+        .iter()
+        .find(|h| h.key == super::avro::COMMIT_TS_HEADER)
+        .and_then(|h| std::str::from_utf8(h.value?).ok()?.parse().ok())
+}
+
+/// Topics read at once (one consumer each: librdkafka reports a partition's end without its
+/// topic).
+pub const PARALLEL_TOPICS: usize = 8;
+
+/// Reads every partition of the topics from their start until caught up (see the module docs).
+fn read_topics(cfg: &KafkaConfig, idle: Duration) -> Result<Vec<Raw>> {
+    let topics = topics_of(&consumer(cfg)?, cfg)?;
+    let mut out = Vec::new();
+    for (n, group) in topics.chunks(PARALLEL_TOPICS).enumerate() {
+        let read: Vec<Result<Vec<Raw>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = group
+                .iter()
+                .enumerate()
+                .map(|(i, (t, ps))| {
+                    let index = (n * PARALLEL_TOPICS + i) as u32;
+                    s.spawn(move || read_topic(cfg, t, index, ps, idle))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(SinkError::Layout {
+                            path: cfg.topic.clone(),
+                            reason: "a topic reader panicked".into(),
+                        })
+                    })
+                })
+                .collect()
+        });
+        for r in read {
+            out.extend(r?);
+            if out.len() > MAX_MESSAGES {
+                return Err(SinkError::Layout {
+                    path: cfg.topic.clone(),
+                    reason: format!("more than {MAX_MESSAGES} messages: consume in parts"),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads every partition of one topic from its start until each reported its end and nothing
+/// arrived for `idle`.
+fn read_topic(
+    cfg: &KafkaConfig,
+    topic: &str,
+    index: u32,
+    partitions: &[i32],
+    idle: Duration,
+) -> Result<Vec<Raw>> {
+    let c = consumer(cfg)?;
     let mut tpl = TopicPartitionList::new();
-    for p in &partitions {
-        tpl.add_partition_offset(&cfg.topic, *p, Offset::Beginning)
+    for p in partitions {
+        tpl.add_partition_offset(topic, *p, Offset::Beginning)
             .map_err(|e| super::broker_error("assigning partitions", &e))?;
     }
     c.assign(&tpl)
@@ -181,14 +293,16 @@ fn read_topic(cfg: &KafkaConfig, idle: Duration) -> Result<Vec<Raw>> {
                 at_end.remove(&m.partition());
                 last = Instant::now();
                 out.push(Raw {
+                    topic: index,
                     partition: m.partition(),
                     offset: m.offset(),
                     key: m.key().map(<[u8]>::to_vec),
                     value: m.payload().map(<[u8]>::to_vec),
+                    commit_ts: commit_ts_header(&m),
                 });
                 if out.len() > MAX_MESSAGES {
                     return Err(SinkError::Layout {
-                        path: cfg.topic.clone(),
+                        path: topic.to_string(),
                         reason: format!("more than {MAX_MESSAGES} messages: consume in parts"),
                     });
                 }
@@ -196,12 +310,7 @@ fn read_topic(cfg: &KafkaConfig, idle: Duration) -> Result<Vec<Raw>> {
             Some(Err(KafkaError::PartitionEOF(p))) => {
                 at_end.insert(p);
             }
-            Some(Err(e)) => {
-                return Err(super::broker_error(
-                    format!("reading topic {}", cfg.topic),
-                    &e,
-                ))
-            }
+            Some(Err(e)) => return Err(super::broker_error(format!("reading topic {topic}"), &e)),
             None => {}
         }
         if at_end.len() == partitions.len() && last.elapsed() >= idle {
@@ -214,7 +323,15 @@ fn read_topic(cfg: &KafkaConfig, idle: Duration) -> Result<Vec<Raw>> {
 /// version): (columns with their mysqlType and generated flag, key columns).
 type SimpleSchemas = BTreeMap<(String, String, Ts), (Vec<(String, String, bool)>, Vec<String>)>;
 
-fn decode(cfg: &KafkaConfig, raw: &Raw, simple: &mut SimpleSchemas) -> Result<Vec<Event>> {
+fn decode(
+    cfg: &KafkaConfig,
+    raw: &Raw,
+    simple: &mut SimpleSchemas,
+    avro: &super::consume_avro::Schemas,
+) -> Result<Vec<Event>> {
+    if cfg.protocol == KafkaProtocol::Avro {
+        return super::consume_avro::decode(raw, avro).map(|e| vec![e]);
+    }
     if cfg.protocol == KafkaProtocol::Simple {
         return decode_simple(raw.value.as_deref().unwrap_or_default(), simple);
     }
@@ -231,7 +348,7 @@ fn decode(cfg: &KafkaConfig, raw: &Raw, simple: &mut SimpleSchemas) -> Result<Ve
     let ev = match cfg.protocol {
         KafkaProtocol::CanalJson => decode_canal(value)?,
         KafkaProtocol::Debezium => decode_debezium(raw.key.as_deref(), value)?,
-        KafkaProtocol::OpenProtocol | KafkaProtocol::Simple => None,
+        KafkaProtocol::OpenProtocol | KafkaProtocol::Simple | KafkaProtocol::Avro => None,
     };
     Ok(ev.into_iter().collect())
 }
@@ -486,7 +603,7 @@ fn decode_debezium(key: Option<&[u8]>, value: &[u8]) -> Result<Option<Event>> {
 
 /// A table schema from what a message says of its columns: every column is text but binary
 /// ones (bytes) and BIT (an integer); the MySQL downstream converts.
-fn build_schema(
+pub(super) fn build_schema(
     id: TableId,
     table: &(String, String),
     columns: &[(String, String)],
@@ -564,32 +681,40 @@ enum Item {
     Rows(Arc<TableSchema>, Vec<RowEvent>),
 }
 
-/// A decoded row with its place: (commit ts, partition, offset).
+/// A decoded row with its place: (commit ts, topic, partition, offset).
 struct Placed {
-    at: (Ts, i32, i64),
+    at: (Ts, u32, i32, i64),
     table: (String, String),
     schema: Arc<TableSchema>,
     row: DecodedRow,
 }
 
 /// Decodes every message and puts rows and DDLs in their order (see the module docs).
-fn order(cfg: &KafkaConfig, raws: Vec<Raw>, report: &mut ConsumeReport) -> Result<Vec<Item>> {
+fn order(
+    cfg: &KafkaConfig,
+    raws: Vec<Raw>,
+    avro: &super::consume_avro::Schemas,
+    report: &mut ConsumeReport,
+) -> Result<Vec<Item>> {
     let mut ddls: BTreeMap<(Ts, String), DdlEvent> = BTreeMap::new();
     let mut rows: Vec<Placed> = Vec::new();
     let mut schemas: BTreeMap<SchemaKey, Arc<TableSchema>> = BTreeMap::new();
     let mut ids: BTreeMap<(String, String), TableId> = BTreeMap::new();
-    let mut marks: BTreeMap<i32, Ts> = BTreeMap::new();
-    let partitions: BTreeSet<i32> = raws.iter().map(|r| r.partition).collect();
+    let mut marks: BTreeMap<(u32, i32), Ts> = BTreeMap::new();
+    let partitions: BTreeSet<(u32, i32)> = raws.iter().map(|r| (r.topic, r.partition)).collect();
     let mut simple = SimpleSchemas::new();
     for raw in &raws {
-        let events = decode(cfg, raw, &mut simple).map_err(|e| SinkError::Layout {
-            path: format!("{}/{}@{}", cfg.topic, raw.partition, raw.offset),
+        let events = decode(cfg, raw, &mut simple, avro).map_err(|e| SinkError::Layout {
+            path: format!(
+                "{} (topic #{}) {}@{}",
+                cfg.topic, raw.topic, raw.partition, raw.offset
+            ),
             reason: e.to_string(),
         })?;
         for ev in events {
             match ev {
                 Event::Watermark(ts) => {
-                    let m = marks.entry(raw.partition).or_default();
+                    let m = marks.entry((raw.topic, raw.partition)).or_default();
                     *m = (*m).max(ts);
                 }
                 Event::Ddl {
@@ -623,7 +748,7 @@ fn order(cfg: &KafkaConfig, raws: Vec<Raw>, report: &mut ConsumeReport) -> Resul
                         .clone();
                     let ts = row.commit_ts.unwrap_or_default();
                     rows.push(Placed {
-                        at: (ts, raw.partition, raw.offset),
+                        at: (ts, raw.topic, raw.partition, raw.offset),
                         table,
                         schema,
                         row,

@@ -1,8 +1,8 @@
-//! The Kafka sink (`kafka://host:port[,…]/topic?protocol=canal-json|debezium&…`): each row change
-//! is one message (TiCDC's canal-json or the Debezium envelope), routed to a topic and partition
-//! by [`route`]; a DDL goes to every partition of its table's topic; with canal-json's TiDB
-//! extension the changefeed checkpoint goes to every partition of every topic written as a
-//! WATERMARK message.
+//! The Kafka sink (`kafka://host:port[,…]/topic?protocol=…&…`): each row change is one message
+//! (TiCDC's canal-json, Open Protocol, Simple protocol or Avro, or the Debezium envelope), routed
+//! to a topic and partition by [`route`]; a DDL goes to every partition of its table's topic
+//! (not with Avro, which has no DDL message: see [`avro`]); with canal-json's TiDB extension the
+//! changefeed checkpoint goes to every partition of every topic written as a WATERMARK message.
 //!
 //! Invariants:
 //! - a dispatcher's ack rises only after the broker acknowledged every message before it
@@ -18,9 +18,12 @@
 //! - the write fence is checked immediately before every produce;
 //! - a buffer holds at most [`MAX_BUFFERED_BYTES`] of encoded messages before it is flushed.
 
+pub mod avro;
 pub mod claim;
 pub mod config;
 pub mod consume;
+mod consume_avro;
+pub mod registry;
 pub mod route;
 pub mod txn;
 
@@ -33,6 +36,7 @@ use config::{KafkaConfig, KafkaProtocol};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::ClientConfig;
 use route::{DispatchRule, Router};
@@ -53,7 +57,35 @@ pub(crate) struct Message {
     pub(crate) topic: String,
     pub(crate) partition: i32,
     pub(crate) key: Option<Vec<u8>>,
-    pub(crate) value: Vec<u8>,
+    /// `None`: a tombstone (an Avro delete).
+    pub(crate) value: Option<Vec<u8>>,
+    /// The row's commit ts, sent as the `sluice-commit-ts` header (Avro's messages).
+    pub(crate) commit_ts: Option<Ts>,
+}
+
+impl Message {
+    fn len(&self) -> usize {
+        self.value.as_ref().map_or(0, Vec::len) + self.key.as_ref().map_or(0, Vec::len)
+    }
+
+    /// The record of this message, headers included.
+    pub(crate) fn record(&self) -> FutureRecord<'_, [u8], [u8]> {
+        let mut rec = FutureRecord::to(&self.topic).partition(self.partition);
+        if let Some(v) = &self.value {
+            rec = rec.payload(v.as_slice());
+        }
+        if let Some(k) = &self.key {
+            rec = rec.key(k.as_slice());
+        }
+        if let Some(ts) = self.commit_ts {
+            let ts = ts.to_string();
+            rec = rec.headers(OwnedHeaders::new().insert(Header {
+                key: avro::COMMIT_TS_HEADER,
+                value: Some(ts.as_bytes()),
+            }));
+        }
+        rec
+    }
 }
 
 /// A dispatcher's buffer.
@@ -82,6 +114,9 @@ pub struct Kafka {
     claim: Option<claim::ClaimCheck>,
     /// The Debezium envelope's `schema` part per table version (table id, version), built once.
     envelopes: Mutex<BTreeMap<(sluice_types::TableId, Ts), Arc<str>>>,
+    /// `protocol=avro`: the schema registry, and the ids of each table version's schemas.
+    registry: Option<registry::Registry>,
+    avro_ids: avro::IdCache,
 }
 
 pub type KafkaSink = Runner<Kafka>;
@@ -135,6 +170,7 @@ impl KafkaConfig {
     /// create and update).
     pub async fn probe(&self) -> Result<()> {
         let k = self.backend("", &[])?;
+        k.probe_registry().await?;
         k.partition_count(&self.topic).await.map(|_| ())
     }
 
@@ -158,6 +194,12 @@ impl KafkaConfig {
                 .map_err(|e| broker_error("creating the Kafka admin client", &e))?,
             partitions: Mutex::new(BTreeMap::new()),
             envelopes: Mutex::new(BTreeMap::new()),
+            registry: self
+                .schema_registry
+                .as_ref()
+                .map(registry::Registry::new)
+                .transpose()?,
+            avro_ids: Mutex::new(BTreeMap::new()),
         })
     }
 }
@@ -338,12 +380,28 @@ impl Kafka {
         r
     }
 
+    /// The (key, value) of a row's message (`avro`: its schemas' registry ids, with Avro).
+    fn encode_row(
+        &self,
+        schema: &TableSchema,
+        row: &RowEvent,
+        avro: Option<avro::SchemaIds>,
+    ) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>)> {
+        match avro {
+            Some(ids) => self.encode_avro(schema, row, ids),
+            None => self.encode_value(schema, row).map(|(k, v)| (k, Some(v))),
+        }
+    }
+
     fn encode_value(
         &self,
         schema: &TableSchema,
         row: &RowEvent,
     ) -> Result<(Option<Vec<u8>>, Vec<u8>)> {
         match self.cfg.protocol {
+            KafkaProtocol::Avro => Err(SinkError::Codec(
+                "an avro row needs its schema ids (encode_row)".into(),
+            )),
             KafkaProtocol::CanalJson => {
                 let mut v = String::new();
                 let tidb = self.cfg.enable_tidb_extension;
@@ -391,7 +449,8 @@ impl Kafka {
                 topic: topic.to_string(),
                 partition,
                 key: None,
-                value: value.clone(),
+                value: Some(value.clone()),
+                commit_ts: None,
             });
         }
     }
@@ -438,6 +497,8 @@ impl Kafka {
                 None,
                 crate::codec::simple::encode_ddl(ddl, version).into_bytes(),
             ),
+            // Not sent (see `ddl`).
+            KafkaProtocol::Avro => (None, Vec::new()),
         }
     }
 
@@ -471,16 +532,19 @@ impl Kafka {
         let Some(c) = &self.claim else {
             return Ok(());
         };
-        if (m.value.len() as u64) <= self.cfg.max_message_bytes {
+        let Some(value) = m.value.as_deref() else {
+            return Ok(());
+        };
+        if (value.len() as u64) <= self.cfg.max_message_bytes {
             return Ok(());
         }
-        let name = c.put(schema, row, &m.value).await?;
-        m.value = claim::reference_message(schema, row, &name).into_bytes();
+        let name = c.put(schema, row, value).await?;
+        m.value = Some(claim::reference_message(schema, row, &name).into_bytes());
         Ok(())
     }
 
     fn check_size(&self, m: &Message, what: &dyn Fn() -> String) -> Result<()> {
-        let size = m.value.len() + m.key.as_ref().map_or(0, Vec::len);
+        let size = m.len();
         if size as u64 > self.cfg.max_message_bytes {
             return Err(SinkError::Broker {
                 what: what(),
@@ -499,12 +563,7 @@ impl Kafka {
         fence.check("produce to Kafka")?;
         let mut inflight = Vec::with_capacity(messages.len());
         for m in messages {
-            let mut rec = FutureRecord::to(&m.topic)
-                .partition(m.partition)
-                .payload(&m.value);
-            if let Some(k) = &m.key {
-                rec = rec.key(k);
-            }
+            let mut rec = m.record();
             loop {
                 match self.producer.send_result(rec) {
                     Ok(f) => {
@@ -554,7 +613,7 @@ impl Kafka {
     }
 }
 
-fn poisoned() -> SinkError {
+pub(crate) fn poisoned() -> SinkError {
     SinkError::Broker {
         what: "the topic table".into(),
         reason: "a lock was poisoned by a panic".into(),
@@ -615,6 +674,7 @@ impl Backend for Kafka {
         let schema = &batch.schema;
         let topic = self.router.topic(&schema.database, &schema.name);
         let partitions = self.partition_count(&topic).await?;
+        let avro = self.avro_ids(schema, &topic).await?;
         self.load_committed(w).await?;
         for row in batch
             .rows
@@ -630,12 +690,13 @@ impl Backend for Kafka {
             w.max_ts = w.max_ts.max(row.commit_ts);
             self.bootstrap(w, schema, &topic, partitions);
             let partition = self.router.partition(schema, &row, partitions)?;
-            let (key, value) = self.encode_value(schema, &row)?;
+            let (key, value) = self.encode_row(schema, &row, avro)?;
             let mut m = Message {
                 topic: topic.clone(),
                 partition,
                 key,
                 value,
+                commit_ts: avro.map(|_| row.commit_ts),
             };
             self.claim_if_large(&mut m, schema, &row).await?;
             self.check_size(&m, &|| {
@@ -645,7 +706,7 @@ impl Backend for Kafka {
                     row.commit_ts
                 )
             })?;
-            w.bytes += m.value.len();
+            w.bytes += m.len();
             w.pending.push(m);
         }
         Ok(w.bytes >= MAX_BUFFERED_BYTES)
@@ -676,6 +737,10 @@ impl Backend for Kafka {
         tables: &[Arc<TableSchema>],
         fence: &BoundFence,
     ) -> Result<()> {
+        if self.cfg.protocol == KafkaProtocol::Avro {
+            // Avro has no DDL message: the next row registers the table's new schema.
+            return Ok(());
+        }
         let mut msgs = Vec::new();
         for (topic, table, partition) in self.ddl_targets(tables).await? {
             let version = tables.iter().find(|t| t.name == table).map(|t| t.as_ref());
@@ -684,7 +749,8 @@ impl Backend for Kafka {
                 topic,
                 partition,
                 key,
-                value,
+                value: Some(value),
+                commit_ts: None,
             };
             self.check_size(&m, &|| format!("the DDL at commit ts {}", ddl.commit_ts))?;
             msgs.push(m);
@@ -715,7 +781,8 @@ impl Backend for Kafka {
                 topic,
                 partition,
                 key: key.clone(),
-                value: value.clone(),
+                value: Some(value.clone()),
+                commit_ts: None,
             })
             .collect();
         self.produce(&msgs, fence).await

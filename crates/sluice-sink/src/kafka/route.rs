@@ -42,7 +42,7 @@ pub struct Router {
 }
 
 /// `*` matches any run of characters; everything else itself (case-sensitive, like the filter).
-fn glob(pattern: &str, name: &str) -> bool {
+pub(crate) fn glob(pattern: &str, name: &str) -> bool {
     match pattern.split_once('*') {
         None => pattern == name,
         Some((head, rest)) => {
@@ -116,6 +116,30 @@ impl Router {
             default_topic: default_topic.to_string(),
             rules: out,
         })
+    }
+
+    /// `protocol=avro` keeps one table per topic (a topic's subjects hold one record schema):
+    /// there must be a rule, and every rule must name a topic with `{schema}` and `{table}`.
+    pub fn check_topic_per_table(&self) -> std::result::Result<(), String> {
+        const FIX: &str = "protocol=avro writes each table to its own topic: give every [[sink.dispatchers]] rule a topic with {schema} and {table}, e.g. matcher = ['*.*'] and topic = 'cdc_{schema}_{table}'";
+        if self.rules.is_empty() {
+            return Err(format!("no [[sink.dispatchers]] rule: {FIX}"));
+        }
+        for (i, r) in self.rules.iter().enumerate() {
+            let per_table = r
+                .topic
+                .as_deref()
+                .is_some_and(|t| t.contains("{schema}") && t.contains("{table}"));
+            if !per_table {
+                return Err(format!("sink.dispatchers[{i}]: {FIX}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// True when a rule gives the table a topic of its own expression.
+    pub fn has_topic_rule(&self, db: &str, table: &str) -> bool {
+        self.rule(db, table).is_some_and(|r| r.topic.is_some())
     }
 
     fn rule(&self, db: &str, table: &str) -> Option<&Rule> {

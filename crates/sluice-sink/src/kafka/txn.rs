@@ -156,28 +156,15 @@ impl Txn {
         };
         let value = serde_json::to_vec(&progress).map_err(|e| SinkError::Codec(e.to_string()))?;
         let topic = progress_topic(&cfg.topic);
-        let all = messages.iter().map(|m| {
-            (
-                m.topic.as_str(),
-                Some(m.partition),
-                m.key.as_deref(),
-                m.value.as_slice(),
-            )
-        });
-        let last = std::iter::once((
-            topic.as_str(),
-            Some(0),
-            Some(self.id.as_bytes()),
-            value.as_slice(),
-        ));
-        for (topic, partition, key, value) in all.chain(last) {
-            let mut rec = FutureRecord::to(topic).payload(value);
-            if let Some(p) = partition {
-                rec = rec.partition(p);
-            }
-            if let Some(k) = key {
-                rec = rec.key(k);
-            }
+        let last = FutureRecord::to(topic.as_str())
+            .partition(0)
+            .key(self.id.as_bytes())
+            .payload(value.as_slice());
+        for mut rec in messages
+            .iter()
+            .map(Message::record)
+            .chain(std::iter::once(last))
+        {
             let deadline = Instant::now() + self.timeout;
             loop {
                 match self.producer.send_result(rec) {
@@ -188,7 +175,9 @@ impl Txn {
                         rec = back;
                         self.producer.poll(Duration::from_millis(10));
                     }
-                    Err((e, _)) => return Err(self.error(&format!("producing to {topic}"), &e)),
+                    Err((e, back)) => {
+                        return Err(self.error(&format!("producing to {}", back.topic), &e))
+                    }
                 }
             }
         }
