@@ -899,10 +899,11 @@ async fn create_changefeed(
         Err(ServerError::ChangefeedNotFound(_)) => {}
         Err(e) => return Err(e.into()),
     }
-    check_sink_uri(&sink_uri).await?;
+    // The rules first: a static check, before the sink is probed over the network.
     let sink_dispatchers = cfg_toml.sink.map(|s| s.dispatchers).unwrap_or_default();
     sluice_sink::check_dispatchers(&sink_uri, &sink_dispatchers)
         .map_err(|e| ServerError::BadRequest(format!("changefeed config: {e}")))?;
+    check_sink_uri(&sink_uri).await?;
     // Upstream settings.
     sluice_capture::check_upstream(&st.upstream)
         .await

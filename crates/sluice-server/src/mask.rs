@@ -33,9 +33,18 @@ pub fn register(secret: &str) {
     }
 }
 
-/// Register the password and secret parameters of a URL.
+/// Register the password and secret parameters of a URL, and those of the URLs inside its
+/// parameters (a Kafka sink's `schema-registry`, a claim-check store).
 pub fn register_url(raw: &str) {
-    if let Ok(u) = url::Url::parse(raw) {
+    // A Kafka URI's authority may list several brokers, which `Url` refuses: read the rest.
+    let parsed = url::Url::parse(raw).or_else(|e| match raw.split_once("://") {
+        Some((scheme, rest)) => {
+            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            url::Url::parse(&format!("{scheme}://brokers{}", &rest[end..]))
+        }
+        None => Err(e),
+    });
+    if let Ok(u) = parsed {
         if let Some(p) = u.password() {
             register(p);
             if let Ok(d) = urlencoding_decode(p) {
@@ -45,6 +54,8 @@ pub fn register_url(raw: &str) {
         for (k, v) in u.query_pairs() {
             if sluice_sink::uri::SECRET_PARAMS.contains(&k.as_ref()) {
                 register(&v);
+            } else if v.contains("://") {
+                register_url(&v);
             }
         }
     }
@@ -101,5 +112,7 @@ mod tests {
         assert_eq!(scrub("error for s3cr@t-pw here"), "error for ****** here");
         let m = mask_url("mysql://root:other-pass@h:1/?password=zzz-pass");
         assert!(!m.contains("other-pass") && !m.contains("zzz-pass"), "{m}");
+        register_url("kafka://a:1,b:2/t?protocol=avro&schema-registry=http%3A%2F%2Fu%3Areg-pw-1%40r%3A8081");
+        assert_eq!(scrub("registry said reg-pw-1"), "registry said ******");
     }
 }

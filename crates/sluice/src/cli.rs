@@ -112,6 +112,10 @@ enum Changefeed {
         /// Overrides `snapshot` of the --config file.
         #[arg(long)]
         snapshot: Option<String>,
+        /// The schema registry of a kafka:// sink with protocol=avro (TiCDC's flag): added to
+        /// the sink URI as its schema-registry parameter.
+        #[arg(long)]
+        schema_registry: Option<String>,
     },
     /// Copy tables of a running changefeed again (their rows as they are now), while it streams.
     Snapshot {
@@ -386,7 +390,10 @@ fn changefeed_call(s: &str, c: Changefeed) -> Result<(Value, Cols), CliError> {
             start_gtid,
             config,
             snapshot,
+            schema_registry,
         } => {
+            let sink_uri = with_schema_registry(sink_uri, schema_registry.as_deref())
+                .map_err(CliError::Usage)?;
             register_url(&sink_uri);
             let cfg = read_config(&config)?;
             let body = json!({
@@ -472,6 +479,29 @@ const DISPATCHER_COLS: &[&str] = &[
     "checkpoint_ts",
     "is_trigger",
 ];
+
+/// `--schema-registry URL` as the sink URI's `schema-registry` parameter (percent-encoded).
+pub fn with_schema_registry(sink_uri: String, registry: Option<&str>) -> Result<String, String> {
+    let Some(r) = registry else {
+        return Ok(sink_uri);
+    };
+    if sink_uri.contains("schema-registry=") {
+        return Err(
+            "--schema-registry and a schema-registry parameter in the sink URI: give one".into(),
+        );
+    }
+    let enc: String = r
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let sep = if sink_uri.contains('?') { '&' } else { '?' };
+    Ok(format!("{sink_uri}{sep}schema-registry={enc}"))
+}
 
 /// `changefeed update`: a new sink URI and/or changefeed TOML.
 fn update_call(

@@ -94,6 +94,10 @@ struct ConsumeArgs {
     /// from the start of every partition until caught up.
     #[arg(long)]
     kafka: Option<String>,
+    /// With --kafka and protocol=avro: the schema registry (added to the URI as its
+    /// schema-registry parameter).
+    #[arg(long, requires = "kafka")]
+    schema_registry: Option<String>,
     /// With --kafka: how long to wait for more once every partition reached its end.
     #[arg(long, default_value = "2s")]
     idle: String,
@@ -205,6 +209,11 @@ fn consume(a: ConsumeArgs) -> ExitCode {
             },
         )),
         (None, Some(kafka)) => {
+            let kafka = match cli::with_schema_registry(kafka.clone(), a.schema_registry.as_deref()) {
+                Ok(k) => k,
+                Err(e) => return fail(e),
+            };
+            register_url(&kafka);
             let Some(idle) = sluice_sink::uri::parse_duration(&a.idle) else {
                 return fail(format!(
                     "--idle {:?}: expected a duration like 2s or 500ms",

@@ -264,7 +264,9 @@ fn bad_kafka_uris_are_refused_at_create() {
     let dead = free_port();
     let cases = [
         (format!("kafka://127.0.0.1:{dead}/t"), "protocol"),
-        (format!("kafka://127.0.0.1:{dead}/t?protocol=avro"), "not supported yet"),
+        (format!("kafka://127.0.0.1:{dead}/t?protocol=avro"), "schema-registry"),
+        (format!("kafka://127.0.0.1:{dead}/t?protocol=avro&schema-registry=http%3A%2F%2F127.0.0.1%3A{dead}"), "{schema} and {table}"),
+        (format!("kafka://127.0.0.1:{dead}/t?protocol=simple-avro"), "not supported yet"),
         (format!("kafka://127.0.0.1:{dead}/t?protocol=canal-json&sasl-user=u&sasl-password=hunter2pw"), "not supported yet"),
         (format!("kafka://127.0.0.1:{dead}/t?protocol=canal-json&dial-timeout=1s"), "Kafka"),
     ];
@@ -305,6 +307,101 @@ fn bad_kafka_uris_are_refused_at_create() {
         "a refused changefeed exists: {}",
         r.stdout
     );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// DML of every kind without DDL (Avro sends no DDL: the user keeps the downstream's tables).
+fn avro_traffic(up: &MariaDb, from: u32, to: u32) {
+    for r in from..to {
+        up.exec(&format!(
+            "BEGIN;
+             INSERT INTO app.a (id, v, n) VALUES ({a}, 'r{r}', {r}) ON DUPLICATE KEY UPDATE n = n + 100;
+             UPDATE app.a SET v = CONCAT(v, '+'), n = n + 1 WHERE id % 3 = {m};
+             UPDATE app.a SET id = id + 1000 WHERE id = {mv};
+             DELETE FROM app.a WHERE id = {d};
+             COMMIT;",
+            a = 10 + r,
+            m = r % 3,
+            mv = 10 + r.saturating_sub(2),
+            d = 10 + r.saturating_sub(4),
+        ))
+        .expect("traffic round");
+    }
+}
+
+/// `protocol=avro` end to end: every table in its own topic, schemas in a registry (the
+/// testkit's), a nullable column added mid-run (a second, compatible schema version; the
+/// test adds it downstream, as an Avro user does), deletes as tombstones, key moves across
+/// partitions; `sluice consume` of the topic pattern gives a downstream equal to the upstream.
+#[test]
+fn avro_through_kafka_consumes_into_an_equal_downstream() {
+    let out = Outputs::default();
+    let dir = tmpdir("kafka-avro");
+    let broker = Broker::start().expect("broker");
+    let registry = sluice_testkit::registry::Registry::start().expect("registry");
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    let shop = "CREATE DATABASE shop;
+        CREATE TABLE shop.accounts (id INT PRIMARY KEY, owner VARCHAR(64), balance DECIMAL(12,2), updated DATETIME(6));
+        CREATE TABLE shop.events (id BIGINT PRIMARY KEY AUTO_INCREMENT, account INT, kind ENUM('open','pay','close'), payload JSON, at TIMESTAMP(3) DEFAULT CURRENT_TIMESTAMP(3));";
+    up.exec(SEED).expect("seed upstream");
+    up.exec(shop).expect("shop upstream");
+    let server = Server::start(&dir, &up_url);
+    let uri = broker.sink_uri(
+        "avro-base",
+        "protocol=avro&partition-num=3&enable-tidb-extension=true",
+    );
+    let rules = "[[sink.dispatchers]]\nmatcher = ['app.*', 'shop.*']\ntopic = 'av_{schema}_{table}'\npartition = 'index-value'\n";
+    create_changefeed_with(
+        &out,
+        &server.url(),
+        "avro",
+        &uri,
+        Some((&dir, rules)),
+        &["--schema-registry", &registry.url()],
+    );
+    types_rows(&up, 1, 20);
+    avro_traffic(&up, 0, 4);
+    workload(&up, "shop", 1, 8);
+    up.exec("ALTER TABLE app.a ADD COLUMN note VARCHAR(16) NULL; UPDATE app.a SET note = CONCAT('n', id) WHERE id % 2 = 0;")
+        .expect("alter");
+    avro_traffic(&up, 4, 8);
+    up.exec("DELETE FROM app.types WHERE id % 5 = 0; UPDATE app.types SET ch = 'moved' WHERE id % 5 = 1;")
+        .expect("types changes");
+    wait_checkpoint(&out, &server.url(), "avro", master_ts(&up), 120);
+    let subjects = registry.subjects();
+    assert_eq!(
+        subjects.get("av_app_a-value").map(Vec::len),
+        Some(2),
+        "the added column is a second value version: {subjects:?}"
+    );
+    let (down, down_url) = mariadb_with_user(DOWN_PASS);
+    down.exec(SEED).expect("seed downstream");
+    down.exec(shop).expect("shop downstream");
+    down.exec("ALTER TABLE app.a ADD COLUMN note VARCHAR(16) NULL").expect("alter downstream");
+    let pattern = broker.sink_uri("av_*", "protocol=avro&enable-tidb-extension=true");
+    let r = sluice(
+        &out,
+        &[
+            "consume",
+            "--kafka",
+            &pattern,
+            "--schema-registry",
+            &registry.url(),
+            "--downstream",
+            &format!("{down_url}/"),
+        ],
+    );
+    assert_eq!(r.code, 0, "consume: {} {}", r.stdout, r.stderr);
+    let r = check(&out, &up_url, &down_url, "app.*,shop.*");
+    assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
+    for t in ["app.a", "app.types", "shop.accounts", "shop.events"] {
+        assert!(
+            r.stdout.contains(&format!("{t}: equal")),
+            "{t} not compared equal: {}",
+            r.stdout
+        );
+    }
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }

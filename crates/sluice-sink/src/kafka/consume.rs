@@ -672,8 +672,9 @@ pub(super) fn build_schema(
 /// A table's schema as one message shows it: (db, table), its columns with their MySQL
 /// types, its key columns.
 type SchemaKey = ((String, String), Vec<(String, String)>, Vec<String>);
-/// Rows of a segment per (table, schema).
-type Segment = BTreeMap<((String, String), u64), (Arc<TableSchema>, Vec<RowEvent>)>;
+/// Rows of a segment per table, in runs of one schema each (in order: an Avro tombstone has
+/// the key's columns only, so a table's runs alternate, and their order is kept).
+type Segment = BTreeMap<(String, String), Vec<(Arc<TableSchema>, Vec<RowEvent>)>>;
 
 /// What is applied, in order.
 enum Item {
@@ -782,10 +783,9 @@ fn interleave(ddls: BTreeMap<(Ts, String), DdlEvent>, rows: Vec<Placed>) -> Vec<
     let mut items = Vec::new();
     let mut ddls = ddls.into_values().peekable();
     let mut segment: Segment = BTreeMap::new();
-    let flush = |segment: &mut BTreeMap<_, (Arc<TableSchema>, Vec<RowEvent>)>,
-                 items: &mut Vec<Item>| {
-        for (_, (schema, rows)) in std::mem::take(segment) {
-            items.push(Item::Rows(schema, rows));
+    let flush = |segment: &mut Segment, items: &mut Vec<Item>| {
+        for (_, runs) in std::mem::take(segment) {
+            items.extend(runs.into_iter().map(|(schema, rows)| Item::Rows(schema, rows)));
         }
     };
     for p in rows {
@@ -793,15 +793,14 @@ fn interleave(ddls: BTreeMap<(Ts, String), DdlEvent>, rows: Vec<Placed>) -> Vec<
             flush(&mut segment, &mut items);
             items.push(Item::Ddl(Box::new(d)));
         }
-        // One batch per table and column set inside a segment (a replayed row of an older
+        // One batch per run of a table's rows with one column set (a replayed row of an older
         // version keeps its own columns).
-        let shape = Arc::as_ptr(&p.schema) as usize as u64;
         let ev = p.row.into_event(&p.schema, p.at.0);
-        segment
-            .entry((p.table, shape))
-            .or_insert_with(|| (p.schema.clone(), Vec::new()))
-            .1
-            .push(ev);
+        let runs = segment.entry(p.table).or_default();
+        match runs.last_mut() {
+            Some((schema, rows)) if Arc::ptr_eq(schema, &p.schema) => rows.push(ev),
+            _ => runs.push((p.schema.clone(), vec![ev])),
+        }
     }
     flush(&mut segment, &mut items);
     items.extend(ddls.map(|d| Item::Ddl(Box::new(d))));
