@@ -112,7 +112,9 @@ mod tests {
         assert_eq!(scrub("error for s3cr@t-pw here"), "error for ****** here");
         let m = mask_url("mysql://root:other-pass@h:1/?password=zzz-pass");
         assert!(!m.contains("other-pass") && !m.contains("zzz-pass"), "{m}");
-        register_url("kafka://a:1,b:2/t?protocol=avro&schema-registry=http%3A%2F%2Fu%3Areg-pw-1%40r%3A8081");
+        register_url(
+            "kafka://a:1,b:2/t?protocol=avro&schema-registry=http%3A%2F%2Fu%3Areg-pw-1%40r%3A8081",
+        );
         assert_eq!(scrub("registry said reg-pw-1"), "registry said ******");
     }
 }

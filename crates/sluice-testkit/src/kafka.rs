@@ -120,13 +120,33 @@ fn free_port() -> Result<u16> {
 /// A running broker. See the module docs.
 pub struct Broker {
     dir: PathBuf,
+    /// The port clients use (the proxy's, when behind one).
     port: u16,
+    /// The port the broker itself listens on.
+    listen_port: u16,
     child: Option<Child>,
     paused: bool,
+    proxy: Option<crate::proxy::Proxy>,
 }
 
 impl Broker {
     pub fn start() -> Result<Broker> {
+        Self::start_with(false)
+    }
+
+    /// A broker behind a TCP proxy ([`crate::proxy`]): it advertises the proxy's port, so every
+    /// client connection (bootstrap and per-broker) passes the proxy, and
+    /// [`Broker::cut_connections`] resets them all.
+    pub fn start_behind_proxy() -> Result<Broker> {
+        Self::start_with(true)
+    }
+
+    /// Resets every client connection (behind a proxy; 0 otherwise); returns how many.
+    pub fn cut_connections(&self) -> usize {
+        self.proxy.as_ref().map_or(0, crate::proxy::Proxy::cut)
+    }
+
+    fn start_with(proxied: bool) -> Result<Broker> {
         let bin = tansu_binary()?;
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("sluice-kafka-{}-{n}", std::process::id()));
@@ -134,18 +154,30 @@ impl Broker {
         fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
         let mut last_err = String::new();
         for _ in 0..PORT_RETRIES {
-            let port = free_port()?;
+            let listen_port = free_port()?;
+            let front = match proxied {
+                true => Some(
+                    std::net::TcpListener::bind("127.0.0.1:0")
+                        .map_err(io_err("binding the proxy"))?,
+                ),
+                false => None,
+            };
+            let port = match &front {
+                Some(l) => l.local_addr().map_err(io_err("the proxy's port"))?.port(),
+                None => listen_port,
+            };
             let log = dir.join("broker.log");
             let logf = fs::File::create(&log).map_err(io_err("creating broker.log"))?;
             let logf2 = logf.try_clone().map_err(io_err("cloning log handle"))?;
-            let url = format!("tcp://127.0.0.1:{port}");
+            let url = format!("tcp://127.0.0.1:{listen_port}");
+            let advertised = format!("tcp://127.0.0.1:{port}");
             let child = Command::new(&bin)
                 .args([
                     "broker",
                     "--listener-url",
                     &url,
                     "--advertised-listener-url",
-                    &url,
+                    &advertised,
                     "--storage-engine",
                     "memory://tansu/",
                 ])
@@ -154,11 +186,20 @@ impl Broker {
                 .stderr(logf2)
                 .spawn()
                 .map_err(io_err(format!("spawning {}", bin.display())))?;
+            let proxy = match front {
+                Some(l) => Some(
+                    crate::proxy::Proxy::serve(l, ([127, 0, 0, 1], listen_port).into())
+                        .map_err(io_err("starting the proxy"))?,
+                ),
+                None => None,
+            };
             let mut b = Broker {
                 dir: dir.clone(),
                 port,
+                listen_port,
                 child: Some(child),
                 paused: false,
+                proxy,
             };
             match b.wait_ready() {
                 Ok(()) => return Ok(b),
@@ -180,7 +221,7 @@ impl Broker {
                     return Err(BrokerError::Start(format!("exited early with {status}")));
                 }
             }
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if TcpStream::connect(("127.0.0.1", self.listen_port)).is_ok() {
                 return Ok(());
             }
             if Instant::now() > deadline {

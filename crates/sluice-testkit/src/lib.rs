@@ -12,5 +12,6 @@ pub mod mariadb;
 pub mod moto;
 pub mod mysqltest;
 pub mod process;
+pub mod proxy;
 pub mod registry;
 pub mod suite_report;

@@ -209,7 +209,8 @@ fn consume(a: ConsumeArgs) -> ExitCode {
             },
         )),
         (None, Some(kafka)) => {
-            let kafka = match cli::with_schema_registry(kafka.clone(), a.schema_registry.as_deref()) {
+            let kafka = match cli::with_schema_registry(kafka.clone(), a.schema_registry.as_deref())
+            {
                 Ok(k) => k,
                 Err(e) => return fail(e),
             };

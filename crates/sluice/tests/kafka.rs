@@ -5,8 +5,9 @@
 //! several partitions, and canal-json with its large messages through a claim-check store, with
 //! DDLs of every kind between the rows, a table of many column types, updates that move a
 //! row to another key (so to another partition), and a `kill -9` of the node mid-run
-//! (at-least-once: the replay adds copies, never a gap). And the URI mistakes a user makes are
-//! refused at `changefeed create`, with nothing created.
+//! (at-least-once: the replay adds copies, never a gap), connections to the broker cut again and
+//! again mid-run, and Avro through a schema registry with a topic per table. And the URI
+//! mistakes a user makes are refused at `changefeed create`, with nothing created.
 
 mod common;
 use common::*;
@@ -255,6 +256,50 @@ fn a_frozen_broker_holds_the_checkpoint_and_loses_nothing() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Every connection to the broker reset again and again while rows flow (a proxy in front of
+/// the broker cuts them; the clients reconnect): delivery is retried, the checkpoint waits for
+/// acknowledgements, and nothing is lost or reordered per key.
+#[test]
+fn connections_cut_mid_run_lose_nothing() {
+    let out = Outputs::default();
+    let dir = tmpdir("kafka-cuts");
+    let broker = Broker::start_behind_proxy().expect("broker");
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    up.exec(SEED).expect("seed upstream");
+    let server = Server::start(&dir, &up_url);
+    let uri = broker.sink_uri(
+        "cdc-cuts",
+        "protocol=canal-json&enable-tidb-extension=true&partition-num=3",
+    );
+    create_changefeed(&out, &server.url(), "cuts", &uri);
+    traffic(&up, 0, 2);
+    wait_checkpoint(&out, &server.url(), "cuts", master_ts(&up), 60);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let cuts = std::thread::scope(|s| {
+        let cutter = s.spawn(|| {
+            let mut cut = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(300));
+                cut += broker.cut_connections();
+            }
+            cut
+        });
+        traffic(&up, 2, 8);
+        workload(&up, "shop", 0, 10);
+        types_rows(&up, 1, 12);
+        std::thread::sleep(Duration::from_secs(2));
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        cutter.join().expect("cutter")
+    });
+    assert!(cuts >= 5, "connections were cut while rows flowed: {cuts}");
+    wait_checkpoint(&out, &server.url(), "cuts", master_ts(&up), 180);
+    let v = feed(&out, &server.url(), "cuts");
+    assert_eq!(v["state"], "normal", "{v}");
+    consume_and_check(&out, &up_url, &uri, "after cut connections");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bad_kafka_uris_are_refused_at_create() {
     let out = Outputs::default();
@@ -378,7 +423,8 @@ fn avro_through_kafka_consumes_into_an_equal_downstream() {
     let (down, down_url) = mariadb_with_user(DOWN_PASS);
     down.exec(SEED).expect("seed downstream");
     down.exec(shop).expect("shop downstream");
-    down.exec("ALTER TABLE app.a ADD COLUMN note VARCHAR(16) NULL").expect("alter downstream");
+    down.exec("ALTER TABLE app.a ADD COLUMN note VARCHAR(16) NULL")
+        .expect("alter downstream");
     let pattern = broker.sink_uri("av_*", "protocol=avro&enable-tidb-extension=true");
     let r = sluice(
         &out,

@@ -785,7 +785,10 @@ fn interleave(ddls: BTreeMap<(Ts, String), DdlEvent>, rows: Vec<Placed>) -> Vec<
     let mut segment: Segment = BTreeMap::new();
     let flush = |segment: &mut Segment, items: &mut Vec<Item>| {
         for (_, runs) in std::mem::take(segment) {
-            items.extend(runs.into_iter().map(|(schema, rows)| Item::Rows(schema, rows)));
+            items.extend(
+                runs.into_iter()
+                    .map(|(schema, rows)| Item::Rows(schema, rows)),
+            );
         }
     };
     for p in rows {
