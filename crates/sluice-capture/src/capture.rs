@@ -553,6 +553,8 @@ pub struct Capture {
     queued: std::collections::VecDeque<Captured>,
     /// The open large transaction's staged chunks.
     staging: Staging,
+    /// Millisecond commit times from the heartbeats ([`crate::commit_clock`]).
+    clock: crate::commit_clock::CommitClock,
 }
 
 /// One heartbeat row as captured.
@@ -560,7 +562,7 @@ pub struct Capture {
 pub struct HeartbeatSample {
     pub node: String,
     pub commit_ts: Ts,
-    /// When the writing node wrote the heartbeat (its clock, ms since the Unix epoch).
+    /// When the heartbeat was written (the upstream's clock, `NOW(6)`, ms since the Unix epoch).
     pub written_ms: u64,
     /// Local time of capture minus `written_ms`: the capture lag (clocks assumed in sync).
     pub lag_ms: u64,
@@ -577,12 +579,15 @@ fn is_heartbeat(db: &str, table: &str) -> bool {
 }
 
 impl Capture {
-    fn sample_heartbeat(&mut self, t: &Transaction) {
+    /// Samples a heartbeat row of `t`, and stamps `t`'s commit time in ms.
+    fn sample_heartbeat(&mut self, t: &mut Transaction) {
+        let mut upstream_ms = None;
         for r in &t.rows {
             if !is_heartbeat(&r.table.database, &r.table.table) {
                 continue;
             }
             if let Some([Value::Text(node), Value::UInt(ms)]) = r.after.as_deref() {
+                upstream_ms = Some(*ms);
                 self.last_heartbeat = Some(HeartbeatSample {
                     node: node.clone(),
                     commit_ts: t.commit_ts,
@@ -591,6 +596,7 @@ impl Capture {
                 });
             }
         }
+        t.commit_time_ms = self.clock.stamp(t.commit_time_ms, upstream_ms);
     }
 
     pub fn new(reader: BinlogReader, history: SchemaHistory) -> Self {
@@ -600,6 +606,7 @@ impl Capture {
             last_heartbeat: None,
             queued: Default::default(),
             staging: Staging::default(),
+            clock: Default::default(),
         }
     }
 
@@ -619,8 +626,8 @@ impl Capture {
                     self.staging = Staging::default();
                     return Ok(Captured::Abort(start));
                 }
-                ReaderEvent::Transaction(t) => {
-                    self.sample_heartbeat(&t);
+                ReaderEvent::Transaction(mut t) => {
+                    self.sample_heartbeat(&mut t);
                     let staging = if t.chunked_rows > 0 {
                         std::mem::take(&mut self.staging)
                     } else {

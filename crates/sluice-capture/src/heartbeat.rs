@@ -1,6 +1,8 @@
-//! The opt-in heartbeat table: Sluice writes `sluice.heartbeat` in the upstream every few
-//! hundred milliseconds, so an idle upstream still produces transactions (the resolved ts keeps
-//! advancing by commit ts) and the capture lag can be measured in milliseconds.
+//! The heartbeat table: each node writes its row of `sluice.heartbeat` in the upstream every
+//! interval (the server's `heartbeat-interval-ms`, on by default where the upstream user may
+//! write it) with the upstream's own clock (`NOW(6)`, in ms), so an idle upstream still produces
+//! transactions (the resolved ts keeps advancing by commit ts), commit times get millisecond
+//! precision ([`crate::commit_clock`]) and the capture lag can be measured in milliseconds.
 //!
 //! Invariants: heartbeat rows never reach changefeeds (capture turns them into an empty
 //! transaction and a lag sample, see [`crate::capture`]); each node writes its own row (keyed
@@ -12,8 +14,17 @@ use std::time::Duration;
 
 pub const HEARTBEAT_DB: &str = "sluice";
 pub const HEARTBEAT_TABLE: &str = "heartbeat";
-/// Default interval between heartbeat writes.
-pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(250);
+/// Default interval between heartbeat writes (the precision of commit times).
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The heartbeat statement: the upstream's clock in ms.
+fn upsert_sql() -> String {
+    format!(
+        "INSERT INTO `{HEARTBEAT_DB}`.`{HEARTBEAT_TABLE}` (node, ts_ms) \
+         VALUES (?, CAST(ROUND(UNIX_TIMESTAMP(NOW(6)) * 1000) AS UNSIGNED)) \
+         ON DUPLICATE KEY UPDATE ts_ms = VALUES(ts_ms)"
+    )
+}
 
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -38,19 +49,15 @@ pub async fn ensure_table(conn: &mut mysql_async::Conn) -> Result<()> {
 /// Writes the heartbeat row of `node` once (creating the table if needed): one transaction.
 pub async fn write_once(conn: &mut mysql_async::Conn, node: &str) -> Result<()> {
     ensure_table(conn).await?;
-    conn.exec_drop(
-        format!(
-            "INSERT INTO `{HEARTBEAT_DB}`.`{HEARTBEAT_TABLE}` (node, ts_ms) VALUES (?, ?) \
-             ON DUPLICATE KEY UPDATE ts_ms = VALUES(ts_ms)"
-        ),
-        (node, now_ms()),
-    )
-    .await
-    .map_err(CaptureError::from_mysql)
+    conn.exec_drop(upsert_sql(), (node,))
+        .await
+        .map_err(CaptureError::from_mysql)
 }
 
-/// Writes the heartbeat row of `node` every `interval` until `stop` becomes true. Connection
-/// errors are retried at the next tick; only a bad url ends it early.
+/// Writes the heartbeat row of `node` every `interval` until `stop` becomes true. Lost
+/// connections and other retryable errors are retried at the next tick; a fatal one (a bad URL,
+/// no privilege to create or write `sluice.heartbeat`: a read-only upstream user) ends it with
+/// that error, so the caller can say heartbeats are off and why.
 pub async fn run(
     url: &str,
     node: &str,
@@ -61,31 +68,26 @@ pub async fn run(
         .map_err(|e| CaptureError::Connection(format!("bad url: {e}")))?;
     let mut conn: Option<mysql_async::Conn> = None;
     let mut created = false;
-    loop {
-        if *stop.borrow() {
-            break;
-        }
+    while !*stop.borrow() {
         if conn.is_none() {
             conn = mysql_async::Conn::new(opts.clone()).await.ok();
         }
         if let Some(c) = conn.as_mut() {
-            let ok = if !created {
-                ensure_table(c).await.is_ok()
-            } else {
-                true
+            let mut w = match created {
+                true => Ok(()),
+                false => ensure_table(c).await,
             };
-            created = ok;
-            let w = c
-                .exec_drop(
-                    format!(
-                        "INSERT INTO `{HEARTBEAT_DB}`.`{HEARTBEAT_TABLE}` (node, ts_ms) VALUES (?, ?) \
-                         ON DUPLICATE KEY UPDATE ts_ms = VALUES(ts_ms)"
-                    ),
-                    (node, now_ms()),
-                )
-                .await;
-            if !ok || w.is_err() {
-                conn = None;
+            created = w.is_ok();
+            if w.is_ok() {
+                w = c
+                    .exec_drop(upsert_sql(), (node,))
+                    .await
+                    .map_err(CaptureError::from_mysql);
+            }
+            match w {
+                Ok(()) => {}
+                Err(e) if e.is_retryable() => conn = None,
+                Err(e) => return Err(e),
             }
         }
         tokio::select! {

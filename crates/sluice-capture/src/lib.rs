@@ -8,7 +8,8 @@
 //! [`foreign_keys`]), the glue that turns transactions into Sluice events and feeds the
 //! store ([`capture`]), the per-node event store ([`store`], records in [`codec`]), regions from
 //! upstream statistics ([`regions`]), consistent snapshot reads of existing rows
-//! ([`snapshot_read`]) and the opt-in heartbeat table ([`heartbeat`]).
+//! ([`snapshot_read`]), the heartbeat table ([`heartbeat`]) and the millisecond commit times it
+//! gives ([`commit_clock`]).
 //! `docs/capture.md` is the operator's view.
 //!
 //! How a node uses it:
@@ -40,6 +41,7 @@ pub mod capture;
 pub mod charset;
 pub mod check;
 pub mod codec;
+pub mod commit_clock;
 pub mod compression;
 pub mod decode;
 pub mod error;

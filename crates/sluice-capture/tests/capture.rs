@@ -397,6 +397,67 @@ async fn heartbeat_table_advances_resolved_and_measures_lag_without_leaking_rows
     assert_eq!(hb.commit_ts, *empty_txns.last().expect("last"));
 }
 
+/// With heartbeats on, a transaction's commit time has millisecond precision: each row's stamp is
+/// within a heartbeat interval (plus scheduling slack) of the upstream's `NOW(6)` in the row, where
+/// the binlog header alone is off by up to a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_give_commit_times_in_milliseconds() {
+    use sluice_capture::heartbeat;
+    let db = MariaDb::start().expect("mariadb");
+    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id INT PRIMARY KEY, at_ms BIGINT)")
+        .expect("sql");
+    let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let url = db.url();
+    let writer = tokio::spawn(async move {
+        heartbeat::run(
+            &url,
+            "node-a",
+            std::time::Duration::from_millis(50),
+            stop_rx,
+        )
+        .await
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    const ROWS: i64 = 30;
+    for i in 0..ROWS {
+        db.exec(&format!(
+            "INSERT INTO d.t VALUES ({i}, ROUND(UNIX_TIMESTAMP(NOW(6)) * 1000))"
+        ))
+        .expect("row");
+        tokio::time::sleep(std::time::Duration::from_millis(73)).await;
+    }
+    let mut c = Capture::new(
+        reader(&db.url(), 602, history.snapshot_pos.clone()),
+        history,
+    );
+    let mut errors = Vec::new();
+    let fut = async {
+        while errors.len() < ROWS as usize {
+            if let Captured::Rows { rows, .. } = c.next().await.expect("capture") {
+                for r in rows {
+                    let Some([_, Value::Int(at)]) = r.after.as_deref() else {
+                        panic!("a row of d.t: {r:?}")
+                    };
+                    errors.push((r.commit_time_ms as i64 - at).abs());
+                }
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), fut)
+        .await
+        .expect("rows");
+    stop_tx.send(true).expect("stop");
+    writer.await.expect("join").expect("writer");
+    let mean = errors.iter().sum::<i64>() / ROWS;
+    let max = errors.iter().copied().max().unwrap_or_default();
+    // Whole seconds would be off by ~500 ms on average and up to 999 ms.
+    assert!(
+        mean <= 250 && max <= 600,
+        "commit time errors (ms): {errors:?}"
+    );
+}
+
 /// A history that is wrong about a table (a DDL it misread) is repaired from the binlog's
 /// TABLE_MAP at the first rows of that table: capture goes on, the rows carry every column and
 /// are keyed by the binlog's primary key, and the repair is recorded.

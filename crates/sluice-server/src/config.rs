@@ -45,6 +45,9 @@ pub struct FileConfig {
     pub skip_unparseable_ddl: Option<bool>,
     /// Target bytes per table region (from the upstream's statistics) for the split scheduler.
     pub region_size_bytes: Option<u64>,
+    /// How often this node writes its `sluice.heartbeat` row upstream (ms; 0: never). Commit
+    /// times and lag are precise to this interval; without heartbeats, to the second.
+    pub heartbeat_interval_ms: Option<u64>,
 }
 
 /// The effective configuration.
@@ -64,6 +67,8 @@ pub struct ServerConfig {
     pub log_level: String,
     pub skip_unparseable_ddl: bool,
     pub region_size_bytes: u64,
+    /// The heartbeat writer's interval; `None`: off (`heartbeat-interval-ms = 0`).
+    pub heartbeat_interval: Option<std::time::Duration>,
     /// `/api/v2/debug/holds` answers only when set.
     pub enable_debug_holds: bool,
 }
@@ -154,6 +159,14 @@ impl ServerConfig {
                 "lease-ttl-secs must be within 2..=60, got {lease_ttl_secs}"
             )));
         }
+        let heartbeat_ms = file
+            .heartbeat_interval_ms
+            .unwrap_or(sluice_capture::heartbeat::DEFAULT_HEARTBEAT_INTERVAL.as_millis() as u64);
+        if heartbeat_ms != 0 && !(10..=60_000).contains(&heartbeat_ms) {
+            return Err(ServerError::Config(format!(
+                "heartbeat-interval-ms must be 0 (off) or within 10..=60000, got {heartbeat_ms}"
+            )));
+        }
         let log_level = file.log_level.unwrap_or_else(|| "info".into());
         if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
             return Err(ServerError::Config(format!(
@@ -184,6 +197,8 @@ impl ServerConfig {
                 .region_size_bytes
                 .unwrap_or(DEFAULT_REGION_SIZE_BYTES)
                 .max(1),
+            heartbeat_interval: (heartbeat_ms != 0)
+                .then(|| std::time::Duration::from_millis(heartbeat_ms)),
         })
     }
 }

@@ -159,6 +159,7 @@ async fn start_capture(cfg: &ServerConfig) -> Result<Capturing, ServerError> {
         cfg.data_dir.clone(),
         cfg.upstream.clone(),
         cfg.server_id,
+        cfg.heartbeat_interval.map(|i| (cfg.node_id.clone(), i)),
         stop_rx,
     );
     Ok((capture, stop_tx, capture_thread))

@@ -216,12 +216,14 @@ pub async fn open(
     Ok(shared)
 }
 
-/// Starts the capture thread. It stops when `stop` turns true.
+/// Starts the capture thread, and on its runtime this node's heartbeat writer (`heartbeat`: the
+/// node id and interval; `None`: off). It stops when `stop` turns true.
 pub fn spawn(
     shared: Arc<CaptureShared>,
     data_dir: PathBuf,
     upstream: String,
     server_id: u32,
+    heartbeat: Option<(String, std::time::Duration)>,
     stop: watch::Receiver<bool>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::Builder::new()
@@ -237,9 +239,34 @@ pub fn spawn(
                     return;
                 }
             };
+            if let Some((node, interval)) = heartbeat {
+                rt.spawn(write_heartbeats(
+                    upstream.clone(),
+                    node,
+                    interval,
+                    stop.clone(),
+                ));
+            }
             rt.block_on(run(shared, data_dir, upstream, server_id, stop));
         })
         .unwrap_or_else(|e| panic!("cannot spawn the capture thread: {e}"))
+}
+
+/// This node's heartbeat writer (`sluice_capture::heartbeat`): a read-only upstream user turns it
+/// off with a warning naming why (commit times are then whole seconds).
+async fn write_heartbeats(
+    upstream: String,
+    node: String,
+    interval: std::time::Duration,
+    stop: watch::Receiver<bool>,
+) {
+    tracing::info!(?interval, "heartbeats: writing sluice.heartbeat upstream");
+    if let Err(e) = sluice_capture::heartbeat::run(&upstream, &node, interval, stop).await {
+        tracing::warn!(
+            "heartbeats off: {} (grant CREATE and INSERT, UPDATE on sluice.* to the upstream user for millisecond commit times, or set heartbeat-interval-ms = 0 to silence this); commit times and lag are precise to the second",
+            scrub(&e.to_string())
+        );
+    }
 }
 
 async fn run(

@@ -34,6 +34,8 @@ pub const SYSTEM_SCHEMAS: &[&str] = &[
     "performance_schema",
     "sys",
     crate::mysql::PROGRESS_DB,
+    // The upstream's heartbeat table (`sluice.heartbeat`), never replicated.
+    "sluice",
 ];
 
 #[derive(Clone, Debug)]

@@ -569,6 +569,96 @@ fn routes_commands_and_bad_input() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The server's heartbeat writer (on by default) gives commit times in milliseconds: each row's
+/// commit time as a sink writes it (canal-json's `es`) is within a heartbeat interval (plus
+/// scheduling slack) of the upstream's `NOW(6)` in the row, where the binlog header alone is off
+/// by up to a second. A read-only upstream user turns the writer off with a warning saying
+/// why, and the server runs on.
+#[test]
+fn heartbeats_give_commit_times_in_milliseconds() {
+    let out = Outputs::default();
+    let dir = tmpdir("heartbeat-ms");
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    up.exec("CREATE DATABASE d; CREATE TABLE d.t (id INT PRIMARY KEY, at_ms BIGINT)")
+        .expect("schema");
+    let server = Server::start(&dir, &up_url);
+    let sink = format!("file://{}/out?protocol=canal-json", dir.display());
+    create_changefeed(&out, &server.url(), "ms", &sink);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    const ROWS: i64 = 30;
+    for i in 0..ROWS {
+        up.exec(&format!(
+            "INSERT INTO d.t VALUES ({i}, ROUND(UNIX_TIMESTAMP(NOW(6)) * 1000))"
+        ))
+        .expect("row");
+        std::thread::sleep(std::time::Duration::from_millis(73));
+    }
+    wait_checkpoint(&out, &server.url(), "ms", master_ts(&up), 60);
+    let mut errors = Vec::new();
+    let mut stack = vec![dir.join("out")];
+    while let Some(p) = stack.pop() {
+        for e in std::fs::read_dir(&p).expect("read dir").flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n.starts_with("CDC") && n.ends_with(".json")
+            }) && path.to_string_lossy().contains("/t/")
+            {
+                for line in std::fs::read_to_string(&path)
+                    .expect("read")
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                {
+                    let v: serde_json::Value = serde_json::from_str(line).expect("json line");
+                    let at: i64 = v["data"][0]["at_ms"]
+                        .as_str()
+                        .and_then(|s| s.parse().ok())
+                        .expect("at_ms");
+                    errors.push((v["es"].as_i64().expect("es") - at).abs());
+                }
+            }
+        }
+    }
+    assert_eq!(
+        errors.len(),
+        ROWS as usize,
+        "every row written once: {errors:?}"
+    );
+    let mean = errors.iter().sum::<i64>() / ROWS;
+    let max = errors.iter().copied().max().unwrap_or_default();
+    // Whole seconds would be off by ~500 ms on average and up to 999 ms.
+    assert!(
+        mean <= 250 && max <= 600,
+        "commit time errors (ms): {errors:?}"
+    );
+    drop(server);
+    // A user that may read the binlog but write nothing.
+    up.exec(&format!(
+        "CREATE USER 'ro'@'127.0.0.1' IDENTIFIED BY '{UP_PASS}'; GRANT SELECT, RELOAD, REPLICATION CLIENT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'ro'@'127.0.0.1';"
+    ))
+    .expect("read-only user");
+    let ro_url = format!("mysql://ro:{UP_PASS}@127.0.0.1:{}", up.port());
+    let ro_dir = tmpdir("heartbeat-ro");
+    let server = Server::start(&ro_dir, &ro_url);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut log = String::new();
+    while std::time::Instant::now() < deadline && !log.contains("heartbeats off") {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        log = std::fs::read_to_string(&server.log).unwrap_or_default();
+    }
+    assert!(
+        log.contains("heartbeats off") && log.contains("sluice.*"),
+        "{log}"
+    );
+    let (st, _) = api(&out, &server.url(), "GET", "/api/v2/health", None);
+    assert_eq!(st, 200, "the server runs on without heartbeats");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&ro_dir);
+}
+
 #[test]
 fn server_refuses_an_upstream_without_row_binlog() {
     let out = Outputs::default();
