@@ -63,13 +63,7 @@ impl Maintainer {
                         DispatcherPhase::Closing(_) => t.phase = Tracked::Removing,
                         DispatcherPhase::Creating => {}
                     }
-                    for e in self.spans.values_mut() {
-                        if e.dispatcher == Some(r.id) && e.node.as_ref() == Some(from) {
-                            e.checkpoint = e.checkpoint.max(r.checkpoint);
-                            e.write_rate = r.write_rate;
-                            e.resolved = e.resolved.max(r.resolved);
-                        }
-                    }
+                    self.note_span_report(from, r);
                     if let (Some(b), DispatcherPhase::Working) = (&r.block, &r.phase) {
                         if matches!(self.phase, Phase::Working) {
                             self.on_block_status(ctx, from, r.id, &r.span, b, out);
@@ -109,6 +103,40 @@ impl Maintainer {
             }
         }
         self.drive(ctx, out);
+    }
+
+    /// A tracked dispatcher's progress into the span entry it serves: found by the report's
+    /// span (a dispatcher is only ever set on the entry of its own span, see `step_creating`
+    /// and adoption), so a heartbeat costs O(reports · log spans), not O(reports · spans). A
+    /// stopped report of a dispatcher its node never had carries a placeholder span and no
+    /// progress (checkpoint 0): it matches no entry, and is not checked.
+    fn note_span_report(&mut self, from: &NodeId, r: &DispatcherReport) {
+        #[cfg(debug_assertions)]
+        if r.phase != DispatcherPhase::Stopped {
+            let serving: Vec<&SpanEntry> = self
+                .spans
+                .values()
+                .filter(|e| e.dispatcher == Some(r.id) && e.node.as_ref() == Some(from))
+                .collect();
+            assert!(
+                serving.iter().all(|e| span_key(&e.span) == span_key(&r.span)),
+                "a dispatcher set on a span entry other than its own span's: {} epoch {:?} tracked {:?}; {:?} from {from} reports {:?} {:?}, entries {:?}",
+                self.cf,
+                self.epoch,
+                self.tracked.get(&r.id).map(|t| (&t.span, &t.node, t.phase)),
+                r.id,
+                r.phase,
+                r.span,
+                serving.iter().map(|e| (&e.span, &e.state, e.op)).collect::<Vec<_>>()
+            );
+        }
+        if let Some(e) = self.spans.get_mut(&span_key(&r.span)) {
+            if e.dispatcher == Some(r.id) && e.node.as_ref() == Some(from) {
+                e.checkpoint = e.checkpoint.max(r.checkpoint);
+                e.write_rate = r.write_rate;
+                e.resolved = e.resolved.max(r.resolved);
+            }
+        }
     }
 
     /// A dispatcher this maintainer did not know of: adopt it by span if it exactly fills an
