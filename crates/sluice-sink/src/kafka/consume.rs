@@ -23,13 +23,12 @@ use crate::error::{Result, SinkError};
 use crate::mysql::MysqlSink;
 use crate::uri::{SinkConfig, SinkUri};
 use crate::{RowBatch, Sink};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use sluice_types::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+pub(super) use super::consume_read::Raw;
 
 /// The most messages one run holds in memory.
 pub const MAX_MESSAGES: usize = 20_000_000;
@@ -44,18 +43,6 @@ pub struct KafkaConsumeArgs {
     pub downstream: String,
     /// How long to wait for more after every partition reached its end.
     pub idle: Duration,
-}
-
-/// One message as read.
-pub(super) struct Raw {
-    /// The topic's place in the sorted list of topics read.
-    pub(super) topic: u32,
-    pub(super) partition: i32,
-    pub(super) offset: i64,
-    pub(super) key: Option<Vec<u8>>,
-    pub(super) value: Option<Vec<u8>>,
-    /// The `sluice-commit-ts` header (Avro's messages).
-    pub(super) commit_ts: Option<Ts>,
 }
 
 /// What a message holds.
@@ -78,7 +65,7 @@ pub(super) enum Event {
 /// Reads the topic and applies it. Returns what was done.
 pub async fn run(args: &KafkaConsumeArgs) -> Result<ConsumeReport> {
     let masked = crate::uri::mask_uri(&args.kafka);
-    let (uri, pattern) = topic_pattern(&args.kafka);
+    let (uri, pattern) = super::consume_read::topic_pattern(&args.kafka);
     let SinkConfig::Kafka(mut cfg) = SinkUri::parse(&uri)?.config else {
         return Err(SinkError::invalid_uri(
             &masked,
@@ -104,13 +91,14 @@ pub async fn run(args: &KafkaConsumeArgs) -> Result<ConsumeReport> {
     }
     let idle = args.idle;
     let read_cfg = cfg.clone();
-    let raws = tokio::task::spawn_blocking(move || read_topics(&read_cfg, idle))
-        .await
-        .map_err(|e| SinkError::Broker {
-            what: "reading the topic".into(),
-            reason: e.to_string(),
-            retryable: true,
-        })??;
+    let raws =
+        tokio::task::spawn_blocking(move || super::consume_read::read_topics(&read_cfg, idle))
+            .await
+            .map_err(|e| SinkError::Broker {
+                what: "reading the topic".into(),
+                reason: e.to_string(),
+                retryable: true,
+            })??;
     let raws = resolve_claims(&cfg, raws).await?;
     let avro = super::consume_avro::fetch_schemas(&cfg, &raws).await?;
     let mut report = ConsumeReport {
@@ -143,180 +131,6 @@ async fn resolve_claims(cfg: &KafkaConfig, mut raws: Vec<Raw>) -> Result<Vec<Raw
         }
     }
     Ok(raws)
-}
-
-fn consumer(cfg: &KafkaConfig) -> Result<BaseConsumer> {
-    ClientConfig::new()
-        .set("bootstrap.servers", cfg.brokers.join(","))
-        .set("group.id", "sluice-consume")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "6000")
-        .create()
-        .map_err(|e| super::broker_error("creating the Kafka consumer", &e))
-}
-
-/// A consume URI whose topic is a `*` pattern, as a URI the sink's parser takes (the pattern
-/// replaced by a valid name) and the pattern; any other URI as it is.
-fn topic_pattern(raw: &str) -> (String, Option<String>) {
-    let Some(rest) = raw.strip_prefix("kafka://") else {
-        return (raw.to_string(), None);
-    };
-    let Some(slash) = rest.find('/') else {
-        return (raw.to_string(), None);
-    };
-    let (authority, path) = rest.split_at(slash);
-    let end = path.find('?').unwrap_or(path.len());
-    let topic = &path[1..end];
-    if !topic.contains('*') {
-        return (raw.to_string(), None);
-    }
-    let uri = format!("kafka://{authority}/sluice-consume-pattern{}", &path[end..]);
-    (uri, Some(topic.to_string()))
-}
-
-/// The topics `cfg.topic` names: itself, or every topic its `*` pattern matches (the progress
-/// topics of `transactional=true` and the broker's internal ones never).
-fn topics_of(c: &BaseConsumer, cfg: &KafkaConfig) -> Result<Vec<(String, Vec<i32>)>> {
-    let pattern = cfg.topic.contains('*');
-    let md = c
-        .fetch_metadata((!pattern).then_some(cfg.topic.as_str()), cfg.dial_timeout)
-        .map_err(|e| super::broker_error(format!("reading the metadata of {}", cfg.topic), &e))?;
-    let mut topics: Vec<(String, Vec<i32>)> = md
-        .topics()
-        .iter()
-        .filter(|t| !t.partitions().is_empty())
-        .filter(|t| match pattern {
-            true => {
-                super::route::glob(&cfg.topic, t.name())
-                    && !t.name().starts_with("__")
-                    && !t.name().ends_with(&super::txn::progress_topic(""))
-            }
-            false => t.name() == cfg.topic,
-        })
-        .map(|t| {
-            (
-                t.name().to_string(),
-                t.partitions().iter().map(|p| p.id()).collect(),
-            )
-        })
-        .collect();
-    topics.sort();
-    if topics.is_empty() {
-        return Err(SinkError::Broker {
-            what: format!("reading topic {}", cfg.topic),
-            reason: match pattern {
-                true => "no topic with partitions matches the pattern".into(),
-                false => "the topic does not exist or has no partitions".into(),
-            },
-            retryable: false,
-        });
-    }
-    Ok(topics)
-}
-
-fn commit_ts_header(m: &rdkafka::message::BorrowedMessage<'_>) -> Option<Ts> {
-    use rdkafka::message::Headers;
-    m.headers()?
-        .iter()
-        .find(|h| h.key == super::avro::COMMIT_TS_HEADER)
-        .and_then(|h| std::str::from_utf8(h.value?).ok()?.parse().ok())
-}
-
-/// Topics read at once (one consumer each: librdkafka reports a partition's end without its
-/// topic).
-pub const PARALLEL_TOPICS: usize = 8;
-
-/// Reads every partition of the topics from their start until caught up (see the module docs).
-fn read_topics(cfg: &KafkaConfig, idle: Duration) -> Result<Vec<Raw>> {
-    let topics = topics_of(&consumer(cfg)?, cfg)?;
-    let mut out = Vec::new();
-    for (n, group) in topics.chunks(PARALLEL_TOPICS).enumerate() {
-        let read: Vec<Result<Vec<Raw>>> = std::thread::scope(|s| {
-            let handles: Vec<_> = group
-                .iter()
-                .enumerate()
-                .map(|(i, (t, ps))| {
-                    let index = (n * PARALLEL_TOPICS + i) as u32;
-                    s.spawn(move || read_topic(cfg, t, index, ps, idle))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(SinkError::Layout {
-                            path: cfg.topic.clone(),
-                            reason: "a topic reader panicked".into(),
-                        })
-                    })
-                })
-                .collect()
-        });
-        for r in read {
-            out.extend(r?);
-            if out.len() > MAX_MESSAGES {
-                return Err(SinkError::Layout {
-                    path: cfg.topic.clone(),
-                    reason: format!("more than {MAX_MESSAGES} messages: consume in parts"),
-                });
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Reads every partition of one topic from its start until each reported its end and nothing
-/// arrived for `idle`.
-fn read_topic(
-    cfg: &KafkaConfig,
-    topic: &str,
-    index: u32,
-    partitions: &[i32],
-    idle: Duration,
-) -> Result<Vec<Raw>> {
-    let c = consumer(cfg)?;
-    let mut tpl = TopicPartitionList::new();
-    for p in partitions {
-        tpl.add_partition_offset(topic, *p, Offset::Beginning)
-            .map_err(|e| super::broker_error("assigning partitions", &e))?;
-    }
-    c.assign(&tpl)
-        .map_err(|e| super::broker_error("assigning partitions", &e))?;
-    let mut at_end: BTreeSet<i32> = BTreeSet::new();
-    let mut last = Instant::now();
-    let mut out = Vec::new();
-    loop {
-        match c.poll(Duration::from_millis(100)) {
-            Some(Ok(m)) => {
-                at_end.remove(&m.partition());
-                last = Instant::now();
-                out.push(Raw {
-                    topic: index,
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    value: m.payload().map(<[u8]>::to_vec),
-                    commit_ts: commit_ts_header(&m),
-                });
-                if out.len() > MAX_MESSAGES {
-                    return Err(SinkError::Layout {
-                        path: topic.to_string(),
-                        reason: format!("more than {MAX_MESSAGES} messages: consume in parts"),
-                    });
-                }
-            }
-            Some(Err(KafkaError::PartitionEOF(p))) => {
-                at_end.insert(p);
-            }
-            Some(Err(e)) => return Err(super::broker_error(format!("reading topic {topic}"), &e)),
-            None => {}
-        }
-        if at_end.len() == partitions.len() && last.elapsed() >= idle {
-            return Ok(out);
-        }
-    }
 }
 
 /// Simple protocol: the schemas its BOOTSTRAP and DDL messages announced, by (db, table,

@@ -23,6 +23,7 @@ pub mod claim;
 pub mod config;
 pub mod consume;
 mod consume_avro;
+mod consume_read;
 pub mod registry;
 pub mod route;
 pub mod txn;
