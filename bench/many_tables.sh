@@ -5,7 +5,9 @@
 # then the node sits idle for IDLE seconds (default 30) and its CPU use is measured. Reports
 # peak RSS (VmHWM) and CPU seconds. A measurement, not a test; upstream and Sluice share the
 # machine's cores.
-#   bench/many_tables.sh [tables]     # SINK=blackhole:// (default) or any sink URI
+#   bench/many_tables.sh [tables]     # SINK=blackhole:// (default) or any sink URI;
+#                                     # PERF_OUT=perf.data records the idle window under perf;
+#                                     # HEARTBEAT_MS=n sets the server's heartbeat-interval-ms
 # SLUICE_BIN=path picks the binary (default: target/release/sluice, built if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,8 +24,9 @@ t0=$(date +%s.%N)
 for ((i = 1; i <= N; i++)); do echo "CREATE TABLE mt.t$i (id INT PRIMARY KEY, v INT);"; done | db mt
 echo "created in $(python3 -c "print(f'{$(date +%s.%N) - $t0:.1f}')") s"
 API=127.0.0.1:$(free_port)
+echo "heartbeat-interval-ms = ${HEARTBEAT_MS:-100}" >"$WORK/server.toml"
 "$SLUICE" server --addr "$API" --data-dir "$WORK/data" --upstream "mysql://sluice:bench@127.0.0.1:$PORT" \
-  >"$WORK/server.log" 2>&1 &
+  --config "$WORK/server.toml" >"$WORK/server.log" 2>&1 &
 SERVER=$!
 PIDS+=($SERVER)
 for _ in $(seq 1 300); do curl -sf "http://$API/api/v2/health" >/dev/null && break; sleep 0.2; done
@@ -55,7 +58,11 @@ done
 T_ROWS=$(elapsed "$t0")
 load_before_idle=$(cut -d' ' -f1 /proc/loadavg)
 c0=$(cpu_seconds "$SERVER")
-sleep "$IDLE"
+if [ -n "${PERF_OUT:-}" ]; then
+  perf record -F 999 -g -p "$SERVER" -o "$PERF_OUT" -- sleep "$IDLE" >/dev/null 2>&1
+else
+  sleep "$IDLE"
+fi
 IDLE_CPU=$(python3 -c "print(f'{($(cpu_seconds "$SERVER") - $c0) / $IDLE * 100:.1f}')")
 RSS=$(awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$SERVER/status")
 echo "| what | measured |"
@@ -66,4 +73,4 @@ echo "| one row into each table, written upstream in | $T_WRITE s |"
 echo "| until the checkpoint passed the last row (from the first write) | $T_ROWS s |"
 echo "| idle CPU over $IDLE s | $IDLE_CPU % of a core |"
 echo "| peak RSS | $RSS MiB |"
-echo "sink ${SINK:-blackhole://}; load average before idle: $load_before_idle; $(nproc) cores; commit $(git rev-parse --short HEAD)"
+echo "sink ${SINK:-blackhole://}; heartbeat-interval-ms ${HEARTBEAT_MS:-100}; load average before idle: $load_before_idle; $(nproc) cores; commit $(git rev-parse --short HEAD)"

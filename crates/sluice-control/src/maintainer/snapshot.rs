@@ -17,7 +17,7 @@
 //!   a later maintainer never copies again unless a user asks (`changefeed snapshot`);
 //! - a table leaves the map when all of its pieces are finished, or when it is dropped.
 
-use super::{Maintainer, SpanState};
+use super::{span_key, Maintainer, SpanState};
 use crate::io::Effect;
 use crate::msg::{CopyProgress, CopyReport, CopyStart, DispatcherReport, Message, SnapshotStatus};
 use serde::{Deserialize, Serialize};
@@ -167,10 +167,12 @@ impl Maintainer {
         r: &DispatcherReport,
         out: &mut Vec<Effect>,
     ) {
+        // The entry of the report's own span (a dispatcher is only ever set there; see
+        // `note_span_report`): O(log spans) per report.
         let ours = self
             .spans
-            .values()
-            .any(|e| e.dispatcher == Some(r.id) && e.state == SpanState::Replicating);
+            .get(&span_key(&r.span))
+            .is_some_and(|e| e.dispatcher == Some(r.id) && e.state == SpanState::Replicating);
         if !ours {
             return;
         }
