@@ -88,7 +88,7 @@ impl Kafka {
         schema: &TableSchema,
         row: &RowEvent,
         (key_id, value_id): SchemaIds,
-    ) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>)> {
+    ) -> Result<super::Encoded> {
         let o = self.avro_options();
         let key = codec::frame(key_id, &codec::encode_key(schema, row, o)?);
         let value = codec::encode_value(schema, row, o)?.map(|v| codec::frame(value_id, &v));

@@ -53,6 +53,9 @@ pub const MAX_ENVELOPES: usize = 65_536;
 /// How often buffered messages are sent without being asked.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 
+/// A message's encoded key and value (`None`: none; a value of `None` is a tombstone).
+pub(crate) type Encoded = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// One encoded message.
 pub(crate) struct Message {
     pub(crate) topic: String,
@@ -387,7 +390,7 @@ impl Kafka {
         schema: &TableSchema,
         row: &RowEvent,
         avro: Option<avro::SchemaIds>,
-    ) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>)> {
+    ) -> Result<Encoded> {
         match avro {
             Some(ids) => self.encode_avro(schema, row, ids),
             None => self.encode_value(schema, row).map(|(k, v)| (k, Some(v))),
