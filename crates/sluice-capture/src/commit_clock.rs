@@ -88,7 +88,7 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             header += (x % 3) * 1000;
-            let hb = (x % 4 == 0).then(|| header - 1500 + (x >> 8) % 3000);
+            let hb = x.is_multiple_of(4).then(|| header - 1500 + (x >> 8) % 3000);
             let s = c.stamp(header, hb);
             assert!((header..header + 1000).contains(&s), "{s} for {header}");
         }

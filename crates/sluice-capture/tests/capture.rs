@@ -347,15 +347,17 @@ async fn regions_from_statistics_partition_the_table_evenly() {
         .is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn heartbeat_table_advances_resolved_and_measures_lag_without_leaking_rows() {
-    use sluice_capture::heartbeat;
-    let db = MariaDb::start().expect("mariadb");
-    let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
+/// Node `node-a`'s heartbeat writer on `db`, every 50 ms; stopped through the sender.
+fn heartbeats_every_50ms(
+    db: &MariaDb,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<sluice_capture::error::Result<()>>,
+) {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let url = db.url();
     let writer = tokio::spawn(async move {
-        heartbeat::run(
+        sluice_capture::heartbeat::run(
             &url,
             "node-a",
             std::time::Duration::from_millis(50),
@@ -363,6 +365,14 @@ async fn heartbeat_table_advances_resolved_and_measures_lag_without_leaking_rows
         )
         .await
     });
+    (stop_tx, writer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeat_table_advances_resolved_and_measures_lag_without_leaking_rows() {
+    let db = MariaDb::start().expect("mariadb");
+    let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
+    let (stop_tx, writer) = heartbeats_every_50ms(&db);
     let mut c = Capture::new(
         reader(&db.url(), 601, history.snapshot_pos.clone()),
         history,
@@ -402,22 +412,11 @@ async fn heartbeat_table_advances_resolved_and_measures_lag_without_leaking_rows
 /// the binlog header alone is off by up to a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeats_give_commit_times_in_milliseconds() {
-    use sluice_capture::heartbeat;
     let db = MariaDb::start().expect("mariadb");
     db.exec("CREATE DATABASE d; CREATE TABLE d.t (id INT PRIMARY KEY, at_ms BIGINT)")
         .expect("sql");
     let history = SchemaHistory::snapshot(&db.url()).await.expect("snapshot");
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let url = db.url();
-    let writer = tokio::spawn(async move {
-        heartbeat::run(
-            &url,
-            "node-a",
-            std::time::Duration::from_millis(50),
-            stop_rx,
-        )
-        .await
-    });
+    let (stop_tx, writer) = heartbeats_every_50ms(&db);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     const ROWS: i64 = 30;
     for i in 0..ROWS {

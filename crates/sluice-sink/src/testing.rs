@@ -1,6 +1,6 @@
-//! Shared test material: a table with every column type, row builders, and the sink contract
-//! suite ([`run_contract_suite`]) that every sink (and the simulator's model sinks, through the
-//! same trait) must pass.
+//! Shared test material: a table with every column type, row builders, golden files
+//! ([`golden`]), and the sink contract suite ([`run_contract_suite`]) that every sink (and the
+//! simulator's model sinks, through the same trait) must pass.
 //!
 //! Invariant: the suite only uses the [`Sink`] trait, so a pass means the contract holds for that
 //! implementation, whatever it writes to.
@@ -26,6 +26,21 @@ fn col(name: &str, ty: ColumnType, sql: &str, nullable: bool) -> ColumnDef {
 }
 
 /// `db.t (id bigint primary key, v varchar(64))`, table id `id`, version `version`.
+/// Compares `actual` with the golden file `crates/sluice-sink/tests/golden/<name>`;
+/// `UPDATE_GOLDEN=1` writes it instead.
+pub fn golden(name: &str, actual: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).expect("write golden");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display()));
+    assert_eq!(actual, expected, "golden {name} differs");
+}
+
 pub fn simple_schema(db: &str, table: &str, id: u64, version: Ts) -> TableSchema {
     TableSchema {
         table_id: TableId(id),

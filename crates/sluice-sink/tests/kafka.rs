@@ -12,7 +12,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use sluice_sink::kafka::route::{DispatchRule, Router};
 use sluice_sink::testing::{
-    all_types_rows, all_types_schema, run_contract_suite, simple_insert, simple_schema,
+    all_types_rows, all_types_schema, golden, run_contract_suite, simple_insert, simple_schema,
 };
 use sluice_sink::uri::{SinkConfig, SinkUri};
 use sluice_sink::{open_sink, RowBatch};
@@ -20,18 +20,6 @@ use sluice_testkit::kafka::Broker;
 use sluice_types::{DispatcherId, Epoch, RowKind, Span, TableId};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn golden(name: &str, actual: &str) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).expect("write golden");
-    }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|_| panic!("missing golden {name}; run with UPDATE_GOLDEN=1"));
-    assert_eq!(actual, expected, "golden {name} differs");
-}
 
 /// Every message of `topic`, per partition in offset order: (partition, key, value).
 fn read_all(broker: &Broker, topic: &str, want: usize) -> Vec<(i32, Option<String>, String)> {

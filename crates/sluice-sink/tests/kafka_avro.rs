@@ -13,7 +13,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use sluice_sink::codec::avro::{self, AvroOptions, Datum};
 use sluice_sink::kafka::route::DispatchRule;
 use sluice_sink::testing::{
-    all_types_rows, all_types_schema, run_contract_suite, simple_insert, simple_schema,
+    all_types_rows, all_types_schema, golden, run_contract_suite, simple_insert, simple_schema,
 };
 use sluice_sink::{open_sink_routed, RowBatch, Sink};
 use sluice_testkit::kafka::Broker;
@@ -21,18 +21,6 @@ use sluice_testkit::registry::Registry;
 use sluice_types::{DispatcherId, RowKind, Span, TableSchema};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn golden(name: &str, actual: &str) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).expect("write golden");
-    }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|_| panic!("missing golden {name}; run with UPDATE_GOLDEN=1"));
-    assert_eq!(actual, expected, "golden {name} differs");
-}
 
 fn per_table() -> Vec<DispatchRule> {
     vec![DispatchRule {

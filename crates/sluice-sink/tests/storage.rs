@@ -33,19 +33,6 @@ fn storage_cfg(uri: &str) -> StorageConfig {
     }
 }
 
-fn golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).expect("write golden");
-        return;
-    }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display()));
-    assert_eq!(actual, expected, "golden {name} differs");
-}
-
 async fn read(store: &Arc<dyn ObjectStore>, p: &str) -> String {
     let b = store
         .get(&object_store::path::Path::from(p))

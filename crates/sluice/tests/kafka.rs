@@ -42,22 +42,27 @@ fn types_rows(up: &MariaDb, from: u32, to: u32) {
         .expect("types update");
 }
 
+/// One transaction of round `r` on app.a: an upsert, updates, a key move and a delete.
+fn dml_round(up: &MariaDb, r: u32) {
+    up.exec(&format!(
+        "BEGIN;
+         INSERT INTO app.a (id, v, n) VALUES ({a}, 'r{r}', {r}) ON DUPLICATE KEY UPDATE n = n + 100;
+         UPDATE app.a SET v = CONCAT(v, '+'), n = n + 1 WHERE id % 3 = {m};
+         UPDATE app.a SET id = id + 1000 WHERE id = {mv};
+         DELETE FROM app.a WHERE id = {d};
+         COMMIT;",
+        a = 10 + r,
+        m = r % 3,
+        mv = 10 + r.saturating_sub(2),
+        d = 10 + r.saturating_sub(4),
+    ))
+    .expect("traffic round");
+}
+
 /// DML across tables in one transaction, key moves, and DDL between them.
 fn traffic(up: &MariaDb, from: u32, to: u32) {
     for r in from..to {
-        up.exec(&format!(
-            "BEGIN;
-             INSERT INTO app.a (id, v, n) VALUES ({a}, 'r{r}', {r}) ON DUPLICATE KEY UPDATE n = n + 100;
-             UPDATE app.a SET v = CONCAT(v, '+'), n = n + 1 WHERE id % 3 = {m};
-             UPDATE app.a SET id = id + 1000 WHERE id = {mv};
-             DELETE FROM app.a WHERE id = {d};
-             COMMIT;",
-            a = 10 + r,
-            m = r % 3,
-            mv = 10 + r.saturating_sub(2),
-            d = 10 + r.saturating_sub(4),
-        ))
-        .expect("traffic round");
+        dml_round(up, r);
         match r {
             2 => up.exec("ALTER TABLE app.a ADD COLUMN note VARCHAR(16) DEFAULT 'x'; UPDATE app.a SET note = CONCAT('n', id) WHERE id < 5;"),
             3 => up.exec("CREATE TABLE app.c (k VARCHAR(8) PRIMARY KEY, v INT); INSERT INTO app.c VALUES ('a', 1), ('b', 2); UPDATE app.c SET v = 20 WHERE k = 'b';"),
@@ -359,19 +364,7 @@ fn bad_kafka_uris_are_refused_at_create() {
 /// DML of every kind without DDL (Avro sends no DDL: the user keeps the downstream's tables).
 fn avro_traffic(up: &MariaDb, from: u32, to: u32) {
     for r in from..to {
-        up.exec(&format!(
-            "BEGIN;
-             INSERT INTO app.a (id, v, n) VALUES ({a}, 'r{r}', {r}) ON DUPLICATE KEY UPDATE n = n + 100;
-             UPDATE app.a SET v = CONCAT(v, '+'), n = n + 1 WHERE id % 3 = {m};
-             UPDATE app.a SET id = id + 1000 WHERE id = {mv};
-             DELETE FROM app.a WHERE id = {d};
-             COMMIT;",
-            a = 10 + r,
-            m = r % 3,
-            mv = 10 + r.saturating_sub(2),
-            d = 10 + r.saturating_sub(4),
-        ))
-        .expect("traffic round");
+        dml_round(up, r);
     }
 }
 

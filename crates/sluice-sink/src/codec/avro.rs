@@ -18,7 +18,7 @@
 //!   bits (TiCDC's overflow), or a string with `avro-bigint-unsigned-handling-mode=string`;
 //! - decoding never panics on external data: malformed input is a [`SinkError::Codec`].
 
-use super::{value_bytes, value_text};
+use super::{bit_width, value_bytes, value_text};
 use crate::error::{Result, SinkError};
 use serde_json::{json, Map, Value as Json};
 use sluice_types::{ColumnDef, ColumnType, RowEvent, RowKind, TableSchema, Value};
@@ -280,18 +280,6 @@ fn put_long(out: &mut Vec<u8>, v: i64) {
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     put_long(out, b.len() as i64);
     out.extend_from_slice(b);
-}
-
-/// The width of a BIT column: its length, else the `(n)` of its type, else 1.
-fn bit_width(col: &ColumnDef) -> u64 {
-    if col.length > 0 {
-        return col.length;
-    }
-    let t = &col.sql_type;
-    t.find('(')
-        .and_then(|i| t[i + 1..].split(')').next())
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(1)
 }
 
 fn bad(col: &ColumnDef, v: &Value, what: &str) -> SinkError {

@@ -14,7 +14,7 @@
 //!   `source.pos` that end position, so a consumer can order and deduplicate;
 //! - decoding never panics on external data: malformed input is a [`SinkError::Codec`].
 
-use super::{base64_decode, base64_encode, value_bytes, value_text, DecodedRow};
+use super::{base64_decode, base64_encode, bit_width, value_bytes, value_text, DecodedRow};
 use crate::error::{Result, SinkError};
 use serde_json::{json, Map, Value as Json};
 use sluice_types::civil::{days_from_civil, utc_parts};
@@ -137,18 +137,6 @@ fn field_value(v: &Value, col: &ColumnDef) -> Json {
         }
         other => value_text(other, col).map_or(Json::Null, Json::String),
     }
-}
-
-/// The width of a BIT column: its length, else the `(n)` of its type, else 1 (MySQL's default).
-fn bit_width(col: &ColumnDef) -> u64 {
-    if col.length > 0 {
-        return col.length;
-    }
-    let t = &col.sql_type;
-    t.find('(')
-        .and_then(|i| t[i + 1..].split(')').next())
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(1)
 }
 
 fn bit_value(bits: u64, col: &ColumnDef) -> Json {

@@ -90,6 +90,18 @@ pub fn value_text(v: &Value, col: &ColumnDef) -> Option<String> {
     })
 }
 
+/// The width of a BIT column: its length, else the `(n)` of its type, else 1 (MySQL's default).
+pub(crate) fn bit_width(col: &ColumnDef) -> u64 {
+    if col.length > 0 {
+        return col.length;
+    }
+    let t = &col.sql_type;
+    t.find('(')
+        .and_then(|i| t[i + 1..].split(')').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(1)
+}
+
 /// The raw bytes of a value in a binary column (text values give their UTF-8 bytes).
 pub fn value_bytes(v: &Value, col: &ColumnDef) -> Option<Vec<u8>> {
     match v {
