@@ -59,7 +59,7 @@ T_ROWS=$(elapsed "$t0")
 load_before_idle=$(cut -d' ' -f1 /proc/loadavg)
 c0=$(cpu_seconds "$SERVER")
 if [ -n "${PERF_OUT:-}" ]; then
-  perf record -F 999 -g -p "$SERVER" -o "$PERF_OUT" -- sleep "$IDLE" >/dev/null 2>&1
+  perf record -F 999 --call-graph "${PERF_CALLGRAPH:-fp}" -p "$SERVER" -o "$PERF_OUT" -- sleep "$IDLE" >/dev/null 2>&1
 else
   sleep "$IDLE"
 fi

@@ -128,6 +128,15 @@ impl<W> Slot<W> {
     fn is_failed(&self) -> bool {
         self.failed.get().is_some()
     }
+    /// Whether a tick would do anything: send what is buffered, or raise the ack to what was
+    /// written or resolved. An idle slot is skipped without a task (thousands of idle
+    /// dispatchers would otherwise cost a task each every flush interval).
+    fn wants_tick<B: Backend<Writer = W>>(&self, b: &B) -> bool {
+        !self.closed
+            && !self.is_failed()
+            && (b.has_buffered(&self.writer)
+                || self.written.max(self.resolved) > *self.ack.borrow())
+    }
     /// Marks the dispatcher failed (the first error stays), wakes whoever waits for its ack, and
     /// returns the error to report.
     fn fail(&self, e: SinkError) -> SinkError {
@@ -253,6 +262,9 @@ async fn tick_loop<B: Backend>(shared: Weak<Shared<B>>, every: Duration) {
             let Ok(mut g) = slot.try_lock_owned() else {
                 continue;
             };
+            if !g.wants_tick(&s.backend) {
+                continue;
+            }
             let s2 = s.clone();
             tokio::spawn(async move {
                 let _ = exec(&s2.backend, &mut g, Op::Tick).await;

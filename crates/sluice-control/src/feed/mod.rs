@@ -265,20 +265,33 @@ impl<R: FeedRow> Feed<R> {
         S: EventSource<Row = R>,
     {
         let complete = src.complete();
-        let keys: Vec<LaneKey> = self
-            .lanes
-            .iter()
-            .filter(|(_, l)| l.sub.is_some())
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in keys {
-            if self.inflight_bytes >= self.quota_bytes && !mutation("feed-ignores-quota") {
-                out.push(FeedOut::Note(FeedNote::QuotaWait));
-                break;
+        // Only the lanes `deliver` could hand something to (an idle lane of thousands costs
+        // nothing per poll), each with whether a subscribed lane follows it: the quota is
+        // checked before every subscribed lane, as if all were visited.
+        let mut subscribed = 0usize;
+        let mut active: Vec<(LaneKey, usize)> = Vec::new();
+        for (k, l) in &self.lanes {
+            let Some(sub) = &l.sub else { continue };
+            subscribed += 1;
+            let waits_for_chunk = l.awaiting_chunk && l.chunks.is_empty();
+            if !waits_for_chunk && (!l.chunks.is_empty() || sub.cursor < complete) {
+                active.push((k.clone(), subscribed));
             }
+        }
+        let over = |f: &Self| f.inflight_bytes >= f.quota_bytes && !mutation("feed-ignores-quota");
+        let mut visited = 0usize; // subscribed lanes visited so far, in key order
+        for (key, at) in active {
+            if over(self) {
+                out.push(FeedOut::Note(FeedNote::QuotaWait));
+                return;
+            }
+            visited = at;
             if wants(&key.0, key.1) {
                 self.deliver(src, &key, complete, out);
             }
+        }
+        if visited < subscribed && over(self) {
+            out.push(FeedOut::Note(FeedNote::QuotaWait));
         }
     }
 
