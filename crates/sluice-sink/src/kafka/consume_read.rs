@@ -3,8 +3,10 @@
 //! topic (librdkafka reports a partition's end without its topic), at most
 //! [`PARALLEL_TOPICS`] at once.
 //!
-//! Invariants: a topic is read to the end of every partition and until nothing arrived for
-//! `idle`; at most [`MAX_MESSAGES`] messages are held; the progress topics of
+//! Invariants: a topic is read to the end of every partition and until nothing but watermark
+//! messages arrived for `idle` (a running changefeed sends a watermark every time its
+//! checkpoint moves, about once a second even when the upstream is idle: waiting for silence
+//! would never end); at most [`MAX_MESSAGES`] messages are held; the progress topics of
 //! `transactional=true` and the broker's internal topics are never read by a pattern.
 
 use super::config::KafkaConfig;
@@ -151,8 +153,30 @@ pub(super) fn read_topics(cfg: &KafkaConfig, idle: Duration) -> Result<Vec<Raw>>
     Ok(out)
 }
 
+/// Whether a message is only a watermark (the checkpoint, no data): canal-json's
+/// `TIDB_WATERMARK`, the Open Protocol's resolved event (key `"t":3`), the Simple protocol's
+/// `WATERMARK`. Matched on the protocol's marker text, before decoding.
+fn is_watermark(
+    protocol: super::config::KafkaProtocol,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+) -> bool {
+    use super::config::KafkaProtocol as P;
+    let has = |b: Option<&[u8]>, needle: &[u8]| {
+        b.is_some_and(|b| b.windows(needle.len()).any(|w| w == needle))
+    };
+    match protocol {
+        P::CanalJson => {
+            value.is_some_and(|v| v.len() < 512) && has(value, b"\"type\":\"TIDB_WATERMARK\"")
+        }
+        P::OpenProtocol => key.is_some_and(|k| k.len() < 512) && has(key, b"\"t\":3"),
+        P::Simple => value.is_some_and(|v| v.len() < 512) && has(value, b"\"type\":\"WATERMARK\""),
+        P::Debezium | P::Avro => false,
+    }
+}
+
 /// Reads every partition of one topic from its start until each reported its end and nothing
-/// arrived for `idle`.
+/// but watermarks arrived for `idle`.
 fn read_topic(
     cfg: &KafkaConfig,
     topic: &str,
@@ -175,7 +199,9 @@ fn read_topic(
         match c.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
                 at_end.remove(&m.partition());
-                last = Instant::now();
+                if !is_watermark(cfg.protocol, m.key(), m.payload()) {
+                    last = Instant::now();
+                }
                 out.push(Raw {
                     topic: index,
                     partition: m.partition(),
@@ -200,5 +226,33 @@ fn read_topic(
         if at_end.len() == partitions.len() && last.elapsed() >= idle {
             return Ok(out);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_watermark;
+    use crate::codec;
+    use crate::kafka::config::KafkaProtocol as P;
+    use crate::testing::{simple_insert, simple_schema};
+
+    #[test]
+    fn watermarks_are_told_from_rows_of_every_protocol() {
+        let canal = codec::canal::encode_watermark_message(77, 5);
+        assert!(is_watermark(P::CanalJson, None, Some(canal.as_bytes())));
+        let simple = codec::simple::encode_watermark(77);
+        assert!(is_watermark(P::Simple, None, Some(simple.as_bytes())));
+        let (k, v) = codec::open::encode_resolved(77);
+        assert!(is_watermark(P::OpenProtocol, Some(&k), Some(&v)));
+        // Rows are not, even with the marker's text in a value.
+        let schema = simple_schema("db", "t", 1, 1);
+        let row = simple_insert(&schema, 1, "\"type\":\"TIDB_WATERMARK\" WATERMARK", 9, 0);
+        let mut c = String::new();
+        codec::canal::encode_row_message(&mut c, true, &schema, &row).expect("canal");
+        assert!(!is_watermark(P::CanalJson, None, Some(c.as_bytes())));
+        let s = codec::simple::encode_row(&schema, &row).expect("simple");
+        assert!(!is_watermark(P::Simple, None, Some(s.as_bytes())));
+        let (k, v) = codec::open::encode_row(&schema, &row).expect("open");
+        assert!(!is_watermark(P::OpenProtocol, Some(&k), Some(&v)));
     }
 }
