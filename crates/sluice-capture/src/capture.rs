@@ -557,11 +557,15 @@ pub struct Capture {
     clock: crate::commit_clock::CommitClock,
     /// The commit time (ms) of the last transaction handed on (see [`HEARTBEAT_PASS_MS`]).
     passed_ms: u64,
+    /// Set by whoever waits for capture to reach a binlog position (a snapshot chunk read at
+    /// it): while it is, every heartbeat transaction is handed on at once.
+    pub position_wanted: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// A transaction of heartbeat rows only is handed on (moving the resolved ts of every
-/// dispatcher) at most once per this much upstream time; the others only stamp the commit
-/// clock. Heartbeats are written every 100 ms for millisecond commit times, and every resolved
+/// dispatcher) at most once per this much upstream time, unless a position is wanted
+/// ([`Capture::position_wanted`]: a snapshot chunk waits for capture to pass its position);
+/// the others only stamp the commit clock. Heartbeats are written every 100 ms for millisecond commit times, and every resolved
 /// advance costs each idle dispatcher a round through the sink: 2,000 idle tables took 17.7% of
 /// a core at 10 advances a second and 6.2% at one (`bench/many_tables.sh`).
 pub const HEARTBEAT_PASS_MS: u64 = 1000;
@@ -581,6 +585,14 @@ pub struct HeartbeatSample {
 /// a sequence).
 fn is_captured(history: &SchemaHistory, db: &str, t: &str) -> bool {
     !is_system_schema(db) && !is_heartbeat(db, t) && !history.is_sequence(db, t)
+}
+
+impl Capture {
+    fn position_is_wanted(&self) -> bool {
+        self.position_wanted
+            .as_ref()
+            .is_some_and(|w| w.load(std::sync::atomic::Ordering::Relaxed))
+    }
 }
 
 /// A transaction of nothing but heartbeat rows (no statement, nothing chunked before it).
@@ -628,6 +640,7 @@ impl Capture {
             staging: Staging::default(),
             clock: Default::default(),
             passed_ms: 0,
+            position_wanted: None,
         }
     }
 
@@ -649,7 +662,9 @@ impl Capture {
                 }
                 ReaderEvent::Transaction(mut t) => {
                     self.sample_heartbeat(&mut t);
-                    if only_heartbeats(&t) && t.commit_time_ms < self.passed_ms + HEARTBEAT_PASS_MS
+                    if only_heartbeats(&t)
+                        && t.commit_time_ms < self.passed_ms + HEARTBEAT_PASS_MS
+                        && !self.position_is_wanted()
                     {
                         continue;
                     }

@@ -213,6 +213,15 @@ impl Shell {
 
     pub(crate) fn push_chunk_wait(&mut self, d: crate::snapshot::ChunkDone) {
         self.chunk_waits.push(d);
+        self.note_chunk_waits();
+    }
+
+    /// Tells capture whether a chunk waits for it to reach a position.
+    fn note_chunk_waits(&self) {
+        self.capture.position_wanted.store(
+            !self.chunk_waits.is_empty(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Chunks waiting for capture whose position it has reached go to the feed.
@@ -225,6 +234,7 @@ impl Shell {
             .into_iter()
             .partition(|d| d.result.as_ref().map_or(true, |c| c.position <= captured));
         self.chunk_waits = wait;
+        self.note_chunk_waits();
         for d in ready {
             self.on_chunk_done(d);
         }

@@ -42,6 +42,9 @@ pub struct CaptureShared {
     pub rows_captured: AtomicU64,
     pub txns_captured: AtomicU64,
     pub ddls_captured: AtomicU64,
+    /// Set while a snapshot chunk waits for capture to reach its position: capture then hands
+    /// every heartbeat transaction on at once (`Capture::position_wanted`).
+    pub position_wanted: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl CaptureShared {
@@ -206,6 +209,7 @@ pub async fn open(
         captured: tx,
         error: Mutex::new(None),
         retrying: Default::default(),
+        position_wanted: Default::default(),
         times: Mutex::new(BTreeMap::new()),
         rows_captured: AtomicU64::new(0),
         txns_captured: AtomicU64::new(0),
@@ -308,11 +312,9 @@ fn start_pump(
     let mut cfg = ReaderConfig::new(upstream.to_string(), server_id, start);
     cfg.retrying = shared.retrying.clone();
     let reader = BinlogReader::new(cfg);
-    Pump::new(
-        Capture::new(reader, history),
-        shared.store.clone(),
-        hs.clone(),
-    )
+    let mut capture = Capture::new(reader, history);
+    capture.position_wanted = Some(shared.position_wanted.clone());
+    Pump::new(capture, shared.store.clone(), hs.clone())
 }
 
 /// Runs `pump` until `stop` changes (`None`) or capture fails (the error).
