@@ -6,9 +6,9 @@
 //! /subjects/{subject}/versions` and `GET /schemas/ids/{id}`.
 //!
 //! Invariants:
-//! - a schema is registered once per (table, version) and side; the ids are cached, at most
-//!   [`MAX_CACHED`] of them (the cache is cleared when full, and the registry asked again: it
-//!   answers the same id for the same schema);
+//! - the sink registers a schema once per (table version, topic) and side (it keeps the ids,
+//!   `kafka::avro`); schemas read by id are cached here, at most [`MAX_CACHED`] (cleared when
+//!   full, and read again);
 //! - an unreachable registry or a 5xx answer is retryable; a refusal (409 incompatible, 422
 //!   invalid, 401/403) is fatal and names what the registry said;
 //! - the URI's password is never logged: errors name the registry without its user info.
@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use url::Url;
 
-/// At most this many schema ids are cached.
+/// At most this many schemas read by id are cached.
 pub const MAX_CACHED: usize = 65_536;
 /// How long one registry request may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -32,8 +32,6 @@ pub struct Registry {
     base: Url,
     auth: Option<(String, Option<String>)>,
     http: reqwest::Client,
-    /// Registered (subject, schema text) → id.
-    ids: Mutex<BTreeMap<(String, String), u32>>,
     /// Schemas read by id.
     schemas: Mutex<BTreeMap<u32, Arc<str>>>,
 }
@@ -72,7 +70,6 @@ impl Registry {
             base,
             auth,
             http,
-            ids: Mutex::new(BTreeMap::new()),
             schemas: Mutex::new(BTreeMap::new()),
         })
     }
@@ -131,12 +128,9 @@ impl Registry {
         self.call("listing subjects", req).await.map(|_| ())
     }
 
-    /// The id of `schema` under `subject`, registering it when it is new.
+    /// The id of `schema` under `subject` (the registry answers the same id for a schema it
+    /// has, and registers a new one).
     pub async fn register(&self, subject: &str, schema: &str) -> Result<u32> {
-        let key = (subject.to_string(), schema.to_string());
-        if let Some(id) = self.ids.lock().map_err(|_| lock_error())?.get(&key) {
-            return Ok(*id);
-        }
         let req = self
             .http
             .post(self.url(&format!("subjects/{subject}/versions")))
@@ -154,11 +148,6 @@ impl Registry {
                 reason: format!("an answer without an id: {answer}"),
                 retryable: false,
             })?;
-        let mut ids = self.ids.lock().map_err(|_| lock_error())?;
-        if ids.len() >= MAX_CACHED {
-            ids.clear();
-        }
-        ids.insert(key, id);
         Ok(id)
     }
 
