@@ -438,6 +438,7 @@ impl Maintainer {
                         created: d,
                         splittable: true,
                         user_split: false,
+                        placed_by_user: None,
                     },
                 );
                 self.add_table_spans(ctx, *t, d);
@@ -462,6 +463,7 @@ impl Maintainer {
                     created: d,
                     splittable: true,
                     user_split: false,
+                    placed_by_user: None,
                 },
             );
             self.add_table_spans(ctx, *t, d);
@@ -485,6 +487,7 @@ impl Maintainer {
                             created: d,
                             splittable: true,
                             user_split: false,
+                            placed_by_user: None,
                         },
                     );
                     self.add_table_spans(ctx, *t, d);

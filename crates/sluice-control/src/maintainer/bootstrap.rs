@@ -85,6 +85,7 @@ impl Maintainer {
                 created: 0,
                 splittable: t.splittable,
                 user_split: false,
+                placed_by_user: None,
             };
             self.tables.insert(t.id, state);
         }
@@ -173,6 +174,7 @@ impl Maintainer {
                 created,
                 splittable: true,
                 user_split: false,
+                placed_by_user: None,
             }
         });
         let mut covered = self.adopt_live(table, list, out);

@@ -121,6 +121,9 @@ struct TableState {
     splittable: bool,
     /// Split by a user request: the merge scheduler leaves it alone.
     user_split: bool,
+    /// The node a user's move request put it on: the balancer leaves its spans there while
+    /// they stay on that node (kept by this maintainer only: a successor may balance it).
+    placed_by_user: Option<NodeId>,
 }
 
 /// A second schema load at the end of the bootstrap ([`Maintainer::schema_knows_record`]).

@@ -353,6 +353,12 @@ impl Maintainer {
             return None;
         }
         if entries.iter().all(|e| e.node.as_ref() == Some(to)) {
+            if let Some(t) = entries
+                .first()
+                .and_then(|e| self.tables.get_mut(&e.span.table))
+            {
+                t.placed_by_user = Some(to.clone());
+            }
             return Some("done".into());
         }
         for e in entries {

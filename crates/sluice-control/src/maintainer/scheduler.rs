@@ -172,7 +172,8 @@ impl Maintainer {
         true
     }
 
-    /// Balance: move one span from the most to the least loaded node when they differ by 2+.
+    /// Balance: move one span from the most to the least loaded node when they differ by 2+,
+    /// never a span of a table a user moved while it is still on the node the user chose.
     fn balance(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
         let nodes: Vec<NodeId> = self
             .ready
@@ -197,10 +198,16 @@ impl Maintainer {
         if self.load(&max) < self.load(&min) + 2 {
             return;
         }
+        // A span a user moved stays where the user put it (another span of that node moves).
+        let placed_by_user = |e: &SpanEntry| {
+            self.tables
+                .get(&e.span.table)
+                .is_some_and(|t| t.placed_by_user.is_some() && t.placed_by_user == e.node)
+        };
         let k = self
             .spans
             .iter()
-            .find(|(_, e)| e.node.as_ref() == Some(&max) && e.op.is_none())
+            .find(|(_, e)| e.node.as_ref() == Some(&max) && e.op.is_none() && !placed_by_user(e))
             .map(|(k, _)| k.clone());
         if let Some(k) = k {
             self.start_move(k, min);
