@@ -14,6 +14,8 @@ build_needs() {
   command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)            # linker and C build scripts
   command -v make >/dev/null 2>&1 || need+=(make)                   # librdkafka's bundled build
   [ -e /usr/include/zlib.h ] || need+=(zlib1g-dev)                  # librdkafka's gzip
+  [ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)           # librdkafka's TLS and SCRAM
+  command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)       # openssl-sys finds OpenSSL
 }
 mariadb_needs() {
   command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
@@ -30,6 +32,8 @@ case "${1:-}" in
   run) mariadb_needs; tool_needs curl python3 ;;
   test) build_needs; mariadb_needs; tool_needs python3
         command -v etcd >/dev/null 2>&1 || need+=(etcd-server etcd-client)
+        # The Kafka TLS test: a throwaway CA (openssl) and a TLS front before the broker (socat).
+        tool_needs openssl socat
         # mariadb-dump: the suite replay through the sink rebuilds its downstream with it.
         command -v mariadb-dump >/dev/null 2>&1 || need+=(mariadb-client)
         # MariaDB's regression suite (mysql-test), replayed by sluice-capture's mariadb_suite.

@@ -127,18 +127,41 @@ pub struct Broker {
     child: Option<Child>,
     paused: bool,
     proxy: Option<crate::proxy::Proxy>,
+    /// Behind TLS: socat in front, and the authority clients must trust.
+    tls: Option<(crate::tls::TlsFront, crate::tls::Certificates)>,
+}
+
+/// What stands between clients and the broker.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Front {
+    None,
+    /// A TCP proxy that can cut connections.
+    Proxy,
+    /// TLS with client certificates ([`crate::tls`]).
+    Tls,
 }
 
 impl Broker {
     pub fn start() -> Result<Broker> {
-        Self::start_with(false)
+        Self::start_with(Front::None)
+    }
+
+    /// A broker reached only through TLS with a client certificate ([`crate::tls`]): it
+    /// advertises the TLS port; [`Broker::certificates`] has the files a client needs.
+    pub fn start_behind_tls() -> Result<Broker> {
+        Self::start_with(Front::Tls)
+    }
+
+    /// The TLS files of a broker behind TLS.
+    pub fn certificates(&self) -> Option<&crate::tls::Certificates> {
+        self.tls.as_ref().map(|(_, c)| c)
     }
 
     /// A broker behind a TCP proxy ([`crate::proxy`]): it advertises the proxy's port, so every
     /// client connection (bootstrap and per-broker) passes the proxy, and
     /// [`Broker::cut_connections`] resets them all.
     pub fn start_behind_proxy() -> Result<Broker> {
-        Self::start_with(true)
+        Self::start_with(Front::Proxy)
     }
 
     /// Resets every client connection (behind a proxy; 0 otherwise); returns how many.
@@ -146,25 +169,33 @@ impl Broker {
         self.proxy.as_ref().map_or(0, crate::proxy::Proxy::cut)
     }
 
-    fn start_with(proxied: bool) -> Result<Broker> {
+    fn start_with(front_kind: Front) -> Result<Broker> {
         let bin = tansu_binary()?;
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("sluice-kafka-{}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
+        let certs = match front_kind {
+            Front::Tls => Some(
+                crate::tls::Certificates::create(&dir.join("tls"))
+                    .map_err(io_err("making TLS certificates"))?,
+            ),
+            _ => None,
+        };
         let mut last_err = String::new();
         for _ in 0..PORT_RETRIES {
             let listen_port = free_port()?;
-            let front = match proxied {
-                true => Some(
+            let front = match front_kind {
+                Front::Proxy => Some(
                     std::net::TcpListener::bind("127.0.0.1:0")
                         .map_err(io_err("binding the proxy"))?,
                 ),
-                false => None,
+                _ => None,
             };
-            let port = match &front {
-                Some(l) => l.local_addr().map_err(io_err("the proxy's port"))?.port(),
-                None => listen_port,
+            let port = match (&front, front_kind) {
+                (Some(l), _) => l.local_addr().map_err(io_err("the proxy's port"))?.port(),
+                (None, Front::Tls) => free_port()?,
+                (None, _) => listen_port,
             };
             let log = dir.join("broker.log");
             let logf = fs::File::create(&log).map_err(io_err("creating broker.log"))?;
@@ -200,8 +231,15 @@ impl Broker {
                 child: Some(child),
                 paused: false,
                 proxy,
+                tls: None,
             };
-            match b.wait_ready() {
+            let ready = b.wait_ready().and_then(|()| match &certs {
+                Some(c) => crate::tls::TlsFront::start(port, listen_port, c, &dir.join("tls.log"))
+                    .map(|f| b.tls = Some((f, c.clone())))
+                    .map_err(|e| BrokerError::Start(format!("the TLS front: {e}"))),
+                None => Ok(()),
+            });
+            match ready {
                 Ok(()) => return Ok(b),
                 Err(e) => {
                     last_err = format!("{e}; log: {}", tail(&log));

@@ -4,7 +4,8 @@
 //!
 //! Layout rule: one file per server it starts, and two for the MariaDB replays: the corpus they
 //! read (`mysqltest`: statements out of MariaDB's own regression suite) and the report they
-//! write (`suite_report`); `process` holds what the server helpers share about their child.
+//! write (`suite_report`); `process` holds what the server helpers share about their child;
+//! `proxy` and `tls` put a fault-injecting or a TLS-terminating front before a server.
 
 pub mod etcd;
 pub mod kafka;
@@ -15,3 +16,4 @@ pub mod process;
 pub mod proxy;
 pub mod registry;
 pub mod suite_report;
+pub mod tls;

@@ -6,8 +6,9 @@
 //! DDLs of every kind between the rows, a table of many column types, updates that move a
 //! row to another key (so to another partition), and a `kill -9` of the node mid-run
 //! (at-least-once: the replay adds copies, never a gap), connections to the broker cut again and
-//! again mid-run, and Avro through a schema registry with a topic per table. And the URI
-//! mistakes a user makes are refused at `changefeed create`, with nothing created.
+//! again mid-run, Avro through a schema registry with a topic per table, and TLS with client
+//! certificates (a TLS front that checks them before the broker). And the URI mistakes a user
+//! makes are refused at `changefeed create`, with nothing created.
 
 mod common;
 use common::*;
@@ -317,7 +318,9 @@ fn bad_kafka_uris_are_refused_at_create() {
         (format!("kafka://127.0.0.1:{dead}/t?protocol=avro"), "schema-registry"),
         (format!("kafka://127.0.0.1:{dead}/t?protocol=avro&schema-registry=http%3A%2F%2F127.0.0.1%3A{dead}"), "{schema} and {table}"),
         (format!("kafka://127.0.0.1:{dead}/t?protocol=simple-avro"), "not supported yet"),
-        (format!("kafka://127.0.0.1:{dead}/t?protocol=canal-json&sasl-user=u&sasl-password=hunter2pw"), "not supported yet"),
+        (format!("kafka://127.0.0.1:{dead}/t?protocol=canal-json&sasl-mechanism=GSSAPI&sasl-user=u&sasl-password=hunter2pw"), "not supported yet"),
+        (format!("kafka://127.0.0.1:{dead}/t?protocol=canal-json&sasl-user=u"), "sasl-password"),
+        (format!("kafka://127.0.0.1:{dead}/t?protocol=canal-json&ca=/nonexistent/ca.pem"), "cannot be read"),
         (format!("kafka://127.0.0.1:{dead}/t?protocol=canal-json&dial-timeout=1s"), "Kafka"),
     ];
     for (uri, want) in &cases {
@@ -585,6 +588,70 @@ fn dispatcher_rules_route_topics_and_partitions() {
         rows(&base, "accounts").is_empty(),
         "shop.accounts went to the URI's topic too"
     );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `changefeed create` of `uri`, which must be refused; returns what it printed.
+fn create_refused(out: &Outputs, server: &Server, uri: &str) -> String {
+    let r = sluice(
+        out,
+        &[
+            "cli",
+            "--server",
+            &server.url(),
+            "changefeed",
+            "create",
+            "-c",
+            "refused",
+            "--sink-uri",
+            uri,
+        ],
+    );
+    assert_ne!(r.code, 0, "{uri} was accepted: {}", r.stdout);
+    format!("{} {}", r.stdout, r.stderr)
+}
+
+/// TLS with client certificates: the broker is reachable only through a TLS front that checks
+/// the client's certificate against a throwaway authority. With `ca`, `cert` and `key` the
+/// changefeed writes over TLS and `sluice consume` reads it back into an equal downstream;
+/// trusting only the system's authorities, or without a client certificate, the create is
+/// refused (the handshake fails), with nothing created.
+#[test]
+fn tls_with_client_certificates_replicates_and_a_wrong_trust_is_refused() {
+    let out = Outputs::default();
+    let dir = tmpdir("kafka-tls");
+    let broker = Broker::start_behind_tls().expect("broker behind TLS");
+    let c = broker.certificates().expect("certificates").clone();
+    let (up, up_url) = mariadb_with_user(UP_PASS);
+    up.exec(SEED).expect("seed upstream");
+    let server = Server::start(&dir, &up_url);
+    let base = "protocol=canal-json&enable-tidb-extension=true&partition-num=2&dial-timeout=3s";
+    let client = format!(
+        "cert={}&key={}",
+        c.client_cert.display(),
+        c.client_key.display()
+    );
+    for params in [
+        format!("{base}&enable-tls=true&{client}"),
+        format!("{base}&ca={}", c.ca.display()),
+        base.to_string(),
+    ] {
+        let said = create_refused(&out, &server, &broker.sink_uri("cdc-tls", &params));
+        assert!(
+            said.contains("Kafka") || said.contains("metadata"),
+            "{params}: {said}"
+        );
+    }
+    let uri = broker.sink_uri("cdc-tls", &format!("{base}&ca={}&{client}", c.ca.display()));
+    create_changefeed(&out, &server.url(), "tls", &uri);
+    types_rows(&up, 1, 20);
+    traffic(&up, 0, 8);
+    workload(&up, "shop", 0, 10);
+    wait_checkpoint(&out, &server.url(), "tls", master_ts(&up), 120);
+    consume_and_check(&out, &up_url, &uri, "tls");
+    let v = feed(&out, &server.url(), "tls");
+    assert_eq!(v["state"], "normal", "{v}");
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }

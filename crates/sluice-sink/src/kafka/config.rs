@@ -4,8 +4,9 @@
 //!
 //! Invariants:
 //! - every parameter is validated here; a bad one is [`SinkError::InvalidUri`] naming it;
-//! - a TiCDC parameter Sluice cannot honour yet (TLS, SASL, zstd, the simple-avro protocol) is
-//!   refused with "not supported yet", never silently ignored;
+//! - a TiCDC parameter Sluice cannot honour yet (Kerberos and OAuth SASL, zstd, the simple-avro
+//!   protocol) is refused with "not supported yet", never silently ignored (TLS and SASL:
+//!   `kafka::security`);
 //! - `protocol=avro` needs `schema-registry`, and the `avro-*` and `schema-registry` parameters
 //!   need `protocol=avro`;
 //! - secrets (`sasl-password`, a registry URL's password) are masked like every other URI's.
@@ -126,33 +127,9 @@ pub struct KafkaConfig {
     pub avro_decimal_as_string: bool,
     /// `avro-bigint-unsigned-handling-mode=string` (default `long`: the value's 64 bits).
     pub avro_bigint_unsigned_as_string: bool,
+    /// TLS and SASL towards the brokers (`kafka::security`).
+    pub security: super::security::Security,
 }
-
-/// TiCDC's TLS and SASL parameters: refused until the client is built with TLS and SASL.
-const NOT_YET: &[&str] = &[
-    "ca",
-    "cert",
-    "key",
-    "enable-tls",
-    "insecure-skip-verify",
-    "sasl-user",
-    "sasl-password",
-    "sasl-mechanism",
-    "sasl-gssapi-auth-type",
-    "sasl-gssapi-keytab-path",
-    "sasl-gssapi-kerberos-config-path",
-    "sasl-gssapi-service-name",
-    "sasl-gssapi-user",
-    "sasl-gssapi-password",
-    "sasl-gssapi-realm",
-    "sasl-gssapi-disable-pafxfast",
-    "sasl-oauth-client-id",
-    "sasl-oauth-client-secret",
-    "sasl-oauth-token-url",
-    "sasl-oauth-scopes",
-    "sasl-oauth-grant-type",
-    "sasl-oauth-audience",
-];
 
 /// Splits `kafka://a:1,b:2/topic?q` into the broker list and a URI with one placeholder host
 /// that [`Url`] can parse (it refuses a comma-separated authority).
@@ -172,7 +149,7 @@ fn check_broker(b: &str, masked: &str) -> Result<()> {
     let bad = |why: &str| SinkError::invalid_uri(&masked, format!("broker {b:?}: {why}"));
     if b.contains('@') {
         return Err(bad(
-            "user names and passwords in the address are not supported (SASL is not supported yet)",
+            "user names and passwords in the address are not supported (use sasl-user=…&sasl-password=…)",
         ));
     }
     let (host, port) = b
@@ -223,16 +200,8 @@ impl KafkaConfig {
                 format!("topic {topic:?} is not a Kafka topic name (1 to 249 of a-z, A-Z, 0-9, '.', '_', '-')"),
             ));
         }
-        for k in NOT_YET {
-            if let Some(v) = p.take(k) {
-                return Err(p.bad(
-                    k,
-                    &v,
-                    "not supported yet (Sluice's Kafka client is built without TLS and SASL)",
-                ));
-            }
-        }
         Ok(KafkaConfig {
+            security: super::security::Security::from_params(p)?,
             brokers,
             topic,
             protocol: protocol(p)?,
@@ -339,6 +308,14 @@ impl KafkaConfig {
             RequiredAcks::Leader => s.push(("acks", "1".into())),
             RequiredAcks::None => s.push(("acks", "0".into())),
         }
+        s.extend(self.security.client_settings());
+        s
+    }
+
+    /// The settings every client of this sink shares, consumers too: the brokers, TLS, SASL.
+    pub fn connection_settings(&self) -> Vec<(&'static str, String)> {
+        let mut s = vec![("bootstrap.servers", self.brokers.join(","))];
+        s.extend(self.security.client_settings());
         s
     }
 }

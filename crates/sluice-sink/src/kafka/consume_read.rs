@@ -32,9 +32,11 @@ pub struct Raw {
 }
 
 pub(super) fn consumer(cfg: &KafkaConfig) -> Result<BaseConsumer> {
-    ClientConfig::new()
-        .set("bootstrap.servers", cfg.brokers.join(","))
-        .set("group.id", "sluice-consume")
+    let mut c = ClientConfig::new();
+    for (k, v) in cfg.connection_settings() {
+        c.set(k, v);
+    }
+    c.set("group.id", "sluice-consume")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")

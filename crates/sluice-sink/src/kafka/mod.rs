@@ -7,6 +7,8 @@
 //! Invariants:
 //! - a dispatcher's ack rises only after the broker acknowledged every message before it
 //!   (`flush` waits for each delivery report; the runner raises the ack after `flush`);
+//! - messages go to the client as soon as a batch is encoded (not `transactional`), so encoding
+//!   the next batch overlaps the network; `flush` waits for the delivery report of every one;
 //! - per partition, messages leave in the order they were produced: the idempotent producer
 //!   (`required-acks=-1`, the default) keeps that order and drops duplicates across the
 //!   client's own retries; a failed delivery fails the dispatcher, and its successor replays
@@ -16,7 +18,8 @@
 //! - a message larger than `max-message-bytes` fails its dispatcher with an error naming the
 //!   parameter (fatal); nothing is cut or dropped;
 //! - the write fence is checked immediately before every produce;
-//! - a buffer holds at most [`MAX_BUFFERED_BYTES`] of encoded messages before it is flushed.
+//! - a dispatcher holds at most [`MAX_BUFFERED_BYTES`] of encoded messages not yet acknowledged
+//!   (buffered, or handed to the client) before it is flushed.
 
 pub mod avro;
 pub mod claim;
@@ -26,6 +29,7 @@ mod consume_avro;
 mod consume_read;
 pub mod registry;
 pub mod route;
+pub mod security;
 pub mod txn;
 
 use crate::error::{Result, SinkError};
@@ -42,11 +46,11 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::ClientConfig;
 use route::{DispatchRule, Router};
 use sluice_types::{DdlEvent, RowEvent, RowKind, TableSchema, Ts};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Encoded messages a dispatcher buffers before it must flush.
+/// Encoded messages a dispatcher holds unacknowledged (buffered or sent) before it must flush.
 pub const MAX_BUFFERED_BYTES: usize = 8 << 20;
 /// At most this many Debezium envelope schemas are kept (one per table version).
 pub const MAX_ENVELOPES: usize = 65_536;
@@ -92,10 +96,20 @@ impl Message {
     }
 }
 
+/// A message handed to the client: its delivery report to come, and its topic for errors.
+struct Delivery {
+    report: rdkafka::producer::DeliveryFuture,
+    topic: String,
+}
+
 /// A dispatcher's buffer.
 #[derive(Default)]
 pub struct KafkaWriter {
+    /// Encoded and not yet handed to the client (all of a flush with `transactional=true`).
     pending: Vec<Message>,
+    /// Handed to the client, delivery not yet reported, in the order sent.
+    inflight: VecDeque<Delivery>,
+    /// Bytes of `pending` and `inflight`.
     bytes: usize,
     /// `transactional=true`: the dispatcher's transactional producer ([`txn`]).
     txn: Option<txn::Txn>,
@@ -564,23 +578,36 @@ impl Kafka {
 
     /// Sends `messages` in order and waits for every delivery report.
     async fn produce(&self, messages: &[Message], fence: &BoundFence) -> Result<()> {
+        let mut inflight = VecDeque::with_capacity(messages.len());
+        self.send(messages, &mut inflight, fence).await?;
+        await_deliveries(&mut inflight).await
+    }
+
+    /// Hands `messages` to the client in order, their delivery reports appended to `inflight`.
+    /// A full client queue waits for the oldest report first.
+    async fn send(
+        &self,
+        messages: &[Message],
+        inflight: &mut VecDeque<Delivery>,
+        fence: &BoundFence,
+    ) -> Result<()> {
         fence.check("produce to Kafka")?;
-        let mut inflight = Vec::with_capacity(messages.len());
         for m in messages {
             let mut rec = m.record();
             loop {
                 match self.producer.send_result(rec) {
-                    Ok(f) => {
-                        inflight.push(f);
+                    Ok(report) => {
+                        inflight.push_back(Delivery {
+                            report,
+                            topic: m.topic.clone(),
+                        });
                         break;
                     }
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                         rec = back;
-                        // The client's queue is full: wait for the oldest delivery, then retry.
-                        if let Some(f) = (!inflight.is_empty()).then(|| inflight.remove(0)) {
-                            delivered(f, &m.topic).await?;
-                        } else {
-                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        match inflight.pop_front() {
+                            Some(d) => delivered(d.report, &d.topic).await?,
+                            None => tokio::time::sleep(Duration::from_millis(10)).await,
                         }
                     }
                     Err((e, _)) => {
@@ -588,9 +615,6 @@ impl Kafka {
                     }
                 }
             }
-        }
-        for f in inflight {
-            delivered(f, "Kafka").await?;
         }
         Ok(())
     }
@@ -623,6 +647,18 @@ pub(crate) fn poisoned() -> SinkError {
         reason: "a lock was poisoned by a panic".into(),
         retryable: false,
     }
+}
+
+/// Waits for every report in `inflight`, oldest first; the first failure is the result (the
+/// rest are dropped: the dispatcher fails and its successor replays from the checkpoint).
+async fn await_deliveries(inflight: &mut VecDeque<Delivery>) -> Result<()> {
+    while let Some(d) = inflight.pop_front() {
+        if let Err(e) = delivered(d.report, &d.topic).await {
+            inflight.clear();
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 async fn delivered(f: rdkafka::producer::DeliveryFuture, topic: &str) -> Result<()> {
@@ -667,6 +703,7 @@ impl Backend for Kafka {
         };
         Ok(KafkaWriter {
             pending: Vec::new(),
+            inflight: VecDeque::new(),
             bytes: 0,
             txn,
             max_ts: 0,
@@ -674,7 +711,12 @@ impl Backend for Kafka {
         })
     }
 
-    async fn buffer(&self, w: &mut KafkaWriter, batch: RowBatch, _: &BoundFence) -> Result<bool> {
+    async fn buffer(
+        &self,
+        w: &mut KafkaWriter,
+        batch: RowBatch,
+        fence: &BoundFence,
+    ) -> Result<bool> {
         let schema = &batch.schema;
         let topic = self.router.topic(&schema.database, &schema.name);
         let partitions = self.partition_count(&topic).await?;
@@ -713,21 +755,29 @@ impl Backend for Kafka {
             w.bytes += m.len();
             w.pending.push(m);
         }
+        if w.txn.is_none() && !w.pending.is_empty() {
+            // Out now: the client batches and sends while the next batch is encoded.
+            self.send(&w.pending, &mut w.inflight, fence).await?;
+            w.pending.clear();
+        }
         Ok(w.bytes >= MAX_BUFFERED_BYTES)
     }
 
     fn has_buffered(&self, w: &KafkaWriter) -> bool {
-        !w.pending.is_empty()
+        !w.pending.is_empty() || !w.inflight.is_empty()
     }
 
     async fn flush(&self, w: &mut KafkaWriter, fence: &BoundFence) -> Result<()> {
-        if w.pending.is_empty() {
-            return Ok(());
-        }
         if w.txn.is_some() {
-            self.commit(w, fence).await?;
+            if !w.pending.is_empty() {
+                self.commit(w, fence).await?;
+            }
         } else {
-            self.produce(&w.pending, fence).await?;
+            if !w.pending.is_empty() {
+                self.send(&w.pending, &mut w.inflight, fence).await?;
+                w.pending.clear();
+            }
+            await_deliveries(&mut w.inflight).await?;
         }
         w.pending.clear();
         w.bytes = 0;
@@ -800,6 +850,8 @@ impl Backend for Kafka {
 
     async fn discard(&self, w: &mut KafkaWriter) {
         w.pending.clear();
+        // Their reports are not waited for: the dispatcher replays from its checkpoint.
+        w.inflight.clear();
         w.bytes = 0;
     }
 

@@ -199,8 +199,11 @@ impl Txn {
 /// Every committed progress record of the progress topic (read to its end).
 fn read_progress(cfg: &KafkaConfig) -> Result<Vec<Progress>> {
     let topic = progress_topic(&cfg.topic);
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", cfg.brokers.join(","))
+    let mut c = ClientConfig::new();
+    for (k, v) in cfg.connection_settings() {
+        c.set(k, v);
+    }
+    let c: BaseConsumer = c
         .set("group.id", "sluice-progress-reader")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
