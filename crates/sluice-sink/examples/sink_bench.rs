@@ -158,11 +158,12 @@ async fn kafka_cases(s: &Arc<TableSchema>, data: &[RowEvent]) {
     );
     let t = Instant::now();
     let mut dbz_bytes = 0u64;
-    let envelope = sluice_sink::codec::debezium::envelope_schema("bench", s);
+    let envelope = sluice_sink::codec::debezium::Envelope::new("bench", s);
     for r in data {
         let v = sluice_sink::codec::debezium::encode_row_value_with(&envelope, "bench", s, r)
             .expect("dbz");
-        dbz_bytes += v.len() as u64;
+        let k = sluice_sink::codec::debezium::encode_key_with(&envelope, s, r);
+        dbz_bytes += (v.len() + k.map_or(0, |k| k.len())) as u64;
     }
     line(
         "encode only: debezium",

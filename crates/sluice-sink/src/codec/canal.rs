@@ -7,6 +7,7 @@
 //! Invariants: `es` and `ts` are the upstream commit time in ms (not the wall clock), so output
 //! is deterministic; an update carries the full old row in `old`.
 
+use super::json::{push_int, push_str};
 use super::{is_binary, value_bytes, value_from_text, value_text, DecodedRow};
 use crate::error::{Result, SinkError};
 use sluice_types::{
@@ -40,7 +41,9 @@ pub fn jdbc_type(col: &ColumnDef) -> i32 {
 }
 
 fn json_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_string())
+    let mut out = String::with_capacity(s.len() + 2);
+    push_str(&mut out, s);
+    out
 }
 
 fn latin1(b: &[u8]) -> String {
@@ -71,7 +74,7 @@ fn push_image(out: &mut String, schema: &TableSchema, values: &[Value]) -> Resul
         if i > 0 {
             out.push(',');
         }
-        out.push_str(&json_str(&col.name));
+        push_str(out, &col.name);
         out.push(':');
         let text = if is_binary(col.ty) {
             value_bytes(v, col).map(|b| latin1(&b))
@@ -80,7 +83,7 @@ fn push_image(out: &mut String, schema: &TableSchema, values: &[Value]) -> Resul
         };
         match text {
             None => out.push_str("null"),
-            Some(t) => out.push_str(&json_str(&t)),
+            Some(t) => push_str(out, &t),
         }
     }
     out.push_str("}]");
@@ -119,9 +122,9 @@ pub fn encode_row_message(
         RowKind::Delete => "DELETE",
     };
     out.push_str("{\"id\":0,\"database\":");
-    out.push_str(&json_str(&schema.database));
+    push_str(out, &schema.database);
     out.push_str(",\"table\":");
-    out.push_str(&json_str(&schema.name));
+    push_str(out, &schema.name);
     out.push_str(",\"pkNames\":[");
     for (i, k) in schema.key_columns.iter().enumerate() {
         if i > 0 {
@@ -132,30 +135,35 @@ pub fn encode_row_message(
             .get(*k)
             .map(|c| c.name.as_str())
             .unwrap_or_default();
-        out.push_str(&json_str(name));
+        push_str(out, name);
     }
     out.push_str("],\"isDdl\":false,\"type\":\"");
     out.push_str(ty);
-    out.push_str(&format!(
-        "\",\"es\":{0},\"ts\":{0},\"sql\":\"\",\"sqlType\":{{",
-        row.commit_time_ms
-    ));
+    out.push_str("\",\"es\":");
+    push_int(out, row.commit_time_ms);
+    out.push_str(",\"ts\":");
+    push_int(out, row.commit_time_ms);
+    out.push_str(",\"sql\":\"\",\"sqlType\":{");
     for (i, c) in schema.columns.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
-        out.push_str(&format!("{}:{}", json_str(&c.name), jdbc_type(c)));
+        push_str(out, &c.name);
+        out.push(':');
+        push_int(out, jdbc_type(c));
     }
     out.push_str("},\"mysqlType\":{");
     for (i, c) in schema.columns.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
-        out.push_str(&format!(
-            "{}:{}",
-            json_str(&c.name),
-            json_str(&c.sql_type.to_ascii_lowercase())
-        ));
+        push_str(out, &c.name);
+        out.push(':');
+        if c.sql_type.bytes().any(|b| b.is_ascii_uppercase()) {
+            push_str(out, &c.sql_type.to_ascii_lowercase());
+        } else {
+            push_str(out, &c.sql_type);
+        }
     }
     out.push_str("},\"old\":");
     match row.kind {
@@ -174,10 +182,10 @@ pub fn encode_row_message(
         } else {
             ""
         };
-        out.push_str(&format!(
-            ",\"_tidb\":{{\"commitTs\":{}{snapshot}}}",
-            row.commit_ts
-        ));
+        out.push_str(",\"_tidb\":{\"commitTs\":");
+        push_int(out, row.commit_ts);
+        out.push_str(snapshot);
+        out.push('}');
     }
     out.push('}');
     Ok(())

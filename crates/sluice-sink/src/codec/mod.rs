@@ -1,7 +1,8 @@
 //! Row codecs of the sinks: csv ([`csv`]) and canal-json ([`canal`]) for storage, canal-json, the
 //! Debezium envelope ([`debezium`]) TiCDC's Open Protocol ([`open`])
 //! and Simple protocol ([`simple`]) for Kafka, each encode and decode (decode serves
-//! `consume`), plus the value-to-text rules they share.
+//! `consume`), plus the value-to-text rules they share and the JSON writer ([`json`]) the JSON
+//! protocols append their text with.
 //!
 //! Invariants:
 //! - encoding is a pure function of (schema, row, options): the same input gives the same bytes
@@ -14,6 +15,7 @@ pub mod avro;
 pub mod canal;
 pub mod csv;
 pub mod debezium;
+pub mod json;
 pub mod open;
 pub mod simple;
 

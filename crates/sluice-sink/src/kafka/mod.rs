@@ -130,8 +130,8 @@ pub struct Kafka {
     partitions: Mutex<BTreeMap<String, i32>>,
     /// `large-message-handle-option=claim-check`: where large messages go.
     claim: Option<claim::ClaimCheck>,
-    /// The Debezium envelope's `schema` part per table version (table id, version), built once.
-    envelopes: Mutex<BTreeMap<(sluice_types::TableId, Ts), Arc<str>>>,
+    /// The Debezium envelope's `schema` parts per table version (table id, version), built once.
+    envelopes: Mutex<BTreeMap<(sluice_types::TableId, Ts), Arc<crate::codec::debezium::Envelope>>>,
     /// `protocol=avro`: the schema registry, and the ids of each table version's schemas.
     registry: Option<registry::Registry>,
     avro_ids: avro::IdCache,
@@ -431,7 +431,7 @@ impl Kafka {
                 let envelope = self.envelope(schema)?;
                 let v =
                     crate::codec::debezium::encode_row_value_with(&envelope, name, schema, row)?;
-                let k = crate::codec::debezium::encode_key(name, schema, row);
+                let k = crate::codec::debezium::encode_key_with(&envelope, schema, row);
                 Ok((k.map(String::into_bytes), v.into_bytes()))
             }
             KafkaProtocol::OpenProtocol => {
@@ -475,7 +475,7 @@ impl Kafka {
 
     /// The Debezium `schema` part of `schema`'s rows (built at the version's first row; at most
     /// [`MAX_ENVELOPES`] kept, the table forgotten when full).
-    fn envelope(&self, schema: &TableSchema) -> Result<Arc<str>> {
+    fn envelope(&self, schema: &TableSchema) -> Result<Arc<crate::codec::debezium::Envelope>> {
         let key = (schema.table_id, schema.version);
         let mut m = self.envelopes.lock().map_err(|_| poisoned())?;
         if let Some(e) = m.get(&key) {
@@ -484,7 +484,10 @@ impl Kafka {
         if m.len() >= MAX_ENVELOPES {
             m.clear();
         }
-        let e: Arc<str> = crate::codec::debezium::envelope_schema(&self.cfg.topic, schema).into();
+        let e = Arc::new(crate::codec::debezium::Envelope::new(
+            &self.cfg.topic,
+            schema,
+        ));
         m.insert(key, e.clone());
         Ok(e)
     }
