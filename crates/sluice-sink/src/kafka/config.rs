@@ -298,7 +298,9 @@ impl KafkaConfig {
             ),
             ("message.timeout.ms", ms(self.write_timeout)),
             ("broker.version.fallback", self.kafka_version.clone()),
-            ("linger.ms", "5".to_string()),
+            // 10 ms, not librdkafka's 5: its broker thread polls far less (Debezium catch-up:
+            // 3.2 CPU s instead of 3.6 for 300k rows, the same wall time; docs/figures).
+            ("linger.ms", "10".to_string()),
         ];
         match self.required_acks {
             RequiredAcks::All => {
