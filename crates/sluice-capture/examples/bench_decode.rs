@@ -254,6 +254,7 @@ async fn main() {
                     sluice_types::Value::Text("x".repeat(100)),
                 ]),
                 snapshot: false,
+                gtid: None,
             })
             .collect();
         store.append_txn(ts, &rows).expect("append");

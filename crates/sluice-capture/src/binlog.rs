@@ -117,21 +117,7 @@ impl ReaderConfig {
     }
 }
 
-/// A MariaDB GTID `domain-server-seq`.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-pub struct Gtid {
-    pub domain: u32,
-    pub server: u32,
-    pub seq: u64,
-}
-
-impl std::fmt::Display for Gtid {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}-{}", self.domain, self.server, self.seq)
-    }
-}
+pub use sluice_types::Gtid;
 
 /// Parses a MariaDB GTID event body (without header and checksum).
 pub fn parse_gtid_body(body: &[u8], server_id: u32) -> Option<(Gtid, u8)> {
@@ -195,6 +181,8 @@ pub struct Transaction {
 pub struct TxnChunk {
     /// Where the transaction begins (identifies it until its commit).
     pub start: BinlogPos,
+    /// The transaction's GTID (MariaDB), known from its start.
+    pub gtid: Option<Gtid>,
     /// Position in the transaction of the first row of this chunk.
     pub first_seq: usize,
     pub rows: Vec<RowChange>,
@@ -466,6 +454,7 @@ impl BinlogReader {
         self.stats.chunks += 1;
         Some(TxnChunk {
             start: p.start.clone(),
+            gtid: p.gtid,
             first_seq,
             rows,
         })

@@ -48,6 +48,8 @@ pub enum Captured {
     /// (all with this `start`); `rows` are the rest.
     CommitStaged {
         commit_ts: Ts,
+        /// The commit time the staged rows take (they were staged before it was known).
+        commit_time_ms: u64,
         start: BinlogPos,
         staged_rows: usize,
         rows: Vec<RowEvent>,
@@ -269,10 +271,11 @@ pub fn convert_staged(
         }
     }
     let (ts, ms) = (txn.commit_ts, txn.commit_time_ms);
-    let rows = convert_rows(history, ts, ts, ms, txn.rows)?;
+    let rows = convert_rows(history, ts, (ts, ms, txn.gtid), txn.rows)?;
     if txn.chunked_rows > 0 {
         out.push(Captured::CommitStaged {
             commit_ts: ts,
+            commit_time_ms: ms,
             start: txn.start,
             staged_rows: staging.rows,
             rows,
@@ -298,7 +301,7 @@ pub fn convert_chunk(
     let at = chunk.start.ts().unwrap_or(history.head);
     let none = |_: &str, _: &str| false;
     take_unknown_rows(history, at, none, &mut chunk.rows, &mut staging.unknown);
-    let rows = convert_rows(history, at, 0, 0, chunk.rows)?;
+    let rows = convert_rows(history, at, (0, 0, chunk.gtid), chunk.rows)?;
     let first_seq = staging.rows;
     staging.rows += rows.len();
     Ok(Captured::Chunk {
@@ -404,12 +407,12 @@ fn resolve_table(
     Ok(Some(Resolved::new(schema, change)))
 }
 
-/// Converts rows of one transaction; tables are looked up in `history` at `lookup_ts`.
+/// Converts rows of one transaction; tables are looked up in `history` at `lookup_ts`; every
+/// row carries the transaction's commit ts, commit time and GTID.
 fn convert_rows(
     history: &mut SchemaHistory,
     lookup_ts: Ts,
-    commit_ts: Ts,
-    commit_time_ms: u64,
+    (commit_ts, commit_time_ms, gtid): (Ts, u64, Option<sluice_types::Gtid>),
     changes: Vec<RowChange>,
 ) -> Result<Vec<RowEvent>> {
     // Per transaction, each TABLE_MAP resolves once (rows of one ROWS event share its Arc).
@@ -450,6 +453,7 @@ fn convert_rows(
                 before,
                 after,
                 snapshot: false,
+                gtid,
             };
         let (before, after) = (fix(change.before), fix(change.after));
         let Some(kind) =
@@ -767,12 +771,13 @@ impl Pump {
             }
             Captured::CommitStaged {
                 commit_ts,
+                commit_time_ms,
                 start,
                 staged_rows,
                 rows,
             } => {
                 self.store.commit_staged(
-                    *commit_ts,
+                    (*commit_ts, *commit_time_ms),
                     start.ts().unwrap_or(0),
                     *staged_rows,
                     rows,

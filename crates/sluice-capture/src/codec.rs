@@ -1,16 +1,24 @@
 //! A compact binary encoding of [`RowEvent`] for the event store (JSON was the store's
 //! bottleneck). Little-endian fixed-width numbers, `u32` length prefixes, one tag byte per
-//! [`Value`]. The first byte is the format version ([`FORMAT_V1`]).
+//! [`Value`]. The first byte is the format version: [`FORMAT_V1`], or [`FORMAT_V2`] for an event
+//! with a GTID (V1's fields, then the GTID's domain, server and sequence). Both are read, so a
+//! store written before GTIDs were kept reads as it did.
 //!
 //! Invariant: `decode(encode(e)) == e` for every event; decoding malformed bytes is an error,
 //! never a panic.
 
-use sluice_types::{Key, RowEvent, RowKind, TableId, Value};
+use sluice_types::{Gtid, Key, RowEvent, RowKind, TableId, Value};
 
 pub const FORMAT_V1: u8 = 1;
+/// V1 followed by the GTID (`u32` domain, `u32` server, `u64` sequence).
+pub const FORMAT_V2: u8 = 2;
 
 pub fn encode(e: &RowEvent, out: &mut Vec<u8>) {
-    out.push(FORMAT_V1);
+    out.push(if e.gtid.is_some() {
+        FORMAT_V2
+    } else {
+        FORMAT_V1
+    });
     for n in [
         e.table_id.0,
         e.schema_version,
@@ -27,6 +35,11 @@ pub fn encode(e: &RowEvent, out: &mut Vec<u8>) {
     bytes(out, &e.key.0);
     image(out, e.before.as_deref());
     image(out, e.after.as_deref());
+    if let Some(g) = e.gtid {
+        out.extend_from_slice(&g.domain.to_le_bytes());
+        out.extend_from_slice(&g.server.to_le_bytes());
+        out.extend_from_slice(&g.seq.to_le_bytes());
+    }
 }
 
 fn bytes(out: &mut Vec<u8>, b: &[u8]) {
@@ -193,7 +206,7 @@ impl<'a> R<'a> {
 pub fn decode(b: &[u8]) -> Res<RowEvent> {
     let mut r = R { b, at: 0 };
     let v = r.u8()?;
-    if v != FORMAT_V1 {
+    if v != FORMAT_V1 && v != FORMAT_V2 {
         return Err(format!("unknown record format {v}"));
     }
     let (table, schema_version, commit_ts, commit_time_ms) =
@@ -207,6 +220,14 @@ pub fn decode(b: &[u8]) -> Res<RowEvent> {
     let key = Key(r.bytes()?);
     let before = read_image(&mut r)?;
     let after = read_image(&mut r)?;
+    let gtid = match v {
+        FORMAT_V2 => Some(Gtid {
+            domain: r.u32()?,
+            server: r.u32()?,
+            seq: r.u64()?,
+        }),
+        _ => None,
+    };
     Ok(RowEvent {
         table_id: TableId(table),
         schema_version,
@@ -217,6 +238,7 @@ pub fn decode(b: &[u8]) -> Res<RowEvent> {
         before,
         after,
         snapshot: false,
+        gtid,
     })
 }
 
@@ -353,6 +375,7 @@ mod tests {
             before: Some(vals.clone()),
             after: None,
             snapshot: false,
+            gtid: None,
         };
         let mut b = Vec::new();
         encode(&e, &mut b);

@@ -299,11 +299,11 @@ impl EventStore {
     }
 
     /// Commits a large transaction: moves its `staged_rows` staged rows into place at
-    /// `commit_ts` (bounded batches), appends the remaining `rows` after them, then advances
-    /// `resolved` to `commit_ts`.
+    /// `commit_ts` with the commit time (bounded batches; they were staged before either was
+    /// known), appends the remaining `rows` after them, then advances `resolved` to `commit_ts`.
     pub fn commit_staged(
         &self,
-        commit_ts: Ts,
+        (commit_ts, commit_time_ms): (Ts, u64),
         start_ts: Ts,
         staged_rows: usize,
         rows: &[RowEvent],
@@ -339,6 +339,7 @@ impl EventStore {
                     );
                     let mut ev = decode_value(v)?;
                     ev.commit_ts = commit_ts;
+                    ev.commit_time_ms = commit_time_ms;
                     dst.insert(
                         row_key(ev.table_id, commit_ts, seq).as_slice(),
                         encode_value(&ev)?.as_slice(),

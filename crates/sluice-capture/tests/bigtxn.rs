@@ -13,13 +13,16 @@ use std::path::Path;
 
 const CHILD_ENV: &str = "SLUICE_BIGTXN_CHILD";
 
-/// Checks the store holds `n` rows of table `t` in one transaction, in order.
+/// Checks the store holds `n` rows of table `t` in one transaction, in order, every row with
+/// the transaction's commit time and GTID (the staged ones too: they were staged before the
+/// commit was read).
 fn assert_one_txn(store: &EventStore, t: sluice_types::TableId, n: usize) {
     let mut cursor = sluice_capture::store::Cursor {
         ts: 0,
         seq: u32::MAX,
     };
     let (mut count, mut ts) = (0usize, None);
+    let (mut time, mut gtid) = (None, None);
     loop {
         let b = store
             .scan_from(&Span::whole_table(t), cursor, u64::MAX, 50_000)
@@ -32,6 +35,10 @@ fn assert_one_txn(store: &EventStore, t: sluice_types::TableId, n: usize) {
                 "rows in order"
             );
             assert_eq!(*ts.get_or_insert(r.commit_ts), r.commit_ts, "one commit ts");
+            assert!(r.commit_time_ms > 0, "row {count} has no commit time");
+            assert_eq!(*time.get_or_insert(r.commit_time_ms), r.commit_time_ms);
+            assert!(r.gtid.is_some(), "row {count} has no GTID");
+            assert_eq!(*gtid.get_or_insert(r.gtid), r.gtid, "one GTID");
         }
         match b.next {
             Some(c) => cursor = c,

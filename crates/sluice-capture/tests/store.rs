@@ -36,6 +36,7 @@ fn row(table: u64, pk: u64, ts: u64) -> RowEvent {
         before: None,
         after: Some(vec![Value::UInt(pk), Value::Text(format!("v{pk}"))]),
         snapshot: false,
+        gtid: None,
     }
 }
 

@@ -178,6 +178,7 @@ impl Shell {
                 before: None,
                 after: Some(vals),
                 snapshot: true,
+                gtid: None,
             })
             .collect();
         Ok(ChunkRead {

@@ -65,6 +65,7 @@ fn rows(s: &TableSchema, n: usize) -> Vec<RowEvent> {
                 },
             ]),
             snapshot: false,
+            gtid: None,
         })
         .collect()
 }

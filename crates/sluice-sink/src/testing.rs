@@ -75,6 +75,7 @@ pub fn simple_insert(
         before: None,
         after: Some(vec![Value::Int(id as i64), Value::Text(v.into())]),
         snapshot: false,
+        gtid: None,
     }
 }
 
@@ -227,6 +228,7 @@ pub fn all_types_rows(schema: &TableSchema, commit_ts: Ts, commit_time_ms: u64) 
             before: None,
             after: Some(after),
             snapshot: false,
+            gtid: None,
         })
         .collect()
 }

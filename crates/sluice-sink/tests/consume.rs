@@ -72,6 +72,7 @@ impl Workload {
             before,
             after,
             snapshot: false,
+            gtid: None,
         }
     }
     fn insert(&mut self, s: &TableSchema, id: i64, v: &str, time: u64) -> RowEvent {

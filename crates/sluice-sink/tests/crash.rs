@@ -65,6 +65,7 @@ fn workload() -> (Vec<RowEvent>, Vec<String>) {
             before,
             after,
             snapshot: false,
+            gtid: None,
         });
     }
     (events, sql)

@@ -41,6 +41,7 @@ fn row(
         before,
         after,
         snapshot: false,
+        gtid: None,
     }
 }
 

@@ -212,6 +212,20 @@ pub enum RowKind {
     Delete,
 }
 
+/// A MariaDB GTID `domain-server-seq`: the transaction's id in the upstream's replication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Gtid {
+    pub domain: u32,
+    pub server: u32,
+    pub seq: u64,
+}
+
+impl std::fmt::Display for Gtid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}-{}", self.domain, self.server, self.seq)
+    }
+}
+
 /// One committed row change.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RowEvent {
@@ -231,6 +245,11 @@ pub struct RowEvent {
     /// (Debezium's `op: "r"`, canal-json's TiDB extension). Never set on captured changes.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub snapshot: bool,
+    /// The upstream transaction's GTID (MariaDB), when the binlog has one; `None` for snapshot
+    /// reads and upstreams without GTIDs. Sinks that have a place for it show it (Debezium's
+    /// `source.gtid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid: Option<Gtid>,
 }
 
 /// The DDL kinds the control plane distinguishes.

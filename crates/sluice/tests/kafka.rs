@@ -169,6 +169,7 @@ fn every_protocol_through_kafka_consumes_into_an_equal_downstream() {
     for (name, uri) in &feeds {
         consume_and_check(&out, &up_url, uri, name);
     }
+    debezium_rows_name_their_gtid(&broker, &up, "cdc-dbz");
     let claimed = std::fs::read_dir(dir.join("claims")).map_or(0, |d| d.count());
     assert!(
         claimed >= 19,
@@ -481,6 +482,36 @@ fn read_topic(broker: &Broker, topic: &str) -> Vec<(i32, serde_json::Value)> {
         }
     }
     out
+}
+
+/// Every Debezium row message of `topic` names its transaction's GTID and the server that
+/// wrote it (`source.gtid` `domain-server-seq`, `source.server_id`), as the upstream has them.
+fn debezium_rows_name_their_gtid(broker: &Broker, up: &MariaDb, topic: &str) {
+    let server: u64 = up.query("SELECT @@server_id").expect("server id")[0][0]
+        .parse()
+        .expect("number");
+    let rows: Vec<serde_json::Value> = read_topic(broker, topic)
+        .into_iter()
+        .map(|(_, v)| v)
+        .filter(|v| v["payload"]["op"].is_string())
+        .collect();
+    assert!(rows.len() > 50, "{} row messages", rows.len());
+    let mut seqs = BTreeSet::new();
+    for v in &rows {
+        let src = &v["payload"]["source"];
+        let gtid = src["gtid"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no gtid: {src}"));
+        let parts: Vec<u64> = gtid.split('-').filter_map(|p| p.parse().ok()).collect();
+        assert_eq!(parts.len(), 3, "{gtid}");
+        assert_eq!(parts[1], server, "{gtid}");
+        assert_eq!(src["server_id"], server, "{src}");
+        seqs.insert(parts[2]);
+    }
+    assert!(
+        seqs.len() > 10,
+        "the transactions have their own GTIDs: {seqs:?}"
+    );
 }
 
 /// `[[sink.dispatchers]]` of the changefeed TOML route messages: a topic expression per

@@ -11,7 +11,8 @@
 //!   (Debezium's `column.propagate.source.type`), which decoding uses to give values back in
 //!   MySQL's text form;
 //! - `source.commit_ts` is Sluice's commit ts (binlog file index << 32 | end position) and
-//!   `source.pos` that end position, so a consumer can order and deduplicate;
+//!   `source.pos` that end position, so a consumer can order and deduplicate; `source.gtid` and
+//!   `source.server_id` are the transaction's MariaDB GTID and its server (null and 0 without);
 //! - decoding never panics on external data: malformed input is a [`SinkError::Codec`].
 
 use super::json::{push_int, push_str, push_value};
@@ -225,7 +226,12 @@ fn source_schema() -> Json {
 #[cfg(test)]
 fn source(name: &str, db: &str, table: Option<&str>, row: &RowEvent) -> Json {
     let snapshot = if row.snapshot { "true" } else { "false" };
-    source_at(name, db, table, row.commit_ts, row.commit_time_ms, snapshot)
+    let mut s = source_at(name, db, table, row.commit_ts, row.commit_time_ms, snapshot);
+    if let Some(g) = row.gtid {
+        s["gtid"] = json!(g.to_string());
+        s["server_id"] = json!(g.server);
+    }
+    s
 }
 
 fn source_at(
@@ -252,11 +258,19 @@ fn push_source(out: &mut String, name: &str, schema: &TableSchema, row: &RowEven
     push_str(out, CONNECTOR);
     out.push_str(",\"db\":");
     push_str(out, &schema.database);
-    out.push_str(",\"file\":\"\",\"gtid\":null,\"name\":");
+    out.push_str(",\"file\":\"\",\"gtid\":");
+    match row.gtid {
+        Some(g) => push_str(out, &g.to_string()),
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"name\":");
     push_str(out, name);
     out.push_str(",\"pos\":");
     push_int(out, row.commit_ts & 0xffff_ffff);
-    out.push_str(",\"query\":null,\"row\":0,\"server_id\":0,\"snapshot\":");
+    out.push_str(",\"query\":null,\"row\":0,\"server_id\":");
+    // The server that wrote the transaction, as its GTID says (0: not known).
+    push_int(out, row.gtid.map_or(0, |g| g.server));
+    out.push_str(",\"snapshot\":");
     out.push_str(if row.snapshot {
         "\"true\""
     } else {
@@ -620,7 +634,16 @@ mod tests {
     fn the_source_block_written_straight_is_the_built_one() {
         let mut schema = crate::testing::simple_schema("d\"b", "t\\1", 7, 1);
         schema.table_id = TableId(7);
-        for (snapshot, ts) in [(false, 1u64 << 32 | 4), (true, u64::MAX)] {
+        let gtids = [
+            Some(sluice_types::Gtid {
+                domain: 0,
+                server: 42,
+                seq: u64::MAX,
+            }),
+            None,
+        ];
+        let cases = [(false, 1u64 << 32 | 4), (true, u64::MAX)];
+        for ((snapshot, ts), gtid) in cases.into_iter().zip(gtids) {
             let row = RowEvent {
                 table_id: schema.table_id,
                 schema_version: 1,
@@ -631,6 +654,7 @@ mod tests {
                 before: None,
                 after: None,
                 snapshot,
+                gtid,
             };
             let mut out = String::new();
             push_source(&mut out, "top\nic", &schema, &row);

@@ -159,6 +159,7 @@ impl DecodedRow {
             before: self.before,
             after: self.after,
             snapshot: false,
+            gtid: None,
         }
     }
 }
