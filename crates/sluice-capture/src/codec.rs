@@ -377,14 +377,27 @@ mod tests {
             snapshot: false,
             gtid: None,
         };
-        let mut b = Vec::new();
-        encode(&e, &mut b);
-        assert_eq!(decode(&b).expect("decode"), e);
-        for cut in 0..b.len() {
-            assert!(
-                decode(&b[..cut]).is_err(),
-                "a truncated record is an error (cut at {cut})"
-            );
+        let with_gtid = RowEvent {
+            gtid: Some(Gtid {
+                domain: u32::MAX,
+                server: 7,
+                seq: u64::MAX,
+            }),
+            ..e.clone()
+        };
+        for (e, format) in [(e, FORMAT_V1), (with_gtid, FORMAT_V2)] {
+            let mut b = Vec::new();
+            encode(&e, &mut b);
+            // Without a GTID the record is format 1, byte for byte what stores written before
+            // GTIDs hold, so they read as they did.
+            assert_eq!(b[0], format);
+            assert_eq!(decode(&b).expect("decode"), e);
+            for cut in 0..b.len() {
+                assert!(
+                    decode(&b[..cut]).is_err(),
+                    "a truncated record is an error (cut at {cut})"
+                );
+            }
         }
     }
 }
