@@ -111,8 +111,12 @@ async fn open_sink_refuses_bad_uris_fatally_and_masks_secrets() {
         ("pulsar://broker/topic", "unknown scheme"),
         ("kafka://broker:9092/topic", "protocol"),
         (
-            "kafka://broker:9092/topic?protocol=canal-json&sasl-user=u&sasl-password=PASSWORDVALUE",
+            "kafka://broker:9092/topic?protocol=canal-json&sasl-mechanism=GSSAPI&sasl-user=u&sasl-password=PASSWORDVALUE",
             "not supported yet",
+        ),
+        (
+            "kafka://broker:9092/topic?protocol=canal-json&sasl-mechanism=md5&sasl-user=u&sasl-password=PASSWORDVALUE",
+            "sasl-mechanism",
         ),
         ("s3:///p?secret-access-key=SECRETVALUE", "missing bucket"),
         ("file:///tmp/x?file-size=1", "file-size=1"),
