@@ -97,21 +97,19 @@ impl DispatcherManager {
         holds: &Holds,
         out: &mut Vec<Effect>,
     ) {
-        let cf = self.cf.clone();
         let epoch = self.owner_epoch();
-        let owner = self.owner.as_ref().map(|o| o.0.clone());
-        let ignore = self
-            .config
-            .as_ref()
-            .map(|c| c.filter.clone())
-            .unwrap_or_default();
         let Some(d) = self.dispatchers.get_mut(&id) else {
             return;
         };
         if d.phase != Phase::Working || d.halted.is_some() {
             return;
         }
-        d.drain_buffer(&cf, &ignore, out);
+        // Borrowed, not cloned: this runs for every dispatcher on every tick.
+        let cf = &self.cf;
+        let owner = self.owner.as_ref().map(|o| &o.0);
+        let no_filter = FilterConfig::default();
+        let ignore = self.config.as_ref().map_or(&no_filter, |c| &c.filter);
+        d.drain_buffer(cf, ignore, out);
         d.track_ack_wait(now);
         d.consumed_upto = match d.buffer.front() {
             Some(item) => d.consumed_upto.max(item.commit_ts().saturating_sub(1)),
@@ -129,7 +127,7 @@ impl DispatcherManager {
                 ddl: None,
             });
         }
-        reports.extend(d.advance_block(&cf, now, holds, out));
+        reports.extend(d.advance_block(cf, now, holds, out));
         let Some(owner) = owner else { return };
         for report in reports {
             out.push(Effect::Send {
