@@ -602,20 +602,7 @@ fn dispatcher_rules_route_topics_and_partitions() {
 
 /// `changefeed create` of `uri`, which must be refused; returns what it printed.
 fn create_refused(out: &Outputs, server: &Server, uri: &str) -> String {
-    let r = sluice(
-        out,
-        &[
-            "cli",
-            "--server",
-            &server.url(),
-            "changefeed",
-            "create",
-            "-c",
-            "refused",
-            "--sink-uri",
-            uri,
-        ],
-    );
+    let r = try_create_changefeed(out, &server.url(), "refused", uri);
     assert_ne!(r.code, 0, "{uri} was accepted: {}", r.stdout);
     format!("{} {}", r.stdout, r.stderr)
 }

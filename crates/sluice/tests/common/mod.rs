@@ -307,17 +307,7 @@ pub fn create_changefeed_with(
     toml: Option<(&Path, &str)>,
     extra: &[&str],
 ) {
-    let mut args = vec![
-        "cli",
-        "--server",
-        server,
-        "changefeed",
-        "create",
-        "-c",
-        id,
-        "--sink-uri",
-        sink,
-    ];
+    let mut args = create_args(server, id, sink);
     let path;
     if let Some((dir, text)) = toml {
         path = dir.join(format!("{id}.toml"));
@@ -327,6 +317,26 @@ pub fn create_changefeed_with(
     args.extend_from_slice(extra);
     let r = sluice(out, &args);
     assert_eq!(r.code, 0, "create: {} {}", r.stdout, r.stderr);
+}
+
+/// The arguments of `changefeed create -c ID --sink-uri SINK`.
+fn create_args<'a>(server: &'a str, id: &'a str, sink: &'a str) -> Vec<&'a str> {
+    vec![
+        "cli",
+        "--server",
+        server,
+        "changefeed",
+        "create",
+        "-c",
+        id,
+        "--sink-uri",
+        sink,
+    ]
+}
+
+/// `changefeed create -c ID --sink-uri SINK`, whatever it answers (for tests of refusals).
+pub fn try_create_changefeed(out: &Outputs, server: &str, id: &str, sink: &str) -> Run {
+    sluice(out, &create_args(server, id, sink))
 }
 
 /// Waits until the changefeed's snapshot copy reads `finished`.
