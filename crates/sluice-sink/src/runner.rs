@@ -9,7 +9,9 @@
 //!   decreases;
 //! - every operation on a dispatcher runs in a spawned task holding that dispatcher's lock, so a
 //!   dropped caller never leaves a half-done write behind an unlocked slot, and `close` (which
-//!   takes the lock after unregistering the dispatcher) returns only when nothing of it is in flight;
+//!   takes the lock after unregistering the dispatcher) returns only when no call of it is
+//!   running (a backend that hands writes to a client library as it buffers, like Kafka's, may
+//!   still have them in that library's queue after a failed dispatcher is closed);
 //! - after a failed flush the dispatcher is failed: later calls return [`SinkError::Earlier`]
 //!   and its ack stays where it was (the changefeed restarts from its checkpoint);
 //! - a failure is never silent, whoever ran the flush (a caller, or the flush ticker, whose own
@@ -26,7 +28,9 @@
 //!   failed flush ([`SinkError::Fenced`], retryable; ack unchanged, ack receiver woken), so rows
 //!   buffered before a node froze are never written after it wakes with its lease lapsed or
 //!   under a newer incarnation. The only window left is between a passed check and the bytes
-//!   leaving the process. Without a fence every check passes.
+//!   leaving the process (for Kafka that includes the client's queue: its linger, and its
+//!   retries for up to `write-timeout` while the broker is unreachable). Without a fence every
+//!   check passes.
 
 use crate::error::{Result, SinkError};
 use crate::fence::{BoundFence, WriteFence};

@@ -17,7 +17,10 @@
 //!   the new one, so every message of a key goes to that key's partition;
 //! - a message larger than `max-message-bytes` fails its dispatcher with an error naming the
 //!   parameter (fatal); nothing is cut or dropped;
-//! - the write fence is checked immediately before every produce;
+//! - the write fence is checked immediately before messages are handed to the client; what the
+//!   client holds then (linger, retries up to `write-timeout`) may still reach the broker after
+//!   a freeze or a failure, as it could while a flush waited for it before: at-least-once
+//!   consumers skip it by commit ts, and `transactional=true` fences it by transactional id;
 //! - a dispatcher holds at most [`MAX_BUFFERED_BYTES`] of encoded messages not yet acknowledged
 //!   (buffered, or handed to the client) before it is flushed.
 
