@@ -36,7 +36,11 @@ fn seed(up: &sluice_testkit::mariadb::MariaDb, big: u32, rows: u32) {
     .expect("seed");
 }
 
-/// Updates, deletes and inserts on the copied tables until `stop`.
+/// Updates, deletes and inserts on the copied tables until `stop`. Each round updates about a
+/// thousand rows of the big table: a round of ten thousand (every 97th id) kept the upstream's
+/// core busy with the workload alone, and on a loaded 2-core machine the debug build's stream of
+/// the big table fell further behind for as long as it ran, so the copy (whose chunks wait for
+/// the stream to pass their position) could not finish within the test's bound.
 fn workload(socket: std::path::PathBuf, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u32> {
     std::thread::spawn(move || {
         let mut round = 0u32;
@@ -45,7 +49,7 @@ fn workload(socket: std::path::PathBuf, stop: Arc<AtomicBool>) -> std::thread::J
             let r = round;
             let sql = format!(
                 "BEGIN;
-                 UPDATE s.big SET v = CONCAT(v, '+'), n = n + 1 WHERE id % 97 = {m};
+                 UPDATE s.big SET v = CONCAT(v, '+'), n = n + 1 WHERE id % 997 = {m997};
                  DELETE FROM s.big WHERE id % 89 = {m} AND id % 5 = 0 AND id < {lim};
                  INSERT INTO s.big VALUES ({new}, 'new', 1.5, NOW(6), NULL) ON DUPLICATE KEY UPDATE v = 'again';
                  UPDATE s.comp SET body = CONCAT(body, 'x') WHERE seq % 101 = {m};
@@ -54,6 +58,7 @@ fn workload(socket: std::path::PathBuf, stop: Arc<AtomicBool>) -> std::thread::J
                  UPDATE s.types SET d = d + 1, e = 'c', st = 'y' WHERE id % 53 = {m};
                  COMMIT;",
                 m = r % 89,
+                m997 = r % 997,
                 m13 = r % 13,
                 lim = r * 400,
                 new = 1_000_000 + r
