@@ -513,22 +513,7 @@ fn dispatcher_rules_route_topics_and_partitions() {
         "protocol=canal-json&enable-tidb-extension=true&partition-num=3",
     );
     let create = |id: &str, sink: &str, cfg: &str| {
-        sluice(
-            &out,
-            &[
-                "cli",
-                "--server",
-                &server.url(),
-                "changefeed",
-                "create",
-                "-c",
-                id,
-                "--sink-uri",
-                sink,
-                "--config",
-                cfg,
-            ],
-        )
+        try_create_changefeed(&out, &server.url(), id, sink, &["--config", cfg])
     };
     let bad = write(
         "bad.toml",
@@ -602,7 +587,7 @@ fn dispatcher_rules_route_topics_and_partitions() {
 
 /// `changefeed create` of `uri`, which must be refused; returns what it printed.
 fn create_refused(out: &Outputs, server: &Server, uri: &str) -> String {
-    let r = try_create_changefeed(out, &server.url(), "refused", uri);
+    let r = try_create_changefeed(out, &server.url(), "refused", uri, &[]);
     assert_ne!(r.code, 0, "{uri} was accepted: {}", r.stdout);
     format!("{} {}", r.stdout, r.stderr)
 }
@@ -635,6 +620,12 @@ fn tls_with_client_certificates_replicates_and_a_wrong_trust_is_refused() {
         let said = create_refused(&out, &server, &broker.sink_uri("cdc-tls", &params));
         assert!(
             said.contains("Kafka") || said.contains("metadata"),
+            "{params}: {said}"
+        );
+        // With TLS on, the refusal says what to check.
+        assert_eq!(
+            said.contains("speak TLS"),
+            params != base,
             "{params}: {said}"
         );
     }

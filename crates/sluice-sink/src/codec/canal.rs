@@ -40,12 +40,6 @@ pub fn jdbc_type(col: &ColumnDef) -> i32 {
     }
 }
 
-fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    push_str(&mut out, s);
-    out
-}
-
 fn latin1(b: &[u8]) -> String {
     b.iter().map(|&x| char::from(x)).collect()
 }
@@ -207,16 +201,16 @@ pub fn ddl_type(kind: DdlKind) -> &'static str {
 /// ("" for a database-level DDL); with the TiDB extension `_tidb.commitTs` carries its commit ts.
 pub fn encode_ddl_message(tidb_extension: bool, ddl: &DdlEvent, table: &str) -> String {
     let mut out = String::from("{\"id\":0,\"database\":");
-    out.push_str(&json_str(ddl.target_database()));
+    push_str(&mut out, ddl.target_database());
     out.push_str(",\"table\":");
-    out.push_str(&json_str(table));
+    push_str(&mut out, table);
     out.push_str(",\"pkNames\":null,\"isDdl\":true,\"type\":\"");
     out.push_str(ddl_type(ddl.kind));
     out.push_str(&format!(
         "\",\"es\":{0},\"ts\":{0},\"sql\":",
         ddl.commit_time_ms
     ));
-    out.push_str(&json_str(&ddl.query));
+    push_str(&mut out, &ddl.query);
     out.push_str(",\"sqlType\":null,\"mysqlType\":null,\"data\":null,\"old\":null");
     if tidb_extension {
         out.push_str(&format!(",\"_tidb\":{{\"commitTs\":{}}}", ddl.commit_ts));

@@ -223,66 +223,81 @@ fn source_schema() -> Json {
     })
 }
 
-#[cfg(test)]
-fn source(name: &str, db: &str, table: Option<&str>, row: &RowEvent) -> Json {
-    let snapshot = if row.snapshot { "true" } else { "false" };
-    let mut s = source_at(name, db, table, row.commit_ts, row.commit_time_ms, snapshot);
-    if let Some(g) = row.gtid {
-        s["gtid"] = json!(g.to_string());
-        s["server_id"] = json!(g.server);
-    }
-    s
-}
-
-fn source_at(
-    name: &str,
-    db: &str,
-    table: Option<&str>,
+/// Where a message's change comes from: the `source` block's fields that vary.
+struct Source<'a> {
+    name: &'a str,
+    db: &'a str,
+    /// `None`: a DDL that names no table.
+    table: Option<&'a str>,
     commit_ts: Ts,
     time_ms: u64,
-    snapshot: &str,
-) -> Json {
-    json!({
-        "version": ENVELOPE_VERSION, "connector": CONNECTOR, "name": name, "ts_ms": time_ms,
-        "snapshot": snapshot, "db": db, "table": table, "server_id": 0, "gtid": null,
-        "file": "", "pos": commit_ts & 0xffff_ffff, "row": 0, "thread": null, "query": null,
-        "commit_ts": commit_ts
-    })
+    snapshot: bool,
+    gtid: Option<sluice_types::Gtid>,
 }
 
-/// Appends the `source` block of a row as [`source`] builds it (keys sorted).
-fn push_source(out: &mut String, name: &str, schema: &TableSchema, row: &RowEvent) {
-    out.push_str("{\"commit_ts\":");
-    push_int(out, row.commit_ts);
-    out.push_str(",\"connector\":");
-    push_str(out, CONNECTOR);
-    out.push_str(",\"db\":");
-    push_str(out, &schema.database);
-    out.push_str(",\"file\":\"\",\"gtid\":");
-    match row.gtid {
-        Some(g) => push_str(out, &g.to_string()),
-        None => out.push_str("null"),
+impl<'a> Source<'a> {
+    fn of_row(name: &'a str, schema: &'a TableSchema, row: &RowEvent) -> Source<'a> {
+        Source {
+            name,
+            db: &schema.database,
+            table: Some(&schema.name),
+            commit_ts: row.commit_ts,
+            time_ms: row.commit_time_ms,
+            snapshot: row.snapshot,
+            gtid: row.gtid,
+        }
     }
-    out.push_str(",\"name\":");
-    push_str(out, name);
-    out.push_str(",\"pos\":");
-    push_int(out, row.commit_ts & 0xffff_ffff);
-    out.push_str(",\"query\":null,\"row\":0,\"server_id\":");
-    // The server that wrote the transaction, as its GTID says (0: not known).
-    push_int(out, row.gtid.map_or(0, |g| g.server));
-    out.push_str(",\"snapshot\":");
-    out.push_str(if row.snapshot {
-        "\"true\""
-    } else {
-        "\"false\""
-    });
-    out.push_str(",\"table\":");
-    push_str(out, &schema.name);
-    out.push_str(",\"thread\":null,\"ts_ms\":");
-    push_int(out, row.commit_time_ms);
-    out.push_str(",\"version\":");
-    push_str(out, ENVELOPE_VERSION);
-    out.push('}');
+
+    /// A DDL's (`table` empty: it names none).
+    fn of_ddl(name: &'a str, ddl: &'a DdlEvent, table: &'a str) -> Source<'a> {
+        Source {
+            name,
+            db: ddl.target_database(),
+            table: (!table.is_empty()).then_some(table),
+            commit_ts: ddl.commit_ts,
+            time_ms: ddl.commit_time_ms,
+            snapshot: false,
+            gtid: None,
+        }
+    }
+
+    /// Appends the block, its keys sorted (as the `serde_json` map it once was wrote them).
+    fn push(&self, out: &mut String) {
+        out.push_str("{\"commit_ts\":");
+        push_int(out, self.commit_ts);
+        out.push_str(",\"connector\":");
+        push_str(out, CONNECTOR);
+        out.push_str(",\"db\":");
+        push_str(out, self.db);
+        out.push_str(",\"file\":\"\",\"gtid\":");
+        match self.gtid {
+            Some(g) => push_str(out, &g.to_string()),
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"name\":");
+        push_str(out, self.name);
+        out.push_str(",\"pos\":");
+        push_int(out, self.commit_ts & 0xffff_ffff);
+        out.push_str(",\"query\":null,\"row\":0,\"server_id\":");
+        // The server that wrote the transaction, as its GTID says (0: not known).
+        push_int(out, self.gtid.map_or(0, |g| g.server));
+        out.push_str(",\"snapshot\":");
+        out.push_str(if self.snapshot {
+            "\"true\""
+        } else {
+            "\"false\""
+        });
+        out.push_str(",\"table\":");
+        match self.table {
+            Some(t) => push_str(out, t),
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"thread\":null,\"ts_ms\":");
+        push_int(out, self.time_ms);
+        out.push_str(",\"version\":");
+        push_str(out, ENVELOPE_VERSION);
+        out.push('}');
+    }
 }
 
 /// What every message of one table version shares, built once per version: the `schema`
@@ -372,7 +387,7 @@ pub fn encode_row_value_with(
     out.push_str(",\"op\":");
     push_str(&mut out, op);
     out.push_str(",\"source\":");
-    push_source(&mut out, name, schema, row);
+    Source::of_row(name, schema, row).push(&mut out);
     out.push_str(",\"ts_ms\":");
     push_int(&mut out, row.commit_time_ms);
     out.push_str("}}");
@@ -432,19 +447,19 @@ pub fn encode_key_with(
 /// The value of a DDL's message: Debezium's schema-change payload (`databaseName`, `ddl`) with
 /// the source block.
 pub fn encode_ddl_value(name: &str, ddl: &DdlEvent, table: &str) -> String {
-    let table = (!table.is_empty()).then_some(table);
-    json!({
-        "schema": null,
-        "payload": {
-            "source": source_at(name, ddl.target_database(), table, ddl.commit_ts, ddl.commit_time_ms, "false"),
-            "ts_ms": ddl.commit_time_ms,
-            "databaseName": ddl.target_database(),
-            "schemaName": null,
-            "ddl": ddl.query,
-            "tableChanges": []
-        }
-    })
-    .to_string()
+    let source = Source::of_ddl(name, ddl, table);
+    // The payload's keys sorted, then `schema`, as the serde_json map it once was wrote them.
+    let mut out = String::with_capacity(ddl.query.len() + 512);
+    out.push_str("{\"payload\":{\"databaseName\":");
+    push_str(&mut out, ddl.target_database());
+    out.push_str(",\"ddl\":");
+    push_str(&mut out, &ddl.query);
+    out.push_str(",\"schemaName\":null,\"source\":");
+    source.push(&mut out);
+    out.push_str(",\"tableChanges\":[],\"ts_ms\":");
+    push_int(&mut out, ddl.commit_time_ms);
+    out.push_str("},\"schema\":null}");
+    out
 }
 
 /// What one Debezium message holds, decoded (consume's side).
@@ -628,38 +643,83 @@ mod tests {
     use super::*;
     use sluice_types::{Key, TableId};
 
+    /// The `source` block as `serde_json` builds it: the reference the writer must match.
+    fn reference_source(src: &Source<'_>) -> Json {
+        json!({
+            "version": ENVELOPE_VERSION, "connector": CONNECTOR, "name": src.name,
+            "ts_ms": src.time_ms, "snapshot": if src.snapshot { "true" } else { "false" },
+            "db": src.db, "table": src.table, "server_id": src.gtid.map_or(0, |g| g.server),
+            "gtid": src.gtid.map(|g| g.to_string()), "file": "",
+            "pos": src.commit_ts & 0xffff_ffff, "row": 0, "thread": null, "query": null,
+            "commit_ts": src.commit_ts
+        })
+    }
+
     /// The source block written straight equals the one `serde_json` builds, for every field
-    /// that varies (snapshot or not, names that need escaping, the largest commit ts).
+    /// that varies (snapshot or not, a GTID or none, names that need escaping, no table, the
+    /// largest commit ts).
     #[test]
     fn the_source_block_written_straight_is_the_built_one() {
-        let mut schema = crate::testing::simple_schema("d\"b", "t\\1", 7, 1);
-        schema.table_id = TableId(7);
-        let gtids = [
-            Some(sluice_types::Gtid {
-                domain: 0,
-                server: 42,
-                seq: u64::MAX,
-            }),
-            None,
-        ];
-        let cases = [(false, 1u64 << 32 | 4), (true, u64::MAX)];
-        for ((snapshot, ts), gtid) in cases.into_iter().zip(gtids) {
-            let row = RowEvent {
-                table_id: schema.table_id,
-                schema_version: 1,
+        let gtid = sluice_types::Gtid {
+            domain: 0,
+            server: 42,
+            seq: u64::MAX,
+        };
+        for (snapshot, ts, gtid, table) in [
+            (false, 1u64 << 32 | 4, Some(gtid), Some("t\\1")),
+            (true, u64::MAX, None, None),
+        ] {
+            let src = Source {
+                name: "top\nic",
+                db: "d\"b",
+                table,
                 commit_ts: ts,
-                commit_time_ms: 1_700_000_000_123,
-                kind: RowKind::Insert,
-                key: Key::default(),
-                before: None,
-                after: None,
+                time_ms: 1_700_000_000_123,
                 snapshot,
                 gtid,
             };
             let mut out = String::new();
-            push_source(&mut out, "top\nic", &schema, &row);
-            let built = source("top\nic", &schema.database, Some(&schema.name), &row);
-            assert_eq!(out, built.to_string());
+            src.push(&mut out);
+            assert_eq!(out, reference_source(&src).to_string());
+        }
+        let mut schema = crate::testing::simple_schema("d", "t", 7, 1);
+        schema.table_id = TableId(7);
+        let row = RowEvent {
+            table_id: schema.table_id,
+            schema_version: 1,
+            commit_ts: 9,
+            commit_time_ms: 5,
+            kind: RowKind::Insert,
+            key: Key::default(),
+            before: None,
+            after: None,
+            snapshot: true,
+            gtid: Some(gtid),
+        };
+        let src = Source::of_row("n", &schema, &row);
+        assert_eq!(
+            (src.db, src.table, src.snapshot, src.gtid),
+            ("d", Some("t"), true, Some(gtid))
+        );
+    }
+
+    /// A DDL's message written straight equals the one `serde_json` builds.
+    #[test]
+    fn the_ddl_message_written_straight_is_the_built_one() {
+        for table in ["", "t\"x"] {
+            let mut ddl =
+                crate::testing::ddl_event(77, "d", "CREATE TABLE `t\"x` (a INT)\n", TableId(3));
+            ddl.commit_time_ms = 1_700_000_000_000;
+            let src = Source::of_ddl("topic", &ddl, table);
+            let built = json!({
+                "schema": null,
+                "payload": {
+                    "source": reference_source(&src), "ts_ms": ddl.commit_time_ms,
+                    "databaseName": ddl.target_database(), "schemaName": null,
+                    "ddl": ddl.query, "tableChanges": []
+                }
+            });
+            assert_eq!(encode_ddl_value("topic", &ddl, table), built.to_string());
         }
     }
 }

@@ -282,8 +282,8 @@ impl KafkaConfig {
     /// acknowledges (per-partition order and no duplicate across the client's own retries).
     pub fn client_settings(&self) -> Vec<(&'static str, String)> {
         let ms = |d: Duration| d.as_millis().to_string();
-        let mut s = vec![
-            ("bootstrap.servers", self.brokers.join(",")),
+        let mut s = self.connection_settings();
+        s.extend([
             ("client.id", self.client_id.clone()),
             ("compression.codec", self.compression.codec().to_string()),
             // Room for the largest message plus the batch's framing.
@@ -301,7 +301,7 @@ impl KafkaConfig {
             // 10 ms, not librdkafka's 5: its broker thread polls far less (Debezium catch-up:
             // 3.2 CPU s instead of 3.6 for 300k rows, the same wall time; docs/figures).
             ("linger.ms", "10".to_string()),
-        ];
+        ]);
         match self.required_acks {
             RequiredAcks::All => {
                 s.push(("acks", "all".into()));
@@ -310,7 +310,6 @@ impl KafkaConfig {
             RequiredAcks::Leader => s.push(("acks", "1".into())),
             RequiredAcks::None => s.push(("acks", "0".into())),
         }
-        s.extend(self.security.client_settings());
         s
     }
 

@@ -192,7 +192,10 @@ impl KafkaConfig {
     pub async fn probe(&self) -> Result<()> {
         let k = self.backend("", &[])?;
         k.probe_registry().await?;
-        k.partition_count(&self.topic).await.map(|_| ())
+        k.partition_count(&self.topic)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.security.explain(e))
     }
 
     /// The backend of changefeed `changefeed` routing by `rules` (the probe: none of either).
@@ -589,6 +592,17 @@ impl Kafka {
         await_deliveries(&mut inflight).await
     }
 
+    /// Hands the writer's pending messages to the client (not `transactional`), their reports
+    /// to `inflight`.
+    async fn send_pending(&self, w: &mut KafkaWriter, fence: &BoundFence) -> Result<()> {
+        if w.pending.is_empty() {
+            return Ok(());
+        }
+        self.send(&w.pending, &mut w.inflight, fence).await?;
+        w.pending.clear();
+        Ok(())
+    }
+
     /// Hands `messages` to the client in order, their delivery reports appended to `inflight`.
     /// A full client queue waits for the oldest report first.
     async fn send(
@@ -761,10 +775,9 @@ impl Backend for Kafka {
             w.bytes += m.len();
             w.pending.push(m);
         }
-        if w.txn.is_none() && !w.pending.is_empty() {
+        if w.txn.is_none() {
             // Out now: the client batches and sends while the next batch is encoded.
-            self.send(&w.pending, &mut w.inflight, fence).await?;
-            w.pending.clear();
+            self.send_pending(w, fence).await?;
         }
         Ok(w.bytes >= MAX_BUFFERED_BYTES)
     }
@@ -779,10 +792,7 @@ impl Backend for Kafka {
                 self.commit(w, fence).await?;
             }
         } else {
-            if !w.pending.is_empty() {
-                self.send(&w.pending, &mut w.inflight, fence).await?;
-                w.pending.clear();
-            }
+            self.send_pending(w, fence).await?;
             await_deliveries(&mut w.inflight).await?;
         }
         w.pending.clear();

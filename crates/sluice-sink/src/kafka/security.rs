@@ -15,7 +15,7 @@
 //! - the password is a [`Secret`]: it never prints, and the URI's copy is masked like every
 //!   other secret parameter.
 
-use crate::error::Result;
+use crate::error::{Result, SinkError};
 use crate::uri::{Params, Secret};
 
 /// TiCDC's Kerberos and OAuth parameters: the client is built without GSSAPI and OIDC.
@@ -97,6 +97,29 @@ impl Security {
             tls: tls(p)?,
             sasl: sasl(p)?,
         })
+    }
+
+    /// A failure to reach the brokers, with what to check when TLS or SASL is on (the client
+    /// reports a failed handshake as a plain transport failure).
+    pub(crate) fn explain(&self, e: SinkError) -> SinkError {
+        let check = match (&self.tls, &self.sasl) {
+            (None, None) => return e,
+            (Some(_), None) => "check that the brokers speak TLS on this port, that `ca` (or the system's authorities) signs their certificates, and `cert`/`key` if they require client certificates",
+            (None, Some(_)) => "check sasl-user, sasl-password and sasl-mechanism, and that the brokers take SASL without TLS on this port",
+            (Some(_), Some(_)) => "check the TLS settings (ca, cert, key) and the SASL credentials (sasl-user, sasl-password, sasl-mechanism)",
+        };
+        match e {
+            SinkError::Broker {
+                what,
+                reason,
+                retryable,
+            } => SinkError::Broker {
+                what,
+                reason: format!("{reason}; {check}"),
+                retryable,
+            },
+            other => other,
+        }
     }
 
     /// librdkafka's `security.protocol` and the settings of TLS and SASL.

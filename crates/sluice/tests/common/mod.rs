@@ -334,9 +334,18 @@ fn create_args<'a>(server: &'a str, id: &'a str, sink: &'a str) -> Vec<&'a str> 
     ]
 }
 
-/// `changefeed create -c ID --sink-uri SINK`, whatever it answers (for tests of refusals).
-pub fn try_create_changefeed(out: &Outputs, server: &str, id: &str, sink: &str) -> Run {
-    sluice(out, &create_args(server, id, sink))
+/// `changefeed create -c ID --sink-uri SINK` plus `extra` arguments, whatever it answers (for
+/// tests of refusals).
+pub fn try_create_changefeed(
+    out: &Outputs,
+    server: &str,
+    id: &str,
+    sink: &str,
+    extra: &[&str],
+) -> Run {
+    let mut args = create_args(server, id, sink);
+    args.extend_from_slice(extra);
+    sluice(out, &args)
 }
 
 /// Waits until the changefeed's snapshot copy reads `finished`.
