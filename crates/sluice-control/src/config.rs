@@ -135,6 +135,9 @@ pub const MAX_SNAPSHOT_CHUNK_ROWS: usize = 65_536;
 /// At most this many dispatchers of one node read a snapshot chunk at a time (each holds at most
 /// one chunk in the feed): the memory a snapshot takes is bounded whatever the number of tables.
 pub const MAX_CONCURRENT_CHUNK_READS: usize = 4;
+/// A snapshot chunk that waits this long for its span's stream to reach the position it was
+/// read at (a stream lagging behind the upstream's writes) is a warning of its dispatcher.
+pub const COPY_STREAM_WAIT_MS: Millis = 30_000;
 /// A failed chunk read is tried again after this long.
 pub const CHUNK_RETRY_MS: Millis = 2_000;
 

@@ -1283,3 +1283,83 @@ fn a_sink_that_stops_acknowledging_is_reported_not_hidden() {
     dm.on_sink_flushed(1_000 + SINK_ACK_STALL_MS * 2, d, 115, &holds, &mut out);
     assert!(!stalled(&dm), "acknowledged again: {:?}", dm.warnings());
 }
+
+#[test]
+fn a_snapshot_copy_held_by_a_lagging_stream_is_a_warning() {
+    use sluice_control::config::COPY_STREAM_WAIT_MS;
+    use sluice_control::msg::{CopyProgress, CopyStart};
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let d = id(1, 1);
+    let mut out = Vec::new();
+    dm.on_message(
+        0,
+        &m1(),
+        Message::Create {
+            cf: cf(),
+            epoch: Epoch(1),
+            id: d,
+            span: Span::whole_table(TableId(4)),
+            start_ts: 100,
+            floor_known: true,
+            copy: Some(CopyStart {
+                from: CopyProgress {
+                    cursor: None,
+                    done: false,
+                },
+                keyless: false,
+                chunk_rows: 10,
+            }),
+        },
+        &holds,
+        &mut out,
+    );
+    let read = |out: &[Effect]| {
+        out.iter()
+            .any(|e| matches!(e, Effect::ReadChunk { id, .. } if *id == d))
+    };
+    dm.on_tick(1_000, &holds, &mut out);
+    assert!(read(&out), "the copy reads its first chunk: {out:?}");
+    let waiting = |dm: &DispatcherManager| {
+        dm.warnings()
+            .iter()
+            .any(|w| w.contains("snapshot copy has waited"))
+    };
+    // The chunk was read at a position far ahead of the span's stream (at 100).
+    dm.on_chunk_queued(1_000, d, 500, Some(vec![1]), true, 10, &mut out);
+    dm.on_tick(1_000, &holds, &mut out);
+    dm.on_tick(1_000 + COPY_STREAM_WAIT_MS / 2, &holds, &mut out);
+    assert!(!waiting(&dm), "half the limit is not a stall");
+    // The stream moves, but not up to the chunk: still waiting for the same chunk.
+    dm.on_events(
+        1_000 + COPY_STREAM_WAIT_MS / 2,
+        d,
+        vec![],
+        300,
+        &holds,
+        &mut out,
+    );
+    dm.on_tick(1_000 + COPY_STREAM_WAIT_MS, &holds, &mut out);
+    assert!(
+        waiting(&dm),
+        "the chunk waited the whole limit: {:?}",
+        dm.warnings()
+    );
+    assert!(
+        dm.warnings().iter().any(|w| w.contains("chunk at ts 500")),
+        "it names the chunk: {:?}",
+        dm.warnings()
+    );
+    // The stream reaches the chunk: no warning any more.
+    dm.on_events(
+        1_000 + COPY_STREAM_WAIT_MS,
+        d,
+        vec![],
+        500,
+        &holds,
+        &mut out,
+    );
+    dm.on_tick(1_000 + COPY_STREAM_WAIT_MS + 200, &holds, &mut out);
+    assert!(!waiting(&dm), "received: {:?}", dm.warnings());
+}

@@ -14,11 +14,14 @@
 //!   hold chunks or read at once;
 //! - **a failed read is retried** after [`CHUNK_RETRY_MS`] and reported meanwhile (the span's
 //!   stream goes on; the copy's error shows in the changefeed's snapshot status);
+//! - **a copy held by its stream is said**: a chunk waits for the span's stream to reach the
+//!   position it was read at; one that waits [`COPY_STREAM_WAIT_MS`] or more is a warning of
+//!   the dispatcher (the changefeed reads `warning`, not `normal`, while its copy stands still);
 //! - **keyless tables** are one chunk (one consistent read of the whole table): the stream's
 //!   rows of the table below that chunk are not written (the chunk holds their effect).
 
 use super::*;
-use crate::config::{CHUNK_RETRY_MS, MAX_CONCURRENT_CHUNK_READS};
+use crate::config::{CHUNK_RETRY_MS, COPY_STREAM_WAIT_MS, MAX_CONCURRENT_CHUNK_READS};
 use crate::feed::MAX_CHUNKS_AHEAD;
 use crate::msg::{CopyProgress, CopyReport, CopyStart};
 
@@ -55,6 +58,9 @@ pub(super) struct Copy {
     retry_at: Option<Millis>,
     /// Keyless: the ts of the chunk; the stream's rows below it are not written.
     keyless_chunk_ts: Option<Ts>,
+    /// The oldest chunk read ahead of the stream (its ts) and since when it waits for the
+    /// stream to reach its position.
+    stream_wait: Option<(Millis, Ts)>,
 }
 
 impl Copy {
@@ -73,6 +79,7 @@ impl Copy {
             error: None,
             retry_at: None,
             keyless_chunk_ts: None,
+            stream_wait: None,
         }
     }
 
@@ -150,6 +157,30 @@ impl Copy {
     /// Whether a stream row at `ts` is written (keyless tables: not before their chunk).
     pub(super) fn writes_row(&self, ts: Ts) -> bool {
         !self.keyless || self.durable.done || self.keyless_chunk_ts.is_some_and(|c| ts >= c)
+    }
+
+    /// Follows the oldest chunk read and not yet received: since when it waits for the stream
+    /// to reach the position it was read at. Returns how long it waited and its ts once that
+    /// is [`COPY_STREAM_WAIT_MS`] or more (the copy makes no progress meanwhile: its read-ahead
+    /// is full, and a stream that keeps falling behind holds it for as long as it lags).
+    pub(super) fn track_stream_wait(
+        &mut self,
+        received_upto: Ts,
+        now: Millis,
+    ) -> Option<(Millis, Ts)> {
+        let oldest = self
+            .queued
+            .iter()
+            .find(|q| q.ts > received_upto)
+            .map(|q| q.ts);
+        self.stream_wait = match (oldest, self.stream_wait) {
+            (None, _) => None,
+            (Some(ts), Some((since, at))) if at == ts => Some((since, ts)),
+            (Some(ts), _) => Some((now, ts)),
+        };
+        let (since, ts) = self.stream_wait?;
+        let waited = now.saturating_sub(since);
+        (waited >= COPY_STREAM_WAIT_MS).then_some((waited, ts))
     }
 
     pub(super) fn report(&self) -> CopyReport {

@@ -164,6 +164,9 @@ struct Dispatcher {
     ack_stalled_ms: Option<Millis>,
     /// Its snapshot copy, if it copies its span (see `copy.rs`).
     copy: Option<copy::Copy>,
+    /// Its copy's oldest chunk has waited this long (ms) for the stream to reach it, at least
+    /// [`crate::config::COPY_STREAM_WAIT_MS`], and its ts.
+    copy_stream_wait: Option<(Millis, Ts)>,
 }
 
 impl Dispatcher {
@@ -218,6 +221,7 @@ impl Dispatcher {
             ack_wait: None,
             ack_stalled_ms: None,
             copy: None,
+            copy_stream_wait: None,
         }
     }
 
@@ -243,6 +247,19 @@ impl Dispatcher {
                 ms / 1000,
                 self.written_ts,
                 self.flushed_ts
+            ));
+        }
+        if let Some((ms, ts)) = self.copy_stream_wait {
+            return Some(format!(
+                "span {:?} of table {}: its snapshot copy has waited {} s for the table's stream \
+                 to reach the position of its next chunk (stream at ts {}, chunk at ts {}): the \
+                 stream is behind the upstream's writes to this table (check the sink's speed \
+                 and the checkpoint lag); the copy goes on as the stream catches up",
+                self.span,
+                self.span.table.0,
+                ms / 1000,
+                self.received_upto,
+                ts
             ));
         }
         let e = self.last_sink_error.as_ref()?;
