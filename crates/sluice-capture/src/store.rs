@@ -13,6 +13,10 @@
 //!   between are not fsynced (faster; a crash loses them, and the reader re-reads them);
 //! - [`EventStore::scan`] serves any span from any start ts `>= gc_ts()`; a start below it is
 //!   [`StoreError::Collected`], never a silent gap;
+//! - a read that can only come back empty is answered without a read transaction: the store
+//!   keeps in memory each table's greatest row commit ts and every DDL's commit ts written since
+//!   it was opened (what lies above the `resolved` it opened at), updated after the data is
+//!   committed and before `resolved` passes it;
 //! - memory: the page cache is bounded by [`StoreConfig::cache_bytes`]; appends are written in
 //!   write transactions of at most [`MAX_WRITE_BATCH_BYTES`]; a large transaction arrives in
 //!   chunks that are staged on disk ([`EventStore::stage`]) and moved into place at its commit
@@ -148,6 +152,50 @@ pub struct EventStore {
     db: Database,
     /// In-memory `resolved` (advanced by appends; durable after `persist`).
     state: Mutex<(Ts, Ts)>, // (resolved, gc)
+    recent: Mutex<Recent>,
+}
+
+/// What was written since the store was opened, kept in memory so a scan or a DDL read that can
+/// only come back empty (an idle table asked again after every resolved advance, thousands of
+/// times a second at many tables) needs no read transaction. Everything above `opened` was
+/// written by this process (opening drops what lies above the durable `resolved`), so a range
+/// that starts at or above it holds exactly what these maps say. Updated after the data is
+/// committed and before `resolved` passes it.
+struct Recent {
+    /// `resolved` when the store was opened.
+    opened: Ts,
+    /// Each table's greatest row commit ts written since then.
+    tables: std::collections::BTreeMap<TableId, Ts>,
+    /// The commit ts of every DDL written since then (pruned by `gc`).
+    ddls: std::collections::BTreeSet<Ts>,
+}
+
+impl Recent {
+    /// No row of `table` lies after `from` (within the range the maps cover).
+    fn no_rows_after(&self, table: TableId, from: Cursor) -> bool {
+        if from.ts < self.opened {
+            return false;
+        }
+        match self.tables.get(&table) {
+            None => true,
+            Some(&last) => last < from.ts || (last == from.ts && from.seq == u32::MAX),
+        }
+    }
+
+    /// No DDL lies in `(after, upto]` (within the range the set covers).
+    fn no_ddls(&self, after: Ts, upto: Ts) -> bool {
+        after >= self.opened
+            && self
+                .ddls
+                .range(after.saturating_add(1)..=upto)
+                .next()
+                .is_none()
+    }
+
+    fn note_rows(&mut self, table: TableId, ts: Ts) {
+        let last = self.tables.entry(table).or_insert(ts);
+        *last = (*last).max(ts);
+    }
 }
 
 impl EventStore {
@@ -199,11 +247,20 @@ impl EventStore {
         Ok(EventStore {
             db,
             state: Mutex::new((resolved, gc)),
+            recent: Mutex::new(Recent {
+                opened: resolved,
+                tables: std::collections::BTreeMap::new(),
+                ddls: std::collections::BTreeSet::new(),
+            }),
         })
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, (Ts, Ts)> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Everything with commit ts `<= resolved()` is in the store.
@@ -263,6 +320,10 @@ impl EventStore {
             }
             w.commit().map_err(db_err)?;
         }
+        let mut recent = self.recent();
+        for r in rows {
+            recent.note_rows(r.table_id, commit_ts);
+        }
         Ok(())
     }
 
@@ -312,6 +373,7 @@ impl EventStore {
             return self.abort_staged();
         }
         let mut moved = 0usize;
+        let mut tables = std::collections::BTreeSet::new();
         loop {
             let w = self.db.begin_write().map_err(db_err)?;
             let mut batch_done = true;
@@ -338,6 +400,7 @@ impl EventStore {
                             .ok_or_else(|| StoreError::Corrupt("stage key".into()))?,
                     );
                     let mut ev = decode_value(v)?;
+                    tables.insert(ev.table_id);
                     ev.commit_ts = commit_ts;
                     ev.commit_time_ms = commit_time_ms;
                     dst.insert(
@@ -353,6 +416,9 @@ impl EventStore {
             if batch_done {
                 break;
             }
+        }
+        for t in tables {
+            self.recent().note_rows(t, commit_ts);
         }
         if moved != staged_rows {
             return Err(StoreError::Corrupt(format!(
@@ -387,6 +453,7 @@ impl EventStore {
             t.insert(ddl.commit_ts, v.as_slice()).map_err(db_err)?;
         }
         w.commit().map_err(db_err)?;
+        self.recent().ddls.insert(ddl.commit_ts);
         self.state().0 = ddl.commit_ts;
         Ok(())
     }
@@ -444,6 +511,13 @@ impl EventStore {
             return Err(StoreError::Collected { start: from.ts, gc });
         }
         let upto = upto.min(self.resolved());
+        let past = from.ts > upto || (from.ts == upto && from.seq == u32::MAX);
+        if past || self.recent().no_rows_after(span.table, from) {
+            return Ok(ScanBatch {
+                rows: vec![],
+                next: None,
+            });
+        }
         let r = self.db.begin_read().map_err(db_err)?;
         let t = match r.open_table(ROWS) {
             Ok(t) => t,
@@ -494,6 +568,9 @@ impl EventStore {
 
     /// DDL events with `after < commit ts <= upto`.
     pub fn ddls(&self, after: Ts, upto: Ts) -> Result<Vec<DdlEvent>, StoreError> {
+        if after >= upto || self.recent().no_ddls(after, upto) {
+            return Ok(Vec::new());
+        }
         let r = self.db.begin_read().map_err(db_err)?;
         let t = match r.open_table(DDLS) {
             Ok(t) => t,
@@ -544,6 +621,10 @@ impl EventStore {
             meta.insert("gc", upto).map_err(db_err)?;
         }
         w.commit().map_err(db_err)?;
+        {
+            let mut recent = self.recent();
+            recent.ddls = recent.ddls.split_off(&upto.saturating_add(1));
+        }
         self.state().1 = upto;
         Ok(removed)
     }

@@ -17,7 +17,9 @@
 //! - a failure is never silent, whoever ran the flush (a caller, or the flush ticker, whose own
 //!   result nobody awaits): it is kept where [`Sink::failure`] reads it without waiting for the
 //!   dispatcher's lock, and the dispatcher's ack receiver is woken (ack unchanged) at once;
-//! - the flush ticker holds only a weak reference: dropping the sink stops it; a dispatcher whose
+//! - the flush ticker holds only a weak reference: dropping the sink stops it; it visits only the
+//!   dispatchers whose last operation left something to flush or an ack to raise (each
+//!   operation marks its slot due under the slot's lock when it ends); a dispatcher whose
 //!   flush is still running (e.g. waiting on a downstream row lock) is skipped by the next
 //!   rounds, never waited for, so one stuck table never holds back the others' flushes;
 //! - fencing (cluster mode, [`crate::fence`]): each dispatcher is bound at `open` to the
@@ -157,6 +159,10 @@ type SlotTable<W> = BTreeMap<DispatcherId, (SlotRef<W>, watch::Receiver<Ts>, Fai
 struct Shared<B: Backend> {
     backend: B,
     slots: StdMutex<SlotTable<B::Writer>>,
+    /// Dispatchers whose last operation left them wanting a tick (rows buffered, or an ack to
+    /// raise): the flush ticker visits only these, so its rounds cost what is active, not every
+    /// open dispatcher (thousands of idle tables).
+    due: StdMutex<std::collections::BTreeSet<DispatcherId>>,
     /// Installed once, before the first dispatcher opens ([`Runner::set_fence`]).
     fence: std::sync::OnceLock<WriteFence>,
 }
@@ -197,6 +203,7 @@ impl<B: Backend> Runner<B> {
         let shared = Arc::new(Shared {
             backend,
             slots: StdMutex::new(BTreeMap::new()),
+            due: StdMutex::new(std::collections::BTreeSet::new()),
             fence: std::sync::OnceLock::new(),
         });
         let ticker = interval.map(|iv| tokio::spawn(tick_loop(Arc::downgrade(&shared), iv)));
@@ -243,10 +250,34 @@ impl<B: Backend> Runner<B> {
         let shared = self.shared.clone();
         let task = tokio::spawn(async move {
             let mut guard = slot.lock_owned().await;
-            exec(&shared.backend, &mut guard, op).await
+            let out = exec(&shared.backend, &mut guard, op).await;
+            shared.note_due(&guard);
+            out
         });
         task.await
             .map_err(|e| SinkError::contract("?", format!("sink task failed: {e}")))?
+    }
+}
+
+impl<B: Backend> Shared<B> {
+    /// Called after every operation on a slot, under its lock: a slot that wants a tick is due.
+    fn note_due(&self, slot: &Slot<B::Writer>) {
+        if slot.wants_tick(&self.backend) {
+            if let Ok(mut due) = self.due.lock() {
+                due.insert(slot.id);
+            }
+        }
+    }
+
+    /// The due slots still open, leaving the due set empty.
+    fn take_due(&self) -> Option<Vec<SlotRef<B::Writer>>> {
+        let due = std::mem::take(&mut *self.due.lock().ok()?);
+        let slots = self.slots.lock().ok()?;
+        Some(
+            due.iter()
+                .filter_map(|id| slots.get(id).map(|(v, _, _)| v.clone()))
+                .collect(),
+        )
     }
 }
 
@@ -254,14 +285,12 @@ async fn tick_loop<B: Backend>(shared: Weak<Shared<B>>, every: Duration) {
     loop {
         tokio::time::sleep(every).await;
         let Some(s) = shared.upgrade() else { return };
-        let slots: Vec<SlotRef<B::Writer>> = match s.slots.lock() {
-            Ok(m) => m.values().map(|(v, _, _)| v.clone()).collect(),
-            Err(_) => return,
-        };
-        // One task per dispatcher that is not busy (a slow one delays neither the others nor
-        // the next round: a busy slot is skipped until its work ends); spawned so a flush
-        // finishes even if the runner is dropped meanwhile. A failure is not lost with the
-        // result: `flush_slot` recorded it in the slot and woke the dispatcher's ack receiver.
+        let Some(slots) = s.take_due() else { return };
+        // One task per due dispatcher that is not busy (a slow one delays neither the others nor
+        // the next round: a busy slot is skipped, and its running operation marks it due again
+        // when it ends if it still wants a tick); spawned so a flush finishes even if the runner
+        // is dropped meanwhile. A failure is not lost with the result: `flush_slot` recorded it
+        // in the slot and woke the dispatcher's ack receiver.
         for slot in slots {
             let Ok(mut g) = slot.try_lock_owned() else {
                 continue;
@@ -272,6 +301,7 @@ async fn tick_loop<B: Backend>(shared: Weak<Shared<B>>, every: Duration) {
             let s2 = s.clone();
             tokio::spawn(async move {
                 let _ = exec(&s2.backend, &mut g, Op::Tick).await;
+                s2.note_due(&g);
             });
         }
         drop(s);

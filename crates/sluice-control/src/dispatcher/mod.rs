@@ -285,6 +285,21 @@ impl Dispatcher {
         }
     }
 
+    /// Whether the periodic tick has anything to do for it: take buffered items, follow the
+    /// sink's acknowledgements or a copy's wait (both timed), move the consumed point, resend a
+    /// DDL's report. Everything else that moves an idle dispatcher (events, acknowledgements,
+    /// barrier messages, holds released) pumps it directly.
+    fn wants_tick(&self) -> bool {
+        !self.buffer.is_empty()
+            || self.block.is_some()
+            || self.passed_report.is_some()
+            || self.written_ts > self.flushed_ts
+            || self.ack_wait.is_some()
+            || self.consumed_upto < self.received_upto
+            || self.copy.as_ref().is_some_and(|c| !c.done())
+            || self.copy_stream_wait.is_some()
+    }
+
     /// Counts one retryable sink failure (a failed write or floor read; progress since the last
     /// one starts the count again) and keeps it as the warning; true once past the limit.
     fn count_sink_failure(&mut self, message: &str) -> bool {
