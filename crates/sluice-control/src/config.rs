@@ -11,6 +11,10 @@ pub const RESEND_MS: Millis = 500;
 pub const APPLIED_RETRY_MS: Millis = 2_000;
 /// How often a dispatcher manager reports its dispatchers to the maintainer.
 pub const HEARTBEAT_MS: Millis = 200;
+/// A heartbeat lists every dispatcher of its manager at least this often (and the first after
+/// an owner change); the ones in between list only the dispatchers whose report changed since
+/// it was last sent, so idle tables cost the maintainer nothing between complete heartbeats.
+pub const HEARTBEAT_COMPLETE_MS: Millis = 2_000;
 /// How often a maintainer reports to the coordinator.
 pub const MAINTAINER_STATUS_MS: Millis = 200;
 /// A placed maintainer that has not reported for this long (while its node stays alive) is

@@ -1363,3 +1363,57 @@ fn a_snapshot_copy_held_by_a_lagging_stream_is_a_warning() {
     dm.on_tick(1_000 + COPY_STREAM_WAIT_MS + 200, &holds, &mut out);
     assert!(!waiting(&dm), "received: {:?}", dm.warnings());
 }
+
+#[test]
+fn heartbeats_between_complete_ones_carry_only_changed_reports() {
+    use sluice_control::config::{HEARTBEAT_COMPLETE_MS, HEARTBEAT_MS};
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let (a, b) = (id(1, 1), id(1, 2));
+    create(&mut dm, &m1(), 1, a, Span::whole_table(TableId(4)), &holds);
+    create(&mut dm, &m1(), 1, b, Span::whole_table(TableId(5)), &holds);
+    let beat = |dm: &mut DispatcherManager, now: u64| -> (bool, Vec<DispatcherId>) {
+        let out = tick(dm, now, &holds);
+        let beats: Vec<(bool, Vec<DispatcherId>)> = out
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Send {
+                    msg:
+                        Message::Heartbeat {
+                            complete,
+                            dispatchers,
+                            ..
+                        },
+                    ..
+                } => Some((*complete, dispatchers.iter().map(|r| r.id).collect())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(beats.len(), 1, "one heartbeat per interval: {out:?}");
+        beats[0].clone()
+    };
+    let t0 = 10_000;
+    assert_eq!(beat(&mut dm, t0), (true, vec![a, b]), "the first is complete");
+    assert_eq!(
+        beat(&mut dm, t0 + HEARTBEAT_MS),
+        (false, vec![]),
+        "nothing changed"
+    );
+    // Table 4's stream moves: only its dispatcher is reported.
+    let mut out = Vec::new();
+    dm.on_events(t0 + HEARTBEAT_MS, a, vec![], 150, &holds, &mut out);
+    assert_eq!(beat(&mut dm, t0 + 2 * HEARTBEAT_MS), (false, vec![a]));
+    assert_eq!(beat(&mut dm, t0 + 3 * HEARTBEAT_MS), (false, vec![]));
+    // Every dispatcher again once the complete interval passed.
+    assert_eq!(
+        beat(&mut dm, t0 + HEARTBEAT_COMPLETE_MS),
+        (true, vec![a, b])
+    );
+    // A new owner gets a complete heartbeat at once.
+    bootstrap(&mut dm, &m2(), 2, &holds);
+    assert_eq!(
+        beat(&mut dm, t0 + HEARTBEAT_COMPLETE_MS + HEARTBEAT_MS),
+        (true, vec![a, b])
+    );
+}

@@ -36,14 +36,14 @@
 //! sink writes, hold points, heartbeats) and `floor.rs` (replay floors).
 
 use crate::config::{
-    ChangefeedConfig, HEARTBEAT_MS, MAX_BUFFERED_ITEMS, MAX_ERRORS_PER_HEARTBEAT,
-    MAX_ROWS_PER_WRITE, RESEND_MS,
+    ChangefeedConfig, HEARTBEAT_COMPLETE_MS, HEARTBEAT_MS, MAX_BUFFERED_ITEMS,
+    MAX_ERRORS_PER_HEARTBEAT, MAX_ROWS_PER_WRITE, RESEND_MS,
 };
 use crate::hold::{HoldPoint, Holds};
 use crate::io::{Effect, SinkCommand, StreamItem, TraceEvent};
 use crate::msg::{
-    truncate_error, BarrierCommand, BlockReport, BlockStage, ClosePurpose, DispatcherErrorReport,
-    DispatcherPhase, DispatcherReport, Message, RejectReason,
+    truncate_error, BarrierCommand, BlockReport, BlockStage, ClosePurpose, CopyReport,
+    DispatcherErrorReport, DispatcherPhase, DispatcherReport, Message, RejectReason,
 };
 use sluice_types::{
     ChangefeedId, DdlEvent, DdlKind, DispatcherId, Epoch, InfluenceScope, Millis, NodeId, Span,
@@ -167,6 +167,22 @@ struct Dispatcher {
     /// Its copy's oldest chunk has waited this long (ms) for the stream to reach it, at least
     /// [`crate::config::COPY_STREAM_WAIT_MS`], and its ts.
     copy_stream_wait: Option<(Millis, Ts)>,
+    /// What its report said when a heartbeat last carried it.
+    last_reported: Option<ReportSig>,
+}
+
+/// Everything of a dispatcher's report that can change (its id and span never do): a
+/// heartbeat between complete ones carries the report only when this differs from the last one
+/// sent.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct ReportSig {
+    phase: DispatcherPhase,
+    checkpoint: Ts,
+    resolved: Ts,
+    block: Option<(Ts, BlockStage)>,
+    merge_sources: usize,
+    write_rate: u64,
+    copy: Option<CopyReport>,
 }
 
 impl Dispatcher {
@@ -222,6 +238,7 @@ impl Dispatcher {
             ack_stalled_ms: None,
             copy: None,
             copy_stream_wait: None,
+            last_reported: None,
         }
     }
 
@@ -342,25 +359,49 @@ impl Dispatcher {
     /// What heartbeats and bootstrap responses say of this dispatcher. A DDL written while
     /// `ddl_after_write` is on is reported as still being written: the hold keeps the write from
     /// the maintainer on every path, not only in the block status.
-    fn report(&self, holds: &Holds) -> DispatcherReport {
-        let phase = match &self.phase {
+    /// What its next report would say, without building it.
+    fn report_sig(&self, holds: &Holds) -> ReportSig {
+        ReportSig {
+            phase: self.report_phase(),
+            checkpoint: self.checkpoint(),
+            resolved: self.received_upto.max(self.checkpoint()),
+            block: self.report_block_stage(holds),
+            merge_sources: self.merge_sources.len(),
+            write_rate: self.write_rate,
+            copy: self.copy.as_ref().map(|c| c.report()),
+        }
+    }
+
+    fn report_phase(&self) -> DispatcherPhase {
+        match &self.phase {
             Phase::Creating => DispatcherPhase::Creating,
             // A failed dispatcher still owns its span until removed; its error rides separately.
             Phase::Working | Phase::Recovering { .. } | Phase::Failed { .. } => {
                 DispatcherPhase::Working
             }
             Phase::Closing { purpose, .. } => DispatcherPhase::Closing(purpose.clone()),
+        }
+    }
+
+    /// The blocking DDL it reports (its ts and stage), if any.
+    fn report_block_stage(&self, holds: &Holds) -> Option<(Ts, BlockStage)> {
+        let b = self.block.as_ref()?;
+        let stage = match b.stage {
+            Stage::Flushing => return None,
+            Stage::Waiting | Stage::WriteHeld => BlockStage::Waiting,
+            Stage::Writing => BlockStage::Writing,
+            Stage::Written if holds.is_on(HoldPoint::DdlAfterWrite) => BlockStage::Writing,
+            Stage::Written => BlockStage::Written,
         };
-        let block = self.block.as_ref().and_then(|b| {
-            let stage = match b.stage {
-                Stage::Flushing => return None,
-                Stage::Waiting | Stage::WriteHeld => BlockStage::Waiting,
-                Stage::Writing => BlockStage::Writing,
-                Stage::Written if holds.is_on(HoldPoint::DdlAfterWrite) => BlockStage::Writing,
-                Stage::Written => BlockStage::Written,
-            };
+        Some((b.ddl.commit_ts, stage))
+    }
+
+    fn report(&self, holds: &Holds) -> DispatcherReport {
+        let phase = self.report_phase();
+        let block = self.report_block_stage(holds).and_then(|(ddl_ts, stage)| {
+            let b = self.block.as_ref()?;
             Some(BlockReport {
-                ddl_ts: b.ddl.commit_ts,
+                ddl_ts,
                 stage,
                 ddl: Some(b.ddl.influence.clone()),
             })
@@ -399,6 +440,9 @@ pub struct DispatcherManager {
     closed: bool,
     hb_seq: u64,
     last_hb: Option<Millis>,
+    /// When the last complete heartbeat (every dispatcher listed) was sent, and to which owner
+    /// epoch ([`crate::config::HEARTBEAT_COMPLETE_MS`]).
+    last_complete: Option<(Millis, Epoch)>,
     /// A condition of the whole node that stops this changefeed's progress here (capture
     /// stopped), set by the node; reported as a warning in every heartbeat while it lasts.
     node_warning: Option<String>,
@@ -440,6 +484,7 @@ impl DispatcherManager {
             closed: false,
             hb_seq: 0,
             last_hb: None,
+            last_complete: None,
             node_warning: None,
             stale_dropped: 0,
         }

@@ -183,8 +183,7 @@ impl DispatcherManager {
             }
             self.last_hb = Some(now);
             self.hb_seq += 1;
-            let mut reports: Vec<DispatcherReport> =
-                self.dispatchers.values().map(|d| d.report(holds)).collect();
+            let (complete, mut reports) = self.heartbeat_reports(now, holds);
             for (id, (span, cp)) in &self.stopped {
                 reports.push(stopped_report(*id, span.clone(), *cp));
             }
@@ -210,13 +209,36 @@ impl DispatcherManager {
                 epoch: self.owner_epoch(),
                 incarnation: self.incarnation,
                 seq: self.hb_seq,
-                complete: true,
+                complete,
                 dispatchers: reports,
                 errors,
                 warnings,
             };
             self.send_owner(out, msg);
         }
+    }
+}
+
+impl DispatcherManager {
+    /// The reports of the next heartbeat: every dispatcher's when a complete one is due (see
+    /// [`HEARTBEAT_COMPLETE_MS`]), else only those whose report changed since it was last sent.
+    fn heartbeat_reports(&mut self, now: Millis, holds: &Holds) -> (bool, Vec<DispatcherReport>) {
+        let epoch = self.owner_epoch();
+        let complete = self
+            .last_complete
+            .is_none_or(|(t, e)| e != epoch || now >= t + HEARTBEAT_COMPLETE_MS);
+        if complete {
+            self.last_complete = Some((now, epoch));
+        }
+        let mut reports = Vec::new();
+        for d in self.dispatchers.values_mut() {
+            let sig = d.report_sig(holds);
+            if complete || d.last_reported.as_ref() != Some(&sig) {
+                reports.push(d.report(holds));
+                d.last_reported = Some(sig);
+            }
+        }
+        (complete, reports)
     }
 }
 
