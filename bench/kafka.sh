@@ -92,7 +92,7 @@ PIDS+=($!)
 for _ in $(seq 1 50); do [ -s "$WORK/registry.url" ] && break; sleep 0.1; done
 REGISTRY=$(head -1 "$WORK/registry.url")
 printf "[[sink.dispatchers]]\nmatcher = ['*.*']\ntopic = 'bench-avro-{schema}-{table}'\npartition = 'index-value'\n" >"$WORK/avro.toml"
-for p in "canal canal-json&enable-tidb-extension=true" "dbz debezium" "dbz-lz4 debezium&compression=lz4" "open open-protocol" "simple simple" "avro avro"; do
+for p in "canal canal-json&enable-tidb-extension=true" "canal-txn canal-json&enable-tidb-extension=true&transactional=true" "canal-lz4 canal-json&enable-tidb-extension=true&compression=lz4" "canal-acks1 canal-json&enable-tidb-extension=true&required-acks=1" "dbz debezium" "dbz-lz4 debezium&compression=lz4" "dbz-txn debezium&transactional=true" "open open-protocol" "simple simple" "avro avro"; do
   set -- $p
   if [ -n "${KAFKA_CASES:-}" ] && [[ " $KAFKA_CASES " != *" $1 "* ]]; then continue; fi
   extra=()

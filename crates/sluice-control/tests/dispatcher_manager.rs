@@ -1394,7 +1394,11 @@ fn heartbeats_between_complete_ones_carry_only_changed_reports() {
         beats[0].clone()
     };
     let t0 = 10_000;
-    assert_eq!(beat(&mut dm, t0), (true, vec![a, b]), "the first is complete");
+    assert_eq!(
+        beat(&mut dm, t0),
+        (true, vec![a, b]),
+        "the first is complete"
+    );
     assert_eq!(
         beat(&mut dm, t0 + HEARTBEAT_MS),
         (false, vec![]),

@@ -200,6 +200,10 @@ impl DispatcherManager {
         let mut busy = 0usize;
         let (mut ahead, mut ready) = (Vec::new(), Vec::new());
         for d in self.dispatchers.values_mut() {
+            // Most dispatchers copy nothing: skipped before anything is computed for them.
+            if d.copy.is_none() {
+                continue;
+            }
             let cp = d.checkpoint();
             let (working, received) = (d.phase == Phase::Working, d.received_upto);
             let Some(c) = d.copy.as_mut() else { continue };
