@@ -173,7 +173,9 @@ struct Recent {
 impl Recent {
     /// No row of `table` lies after `from` (within the range the maps cover).
     fn no_rows_after(&self, table: TableId, from: Cursor) -> bool {
-        if from.ts < self.opened {
+        // Rows at `opened` itself may be on disk from before: covered only from after them.
+        let covered = from.ts > self.opened || (from.ts == self.opened && from.seq == u32::MAX);
+        if !covered {
             return false;
         }
         match self.tables.get(&table) {

@@ -262,7 +262,7 @@ fn ddl_at(ts: u64) -> DdlEvent {
 
 /// Every read of the tables, from every start (also inside a transaction), and of the DDLs.
 fn every_read(s: &EventStore) -> Vec<String> {
-    let starts = [0u64, 10, 14, 15, 19, 20, 25, 30, 39, 40, 45, 50, 60];
+    let starts = [0u64, 10, 14, 15, 16, 17, 19, 20, 25, 30, 39, 40, 45, 50, 60];
     let mut out = Vec::new();
     for table in 1..=4 {
         let span = Span::whole_table(TableId(table));
@@ -306,6 +306,10 @@ fn reads_answered_from_memory_agree_with_the_disk() {
         s.append_txn(10, &[row(1, 1, 10), row(1, 2, 10)])
             .expect("t10");
         s.append_ddl(&ddl_at(15)).expect("ddl 15");
+        // The store opens again at 17: rows at that very ts are on disk, not in memory (table 4
+        // has no row after it).
+        s.append_txn(17, &[row(1, 4, 17), row(4, 1, 17), row(4, 2, 17)])
+            .expect("t17");
         s.persist().expect("persist");
     }
     let live = {
@@ -340,7 +344,7 @@ fn reads_answered_from_memory_agree_with_the_disk() {
 
 /// [`every_read`] of the reads that start at or above `gc` (the GC forbids the others).
 fn every_read_from(s: &EventStore, gc: u64) -> Vec<String> {
-    let starts = [15u64, 19, 20, 25, 30, 39, 40, 45, 50, 60];
+    let starts = [15u64, 16, 17, 19, 20, 25, 30, 39, 40, 45, 50, 60];
     let mut out = Vec::new();
     for table in 1..=4 {
         let span = Span::whole_table(TableId(table));
@@ -365,6 +369,8 @@ fn reopened_without_gc(dir: &TempDir) -> EventStore {
         s.append_txn(10, &[row(1, 1, 10), row(1, 2, 10)])
             .expect("t10");
         s.append_ddl(&ddl_at(15)).expect("ddl 15");
+        s.append_txn(17, &[row(1, 4, 17), row(4, 1, 17), row(4, 2, 17)])
+            .expect("t17");
         s.append_txn(20, &[row(1, 3, 20), row(2, 1, 20)])
             .expect("t20");
         s.append_txn(30, &[row(2, 2, 30)]).expect("t30");
