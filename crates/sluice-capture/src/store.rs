@@ -323,8 +323,13 @@ impl EventStore {
             w.commit().map_err(db_err)?;
         }
         let mut recent = self.recent();
+        let mut last = None;
         for r in rows {
-            recent.note_rows(r.table_id, commit_ts);
+            // A transaction's rows come in runs of one table: one map update per run.
+            if last != Some(r.table_id) {
+                recent.note_rows(r.table_id, commit_ts);
+                last = Some(r.table_id);
+            }
         }
         Ok(())
     }
@@ -580,9 +585,6 @@ impl EventStore {
             Err(e) => return Err(db_err(e)),
         };
         let mut out = Vec::new();
-        if after >= upto {
-            return Ok(out);
-        }
         for item in t.range(after + 1..=upto).map_err(db_err)? {
             let (_, v) = item.map_err(db_err)?;
             out.push(

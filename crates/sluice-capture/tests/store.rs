@@ -50,23 +50,7 @@ fn ordered_by_table_ts_seq_with_spans_cursors_and_gc() {
     s.append_txn(20, &[row(1, 7, 20)]).expect("t20");
     s.append_txn(30, &[row(1, 1, 30), row(1, 9, 30)])
         .expect("t30");
-    let ddl = DdlEvent {
-        session: Default::default(),
-        object_database: None,
-        commit_ts: 40,
-        commit_time_ms: 0,
-        kind: DdlKind::AlterTable,
-        database: "d".into(),
-        query: "ALTER TABLE t ADD c INT".into(),
-        influence: DdlInfluence {
-            scope: InfluenceScope::Tables(vec![TableId(1)]),
-            trigger: false,
-            dropped: vec![],
-            added: vec![],
-            renamed: vec![],
-            sources: vec![],
-        },
-    };
+    let ddl = ddl_at(40);
     s.append_ddl(&ddl).expect("ddl");
     assert_eq!(s.resolved(), 40);
     let whole = Span::whole_table(TableId(1));
@@ -260,9 +244,13 @@ fn ddl_at(ts: u64) -> DdlEvent {
     }
 }
 
-/// Every read of the tables, from every start (also inside a transaction), and of the DDLs.
-fn every_read(s: &EventStore) -> Vec<String> {
-    let starts = [0u64, 10, 14, 15, 16, 17, 19, 20, 25, 30, 39, 40, 45, 50, 60];
+/// Every read of the tables from every start at or above `min` (also inside a transaction),
+/// and of the DDLs in every range above it.
+fn every_read(s: &EventStore, min: u64) -> Vec<String> {
+    let starts: Vec<u64> = [0u64, 10, 14, 15, 16, 17, 19, 20, 25, 30, 39, 40, 45, 50, 60]
+        .into_iter()
+        .filter(|a| *a >= min)
+        .collect();
     let mut out = Vec::new();
     for table in 1..=4 {
         let span = Span::whole_table(TableId(table));
@@ -294,6 +282,29 @@ fn every_read(s: &EventStore) -> Vec<String> {
     out
 }
 
+/// The writes before the store opens again at 17: rows at that very ts are on disk, not in
+/// memory (table 4 has no row after it).
+fn writes_before_reopen(s: &EventStore) {
+    s.append_txn(10, &[row(1, 1, 10), row(1, 2, 10)])
+        .expect("t10");
+    s.append_ddl(&ddl_at(15)).expect("ddl 15");
+    s.append_txn(17, &[row(1, 4, 17), row(4, 1, 17), row(4, 2, 17)])
+        .expect("t17");
+}
+
+/// The writes after it: rows of two tables, a large transaction of table 3 with every row
+/// staged before its commit, a DDL, a resolved advance.
+fn writes_after_reopen(s: &EventStore) {
+    s.append_txn(20, &[row(1, 3, 20), row(2, 1, 20)])
+        .expect("t20");
+    s.append_txn(30, &[row(2, 2, 30)]).expect("t30");
+    s.stage(35, 0, &[row(3, 1, 0), row(3, 2, 0), row(3, 3, 0)])
+        .expect("stage");
+    s.commit_staged((40, 0), 35, 3, &[]).expect("commit staged");
+    s.append_ddl(&ddl_at(50)).expect("ddl 50");
+    s.advance(60);
+}
+
 /// The reads a store answers from what it wrote since it opened (without a read transaction)
 /// are the reads the same data gives once reopened (from disk only): rows from before the open,
 /// rows appended after it, a large transaction's staged rows, DDLs on both sides, and GC.
@@ -303,27 +314,13 @@ fn reads_answered_from_memory_agree_with_the_disk() {
     let path = dir.0.join("db");
     {
         let s = EventStore::open(&path, StoreConfig::default()).expect("open");
-        s.append_txn(10, &[row(1, 1, 10), row(1, 2, 10)])
-            .expect("t10");
-        s.append_ddl(&ddl_at(15)).expect("ddl 15");
-        // The store opens again at 17: rows at that very ts are on disk, not in memory (table 4
-        // has no row after it).
-        s.append_txn(17, &[row(1, 4, 17), row(4, 1, 17), row(4, 2, 17)])
-            .expect("t17");
+        writes_before_reopen(&s);
         s.persist().expect("persist");
     }
     let live = {
         let s = EventStore::open(&path, StoreConfig::default()).expect("reopen");
-        s.append_txn(20, &[row(1, 3, 20), row(2, 1, 20)])
-            .expect("t20");
-        s.append_txn(30, &[row(2, 2, 30)]).expect("t30");
-        // A large transaction of table 3: every row staged before its commit.
-        s.stage(35, 0, &[row(3, 1, 0), row(3, 2, 0), row(3, 3, 0)])
-            .expect("stage");
-        s.commit_staged((40, 0), 35, 3, &[]).expect("commit staged");
-        s.append_ddl(&ddl_at(50)).expect("ddl 50");
-        s.advance(60);
-        let before_gc = every_read(&s);
+        writes_after_reopen(&s);
+        let before_gc = every_read(&s, 0);
         s.persist().expect("persist");
         assert!(
             before_gc
@@ -332,54 +329,20 @@ fn reads_answered_from_memory_agree_with_the_disk() {
             "the staged rows are read: {before_gc:?}"
         );
         s.gc(15).expect("gc");
-        let after_gc = every_read_from(&s, 15);
+        let after_gc = every_read(&s, 15);
         (before_gc, after_gc)
     };
     let s = EventStore::open(&path, StoreConfig::default()).expect("reopen again");
     // Below the GC point the disk no longer has what the first read saw: compare from there.
-    assert_eq!(every_read_from(&s, 15), live.1);
-    let disk = every_read(&reopened_without_gc(&dir));
-    assert_eq!(disk, live.0, "memory and disk disagree");
-}
-
-/// [`every_read`] of the reads that start at or above `gc` (the GC forbids the others).
-fn every_read_from(s: &EventStore, gc: u64) -> Vec<String> {
-    let starts = [15u64, 16, 17, 19, 20, 25, 30, 39, 40, 45, 50, 60];
-    let mut out = Vec::new();
-    for table in 1..=4 {
-        let span = Span::whole_table(TableId(table));
-        for &after in starts.iter().filter(|a| **a >= gc) {
-            let b = s.scan(&span, after, 60, 100).expect("scan");
-            out.push(format!("t{table} after {after}: {:?}", b.rows.len()));
-        }
-    }
-    for &after in &starts {
-        let d = s.ddls(after, 60).expect("ddls");
-        out.push(format!("ddls after {after}: {}", d.len()));
-    }
-    out
-}
-
-/// The same writes as [`reads_answered_from_memory_agree_with_the_disk`] without the GC, in a
-/// fresh store that is then reopened: everything is read from disk.
-fn reopened_without_gc(dir: &TempDir) -> EventStore {
-    let path = dir.0.join("db-disk");
+    assert_eq!(every_read(&s, 15), live.1);
+    // The same writes without the GC in a fresh store, reopened: everything read from disk.
+    let disk_path = dir.0.join("db-disk");
     {
-        let s = EventStore::open(&path, StoreConfig::default()).expect("open");
-        s.append_txn(10, &[row(1, 1, 10), row(1, 2, 10)])
-            .expect("t10");
-        s.append_ddl(&ddl_at(15)).expect("ddl 15");
-        s.append_txn(17, &[row(1, 4, 17), row(4, 1, 17), row(4, 2, 17)])
-            .expect("t17");
-        s.append_txn(20, &[row(1, 3, 20), row(2, 1, 20)])
-            .expect("t20");
-        s.append_txn(30, &[row(2, 2, 30)]).expect("t30");
-        s.stage(35, 0, &[row(3, 1, 0), row(3, 2, 0), row(3, 3, 0)])
-            .expect("stage");
-        s.commit_staged((40, 0), 35, 3, &[]).expect("commit staged");
-        s.append_ddl(&ddl_at(50)).expect("ddl 50");
-        s.advance(60);
+        let s = EventStore::open(&disk_path, StoreConfig::default()).expect("open");
+        writes_before_reopen(&s);
+        writes_after_reopen(&s);
         s.persist().expect("persist");
     }
-    EventStore::open(&path, StoreConfig::default()).expect("reopen")
+    let disk = EventStore::open(&disk_path, StoreConfig::default()).expect("reopen");
+    assert_eq!(every_read(&disk, 0), live.0, "memory and disk disagree");
 }

@@ -53,6 +53,24 @@ fn bootstrap(dm: &mut DispatcherManager, from: &NodeId, epoch: u64, holds: &Hold
     );
     out
 }
+/// A create of `d` over `span` from 100, of the maintainer of `epoch`.
+fn create_msg(
+    epoch: u64,
+    d: DispatcherId,
+    span: Span,
+    floor_known: bool,
+    copy: Option<sluice_control::msg::CopyStart>,
+) -> Message {
+    Message::Create {
+        cf: cf(),
+        epoch: Epoch(epoch),
+        id: d,
+        span,
+        start_ts: 100,
+        floor_known,
+        copy,
+    }
+}
 fn create(
     dm: &mut DispatcherManager,
     from: &NodeId,
@@ -62,21 +80,8 @@ fn create(
     holds: &Holds,
 ) -> Vec<Effect> {
     let mut out = Vec::new();
-    dm.on_message(
-        0,
-        from,
-        Message::Create {
-            cf: cf(),
-            epoch: Epoch(epoch),
-            id: d,
-            span,
-            start_ts: 100,
-            floor_known: true,
-            copy: None,
-        },
-        holds,
-        &mut out,
-    );
+    let msg = create_msg(epoch, d, span, true, None);
+    dm.on_message(0, from, msg, holds, &mut out);
     out
 }
 fn remove(
@@ -1110,15 +1115,7 @@ fn a_write_held_after_it_is_not_reported_by_heartbeats_nor_bootstrap() {
 
 fn create_unfloored(dm: &mut DispatcherManager, d: DispatcherId, span: Span) -> Vec<Effect> {
     let mut out = Vec::new();
-    let msg = Message::Create {
-        cf: cf(),
-        epoch: Epoch(1),
-        id: d,
-        span,
-        start_ts: 100,
-        floor_known: false,
-        copy: None,
-    };
+    let msg = create_msg(1, d, span, false, None);
     dm.on_message(0, &m1(), msg, &Holds::default(), &mut out);
     out
 }
@@ -1293,28 +1290,16 @@ fn a_snapshot_copy_held_by_a_lagging_stream_is_a_warning() {
     bootstrap(&mut dm, &m1(), 1, &holds);
     let d = id(1, 1);
     let mut out = Vec::new();
-    dm.on_message(
-        0,
-        &m1(),
-        Message::Create {
-            cf: cf(),
-            epoch: Epoch(1),
-            id: d,
-            span: Span::whole_table(TableId(4)),
-            start_ts: 100,
-            floor_known: true,
-            copy: Some(CopyStart {
-                from: CopyProgress {
-                    cursor: None,
-                    done: false,
-                },
-                keyless: false,
-                chunk_rows: 10,
-            }),
+    let copy = CopyStart {
+        from: CopyProgress {
+            cursor: None,
+            done: false,
         },
-        &holds,
-        &mut out,
-    );
+        keyless: false,
+        chunk_rows: 10,
+    };
+    let msg = create_msg(1, d, Span::whole_table(TableId(4)), true, Some(copy));
+    dm.on_message(0, &m1(), msg, &holds, &mut out);
     let read = |out: &[Effect]| {
         out.iter()
             .any(|e| matches!(e, Effect::ReadChunk { id, .. } if *id == d))

@@ -58,9 +58,9 @@ pub(super) struct Copy {
     retry_at: Option<Millis>,
     /// Keyless: the ts of the chunk; the stream's rows below it are not written.
     keyless_chunk_ts: Option<Ts>,
-    /// The oldest chunk read ahead of the stream (its ts) and since when it waits for the
-    /// stream to reach its position.
-    stream_wait: Option<(Millis, Ts)>,
+    /// The oldest chunk read ahead of the stream (its ts), since when it waits for the stream
+    /// to reach its position, and how long that was at the last look.
+    stream_wait: Option<(Millis, Ts, Millis)>,
 }
 
 impl Copy {
@@ -160,26 +160,29 @@ impl Copy {
     }
 
     /// Follows the oldest chunk read and not yet received: since when it waits for the stream
-    /// to reach the position it was read at. Returns how long it waited and its ts once that
-    /// is [`COPY_STREAM_WAIT_MS`] or more (the copy makes no progress meanwhile: its read-ahead
-    /// is full, and a stream that keeps falling behind holds it for as long as it lags).
-    pub(super) fn track_stream_wait(
-        &mut self,
-        received_upto: Ts,
-        now: Millis,
-    ) -> Option<(Millis, Ts)> {
+    /// to reach the position it was read at (the copy makes no progress meanwhile: its
+    /// read-ahead is full, and a stream that keeps falling behind holds it for as long as it
+    /// lags).
+    pub(super) fn track_stream_wait(&mut self, received_upto: Ts, now: Millis) {
         let oldest = self
             .queued
             .iter()
             .find(|q| q.ts > received_upto)
             .map(|q| q.ts);
-        self.stream_wait = match (oldest, self.stream_wait) {
+        let since = match (oldest, self.stream_wait) {
             (None, _) => None,
-            (Some(ts), Some((since, at))) if at == ts => Some((since, ts)),
-            (Some(ts), _) => Some((now, ts)),
+            (Some(ts), Some((since, at, _))) if at == ts => Some(since),
+            (Some(_), _) => Some(now),
         };
-        let (since, ts) = self.stream_wait?;
-        let waited = now.saturating_sub(since);
+        self.stream_wait = oldest
+            .zip(since)
+            .map(|(ts, since)| (since, ts, now.saturating_sub(since)));
+    }
+
+    /// How long its oldest chunk has waited for the stream, and the chunk's ts, once that is
+    /// [`COPY_STREAM_WAIT_MS`] or more.
+    pub(super) fn stream_stall(&self) -> Option<(Millis, Ts)> {
+        let (_, ts, waited) = self.stream_wait.filter(|_| !self.done())?;
         (waited >= COPY_STREAM_WAIT_MS).then_some((waited, ts))
     }
 

@@ -164,9 +164,6 @@ struct Dispatcher {
     ack_stalled_ms: Option<Millis>,
     /// Its snapshot copy, if it copies its span (see `copy.rs`).
     copy: Option<copy::Copy>,
-    /// Its copy's oldest chunk has waited this long (ms) for the stream to reach it, at least
-    /// [`crate::config::COPY_STREAM_WAIT_MS`], and its ts.
-    copy_stream_wait: Option<(Millis, Ts)>,
     /// What its report said when a heartbeat last carried it.
     last_reported: Option<ReportSig>,
 }
@@ -237,7 +234,6 @@ impl Dispatcher {
             ack_wait: None,
             ack_stalled_ms: None,
             copy: None,
-            copy_stream_wait: None,
             last_reported: None,
         }
     }
@@ -266,7 +262,7 @@ impl Dispatcher {
                 self.flushed_ts
             ));
         }
-        if let Some((ms, ts)) = self.copy_stream_wait {
+        if let Some((ms, ts)) = self.copy.as_ref().and_then(|c| c.stream_stall()) {
             return Some(format!(
                 "span {:?} of table {}: its snapshot copy has waited {} s for the table's stream \
                  to reach the position of its next chunk (stream at ts {}, chunk at ts {}): the \
@@ -314,7 +310,6 @@ impl Dispatcher {
             || self.ack_wait.is_some()
             || self.consumed_upto < self.received_upto
             || self.copy.as_ref().is_some_and(|c| !c.done())
-            || self.copy_stream_wait.is_some()
     }
 
     /// Counts one retryable sink failure (a failed write or floor read; progress since the last
@@ -356,9 +351,6 @@ impl Dispatcher {
         }
     }
 
-    /// What heartbeats and bootstrap responses say of this dispatcher. A DDL written while
-    /// `ddl_after_write` is on is reported as still being written: the hold keeps the write from
-    /// the maintainer on every path, not only in the block status.
     /// What its next report would say, without building it.
     fn report_sig(&self, holds: &Holds) -> ReportSig {
         ReportSig {
@@ -396,16 +388,19 @@ impl Dispatcher {
         Some((b.ddl.commit_ts, stage))
     }
 
+    /// What heartbeats and bootstrap responses say of this dispatcher. A DDL written while
+    /// `ddl_after_write` is on is reported as still being written: the hold keeps the write from
+    /// the maintainer on every path, not only in the block status.
     fn report(&self, holds: &Holds) -> DispatcherReport {
         let phase = self.report_phase();
-        let block = self.report_block_stage(holds).and_then(|(ddl_ts, stage)| {
-            let b = self.block.as_ref()?;
-            Some(BlockReport {
-                ddl_ts,
-                stage,
-                ddl: Some(b.ddl.influence.clone()),
-            })
-        });
+        let block =
+            self.report_block_stage(holds)
+                .zip(self.block.as_ref())
+                .map(|((ddl_ts, stage), b)| BlockReport {
+                    ddl_ts,
+                    stage,
+                    ddl: Some(b.ddl.influence.clone()),
+                });
         DispatcherReport {
             id: self.id,
             span: self.span.clone(),

@@ -111,11 +111,9 @@ impl DispatcherManager {
         let ignore = self.config.as_ref().map_or(&no_filter, |c| &c.filter);
         d.drain_buffer(cf, ignore, out);
         d.track_ack_wait(now);
-        let received = d.received_upto;
-        d.copy_stream_wait = d
-            .copy
-            .as_mut()
-            .and_then(|c| c.track_stream_wait(received, now));
+        if let Some(c) = d.copy.as_mut() {
+            c.track_stream_wait(d.received_upto, now);
+        }
         d.consumed_upto = match d.buffer.front() {
             Some(item) => d.consumed_upto.max(item.commit_ts().saturating_sub(1)),
             None => d.consumed_upto.max(d.received_upto),
