@@ -153,6 +153,9 @@ pub enum Input {
         /// estimate of the time left.
         rows: u64,
     },
+    /// Rows and DDLs of a dispatcher's stream: everything at or below `resolved_ts` that
+    /// follows what it had. Rows above `resolved_ts` (at exactly `resolved_ts + 1`) are a part
+    /// of a transaction too large for one batch: its next rows come in the next batch.
     Events {
         cf: ChangefeedId,
         id: DispatcherId,
@@ -224,12 +227,16 @@ pub enum Input {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum SinkCommand {
-    /// Rows of whole transactions, in commit order (a transaction is never cut across writes).
+    /// Rows of whole transactions, in commit order. A transaction too large for one batch of
+    /// the feed comes in parts: with `open`, the last transaction of `rows` continues in the
+    /// next write of the dispatcher (nothing of a later transaction comes between), and the sink
+    /// acknowledges nothing of it until the write that ends it.
     WriteRows {
         cf: ChangefeedId,
         id: DispatcherId,
         span: Span,
         rows: Vec<(Ts, Key, u64)>,
+        open: bool,
     },
     WriteDdl {
         cf: ChangefeedId,

@@ -1281,6 +1281,98 @@ fn a_sink_that_stops_acknowledging_is_reported_not_hidden() {
     assert!(!stalled(&dm), "acknowledged again: {:?}", dm.warnings());
 }
 
+/// A transaction that comes in parts (rows above the batch's resolved ts): each part goes to
+/// the sink as an `open` write, the write with its last rows is not open, the checkpoint stays
+/// below it until the sink acknowledges it whole, and parts going out count as progress (no
+/// stall warning while they flow, one once they stop).
+#[test]
+fn a_transaction_in_parts_is_written_open_and_holds_the_checkpoint_below_it() {
+    use sluice_control::config::SINK_ACK_STALL_MS;
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let d = id(1, 1);
+    create(&mut dm, &m1(), 1, d, Span::whole_table(TableId(4)), &holds);
+    let row = |ts: u64, k: u64| StreamItem::Row {
+        commit_ts: ts,
+        key: Key::row_u64(TableId(4), k),
+        handle: k,
+        kind: sluice_types::RowKind::Insert,
+    };
+    let writes = |out: &[Effect]| -> Vec<(Vec<u64>, bool)> {
+        out.iter()
+            .filter_map(|e| match e {
+                Effect::Sink(SinkCommand::WriteRows { rows, open, .. }) => {
+                    Some((rows.iter().map(|r| r.0).collect(), *open))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let stalled = |dm: &DispatcherManager| {
+        dm.warnings()
+            .iter()
+            .any(|w| w.contains("acknowledged nothing"))
+    };
+    let checkpoint = |dm: &DispatcherManager| {
+        dm.dispatchers()
+            .iter()
+            .find(|v| v.id == d)
+            .map(|v| v.checkpoint)
+    };
+    let mut out = Vec::new();
+    // Transaction 105 whole, then the first part of 120 (resolved 119).
+    dm.on_events(
+        1_000,
+        d,
+        vec![row(105, 1), row(120, 2)],
+        119,
+        &holds,
+        &mut out,
+    );
+    assert_eq!(writes(&out), vec![(vec![105, 120], true)]);
+    dm.on_sink_flushed(1_000, d, 119, &holds, &mut out);
+    assert_eq!(checkpoint(&dm), Some(119), "below the open transaction");
+    let mut t = 1_000;
+    for k in 3..6 {
+        t += SINK_ACK_STALL_MS / 2;
+        let mut out = Vec::new();
+        dm.on_events(t, d, vec![row(120, k)], 119, &holds, &mut out);
+        assert_eq!(writes(&out), vec![(vec![120], true)], "a further part");
+        dm.on_tick(t, &holds, &mut out);
+        assert!(
+            !stalled(&dm),
+            "parts going out are progress: {:?}",
+            dm.warnings()
+        );
+        assert_eq!(checkpoint(&dm), Some(119));
+    }
+    let mut out = Vec::new();
+    dm.on_tick(t + SINK_ACK_STALL_MS + 1, &holds, &mut out);
+    assert!(stalled(&dm), "no part and no acknowledgement for the limit");
+    let mut out = Vec::new();
+    dm.on_events(
+        t + SINK_ACK_STALL_MS + 1,
+        d,
+        vec![row(120, 9)],
+        130,
+        &holds,
+        &mut out,
+    );
+    assert_eq!(
+        writes(&out),
+        vec![(vec![120], false)],
+        "its last part ends it"
+    );
+    dm.on_sink_flushed(t + SINK_ACK_STALL_MS + 2, d, 120, &holds, &mut out);
+    assert!(!stalled(&dm));
+    assert_eq!(
+        checkpoint(&dm),
+        Some(130),
+        "all of it durable, and the stream resolved past it"
+    );
+}
+
 #[test]
 fn a_snapshot_copy_held_by_a_lagging_stream_is_a_warning() {
     use sluice_control::config::COPY_STREAM_WAIT_MS;

@@ -1,12 +1,13 @@
 //! The feed's rules on a source in memory: batches hold whole transactions (a scan cut inside one
-//! leaves it to the next batch; one larger than a batch goes whole), a batch ends at the first row
+//! leaves it to the next batch; one larger than a batch goes in parts, each resolved below it,
+//! with no row twice or left out), a batch ends at the first row
 //! after a DDL, DDLs go only to the dispatchers they concern, reading stops at the memory quota
 //! and resumes when the sink takes the rows, and the accounting holds through writes, skipped
 //! rows and unsubscribes; a snapshot chunk goes into the stream right after its position, never
 //! before everything up to it nor after anything later.
 
 use sluice_control::feed::{
-    ChunkRead, EventSource, Feed, FeedNote, FeedOut, FeedRow, Scan, CHUNK_TS_SLOTS,
+    ChunkRead, EventSource, Feed, FeedNote, FeedOut, FeedRow, Pos, Scan, CHUNK_TS_SLOTS,
     MAX_ROWS_PER_DELIVERY,
 };
 use sluice_control::{Effect, Input, SinkCommand, StreamItem};
@@ -87,17 +88,33 @@ impl Mem {
 
 impl EventSource for Mem {
     type Row = Row;
-    fn scan(&self, span: &Span, after: Ts, upto: Ts, limit: usize) -> Result<Scan<Row>, String> {
-        let all: Vec<Row> = self
-            .rows
-            .iter()
-            .filter(|r| r.ts > after && r.ts <= upto && span.contains(&r.key))
-            .cloned()
-            .collect();
-        let more = all.len() > limit;
+    /// Like the event store: a row's place in its transaction is its rank among the rows of its
+    /// ts (every span's), and a scan cut by the limit resumes exactly at the first row left out.
+    fn scan(&self, span: &Span, from: Pos, upto: Ts, limit: usize) -> Result<Scan<Row>, String> {
+        let mut seq = 0u32;
+        let mut all: Vec<(Pos, Row)> = Vec::new();
+        for (i, r) in self.rows.iter().enumerate() {
+            seq = if i > 0 && self.rows[i - 1].ts == r.ts {
+                seq + 1
+            } else {
+                0
+            };
+            let at = Pos { ts: r.ts, seq };
+            let after = at.ts > from.ts || (at.ts == from.ts && from.inside() && seq > from.seq);
+            if after && r.ts <= upto && span.contains(&r.key) {
+                all.push((at, r.clone()));
+            }
+        }
+        let next = all.get(limit).map(|(at, _)| match at.seq {
+            0 => Pos::after(at.ts - 1),
+            s => Pos {
+                ts: at.ts,
+                seq: s - 1,
+            },
+        });
         Ok(Scan {
-            rows: all.into_iter().take(limit).collect(),
-            more,
+            rows: all.into_iter().take(limit).map(|(_, r)| r).collect(),
+            next,
         })
     }
     fn ddls(&self, after: Ts, upto: Ts) -> Result<Vec<DdlEvent>, String> {
@@ -186,6 +203,7 @@ fn write(feed: &mut Feed<Row>, src: &Mem, rows: &[(Ts, u64)]) -> (usize, u64) {
             id: D,
             span: Span::whole_table(T),
             rows: rows.iter().map(|(ts, h)| (*ts, Key(vec![]), *h)).collect(),
+            open: false,
         }),
         &mut out,
     );
@@ -215,16 +233,89 @@ fn a_scan_cut_inside_a_transaction_leaves_it_to_the_next_batch() {
 }
 
 #[test]
-fn a_transaction_larger_than_a_batch_goes_whole() {
+fn a_transaction_larger_than_a_batch_goes_in_parts_resolved_below_it() {
     let mut src = Mem::default();
-    src.txns(10, 1, MAX_ROWS_PER_DELIVERY as u64 + 500);
+    src.txns(9, 1, 5);
+    let big = 2 * MAX_ROWS_PER_DELIVERY as u64 + 500;
+    src.txns(10, 1, big);
     src.txns(11, 1, 3);
     let mut feed = subscribed(&src, u64::MAX);
+    // The transaction before it goes alone, whole.
     let (Some((items, resolved)), _) = poll(&mut feed, &src) else {
         panic!("no batch")
     };
-    assert_eq!(rows_of(&items).len(), MAX_ROWS_PER_DELIVERY + 500);
-    assert_eq!(resolved, 10);
+    assert_eq!((rows_of(&items).len(), resolved), (5, 9));
+    // Then the big one in parts of a batch each, resolved below it, never a row twice.
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let (Some((items, resolved)), _) = poll(&mut feed, &src) else {
+            panic!("no batch")
+        };
+        let rows = rows_of(&items);
+        assert_eq!(rows.len(), MAX_ROWS_PER_DELIVERY, "a part is one batch");
+        assert!(rows.iter().all(|r| r.0 == 10), "only the open transaction");
+        assert_eq!(resolved, 9, "a part resolves just below its transaction");
+        seen.extend(items);
+    }
+    // The batch with its last rows ends it (and takes what follows, whole).
+    let (Some((items, resolved)), _) = poll(&mut feed, &src) else {
+        panic!("no batch")
+    };
+    let rows = rows_of(&items);
+    assert_eq!(rows.iter().filter(|r| r.0 == 10).count(), 500);
+    assert_eq!(rows.iter().filter(|r| r.0 == 11).count(), 3);
+    assert_eq!(resolved, 11);
+    seen.extend(items);
+    let keys: std::collections::BTreeSet<Key> = seen
+        .iter()
+        .filter_map(|i| match i {
+            StreamItem::Row {
+                commit_ts: 10, key, ..
+            } => Some(key.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        keys.len() as u64,
+        big,
+        "every row of it once, none left out"
+    );
+    // In flight: the parts read, never more than the transaction's rows delivered so far.
+    assert_eq!(feed.inflight_rows(&cf(), D), 5 + big as usize + 3);
+    feed.audit().expect("accounting");
+}
+
+#[test]
+fn a_resubscription_inside_a_transaction_in_parts_reads_it_again_from_its_start() {
+    let mut src = Mem::default();
+    let big = MAX_ROWS_PER_DELIVERY as u64 + 10;
+    src.txns(10, 1, big);
+    let mut feed = subscribed(&src, u64::MAX);
+    let (Some((_, resolved)), _) = poll(&mut feed, &src) else {
+        panic!("no batch")
+    };
+    assert_eq!(resolved, 9, "a part");
+    let mut out = Vec::new();
+    feed.on_effect(
+        &src,
+        Effect::Subscribe {
+            cf: cf(),
+            id: D,
+            span: Span::whole_table(T),
+            is_trigger: false,
+            start_ts: 9,
+        },
+        &mut out,
+    );
+    let (Some((items, resolved)), _) = poll(&mut feed, &src) else {
+        panic!("no batch")
+    };
+    assert_eq!(
+        (rows_of(&items).len(), resolved),
+        (MAX_ROWS_PER_DELIVERY, 9),
+        "its first part again, not its rest"
+    );
+    feed.audit().expect("accounting");
 }
 
 #[test]
@@ -313,7 +404,7 @@ fn a_start_below_the_source_is_refused_with_an_error() {
     struct Late(Mem);
     impl EventSource for Late {
         type Row = Row;
-        fn scan(&self, s: &Span, a: Ts, u: Ts, l: usize) -> Result<Scan<Row>, String> {
+        fn scan(&self, s: &Span, a: Pos, u: Ts, l: usize) -> Result<Scan<Row>, String> {
             self.0.scan(s, a, u, l)
         }
         fn ddls(&self, a: Ts, u: Ts) -> Result<Vec<DdlEvent>, String> {

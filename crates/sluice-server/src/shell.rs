@@ -375,8 +375,9 @@ impl Shell {
                 id,
                 rows,
                 bytes,
+                open,
                 ..
-            } => self.send_rows(cf, id, rows, bytes),
+            } => self.send_rows(cf, id, rows, bytes, open),
             FeedOut::Effect(e) => self.effect(e),
             FeedOut::Note(n) => self.feed_note(n),
         }
@@ -408,9 +409,17 @@ impl Shell {
         }
     }
 
-    /// Hand rows of whole transactions to a dispatcher's sink worker, one batch per table
-    /// version; they are accounted until the worker reports them done.
-    fn send_rows(&mut self, cf: ChangefeedId, id: DispatcherId, rows: Vec<RowEvent>, bytes: u64) {
+    /// Hand rows of whole transactions (with `open`, the last one continues in the next write)
+    /// to a dispatcher's sink worker, one batch per table version; they are accounted until the
+    /// worker reports them done.
+    fn send_rows(
+        &mut self,
+        cf: ChangefeedId,
+        id: DispatcherId,
+        rows: Vec<RowEvent>,
+        bytes: u64,
+        open: bool,
+    ) {
         let n = rows.len();
         let batches = match self.row_batches(rows) {
             Ok(b) => b,
@@ -423,6 +432,7 @@ impl Shell {
             batches,
             rows: n,
             bytes: bytes as usize,
+            open,
         };
         let sent = match self.worker(&cf, id) {
             Some(w) => w.tx.send(job).is_ok(),

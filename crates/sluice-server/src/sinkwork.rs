@@ -41,6 +41,8 @@ pub enum SinkJob {
         batches: Vec<RowBatch>,
         rows: usize,
         bytes: usize,
+        /// The last batch's last transaction continues in the next job (`Sink::write_part`).
+        open: bool,
     },
     Ddl {
         ddl: DdlEvent,
@@ -217,7 +219,8 @@ async fn worker(
                 batches,
                 rows,
                 bytes,
-            } => w.write_rows(batches, rows, bytes).await,
+                open,
+            } => w.write_rows(batches, rows, bytes, open).await,
             SinkJob::Ddl { ddl, tables } => w.write_ddl(ddl, tables).await,
             SinkJob::Flush => w.flush().await,
             SinkJob::Close => {
@@ -356,14 +359,20 @@ impl Worker {
     }
 
     /// Writes the batches in order up to the first error; the rows are accounted either way.
-    async fn write_rows(&mut self, batches: Vec<RowBatch>, rows: usize, bytes: usize) {
+    async fn write_rows(&mut self, batches: Vec<RowBatch>, rows: usize, bytes: usize, open: bool) {
         let Some(s) = &self.sink else {
             self.send(None, rows, bytes, 0, false);
             return;
         };
         let mut failed = None;
-        for b in batches {
-            if let Err(e) = s.write_rows(self.id, b).await {
+        let last = batches.len().saturating_sub(1);
+        for (i, b) in batches.into_iter().enumerate() {
+            let r = if open && i == last {
+                s.write_part(self.id, b).await
+            } else {
+                s.write_rows(self.id, b).await
+            };
+            if let Err(e) = r {
                 failed = Some(e);
                 break;
             }

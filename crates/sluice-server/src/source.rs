@@ -7,8 +7,8 @@
 
 use crate::upstream::CaptureShared;
 use sluice_capture::schema::SchemaHistory;
-use sluice_capture::store::EventStore;
-use sluice_control::feed::{EventSource, Scan};
+use sluice_capture::store::{Cursor, EventStore};
+use sluice_control::feed::{EventSource, Pos, Scan};
 use sluice_types::{DdlEvent, RowEvent, Span, TableId, Ts};
 use std::sync::Arc;
 
@@ -32,20 +32,29 @@ impl StoreSource {
 impl EventSource for StoreSource {
     type Row = RowEvent;
 
+    /// A row's place in its transaction is the store's sequence number (its order in the
+    /// binlog), so a transaction in parts resumes exactly where its last part ended.
     fn scan(
         &self,
         span: &Span,
-        after: Ts,
+        from: Pos,
         upto: Ts,
         limit: usize,
     ) -> Result<Scan<RowEvent>, String> {
+        let from = Cursor {
+            ts: from.ts,
+            seq: from.seq,
+        };
         let b = self
             .store
-            .scan(span, after, upto, limit)
+            .scan_from(span, from, upto, limit)
             .map_err(|e| e.to_string())?;
         Ok(Scan {
             rows: b.rows,
-            more: b.next.is_some(),
+            next: b.next.map(|c| Pos {
+                ts: c.ts,
+                seq: c.seq,
+            }),
         })
     }
 

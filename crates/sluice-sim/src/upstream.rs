@@ -7,7 +7,7 @@
 //! are not captured yet), so a feed that resolved past it would be seen.
 
 use crate::rng::Rng;
-use sluice_control::feed::{EventSource, FeedRow, Scan};
+use sluice_control::feed::{EventSource, FeedRow, Pos, Scan};
 use sluice_control::io::{SchemaSnapshot, TableInfo};
 use sluice_types::{
     DdlEvent, DdlInfluence, DdlKind, InfluenceScope, Key, RowKind, Span, TableId, Ts,
@@ -678,13 +678,18 @@ impl Upstream {
 impl EventSource for Upstream {
     type Row = SimRow;
 
-    fn scan(&self, span: &Span, after: Ts, upto: Ts, limit: usize) -> Result<Scan<SimRow>, String> {
+    /// A row's place in its transaction is its index in the history; a scan cut by the limit
+    /// resumes at the first row left out (inside its transaction, or after the ts before it).
+    fn scan(&self, span: &Span, from: Pos, upto: Ts, limit: usize) -> Result<Scan<SimRow>, String> {
         let idxs = self
             .by_table
             .get(&span.table)
             .map_or(&[][..], |v| v.as_slice());
-        let start = idxs.partition_point(|i| self.history[*i].ts() <= after);
-        let mut rows = Vec::new();
+        let start = idxs.partition_point(|i| {
+            let ts = self.history[*i].ts();
+            ts < from.ts || (ts == from.ts && (!from.inside() || *i as u64 <= from.seq as u64))
+        });
+        let mut rows: Vec<SimRow> = Vec::new();
         for &i in &idxs[start..] {
             let UEvent::Row {
                 ts,
@@ -703,7 +708,17 @@ impl EventSource for Upstream {
                 continue;
             }
             if rows.len() >= limit {
-                return Ok(Scan { rows, more: true });
+                let next = match rows.last() {
+                    Some(last) if last.ts == *ts => Pos {
+                        ts: *ts,
+                        seq: last.idx as u32,
+                    },
+                    _ => Pos::after(*ts - 1),
+                };
+                return Ok(Scan {
+                    rows,
+                    next: Some(next),
+                });
             }
             rows.push(SimRow {
                 ts: *ts,
@@ -716,7 +731,7 @@ impl EventSource for Upstream {
                 },
             });
         }
-        Ok(Scan { rows, more: false })
+        Ok(Scan { rows, next: None })
     }
 
     fn ddls(&self, after: Ts, upto: Ts) -> Result<Vec<DdlEvent>, String> {

@@ -138,6 +138,9 @@ struct Session {
     id: u64,
     closed: bool,
     max_written: Ts,
+    /// The transaction its last write left open (a part came, its next rows are still to come):
+    /// nothing of it is acknowledged.
+    open: Option<Ts>,
     /// A write of this session failed: as the sink runner does, every later write and flush of
     /// the session fails too (nothing lands, nothing is acknowledged, and, as the server's sink
     /// worker does, the repeats of that one failure are not reported again) until it is closed.
@@ -195,6 +198,9 @@ pub struct Sim {
     pub checker: Checker,
     /// The span of every dispatcher whose sink session the feed opened.
     spans: BTreeMap<(String, u64, DispatcherId), Span>,
+    /// Of every subscription in the middle of a transaction the feed delivers in parts: its ts
+    /// and the rows of it delivered so far.
+    open_parts: BTreeMap<(String, u64, DispatcherId), (Ts, usize)>,
     /// Every node's memory quota (`x-memory-quota-bytes`).
     quota_bytes: u64,
     sessions: BTreeMap<(String, u64, DispatcherId), Session>,
@@ -260,6 +266,7 @@ impl Sim {
             upstream,
             checker: Checker::default(),
             spans: BTreeMap::new(),
+            open_parts: BTreeMap::new(),
             chunk_positions: BTreeMap::new(),
             quota_bytes: sc.world.x_memory_quota_bytes.unwrap_or(DEFAULT_QUOTA_BYTES),
             sessions: BTreeMap::new(),

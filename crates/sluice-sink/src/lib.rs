@@ -10,6 +10,8 @@
 //! - an acknowledgement (`flush`'s return value, the [`AckReceiver`]) is the commit ts `T` such
 //!   that every row this dispatcher wrote with commit ts `<= T` is durable; it never decreases and
 //!   never exceeds the greatest commit ts written or resolved by the dispatcher;
+//! - a transaction written in parts ([`Sink::write_part`]) is acknowledged only once its last
+//!   part was written and flushed: an ack never lands inside a transaction;
 //! - `write_ddl` is a barrier: it returns only after every earlier row of the dispatcher is
 //!   durable and the DDL itself took effect; its ack is the DDL's commit ts;
 //! - `close` returns only when no write of that dispatcher can still land; it never fails the
@@ -96,6 +98,14 @@ pub trait Sink: Send + Sync {
         -> Result<AckReceiver>;
     /// Writes rows (buffered; durable only once acknowledged).
     async fn write_rows(&self, dispatcher: DispatcherId, batch: RowBatch) -> Result<()>;
+    /// Writes a **part**: rows whose last transaction continues in the next write of this
+    /// dispatcher (a transaction too large to hold whole comes in parts, in order; the next
+    /// write's first rows are of the same commit ts). Everything before that transaction is
+    /// made durable first, and the ack stays below it until a `write_rows` ends it. A sink that
+    /// keeps upstream transactions whole downstream (MySQL's `transaction-atomicity=table`,
+    /// Kafka's `transactional=true`) holds its parts until then; the others write them as they
+    /// come (a crash before the end replays the whole transaction: at least once).
+    async fn write_part(&self, dispatcher: DispatcherId, batch: RowBatch) -> Result<()>;
     /// Declares that no row with commit ts `<= ts` will follow, so the ack may reach `ts` when
     /// everything written before is durable.
     async fn resolve(&self, dispatcher: DispatcherId, ts: Ts) -> Result<()>;

@@ -5,8 +5,12 @@
 //! - per dispatcher, rows arrive in commit-ts order, inside the dispatcher's span, above its
 //!   start ts and above every earlier row, resolve and DDL (else [`SinkError::Contract`]);
 //! - the ack is raised only after a successful backend flush that covered everything handed over
-//!   before the flush started, and only to `max(written, resolved)` as of that start; it never
+//!   before the flush started, and only to `max(written, resolved)` as of that start, or to just
+//!   below a transaction still open (written in parts: see [`Sink::write_part`]); it never
 //!   decreases;
+//! - when a transaction's first part comes, everything before it is flushed first, so while it
+//!   is open the backend holds nothing but its rows: a backend that keeps transactions whole
+//!   ([`Backend::set_open`]) keeps exactly those back;
 //! - every operation on a dispatcher runs in a spawned task holding that dispatcher's lock, so a
 //!   dropped caller never leaves a half-done write behind an unlocked slot, and `close` (which
 //!   takes the lock after unregistering the dispatcher) returns only when no call of it is
@@ -88,6 +92,12 @@ pub trait Backend: Send + Sync + 'static {
     async fn applied_ddls(&self, after: Ts) -> Result<Vec<crate::DdlRecord>>;
     /// Drops buffered rows (closing a failed dispatcher); waits for any write still in flight.
     async fn discard(&self, w: &mut Self::Writer);
+    /// The rows buffered from now on are parts of one transaction still open (`true`), or it
+    /// ended (`false`, before the batch that ends it is buffered). Everything buffered before
+    /// its first part is durable by then. A backend that keeps upstream transactions whole
+    /// downstream keeps its parts back (its `flush` writes nothing while it is open); the others
+    /// write them like any rows, as the runner acknowledges nothing of an open transaction.
+    fn set_open(&self, _w: &mut Self::Writer, _open: bool) {}
     /// How often buffered rows are flushed without being asked; `None`: never.
     fn flush_interval(&self) -> Option<Duration>;
 }
@@ -100,6 +110,8 @@ struct Slot<W> {
     written: Ts,
     /// Greatest resolved ts declared.
     resolved: Ts,
+    /// The transaction written in parts and not yet ended: nothing of it is acknowledged.
+    open: Option<Ts>,
     ack: watch::Sender<Ts>,
     /// The sink's fence bound to the incarnation that may write when the dispatcher was opened.
     fence: BoundFence,
@@ -140,8 +152,15 @@ impl<W> Slot<W> {
     fn wants_tick<B: Backend<Writer = W>>(&self, b: &B) -> bool {
         !self.closed
             && !self.is_failed()
-            && (b.has_buffered(&self.writer)
-                || self.written.max(self.resolved) > *self.ack.borrow())
+            && (b.has_buffered(&self.writer) || self.ack_target() > *self.ack.borrow())
+    }
+    /// What a successful flush acknowledges: everything written or resolved, but nothing of a
+    /// transaction still open.
+    fn ack_target(&self) -> Ts {
+        match self.open {
+            Some(t) => (t - 1).max(self.resolved),
+            None => self.written.max(self.resolved),
+        }
     }
     /// Marks the dispatcher failed (the first error stays), wakes whoever waits for its ack, and
     /// returns the error to report.
@@ -168,7 +187,8 @@ struct Shared<B: Backend> {
 }
 
 enum Op {
-    Write(RowBatch),
+    /// Rows; `true`: a part (the last transaction continues in the next write).
+    Write(RowBatch, bool),
     Resolve(Ts),
     Flush,
     Tick,
@@ -310,7 +330,7 @@ async fn tick_loop<B: Backend>(shared: Weak<Shared<B>>, every: Duration) {
 
 async fn flush_slot<B: Backend>(b: &B, s: &mut Slot<B::Writer>) -> Result<Ts> {
     s.check_usable()?;
-    let target = s.written.max(s.resolved);
+    let target = s.ack_target();
     if b.has_buffered(&s.writer) {
         if let Err(e) = b.flush(&mut s.writer, &s.fence).await {
             return Err(s.fail(e));
@@ -345,7 +365,7 @@ fn check_batch<W>(s: &Slot<W>, batch: &RowBatch) -> Result<()> {
             ));
         }
         let ok = if i == 0 {
-            r.commit_ts > last
+            r.commit_ts > last || s.open == Some(r.commit_ts)
         } else {
             r.commit_ts >= last
         };
@@ -366,22 +386,68 @@ fn check_batch<W>(s: &Slot<W>, batch: &RowBatch) -> Result<()> {
     Ok(())
 }
 
+/// Rows into the backend. With `part`, the batch's last transaction stays open: when it is new,
+/// the rows before it go first and are flushed (so the backend then holds only its parts).
+async fn write<B: Backend>(
+    b: &B,
+    s: &mut Slot<B::Writer>,
+    mut batch: RowBatch,
+    part: bool,
+) -> Result<()> {
+    s.check_usable()?;
+    check_batch(s, &batch)?;
+    let Some(max_ts) = batch.rows.last().map(|r| r.commit_ts) else {
+        return Ok(());
+    };
+    let opens = part && s.open != Some(max_ts);
+    if opens {
+        // An earlier open transaction ends among the rows before this one.
+        close_open(b, s);
+        let first_part = batch.rows.partition_point(|r| r.commit_ts < max_ts);
+        let rest = batch.rows.split_off(first_part);
+        let before = std::mem::replace(&mut batch.rows, rest);
+        if let Some(ts) = before.last().map(|r| r.commit_ts) {
+            let closed = RowBatch {
+                schema: batch.schema.clone(),
+                rows: before,
+            };
+            buffer(b, s, closed, ts).await?;
+        }
+        flush_slot(b, s).await?;
+        s.open = Some(max_ts);
+        b.set_open(&mut s.writer, true);
+    } else if !part {
+        close_open(b, s);
+    }
+    let full = buffer(b, s, batch, max_ts).await?;
+    if full {
+        flush_slot(b, s).await?;
+    }
+    Ok(())
+}
+
+/// The open transaction (if any) ends with the rows buffered next.
+fn close_open<B: Backend>(b: &B, s: &mut Slot<B::Writer>) {
+    if s.open.take().is_some() {
+        b.set_open(&mut s.writer, false);
+    }
+}
+
+/// One batch into the backend; true when it must be flushed now.
+async fn buffer<B: Backend>(
+    b: &B,
+    s: &mut Slot<B::Writer>,
+    batch: RowBatch,
+    max_ts: Ts,
+) -> Result<bool> {
+    let full = b.buffer(&mut s.writer, batch, &s.fence).await;
+    s.written = max_ts;
+    full.map_err(|e| s.fail(e))
+}
+
 async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out> {
     match op {
-        Op::Write(batch) => {
-            s.check_usable()?;
-            check_batch(s, &batch)?;
-            let Some(max_ts) = batch.rows.last().map(|r| r.commit_ts) else {
-                return Ok(Out::Unit);
-            };
-            let full = b.buffer(&mut s.writer, batch, &s.fence).await;
-            s.written = max_ts;
-            match full {
-                Ok(true) => flush_slot(b, s).await.map(|_| Out::Unit),
-                Ok(false) => Ok(Out::Unit),
-                Err(e) => Err(s.fail(e)),
-            }
-        }
+        Op::Write(batch, part) => write(b, s, batch, part).await.map(|_| Out::Unit),
         Op::Resolve(ts) => {
             s.check_usable()?;
             if ts > s.resolved {
@@ -401,6 +467,15 @@ async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out>
         }
         Op::Ddl(ddl, tables) => {
             s.check_usable()?;
+            if let Some(t) = s.open {
+                return Err(SinkError::contract(
+                    s.id,
+                    format!(
+                        "DDL at {} inside the open transaction at {t}",
+                        ddl.commit_ts
+                    ),
+                ));
+            }
             if ddl.commit_ts <= s.written {
                 return Err(SinkError::contract(
                     s.id,
@@ -464,6 +539,7 @@ impl<B: Backend> Sink for Runner<B> {
             writer,
             written: start_ts,
             resolved: start_ts,
+            open: None,
             ack: tx,
             fence: BoundFence::bind(self.shared.fence.get()),
             failed: failed.clone(),
@@ -475,7 +551,12 @@ impl<B: Backend> Sink for Runner<B> {
 
     async fn write_rows(&self, dispatcher: DispatcherId, batch: RowBatch) -> Result<()> {
         let slot = self.slot(dispatcher)?;
-        self.run(slot, Op::Write(batch)).await.map(|_| ())
+        self.run(slot, Op::Write(batch, false)).await.map(|_| ())
+    }
+
+    async fn write_part(&self, dispatcher: DispatcherId, batch: RowBatch) -> Result<()> {
+        let slot = self.slot(dispatcher)?;
+        self.run(slot, Op::Write(batch, true)).await.map(|_| ())
     }
 
     async fn resolve(&self, dispatcher: DispatcherId, ts: Ts) -> Result<()> {

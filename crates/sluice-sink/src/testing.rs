@@ -282,6 +282,7 @@ pub async fn run_contract_suite(
     refuses_out_of_order_rows(sink, &schema, d1).await;
     acks_what_was_written(sink, &schema, d1, &mut ack).await;
     resolve_moves_the_ack(sink, d1).await;
+    acks_a_transaction_in_parts_only_at_its_end(sink, &schema, d1, &mut ack).await;
     let _ack2 = writes_concurrently(sink, &schema, d1, d2, &upper).await;
     let v2 = ddl_is_a_barrier(sink, &schema, d1, (db, table, table_id), alter).await;
     close_flushes_and_ends(sink, &v2, d1).await;
@@ -397,6 +398,50 @@ async fn resolve_moves_the_ack(sink: &dyn Sink, d1: DispatcherId) {
     assert_eq!(sink.flush(d1).await.expect("flush"), 25);
     sink.resolve(d1, 22).await.expect("resolve lower");
     assert_eq!(sink.flush(d1).await.expect("flush"), 25);
+}
+
+/// A transaction written in parts (ts 27; the one before it, 26, comes with its first part):
+/// flushes acknowledge everything before it and nothing of it, a DDL cannot come inside it, and
+/// the write that ends it lets the ack reach it. Rows: ids 101-104.
+async fn acks_a_transaction_in_parts_only_at_its_end(
+    sink: &dyn Sink,
+    schema: &Arc<TableSchema>,
+    d1: DispatcherId,
+    ack: &mut crate::AckReceiver,
+) {
+    let batch = |rows| RowBatch {
+        schema: schema.clone(),
+        rows,
+    };
+    let first = vec![
+        simple_insert(schema, 101, "p", 26, 26),
+        simple_insert(schema, 102, "q", 27, 27),
+    ];
+    sink.write_part(d1, batch(first)).await.expect("first part");
+    assert_eq!(*ack.borrow_and_update(), 26, "what came before is durable");
+    assert_eq!(sink.flush(d1).await.expect("flush"), 26, "nothing of it");
+    let more = vec![simple_insert(schema, 103, "r", 27, 27)];
+    sink.write_part(d1, batch(more)).await.expect("next part");
+    assert_eq!(
+        sink.flush(d1).await.expect("flush"),
+        26,
+        "still nothing of it"
+    );
+    let ddl = ddl_event(
+        28,
+        &schema.database,
+        "CREATE TABLE other (a INT)",
+        TableId(99),
+    );
+    let e = sink
+        .write_ddl(d1, ddl, vec![])
+        .await
+        .expect_err("a DDL inside an open transaction");
+    assert!(is_contract(&e), "{e}");
+    let last = vec![simple_insert(schema, 104, "s", 27, 27)];
+    sink.write_rows(d1, batch(last)).await.expect("last part");
+    assert_eq!(sink.flush(d1).await.expect("flush"), 27, "all of it");
+    assert_eq!(*ack.borrow_and_update(), 27);
 }
 
 /// A second dispatcher on the other half of the table, concurrently. Returns its ack (kept

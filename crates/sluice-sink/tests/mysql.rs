@@ -56,13 +56,54 @@ async fn mysql_keeps_the_contract() {
         .expect("ddl");
     let s = sink(&db, "worker-count=4").await;
     run_contract_suite(&s, "d", "t", 1, "ALTER TABLE t ADD COLUMN x INT").await;
-    // Rows written by the suite: ids 1,2,3 (ts 10,20), 5 (ts 30), 6 (ts 50, after the DDL) from d1; 2000 from d2.
+    // Rows written by the suite: ids 1,2,3 (ts 10,20), 101-104 (ts 26, 27 in parts), 5 (ts 30),
+    // 6 (ts 50, after the DDL) from d1; 2000 from d2.
     assert_eq!(
         db.query_one("SELECT GROUP_CONCAT(id ORDER BY id) FROM d.t")
             .expect("q"),
-        "1,2,3,5,6,2000"
+        "1,2,3,5,6,101,102,103,104,2000"
     );
     assert_eq!(db.query_one("SELECT COUNT(*) FROM information_schema.columns WHERE table_schema='d' AND table_name='t' AND column_name='x'").expect("q"), "1");
+}
+
+/// A transaction written in parts: with `transaction-atomicity=table` none of its rows is
+/// downstream before its last part (it is one downstream transaction, held whole); without it,
+/// its parts are applied as they are flushed (so its size costs no memory), and either way the
+/// ack stays below it until it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_in_parts_is_held_whole_only_with_table_atomicity() {
+    let db = MariaDb::start().expect("mariadb");
+    db.exec("CREATE DATABASE d; CREATE TABLE d.t (id BIGINT PRIMARY KEY, v VARCHAR(64))")
+        .expect("ddl");
+    let schema = Arc::new(simple_schema("d", "t", 1, 1));
+    let batch = |ids: &[i64], ts: Ts| RowBatch {
+        schema: schema.clone(),
+        rows: ids
+            .iter()
+            .map(|i| row(&schema, RowKind::Insert, ts, None, Some(iv(*i, "x"))))
+            .collect(),
+    };
+    let count = || db.query_one("SELECT COUNT(*) FROM d.t").expect("count");
+    for (params, while_open) in [("transaction-atomicity=table", "1"), ("", "3")] {
+        db.exec("TRUNCATE d.t").expect("truncate");
+        let s = sink(&db, params).await;
+        let d = DispatcherId { epoch: 1, seq: 1 };
+        s.open(d, Span::whole_table(schema.table_id), 5)
+            .await
+            .expect("open");
+        let mut first = batch(&[1], 9);
+        first.rows.extend(batch(&[2, 3], 10).rows);
+        s.write_part(d, first).await.expect("part");
+        assert_eq!(s.flush(d).await.expect("flush"), 9, "{params}");
+        assert_eq!(
+            count(),
+            while_open,
+            "{params}: after a flush of its first part"
+        );
+        s.write_rows(d, batch(&[4], 10)).await.expect("last part");
+        assert_eq!(s.flush(d).await.expect("flush"), 10, "{params}");
+        assert_eq!(count(), "4", "{params}: all of it");
+    }
 }
 
 /// The DDLs the sink applied are read back from `sluice_sink.ddl_ts`, started ones as such, by a

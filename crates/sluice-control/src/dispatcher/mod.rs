@@ -157,9 +157,12 @@ struct Dispatcher {
     floor_known: bool,
     /// Waiting for its replay floor before it subscribes (see `floor.rs`).
     floor_wait: Option<floor::FloorWait>,
-    /// Rows written and not acknowledged: since when the acknowledged ts last moved, and where
-    /// it stood then (`None` while everything written is acknowledged).
-    ack_wait: Option<(Millis, Ts)>,
+    /// Rows written and not acknowledged: since when the acknowledged ts last moved (or a part
+    /// of an open transaction was written), and where both stood then (`None` while everything
+    /// written is acknowledged).
+    ack_wait: Option<(Millis, Ts, u64)>,
+    /// Rows written of the transaction still open (its parts so far; 0 when none is open).
+    open_rows: u64,
     /// The wait above is longer than [`crate::config::SINK_ACK_STALL_MS`]: how long, in ms.
     ack_stalled_ms: Option<Millis>,
     /// Its snapshot copy, if it copies its span (see `copy.rs`).
@@ -192,10 +195,14 @@ impl Dispatcher {
             self.ack_stalled_ms = None;
             return;
         }
+        // A transaction written in parts holds the acknowledgement below it until its last
+        // part: parts going out are progress too.
         let since = match self.ack_wait {
-            Some((since, acked)) if acked == self.flushed_ts => since,
+            Some((since, acked, parts)) if acked == self.flushed_ts && parts == self.open_rows => {
+                since
+            }
             _ => {
-                self.ack_wait = Some((now, self.flushed_ts));
+                self.ack_wait = Some((now, self.flushed_ts, self.open_rows));
                 now
             }
         };
@@ -232,6 +239,7 @@ impl Dispatcher {
             floor_known: is_trigger,
             floor_wait: None,
             ack_wait: None,
+            open_rows: 0,
             ack_stalled_ms: None,
             copy: None,
             last_reported: None,

@@ -278,21 +278,24 @@ impl Dispatcher {
         self.write_rows(cf, &mut rows, out);
     }
 
-    /// Sends the rows gathered so far as one sink write (nothing if there are none).
+    /// Sends the rows gathered so far as one sink write (nothing if there are none); `open`
+    /// when its last rows are a part of a transaction whose next rows are still to come (above
+    /// what the stream resolved).
     fn write_rows(
         &self,
         cf: &ChangefeedId,
         rows: &mut Vec<(Ts, sluice_types::Key, u64)>,
         out: &mut Vec<Effect>,
     ) {
-        if rows.is_empty() {
+        let Some(last) = rows.last().map(|r| r.0) else {
             return;
-        }
+        };
         out.push(Effect::Sink(SinkCommand::WriteRows {
             cf: cf.clone(),
             id: self.id,
             span: self.span.clone(),
             rows: std::mem::take(rows),
+            open: last > self.received_upto,
         }));
     }
 
@@ -323,6 +326,13 @@ impl Dispatcher {
         }
         rows.push(row);
         self.rows_since_report += 1;
+        // Rows of a transaction still open (a part): they count as the sink's progress while
+        // its acknowledgement waits below that transaction.
+        self.open_rows = if ts > self.received_upto {
+            self.open_rows + 1
+        } else {
+            0
+        };
         self.settle_durable();
         self.written_ts = self.written_ts.max(ts);
     }

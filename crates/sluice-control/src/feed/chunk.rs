@@ -209,8 +209,8 @@ impl<R: FeedRow> Feed<R> {
         }
         self.inflight_bytes = self.inflight_bytes + held - chunk.bytes;
         lane.chunk_out = Some(chunk.ts);
-        if let Some(s) = lane.sub.as_mut() {
-            s.cursor = s.cursor.max(chunk.ts);
+        if let Some(s) = lane.sub.as_mut().filter(|s| chunk.ts > s.cursor) {
+            s.advance(chunk.ts, super::Pos::after(chunk.ts));
         }
         out.push(FeedOut::Input(Input::Events {
             cf: key.0.clone(),

@@ -10,12 +10,16 @@
 //! ([`Feed::on_accepted`]); it answers with [`FeedOut`]s. No IO, no clock, no randomness.
 //!
 //! Invariants (the simulator checks each; `mutations.rs` names a bug that breaks it):
-//! - **whole transactions**: a batch holds every row of each transaction it holds (rows of one
-//!   commit ts of the span), and its resolved ts is at a transaction boundary. One transaction
-//!   larger than [`MAX_ROWS_PER_DELIVERY`] goes whole. The dispatcher keeps the same rule for its
-//!   sink writes (it cuts only where the commit ts changes), so one rule holds from the source to
-//!   the sink: a transaction is never cut, and every [`FeedOut::Write`] carries whole
-//!   transactions.
+//! - **whole transactions, or one in parts**: a batch holds every row of each transaction at or
+//!   below its resolved ts (rows of one commit ts of the span), and its resolved ts is at a
+//!   transaction boundary. The only rows above it are a **part** of one transaction larger than
+//!   [`MAX_ROWS_PER_DELIVERY`], at exactly resolved ts + 1: such a transaction goes in parts of
+//!   at most that many rows, in the source's order, each batch resolved just below it, until the
+//!   batch that holds its last rows (resolved at or past it). So no transaction is ever held
+//!   whole in memory, and none is ever resolved before all of it was delivered. The dispatcher
+//!   keeps the same rule for its sink writes (it cuts only where the commit ts changes, and a
+//!   write whose last transaction continues says so: [`FeedOut::Write::open`]), and the sink
+//!   acknowledges nothing of an open transaction.
 //! - **resolved within the source**: a batch's resolved ts never passes
 //!   [`EventSource::complete`] (everything at or below it, rows and DDLs, is in the source).
 //! - **quota**: rows read and not yet accepted by a sink are accounted (bytes, per node) against
@@ -64,21 +68,45 @@ pub trait FeedRow: Clone {
     }
 }
 
-/// Rows of one scan, and whether the limit cut it (more rows follow in the range).
+/// A place in a span's stream: after every row of commit ts below `ts`, and after the rows of
+/// `ts` up to `seq` in the source's own order within a transaction ([`Pos::after`]: after all
+/// of `ts`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Pos {
+    pub ts: Ts,
+    pub seq: u32,
+}
+
+impl Pos {
+    /// After every row at or below `ts`.
+    pub const fn after(ts: Ts) -> Pos {
+        Pos { ts, seq: u32::MAX }
+    }
+    /// Inside the transaction at `ts`: some of its rows may follow.
+    pub fn inside(&self) -> bool {
+        self.seq != u32::MAX
+    }
+}
+
+/// Rows of one scan, and where the limit cut it.
 #[derive(Clone, Debug)]
 pub struct Scan<R> {
     pub rows: Vec<R>,
-    pub more: bool,
+    /// `Some`: the limit cut the scan; the rows after this place (up to `upto`) are still to
+    /// come. It is at or after the last row returned; inside a transaction when its rows may go
+    /// on.
+    pub next: Option<Pos>,
 }
 
 /// What the feed reads from: the node's event store, or the simulator's model upstream.
 pub trait EventSource {
     type Row: FeedRow;
-    /// Rows of `span` with `after < commit ts <= upto`, in commit order, at most `limit`.
+    /// Rows of `span` after `from` with commit ts `<= upto`, in commit order (the rows of one
+    /// transaction always in the same order), at most `limit`.
     fn scan(
         &self,
         span: &Span,
-        after: Ts,
+        from: Pos,
         upto: Ts,
         limit: usize,
     ) -> Result<Scan<Self::Row>, String>;
@@ -104,15 +132,19 @@ pub enum FeedOut<R> {
         span: Span,
         start_ts: Ts,
     },
-    /// Write these rows (whole transactions, commit order) to the dispatcher's sink; once the
-    /// sink took them (or they were dropped), the shell calls [`Feed::on_accepted`] with
-    /// `rows.len()` and `bytes`, exactly once.
+    /// Write these rows (whole transactions, commit order; with `open`, the last one continues
+    /// in a later write) to the dispatcher's sink; once the sink took them (or they were
+    /// dropped), the shell calls [`Feed::on_accepted`] with `rows.len()` and `bytes`, exactly
+    /// once.
     Write {
         cf: ChangefeedId,
         id: DispatcherId,
         span: Span,
         rows: Vec<R>,
         bytes: u64,
+        /// The last transaction of `rows` is a part: its next rows come in the next write
+        /// (see [`SinkCommand::WriteRows`]).
+        open: bool,
     },
     /// Any other effect of the node, unchanged.
     Effect(Effect),
@@ -140,7 +172,23 @@ pub enum FeedNote {
 struct Sub {
     span: Span,
     is_trigger: bool,
+    /// Everything at or below it was delivered (the last batch's resolved ts).
     cursor: Ts,
+    /// Where the next scan starts: after `cursor`, or inside the transaction at `cursor + 1`
+    /// when a part of it was delivered.
+    resume: Pos,
+}
+
+impl Sub {
+    /// Delivered up to `cursor`, the next read starting at `resume`.
+    fn advance(&mut self, cursor: Ts, resume: Pos) {
+        assert!(
+            resume == Pos::after(cursor) || (resume.inside() && resume.ts == cursor + 1),
+            "a subscription resumes after its cursor {cursor} or inside the transaction after it, not at {resume:?}"
+        );
+        self.cursor = cursor;
+        self.resume = resume;
+    }
 }
 
 /// One dispatcher's part of the feed.
@@ -203,6 +251,16 @@ struct Cut<R> {
     rows: Vec<R>,
     ddls: Vec<DdlEvent>,
     upto: Ts,
+    /// Where the next batch starts (inside the transaction at `upto + 1` after a part).
+    resume: Pos,
+}
+
+/// Rows read for a batch, up to where they are everything (`upto`), and where the next read
+/// starts; rows above `upto` are a part of the transaction at `upto + 1`.
+struct Read<R> {
+    rows: Vec<R>,
+    upto: Ts,
+    resume: Pos,
 }
 
 impl<R: FeedRow> Feed<R> {
@@ -247,9 +305,13 @@ impl<R: FeedRow> Feed<R> {
             } => self.subscribe(src.floor(), cf, id, span, is_trigger, start_ts, out),
             Effect::Unsubscribe { cf, id } => self.unsubscribe(cf, id),
             e @ Effect::ReadChunk { .. } => self.read_chunk(e, out),
-            Effect::Sink(SinkCommand::WriteRows { cf, id, span, rows }) => {
-                self.write(cf, id, span, rows, out)
-            }
+            Effect::Sink(SinkCommand::WriteRows {
+                cf,
+                id,
+                span,
+                rows,
+                open,
+            }) => self.write(cf, id, span, rows, open, out),
             other => out.push(FeedOut::Effect(other)),
         }
     }
@@ -370,12 +432,13 @@ impl<R: FeedRow> Feed<R> {
         }
         let lane = self.lanes.entry((cf.clone(), id)).or_insert_with(Lane::new);
         match lane.sub.as_mut() {
-            Some(s) => s.cursor = start_ts,
+            Some(s) => s.advance(start_ts, Pos::after(start_ts)),
             None => {
                 lane.sub = Some(Sub {
                     span: span.clone(),
                     is_trigger,
                     cursor: start_ts,
+                    resume: Pos::after(start_ts),
                 })
             }
         }
@@ -433,6 +496,7 @@ impl<R: FeedRow> Feed<R> {
         id: DispatcherId,
         span: Span,
         handles: Vec<(Ts, Key, u64)>,
+        open: bool,
         out: &mut Vec<FeedOut<R>>,
     ) {
         let key = (cf.clone(), id);
@@ -472,6 +536,7 @@ impl<R: FeedRow> Feed<R> {
             span,
             rows,
             bytes,
+            open,
         });
     }
 
@@ -546,7 +611,11 @@ impl<R: FeedRow> Feed<R> {
             resolved_ts += 1;
         }
         if let Some(s) = self.lanes.get_mut(key).and_then(|l| l.sub.as_mut()) {
-            s.cursor = resolved_ts;
+            if resolved_ts == cut.upto {
+                s.advance(resolved_ts, cut.resume);
+            } else {
+                s.advance(resolved_ts, Pos::after(resolved_ts)); // mutations only
+            }
         }
         out.push(FeedOut::Note(FeedNote::Delivered {
             cf: key.0.clone(),
@@ -560,18 +629,26 @@ impl<R: FeedRow> Feed<R> {
         }));
     }
 
-    /// Cut the next batch of a subscription: whole transactions, within the quota, ending at
-    /// the first row after a DDL it carries.
+    /// Cut the next batch of a subscription: whole transactions (or a part of one too large for
+    /// a batch), within the quota, ending at the first row after a DDL it carries.
     fn cut<S>(&self, src: &S, sub: &Sub, complete: Ts) -> Result<Cut<R>, String>
     where
         S: EventSource<Row = R>,
     {
-        let (rows, upto) = if sub.is_trigger {
-            (Vec::new(), complete)
+        let read = if sub.is_trigger {
+            Read {
+                rows: Vec::new(),
+                upto: complete,
+                resume: Pos::after(complete),
+            }
         } else {
-            whole_transactions(src, &sub.span, sub.cursor, complete)?
+            read_rows(src, &sub.span, sub.resume, complete)?
         };
-        let (mut rows, mut upto) = self.within_quota(rows, upto);
+        let Read {
+            mut rows,
+            mut upto,
+            mut resume,
+        } = self.within_quota(read);
         let ddls: Vec<DdlEvent> = src
             .ddls(sub.cursor, upto)?
             .into_iter()
@@ -582,30 +659,41 @@ impl<R: FeedRow> Feed<R> {
         if let Some(first_ddl) = ddls.first().map(|d| d.commit_ts) {
             if let Some(i) = rows.iter().position(|r| r.commit_ts() > first_ddl) {
                 upto = rows[i].commit_ts() - 1;
+                resume = Pos::after(upto);
                 rows.truncate(i);
             }
         }
         let ddls = ddls.into_iter().filter(|d| d.commit_ts <= upto).collect();
-        Ok(Cut { rows, ddls, upto })
+        Ok(Cut {
+            rows,
+            ddls,
+            upto,
+            resume,
+        })
     }
 
     /// Stop at the transaction boundary where the bytes in flight would pass the quota (the
-    /// first transaction always goes: reading started below the quota).
-    fn within_quota(&self, mut rows: Vec<R>, upto: Ts) -> (Vec<R>, Ts) {
+    /// first transaction, or part, always goes: reading started below the quota).
+    fn within_quota(&self, read: Read<R>) -> Read<R> {
         if mutation("feed-ignores-quota") {
-            return (rows, upto);
+            return read;
         }
+        let Read { mut rows, .. } = read;
         let mut bytes = self.inflight_bytes;
         for i in 0..rows.len() {
             let ts = rows[i].commit_ts();
             let boundary = i > 0 && rows[i - 1].commit_ts() != ts;
             if boundary && bytes > self.quota_bytes {
                 rows.truncate(i);
-                return (rows, ts - 1);
+                return Read {
+                    rows,
+                    upto: ts - 1,
+                    resume: Pos::after(ts - 1),
+                };
             }
             bytes += rows[i].size() as u64;
         }
-        (rows, upto)
+        Read { rows, ..read }
     }
 
     /// Give the rows handles, keep them, and merge them with the DDLs in commit order.
@@ -641,32 +729,57 @@ impl<R: FeedRow> Feed<R> {
     }
 }
 
-/// Rows of `span` after `cursor`, whole transactions only, and the ts up to which they are
-/// everything: a scan cut by the limit drops its last, possibly partial, transaction, unless
-/// that is the only one, which is then read whole.
-fn whole_transactions<S: EventSource>(
+/// Rows of `span` from `from` on: whole transactions, where a scan cut by the limit drops its
+/// last, possibly partial, transaction; unless that is the only one, which then goes as a part
+/// (resolved below it, the next read resuming inside it).
+fn read_rows<S: EventSource>(
     src: &S,
     span: &Span,
-    cursor: Ts,
+    from: Pos,
     complete: Ts,
-) -> Result<(Vec<S::Row>, Ts), String> {
-    let scan = src.scan(span, cursor, complete, MAX_ROWS_PER_DELIVERY)?;
-    if !scan.more {
-        return Ok((scan.rows, complete));
-    }
+) -> Result<Read<S::Row>, String> {
+    let scan = src.scan(span, from, complete, MAX_ROWS_PER_DELIVERY)?;
     let mut rows = scan.rows;
-    let first = rows.first().map_or(cursor, |r| r.commit_ts());
-    let last = rows.last().map_or(cursor, |r| r.commit_ts());
+    let Some(next) = scan.next else {
+        let resume = Pos::after(complete);
+        return Ok(Read {
+            rows,
+            upto: complete,
+            resume,
+        });
+    };
+    if !next.inside() {
+        return Ok(Read {
+            rows,
+            upto: next.ts,
+            resume: next,
+        });
+    }
+    let open = next.ts;
     if mutation("feed-cuts-transactions") {
-        return Ok((rows, last));
+        let resume = Pos::after(open);
+        return Ok(Read {
+            rows,
+            upto: open,
+            resume,
+        });
     }
-    if first == last {
-        // One transaction larger than a delivery: it goes whole.
-        let whole = src.scan(span, last.saturating_sub(1), last, usize::MAX)?;
-        return Ok((whole.rows, last));
+    if rows.first().is_some_and(|r| r.commit_ts() < open) {
+        // The transactions before it are whole; it is read from its start next time.
+        rows.retain(|r| r.commit_ts() < open);
+        let resume = Pos::after(open - 1);
+        return Ok(Read {
+            rows,
+            upto: open - 1,
+            resume,
+        });
     }
-    rows.retain(|r| r.commit_ts() < last);
-    Ok((rows, last - 1))
+    // One transaction larger than a batch: this part, resolved just below it.
+    Ok(Read {
+        rows,
+        upto: open - 1,
+        resume: next,
+    })
 }
 
 fn concerns<S: EventSource>(src: &S, sub: &Sub, ddl: &DdlEvent) -> bool {

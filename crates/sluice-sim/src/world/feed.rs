@@ -52,6 +52,7 @@ impl Sim {
                 self.push(now, Ev::Input { node, inc, input });
             }
             FeedOut::Open { id, span, .. } => {
+                self.open_parts.remove(&(name.to_string(), inc, id));
                 self.spans.insert((name.to_string(), inc, id), span);
             }
             FeedOut::Write {
@@ -60,9 +61,10 @@ impl Sim {
                 span,
                 rows,
                 bytes,
+                open,
             } => {
                 let n = rows.len();
-                let at = self.sink_rows(name, inc, cf.clone(), id, &span, rows);
+                let at = self.sink_rows(name, inc, (cf.clone(), id), &span, rows, open);
                 let node = name.to_string();
                 self.push(
                     at,
@@ -118,26 +120,70 @@ impl Sim {
                 self.upstream.captured
             ));
         }
-        let Some(span) = self.spans.get(&(name.to_string(), inc, *id)) else {
+        let Some(span) = self.spans.get(&(name.to_string(), inc, *id)).cloned() else {
             return;
         };
+        if chunk {
+            return; // a snapshot chunk, not a transaction (its rows are checked as written)
+        }
         let mut counts: BTreeMap<Ts, usize> = BTreeMap::new();
         for i in items {
             if let sluice_control::io::StreamItem::Row { commit_ts, .. } = i {
                 *counts.entry(*commit_ts).or_default() += 1;
             }
         }
+        if let Err(v) = self.check_parts(name, inc, *id, &span, counts, *resolved_ts) {
+            self.checker.violation.get_or_insert(v);
+        }
+    }
+
+    /// Whole transactions, or one in parts: every transaction at or below the resolved ts is
+    /// whole once this batch is added to the parts of it delivered before; rows above it are a
+    /// part of the one transaction at exactly resolved ts + 1, never more than it has.
+    fn check_parts(
+        &mut self,
+        name: &str,
+        inc: u64,
+        id: DispatcherId,
+        span: &Span,
+        counts: BTreeMap<Ts, usize>,
+        resolved: Ts,
+    ) -> Result<(), String> {
+        let key = (name.to_string(), inc, id);
+        let mut before = self.open_parts.remove(&key);
         for (ts, n) in counts {
-            if chunk {
-                break; // a snapshot chunk, not a transaction (its rows are checked as written)
-            }
+            let earlier = match before {
+                Some((t, m)) if t == ts => {
+                    before = None;
+                    m
+                }
+                _ => 0,
+            };
             let whole = self.upstream.txn_rows_in(span, ts);
-            if n != whole {
-                self.checker.violation.get_or_insert(format!(
-                    "whole-transactions: a batch for {id:?} on {name} holds {n} of the {whole} rows of its span in the transaction at {ts}"
+            let have = earlier + n;
+            if ts <= resolved && have != whole {
+                return Err(format!(
+                    "whole-transactions: a batch for {id:?} on {name} resolved at {resolved} holds {n} (and its parts before {earlier}) of the {whole} rows of its span in the transaction at {ts}"
                 ));
-                return;
             }
+            if ts > resolved && (ts != resolved + 1 || have > whole) {
+                return Err(format!(
+                    "whole-transactions: a batch for {id:?} on {name} resolved at {resolved} holds a part of {n} rows at {ts} ({have} of its {whole} so far)"
+                ));
+            }
+            if ts > resolved {
+                self.open_parts.insert(key.clone(), (ts, have));
+            }
+        }
+        match before {
+            Some((t, m)) if t <= resolved => Err(format!(
+                "whole-transactions: a batch for {id:?} on {name} resolved at {resolved} past the transaction at {t}, of which only {m} rows came"
+            )),
+            Some(open) => {
+                self.open_parts.insert(key, open);
+                Ok(())
+            }
+            None => Ok(()),
         }
     }
 

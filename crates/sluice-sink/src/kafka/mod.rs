@@ -120,6 +120,9 @@ pub struct KafkaWriter {
     max_ts: Ts,
     /// Simple protocol: rows written per table version since its last BOOTSTRAP message.
     bootstrapped: BTreeMap<(sluice_types::TableId, Ts), u64>,
+    /// What is pending is parts of a transaction still open: with `transactional=true` they
+    /// wait for its end (one Kafka transaction), held here whole.
+    open: bool,
 }
 
 pub struct Kafka {
@@ -728,6 +731,7 @@ impl Backend for Kafka {
             txn,
             max_ts: 0,
             bootstrapped: BTreeMap::new(),
+            open: false,
         })
     }
 
@@ -786,8 +790,15 @@ impl Backend for Kafka {
         !w.pending.is_empty() || !w.inflight.is_empty()
     }
 
+    fn set_open(&self, w: &mut KafkaWriter, open: bool) {
+        w.open = open;
+    }
+
     async fn flush(&self, w: &mut KafkaWriter, fence: &BoundFence) -> Result<()> {
         if w.txn.is_some() {
+            if w.open {
+                return Ok(()); // the open transaction's parts wait for its end
+            }
             if !w.pending.is_empty() {
                 self.commit(w, fence).await?;
             }

@@ -315,6 +315,9 @@ pub struct MysqlWriter {
     claim: Option<Arc<SpanClaim>>,
     /// The previous full batch, being applied while this one fills (at most one).
     in_flight: Option<tokio::task::JoinHandle<Result<()>>>,
+    /// The rows buffered are parts of a transaction still open; with `transaction-atomicity =
+    /// table` they wait for its end (one downstream transaction), held here whole.
+    open: bool,
 }
 
 async fn join(h: tokio::task::JoinHandle<Result<()>>) -> Result<()> {
@@ -1458,6 +1461,7 @@ impl Backend for Mysql {
             rows: Vec::new(),
             claim,
             in_flight: None,
+            open: false,
         })
     }
 
@@ -1474,7 +1478,10 @@ impl Backend for Mysql {
                 row,
             });
         }
-        if w.rows.len() >= self.cfg.worker_count * self.cfg.max_txn_row * TXNS_PER_WORKER_PER_FLUSH
+        let held = w.open && self.cfg.table_atomicity;
+        if !held
+            && w.rows.len()
+                >= self.cfg.worker_count * self.cfg.max_txn_row * TXNS_PER_WORKER_PER_FLUSH
         {
             // Apply the full batch in the background while the next one fills; the previous
             // background batch must be done first (order), and its error surfaces here.
@@ -1495,9 +1502,16 @@ impl Backend for Mysql {
         !w.rows.is_empty() || w.in_flight.is_some()
     }
 
+    fn set_open(&self, w: &mut MysqlWriter, open: bool) {
+        w.open = open;
+    }
+
     async fn flush(&self, w: &mut MysqlWriter, fence: &BoundFence) -> Result<()> {
         if let Some(h) = w.in_flight.take() {
             join(h).await?;
+        }
+        if w.open && self.cfg.table_atomicity {
+            return Ok(()); // the open transaction's parts wait for its end
         }
         if !w.rows.is_empty() {
             self.apply_rows(&mut w.rows, fence, w.claim.as_deref())
