@@ -11,8 +11,8 @@
 //!   dispatcher it knows of may still write;
 //! - epoch fencing: [`dispatcher::DispatcherManager`] admits scheduling messages only from its
 //!   current `(maintainer node, epoch)`, and a maintainer drops reports of other epochs;
-//! - the data path between the event source and the dispatchers (whole transactions, the memory
-//!   quota, row handles) is [`feed`], run by the server and the simulator alike;
+//! - the data path between the event source and the dispatchers (whole transactions, or the
+//!   parts of one too large for a batch, never resolved inside it; the memory quota, row handles) is [`feed`], run by the server and the simulator alike;
 //! - the checkpoint never goes backwards and never passes unflushed data
 //!   ([`maintainer`] computes it, [`coordinator`] persists it with a leadership-fenced write).
 //!

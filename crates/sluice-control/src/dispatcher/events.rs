@@ -42,9 +42,9 @@ impl DispatcherManager {
             if ts <= d.received_upto {
                 continue; // a repeat from before the cursor
             }
-            // Full: stop at the next transaction boundary and ask again from there. A
-            // transaction is never cut (one larger than the bound is taken whole: cutting it
-            // and asking again would fetch it again, for ever).
+            // Full: stop at the next transaction boundary and ask again from there. Never
+            // inside a transaction: the parts of one too large for a batch keep coming (asking
+            // again from inside it would fetch it again from its start, for ever).
             let boundary = d.buffer.back().is_none_or(|b| b.commit_ts() != ts);
             // A snapshot chunk is taken whole even then: the feed does not have it twice.
             let chunk = d.copy.as_ref().is_some_and(|c| c.chunk_at(ts));

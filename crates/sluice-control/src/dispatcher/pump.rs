@@ -3,7 +3,8 @@
 //! periodic heartbeats and resends.
 //!
 //! Invariants: a sink write carries whole transactions (a batch is cut only where the commit
-//! ts changes); nothing after a blocking DDL is written before the barrier passes it; a
+//! ts changes), except that the last one of a write may be a part of a transaction still open
+//! (above what the stream resolved; the write says `open`); nothing after a blocking DDL is written before the barrier passes it; a
 //! dispatcher reports `Waiting` only once everything before the DDL is durable.
 
 use super::barrier::{do_write, pass};
@@ -319,7 +320,7 @@ impl Dispatcher {
             return;
         }
         // A sink write carries whole transactions: a full batch is cut only where the commit
-        // ts changes (a transaction larger than the bound stays whole).
+        // ts changes (the parts of a transaction too large for a feed batch come one per batch).
         let ts = row.0;
         if rows.len() >= MAX_ROWS_PER_WRITE && rows.last().map(|r| r.0 != ts).unwrap_or(false) {
             self.write_rows(cf, rows, out);
