@@ -20,6 +20,7 @@
 //! | `requests-not-recovered` | a new maintainer ignores the table requests and user-split marks kept in the meta store (as if they lived only in its predecessor's memory): a failover loses an accepted request and lets the merge scheduler undo a user's split | request-lost (at a settle), user-split-kept; the span counts of `features/request-survives-failover.toml` |
 //! | `error-restart-without-close` | the coordinator records an error and forgets the maintainer without closing the changefeed (as a coordinator failover or a failed close bump did) | error-acted-once |
 //! | `feed-cuts-transactions` | the feed cuts a batch at its row bound even inside a transaction (and resolves up to that transaction) | whole-transactions (a batch holds part of a transaction) |
+//! | `parts-written-closed` | a dispatcher writes the parts of a transaction too large for one batch as if each ended it (never `open`), so the sink acknowledges a transaction of which it has only a part | sink-contract (the next part continues a transaction the sink was told had ended) |
 //! | `feed-resolves-past-source` | the feed resolves a batch one ts past what the source has completed | resolved-within-source |
 //! | `feed-ignores-quota` | the feed reads on when the rows in flight reach the memory quota | inflight-within-quota |
 //! | `feed-leaks-rows` | when a sink takes a write, its bytes stay counted in flight (the rows are gone; the quota shrinks for ever) | row-handle-leak |
@@ -54,6 +55,7 @@ pub const ALL: &[&str] = &[
     "replay-ignores-applied-ddls",
     "replacement-ignores-floor",
     "feed-cuts-transactions",
+    "parts-written-closed",
     "feed-resolves-past-source",
     "feed-ignores-quota",
     "feed-leaks-rows",

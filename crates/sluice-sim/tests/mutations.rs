@@ -386,6 +386,15 @@ fn whole_transactions_fires_when_the_feed_cuts_a_transaction() {
 }
 
 #[test]
+fn sink_contract_fires_when_parts_are_written_as_whole_transactions() {
+    expect_violation(
+        "features:feed-big-transactions.toml",
+        &["parts-written-closed"],
+        "sink-contract",
+    );
+}
+
+#[test]
 fn resolved_within_source_fires_when_the_feed_resolves_past_capture() {
     expect_violation(
         "features:feed-big-transactions.toml",

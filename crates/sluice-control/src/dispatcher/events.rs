@@ -150,6 +150,7 @@ impl DispatcherManager {
             sink_closed,
         };
         d.buffer.clear();
+        d.held_part = None;
         d.block = None;
         out.push(Effect::Trace(TraceEvent::Log(format!(
             "dispatcher {id:?}: failed, reported until the changefeed closes it: {message}"
@@ -234,6 +235,7 @@ impl DispatcherManager {
         }
         d.phase = Phase::Recovering { sink_closed: false };
         d.buffer.clear();
+        d.held_part = None;
         d.block = None;
         out.push(Effect::Unsubscribe { cf: cf.clone(), id });
         out.push(Effect::Sink(SinkCommand::Close { cf, id }));

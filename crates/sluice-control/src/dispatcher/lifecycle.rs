@@ -216,6 +216,7 @@ impl DispatcherManager {
                     sink_closed,
                 };
                 d.buffer.clear();
+                d.held_part = None;
                 d.block = None;
                 if !close_sent {
                     out.push(Effect::Unsubscribe {

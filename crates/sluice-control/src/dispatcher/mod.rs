@@ -163,6 +163,10 @@ struct Dispatcher {
     ack_wait: Option<(Millis, Ts, u64)>,
     /// Rows written of the transaction still open (its parts so far; 0 when none is open).
     open_rows: u64,
+    /// The last row of the parts of an open transaction taken so far, kept back from its
+    /// write: the write that ends the transaction then carries at least one row of it, so the
+    /// sink learns of its end even when every later row of it is filtered out.
+    held_part: Option<(Ts, sluice_types::Key, u64)>,
     /// The wait above is longer than [`crate::config::SINK_ACK_STALL_MS`]: how long, in ms.
     ack_stalled_ms: Option<Millis>,
     /// Its snapshot copy, if it copies its span (see `copy.rs`).
@@ -240,6 +244,7 @@ impl Dispatcher {
             floor_wait: None,
             ack_wait: None,
             open_rows: 0,
+            held_part: None,
             ack_stalled_ms: None,
             copy: None,
             last_reported: None,

@@ -245,7 +245,8 @@ impl Dispatcher {
     /// Takes what the stream holds into sink writes until it is empty, stopped at a blocking
     /// DDL, or halted at an unreplicable change.
     fn drain_buffer(&mut self, cf: &ChangefeedId, ignore: &FilterConfig, out: &mut Vec<Effect>) {
-        let mut rows: Vec<(Ts, sluice_types::Key, u64)> = Vec::new();
+        let mut rows: Vec<(Ts, sluice_types::Key, u64)> =
+            self.held_part.take().into_iter().collect();
         while self.block.is_none() {
             let Some(front) = self.buffer.front() else {
                 break;
@@ -281,13 +282,21 @@ impl Dispatcher {
 
     /// Sends the rows gathered so far as one sink write (nothing if there are none); `open`
     /// when its last rows are a part of a transaction whose next rows are still to come (above
-    /// what the stream resolved).
+    /// what the stream resolved). The last row of such a part is kept back for the write that
+    /// ends the transaction (see `held_part`).
     fn write_rows(
-        &self,
+        &mut self,
         cf: &ChangefeedId,
         rows: &mut Vec<(Ts, sluice_types::Key, u64)>,
         out: &mut Vec<Effect>,
     ) {
+        if rows.last().is_some_and(|r| r.0 > self.received_upto) {
+            assert!(
+                self.held_part.is_none(),
+                "one row of an open transaction is held back at most"
+            );
+            self.held_part = rows.pop();
+        }
         let Some(last) = rows.last().map(|r| r.0) else {
             return;
         };
@@ -296,7 +305,7 @@ impl Dispatcher {
             id: self.id,
             span: self.span.clone(),
             rows: std::mem::take(rows),
-            open: last > self.received_upto,
+            open: last > self.received_upto && !parts_written_closed(),
         }));
     }
 
@@ -444,4 +453,15 @@ impl Dispatcher {
             ddl: Some(b.ddl.influence.clone()),
         })
     }
+}
+
+/// Mutation `parts-written-closed`: a part is written as if it ended its transaction.
+#[cfg(feature = "mutations")]
+fn parts_written_closed() -> bool {
+    crate::mutations::on("parts-written-closed")
+}
+
+#[cfg(not(feature = "mutations"))]
+fn parts_written_closed() -> bool {
+    false
 }

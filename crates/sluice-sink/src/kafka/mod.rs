@@ -120,8 +120,10 @@ pub struct KafkaWriter {
     max_ts: Ts,
     /// Simple protocol: rows written per table version since its last BOOTSTRAP message.
     bootstrapped: BTreeMap<(sluice_types::TableId, Ts), u64>,
-    /// What is pending is parts of a transaction still open: with `transactional=true` they
-    /// wait for its end (one Kafka transaction), held here whole.
+    /// What is pending is parts of an upstream transaction still open: with
+    /// `transactional=true` a flush sends them into a Kafka transaction it leaves open, and
+    /// the flush after its end commits that transaction (so it is one Kafka transaction, and
+    /// never held whole here).
     open: bool,
 }
 
@@ -378,6 +380,32 @@ impl Kafka {
         .await
         .map_err(|e| SinkError::Broker {
             what: "reading committed progress".into(),
+            reason: e.to_string(),
+            retryable: true,
+        })?;
+        w.txn = Some(t);
+        r
+    }
+
+    /// The parts of an upstream transaction still open go into a Kafka transaction left open
+    /// (committed by the flush after its end, [`Kafka::commit`]).
+    async fn send_open(&self, w: &mut KafkaWriter, fence: &BoundFence) -> Result<()> {
+        if w.pending.is_empty() {
+            return Ok(());
+        }
+        fence.check("send into a Kafka transaction")?;
+        let Some(mut t) = w.txn.take() else {
+            return Ok(());
+        };
+        let pending = std::mem::take(&mut w.pending);
+        w.bytes = 0;
+        let (t, r) = tokio::task::spawn_blocking(move || {
+            let r = t.send_open(&pending);
+            (t, r)
+        })
+        .await
+        .map_err(|e| SinkError::Broker {
+            what: "sending into a transaction".into(),
             reason: e.to_string(),
             retryable: true,
         })?;
@@ -797,7 +825,7 @@ impl Backend for Kafka {
     async fn flush(&self, w: &mut KafkaWriter, fence: &BoundFence) -> Result<()> {
         if w.txn.is_some() {
             if w.open {
-                return Ok(()); // the open transaction's parts wait for its end
+                return self.send_open(w, fence).await;
             }
             if !w.pending.is_empty() {
                 self.commit(w, fence).await?;
@@ -876,6 +904,18 @@ impl Backend for Kafka {
     }
 
     async fn discard(&self, w: &mut KafkaWriter) {
+        if let Some(mut t) = w.txn.take() {
+            // A Kafka transaction left open by the parts of an upstream transaction: aborted, so
+            // `read_committed` readers never see them (the successor writes it whole).
+            if let Ok(t) = tokio::task::spawn_blocking(move || {
+                t.abort();
+                t
+            })
+            .await
+            {
+                w.txn = Some(t);
+            }
+        }
         w.pending.clear();
         // Their reports are not waited for: the dispatcher replays from its checkpoint.
         w.inflight.clear();

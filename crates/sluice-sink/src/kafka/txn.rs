@@ -47,6 +47,9 @@ pub struct Txn {
     changefeed: String,
     span: Span,
     initialised: bool,
+    /// A Kafka transaction is begun and not yet committed or aborted (the parts of an open
+    /// upstream transaction went into it).
+    begun: bool,
     /// Committed progress of spans overlapping this one; `None` until read.
     committed: Option<Vec<(Span, Ts)>>,
     timeout: Duration,
@@ -95,6 +98,7 @@ impl Txn {
             changefeed: changefeed.to_string(),
             span: span.clone(),
             initialised: false,
+            begun: false,
             committed: None,
             timeout: cfg.write_timeout,
         })
@@ -124,28 +128,62 @@ impl Txn {
         Ok(())
     }
 
-    /// One transaction: `messages`, then the progress record of `ts`. Blocking: run it off the
-    /// async threads.
-    pub(crate) fn commit(&mut self, cfg: &KafkaConfig, messages: &[Message], ts: Ts) -> Result<()> {
+    /// Begins a Kafka transaction unless one is begun (initialising the producer first).
+    fn begin(&mut self) -> Result<()> {
         if !self.initialised {
             self.producer
                 .init_transactions(self.timeout)
                 .map_err(|e| self.error("initialising", &e))?;
             self.initialised = true;
         }
-        self.producer
-            .begin_transaction()
-            .map_err(|e| self.error("beginning a transaction", &e))?;
-        let sent = self.send_all(cfg, messages, ts);
-        let done = sent.and_then(|()| {
+        if !self.begun {
             self.producer
-                .commit_transaction(self.timeout)
-                .map_err(|e| self.error("committing", &e))
-        });
-        if done.is_err() {
-            let _ = self.producer.abort_transaction(self.timeout);
+                .begin_transaction()
+                .map_err(|e| self.error("beginning a transaction", &e))?;
+            self.begun = true;
+        }
+        Ok(())
+    }
+
+    /// Sends `messages` into the Kafka transaction, begun if need be, without committing it: the
+    /// parts of an upstream transaction still open go to the broker as they come (so none is
+    /// held whole in memory) and become visible to `read_committed` readers only with the
+    /// commit that ends it. Blocking: run it off the async threads.
+    pub(crate) fn send_open(&mut self, messages: &[Message]) -> Result<()> {
+        let sent = self
+            .begin()
+            .and_then(|()| self.send(messages.iter().map(Message::record)));
+        if sent.is_err() {
+            self.abort();
+        }
+        sent
+    }
+
+    /// One transaction (or the end of the one begun by [`Txn::send_open`]): `messages`, then the
+    /// progress record of `ts`. Blocking: run it off the async threads.
+    pub(crate) fn commit(&mut self, cfg: &KafkaConfig, messages: &[Message], ts: Ts) -> Result<()> {
+        let done = self
+            .begin()
+            .and_then(|()| self.send_all(cfg, messages, ts))
+            .and_then(|()| {
+                self.producer
+                    .commit_transaction(self.timeout)
+                    .map_err(|e| self.error("committing", &e))
+            });
+        match done {
+            Ok(()) => self.begun = false,
+            Err(_) => self.abort(),
         }
         done
+    }
+
+    /// Aborts the Kafka transaction begun, if any (a failed send or commit, or a dispatcher
+    /// closed inside an upstream transaction): its records never reach a `read_committed`
+    /// reader. Blocking.
+    pub(crate) fn abort(&mut self) {
+        if std::mem::take(&mut self.begun) {
+            let _ = self.producer.abort_transaction(self.timeout);
+        }
     }
 
     fn send_all(&self, cfg: &KafkaConfig, messages: &[Message], ts: Ts) -> Result<()> {
@@ -160,11 +198,18 @@ impl Txn {
             .partition(0)
             .key(self.id.as_bytes())
             .payload(value.as_slice());
-        for mut rec in messages
-            .iter()
-            .map(Message::record)
-            .chain(std::iter::once(last))
-        {
+        self.send(
+            messages
+                .iter()
+                .map(Message::record)
+                .chain(std::iter::once(last)),
+        )
+    }
+
+    /// Hands records to the client in order, waiting while its queue is full (bounded by
+    /// `write-timeout`).
+    fn send<'a>(&self, records: impl Iterator<Item = FutureRecord<'a, [u8], [u8]>>) -> Result<()> {
+        for mut rec in records {
             let deadline = Instant::now() + self.timeout;
             loop {
                 match self.producer.send_result(rec) {
