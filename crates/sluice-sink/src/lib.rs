@@ -102,9 +102,10 @@ pub trait Sink: Send + Sync {
     /// dispatcher (a transaction too large to hold whole comes in parts, in order; the next
     /// write's first rows are of the same commit ts). Everything before that transaction is
     /// made durable first, and the ack stays below it until a `write_rows` ends it. A sink that
-    /// keeps upstream transactions whole downstream (MySQL's `transaction-atomicity=table`,
-    /// Kafka's `transactional=true`) holds its parts until then; the others write them as they
-    /// come (a crash before the end replays the whole transaction: at least once).
+    /// keeps upstream transactions whole downstream holds its parts until then (MySQL's
+    /// `transaction-atomicity=table`) or keeps one downstream transaction open across them
+    /// (Kafka's `transactional=true`); the others write them as they come (a crash before the
+    /// end replays the whole transaction: at least once).
     async fn write_part(&self, dispatcher: DispatcherId, batch: RowBatch) -> Result<()>;
     /// Declares that no row with commit ts `<= ts` will follow, so the ack may reach `ts` when
     /// everything written before is durable.

@@ -493,6 +493,60 @@ async fn exactly_once_a_replay_after_a_crash_adds_no_copy() {
     second.close(dispatcher(2)).await;
 }
 
+/// `transactional=true` and a transaction in parts (`write_part`): its parts go into one Kafka
+/// transaction that the write ending it commits with a progress record at its commit ts; the
+/// ack stays below it until then, and a replay of it after a crash adds no copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_a_transaction_in_parts_is_one_kafka_transaction() {
+    let broker = Broker::start().expect("broker");
+    let uri = broker.sink_uri(
+        "eos-parts",
+        "protocol=canal-json&enable-tidb-extension=true&partition-num=2&transactional=true",
+    );
+    let schema = Arc::new(simple_schema("db", "t", 1, 0));
+    let batch = |ids: std::ops::RangeInclusive<u64>| RowBatch {
+        schema: schema.clone(),
+        rows: ids.map(|i| simple_insert(&schema, i, "v", 20, 0)).collect(),
+    };
+    let span = Span::whole_table(TableId(1));
+    let first = sluice_sink::open_sink_for("cf", &uri).await.expect("sink");
+    first
+        .open(dispatcher(1), span.clone(), 0)
+        .await
+        .expect("open");
+    first
+        .write_part(dispatcher(1), batch(1..=5))
+        .await
+        .expect("part");
+    assert_eq!(first.flush(dispatcher(1)).await.expect("flush"), 19);
+    first
+        .write_part(dispatcher(1), batch(6..=10))
+        .await
+        .expect("part");
+    assert_eq!(first.flush(dispatcher(1)).await.expect("flush"), 19);
+    first
+        .write_rows(dispatcher(1), batch(11..=12))
+        .await
+        .expect("end");
+    assert_eq!(first.flush(dispatcher(1)).await.expect("flush"), 20);
+    drop(first); // the node dies before the changefeed checkpoint passed 20
+    let second = sluice_sink::open_sink_for("cf", &uri).await.expect("sink");
+    second.open(dispatcher(2), span, 0).await.expect("open");
+    second
+        .write_part(dispatcher(2), batch(1..=6))
+        .await
+        .expect("replayed part");
+    second
+        .write_rows(dispatcher(2), batch(7..=12))
+        .await
+        .expect("replayed end");
+    assert_eq!(second.flush(dispatcher(2)).await.expect("flush"), 20);
+    let mut ids = committed_ids(&broker, "eos-parts", 12);
+    ids.sort();
+    assert_eq!(ids, (1..=12).collect::<Vec<i64>>(), "each row exactly once");
+    second.close(dispatcher(2)).await;
+}
+
 /// A producer opened for a span fences the earlier producer of that span: the paused
 /// dispatcher's next commit is refused as superseded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
