@@ -9,7 +9,8 @@ def fmt(v, unit=""):
     if v is None:
         return "—"
     if isinstance(v, float):
-        v = f"{v:,.0f}" if abs(v) >= 1000 else f"{v:,.2f}" if abs(v) >= 1 else f"{v:.3f}"
+        a = abs(v)
+        v = f"{v:,.0f}" if a >= 1000 else f"{v:.1f}" if a >= 10 else f"{v:.2f}" if a >= 1 else f"{v:.3f}"
     elif isinstance(v, int):
         v = f"{v:,}"
     return f"{v} {unit}".strip()
@@ -25,12 +26,16 @@ def markdown(run, charts):
         f"# Sluice benchmark: {run['date']}, commit {run['commit']}"
         + (" (QUICK: small sizes, checks the harness; not the issue's figures)" if run["quick"] else ""),
         "",
-        f"`{run['command']}`; binary `{run['binary']}`. Machine: {m['cores']} cores ({m['cpu']}), "
+        f"`{run['command']}`; binary `{run['binary']}` built from {run.get('binary_commit', run['commit'])}"
+        f"{' (crates/ had uncommitted changes: the binary may hold them)' if run.get('dirty') else ''}. Machine: {m['cores']} cores ({m['cpu']}), "
         f"{m['mem_gib']} GiB, load average before the run {m['load_before']}. "
         "**Upstream MariaDB, downstream MariaDB (or moto, etcd) and Sluice run on these same "
         f"{m['cores']} cores**, so absolute figures drift with whatever else runs; each ratio is to "
         "a limit measured in the same run on the same machine, which is why the targets are "
-        "ratios where a limit exists.",
+        "ratios where a limit exists."
+        + (" At quick sizes fixed latencies (changefeed creation, checkpoint and flush intervals) "
+           "dominate the catch-up times: those ratios say nothing about the issue's targets."
+           if run["quick"] else ""),
         "",
         "| case | what | measured | same-run limit | ratio | target | result |",
         "|---|---|---|---|---|---|---|",
