@@ -123,7 +123,7 @@ def charts(run, stem, out_dir):
         axes[-1, 0].set_xlabel("seconds since the case started", fontsize=8)
         fig.suptitle(f"{title}: {run['date']} {run['commit']}; upstream, downstream and Sluice "
                      f"share {run['machine']['cores']} cores", fontsize=9)
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (2.6 * len(cases))))
         name = f"{stem}-{kind}.png"
         fig.savefig(out_dir / name, dpi=80)
         plt.close(fig)
