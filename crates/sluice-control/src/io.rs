@@ -162,6 +162,13 @@ pub enum Input {
         items: Vec<StreamItem>,
         resolved_ts: Ts,
     },
+    /// Dispatchers of `cf` whose streams have nothing new up to `resolved_ts` (no row, no
+    /// DDL): an `Events` without items for each, in one input.
+    Resolved {
+        cf: ChangefeedId,
+        ids: Vec<DispatcherId>,
+        resolved_ts: Ts,
+    },
     /// Every write of this dispatcher at or below `ts` is durable.
     SinkFlushed {
         cf: ChangefeedId,

@@ -180,6 +180,15 @@ impl NodeState {
                     dm.on_events(now, id, items, resolved_ts, &self.holds, &mut out);
                 }
             }
+            Input::Resolved {
+                cf,
+                ids,
+                resolved_ts,
+            } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_resolved(now, ids, resolved_ts, &self.holds, &mut out);
+                }
+            }
             i @ (Input::ChunkQueued { .. }
             | Input::ChunkFailed { .. }
             | Input::ChunkLost { .. }

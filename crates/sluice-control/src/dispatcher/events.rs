@@ -73,6 +73,33 @@ impl DispatcherManager {
         }
     }
 
+    /// The streams of `ids` have nothing new up to `resolved_ts`. A dispatcher with nothing in
+    /// flight (nothing buffered, held back or unacknowledged, no DDL, no copy; what a pump of an
+    /// empty batch would find) takes it without a pump; any other one as an empty batch.
+    pub fn on_resolved(
+        &mut self,
+        now: Millis,
+        ids: Vec<DispatcherId>,
+        resolved_ts: Ts,
+        holds: &Holds,
+        out: &mut Vec<Effect>,
+    ) {
+        for id in ids {
+            let Some(d) = self.dispatchers.get_mut(&id) else {
+                continue;
+            };
+            if d.phase != Phase::Working {
+                continue;
+            }
+            if d.idle() {
+                d.received_upto = d.received_upto.max(resolved_ts);
+                d.consumed_upto = d.consumed_upto.max(d.received_upto);
+                continue;
+            }
+            self.on_events(now, id, Vec::new(), resolved_ts, holds, out);
+        }
+    }
+
     pub fn on_sink_flushed(
         &mut self,
         now: Millis,

@@ -325,6 +325,12 @@ impl Dispatcher {
             || self.copy.as_ref().is_some_and(|c| !c.done())
     }
 
+    /// Nothing to move but its resolved ts: what a tick would not touch, with nothing held
+    /// back and no halt (see [`DispatcherManager::on_resolved`]).
+    fn idle(&self) -> bool {
+        !self.wants_tick() && self.held_part.is_none() && self.halted.is_none()
+    }
+
     /// Counts one retryable sink failure (a failed write or floor read; progress since the last
     /// one starts the count again) and keeps it as the warning; true once past the limit.
     fn count_sink_failure(&mut self, message: &str) -> bool {

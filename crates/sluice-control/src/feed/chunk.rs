@@ -76,6 +76,8 @@ impl<R: FeedRow> Feed<R> {
         out: &mut Vec<FeedOut<R>>,
     ) {
         let key = (cf.clone(), id);
+        // Its stream may go on now (a chunk to hand out, or a failed read no longer holding it).
+        self.behind.insert(key.clone());
         let dropped = FeedOut::Input(Input::ChunkDropped { cf: cf.clone(), id });
         // A read of an ended subscription: its rows go; the dispatcher (if it still is) hears
         // that its read will not be answered.

@@ -244,7 +244,18 @@ pub struct Feed<R> {
     inflight_bytes: u64,
     /// Bytes of the rows in sink writes not yet accepted.
     in_sink_bytes: u64,
+    /// The lanes a poll may have something to hand: every subscribed lane once the source's
+    /// complete ts moved, then only those not yet caught up with it, and those a subscription or
+    /// a snapshot chunk touched since. So a poll costs what is moving, not every lane (thousands
+    /// of idle tables); a lane found caught up leaves it.
+    behind: std::collections::BTreeSet<LaneKey>,
+    /// The source's complete ts when `behind` was last filled with every subscribed lane.
+    seen_complete: Option<Ts>,
 }
+
+/// The dispatchers of one changefeed that a poll found with nothing new but a greater resolved
+/// ts: one [`Input::Resolved`] for all of them instead of a batch each.
+type Quiet = BTreeMap<(ChangefeedId, Ts), Vec<DispatcherId>>;
 
 /// A batch being cut for one dispatcher.
 struct Cut<R> {
@@ -272,6 +283,8 @@ impl<R: FeedRow> Feed<R> {
             next_handle: 1,
             inflight_bytes: 0,
             in_sink_bytes: 0,
+            behind: std::collections::BTreeSet::new(),
+            seen_complete: None,
         }
     }
 
@@ -317,7 +330,8 @@ impl<R: FeedRow> Feed<R> {
     }
 
     /// Read what the source has for every subscribed dispatcher that takes events now
-    /// (`wants`), within the quota; each batch goes out as `Input::Events`.
+    /// (`wants`), within the quota; each batch goes out as `Input::Events`, and the dispatchers
+    /// with nothing new but the resolved ts as one `Input::Resolved` per changefeed.
     pub fn poll<S>(
         &mut self,
         src: &S,
@@ -327,34 +341,49 @@ impl<R: FeedRow> Feed<R> {
         S: EventSource<Row = R>,
     {
         let complete = src.complete();
-        // Only the lanes `deliver` could hand something to (an idle lane of thousands costs
-        // nothing per poll), each with whether a subscribed lane follows it: the quota is
-        // checked before every subscribed lane, as if all were visited.
-        let mut subscribed = 0usize;
-        let mut active: Vec<(LaneKey, usize)> = Vec::new();
-        for (k, l) in &self.lanes {
-            let Some(sub) = &l.sub else { continue };
-            subscribed += 1;
-            let waits_for_chunk = l.awaiting_chunk && l.chunks.is_empty();
-            if !waits_for_chunk && (!l.chunks.is_empty() || sub.cursor < complete) {
-                active.push((k.clone(), subscribed));
-            }
+        if self.seen_complete != Some(complete) {
+            self.seen_complete = Some(complete);
+            self.behind = self
+                .lanes
+                .iter()
+                .filter(|(_, l)| l.sub.is_some())
+                .map(|(k, _)| k.clone())
+                .collect();
         }
         let over = |f: &Self| f.inflight_bytes >= f.quota_bytes && !mutation("feed-ignores-quota");
-        let mut visited = 0usize; // subscribed lanes visited so far, in key order
-        for (key, at) in active {
+        let mut quiet = Quiet::new();
+        let keys: Vec<LaneKey> = self.behind.iter().cloned().collect();
+        for key in keys {
+            if !self.may_deliver(&key, complete) {
+                self.behind.remove(&key);
+                continue;
+            }
             if over(self) {
                 out.push(FeedOut::Note(FeedNote::QuotaWait));
-                return;
+                break;
             }
-            visited = at;
             if wants(&key.0, key.1) {
-                self.deliver(src, &key, complete, out);
+                self.deliver(src, &key, complete, out, &mut quiet);
             }
         }
-        if visited < subscribed && over(self) {
-            out.push(FeedOut::Note(FeedNote::QuotaWait));
+        for ((cf, resolved_ts), ids) in quiet {
+            out.push(FeedOut::Input(Input::Resolved {
+                cf,
+                ids,
+                resolved_ts,
+            }));
         }
+    }
+
+    /// Whether a lane may have something to hand out now: subscribed, not waiting for a chunk
+    /// read, and a chunk held or its stream behind the source.
+    fn may_deliver(&self, key: &LaneKey, complete: Ts) -> bool {
+        let Some(l) = self.lanes.get(key) else {
+            return false;
+        };
+        let Some(sub) = &l.sub else { return false };
+        let waits_for_chunk = l.awaiting_chunk && l.chunks.is_empty();
+        !waits_for_chunk && (!l.chunks.is_empty() || sub.cursor < complete)
     }
 
     /// The sink took (or dropped) a write of `rows` rows and `bytes` bytes. A write of a
@@ -442,6 +471,7 @@ impl<R: FeedRow> Feed<R> {
                 })
             }
         }
+        self.behind.insert((cf.clone(), id));
         // Rows after the new start are read again: the ones held are stale.
         self.release(&(cf.clone(), id), |_, r| r.commit_ts() > start_ts);
         self.rewind_chunk(&(cf.clone(), id), start_ts, out);
@@ -564,8 +594,14 @@ impl<R: FeedRow> Feed<R> {
     }
 
     /// One batch for one dispatcher, if it has room and the source has something new.
-    fn deliver<S>(&mut self, src: &S, key: &LaneKey, complete: Ts, out: &mut Vec<FeedOut<R>>)
-    where
+    fn deliver<S>(
+        &mut self,
+        src: &S,
+        key: &LaneKey,
+        complete: Ts,
+        out: &mut Vec<FeedOut<R>>,
+        quiet: &mut Quiet,
+    ) where
         S: EventSource<Row = R>,
     {
         let Some(lane) = self.lanes.get(key) else {
@@ -599,6 +635,7 @@ impl<R: FeedRow> Feed<R> {
                 return self.source_error(key.0.clone(), key.1, "event_store", message, out);
             }
         };
+        let nothing = cut.rows.is_empty() && cut.ddls.is_empty();
         let items = self.hand_out(key, cut.rows, cut.ddls);
         let rows = items
             .iter()
@@ -616,6 +653,14 @@ impl<R: FeedRow> Feed<R> {
             } else {
                 s.advance(resolved_ts, Pos::after(resolved_ts)); // mutations only
             }
+        }
+        if nothing {
+            // Only the resolved ts moved: one input for all such dispatchers of the changefeed.
+            quiet
+                .entry((key.0.clone(), resolved_ts))
+                .or_default()
+                .push(key.1);
+            return;
         }
         out.push(FeedOut::Note(FeedNote::Delivered {
             cf: key.0.clone(),

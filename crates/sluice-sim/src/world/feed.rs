@@ -42,7 +42,7 @@ impl Sim {
     /// Carry out what a node's feed asks for.
     pub(super) fn feed_out(&mut self, name: &str, inc: u64, o: FeedOut<SimRow>) {
         match o {
-            FeedOut::Input(input @ Input::Events { .. }) => {
+            FeedOut::Input(input @ (Input::Events { .. } | Input::Resolved { .. })) => {
                 self.check_batch(name, inc, &input);
                 self.handle(name, inc, input);
             }
@@ -92,15 +92,35 @@ impl Sim {
 
     /// The feed's batch invariants: whole transactions, resolved within the source.
     fn check_batch(&mut self, name: &str, inc: u64, input: &Input) {
-        let Input::Events {
-            id,
-            items,
-            resolved_ts,
-            ..
-        } = input
-        else {
-            return;
-        };
+        match input {
+            Input::Events {
+                id,
+                items,
+                resolved_ts,
+                ..
+            } => self.check_one_batch(name, inc, *id, items, *resolved_ts),
+            // Each dispatcher of it as an empty batch.
+            Input::Resolved {
+                ids, resolved_ts, ..
+            } => {
+                for id in ids {
+                    self.check_one_batch(name, inc, *id, &[], *resolved_ts);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn check_one_batch(
+        &mut self,
+        name: &str,
+        inc: u64,
+        id: DispatcherId,
+        items: &[sluice_control::io::StreamItem],
+        resolved_ts: Ts,
+    ) {
+        let resolved_ts = &resolved_ts;
+        let id = &id;
         // Rows above what capture completed can only be a chunk's (the source has none there):
         // a batch of them resolves at their ts, which the slot rule keeps within a position's
         // slots (a chunk put in late is left to `snapshot-row-order`).
