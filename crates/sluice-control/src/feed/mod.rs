@@ -33,6 +33,9 @@
 //!   reaches its dispatcher at `P + 1` ([`chunk_ts`]), after every event at or below `P` and
 //!   before every later one; the dispatcher's stream is paused while its read is under way, and
 //!   a chunk read behind the stream is refused (`chunk.rs`).
+//! - **every lane read**: a poll visits only the lanes that may have something (`behind`), but
+//!   every subscribed lane is in it again each time the source's complete ts moves, and a
+//!   subscription or a chunk puts its lane back; a lane leaves it only once found caught up.
 //! - **no deadlock at the quota**: rows are read only for dispatchers that take events now
 //!   (working, not stopped at a DDL), and a batch ends at the first row after a DDL it carries, so
 //!   a dispatcher waiting at a barrier holds no rows that could starve the others of the quota.
