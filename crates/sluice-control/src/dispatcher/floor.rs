@@ -87,17 +87,22 @@ impl DispatcherManager {
 
     /// Failed floor reads whose retry is due are asked again.
     pub(super) fn retry_floors(&mut self, now: Millis, out: &mut Vec<Effect>) {
-        let due: Vec<DispatcherId> = self
-            .dispatchers
-            .values()
-            .filter(|d| {
+        let mut due = Vec::new();
+        for id in std::mem::take(&mut self.floor_retries) {
+            let retry_at = self.dispatchers.get(&id).and_then(|d| {
                 d.floor_wait
                     .as_ref()
                     .and_then(|w| w.retry.as_ref())
-                    .is_some_and(|(at, _)| now >= *at)
-            })
-            .map(|d| d.id)
-            .collect();
+                    .map(|(at, _)| *at)
+            });
+            match retry_at {
+                Some(at) if now >= at => due.push(id),
+                Some(_) => {
+                    self.floor_retries.insert(id);
+                }
+                None => {} // no longer waits for a retry
+            }
+        }
         for id in due {
             if let Some(d) = self.dispatchers.get_mut(&id) {
                 d.floor_wait = Some(FloorWait::default());
@@ -157,6 +162,7 @@ impl DispatcherManager {
             d.floor_wait = Some(FloorWait {
                 retry: Some((now + FLOOR_RETRY_MS, e)),
             });
+            self.floor_retries.insert(id);
             return;
         }
         let message = truncate_error(format!(

@@ -460,6 +460,9 @@ pub struct DispatcherManager {
     /// A condition of the whole node that stops this changefeed's progress here (capture
     /// stopped), set by the node; reported as a warning in every heartbeat while it lasts.
     node_warning: Option<String>,
+    /// The dispatchers with a floor read to retry (a superset: one that no longer waits is
+    /// dropped at the next tick), so a tick does not look through every dispatcher for them.
+    floor_retries: BTreeSet<DispatcherId>,
     pub stale_dropped: u64,
 }
 
@@ -500,6 +503,7 @@ impl DispatcherManager {
             last_hb: None,
             last_complete: None,
             node_warning: None,
+            floor_retries: BTreeSet::new(),
             stale_dropped: 0,
         }
     }

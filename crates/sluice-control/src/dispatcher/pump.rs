@@ -229,7 +229,7 @@ impl DispatcherManager {
         if complete {
             self.last_complete = Some((now, epoch));
         }
-        let mut reports = Vec::new();
+        let mut reports = Vec::with_capacity(if complete { self.dispatchers.len() } else { 0 });
         for d in self.dispatchers.values_mut() {
             let sig = d.report_sig(holds);
             if complete || d.last_reported.as_ref() != Some(&sig) {
