@@ -170,55 +170,15 @@ impl NodeState {
                 regions,
                 rows,
             } => self.on_regions(table, regions, rows),
-            Input::Events {
-                cf,
-                id,
-                items,
-                resolved_ts,
-            } => {
-                if let Some(dm) = self.dms.get_mut(&cf) {
-                    dm.on_events(now, id, items, resolved_ts, &self.holds, &mut out);
-                }
-            }
-            Input::Resolved {
-                cf,
-                ids,
-                resolved_ts,
-            } => {
-                if let Some(dm) = self.dms.get_mut(&cf) {
-                    dm.on_resolved(now, ids, resolved_ts, &self.holds, &mut out);
-                }
-            }
             i @ (Input::ChunkQueued { .. }
             | Input::ChunkFailed { .. }
             | Input::ChunkLost { .. }
             | Input::ChunkDropped { .. }) => self.on_chunk_input(now, i, &mut out),
-            Input::SinkFlushed { cf, id, ts } => {
-                if let Some(dm) = self.dms.get_mut(&cf) {
-                    dm.on_sink_flushed(now, id, ts, &self.holds, &mut out);
-                }
-            }
-            Input::SinkClosed { cf, id } => {
-                if let Some(dm) = self.dms.get_mut(&cf) {
-                    dm.on_sink_closed(now, id, &self.holds, &mut out);
-                }
-                self.reap_closed(&mut out);
-            }
-            Input::SinkError {
-                cf,
-                id,
-                retryable,
-                table_only,
-                message,
-            } => {
-                if let Some(dm) = self.dms.get_mut(&cf) {
-                    if table_only {
-                        dm.on_table_refused(id, message, &mut out);
-                    } else {
-                        dm.on_sink_error(id, retryable, message, &mut out);
-                    }
-                }
-            }
+            i @ (Input::Events { .. }
+            | Input::Resolved { .. }
+            | Input::SinkFlushed { .. }
+            | Input::SinkClosed { .. }
+            | Input::SinkError { .. }) => self.on_stream_input(now, i, &mut out),
             Input::Hold { point, on } => {
                 self.holds.set(point, on);
                 for dm in self.dms.values_mut() {
@@ -231,6 +191,59 @@ impl NodeState {
         }
         self.send_maintainer_meta(&mut out);
         out
+    }
+
+    /// A dispatcher's stream from the feed (events, a resolved ts) and its sink's answers go to
+    /// its changefeed's dispatcher manager.
+    fn on_stream_input(&mut self, now: Millis, input: Input, out: &mut Vec<Effect>) {
+        match input {
+            Input::Events {
+                cf,
+                id,
+                items,
+                resolved_ts,
+            } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_events(now, id, items, resolved_ts, &self.holds, out);
+                }
+            }
+            Input::Resolved {
+                cf,
+                ids,
+                resolved_ts,
+            } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_resolved(now, ids, resolved_ts, &self.holds, out);
+                }
+            }
+            Input::SinkFlushed { cf, id, ts } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_sink_flushed(now, id, ts, &self.holds, out);
+                }
+            }
+            Input::SinkClosed { cf, id } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_sink_closed(now, id, &self.holds, out);
+                }
+                self.reap_closed(out);
+            }
+            Input::SinkError {
+                cf,
+                id,
+                retryable,
+                table_only,
+                message,
+            } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    if table_only {
+                        dm.on_table_refused(id, message, out);
+                    } else {
+                        dm.on_sink_error(id, retryable, message, out);
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 
     fn on_nodes_changed(
