@@ -1232,6 +1232,23 @@ fn a_dispatcher_removed_while_it_waits_for_its_floor_never_starts() {
     assert_eq!(state_of(&dm, d), None);
 }
 
+/// An insert of key `k` of `table` at `ts` in a dispatcher's stream (its handle is `k`).
+fn insert_item(table: TableId, ts: u64, k: u64) -> StreamItem {
+    StreamItem::Row {
+        commit_ts: ts,
+        key: Key::row_u64(table, k),
+        handle: k,
+        kind: sluice_types::RowKind::Insert,
+    }
+}
+
+/// The manager warns that a sink acknowledged nothing for too long.
+fn ack_stalled(dm: &DispatcherManager) -> bool {
+    dm.warnings()
+        .iter()
+        .any(|w| w.contains("acknowledged nothing"))
+}
+
 /// Rows the sink holds without acknowledging them hold the checkpoint; after
 /// `SINK_ACK_STALL_MS` without an acknowledgement the dispatcher says so in its heartbeats (the
 /// changefeed then reads `warning`, not `normal`), and the warning goes once the sink
@@ -1244,21 +1261,11 @@ fn a_sink_that_stops_acknowledging_is_reported_not_hidden() {
     bootstrap(&mut dm, &m1(), 1, &holds);
     let d = id(1, 1);
     create(&mut dm, &m1(), 1, d, Span::whole_table(TableId(4)), &holds);
-    let row = |ts: u64, k: u64| StreamItem::Row {
-        commit_ts: ts,
-        key: Key::row_u64(TableId(4), k),
-        handle: k,
-        kind: sluice_types::RowKind::Insert,
-    };
-    let stalled = |dm: &DispatcherManager| {
-        dm.warnings()
-            .iter()
-            .any(|w| w.contains("acknowledged nothing"))
-    };
+    let row = |ts: u64, k: u64| insert_item(TableId(4), ts, k);
     let mut out = Vec::new();
     dm.on_events(1_000, d, vec![row(105, 1)], 110, &holds, &mut out);
     dm.on_tick(1_000 + SINK_ACK_STALL_MS / 2, &holds, &mut out);
-    assert!(!stalled(&dm), "half the limit is not a stall");
+    assert!(!ack_stalled(&dm), "half the limit is not a stall");
     // Steady progress: an acknowledgement, then more rows, each within the limit.
     dm.on_sink_flushed(1_000 + SINK_ACK_STALL_MS / 2, d, 105, &holds, &mut out);
     dm.on_events(
@@ -1270,15 +1277,15 @@ fn a_sink_that_stops_acknowledging_is_reported_not_hidden() {
         &mut out,
     );
     dm.on_tick(1_000 + SINK_ACK_STALL_MS, &holds, &mut out);
-    assert!(!stalled(&dm), "the sink acknowledged within the limit");
+    assert!(!ack_stalled(&dm), "the sink acknowledged within the limit");
     dm.on_tick(1_000 + SINK_ACK_STALL_MS * 2, &holds, &mut out);
     assert!(
-        stalled(&dm),
+        ack_stalled(&dm),
         "no acknowledgement for the whole limit: {:?}",
         dm.warnings()
     );
     dm.on_sink_flushed(1_000 + SINK_ACK_STALL_MS * 2, d, 115, &holds, &mut out);
-    assert!(!stalled(&dm), "acknowledged again: {:?}", dm.warnings());
+    assert!(!ack_stalled(&dm), "acknowledged again: {:?}", dm.warnings());
 }
 
 /// A transaction that comes in parts (rows above the batch's resolved ts): each part goes to
@@ -1294,12 +1301,7 @@ fn a_transaction_in_parts_is_written_open_and_holds_the_checkpoint_below_it() {
     bootstrap(&mut dm, &m1(), 1, &holds);
     let d = id(1, 1);
     create(&mut dm, &m1(), 1, d, Span::whole_table(TableId(4)), &holds);
-    let row = |ts: u64, k: u64| StreamItem::Row {
-        commit_ts: ts,
-        key: Key::row_u64(TableId(4), k),
-        handle: k,
-        kind: sluice_types::RowKind::Insert,
-    };
+    let row = |ts: u64, k: u64| insert_item(TableId(4), ts, k);
     let writes = |out: &[Effect]| -> Vec<(Vec<u64>, bool)> {
         out.iter()
             .filter_map(|e| match e {
@@ -1309,11 +1311,6 @@ fn a_transaction_in_parts_is_written_open_and_holds_the_checkpoint_below_it() {
                 _ => None,
             })
             .collect()
-    };
-    let stalled = |dm: &DispatcherManager| {
-        dm.warnings()
-            .iter()
-            .any(|w| w.contains("acknowledged nothing"))
     };
     let checkpoint = |dm: &DispatcherManager| {
         dm.dispatchers()
@@ -1346,7 +1343,7 @@ fn a_transaction_in_parts_is_written_open_and_holds_the_checkpoint_below_it() {
         assert_eq!(writes(&out), vec![(vec![120], true)], "a further part");
         dm.on_tick(t, &holds, &mut out);
         assert!(
-            !stalled(&dm),
+            !ack_stalled(&dm),
             "parts going out are progress: {:?}",
             dm.warnings()
         );
@@ -1354,7 +1351,10 @@ fn a_transaction_in_parts_is_written_open_and_holds_the_checkpoint_below_it() {
     }
     let mut out = Vec::new();
     dm.on_tick(t + SINK_ACK_STALL_MS + 1, &holds, &mut out);
-    assert!(stalled(&dm), "no part and no acknowledgement for the limit");
+    assert!(
+        ack_stalled(&dm),
+        "no part and no acknowledgement for the limit"
+    );
     let mut out = Vec::new();
     // The stream passes it with no more of its rows (the rest filtered out, or the last part
     // ended exactly at its end): the row kept back ends it.
@@ -1365,7 +1365,7 @@ fn a_transaction_in_parts_is_written_open_and_holds_the_checkpoint_below_it() {
         "the write that ends it"
     );
     dm.on_sink_flushed(t + SINK_ACK_STALL_MS + 2, d, 120, &holds, &mut out);
-    assert!(!stalled(&dm));
+    assert!(!ack_stalled(&dm));
     assert_eq!(
         checkpoint(&dm),
         Some(130),

@@ -365,26 +365,11 @@ impl Kafka {
 
     /// Reads what the broker committed for the writer's span, once (`transactional=true`).
     async fn load_committed(&self, w: &mut KafkaWriter) -> Result<()> {
-        let Some(mut t) = w.txn.take() else {
-            return Ok(());
-        };
-        if t.loaded() {
-            w.txn = Some(t);
+        if w.txn.as_ref().is_none_or(|t| t.loaded()) {
             return Ok(());
         }
         let cfg = self.cfg.clone();
-        let (t, r) = tokio::task::spawn_blocking(move || {
-            let r = t.load(&cfg);
-            (t, r)
-        })
-        .await
-        .map_err(|e| SinkError::Broker {
-            what: "reading committed progress".into(),
-            reason: e.to_string(),
-            retryable: true,
-        })?;
-        w.txn = Some(t);
-        r
+        on_txn(w, "reading committed progress", move |t| t.load(&cfg)).await
     }
 
     /// The parts of an upstream transaction still open go into a Kafka transaction left open
@@ -394,45 +379,23 @@ impl Kafka {
             return Ok(());
         }
         fence.check("send into a Kafka transaction")?;
-        let Some(mut t) = w.txn.take() else {
-            return Ok(());
-        };
         let pending = std::mem::take(&mut w.pending);
         w.bytes = 0;
-        let (t, r) = tokio::task::spawn_blocking(move || {
-            let r = t.send_open(&pending);
-            (t, r)
+        on_txn(w, "sending into a transaction", move |t| {
+            t.send_open(&pending)
         })
         .await
-        .map_err(|e| SinkError::Broker {
-            what: "sending into a transaction".into(),
-            reason: e.to_string(),
-            retryable: true,
-        })?;
-        w.txn = Some(t);
-        r
     }
 
     /// One Kafka transaction of the buffered messages and their progress record.
     async fn commit(&self, w: &mut KafkaWriter, fence: &BoundFence) -> Result<()> {
         self.ensure_progress_topic().await?;
         fence.check("commit a Kafka transaction")?;
-        let Some(mut t) = w.txn.take() else {
-            return Ok(());
-        };
         let (cfg, pending, ts) = (self.cfg.clone(), std::mem::take(&mut w.pending), w.max_ts);
-        let (t, r) = tokio::task::spawn_blocking(move || {
-            let r = t.commit(&cfg, &pending, ts);
-            (t, r)
+        on_txn(w, "committing a transaction", move |t| {
+            t.commit(&cfg, &pending, ts)
         })
         .await
-        .map_err(|e| SinkError::Broker {
-            what: "committing a transaction".into(),
-            reason: e.to_string(),
-            retryable: true,
-        })?;
-        w.txn = Some(t);
-        r
     }
 
     /// The (key, value) of a row's message (`avro`: its schemas' registry ids, with Avro).
@@ -904,18 +867,13 @@ impl Backend for Kafka {
     }
 
     async fn discard(&self, w: &mut KafkaWriter) {
-        if let Some(mut t) = w.txn.take() {
-            // A Kafka transaction left open by the parts of an upstream transaction: aborted, so
-            // `read_committed` readers never see them (the successor writes it whole).
-            if let Ok(t) = tokio::task::spawn_blocking(move || {
-                t.abort();
-                t
-            })
-            .await
-            {
-                w.txn = Some(t);
-            }
-        }
+        // A Kafka transaction left open by the parts of an upstream transaction: aborted, so
+        // `read_committed` readers never see them (the successor writes it whole).
+        let _ = on_txn(w, "aborting a transaction", |t| {
+            t.abort();
+            Ok(())
+        })
+        .await;
         w.pending.clear();
         // Their reports are not waited for: the dispatcher replays from its checkpoint.
         w.inflight.clear();
@@ -925,4 +883,28 @@ impl Backend for Kafka {
     fn flush_interval(&self) -> Option<Duration> {
         Some(FLUSH_INTERVAL)
     }
+}
+
+/// Runs `f` on the writer's transactional producer off the async threads (its calls block) and
+/// puts the producer back; nothing without one.
+async fn on_txn(
+    w: &mut KafkaWriter,
+    what: &str,
+    f: impl FnOnce(&mut txn::Txn) -> Result<()> + Send + 'static,
+) -> Result<()> {
+    let Some(mut t) = w.txn.take() else {
+        return Ok(());
+    };
+    let (t, r) = tokio::task::spawn_blocking(move || {
+        let r = f(&mut t);
+        (t, r)
+    })
+    .await
+    .map_err(|e| SinkError::Broker {
+        what: what.into(),
+        reason: e.to_string(),
+        retryable: true,
+    })?;
+    w.txn = Some(t);
+    r
 }
