@@ -1232,6 +1232,16 @@ fn a_dispatcher_removed_while_it_waits_for_its_floor_never_starts() {
     assert_eq!(state_of(&dm, d), None);
 }
 
+/// A manager bootstrapped by `m1` with one working dispatcher `d1.1` over table 4.
+fn one_dispatcher_of_table_4() -> (DispatcherManager, Holds, DispatcherId) {
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let d = id(1, 1);
+    create(&mut dm, &m1(), 1, d, Span::whole_table(TableId(4)), &holds);
+    (dm, holds, d)
+}
+
 /// An insert of key `k` of `table` at `ts` in a dispatcher's stream (its handle is `k`).
 fn insert_item(table: TableId, ts: u64, k: u64) -> StreamItem {
     StreamItem::Row {
@@ -1256,11 +1266,7 @@ fn ack_stalled(dm: &DispatcherManager) -> bool {
 #[test]
 fn a_sink_that_stops_acknowledging_is_reported_not_hidden() {
     use sluice_control::config::SINK_ACK_STALL_MS;
-    let holds = Holds::default();
-    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
-    bootstrap(&mut dm, &m1(), 1, &holds);
-    let d = id(1, 1);
-    create(&mut dm, &m1(), 1, d, Span::whole_table(TableId(4)), &holds);
+    let (mut dm, holds, d) = one_dispatcher_of_table_4();
     let row = |ts: u64, k: u64| insert_item(TableId(4), ts, k);
     let mut out = Vec::new();
     dm.on_events(1_000, d, vec![row(105, 1)], 110, &holds, &mut out);
@@ -1296,11 +1302,7 @@ fn a_sink_that_stops_acknowledging_is_reported_not_hidden() {
 #[test]
 fn a_transaction_in_parts_is_written_open_and_holds_the_checkpoint_below_it() {
     use sluice_control::config::SINK_ACK_STALL_MS;
-    let holds = Holds::default();
-    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
-    bootstrap(&mut dm, &m1(), 1, &holds);
-    let d = id(1, 1);
-    create(&mut dm, &m1(), 1, d, Span::whole_table(TableId(4)), &holds);
+    let (mut dm, holds, d) = one_dispatcher_of_table_4();
     let row = |ts: u64, k: u64| insert_item(TableId(4), ts, k);
     let writes = |out: &[Effect]| -> Vec<(Vec<u64>, bool)> {
         out.iter()

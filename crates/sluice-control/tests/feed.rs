@@ -142,8 +142,12 @@ fn cf() -> ChangefeedId {
 
 const D: DispatcherId = DispatcherId { epoch: 1, seq: 1 };
 
-fn subscribed(src: &Mem, quota: u64) -> Feed<Row> {
-    let mut feed = Feed::new(NodeId::new("n1"), quota);
+/// `D` subscribes to the whole table from `start_ts`; what the feed answered.
+fn subscribe<S: EventSource<Row = Row>>(
+    feed: &mut Feed<Row>,
+    src: &S,
+    start_ts: Ts,
+) -> Vec<FeedOut<Row>> {
     let mut out = Vec::new();
     feed.on_effect(
         src,
@@ -152,10 +156,16 @@ fn subscribed(src: &Mem, quota: u64) -> Feed<Row> {
             id: D,
             span: Span::whole_table(T),
             is_trigger: false,
-            start_ts: 0,
+            start_ts,
         },
         &mut out,
     );
+    out
+}
+
+fn subscribed(src: &Mem, quota: u64) -> Feed<Row> {
+    let mut feed = Feed::new(NodeId::new("n1"), quota);
+    let out = subscribe(&mut feed, src, 0);
     assert!(matches!(
         out.as_slice(),
         [FeedOut::Open { start_ts: 0, .. }]
@@ -295,18 +305,7 @@ fn a_resubscription_inside_a_transaction_in_parts_reads_it_again_from_its_start(
         panic!("no batch")
     };
     assert_eq!(resolved, 9, "a part");
-    let mut out = Vec::new();
-    feed.on_effect(
-        &src,
-        Effect::Subscribe {
-            cf: cf(),
-            id: D,
-            span: Span::whole_table(T),
-            is_trigger: false,
-            start_ts: 9,
-        },
-        &mut out,
-    );
+    subscribe(&mut feed, &src, 9);
     let (Some((items, resolved)), _) = poll(&mut feed, &src) else {
         panic!("no batch")
     };
@@ -422,18 +421,7 @@ fn a_start_below_the_source_is_refused_with_an_error() {
     }
     let src = Late(Mem::default());
     let mut feed: Feed<Row> = Feed::new(NodeId::new("n1"), u64::MAX);
-    let mut out = Vec::new();
-    feed.on_effect(
-        &src,
-        Effect::Subscribe {
-            cf: cf(),
-            id: D,
-            span: Span::whole_table(T),
-            is_trigger: false,
-            start_ts: 50,
-        },
-        &mut out,
-    );
+    let out = subscribe(&mut feed, &src, 50);
     assert!(out.iter().any(|o| matches!(
         o,
         FeedOut::Input(Input::SinkError { retryable: false, message, .. }) if message.contains("starts at ts 100")
