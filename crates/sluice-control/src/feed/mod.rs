@@ -639,11 +639,7 @@ impl<R: FeedRow> Feed<R> {
             }
         };
         let nothing = cut.rows.is_empty() && cut.ddls.is_empty();
-        let items = self.hand_out(key, cut.rows, cut.ddls);
-        let rows = items
-            .iter()
-            .filter(|i| matches!(i, StreamItem::Row { .. }))
-            .count();
+        let rows = cut.rows.len();
         #[allow(unused_mut)]
         let mut resolved_ts = cut.upto;
         #[cfg(feature = "mutations")]
@@ -665,6 +661,7 @@ impl<R: FeedRow> Feed<R> {
                 .push(key.1);
             return;
         }
+        let items = self.hand_out(key, cut.rows, cut.ddls);
         out.push(FeedOut::Note(FeedNote::Delivered {
             cf: key.0.clone(),
             rows,
