@@ -81,6 +81,8 @@ pub struct SinkRegistry {
     write_holds: Arc<sluice_sink::WriteHolds>,
     /// Each changefeed's `[[sink.dispatchers]]`, as its configuration last said.
     rules: std::sync::Mutex<BTreeMap<ChangefeedId, Vec<DispatchRule>>>,
+    /// The upstream's binlog base name, given to every sink opened (Debezium's `source.file`).
+    binlog_base: std::sync::OnceLock<String>,
 }
 
 impl SinkRegistry {
@@ -88,6 +90,13 @@ impl SinkRegistry {
     /// it as their write fence. Without one, writes are always allowed.
     pub fn set_guard(&self, g: WriteGuard) {
         let _ = self.guard.set(g);
+    }
+
+    /// Records the upstream's binlog base name (`mysql-bin` for `mysql-bin.000042`), before any
+    /// sink is opened: sinks opened later name binlog files by it (a Kafka sink's Debezium
+    /// `source.file`). Without one, they leave the file name empty.
+    pub fn set_binlog_base(&self, base: &str) {
+        let _ = self.binlog_base.set(base.to_string());
     }
 
     /// Records a changefeed's `[[sink.dispatchers]]` (from its configuration, before its
@@ -129,8 +138,9 @@ impl SinkRegistry {
         // Progress rows (DDL applied, checkpoint) downstream are keyed by changefeed, so two
         // changefeeds writing to one downstream never share them.
         let holds = Some(self.write_holds.clone());
-        let sink =
-            open_sink_routed(cf.as_str(), uri, &rules, self.guard.get().cloned(), holds).await?;
+        let (fence, base) = (self.guard.get().cloned(), self.binlog_base.get());
+        let base = base.map(String::as_str);
+        let sink = open_sink_routed(cf.as_str(), uri, &rules, fence, holds, base).await?;
         tracing::info!(changefeed = %cf, sink = %mask_url(uri), "sink opened");
         s.insert(cf.clone(), (uri.to_string(), rules, sink.clone()));
         Ok(sink)

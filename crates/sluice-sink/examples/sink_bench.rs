@@ -161,8 +161,16 @@ async fn kafka_cases(s: &Arc<TableSchema>, data: &[RowEvent]) {
     let mut dbz_bytes = 0u64;
     let envelope = sluice_sink::codec::debezium::Envelope::new("bench", s);
     for r in data {
-        let v = sluice_sink::codec::debezium::encode_row_value_with(&envelope, "bench", s, r)
-            .expect("dbz");
+        let v = sluice_sink::codec::debezium::encode_row_value_with(
+            &envelope,
+            sluice_sink::codec::debezium::Origin {
+                name: "bench",
+                binlog_base: Some("mysql-bin"),
+            },
+            s,
+            r,
+        )
+        .expect("dbz");
         let k = sluice_sink::codec::debezium::encode_key_with(&envelope, s, r);
         dbz_bytes += (v.len() + k.map_or(0, |k| k.len())) as u64;
     }

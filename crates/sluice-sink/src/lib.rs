@@ -221,22 +221,25 @@ pub async fn open_sink_with(
     fence: Option<WriteFence>,
     holds: Option<Arc<WriteHolds>>,
 ) -> Result<Arc<dyn Sink>> {
-    open_sink_routed(changefeed, uri, &[], fence, holds).await
+    open_sink_routed(changefeed, uri, &[], fence, holds, None).await
 }
 
 /// [`open_sink_with`] with the changefeed's `[[sink.dispatchers]]` (a Kafka sink's topic and
-/// partition rules; other sinks take none).
+/// partition rules; other sinks take none) and the upstream's binlog base name (`mysql-bin`
+/// for files `mysql-bin.000042`; a Kafka sink's Debezium messages name their binlog file by it,
+/// `None`: they leave `source.file` empty; other sinks do not use it).
 pub async fn open_sink_routed(
     changefeed: &str,
     uri: &str,
     rules: &[sluice_types::sink_rules::DispatchRule],
     fence: Option<WriteFence>,
     holds: Option<Arc<WriteHolds>>,
+    binlog_base: Option<&str>,
 ) -> Result<Arc<dyn Sink>> {
     match SinkUri::parse(uri)?.config {
         SinkConfig::Blackhole => blackhole::build(fence),
         SinkConfig::Storage(cfg) => cfg.build(fence),
         SinkConfig::Mysql(cfg) => cfg.build(changefeed, fence, holds).await,
-        SinkConfig::Kafka(cfg) => cfg.build(changefeed, rules, fence),
+        SinkConfig::Kafka(cfg) => cfg.build(changefeed, rules, fence, binlog_base),
     }
 }

@@ -147,7 +147,7 @@ async fn rows_by_key_ddls_and_watermarks_on_every_partition() {
         partition: Some("index-value".into()),
         ..Default::default()
     }];
-    let sink = cfg.build("test", &rules, None).expect("sink");
+    let sink = cfg.build("test", &rules, None, None).expect("sink");
     let schema = Arc::new(simple_schema("db", "t", 1, 0));
     let d = dispatcher(1);
     sink.open(d, Span::whole_table(TableId(1)), 0)
@@ -218,7 +218,8 @@ async fn rows_by_key_ddls_and_watermarks_on_every_partition() {
     sink.close(d).await;
 }
 
-/// An update that changes the key is a delete then an insert, each in its key's partition.
+/// An update that changes the key is a delete then an insert, each in its key's partition; each
+/// Debezium message names the binlog file of its commit ts by the base name the sink was given.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_of_the_key_is_a_delete_and_an_insert() {
     let broker = Broker::start().expect("broker");
@@ -231,16 +232,19 @@ async fn an_update_of_the_key_is_a_delete_and_an_insert() {
         partition: Some("index-value".into()),
         ..Default::default()
     }];
-    let sink = cfg.build("test", &rules, None).expect("sink");
+    let sink = cfg
+        .build("test", &rules, None, Some("binlog"))
+        .expect("sink");
     let schema = Arc::new(simple_schema("db", "t", 1, 0));
     let d = dispatcher(2);
     sink.open(d, Span::whole_table(TableId(1)), 0)
         .await
         .expect("open");
-    let mut up = simple_insert(&schema, 1, "a", 10, 0);
+    let ts = (5 << 32) | 10;
+    let mut up = simple_insert(&schema, 1, "a", ts, 0);
     up.kind = RowKind::Update;
-    up.before = simple_insert(&schema, 1, "a", 10, 0).after;
-    up.after = simple_insert(&schema, 2, "b", 10, 0).after;
+    up.before = simple_insert(&schema, 1, "a", ts, 0).after;
+    up.after = simple_insert(&schema, 2, "b", ts, 0).after;
     sink.write_rows(
         d,
         RowBatch {
@@ -250,7 +254,7 @@ async fn an_update_of_the_key_is_a_delete_and_an_insert() {
     )
     .await
     .expect("rows");
-    assert_eq!(sink.flush(d).await.expect("flush"), 10);
+    assert_eq!(sink.flush(d).await.expect("flush"), ts);
     let got = read_all(&broker, "keys", 2);
     // (op, key id, partition) of each message; partitions are read in no set order.
     let mut seen: Vec<(String, i64, i32)> = got
@@ -260,6 +264,11 @@ async fn an_update_of_the_key_is_a_delete_and_an_insert() {
             let k: serde_json::Value =
                 serde_json::from_str(k.as_deref().unwrap_or("null")).expect("key json");
             let op = v["payload"]["op"].as_str().unwrap_or_default().to_string();
+            let src = &v["payload"]["source"];
+            assert_eq!(
+                (&src["file"], &src["pos"]),
+                (&"binlog.000005".into(), &10.into())
+            );
             (op, k["payload"]["id"].as_i64().unwrap_or(-1), *p)
         })
         .collect();
@@ -290,6 +299,10 @@ fn golden_messages_of_every_column_type() {
     rows.push(read);
     let mut canal = String::new();
     let mut dbz = String::new();
+    let origin = sluice_sink::codec::debezium::Origin {
+        name: "sluice",
+        binlog_base: Some("mysql-bin"),
+    };
     for r in &rows {
         sluice_sink::codec::canal::encode_row_message(&mut canal, true, &schema, r).expect("canal");
         canal.push('\n');
@@ -298,8 +311,7 @@ fn golden_messages_of_every_column_type() {
         );
         dbz.push('\n');
         dbz.push_str(
-            &sluice_sink::codec::debezium::encode_row_value("sluice", &schema, r)
-                .expect("debezium"),
+            &sluice_sink::codec::debezium::encode_row_value(origin, &schema, r).expect("debezium"),
         );
         dbz.push('\n');
     }

@@ -36,7 +36,7 @@ async fn avro_sink(broker: &Broker, registry: &str, extra: &str) -> Arc<dyn Sink
         "avro-base",
         &format!("protocol=avro&partition-num=2&schema-registry={registry}{extra}"),
     );
-    open_sink_routed("cf", &uri, &per_table(), None, None)
+    open_sink_routed("cf", &uri, &per_table(), None, None, None)
         .await
         .expect("sink")
 }
@@ -331,7 +331,7 @@ async fn basic_auth_and_tables_avro_cannot_take() {
         "base",
         &format!("protocol=avro&schema-registry={}", open.url()),
     );
-    let sink = open_sink_routed("cf", &uri, &rules, None, None)
+    let sink = open_sink_routed("cf", &uri, &rules, None, None, None)
         .await
         .expect("sink");
     let mut keyless = simple_schema("db", "nokey", 4, 1);

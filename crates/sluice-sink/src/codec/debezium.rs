@@ -10,17 +10,21 @@
 //! - every column carries its MySQL type in the parameter `__debezium.source.column.type`
 //!   (Debezium's `column.propagate.source.type`), which decoding uses to give values back in
 //!   MySQL's text form;
-//! - `source.commit_ts` is Sluice's commit ts (binlog file index << 32 | end position) and
-//!   `source.pos` that end position, so a consumer can order and deduplicate; `source.gtid` and
-//!   `source.server_id` are the transaction's MariaDB GTID and its server (null and 0 without);
+//! - `source.commit_ts` is Sluice's commit ts (binlog file index << 32 | end position),
+//!   `source.pos` that end position and `source.file` that file's name (`<base>.<index>`, six
+//!   digits at least, as MariaDB names it; empty when the sink was not told the upstream's
+//!   binlog base name, see [`Origin`]), so a consumer can order and deduplicate; `source.gtid`
+//!   and `source.server_id` are the transaction's MariaDB GTID and its server (null and 0
+//!   without);
 //! - decoding never panics on external data: malformed input is a [`SinkError::Codec`].
 
-use super::json::{push_int, push_str, push_value};
+use super::json::{push_escaped, push_int, push_str, push_value};
 use super::{base64_decode, base64_encode, bit_width, value_bytes, value_text, DecodedRow};
 use crate::error::{Result, SinkError};
 use serde_json::{json, Map, Value as Json};
 use sluice_types::civil::{days_from_civil, utc_parts};
 use sluice_types::{ColumnDef, ColumnType, DdlEvent, RowEvent, RowKind, TableSchema, Ts, Value};
+use std::fmt::Write;
 
 /// `source.connector` of every message.
 pub const CONNECTOR: &str = "sluice";
@@ -223,9 +227,42 @@ fn source_schema() -> Json {
     })
 }
 
+/// Who writes the messages: the logical server name (`source.name` and the schema names'
+/// prefix; the Kafka sink passes its topic) and the upstream's binlog base name (`mysql-bin` for
+/// files `mysql-bin.000042`), which with a change's commit ts gives `source.file`; `None` when
+/// it is not known (a sink opened without it): `file` is then the empty string.
+#[derive(Clone, Copy, Debug)]
+pub struct Origin<'a> {
+    pub name: &'a str,
+    pub binlog_base: Option<&'a str>,
+}
+
+impl<'a> Origin<'a> {
+    /// An origin without a binlog base name (`source.file` empty).
+    pub fn named(name: &'a str) -> Origin<'a> {
+        Origin {
+            name,
+            binlog_base: None,
+        }
+    }
+}
+
+/// Appends `source.file`: the name of the binlog file commit ts `ts` is in (`base.NNNNNN`, as
+/// `BinlogPos::from_ts` in capture names it), or `""` without a base name.
+fn push_file(out: &mut String, base: Option<&str>, ts: Ts) {
+    match base {
+        Some(b) => {
+            out.push('"');
+            push_escaped(out, b);
+            let _ = write!(out, ".{:06}\"", ts >> 32);
+        }
+        None => out.push_str("\"\""),
+    }
+}
+
 /// Where a message's change comes from: the `source` block's fields that vary.
 struct Source<'a> {
-    name: &'a str,
+    origin: Origin<'a>,
     db: &'a str,
     /// `None`: a DDL that names no table.
     table: Option<&'a str>,
@@ -236,9 +273,9 @@ struct Source<'a> {
 }
 
 impl<'a> Source<'a> {
-    fn of_row(name: &'a str, schema: &'a TableSchema, row: &RowEvent) -> Source<'a> {
+    fn of_row(origin: Origin<'a>, schema: &'a TableSchema, row: &RowEvent) -> Source<'a> {
         Source {
-            name,
+            origin,
             db: &schema.database,
             table: Some(&schema.name),
             commit_ts: row.commit_ts,
@@ -249,9 +286,9 @@ impl<'a> Source<'a> {
     }
 
     /// A DDL's (`table` empty: it names none).
-    fn of_ddl(name: &'a str, ddl: &'a DdlEvent, table: &'a str) -> Source<'a> {
+    fn of_ddl(origin: Origin<'a>, ddl: &'a DdlEvent, table: &'a str) -> Source<'a> {
         Source {
-            name,
+            origin,
             db: ddl.target_database(),
             table: (!table.is_empty()).then_some(table),
             commit_ts: ddl.commit_ts,
@@ -269,13 +306,15 @@ impl<'a> Source<'a> {
         push_str(out, CONNECTOR);
         out.push_str(",\"db\":");
         push_str(out, self.db);
-        out.push_str(",\"file\":\"\",\"gtid\":");
+        out.push_str(",\"file\":");
+        push_file(out, self.origin.binlog_base, self.commit_ts);
+        out.push_str(",\"gtid\":");
         match self.gtid {
             Some(g) => push_str(out, &g.to_string()),
             None => out.push_str("null"),
         }
         out.push_str(",\"name\":");
-        push_str(out, self.name);
+        push_str(out, self.origin.name);
         out.push_str(",\"pos\":");
         push_int(out, self.commit_ts & 0xffff_ffff);
         out.push_str(",\"query\":null,\"row\":0,\"server_id\":");
@@ -328,10 +367,13 @@ impl Envelope {
     }
 }
 
-/// The value of a row change's message. `name`: the logical server name (`source.name` and
-/// the schema names' prefix; the sink passes its topic).
-pub fn encode_row_value(name: &str, schema: &TableSchema, row: &RowEvent) -> Result<String> {
-    encode_row_value_with(&Envelope::new(name, schema), name, schema, row)
+/// The value of a row change's message, written by `origin` (see [`Origin`]).
+pub fn encode_row_value(
+    origin: Origin<'_>,
+    schema: &TableSchema,
+    row: &RowEvent,
+) -> Result<String> {
+    encode_row_value_with(&Envelope::new(origin.name, schema), origin, schema, row)
 }
 
 /// The `schema` part of every row message of one table version: the same for all its rows, so
@@ -355,7 +397,7 @@ pub fn envelope_schema(name: &str, schema: &TableSchema) -> String {
 /// [`encode_row_value`] with the table version's [`Envelope`] already built.
 pub fn encode_row_value_with(
     envelope: &Envelope,
-    name: &str,
+    origin: Origin<'_>,
     schema: &TableSchema,
     row: &RowEvent,
 ) -> Result<String> {
@@ -387,7 +429,7 @@ pub fn encode_row_value_with(
     out.push_str(",\"op\":");
     push_str(&mut out, op);
     out.push_str(",\"source\":");
-    Source::of_row(name, schema, row).push(&mut out);
+    Source::of_row(origin, schema, row).push(&mut out);
     out.push_str(",\"ts_ms\":");
     push_int(&mut out, row.commit_time_ms);
     out.push_str("}}");
@@ -446,8 +488,8 @@ pub fn encode_key_with(
 
 /// The value of a DDL's message: Debezium's schema-change payload (`databaseName`, `ddl`) with
 /// the source block.
-pub fn encode_ddl_value(name: &str, ddl: &DdlEvent, table: &str) -> String {
-    let source = Source::of_ddl(name, ddl, table);
+pub fn encode_ddl_value(origin: Origin<'_>, ddl: &DdlEvent, table: &str) -> String {
+    let source = Source::of_ddl(origin, ddl, table);
     // The payload's keys sorted, then `schema`, as the serde_json map it once was wrote them.
     let mut out = String::with_capacity(ddl.query.len() + 512);
     out.push_str("{\"payload\":{\"databaseName\":");
@@ -646,10 +688,11 @@ mod tests {
     /// The `source` block as `serde_json` builds it: the reference the writer must match.
     fn reference_source(src: &Source<'_>) -> Json {
         json!({
-            "version": ENVELOPE_VERSION, "connector": CONNECTOR, "name": src.name,
+            "version": ENVELOPE_VERSION, "connector": CONNECTOR, "name": src.origin.name,
             "ts_ms": src.time_ms, "snapshot": if src.snapshot { "true" } else { "false" },
             "db": src.db, "table": src.table, "server_id": src.gtid.map_or(0, |g| g.server),
-            "gtid": src.gtid.map(|g| g.to_string()), "file": "",
+            "gtid": src.gtid.map(|g| g.to_string()),
+            "file": src.origin.binlog_base.map_or(String::new(), |b| format!("{b}.{:06}", src.commit_ts >> 32)),
             "pos": src.commit_ts & 0xffff_ffff, "row": 0, "thread": null, "query": null,
             "commit_ts": src.commit_ts
         })
@@ -657,7 +700,7 @@ mod tests {
 
     /// The source block written straight equals the one `serde_json` builds, for every field
     /// that varies (snapshot or not, a GTID or none, names that need escaping, no table, the
-    /// largest commit ts).
+    /// largest commit ts, a binlog base name or none).
     #[test]
     fn the_source_block_written_straight_is_the_built_one() {
         let gtid = sluice_types::Gtid {
@@ -665,12 +708,22 @@ mod tests {
             server: 42,
             seq: u64::MAX,
         };
-        for (snapshot, ts, gtid, table) in [
-            (false, 1u64 << 32 | 4, Some(gtid), Some("t\\1")),
-            (true, u64::MAX, None, None),
+        for (snapshot, ts, gtid, table, base) in [
+            (
+                false,
+                1u64 << 32 | 4,
+                Some(gtid),
+                Some("t\\1"),
+                Some("mysql-bin"),
+            ),
+            (true, u64::MAX, None, None, Some("/var/log/b\"in")),
+            (false, 3u64 << 32 | 4, None, Some("t"), None),
         ] {
             let src = Source {
-                name: "top\nic",
+                origin: Origin {
+                    name: "top\nic",
+                    binlog_base: base,
+                },
                 db: "d\"b",
                 table,
                 commit_ts: ts,
@@ -696,11 +749,28 @@ mod tests {
             snapshot: true,
             gtid: Some(gtid),
         };
-        let src = Source::of_row("n", &schema, &row);
+        let src = Source::of_row(Origin::named("n"), &schema, &row);
         assert_eq!(
             (src.db, src.table, src.snapshot, src.gtid),
             ("d", Some("t"), true, Some(gtid))
         );
+    }
+
+    /// `source.file` names the commit ts's binlog file as MariaDB does (six digits at least),
+    /// and is empty only without a base name.
+    #[test]
+    fn the_file_is_the_commit_ts_binlog_file() {
+        let file = |base, ts| {
+            let mut out = String::new();
+            push_file(&mut out, base, ts);
+            out
+        };
+        assert_eq!(
+            file(Some("mysql-bin"), 3 << 32 | 1234),
+            "\"mysql-bin.000003\""
+        );
+        assert_eq!(file(Some("b"), 1_234_567 << 32), "\"b.1234567\"");
+        assert_eq!(file(None, 3 << 32), "\"\"");
     }
 
     /// A DDL's message written straight equals the one `serde_json` builds.
@@ -710,7 +780,11 @@ mod tests {
             let mut ddl =
                 crate::testing::ddl_event(77, "d", "CREATE TABLE `t\"x` (a INT)\n", TableId(3));
             ddl.commit_time_ms = 1_700_000_000_000;
-            let src = Source::of_ddl("topic", &ddl, table);
+            let origin = Origin {
+                name: "topic",
+                binlog_base: Some("log-bin"),
+            };
+            let src = Source::of_ddl(origin, &ddl, table);
             let built = json!({
                 "schema": null,
                 "payload": {
@@ -719,7 +793,7 @@ mod tests {
                     "ddl": ddl.query, "tableChanges": []
                 }
             });
-            assert_eq!(encode_ddl_value("topic", &ddl, table), built.to_string());
+            assert_eq!(encode_ddl_value(origin, &ddl, table), built.to_string());
         }
     }
 }

@@ -30,6 +30,12 @@ fn escape(b: u8) -> Option<&'static str> {
 /// Appends `s` as a JSON string, quotes included.
 pub fn push_str(out: &mut String, s: &str) {
     out.push('"');
+    push_escaped(out, s);
+    out.push('"');
+}
+
+/// Appends `s` escaped as inside a JSON string, without the quotes (a string built of parts).
+pub fn push_escaped(out: &mut String, s: &str) {
     let bytes = s.as_bytes();
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
@@ -49,7 +55,6 @@ pub fn push_str(out: &mut String, s: &str) {
         start = i + 1;
     }
     out.push_str(&s[start..]);
-    out.push('"');
 }
 
 /// Appends an integer.

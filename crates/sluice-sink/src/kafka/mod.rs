@@ -138,6 +138,8 @@ pub struct Kafka {
     partitions: Mutex<BTreeMap<String, i32>>,
     /// `large-message-handle-option=claim-check`: where large messages go.
     claim: Option<claim::ClaimCheck>,
+    /// The upstream's binlog base name (Debezium's `source.file`; `None`: not known).
+    binlog_base: Option<String>,
     /// The Debezium envelope's `schema` parts per table version (table id, version), built once.
     envelopes: Mutex<BTreeMap<(sluice_types::TableId, Ts), Arc<crate::codec::debezium::Envelope>>>,
     /// `protocol=avro`: the schema registry, and the ids of each table version's schemas.
@@ -178,14 +180,18 @@ impl KafkaConfig {
     }
 
     /// Builds the sink (`rules`: the changefeed's `[[sink.dispatchers]]`); `fence`: checked
-    /// before every produce.
+    /// before every produce; `binlog_base`: the upstream's binlog base name, which Debezium
+    /// messages name their binlog file by (`None`: their `source.file` is empty).
     pub fn build(
         &self,
         changefeed: &str,
         rules: &[DispatchRule],
         fence: Option<crate::WriteFence>,
+        binlog_base: Option<&str>,
     ) -> Result<Arc<dyn crate::Sink>> {
-        let sink = Runner::with_backend(self.backend(changefeed, rules)?);
+        let mut backend = self.backend(changefeed, rules)?;
+        backend.binlog_base = binlog_base.map(str::to_string);
+        let sink = Runner::with_backend(backend);
         if let Some(f) = fence {
             sink.set_fence(f)?;
         }
@@ -222,6 +228,7 @@ impl KafkaConfig {
                 .create()
                 .map_err(|e| broker_error("creating the Kafka admin client", &e))?,
             partitions: Mutex::new(BTreeMap::new()),
+            binlog_base: None,
             envelopes: Mutex::new(BTreeMap::new()),
             registry: self
                 .schema_registry
@@ -427,10 +434,10 @@ impl Kafka {
                 Ok((None, v.into_bytes()))
             }
             KafkaProtocol::Debezium => {
-                let name = &self.cfg.topic;
                 let envelope = self.envelope(schema)?;
+                let origin = self.debezium_origin();
                 let v =
-                    crate::codec::debezium::encode_row_value_with(&envelope, name, schema, row)?;
+                    crate::codec::debezium::encode_row_value_with(&envelope, origin, schema, row)?;
                 let k = crate::codec::debezium::encode_key_with(&envelope, schema, row);
                 Ok((k.map(String::into_bytes), v.into_bytes()))
             }
@@ -473,6 +480,15 @@ impl Kafka {
         }
     }
 
+    /// Who writes the Debezium messages: the topic as the logical server name, and the
+    /// upstream's binlog base name.
+    fn debezium_origin(&self) -> crate::codec::debezium::Origin<'_> {
+        crate::codec::debezium::Origin {
+            name: &self.cfg.topic,
+            binlog_base: self.binlog_base.as_deref(),
+        }
+    }
+
     /// The Debezium `schema` part of `schema`'s rows (built at the version's first row; at most
     /// [`MAX_ENVELOPES`] kept, the table forgotten when full).
     fn envelope(&self, schema: &TableSchema) -> Result<Arc<crate::codec::debezium::Envelope>> {
@@ -507,7 +523,8 @@ impl Kafka {
                 (None, v.into_bytes())
             }
             KafkaProtocol::Debezium => {
-                let v = crate::codec::debezium::encode_ddl_value(&self.cfg.topic, ddl, table);
+                let v =
+                    crate::codec::debezium::encode_ddl_value(self.debezium_origin(), ddl, table);
                 (None, v.into_bytes())
             }
             KafkaProtocol::OpenProtocol => {
