@@ -310,7 +310,10 @@ impl<'a> Source<'a> {
         push_file(out, self.origin.binlog_base, self.commit_ts);
         out.push_str(",\"gtid\":");
         match self.gtid {
-            Some(g) => push_str(out, &g.to_string()),
+            // Digits and dashes: nothing to escape.
+            Some(g) => {
+                let _ = write!(out, "\"{g}\"");
+            }
             None => out.push_str("null"),
         }
         out.push_str(",\"name\":");
@@ -401,6 +404,19 @@ pub fn encode_row_value_with(
     schema: &TableSchema,
     row: &RowEvent,
 ) -> Result<String> {
+    let mut out = String::with_capacity(envelope.value_schema.len() + 512);
+    write_row_value(&mut out, envelope, origin, schema, row)?;
+    Ok(out)
+}
+
+/// Appends the value of a row change's message to `out` (a buffer the caller sized).
+pub fn write_row_value(
+    out: &mut String,
+    envelope: &Envelope,
+    origin: Origin<'_>,
+    schema: &TableSchema,
+    row: &RowEvent,
+) -> Result<()> {
     let (op, before, after) = match row.kind {
         // A snapshot read is Debezium's read event.
         RowKind::Insert if row.snapshot => ("r", None, row.after.as_deref()),
@@ -418,22 +434,21 @@ pub fn encode_row_value_with(
         )));
     }
     let order = &envelope.by_name;
-    let mut out = String::with_capacity(envelope.value_schema.len() + 512);
     out.push_str("{\"schema\":");
     out.push_str(&envelope.value_schema);
     // The payload's keys in sorted order, as the serde_json map it once was wrote them.
     out.push_str(",\"payload\":{\"after\":");
-    push_image(&mut out, schema, order, after)?;
+    push_image(out, schema, order, after)?;
     out.push_str(",\"before\":");
-    push_image(&mut out, schema, order, before)?;
+    push_image(out, schema, order, before)?;
     out.push_str(",\"op\":");
-    push_str(&mut out, op);
+    push_str(out, op);
     out.push_str(",\"source\":");
-    Source::of_row(origin, schema, row).push(&mut out);
+    Source::of_row(origin, schema, row).push(out);
     out.push_str(",\"ts_ms\":");
-    push_int(&mut out, row.commit_time_ms);
+    push_int(out, row.commit_time_ms);
     out.push_str("}}");
-    Ok(out)
+    Ok(())
 }
 
 /// The `schema` part of a table version's keys; `None` for a table without a key.

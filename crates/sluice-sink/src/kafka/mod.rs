@@ -50,13 +50,14 @@ use rdkafka::ClientConfig;
 use route::{DispatchRule, Router};
 use sluice_types::{DdlEvent, RowEvent, RowKind, TableSchema, Ts};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Encoded messages a dispatcher holds unacknowledged (buffered or sent) before it must flush.
 pub const MAX_BUFFERED_BYTES: usize = 8 << 20;
-/// At most this many Debezium envelope schemas are kept (one per table version).
-pub const MAX_ENVELOPES: usize = 65_536;
+/// At most this many table versions' message parts are kept ([`VersionParts`]).
+pub const MAX_VERSION_PARTS: usize = 65_536;
 /// How often buffered messages are sent without being asked.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -96,6 +97,32 @@ impl Message {
             }));
         }
         rec
+    }
+}
+
+/// What every row message of one table version shares, built at its first row: Debezium's
+/// `schema` parts and column order, canal-json's names and column types.
+enum Parts {
+    Debezium(crate::codec::debezium::Envelope),
+    Canal(crate::codec::canal::Layout),
+    /// The other protocols build nothing ahead.
+    None,
+}
+
+/// A table version's [`Parts`] and the size its value buffers start at.
+struct VersionParts {
+    parts: Parts,
+    /// The largest value encoded so far (a buffer that large needs no regrowth for the next).
+    largest: AtomicUsize,
+}
+
+impl VersionParts {
+    fn buffer(&self) -> String {
+        String::with_capacity(self.largest.load(Ordering::Relaxed))
+    }
+
+    fn encoded(&self, value: &str) {
+        self.largest.fetch_max(value.len(), Ordering::Relaxed);
     }
 }
 
@@ -140,8 +167,8 @@ pub struct Kafka {
     claim: Option<claim::ClaimCheck>,
     /// The upstream's binlog base name (Debezium's `source.file`; `None`: not known).
     binlog_base: Option<String>,
-    /// The Debezium envelope's `schema` parts per table version (table id, version), built once.
-    envelopes: Mutex<BTreeMap<(sluice_types::TableId, Ts), Arc<crate::codec::debezium::Envelope>>>,
+    /// The message parts per table version (table id, version), built once.
+    parts: Mutex<BTreeMap<(sluice_types::TableId, Ts), Arc<VersionParts>>>,
     /// `protocol=avro`: the schema registry, and the ids of each table version's schemas.
     registry: Option<registry::Registry>,
     avro_ids: avro::IdCache,
@@ -229,7 +256,7 @@ impl KafkaConfig {
                 .map_err(|e| broker_error("creating the Kafka admin client", &e))?,
             partitions: Mutex::new(BTreeMap::new()),
             binlog_base: None,
-            envelopes: Mutex::new(BTreeMap::new()),
+            parts: Mutex::new(BTreeMap::new()),
             registry: self
                 .schema_registry
                 .as_ref()
@@ -405,16 +432,20 @@ impl Kafka {
         .await
     }
 
-    /// The (key, value) of a row's message (`avro`: its schemas' registry ids, with Avro).
+    /// The (key, value) of a row's message (`avro`: its schemas' registry ids, with Avro;
+    /// `parts`: its table version's).
     fn encode_row(
         &self,
         schema: &TableSchema,
         row: &RowEvent,
         avro: Option<avro::SchemaIds>,
+        parts: &VersionParts,
     ) -> Result<Encoded> {
         match avro {
             Some(ids) => self.encode_avro(schema, row, ids),
-            None => self.encode_value(schema, row).map(|(k, v)| (k, Some(v))),
+            None => self
+                .encode_value(schema, row, parts)
+                .map(|(k, v)| (k, Some(v))),
         }
     }
 
@@ -422,30 +453,35 @@ impl Kafka {
         &self,
         schema: &TableSchema,
         row: &RowEvent,
+        parts: &VersionParts,
     ) -> Result<(Option<Vec<u8>>, Vec<u8>)> {
-        match self.cfg.protocol {
-            KafkaProtocol::Avro => Err(SinkError::Codec(
+        match (&parts.parts, self.cfg.protocol) {
+            (_, KafkaProtocol::Avro) => Err(SinkError::Codec(
                 "an avro row needs its schema ids (encode_row)".into(),
             )),
-            KafkaProtocol::CanalJson => {
-                let mut v = String::new();
+            (Parts::Canal(layout), KafkaProtocol::CanalJson) => {
+                let mut v = parts.buffer();
                 let tidb = self.cfg.enable_tidb_extension;
-                crate::codec::canal::encode_row_message(&mut v, tidb, schema, row)?;
+                crate::codec::canal::encode_row_message_with(&mut v, layout, tidb, schema, row)?;
+                parts.encoded(&v);
                 Ok((None, v.into_bytes()))
             }
-            KafkaProtocol::Debezium => {
-                let envelope = self.envelope(schema)?;
+            (Parts::Debezium(envelope), KafkaProtocol::Debezium) => {
+                let mut v = parts.buffer();
                 let origin = self.debezium_origin();
-                let v =
-                    crate::codec::debezium::encode_row_value_with(&envelope, origin, schema, row)?;
-                let k = crate::codec::debezium::encode_key_with(&envelope, schema, row);
+                crate::codec::debezium::write_row_value(&mut v, envelope, origin, schema, row)?;
+                parts.encoded(&v);
+                let k = crate::codec::debezium::encode_key_with(envelope, schema, row);
                 Ok((k.map(String::into_bytes), v.into_bytes()))
             }
-            KafkaProtocol::OpenProtocol => {
+            (_, KafkaProtocol::CanalJson | KafkaProtocol::Debezium) => Err(SinkError::Codec(
+                "a row's table version parts were built for another protocol".into(),
+            )),
+            (_, KafkaProtocol::OpenProtocol) => {
                 let (k, v) = crate::codec::open::encode_row(schema, row)?;
                 Ok((Some(k), v))
             }
-            KafkaProtocol::Simple => Ok((
+            (_, KafkaProtocol::Simple) => Ok((
                 None,
                 crate::codec::simple::encode_row(schema, row)?.into_bytes(),
             )),
@@ -489,21 +525,30 @@ impl Kafka {
         }
     }
 
-    /// The Debezium `schema` part of `schema`'s rows (built at the version's first row; at most
-    /// [`MAX_ENVELOPES`] kept, the table forgotten when full).
-    fn envelope(&self, schema: &TableSchema) -> Result<Arc<crate::codec::debezium::Envelope>> {
+    /// The [`VersionParts`] of `schema`'s rows (built at the version's first row; at most
+    /// [`MAX_VERSION_PARTS`] kept, the table forgotten when full). A new table version is a new
+    /// key, so a schema change never meets the parts of the version before it.
+    fn parts(&self, schema: &TableSchema) -> Result<Arc<VersionParts>> {
         let key = (schema.table_id, schema.version);
-        let mut m = self.envelopes.lock().map_err(|_| poisoned())?;
+        let mut m = self.parts.lock().map_err(|_| poisoned())?;
         if let Some(e) = m.get(&key) {
             return Ok(e.clone());
         }
-        if m.len() >= MAX_ENVELOPES {
+        if m.len() >= MAX_VERSION_PARTS {
             m.clear();
         }
-        let e = Arc::new(crate::codec::debezium::Envelope::new(
-            &self.cfg.topic,
-            schema,
-        ));
+        let parts = match self.cfg.protocol {
+            KafkaProtocol::Debezium => Parts::Debezium(crate::codec::debezium::Envelope::new(
+                &self.cfg.topic,
+                schema,
+            )),
+            KafkaProtocol::CanalJson => Parts::Canal(crate::codec::canal::Layout::new(schema)),
+            _ => Parts::None,
+        };
+        let e = Arc::new(VersionParts {
+            parts,
+            largest: AtomicUsize::new(0),
+        });
         m.insert(key, e.clone());
         Ok(e)
     }
@@ -753,6 +798,7 @@ impl Backend for Kafka {
         let topic = self.router.topic(&schema.database, &schema.name);
         let partitions = self.partition_count(&topic).await?;
         let avro = self.avro_ids(schema, &topic).await?;
+        let parts = self.parts(schema)?;
         self.load_committed(w).await?;
         for row in batch
             .rows
@@ -768,7 +814,7 @@ impl Backend for Kafka {
             w.max_ts = w.max_ts.max(row.commit_ts);
             self.bootstrap(w, schema, &topic, partitions);
             let partition = self.router.partition(schema, &row, partitions)?;
-            let (key, value) = self.encode_row(schema, &row, avro)?;
+            let (key, value) = self.encode_row(schema, &row, avro, &parts)?;
             let mut m = Message {
                 topic: topic.clone(),
                 partition,
