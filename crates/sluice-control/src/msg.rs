@@ -77,6 +77,14 @@ pub struct DispatcherReport {
     /// Its snapshot copy, if it copies (or copied) its span.
     #[serde(default)]
     pub copy: Option<CopyReport>,
+    /// It rests: a working span dispatcher with nothing to do but follow its resolved ts (no
+    /// rows in flight, no DDL, no copy, no merge, nothing written in the last interval). From
+    /// this report on, until a later one says otherwise, its checkpoint and resolved ts are at
+    /// least the rest ts of every heartbeat of its manager (`Message::Heartbeat::rest`), and it
+    /// is not listed in the heartbeats between complete ones: an idle table costs a heartbeat
+    /// nothing (see `DispatcherManager::heartbeat_reports`, `Maintainer::on_rest`).
+    #[serde(default)]
+    pub rests: bool,
 }
 
 /// How far a span's snapshot copy is durable: every key of the span at or before `cursor` (in
@@ -304,6 +312,12 @@ pub enum Message {
         /// most [`crate::config::MAX_ERRORS_PER_HEARTBEAT`]. Empty once they are gone.
         #[serde(default)]
         warnings: Vec<String>,
+        /// The rest ts: every resting dispatcher of this manager (last reported with `rests`)
+        /// has its checkpoint and resolved ts at or above it. `None`: none rests. Trusted only
+        /// when the maintainer saw every heartbeat of this manager since the last complete one
+        /// (consecutive `seq`), so a lost report that ended a rest never lets it count.
+        #[serde(default)]
+        rest: Option<Ts>,
     },
     Rejected {
         cf: ChangefeedId,

@@ -1443,6 +1443,38 @@ fn a_snapshot_copy_held_by_a_lagging_stream_is_a_warning() {
     assert!(!waiting(&dm), "received: {:?}", dm.warnings());
 }
 
+/// One heartbeat of a manager: (complete, the ids it reports and whether each rests, its rest
+/// ts). Exactly one is sent per heartbeat interval.
+type Beat = (bool, Vec<(DispatcherId, bool)>, Option<u64>);
+
+fn beat(dm: &mut DispatcherManager, now: u64, holds: &Holds) -> Beat {
+    let out = tick(dm, now, holds);
+    let beats: Vec<Beat> = out
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Send {
+                msg:
+                    Message::Heartbeat {
+                        complete,
+                        dispatchers,
+                        rest,
+                        ..
+                    },
+                ..
+            } => Some((
+                *complete,
+                dispatchers.iter().map(|r| (r.id, r.rests)).collect(),
+                *rest,
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(beats.len(), 1, "one heartbeat per interval: {out:?}");
+    beats[0].clone()
+}
+
+/// Between complete heartbeats a dispatcher is reported only when its report changed; a new
+/// owner gets a complete one at once.
 #[test]
 fn heartbeats_between_complete_ones_carry_only_changed_reports() {
     use sluice_control::config::{HEARTBEAT_COMPLETE_MS, HEARTBEAT_MS};
@@ -1452,51 +1484,131 @@ fn heartbeats_between_complete_ones_carry_only_changed_reports() {
     let (a, b) = (id(1, 1), id(1, 2));
     create(&mut dm, &m1(), 1, a, Span::whole_table(TableId(4)), &holds);
     create(&mut dm, &m1(), 1, b, Span::whole_table(TableId(5)), &holds);
-    let beat = |dm: &mut DispatcherManager, now: u64| -> (bool, Vec<DispatcherId>) {
-        let out = tick(dm, now, &holds);
-        let beats: Vec<(bool, Vec<DispatcherId>)> = out
-            .iter()
-            .filter_map(|e| match e {
-                Effect::Send {
-                    msg:
-                        Message::Heartbeat {
-                            complete,
-                            dispatchers,
-                            ..
-                        },
-                    ..
-                } => Some((*complete, dispatchers.iter().map(|r| r.id).collect())),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(beats.len(), 1, "one heartbeat per interval: {out:?}");
-        beats[0].clone()
-    };
+    // Both busy: rows written and not acknowledged, so neither rests.
+    let mut out = Vec::new();
+    dm.on_events(
+        9_000,
+        a,
+        vec![insert_item(TableId(4), 105, 1)],
+        110,
+        &holds,
+        &mut out,
+    );
+    dm.on_events(
+        9_000,
+        b,
+        vec![insert_item(TableId(5), 105, 1)],
+        110,
+        &holds,
+        &mut out,
+    );
     let t0 = 10_000;
+    let ids = |v: &[DispatcherId]| v.iter().map(|d| (*d, false)).collect::<Vec<_>>();
     assert_eq!(
-        beat(&mut dm, t0),
-        (true, vec![a, b]),
+        beat(&mut dm, t0, &holds),
+        (true, ids(&[a, b]), None),
         "the first is complete"
     );
     assert_eq!(
-        beat(&mut dm, t0 + HEARTBEAT_MS),
-        (false, vec![]),
+        beat(&mut dm, t0 + HEARTBEAT_MS, &holds),
+        (false, vec![], None),
         "nothing changed"
     );
-    // Table 4's stream moves: only its dispatcher is reported.
-    let mut out = Vec::new();
-    dm.on_events(t0 + HEARTBEAT_MS, a, vec![], 150, &holds, &mut out);
-    assert_eq!(beat(&mut dm, t0 + 2 * HEARTBEAT_MS), (false, vec![a]));
-    assert_eq!(beat(&mut dm, t0 + 3 * HEARTBEAT_MS), (false, vec![]));
+    // Table 4's write is acknowledged: only its dispatcher is reported.
+    dm.on_sink_flushed(t0 + 2 * HEARTBEAT_MS, a, 105, &holds, &mut out);
+    dm.on_events(
+        t0 + 2 * HEARTBEAT_MS,
+        a,
+        vec![insert_item(TableId(4), 115, 2)],
+        120,
+        &holds,
+        &mut out,
+    );
+    assert_eq!(
+        beat(&mut dm, t0 + 3 * HEARTBEAT_MS, &holds),
+        (false, ids(&[a]), None)
+    );
+    assert_eq!(
+        beat(&mut dm, t0 + 4 * HEARTBEAT_MS, &holds),
+        (false, ids(&[a]), None),
+        "its write rate fell back to zero"
+    );
+    assert_eq!(
+        beat(&mut dm, t0 + 5 * HEARTBEAT_MS, &holds),
+        (false, vec![], None)
+    );
     // Every dispatcher again once the complete interval passed.
     assert_eq!(
-        beat(&mut dm, t0 + HEARTBEAT_COMPLETE_MS),
-        (true, vec![a, b])
+        beat(&mut dm, t0 + HEARTBEAT_COMPLETE_MS, &holds),
+        (true, ids(&[a, b]), None)
     );
     // A new owner gets a complete heartbeat at once.
     bootstrap(&mut dm, &m2(), 2, &holds);
     assert_eq!(
-        beat(&mut dm, t0 + HEARTBEAT_COMPLETE_MS + HEARTBEAT_MS),
-        (true, vec![a, b])
+        beat(&mut dm, t0 + HEARTBEAT_COMPLETE_MS + HEARTBEAT_MS, &holds),
+        (true, ids(&[a, b]), None)
+    );
+}
+
+/// Idle dispatchers rest: each is reported once with `rests`, then only the heartbeat's rest ts
+/// (the lowest checkpoint of the resting ones) moves them, however far their resolved ts goes;
+/// a row ends the rest and the dispatcher is reported again (without `rests`) in the next
+/// heartbeat; complete heartbeats and a bootstrap list every resting dispatcher again.
+#[test]
+fn idle_dispatchers_rest_and_heartbeats_carry_one_rest_ts_for_them() {
+    use sluice_control::config::{HEARTBEAT_COMPLETE_MS, HEARTBEAT_MS};
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let (a, b) = (id(1, 1), id(1, 2));
+    create(&mut dm, &m1(), 1, a, Span::whole_table(TableId(4)), &holds);
+    create(&mut dm, &m1(), 1, b, Span::whole_table(TableId(5)), &holds);
+    let mut out = Vec::new();
+    let t0 = 10_000;
+    dm.on_resolved(t0, vec![a, b], 150, &holds, &mut out);
+    let rests = |v: &[DispatcherId]| v.iter().map(|d| (*d, true)).collect::<Vec<_>>();
+    assert_eq!(beat(&mut dm, t0, &holds), (true, rests(&[a, b]), Some(150)));
+    dm.on_resolved(t0, vec![a, b], 180, &holds, &mut out);
+    assert_eq!(
+        beat(&mut dm, t0 + HEARTBEAT_MS, &holds),
+        (false, vec![], Some(180)),
+        "resting: no report, the rest ts moves"
+    );
+    // One lags behind the other: the rest ts is the lower one.
+    dm.on_resolved(t0, vec![b], 200, &holds, &mut out);
+    assert_eq!(
+        beat(&mut dm, t0 + 2 * HEARTBEAT_MS, &holds),
+        (false, vec![], Some(180))
+    );
+    // A row for table 4 (not yet acknowledged) ends its rest.
+    dm.on_events(
+        t0,
+        a,
+        vec![insert_item(TableId(4), 210, 1)],
+        220,
+        &holds,
+        &mut out,
+    );
+    dm.on_resolved(t0, vec![b], 230, &holds, &mut out);
+    let (complete, reports, rest) = beat(&mut dm, t0 + 3 * HEARTBEAT_MS, &holds);
+    assert_eq!(
+        (complete, reports, rest),
+        (false, vec![(a, false)], Some(230))
+    );
+    // Acknowledged, and a heartbeat interval without writes: it rests again.
+    dm.on_sink_flushed(t0 + 3 * HEARTBEAT_MS, a, 210, &holds, &mut out);
+    assert_eq!(
+        beat(&mut dm, t0 + 4 * HEARTBEAT_MS, &holds),
+        (false, rests(&[a]), Some(220))
+    );
+    assert_eq!(
+        beat(&mut dm, t0 + HEARTBEAT_COMPLETE_MS, &holds),
+        (true, rests(&[a, b]), Some(220))
+    );
+    // A bootstrap (even a repeated one of the same owner) is followed by a complete heartbeat.
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    assert_eq!(
+        beat(&mut dm, t0 + HEARTBEAT_COMPLETE_MS + HEARTBEAT_MS, &holds),
+        (true, rests(&[a, b]), Some(220))
     );
 }

@@ -288,6 +288,7 @@ fn a_surviving_writer_counts_as_a_record() {
         write_rate: 0,
         resolved: DROP_TS,
         copy: None,
+        rests: false,
     };
     m.on_message(&ctx, &n1(), response(vec![]), &mut out);
     m.on_message(&ctx, &NodeId::new("n2"), response(vec![writer]), &mut out);

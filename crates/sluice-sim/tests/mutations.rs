@@ -454,3 +454,12 @@ fn a_snapshot_chunk_put_into_the_stream_after_newer_changes_is_seen_as_snapshot_
         "snapshot-row-order",
     );
 }
+
+#[test]
+fn checkpoint_sound_fires_when_a_woken_table_is_not_reported_as_no_longer_resting() {
+    expect_violation(
+        "features:resting-tables-wake.toml",
+        &["rest-ends-silently"],
+        "checkpoint-sound",
+    );
+}

@@ -190,6 +190,7 @@ fn report(t: u64) -> DispatcherReport {
         write_rate: 0,
         resolved: 100,
         copy: None,
+        rests: false,
     }
 }
 

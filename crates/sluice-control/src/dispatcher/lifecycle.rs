@@ -76,6 +76,9 @@ impl DispatcherManager {
             },
         );
         self.last_hb = Some(now);
+        // The next heartbeat lists every dispatcher again (resting ones with `rests`): the
+        // bootstrapping maintainer may be a new one of the same epoch, knowing no rest.
+        self.last_complete = None;
     }
 
     pub(super) fn start_dispatcher(&mut self, mut d: Dispatcher, out: &mut Vec<Effect>) {

@@ -173,6 +173,9 @@ struct Dispatcher {
     copy: Option<copy::Copy>,
     /// What its report said when a heartbeat last carried it.
     last_reported: Option<ReportSig>,
+    /// The owner was told it rests ([`DispatcherReport::rests`]): heartbeats skip it until it
+    /// no longer may (then its next report, without `rests`, is always sent).
+    resting: bool,
 }
 
 /// Everything of a dispatcher's report that can change (its id and span never do): a
@@ -248,6 +251,7 @@ impl Dispatcher {
             ack_stalled_ms: None,
             copy: None,
             last_reported: None,
+            resting: false,
         }
     }
 
@@ -329,6 +333,18 @@ impl Dispatcher {
     /// back and no halt (see [`DispatcherManager::on_resolved`]).
     fn idle(&self) -> bool {
         !self.wants_tick() && self.held_part.is_none() && self.halted.is_none()
+    }
+
+    /// Whether it may rest ([`DispatcherReport::rests`]): a working span dispatcher, idle,
+    /// with no merge, no floor wait and nothing written since the last heartbeat. Its
+    /// checkpoint then equals its resolved ts (nothing is buffered or unacknowledged).
+    fn may_rest(&self) -> bool {
+        self.phase == Phase::Working
+            && !self.is_trigger
+            && self.idle()
+            && self.merge_sources.is_empty()
+            && self.floor_wait.is_none()
+            && self.write_rate == 0
     }
 
     /// Counts one retryable sink failure (a failed write or floor read; progress since the last
@@ -431,6 +447,7 @@ impl Dispatcher {
             write_rate: self.write_rate,
             resolved: self.received_upto.max(self.checkpoint()),
             copy: self.copy.as_ref().map(|c| c.report()),
+            rests: false,
         }
     }
 }
@@ -842,5 +859,6 @@ fn stopped_report(id: DispatcherId, span: Span, cp: Ts) -> DispatcherReport {
         write_rate: 0,
         resolved: cp,
         copy: None,
+        rests: false,
     }
 }

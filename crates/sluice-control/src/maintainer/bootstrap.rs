@@ -360,7 +360,7 @@ impl Maintainer {
             }
             Phase::Working => {
                 // A node that joined (or restarted) after the bootstrap: reconcile what it runs.
-                self.on_reports(ctx, from, &dispatchers, true, out);
+                self.on_reports(ctx, from, &dispatchers, true, None, out);
             }
             _ => {}
         }

@@ -35,6 +35,7 @@ pub mod operator;
 pub mod replay;
 mod reports;
 pub mod requests;
+mod rest;
 mod scheduler;
 pub mod snapshot;
 
@@ -191,6 +192,8 @@ pub struct Maintainer {
     /// The persisted copy of the user requests and marks, and its reads and writes.
     store: RequestStore,
     hb_seen: BTreeMap<NodeId, (u64, u64)>,
+    /// Per node, its resting dispatchers (see `rest.rs`).
+    rests: BTreeMap<NodeId, rest::RestGroup>,
     /// The warnings each node's last heartbeat carried (nodes with none are absent).
     warnings: BTreeMap<NodeId, Vec<String>>,
     /// Capture stopped on this maintainer's own node (it may have no dispatchers yet: a
@@ -285,6 +288,7 @@ impl Maintainer {
             requests: VecDeque::new(),
             store: RequestStore::start(&cf),
             hb_seen: BTreeMap::new(),
+            rests: BTreeMap::new(),
             warnings: BTreeMap::new(),
             node_warning: None,
             last_status: None,
@@ -696,6 +700,7 @@ impl Maintainer {
                 dispatchers,
                 errors,
                 warnings,
+                rest,
                 ..
             } => {
                 if self.ready.get(from) != Some(&incarnation)
@@ -719,9 +724,12 @@ impl Maintainer {
                     }
                     _ => {}
                 }
+                let contiguous = matches!(self.hb_seen.get(from),
+                    Some((inc, s)) if *inc == incarnation && s + 1 == seq);
                 self.hb_seen.insert(from.clone(), (incarnation, seq));
                 self.on_warnings(from, warnings);
-                self.on_reports(ctx, from, &dispatchers, complete, out);
+                self.rest_begin(from, complete, contiguous);
+                self.on_reports(ctx, from, &dispatchers, complete, rest, out);
                 for e in errors.into_iter().take(MAX_ERRORS_PER_HEARTBEAT) {
                     self.on_dispatcher_error(from, e.id, e.message, out);
                 }
@@ -819,6 +827,7 @@ impl Maintainer {
         for n in gone {
             self.ready.remove(&n);
             self.hb_seen.remove(&n);
+            self.rest_forget(&n);
             self.warnings.remove(&n);
             let ids: Vec<DispatcherId> = self
                 .tracked

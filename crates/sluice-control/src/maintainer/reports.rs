@@ -28,6 +28,7 @@ impl Maintainer {
         from: &NodeId,
         reports: &[DispatcherReport],
         complete: bool,
+        rest: Option<Ts>,
         out: &mut Vec<Effect>,
     ) {
         let mut seen: BTreeSet<DispatcherId> = BTreeSet::new();
@@ -64,6 +65,7 @@ impl Maintainer {
                         DispatcherPhase::Creating => {}
                     }
                     self.note_span_report(from, r);
+                    self.rest_note(from, r);
                     if let (Some(b), DispatcherPhase::Working) = (&r.block, &r.phase) {
                         if matches!(self.phase, Phase::Working) {
                             self.on_block_status(ctx, from, r.id, &r.span, b, out);
@@ -102,6 +104,7 @@ impl Maintainer {
                 }
             }
         }
+        self.on_rest(from, rest);
         self.drive(ctx, out);
     }
 

@@ -1,6 +1,8 @@
 //! Helpers shared by the tests that drive a maintainer by hand.
 #![allow(dead_code)]
 
+pub mod two_tables;
+
 use sluice_control::config::ChangefeedConfig;
 use sluice_control::coordinator::{ChangefeedInfo, FeedState};
 use sluice_control::io::Effect;

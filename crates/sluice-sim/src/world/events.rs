@@ -465,9 +465,13 @@ fn summarize_input(s: &mut String, input: &Input) {
                     seq,
                     dispatchers,
                     errors,
+                    rest,
                     ..
                 } => {
                     let _ = write!(s, " #{seq} ({} dispatchers)", dispatchers.len());
+                    if let Some(r) = rest {
+                        let _ = write!(s, " rest {r}");
+                    }
                     if !errors.is_empty() {
                         let _ = write!(s, " ({} errors)", errors.len());
                     }

@@ -1,0 +1,74 @@
+//! Resting dispatchers ([`DispatcherReport::rests`]): per node, the dispatchers its manager
+//! said rest, and that manager's rest ts applied to them, so a heartbeat of thousands of idle
+//! tables costs one ts on the wire and a walk over the resting spans here, no report each.
+//!
+//! Invariants: a rest ts raises only spans whose dispatcher the node said rests, on that node,
+//! and only while the group is trusted: since the node's last complete heartbeat every one of
+//! its heartbeats reached this maintainer (consecutive `seq`), so no report that ended a rest
+//! was lost. A gap distrusts the group (its members keep the checkpoints they had) until the
+//! next complete heartbeat builds it again. A rest ts only raises checkpoints (never lowers).
+
+use super::*;
+
+/// The resting dispatchers of one node and the spans they serve.
+#[derive(Debug, Default)]
+pub(super) struct RestGroup {
+    members: BTreeMap<DispatcherId, SpanKey>,
+    trusted: bool,
+}
+
+impl Maintainer {
+    /// Before a heartbeat's reports: a complete one starts the node's group again (its reports
+    /// list every resting dispatcher); a heartbeat after a gap distrusts it.
+    pub(super) fn rest_begin(&mut self, from: &NodeId, complete: bool, contiguous: bool) {
+        let g = self.rests.entry(from.clone()).or_default();
+        if complete {
+            g.members.clear();
+            g.trusted = true;
+        } else if !contiguous {
+            g.members.clear();
+            g.trusted = false;
+        }
+    }
+
+    /// A report of a dispatcher tracked on `from`: it starts or goes on resting, or stops.
+    pub(super) fn rest_note(&mut self, from: &NodeId, r: &DispatcherReport) {
+        let Some(g) = self.rests.get_mut(from) else {
+            return;
+        };
+        if r.rests && g.trusted && r.phase == DispatcherPhase::Working {
+            g.members.insert(r.id, span_key(&r.span));
+        } else {
+            g.members.remove(&r.id);
+        }
+    }
+
+    /// After a heartbeat's reports: its rest ts raises every resting span of `from`.
+    pub(super) fn on_rest(&mut self, from: &NodeId, rest: Option<Ts>) {
+        let (Some(ts), Some(g)) = (rest, self.rests.get(from)) else {
+            return;
+        };
+        if !g.trusted {
+            return;
+        }
+        for (id, key) in &g.members {
+            if let Some(t) = self.tracked.get_mut(id) {
+                if t.node == *from {
+                    t.checkpoint = t.checkpoint.max(ts);
+                }
+            }
+            if let Some(e) = self.spans.get_mut(key) {
+                if e.dispatcher == Some(*id) && e.node.as_ref() == Some(from) {
+                    e.checkpoint = e.checkpoint.max(ts);
+                    e.resolved = e.resolved.max(ts);
+                    e.write_rate = 0;
+                }
+            }
+        }
+    }
+
+    /// A node gone: its group with it.
+    pub(super) fn rest_forget(&mut self, node: &NodeId) {
+        self.rests.remove(node);
+    }
+}
