@@ -1,6 +1,6 @@
 //! The Debezium JSON envelope (Kafka Connect's JSON converter with schemas on), as the Debezium
 //! MySQL connector writes it with its default settings, except where noted in
-//! `docs/kafka.md`: DECIMAL is a string (`decimal.handling.mode=string`), `ts_ms` is the commit
+//! `docs/sinks.md`: DECIMAL is a string (`decimal.handling.mode=string`), `ts_ms` is the commit
 //! time (not the wall clock, so output is deterministic), no tombstone follows a delete, and a
 //! DDL travels in the table's own topic (every partition) as a schema-change payload, so a
 //! consumer meets it in order with the rows.
