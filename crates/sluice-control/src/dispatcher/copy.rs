@@ -208,7 +208,7 @@ impl DispatcherManager {
                 continue;
             }
             let cp = d.checkpoint();
-            let (working, received) = (d.phase == Phase::Working, d.received_upto);
+            let (working, received) = (matches!(d.phase, Phase::Working), d.received_upto);
             let Some(c) = d.copy.as_mut() else { continue };
             c.settle(cp);
             let wants = working && c.wants_read(received, now);

@@ -12,7 +12,7 @@ impl DispatcherManager {
     /// read never wait behind a barrier (see `feed`).
     pub fn wants_events(&self, id: DispatcherId) -> bool {
         self.dispatchers.get(&id).is_some_and(|d| {
-            d.phase == Phase::Working
+            matches!(d.phase, Phase::Working)
                 && d.block.is_none()
                 && d.halted.is_none()
                 && d.buffer.len() < MAX_BUFFERED_ITEMS
@@ -33,7 +33,7 @@ impl DispatcherManager {
         let Some(d) = self.dispatchers.get_mut(&id) else {
             return;
         };
-        if d.phase != Phase::Working {
+        if !matches!(d.phase, Phase::Working) {
             return;
         }
         let mut resubscribe_from = None;
@@ -88,7 +88,7 @@ impl DispatcherManager {
             let Some(d) = self.dispatchers.get_mut(&id) else {
                 continue;
             };
-            if d.phase != Phase::Working {
+            if !matches!(d.phase, Phase::Working) {
                 continue;
             }
             if d.idle() {
@@ -230,7 +230,7 @@ impl DispatcherManager {
             self.fail(id, message, out);
             return;
         }
-        if d.phase != Phase::Working {
+        if !matches!(d.phase, Phase::Working) {
             // The session that failed is already being closed (recovering, or closing for good):
             // a later error of it is the same failure, or one the close makes moot. One failure
             // counts once towards the limit below.
@@ -280,7 +280,7 @@ impl DispatcherManager {
         let Some(d) = self.dispatchers.get_mut(&id) else {
             return;
         };
-        if d.phase != Phase::Working || d.halted.is_some() {
+        if !matches!(d.phase, Phase::Working) || d.halted.is_some() {
             return;
         }
         let at = d.checkpoint() + 1;

@@ -47,7 +47,7 @@ impl Dispatcher {
     /// Start later: everything below `ts` is durable downstream.
     fn raise_start(&mut self, ts: Ts) {
         assert!(
-            self.phase == Phase::Creating,
+            matches!(self.phase, Phase::Creating),
             "a started dispatcher's start never moves"
         );
         if ts <= self.start_ts {

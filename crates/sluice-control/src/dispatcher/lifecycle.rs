@@ -305,7 +305,9 @@ impl DispatcherManager {
         let mut spans = Vec::new();
         for s in &sources {
             match self.dispatchers.get(s) {
-                Some(d) if d.phase == Phase::Working && !d.is_trigger => spans.push(d.span.clone()),
+                Some(d) if matches!(d.phase, Phase::Working) && !d.is_trigger => {
+                    spans.push(d.span.clone())
+                }
                 _ => {
                     self.send_owner(
                         out,
@@ -360,7 +362,7 @@ impl DispatcherManager {
         if t.merge_sources
             .iter()
             .all(|s| t.merge_closed.contains_key(s))
-            && t.phase == Phase::Creating
+            && matches!(t.phase, Phase::Creating)
         {
             let start = t.merge_closed.values().copied().min().unwrap_or(0);
             if t.remove_after_merge {

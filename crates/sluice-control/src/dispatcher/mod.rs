@@ -339,7 +339,7 @@ impl Dispatcher {
     /// with no merge, no floor wait and nothing written since the last heartbeat. Its
     /// checkpoint then equals its resolved ts (nothing is buffered or unacknowledged).
     fn may_rest(&self) -> bool {
-        self.phase == Phase::Working
+        matches!(self.phase, Phase::Working)
             && !self.is_trigger
             && self.idle()
             && self.merge_sources.is_empty()
@@ -564,7 +564,7 @@ impl DispatcherManager {
                     id: d.id,
                 })
             };
-            if d.phase == Phase::Creating
+            if matches!(d.phase, Phase::Creating)
                 && d.merge_sources.is_empty()
                 && d.floor_wait.is_none()
                 && holds.is_on(HoldPoint::CreateDispatcher)

@@ -30,7 +30,7 @@ impl DispatcherManager {
                     .dispatchers
                     .values()
                     .filter(|d| {
-                        d.phase == Phase::Creating
+                        matches!(d.phase, Phase::Creating)
                             && d.merge_sources.is_empty()
                             && d.floor_wait.is_none()
                     })
@@ -102,7 +102,7 @@ impl DispatcherManager {
         let Some(d) = self.dispatchers.get_mut(&id) else {
             return;
         };
-        if d.phase != Phase::Working || d.halted.is_some() {
+        if !matches!(d.phase, Phase::Working) || d.halted.is_some() {
             return;
         }
         // Borrowed, not cloned: this runs for every dispatcher on every tick.

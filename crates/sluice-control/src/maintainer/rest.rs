@@ -15,6 +15,9 @@ use super::*;
 pub(super) struct RestGroup {
     members: BTreeMap<DispatcherId, SpanKey>,
     trusted: bool,
+    /// The rest ts last applied to every member (a member that joined since was reported at or
+    /// above it): an unchanged rest ts costs nothing.
+    applied: Ts,
 }
 
 impl Maintainer {
@@ -25,9 +28,11 @@ impl Maintainer {
         if complete {
             g.members.clear();
             g.trusted = true;
+            g.applied = 0;
         } else if !contiguous {
             g.members.clear();
             g.trusted = false;
+            g.applied = 0;
         }
     }
 
@@ -45,12 +50,13 @@ impl Maintainer {
 
     /// After a heartbeat's reports: its rest ts raises every resting span of `from`.
     pub(super) fn on_rest(&mut self, from: &NodeId, rest: Option<Ts>) {
-        let (Some(ts), Some(g)) = (rest, self.rests.get(from)) else {
+        let (Some(ts), Some(g)) = (rest, self.rests.get_mut(from)) else {
             return;
         };
-        if !g.trusted {
+        if !g.trusted || ts <= g.applied {
             return;
         }
+        g.applied = ts;
         for (id, key) in &g.members {
             if let Some(t) = self.tracked.get_mut(id) {
                 if t.node == *from {
