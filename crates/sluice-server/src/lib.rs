@@ -26,6 +26,7 @@ pub mod meta;
 pub mod metabackend;
 pub mod metrics;
 pub mod net;
+pub mod rowlag;
 pub mod shell;
 pub mod sinkwork;
 pub mod snapshot;
@@ -99,6 +100,9 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     let cluster = meta.is_cluster();
     let etcd_client = etcd_handle(&meta);
     let shell = new_shell(&cfg, &node_id, incarnation, &capture, meta, report_tx);
+    shell
+        .registry()
+        .set_binlog_base(capture.history().snapshot_pos.base());
     if let Some((_, view)) = &etcd_client {
         set_lease_fence(&shell, view, cfg.lease_ttl_secs);
     }

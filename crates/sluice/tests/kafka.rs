@@ -169,7 +169,7 @@ fn every_protocol_through_kafka_consumes_into_an_equal_downstream() {
     for (name, uri) in &feeds {
         consume_and_check(&out, &up_url, uri, name);
     }
-    debezium_rows_name_their_gtid(&broker, &up, "cdc-dbz");
+    debezium_rows_name_their_gtid_and_file(&broker, &up, "cdc-dbz");
     let claimed = std::fs::read_dir(dir.join("claims")).map_or(0, |d| d.count());
     assert!(
         claimed >= 19,
@@ -462,11 +462,14 @@ fn read_topic(broker: &Broker, topic: &str) -> Vec<(i32, serde_json::Value)> {
 }
 
 /// Every Debezium row message of `topic` names its transaction's GTID and the server that
-/// wrote it (`source.gtid` `domain-server-seq`, `source.server_id`), as the upstream has them.
-fn debezium_rows_name_their_gtid(broker: &Broker, up: &MariaDb, topic: &str) {
+/// wrote it (`source.gtid` `domain-server-seq`, `source.server_id`), as the upstream has them,
+/// and the binlog file it ended in (`source.file`, the upstream's file of `commit_ts`'s index).
+fn debezium_rows_name_their_gtid_and_file(broker: &Broker, up: &MariaDb, topic: &str) {
     let server: u64 = up.query("SELECT @@server_id").expect("server id")[0][0]
         .parse()
         .expect("number");
+    let head = up.query("SHOW MASTER STATUS").expect("master status")[0][0].clone();
+    let (base, _) = head.rsplit_once('.').expect("a binlog file name");
     let rows: Vec<serde_json::Value> = read_topic(broker, topic)
         .into_iter()
         .map(|(_, v)| v)
@@ -483,6 +486,9 @@ fn debezium_rows_name_their_gtid(broker: &Broker, up: &MariaDb, topic: &str) {
         assert_eq!(parts.len(), 3, "{gtid}");
         assert_eq!(parts[1], server, "{gtid}");
         assert_eq!(src["server_id"], server, "{src}");
+        let ts = src["commit_ts"].as_u64().expect("commit_ts");
+        assert_eq!(src["file"], format!("{base}.{:06}", ts >> 32), "{src}");
+        assert_eq!(src["pos"], ts & 0xffff_ffff, "{src}");
         seqs.insert(parts[2]);
     }
     assert!(
