@@ -121,6 +121,33 @@ def parse_metrics(text):
     return out
 
 
+def histogram(metrics, name, cf):
+    """The cumulative buckets [(upper bound s, count)] of histogram `name` for changefeed `cf`
+    in parsed metrics, ascending (+Inf last)."""
+    b = [(float("inf") if lab["le"] == "+Inf" else float(lab["le"]), v)
+         for n, lab, v in metrics if n == name + "_bucket" and lab.get("changefeed") == cf]
+    return sorted(b)
+
+
+def histogram_percentile(before, after, p):
+    """The p-th percentile (0..100) of what a histogram counted between two readings of its
+    cumulative buckets, interpolated linearly inside the bucket it falls in; None if nothing."""
+    old = dict(before)
+    delta = [(le, c - old.get(le, 0)) for le, c in after]
+    total = delta[-1][1] if delta else 0
+    if total <= 0:
+        return None
+    rank, lower, below = total * p / 100, 0.0, 0
+    for le, c in delta:
+        if c >= rank:
+            if le == float("inf"):
+                return lower
+            inside = c - below
+            return lower + (le - lower) * ((rank - below) / inside if inside else 1)
+        lower, below = le, c
+    return lower
+
+
 def binlog_pos(file, pos):
     """The commit-ts form of a binlog position: file index * 2^32 + offset."""
     return int(file.rsplit(".", 1)[1]) * 2**32 + int(pos)

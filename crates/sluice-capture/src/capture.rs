@@ -632,7 +632,9 @@ impl Capture {
                 });
             }
         }
-        t.commit_time_ms = self.clock.stamp(t.commit_time_ms, upstream_ms);
+        t.commit_time_ms =
+            self.clock
+                .stamp(t.commit_time_ms, upstream_ms, crate::heartbeat::now_ms());
     }
 
     pub fn new(reader: BinlogReader, history: SchemaHistory) -> Self {

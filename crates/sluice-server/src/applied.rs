@@ -64,6 +64,7 @@ fn report(cf: ChangefeedId, id: DispatcherId, input: Input) -> SinkReport {
         done_rows: 0,
         done_bytes: 0,
         written_rows: 0,
+        row_lags: Vec::new(),
         finished: false,
     }
 }

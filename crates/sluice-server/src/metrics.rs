@@ -17,6 +17,7 @@ pub struct Metrics {
     delivered: Mutex<BTreeMap<String, u64>>,
     written_rows: Mutex<BTreeMap<String, u64>>,
     written_bytes: Mutex<BTreeMap<String, u64>>,
+    row_lag: Mutex<BTreeMap<String, crate::rowlag::Histogram>>,
     errors: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -31,6 +32,14 @@ impl Metrics {
     pub fn add_written(&self, cf: &ChangefeedId, rows: u64, bytes: u64) {
         *lock(&self.written_rows).entry(cf.to_string()).or_default() += rows;
         *lock(&self.written_bytes).entry(cf.to_string()).or_default() += bytes;
+    }
+    /// Rows acknowledged by a sink, with their lags in ms (see [`crate::rowlag`]).
+    pub fn add_row_lags(&self, cf: &ChangefeedId, lags: &[(u64, u64)]) {
+        let mut m = lock(&self.row_lag);
+        let h = m.entry(cf.to_string()).or_default();
+        for (ms, rows) in lags {
+            h.observe(*ms, *rows);
+        }
     }
     pub fn error(&self, kind: &'static str) {
         *lock(&self.errors).entry(kind).or_default() += 1;
@@ -72,6 +81,21 @@ pub fn render(shell: &Shell) -> String {
         "counter",
         "Rows handed to the sink, per changefeed.",
         &rows,
+    );
+    let mut lags = String::new();
+    for (cf, h) in lock(&m.row_lag).iter() {
+        h.render(
+            "sluice_sink_row_lag_seconds",
+            &format!("changefeed=\"{}\"", esc(cf)),
+            &mut lags,
+        );
+    }
+    metric(
+        &mut o,
+        "sluice_sink_row_lag_seconds",
+        "histogram",
+        "Rows from their upstream commit time to the sink's acknowledgement that they are durable, per changefeed.",
+        &lags,
     );
     let bytes = per_cf(&m.written_bytes, "sluice_sink_bytes_total");
     metric(

@@ -564,6 +564,9 @@ impl Shell {
             self.metrics
                 .add_written(&r.cf, r.written_rows as u64, r.done_bytes as u64);
         }
+        if !r.row_lags.is_empty() {
+            self.metrics.add_row_lags(&r.cf, &r.row_lags);
+        }
         if r.finished {
             self.workers.remove(&key);
         }

@@ -61,6 +61,9 @@ pub struct SinkReport {
     pub done_bytes: usize,
     /// Rows written to the sink (for metrics).
     pub written_rows: usize,
+    /// The lags (ms from commit to acknowledgement) of the rows this report's acknowledgement
+    /// covers, with their row counts (see [`crate::rowlag`]).
+    pub row_lags: Vec<(u64, u64)>,
     pub finished: bool,
 }
 
@@ -189,6 +192,8 @@ struct Worker {
     sink: Option<Arc<dyn Sink>>,
     ack: Option<sluice_sink::AckReceiver>,
     opened: bool,
+    /// Rows written and not yet acknowledged, to time them (see [`crate::rowlag`]).
+    lag: crate::rowlag::Pending,
 }
 
 async fn worker(
@@ -211,6 +216,7 @@ async fn worker(
         sink: None,
         ack: None,
         opened: false,
+        lag: Default::default(),
     };
     loop {
         let job = tokio::select! {
@@ -268,7 +274,24 @@ impl Worker {
             done_rows,
             done_bytes,
             written_rows,
+            row_lags: Vec::new(),
             finished,
+        });
+    }
+
+    /// Reports the sink's acknowledgement of everything up to `ts`, with the lags of the rows it
+    /// covers.
+    fn send_flushed(&mut self, ts: Ts) {
+        let row_lags = self.lag.acked(ts, sluice_capture::heartbeat::now_ms());
+        let _ = self.report.send(SinkReport {
+            input: Some(self.flushed(ts)),
+            cf: self.cf.clone(),
+            id: self.id,
+            done_rows: 0,
+            done_bytes: 0,
+            written_rows: 0,
+            row_lags,
+            finished: false,
         });
     }
 
@@ -301,12 +324,13 @@ impl Worker {
         match (changed, self.sink.as_ref().and_then(|s| s.failure(self.id))) {
             (Ok(ts), Some(e)) => {
                 // What was acknowledged before the failure stays true.
-                self.send(Some(self.flushed(ts)), 0, 0, 0, false);
+                self.send_flushed(ts);
+                self.lag.clear();
                 if let Some(input) = self.err(&e) {
                     self.send(Some(input), 0, 0, 0, false);
                 }
             }
-            (Ok(ts), None) => self.send(Some(self.flushed(ts)), 0, 0, 0, false),
+            (Ok(ts), None) => self.send_flushed(ts),
             (Err(_), _) => self.ack = None,
         }
     }
@@ -375,6 +399,7 @@ impl Worker {
             return;
         };
         let mut failed = None;
+        self.lag.written(&batches);
         let last = batches.len().saturating_sub(1);
         for (i, b) in batches.into_iter().enumerate() {
             let r = if open && i == last {
@@ -390,6 +415,7 @@ impl Worker {
         match failed {
             None => self.send(None, rows, bytes, rows, false),
             Some(e) => {
+                self.lag.clear();
                 let input = self.err(&e);
                 self.send(input, rows, bytes, 0, false);
             }
@@ -411,8 +437,9 @@ impl Worker {
     /// Reports what a DDL or a flush returned: the sink's ack, or its error.
     fn report_ack(&mut self, r: Result<Ts, sluice_sink::SinkError>) {
         match r {
-            Ok(ts) => self.send(Some(self.flushed(ts)), 0, 0, 0, false),
+            Ok(ts) => self.send_flushed(ts),
             Err(e) => {
+                self.lag.clear();
                 let input = self.err(&e);
                 self.send(input, 0, 0, 0, false);
             }

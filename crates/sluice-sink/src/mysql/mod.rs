@@ -69,8 +69,11 @@ use std::time::Duration;
 
 /// The downstream schema holding Sluice's progress tables.
 pub const PROGRESS_DB: &str = "sluice_sink";
-/// How often buffered rows are flushed without being asked.
-pub const MYSQL_FLUSH_INTERVAL: Duration = Duration::from_millis(200);
+/// How often buffered rows are flushed without being asked (a full batch goes at once). Short,
+/// so a row waits for the downstream about as long as its apply takes: at 200 ms the median
+/// steady lag at 5k rows/s was 106 ms, most of it this wait. Only dispatchers with rows buffered
+/// are visited, so idle tables cost nothing; under load batches fill before the interval ends.
+pub const MYSQL_FLUSH_INTERVAL: Duration = Duration::from_millis(20);
 /// A dispatcher buffers up to `worker-count * max-txn-row * TXNS_PER_WORKER_PER_FLUSH` rows before
 /// it flushes (so each worker gets several transactions per flush, fewer flush barriers; with
 /// the defaults 16 * 512 * 4 = 32,768 rows).
