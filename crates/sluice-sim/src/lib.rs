@@ -8,13 +8,15 @@
 //! and puts its parts, one concern each, in the folder of that name (`world/`: `nodes.rs`,
 //! `network.rs`, `events.rs`, `feed.rs`, `sinks.rs`, `requests.rs`, `queries.rs`, `run.rs`,
 //! `steps.rs`; `scenario/`: `parse.rs`, `step.rs`, `expect.rs`, `fields.rs`, `tests.rs`); each
-//! file opens with a `//!` saying what it owns.
+//! file opens with a `//!` saying what it owns. `scale` builds and runs the worlds of
+//! `sluice-sim scale` (many spans, checkers off).
 
 pub mod check;
 pub mod downstream;
 pub mod explore;
 pub mod meta;
 pub mod rng;
+pub mod scale;
 pub mod scenario;
 pub mod upstream;
 pub mod world;

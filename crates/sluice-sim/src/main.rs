@@ -1,13 +1,18 @@
 //! `sluice-sim`: runs scenario files (`run`) and random explorations (`explore`) against the real
-//! control plane. Exit status: 0 every step and invariant held; 1 a step or an invariant failed;
-//! 2 the file is invalid.
+//! control plane, and scale runs (`scale`: many spans, checkers off, timed). Exit status: 0 every
+//! step and invariant held (`scale`: every span replicating); 1 a step or an invariant failed
+//! (`scale`: not every span replicating in time); 2 the file (or a `scale` option) is invalid.
+//!
+//! Wall time and peak RSS are measured here only: the simulator itself never reads a clock.
 
 use clap::{Parser, Subcommand};
 use sluice_sim::explore;
+use sluice_sim::scale::{self, Outcome, ScaleSpec};
 use sluice_sim::scenario;
 use sluice_sim::world::Sim;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 #[derive(Parser)]
 #[command(
@@ -59,6 +64,123 @@ enum Command {
         #[arg(long)]
         no_sink_faults: bool,
     },
+    /// Time the scheduler alone: one changefeed over SPANS spans on NODES nodes, checkers off,
+    /// until every span is replicating.
+    Scale {
+        #[arg(long, default_value_t = scale::DEFAULT_SPANS)]
+        spans: u64,
+        #[arg(long, default_value_t = scale::DEFAULT_NODES)]
+        nodes: u64,
+        /// Tables the spans are split over (default: one per 100 spans); a table of several
+        /// spans is split by its regions.
+        #[arg(long)]
+        tables: Option<u64>,
+        /// Give up after this many seconds of wall time (0: never) and say how far it got.
+        #[arg(long, default_value_t = 600)]
+        timeout_secs: u64,
+    },
+}
+
+/// Peak resident set size of this process in KiB (`VmHWM` of /proc/self/status), if known.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `scale`: builds the world, runs it with a wall-clock timeout and a progress line on stderr
+/// every 10 s, and prints the figures.
+fn scale_command(spans: u64, nodes: u64, tables: Option<u64>, timeout_secs: u64) -> ExitCode {
+    let spec = match ScaleSpec::new(spans, nodes, tables) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sluice-sim scale: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let per = spec.spans as f64 / spec.tables as f64;
+    println!(
+        "scale: {} spans in {} tables ({per:.1} spans each) on {} nodes, checkers off",
+        spec.spans, spec.tables, spec.nodes
+    );
+    let t0 = Instant::now();
+    let mut sim = match spec.build() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sluice-sim scale: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let built = t0.elapsed();
+    let timeout = Duration::from_secs(timeout_secs);
+    let mut last_line = Instant::now();
+    let result = scale::run(&mut sim, &spec, |sim| {
+        if last_line.elapsed() >= Duration::from_secs(10) {
+            last_line = Instant::now();
+            let p = scale::progress(sim);
+            eprintln!(
+                "  {:.0} s: {} of {} replicating, simulated {} ms, {} events",
+                t0.elapsed().as_secs_f64(),
+                p.replicating,
+                p.spans.unwrap_or(0),
+                p.sim_ms,
+                p.events
+            );
+        }
+        timeout_secs == 0 || t0.elapsed() < timeout
+    });
+    let wall = t0.elapsed();
+    print_scale(&sim, &spec, result, built, wall)
+}
+
+fn print_scale(
+    sim: &Sim,
+    spec: &ScaleSpec,
+    result: Result<Outcome, String>,
+    built: Duration,
+    wall: Duration,
+) -> ExitCode {
+    let p = scale::progress(sim);
+    let secs = wall.as_secs_f64();
+    println!(
+        "spans: {} (maintainer's map: {})",
+        spec.spans,
+        p.spans.unwrap_or(0)
+    );
+    println!("nodes: {}", spec.nodes);
+    println!("replicating: {}", p.replicating);
+    println!("world built in: {:.2} s", built.as_secs_f64());
+    println!("simulated ms: {}", p.sim_ms);
+    println!("events: {}", p.events);
+    match peak_rss_kib() {
+        Some(k) => println!("peak RSS: {:.1} MiB", k as f64 / 1024.0),
+        None => println!("peak RSS: unknown"),
+    }
+    let rate = p.replicating as f64 / secs.max(1e-9);
+    match result {
+        Ok(Outcome::AllReplicating) => {
+            println!("wall seconds until all replicating: {secs:.2} ({rate:.0} spans/s)");
+            ExitCode::SUCCESS
+        }
+        Ok(Outcome::Stopped) => {
+            println!(
+                "TIMEOUT after {secs:.1} s wall: {} of {} spans replicating ({rate:.0} spans/s)",
+                p.replicating, spec.spans
+            );
+            ExitCode::from(1)
+        }
+        Ok(Outcome::SimBound) => {
+            println!(
+                "STUCK: {} simulated ms passed with {} of {} spans replicating ({secs:.1} s wall)",
+                p.sim_ms, p.replicating, spec.spans
+            );
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            println!("FAILED after {secs:.1} s wall: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn enable_mutations(names: &[String]) -> Result<(), String> {
@@ -85,6 +207,12 @@ fn enable_mutations(names: &[String]) -> Result<(), String> {
 fn main() -> ExitCode {
     let args = Args::parse();
     match args.command {
+        Command::Scale {
+            spans,
+            nodes,
+            tables,
+            timeout_secs,
+        } => scale_command(spans, nodes, tables, timeout_secs),
         Command::Run {
             file,
             seed,

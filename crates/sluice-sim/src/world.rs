@@ -224,6 +224,10 @@ pub struct Sim {
     pub skipped_expects: u64,
     /// Explore mode: only safety, settle and the end-state checks apply.
     pub explore: bool,
+    /// The invariant checkers run (default). Off only for scale runs (`sluice-sim scale`): the
+    /// world then skips the per-batch, per-write and per-dispatcher checks and their
+    /// bookkeeping, and keeps only what drives it (persisted checkpoints, requests, restarts).
+    pub checks: bool,
     pub verbose: bool,
     /// The model downstream: tables, rows and the DDL record (`LoadApplied` reads it).
     pub downstream: Downstream,
@@ -289,6 +293,7 @@ impl Sim {
             created: false,
             skipped_expects: 0,
             explore: false,
+            checks: true,
             verbose: false,
             downstream: Downstream::baseline(SinkKind::Blackhole, &Upstream::new(), 0),
             sink_latency: BTreeMap::new(),

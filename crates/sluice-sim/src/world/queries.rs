@@ -72,6 +72,18 @@ impl Sim {
         }
     }
 
+    /// The ready maintainer's span map as (spans, replicating ones), if there is one.
+    pub fn span_counts(&self) -> Option<(usize, usize)> {
+        let spans = self.current_maintainer_state()?.spans();
+        let replicating = spans.iter().filter(|s| s.state == "replicating").count();
+        Some((spans.len(), replicating))
+    }
+
+    /// How many operators the ready maintainer has in flight, if there is one.
+    pub fn operators_in_flight(&self) -> Option<usize> {
+        Some(self.current_maintainer_state()?.operators().len())
+    }
+
     /// How many dispatchers (any state, the table trigger included) run on all live nodes.
     pub fn dispatcher_count(&self) -> usize {
         self.dispatchers_everywhere().len()
