@@ -372,12 +372,15 @@ impl Maintainer {
             op.last_sent = Some(now);
             // Never below the changefeed checkpoint, never above the span's own.
             let start_ts = entry.checkpoint.max(self.committed);
-            self.tracked.entry(id).or_insert(TrackedDispatcher {
-                node: dest.clone(),
-                span: span.clone(),
-                phase: Tracked::Requested,
-                checkpoint: start_ts,
-            });
+            self.tracked.insert_if_absent(
+                id,
+                TrackedDispatcher {
+                    node: dest.clone(),
+                    span: span.clone(),
+                    phase: Tracked::Requested,
+                    checkpoint: start_ts,
+                },
+            );
             let floor_known = entry.floored;
             let copy = self.copy_start(&span);
             if let Some(e) = self.spans.get_mut(&k) {

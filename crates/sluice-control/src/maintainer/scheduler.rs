@@ -41,11 +41,18 @@ impl Maintainer {
             .iter()
             .filter(|(_, e)| e.state == SpanState::Absent && e.op.is_none())
             .map(|(k, _)| k.clone())
+            .take(MAX_OPERATORS_PER_ROUND)
             .collect();
-        for k in absent.into_iter().take(MAX_OPERATORS_PER_ROUND) {
-            let Some(dest) = self.least_loaded(ctx) else {
+        if absent.is_empty() {
+            return;
+        }
+        // An add counts on its destination while it creates: one more there per span placed.
+        let mut loads = self.loads();
+        for k in absent {
+            let Some(dest) = self.least_loaded_in(ctx, &loads) else {
                 break;
             };
+            *loads.entry(dest.clone()).or_default() += 1;
             self.start_add(k, dest);
         }
     }
@@ -69,8 +76,10 @@ impl Maintainer {
             .map(|(k, _)| k.clone())
             .take(MAX_OPERATORS_PER_ROUND)
             .collect();
+        // A move counts nowhere until its removal is done: the loads stay as they are.
+        let loads = self.loads();
         for k in moves {
-            if let Some(dest) = self.least_loaded(ctx) {
+            if let Some(dest) = self.least_loaded_in(ctx, &loads) {
                 self.start_move(k, dest);
             }
         }
@@ -184,18 +193,17 @@ impl Maintainer {
         if nodes.len() < 2 {
             return;
         }
+        let loads = self.loads();
+        let load = |n: &NodeId| loads.get(n).copied().unwrap_or(0);
         let max = nodes
             .iter()
-            .max_by_key(|n| (self.load(n), std::cmp::Reverse((*n).clone())))
+            .max_by_key(|n| (load(n), std::cmp::Reverse(*n)))
             .cloned();
-        let min = nodes
-            .iter()
-            .min_by_key(|n| (self.load(n), (*n).clone()))
-            .cloned();
+        let min = nodes.iter().min_by_key(|n| (load(n), *n)).cloned();
         let (Some(max), Some(min)) = (max, min) else {
             return;
         };
-        if self.load(&max) < self.load(&min) + 2 {
+        if load(&max) < load(&min) + 2 {
             return;
         }
         // A span a user moved stays where the user put it (another span of that node moves).
