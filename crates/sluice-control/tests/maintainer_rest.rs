@@ -39,6 +39,14 @@ fn at(d: DispatcherId, t: u64, cp: Ts, rests: bool) -> DispatcherReport {
     }
 }
 
+/// `hb` from n2, at a time that grows with its sequence number.
+fn beat(m: &mut Maintainer, w: &World, hb: Message) {
+    let Message::Heartbeat { seq, .. } = hb else {
+        unreachable!("a heartbeat")
+    };
+    m.on_message(&w.ctx(10 * seq), &n("n2"), hb, &mut Vec::new());
+}
+
 /// The checkpoints the maintainer holds for tables 3 and 4.
 fn checkpoints(m: &Maintainer) -> (Ts, Ts) {
     let of = |t: u64| {
@@ -55,14 +63,8 @@ fn checkpoints(m: &Maintainer) -> (Ts, Ts) {
 fn a_rest_ts_raises_resting_spans_only_while_no_heartbeat_was_missed() {
     let w = World::of(&["n1", "n2"]);
     let mut m = maintainer(&w);
-    let mut out = Vec::new();
-    let mut hb = |m: &mut Maintainer, seq, complete, reports, rest| {
-        m.on_message(
-            &w.ctx(10 * seq),
-            &n("n2"),
-            heartbeat(seq, complete, reports, rest),
-            &mut out,
-        )
+    let hb = |m: &mut Maintainer, seq, complete, reports, rest| {
+        beat(m, &w, heartbeat(seq, complete, reports, rest))
     };
     // Complete: table 3's dispatcher rests, table 4's works.
     hb(
@@ -123,14 +125,8 @@ fn a_rest_ts_raises_resting_spans_only_while_no_heartbeat_was_missed() {
 fn a_lower_rest_ts_lowers_no_span() {
     let w = World::of(&["n1", "n2"]);
     let mut m = maintainer(&w);
-    let mut out = Vec::new();
-    let mut hb = |m: &mut Maintainer, seq, complete, reports, rest| {
-        m.on_message(
-            &w.ctx(10 * seq),
-            &n("n2"),
-            heartbeat(seq, complete, reports, rest),
-            &mut out,
-        )
+    let hb = |m: &mut Maintainer, seq, complete, reports, rest| {
+        beat(m, &w, heartbeat(seq, complete, reports, rest))
     };
     hb(
         &mut m,
