@@ -258,7 +258,8 @@ pub struct Feed<R> {
 
 /// The dispatchers of one changefeed that a poll found with nothing new but a greater resolved
 /// ts: one [`Input::Resolved`] for all of them instead of a batch each.
-type Quiet = BTreeMap<(ChangefeedId, Ts), Vec<DispatcherId>>;
+/// Keyed by changefeed, then resolved ts (so an idle lane costs no key clone).
+type Quiet = BTreeMap<ChangefeedId, BTreeMap<Ts, Vec<DispatcherId>>>;
 
 /// A batch being cut for one dispatcher.
 struct Cut<R> {
@@ -355,26 +356,32 @@ impl<R: FeedRow> Feed<R> {
         }
         let over = |f: &Self| f.inflight_bytes >= f.quota_bytes && !mutation("feed-ignores-quota");
         let mut quiet = Quiet::new();
-        let keys: Vec<LaneKey> = self.behind.iter().cloned().collect();
-        for key in keys {
+        // Taken, not cloned: a lane still behind after this poll goes back (a caught-up one
+        // leaves), and so does every lane after the quota stopped the poll.
+        let mut keys = std::mem::take(&mut self.behind).into_iter();
+        while let Some(key) = keys.next() {
             if !self.may_deliver(&key, complete) {
-                self.behind.remove(&key);
                 continue;
             }
             if over(self) {
                 out.push(FeedOut::Note(FeedNote::QuotaWait));
+                self.behind.insert(key);
+                self.behind.extend(keys);
                 break;
             }
             if wants(&key.0, key.1) {
                 self.deliver(src, &key, complete, out, &mut quiet);
             }
+            self.behind.insert(key);
         }
-        for ((cf, resolved_ts), ids) in quiet {
-            out.push(FeedOut::Input(Input::Resolved {
-                cf,
-                ids,
-                resolved_ts,
-            }));
+        for (cf, by_ts) in quiet {
+            for (resolved_ts, ids) in by_ts {
+                out.push(FeedOut::Input(Input::Resolved {
+                    cf: cf.clone(),
+                    ids,
+                    resolved_ts,
+                }));
+            }
         }
     }
 
@@ -610,7 +617,9 @@ impl<R: FeedRow> Feed<R> {
         let Some(lane) = self.lanes.get(key) else {
             return;
         };
-        let Some(sub) = lane.sub.clone() else {
+        // Borrowed, not cloned (a span's keys are heap bytes): this runs for every idle lane
+        // whenever the source's complete ts moves.
+        let Some(sub) = lane.sub.as_ref() else {
             return;
         };
         if lane.awaiting_chunk && lane.chunks.is_empty() {
@@ -631,7 +640,7 @@ impl<R: FeedRow> Feed<R> {
         if sub.cursor >= complete || lane.rows() >= MAX_INFLIGHT_ROWS_PER_DISPATCHER {
             return;
         }
-        let cut = match self.cut(src, &sub, complete) {
+        let cut = match self.cut(src, sub, complete) {
             Ok(c) => c,
             Err(e) => {
                 let message = format!("event store: {e}");
@@ -655,10 +664,12 @@ impl<R: FeedRow> Feed<R> {
         }
         if nothing {
             // Only the resolved ts moved: one input for all such dispatchers of the changefeed.
-            quiet
-                .entry((key.0.clone(), resolved_ts))
-                .or_default()
-                .push(key.1);
+            match quiet.get_mut(&key.0) {
+                Some(by_ts) => by_ts.entry(resolved_ts).or_default().push(key.1),
+                None => {
+                    quiet.insert(key.0.clone(), BTreeMap::from([(resolved_ts, vec![key.1])]));
+                }
+            }
             return;
         }
         let items = self.hand_out(key, cut.rows, cut.ddls);
