@@ -1233,6 +1233,14 @@ fn a_dispatcher_removed_while_it_waits_for_its_floor_never_starts() {
 }
 
 /// A manager bootstrapped by `m1` with one working dispatcher `d1.1` over table 4.
+/// A manager of owner m1 with one working dispatcher of table 4 (`a`) and one of table 5 (`b`).
+fn dispatchers_of_tables_4_and_5() -> (DispatcherManager, Holds, DispatcherId, DispatcherId) {
+    let (mut dm, holds, a) = one_dispatcher_of_table_4();
+    let b = id(1, 2);
+    create(&mut dm, &m1(), 1, b, Span::whole_table(TableId(5)), &holds);
+    (dm, holds, a, b)
+}
+
 fn one_dispatcher_of_table_4() -> (DispatcherManager, Holds, DispatcherId) {
     let holds = Holds::default();
     let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
@@ -1478,12 +1486,7 @@ fn beat(dm: &mut DispatcherManager, now: u64, holds: &Holds) -> Beat {
 #[test]
 fn heartbeats_between_complete_ones_carry_only_changed_reports() {
     use sluice_control::config::{HEARTBEAT_COMPLETE_MS, HEARTBEAT_MS};
-    let holds = Holds::default();
-    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
-    bootstrap(&mut dm, &m1(), 1, &holds);
-    let (a, b) = (id(1, 1), id(1, 2));
-    create(&mut dm, &m1(), 1, a, Span::whole_table(TableId(4)), &holds);
-    create(&mut dm, &m1(), 1, b, Span::whole_table(TableId(5)), &holds);
+    let (mut dm, holds, a, b) = dispatchers_of_tables_4_and_5();
     // Both busy: rows written and not acknowledged, so neither rests.
     let mut out = Vec::new();
     dm.on_events(
@@ -1557,12 +1560,7 @@ fn heartbeats_between_complete_ones_carry_only_changed_reports() {
 #[test]
 fn idle_dispatchers_rest_and_heartbeats_carry_one_rest_ts_for_them() {
     use sluice_control::config::{HEARTBEAT_COMPLETE_MS, HEARTBEAT_MS};
-    let holds = Holds::default();
-    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
-    bootstrap(&mut dm, &m1(), 1, &holds);
-    let (a, b) = (id(1, 1), id(1, 2));
-    create(&mut dm, &m1(), 1, a, Span::whole_table(TableId(4)), &holds);
-    create(&mut dm, &m1(), 1, b, Span::whole_table(TableId(5)), &holds);
+    let (mut dm, holds, a, b) = dispatchers_of_tables_4_and_5();
     let mut out = Vec::new();
     let t0 = 10_000;
     dm.on_resolved(t0, vec![a, b], 150, &holds, &mut out);

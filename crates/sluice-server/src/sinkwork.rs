@@ -282,7 +282,7 @@ impl Worker {
     /// Reports the sink's acknowledgement of everything up to `ts`, with the lags of the rows it
     /// covers.
     fn send_flushed(&mut self, ts: Ts) {
-        let row_lags = self.lag.acked(ts, sluice_capture::heartbeat::now_ms());
+        let row_lags = self.lag.acked(ts, crate::upstream::now_ms());
         let _ = self.report.send(SinkReport {
             input: Some(self.flushed(ts)),
             cf: self.cf.clone(),

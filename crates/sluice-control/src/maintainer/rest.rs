@@ -24,7 +24,12 @@ impl Maintainer {
     /// Before a heartbeat's reports: a complete one starts the node's group again (its reports
     /// list every resting dispatcher); a heartbeat after a gap distrusts it.
     pub(super) fn rest_begin(&mut self, from: &NodeId, complete: bool, contiguous: bool) {
-        let g = self.rests.entry(from.clone()).or_default();
+        if !self.rests.contains_key(from) {
+            self.rests.insert(from.clone(), RestGroup::default());
+        }
+        let Some(g) = self.rests.get_mut(from) else {
+            return;
+        };
         if complete {
             g.members.clear();
             g.trusted = true;
