@@ -38,8 +38,12 @@ pub const MAX_ERRORS_PER_HEARTBEAT: usize = 8;
 pub const MAX_ERROR_MESSAGE_LEN: usize = 1024;
 /// How often the balance, split and merge schedulers run.
 pub const BALANCE_INTERVAL_MS: Millis = 2_000;
-/// At most this many operators are started per scheduler round.
+/// At most this many move operators (drain) are started per scheduler round; the adds of
+/// absent spans per round are the changefeed's `add-table-batch-size`
+/// ([`SchedulerConfig::add_table_batch_size`]).
 pub const MAX_OPERATORS_PER_ROUND: usize = 64;
+/// Default of [`SchedulerConfig::add_table_batch_size`].
+pub const DEFAULT_ADD_TABLE_BATCH_SIZE: usize = 1_000;
 /// At most this many unconsumed stream items a dispatcher buffers, plus the rest of the
 /// transaction it is in (a transaction is never cut).
 pub const MAX_BUFFERED_ITEMS: usize = 4096;
@@ -63,6 +67,11 @@ pub struct SchedulerConfig {
     pub balance: bool,
     /// A span written faster than this many rows per second is split (0: off).
     pub write_key_threshold: u64,
+    /// At most this many absent spans get an add operator per maintainer tick (TiCDC's
+    /// `add-table-batch-size`): it bounds the burst of dispatcher creations a new changefeed
+    /// (or a failover) sends to the nodes, and sets how fast many tables are scheduled (the
+    /// maintainer ticks every 100 ms). 0 is taken as 1.
+    pub add_table_batch_size: usize,
 }
 
 impl Default for SchedulerConfig {
@@ -73,6 +82,7 @@ impl Default for SchedulerConfig {
             region_count_per_span: 100,
             balance: true,
             write_key_threshold: 0,
+            add_table_batch_size: DEFAULT_ADD_TABLE_BATCH_SIZE,
         }
     }
 }

@@ -109,6 +109,7 @@ impl ScaleSpec {
                 region_count_per_span: 1,
                 balance: false,
                 x_write_key_threshold: 0,
+                add_table_batch_size: SchedulerConfig::default().add_table_batch_size,
             },
             tables,
             x_lease_ms: None,

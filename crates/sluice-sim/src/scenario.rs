@@ -108,6 +108,9 @@ pub struct SchedulerConfig {
     /// Extension `x-write-key-threshold` (default 0, off): a span written faster than this many
     /// rows per second is split (with `enable-table-across-nodes` and `balance`).
     pub x_write_key_threshold: u64,
+    /// `add-table-batch-size` (default the control plane's, 1000): absent spans given an add
+    /// operator per maintainer tick.
+    pub add_table_batch_size: u64,
 }
 
 impl Default for SchedulerConfig {
@@ -118,6 +121,7 @@ impl Default for SchedulerConfig {
             region_count_per_span: 100,
             balance: true,
             x_write_key_threshold: 0,
+            add_table_batch_size: sluice_control::config::DEFAULT_ADD_TABLE_BATCH_SIZE as u64,
         }
     }
 }

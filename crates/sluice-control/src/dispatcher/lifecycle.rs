@@ -88,6 +88,7 @@ impl DispatcherManager {
             return;
         }
         d.phase = Phase::Working;
+        self.ticking.insert(d.id);
         out.push(Effect::Subscribe {
             cf: self.cf.clone(),
             id: d.id,
@@ -102,13 +103,6 @@ impl DispatcherManager {
             start_ts: d.start_ts,
         }));
         self.dispatchers.insert(d.id, d);
-    }
-
-    fn overlapping(&self, span: &Span, except: &[DispatcherId]) -> Option<DispatcherId> {
-        self.dispatchers
-            .values()
-            .find(|d| !d.is_trigger && !except.contains(&d.id) && d.span.overlaps(span))
-            .map(|d| d.id)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -141,7 +135,7 @@ impl DispatcherManager {
             );
             return;
         }
-        if let Some(with) = self.overlapping(&span, &[]) {
+        if let Some(with) = self.dispatchers.overlapping(&span, &[]) {
             #[cfg(feature = "mutations")]
             if crate::mutations::on("dm-admits-overlap") {
                 self.start_dispatcher(
@@ -326,7 +320,7 @@ impl DispatcherManager {
         let refs: Vec<&Span> = spans.iter().collect();
         if sources.len() < 2
             || !sluice_types::spans_partition(&span, &refs)
-            || self.overlapping(&span, &sources).is_some()
+            || self.dispatchers.overlapping(&span, &sources).is_some()
         {
             self.send_owner(
                 out,

@@ -57,6 +57,7 @@ mod events;
 mod floor;
 mod lifecycle;
 mod pump;
+mod set;
 
 /// A bootstrap request kept while `bootstrap_response` is held: (sender, epoch, trigger, config).
 type HeldBootstrap = (NodeId, Epoch, Option<(DispatcherId, Ts)>, ChangefeedConfig);
@@ -460,7 +461,7 @@ pub struct DispatcherManager {
     incarnation: u64,
     owner: Option<(NodeId, Epoch)>,
     config: Option<ChangefeedConfig>,
-    dispatchers: BTreeMap<DispatcherId, Dispatcher>,
+    dispatchers: set::DispatcherSet,
     tombstones: BTreeSet<DispatcherId>,
     tombstone_order: VecDeque<DispatcherId>,
     /// Stopped dispatchers not yet reported (reported once in the next heartbeat, and again in
@@ -480,6 +481,15 @@ pub struct DispatcherManager {
     /// The dispatchers with a floor read to retry (a superset: one that no longer waits is
     /// dropped at the next tick), so a tick does not look through every dispatcher for them.
     floor_retries: BTreeSet<DispatcherId>,
+    /// The dispatchers a tick may have to pump: a superset of those that want it
+    /// (`Dispatcher::wants_tick`), kept by `pump` and `start_dispatcher` (every change that
+    /// makes a dispatcher want a tick goes through one of them, or a copy's start); one that no
+    /// longer wants it is dropped at the next tick. So a tick costs the busy dispatchers, not a
+    /// pass over every one (checked against such a pass in debug builds).
+    ticking: BTreeSet<DispatcherId>,
+    /// A dispatcher of this manager was ever given a snapshot copy: only then does a tick look
+    /// for copies to step.
+    copies: bool,
     pub stale_dropped: u64,
 }
 
@@ -509,7 +519,7 @@ impl DispatcherManager {
             incarnation,
             owner: None,
             config: None,
-            dispatchers: BTreeMap::new(),
+            dispatchers: Default::default(),
             tombstones: BTreeSet::new(),
             tombstone_order: VecDeque::new(),
             stopped: BTreeMap::new(),
@@ -521,6 +531,8 @@ impl DispatcherManager {
             last_complete: None,
             node_warning: None,
             floor_retries: BTreeSet::new(),
+            ticking: BTreeSet::new(),
+            copies: false,
             stale_dropped: 0,
         }
     }
@@ -702,6 +714,8 @@ impl DispatcherManager {
                     self.create(id, span, start_ts, floor_known, holds, out);
                     if let Some(start) = copy {
                         self.start_copy(id, start, false);
+                        self.copies = true;
+                        self.ticking.insert(id);
                     }
                 }
             }
@@ -714,6 +728,8 @@ impl DispatcherManager {
             } => {
                 if self.admits(from, epoch, "copy", out) {
                     self.start_copy(id, copy, restart);
+                    self.copies = true;
+                    self.ticking.insert(id);
                     self.copy_step(now, out);
                 }
             }

@@ -393,25 +393,19 @@ impl Maintainer {
     /// span's rows again once the DDL may have taken effect (rows before a RENAME under the old
     /// name, rows of a version a TRUNCATE replaced).
     pub(super) fn raise_to_waiting(&mut self, id: DispatcherId, from: &NodeId, d: Ts) {
-        for e in self
-            .spans
-            .values_mut()
-            .filter(|e| e.dispatcher == Some(id) && e.node.as_ref() == Some(from))
-        {
-            e.checkpoint = e.checkpoint.max(d.saturating_sub(1));
-        }
+        self.spans.update_where(
+            |e| e.dispatcher == Some(id) && e.node.as_ref() == Some(from),
+            |e| e.checkpoint = e.checkpoint.max(d.saturating_sub(1)),
+        );
     }
 
     /// The DDL at `d` is durable and every span of the tables that took part in it had flushed
     /// everything before it: their replacements start after the DDL.
     pub(super) fn raise_past_written(&mut self, tables: &[TableId], d: Ts) {
-        for e in self
-            .spans
-            .values_mut()
-            .filter(|e| tables.contains(&e.span.table))
-        {
-            e.checkpoint = e.checkpoint.max(d);
-        }
+        self.spans.update_where(
+            |e| tables.contains(&e.span.table),
+            |e| e.checkpoint = e.checkpoint.max(d),
+        );
     }
 
     /// A DDL's effects on the table set and span map, applied once it is durable.

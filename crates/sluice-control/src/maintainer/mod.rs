@@ -38,6 +38,7 @@ pub mod requests;
 mod rest;
 mod scheduler;
 pub mod snapshot;
+mod spanmap;
 mod tracked;
 
 use crate::config::{
@@ -179,7 +180,7 @@ pub struct Maintainer {
     /// Bootstrap requests sent and not answered: node -> (incarnation, last send).
     bootstrapping: BTreeMap<NodeId, (u64, Millis)>,
     tables: BTreeMap<TableId, TableState>,
-    spans: BTreeMap<SpanKey, SpanEntry>,
+    spans: spanmap::SpanMap,
     tracked: tracked::TrackedMap,
     ops: BTreeMap<u64, Operator>,
     next_op: u64,
@@ -277,7 +278,7 @@ impl Maintainer {
             ready: BTreeMap::new(),
             bootstrapping: BTreeMap::new(),
             tables: BTreeMap::new(),
-            spans: BTreeMap::new(),
+            spans: Default::default(),
             tracked: Default::default(),
             ops: BTreeMap::new(),
             next_op: 1,
@@ -488,7 +489,7 @@ impl Maintainer {
     fn insert_op(&mut self, op: Operator) {
         *self.phase_counts.entry((op.kind, op.phase)).or_default() += 1;
         if let Some(k) = &op.key {
-            if let Some(e) = self.spans.get_mut(k) {
+            if let Some(mut e) = self.spans.get_mut(k) {
                 e.op = Some(op.id);
                 if op.kind != OpKind::Remove || !op.drop_entry {
                     e.state = SpanState::Scheduling;
@@ -513,26 +514,20 @@ impl Maintainer {
             && !ctx.draining.contains(node)
     }
 
-    /// Every node's load, in one pass over the span map and the operators: the spans it serves
-    /// (or whose progress counts there) plus the adds and moves creating there (a node with none
-    /// is absent): a scheduling round reads it once and keeps it up to date as it
-    /// places spans, instead of a pass per node per span (which made placing n spans cost
-    /// nodes · n² and 100,000 spans take most of an hour in `sluice-sim scale`).
+    /// Every node's load: the spans it serves (or whose progress counts there), kept by the
+    /// span map's index, plus the adds and moves creating there (a node with none is absent).
+    /// A scheduling round reads it once and keeps it up to date as it places spans.
     fn loads(&self) -> BTreeMap<NodeId, usize> {
-        let mut loads: BTreeMap<NodeId, usize> = BTreeMap::new();
-        let mut count = |n: &NodeId| match loads.get_mut(n) {
-            Some(c) => *c += 1,
-            None => {
-                loads.insert(n.clone(), 1);
-            }
-        };
-        for n in self.spans.values().filter_map(|e| e.node.as_ref()) {
-            count(n);
-        }
+        let mut loads = self.spans.per_node().clone();
         for o in self.ops.values() {
             if o.kind != OpKind::Merge && o.phase == OpPhase::Creating {
                 if let Some(n) = &o.dest {
-                    count(n);
+                    match loads.get_mut(n) {
+                        Some(c) => *c += 1,
+                        None => {
+                            loads.insert(n.clone(), 1);
+                        }
+                    }
                 }
             }
         }
@@ -857,13 +852,14 @@ impl Maintainer {
                 f.pop_first();
             }
             self.tracked.retain(|_, t| t.node != n);
-            for e in self.spans.values_mut() {
-                if e.node.as_ref() == Some(&n) && e.op.is_none() {
+            self.spans.update_where(
+                |e| e.node.as_ref() == Some(&n) && e.op.is_none(),
+                |e| {
                     e.state = SpanState::Absent;
                     e.node = None;
                     e.dispatcher = None;
-                }
-            }
+                },
+            );
             self.log(out, format!("node {n} left"));
         }
         self.bootstrapping

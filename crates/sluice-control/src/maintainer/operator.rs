@@ -207,7 +207,7 @@ impl Maintainer {
         }
         if op.is_finished() {
             if let Some(k) = &op.key {
-                if let Some(e) = self.spans.get_mut(k) {
+                if let Some(mut e) = self.spans.get_mut(k) {
                     if e.op == Some(op.id) {
                         e.op = None;
                     }
@@ -276,7 +276,7 @@ impl Maintainer {
                 if let Some(k) = &op.key {
                     if op.drop_entry {
                         self.spans.remove(k);
-                    } else if let Some(e) = self.spans.get_mut(k) {
+                    } else if let Some(mut e) = self.spans.get_mut(k) {
                         e.state = SpanState::Absent;
                         e.node = None;
                         e.dispatcher = None;
@@ -352,7 +352,7 @@ impl Maintainer {
             .map(|t| t.phase == Tracked::Working)
             .unwrap_or(false)
         {
-            if let Some(e) = self.spans.get_mut(&k) {
+            if let Some(mut e) = self.spans.get_mut(&k) {
                 e.state = SpanState::Replicating;
                 e.node = Some(dest);
                 e.dispatcher = Some(id);
@@ -364,46 +364,48 @@ impl Maintainer {
             op.transition(OpPhase::Aborted);
             return;
         };
+        // Not due: nothing to send (checked first: the overlap check is the costlier one).
+        if !op.due(now, RESEND_MS) {
+            return;
+        }
         let span = entry.span.clone();
         if !self.can_create(&span, &[id]) {
             return; // wait until every overlapping dispatcher is confirmed closed
         }
-        if op.due(now, RESEND_MS) {
-            op.last_sent = Some(now);
-            // Never below the changefeed checkpoint, never above the span's own.
-            let start_ts = entry.checkpoint.max(self.committed);
-            self.tracked.insert_if_absent(
-                id,
-                TrackedDispatcher {
-                    node: dest.clone(),
-                    span: span.clone(),
-                    phase: Tracked::Requested,
-                    checkpoint: start_ts,
-                },
-            );
-            let floor_known = entry.floored;
-            let copy = self.copy_start(&span);
-            if let Some(e) = self.spans.get_mut(&k) {
-                e.node = Some(dest.clone());
-                e.dispatcher = Some(id);
-                e.state = SpanState::Scheduling;
-                // From now on a dispatcher may have served it.
-                e.floored = false;
-            }
-            self.send(
-                out,
-                &dest,
-                Message::Create {
-                    cf: self.cf.clone(),
-                    epoch: self.epoch,
-                    id,
-                    span,
-                    start_ts,
-                    floor_known,
-                    copy,
-                },
-            );
+        op.last_sent = Some(now);
+        // Never below the changefeed checkpoint, never above the span's own.
+        let start_ts = entry.checkpoint.max(self.committed);
+        self.tracked.insert_if_absent(
+            id,
+            TrackedDispatcher {
+                node: dest.clone(),
+                span: span.clone(),
+                phase: Tracked::Requested,
+                checkpoint: start_ts,
+            },
+        );
+        let floor_known = entry.floored;
+        let copy = self.copy_start(&span);
+        if let Some(mut e) = self.spans.get_mut(&k) {
+            e.node = Some(dest.clone());
+            e.dispatcher = Some(id);
+            e.state = SpanState::Scheduling;
+            // From now on a dispatcher may have served it.
+            e.floored = false;
         }
+        self.send(
+            out,
+            &dest,
+            Message::Create {
+                cf: self.cf.clone(),
+                epoch: self.epoch,
+                id,
+                span,
+                start_ts,
+                floor_known,
+                copy,
+            },
+        );
     }
 
     /// Merging: (re)send the merge to the sources' node; done once the target works.
@@ -429,13 +431,16 @@ impl Maintainer {
                 .map(|e| e.checkpoint)
                 .min()
                 .unwrap_or(0);
-            for e in self.spans.values_mut().filter(|e| e.op == Some(id)) {
-                e.checkpoint = e.checkpoint.min(least);
-                e.state = SpanState::Absent;
-                e.node = None;
-                e.dispatcher = None;
-                e.op = None;
-            }
+            self.spans.update_where(
+                |e| e.op == Some(id),
+                |e| {
+                    e.checkpoint = e.checkpoint.min(least);
+                    e.state = SpanState::Absent;
+                    e.node = None;
+                    e.dispatcher = None;
+                    e.op = None;
+                },
+            );
             op.transition(OpPhase::Aborted);
             return;
         }
@@ -491,7 +496,7 @@ impl Maintainer {
 
     pub(super) fn set_absent(&mut self, key: Option<&SpanKey>) {
         if let Some(k) = key {
-            if let Some(e) = self.spans.get_mut(k) {
+            if let Some(mut e) = self.spans.get_mut(k) {
                 e.state = SpanState::Absent;
                 e.node = None;
                 e.dispatcher = None;
@@ -600,7 +605,7 @@ impl Maintainer {
         let id = op.id;
         self.insert_op(op);
         for e in &entries {
-            if let Some(en) = self.spans.get_mut(&span_key(&e.span)) {
+            if let Some(mut en) = self.spans.get_mut(&span_key(&e.span)) {
                 en.op = Some(id);
                 en.state = SpanState::Scheduling;
             }

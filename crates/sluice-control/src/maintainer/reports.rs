@@ -82,20 +82,22 @@ impl Maintainer {
             }
         }
         if complete {
+            // The node's tracked dispatchers it no longer lists are gone (its own index: a
+            // complete heartbeat costs its reports, not a pass over every tracked dispatcher).
             let gone: Vec<DispatcherId> = self
                 .tracked
-                .iter()
+                .of_node(from)
                 .filter(|(id, t)| {
-                    t.node == *from
-                        && t.phase != Tracked::Requested
-                        && !seen.contains(id)
-                        && **id != self.trigger
+                    t.phase != Tracked::Requested && !seen.contains(id) && **id != self.trigger
                 })
                 .map(|(id, _)| *id)
                 .collect();
             for id in gone {
-                self.tracked.remove(&id);
-                for e in self.spans.values_mut() {
+                let Some(t) = self.tracked.remove(&id) else {
+                    continue;
+                };
+                // A dispatcher is only ever set on the entry of its own span.
+                if let Some(mut e) = self.spans.get_mut(&span_key(&t.span)) {
                     if e.dispatcher == Some(id) && e.state == SpanState::Replicating {
                         e.state = SpanState::Absent;
                         e.node = None;
@@ -133,7 +135,7 @@ impl Maintainer {
                 serving.iter().map(|e| (&e.span, &e.state, e.op)).collect::<Vec<_>>()
             );
         }
-        if let Some(e) = self.spans.get_mut(&span_key(&r.span)) {
+        if let Some(mut e) = self.spans.get_mut(&span_key(&r.span)) {
             if e.dispatcher == Some(r.id) && e.node.as_ref() == Some(from) {
                 e.checkpoint = e.checkpoint.max(r.checkpoint);
                 e.write_rate = r.write_rate;
@@ -180,7 +182,7 @@ impl Maintainer {
             },
         );
         if adoptable {
-            if let Some(e) = self.spans.get_mut(&key) {
+            if let Some(mut e) = self.spans.get_mut(&key) {
                 e.state = SpanState::Replicating;
                 e.node = Some(from.clone());
                 e.dispatcher = Some(r.id);
@@ -230,17 +232,20 @@ impl Maintainer {
                 if op.kind == OpKind::Merge {
                     // Nothing changed on the node: the sources still run there.
                     let id = op.id;
-                    for e in self.spans.values_mut().filter(|e| e.op == Some(id)) {
-                        e.state = SpanState::Replicating;
-                        e.op = None;
-                    }
+                    self.spans.update_where(
+                        |e| e.op == Some(id),
+                        |e| {
+                            e.state = SpanState::Replicating;
+                            e.op = None;
+                        },
+                    );
                     for (sid, _, _) in &op.sources {
                         if let Some(t) = self.tracked.get_mut(sid) {
                             t.phase = Tracked::Working;
                         }
                     }
                 } else if let Some(k) = &op.key {
-                    if let Some(e) = self.spans.get_mut(k) {
+                    if let Some(mut e) = self.spans.get_mut(k) {
                         e.state = SpanState::Absent;
                         e.node = None;
                         e.dispatcher = None;

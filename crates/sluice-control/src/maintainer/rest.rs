@@ -68,7 +68,7 @@ impl Maintainer {
                     t.checkpoint = t.checkpoint.max(ts);
                 }
             }
-            if let Some(e) = self.spans.get_mut(key) {
+            if let Some(mut e) = self.spans.get_mut(key) {
                 if e.dispatcher == Some(*id) && e.node.as_ref() == Some(from) {
                     e.checkpoint = e.checkpoint.max(ts);
                     e.resolved = e.resolved.max(ts);

@@ -1,7 +1,8 @@
 //! The schedulers: balance, split and merge, run every `BALANCE_INTERVAL_MS`, and the placement
-//! of absent spans. They only start operators (`operator.rs`); at most
-//! `MAX_OPERATORS_PER_ROUND` per round, never on a span that has one, never on a table a user
-//! split (the merge scheduler).
+//! of absent spans. They only start operators (`operator.rs`): at most `add-table-batch-size`
+//! adds and `MAX_OPERATORS_PER_ROUND` moves per round, never on a span that has one, never on a
+//! table a user split (the merge scheduler). The placement reads the span map's queue of absent
+//! spans and its loads per node (`spanmap.rs`), not the whole map.
 
 use super::*;
 
@@ -15,13 +16,7 @@ impl Maintainer {
             return;
         }
         self.last_balance = ctx.now;
-        if !self.ops.is_empty()
-            || !self.requests.is_empty()
-            || self
-                .spans
-                .values()
-                .any(|e| e.state != SpanState::Replicating)
-        {
+        if !self.ops.is_empty() || !self.requests.is_empty() || !self.spans.all_replicating() {
             return;
         }
         if self.config.scheduler.enable_table_across_nodes
@@ -34,15 +29,11 @@ impl Maintainer {
         self.balance(ctx, out);
     }
 
-    /// Basic: absent spans go to the least loaded schedulable node.
+    /// Basic: absent spans (at most `add-table-batch-size`, in key order) go to the least
+    /// loaded schedulable node.
     fn place_absent(&mut self, ctx: &Ctx) {
-        let absent: Vec<SpanKey> = self
-            .spans
-            .iter()
-            .filter(|(_, e)| e.state == SpanState::Absent && e.op.is_none())
-            .map(|(k, _)| k.clone())
-            .take(MAX_OPERATORS_PER_ROUND)
-            .collect();
+        let batch = self.config.scheduler.add_table_batch_size.max(1);
+        let absent: Vec<SpanKey> = self.spans.queued().take(batch).cloned().collect();
         if absent.is_empty() {
             return;
         }

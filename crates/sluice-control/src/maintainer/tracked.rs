@@ -1,9 +1,11 @@
 //! The dispatchers a maintainer knows of on every node ([`TrackedMap`]), with an index by table
 //! so the one-writer check ([`Maintainer::can_create`]) looks only at the dispatchers of the
-//! span's table, not at every dispatcher of the changefeed (which made placing n spans cost n²).
+//! span's table, not at every dispatcher of the changefeed (which made placing n spans cost n²),
+//! and an index by node so a complete heartbeat looks only at that node's dispatchers.
 //!
-//! Invariant: the index names exactly the tracked dispatchers, each under its span's table (a
-//! tracked dispatcher's span never changes once tracked; checked where the index is read).
+//! Invariant: each index names exactly the tracked dispatchers, each under its span's table and
+//! its node (a tracked dispatcher's span and node never change once tracked; checked where the
+//! indexes are read).
 
 use super::*;
 use std::ops::Deref;
@@ -13,6 +15,7 @@ use std::ops::Deref;
 pub(super) struct TrackedMap {
     map: BTreeMap<DispatcherId, TrackedDispatcher>,
     by_table: BTreeMap<TableId, BTreeSet<DispatcherId>>,
+    by_node: BTreeMap<NodeId, BTreeSet<DispatcherId>>,
 }
 
 impl Deref for TrackedMap {
@@ -24,13 +27,19 @@ impl Deref for TrackedMap {
 
 impl TrackedMap {
     pub(super) fn insert(&mut self, id: DispatcherId, t: TrackedDispatcher) {
+        if let Some(old) = self.map.remove(&id) {
+            self.unindex(&old, id);
+        }
         self.by_table.entry(t.span.table).or_default().insert(id);
-        if let Some(old) = self.map.insert(id, t) {
-            let table = self.map[&id].span.table;
-            if old.span.table != table {
-                self.unindex(old.span.table, id);
+        match self.by_node.get_mut(&t.node) {
+            Some(ids) => {
+                ids.insert(id);
+            }
+            None => {
+                self.by_node.insert(t.node.clone(), BTreeSet::from([id]));
             }
         }
+        self.map.insert(id, t);
     }
 
     /// Tracks `id` unless it is tracked already.
@@ -42,7 +51,7 @@ impl TrackedMap {
 
     pub(super) fn remove(&mut self, id: &DispatcherId) -> Option<TrackedDispatcher> {
         let t = self.map.remove(id)?;
-        self.unindex(t.span.table, *id);
+        self.unindex(&t, *id);
         Some(t)
     }
 
@@ -61,8 +70,8 @@ impl TrackedMap {
         }
     }
 
-    /// A tracked dispatcher to change: its node, phase or checkpoint, never its span (the
-    /// index would no longer find it; `of_table` asserts it in debug builds).
+    /// A tracked dispatcher to change: its phase or checkpoint, never its span or node (the
+    /// indexes would no longer find it; `of_table` and `of_node` assert it in debug builds).
     pub(super) fn get_mut(&mut self, id: &DispatcherId) -> Option<&mut TrackedDispatcher> {
         self.map.get_mut(id)
     }
@@ -82,11 +91,32 @@ impl TrackedMap {
             })
     }
 
-    fn unindex(&mut self, table: TableId, id: DispatcherId) {
-        if let Some(ids) = self.by_table.get_mut(&table) {
+    /// The tracked dispatchers on `node`.
+    pub(super) fn of_node<'a>(
+        &'a self,
+        node: &'a NodeId,
+    ) -> impl Iterator<Item = (&'a DispatcherId, &'a TrackedDispatcher)> {
+        self.by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.map.get_key_value(id))
+            .inspect(move |(_, t)| {
+                debug_assert_eq!(&t.node, node, "a tracked dispatcher's node changed")
+            })
+    }
+
+    fn unindex(&mut self, t: &TrackedDispatcher, id: DispatcherId) {
+        if let Some(ids) = self.by_table.get_mut(&t.span.table) {
             ids.remove(&id);
             if ids.is_empty() {
-                self.by_table.remove(&table);
+                self.by_table.remove(&t.span.table);
+            }
+        }
+        if let Some(ids) = self.by_node.get_mut(&t.node) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                self.by_node.remove(&t.node);
             }
         }
     }

@@ -241,7 +241,13 @@ impl Parser {
             x_write_key_threshold: s
                 .opt_u64("x-write-key-threshold")?
                 .unwrap_or(d.x_write_key_threshold),
+            add_table_batch_size: s
+                .opt_u64("add-table-batch-size")?
+                .unwrap_or(d.add_table_batch_size),
         };
+        if cfg.add_table_batch_size == 0 {
+            return Err(self.err(ctx, "`add-table-batch-size` must be positive"));
+        }
         if cfg.region_count_per_span == 0 {
             return Err(self.err(ctx, "`region-count-per-span` must be positive"));
         }

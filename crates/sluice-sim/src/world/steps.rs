@@ -135,6 +135,7 @@ impl Sim {
                 region_count_per_span: w.scheduler.region_count_per_span,
                 balance: w.scheduler.balance,
                 write_key_threshold: w.scheduler.x_write_key_threshold,
+                add_table_batch_size: w.scheduler.add_table_batch_size as usize,
             },
             preferred_node: w.maintainer.as_ref().map(|m| NodeId::new(m.as_str())),
             filter: Default::default(),
