@@ -920,12 +920,16 @@ fn decode_event_rows(
     Ok(out)
 }
 
-/// Reads `SHOW MASTER STATUS` (the current end of the binlog).
+/// Reads `SHOW MASTER STATUS` (the current end of the binlog; `SHOW BINARY LOG STATUS` where
+/// the first is gone, MySQL 8.4).
 pub async fn master_position(conn: &mut mysql_async::Conn) -> Result<BinlogPos> {
-    let row: Option<mysql_async::Row> = conn
-        .query_first("SHOW MASTER STATUS")
-        .await
-        .map_err(CaptureError::from_mysql)?;
+    let row: Option<mysql_async::Row> = match conn.query_first("SHOW MASTER STATUS").await {
+        Ok(r) => r,
+        Err(first) => conn
+            .query_first("SHOW BINARY LOG STATUS")
+            .await
+            .map_err(|_| CaptureError::from_mysql(first))?,
+    };
     let row = row.ok_or_else(|| {
         CaptureError::Sql("SHOW MASTER STATUS returned nothing: is log_bin on?".into())
     })?;

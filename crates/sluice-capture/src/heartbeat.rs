@@ -54,6 +54,15 @@ pub async fn write_once(conn: &mut mysql_async::Conn, node: &str) -> Result<()> 
         .map_err(CaptureError::from_mysql)
 }
 
+/// Writes the heartbeat row of `node` once, creating the table only when the write finds none
+/// (one statement where it exists: a snapshot window read's low watermark).
+pub async fn touch(conn: &mut mysql_async::Conn, node: &str) -> Result<()> {
+    match conn.exec_drop(upsert_sql(), (node,)).await {
+        Ok(()) => Ok(()),
+        Err(_) => write_once(conn, node).await,
+    }
+}
+
 /// Writes the heartbeat row of `node` every `interval` until `stop` becomes true. Lost
 /// connections and other retryable errors are retried at the next tick; a fatal one (a bad URL,
 /// no privilege to create or write `sluice.heartbeat`: a read-only upstream user) ends it with

@@ -18,7 +18,13 @@
 //!   chunks of a table cover it once, whatever its key types and collations;
 //! - a table without a key is read whole in one snapshot (`limit` is ignored): there is no
 //!   order to resume in.
-//! - an upstream that does not name the snapshot's position (MySQL) is refused with the reason.
+//! - an upstream that does not name the snapshot's position (MySQL) gets window reads
+//!   ([`SnapshotRead::Window`], DBLog's watermarks): the read sees every transaction capture
+//!   could have seen when it was asked (a low-watermark write commits first; commits are in
+//!   binlog order), and its position, the binlog's end read after it, is at or after every
+//!   transaction it saw; the feed settles the keys changed in between
+//!   (`sluice_control::feed`, `chunk.rs`). With `snapshot-read = "position"` such an upstream
+//!   is refused with the reason.
 
 use crate::error::{CaptureError, Result};
 use crate::keys::row_key;
@@ -31,8 +37,15 @@ use sluice_types::{ColumnDef, ColumnType, Key, TableSchema, Ts, Value};
 /// One chunk as read.
 #[derive(Clone, Debug)]
 pub struct SnapshotChunk {
-    /// The commit ts of everything the snapshot holds (its binlog position).
+    /// The commit ts of everything the snapshot holds (its binlog position); for a window read,
+    /// a position at or after everything it holds.
     pub position: Ts,
+    /// A window read ([`SnapshotRead::Window`]): the upstream at some point after what capture
+    /// had when the read was asked, at or before `position`.
+    pub window: bool,
+    /// A window read whose low-watermark write failed (a read-only upstream user): why. The
+    /// read then relies on the upstream having committed what capture saw before it began.
+    pub watermark_failed: Option<String>,
     /// Each row's values (in the schema's column order) and its key.
     pub rows: Vec<(Vec<Value>, Key)>,
     /// Where the next chunk starts (`None` when no row was read).
@@ -154,8 +167,9 @@ async fn key_spec(conn: &mut mysql_async::Conn, table: &TableSchema) -> Result<V
     Ok(spec)
 }
 
-/// The binlog position of the transaction's consistent snapshot.
-async fn snapshot_position(conn: &mut mysql_async::Conn) -> Result<Ts> {
+/// The binlog position of the transaction's consistent snapshot; `None` where the upstream
+/// names none (MySQL: a window read is needed).
+async fn snapshot_position(conn: &mut mysql_async::Conn) -> Result<Option<Ts>> {
     let rows: Vec<(String, String)> = conn
         .query("SHOW STATUS LIKE 'binlog_snapshot_%'")
         .await
@@ -167,19 +181,24 @@ async fn snapshot_position(conn: &mut mysql_async::Conn) -> Result<Ts> {
     };
     let (Some(file), Some(pos)) = (get("binlog_snapshot_file"), get("binlog_snapshot_position"))
     else {
-        return Err(CaptureError::Sql(
-            "the upstream does not report binlog_snapshot_file / binlog_snapshot_position: a \
-             snapshot needs MariaDB (MySQL is not supported for snapshots yet; use snapshot = \
-             \"never\" and seed the downstream yourself)"
-                .into(),
-        ));
+        return Ok(None);
     };
     let pos: u64 = pos
         .parse()
         .map_err(|_| CaptureError::Sql(format!("binlog_snapshot_position {pos:?}")))?;
     BinlogPos::new(file.clone(), pos)
         .ts()
+        .map(Some)
         .ok_or_else(|| CaptureError::Sql(format!("binlog_snapshot_file {file:?} has no index")))
+}
+
+fn no_named_position() -> CaptureError {
+    CaptureError::Sql(
+        "the upstream does not report binlog_snapshot_file / binlog_snapshot_position (MySQL), \
+         and the server's snapshot-read = \"position\" allows nothing else: set snapshot-read \
+         to \"auto\" or \"window\" (window reads, DBLog's watermarks)"
+            .into(),
+    )
 }
 
 /// What stands in the way of a snapshot of these tables (`db`, `table`): an upstream that does not
@@ -188,6 +207,7 @@ async fn snapshot_position(conn: &mut mysql_async::Conn) -> Result<Ts> {
 pub async fn check_readable(
     conn: &mut mysql_async::Conn,
     tables: &[(String, String)],
+    how: SnapshotRead,
 ) -> Result<Vec<String>> {
     let mut problems = Vec::new();
     conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")
@@ -195,8 +215,19 @@ pub async fn check_readable(
         .map_err(CaptureError::from_mysql)?;
     let pos = snapshot_position(conn).await;
     let _ = conn.query_drop("COMMIT").await;
-    if let Err(e) = pos {
-        problems.push(e.to_string());
+    match (pos, how) {
+        (Err(e), _) => problems.push(e.to_string()),
+        (Ok(None), SnapshotRead::Position) => problems.push(no_named_position().to_string()),
+        (Ok(Some(_)), SnapshotRead::Position | SnapshotRead::Auto) => {}
+        // Window reads: the binlog's end must be readable.
+        (Ok(_), _) => {
+            if let Err(e) = crate::binlog::master_position(conn).await {
+                problems.push(format!(
+                    "a window snapshot read takes the binlog's end as its position, and it cannot \
+                     be read: {e} (grant REPLICATION CLIENT, or BINLOG MONITOR on MariaDB)"
+                ));
+            }
+        }
     }
     for (db, t) in tables {
         let q = format!("SELECT * FROM {}.{} LIMIT 0", quote(db), quote(t));
@@ -210,24 +241,40 @@ pub async fn check_readable(
     Ok(problems)
 }
 
-/// Reads one chunk of `table` after `after` (a cursor of an earlier chunk; `None`: from the
-/// start), at most `limit` rows (all rows of a keyless table).
-pub async fn read_chunk(
-    conn: &mut mysql_async::Conn,
+/// How a chunk read finds the binlog position its rows stand at (the server's `snapshot-read`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SnapshotRead {
+    /// The named position where the upstream reports it (MariaDB), a window read elsewhere.
+    #[default]
+    Auto,
+    /// Only at the position the upstream names for its consistent snapshot (refused where it
+    /// names none).
+    Position,
+    /// A window read (DBLog's watermarks): a low-watermark write, the consistent read, then the
+    /// binlog's end as the chunk's position; the feed drops the chunk's rows of keys the stream
+    /// changed between the read's ask and that position.
+    Window,
+}
+
+impl SnapshotRead {
+    pub fn parse(s: &str) -> std::result::Result<SnapshotRead, String> {
+        match s {
+            "auto" => Ok(SnapshotRead::Auto),
+            "position" => Ok(SnapshotRead::Position),
+            "window" => Ok(SnapshotRead::Window),
+            other => Err(format!(
+                "snapshot-read {other:?}: use \"auto\" (the default), \"position\" or \"window\""
+            )),
+        }
+    }
+}
+
+/// The `SELECT` of one chunk and its parameters.
+fn chunk_query(
     table: &TableSchema,
-    after: Option<&[u8]>,
+    after: Option<&[CursorValue]>,
     limit: usize,
-) -> Result<SnapshotChunk> {
-    let e = CaptureError::from_mysql;
-    let spec = key_spec(conn, table).await?;
-    let after: Option<Vec<CursorValue>> = match after {
-        Some(b) => Some(serde_json::from_slice(b).map_err(|x| {
-            CaptureError::Sql(format!(
-                "unreadable snapshot cursor ({x}): copy the table again"
-            ))
-        })?),
-        None => None,
-    };
+) -> (String, Vec<M>) {
     let keys: Vec<&ColumnDef> = table
         .key_columns
         .iter()
@@ -242,9 +289,8 @@ pub async fn read_chunk(
         quote(&table.name)
     );
     let mut params = Vec::new();
-    let keyed = !keys.is_empty();
-    if keyed {
-        if let Some(a) = after.as_ref().filter(|a| a.len() == keys.len()) {
+    if !keys.is_empty() {
+        if let Some(a) = after.filter(|a| a.len() == keys.len()) {
             let (w, p) = after_clause(&keys, a);
             q.push_str(&format!(" WHERE {w}"));
             params = p;
@@ -256,22 +302,108 @@ pub async fn read_chunk(
             limit + 1
         ));
     }
-    // One round trip: the session's settings, then the snapshot.
-    conn.query_drop(
-        "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; \
-         SET time_zone = '+00:00', NAMES utf8mb4; \
-         START TRANSACTION WITH CONSISTENT SNAPSHOT",
-    )
-    .await
-    .map_err(e)?;
+    (q, params)
+}
+
+/// The session's settings and the consistent snapshot (one round trip).
+const BEGIN_SNAPSHOT: &str = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; \
+     SET time_zone = '+00:00', NAMES utf8mb4; \
+     START TRANSACTION WITH CONSISTENT SNAPSHOT";
+
+/// The rows of one consistent read and the position the upstream names for it (`None`: it
+/// names none, MySQL).
+async fn read_at_named_position(
+    conn: &mut mysql_async::Conn,
+    q: &str,
+    params: Vec<M>,
+) -> Result<Option<(Ts, Vec<mysql_async::Row>)>> {
+    let e = CaptureError::from_mysql;
+    conn.query_drop(BEGIN_SNAPSHOT).await.map_err(e)?;
     let read = async {
-        let position = snapshot_position(conn).await?;
-        let rows: Vec<mysql_async::Row> = conn.exec(q.as_str(), params).await.map_err(e)?;
-        Ok::<_, CaptureError>((position, rows))
+        let Some(position) = snapshot_position(conn).await? else {
+            return Ok(None);
+        };
+        let rows: Vec<mysql_async::Row> = conn.exec(q, params).await.map_err(e)?;
+        Ok::<_, CaptureError>(Some((position, rows)))
     }
     .await;
     let _ = conn.query_drop("COMMIT").await;
-    let (position, mut rows) = read?;
+    read
+}
+
+/// The rows of one window read: the node's heartbeat row written first (the low watermark: it
+/// commits after every transaction capture can have seen, so the read sees them all), the
+/// consistent read, then the binlog's end (at or after every transaction the read saw).
+async fn read_in_window(
+    conn: &mut mysql_async::Conn,
+    q: &str,
+    params: Vec<M>,
+    node: &str,
+) -> Result<(Ts, Vec<mysql_async::Row>, Option<String>)> {
+    let e = CaptureError::from_mysql;
+    let watermark = crate::heartbeat::touch(conn, node)
+        .await
+        .err()
+        .map(|w| w.to_string());
+    conn.query_drop(BEGIN_SNAPSHOT).await.map_err(e)?;
+    let rows = conn.exec(q, params).await.map_err(e);
+    let _ = conn.query_drop("COMMIT").await;
+    let rows = rows?;
+    let end = crate::binlog::master_position(conn).await?;
+    let position = end
+        .ts()
+        .ok_or_else(|| CaptureError::Sql(format!("binlog file {:?} has no index", end.file)))?;
+    Ok((position, rows, watermark))
+}
+
+/// Reads one chunk of `table` after `after` (a cursor of an earlier chunk; `None`: from the
+/// start), at most `limit` rows (all rows of a keyless table), as `how` says; `node` names the
+/// heartbeat row a window read writes.
+pub async fn read_chunk(
+    conn: &mut mysql_async::Conn,
+    table: &TableSchema,
+    after: Option<&[u8]>,
+    limit: usize,
+    how: SnapshotRead,
+    node: &str,
+) -> Result<SnapshotChunk> {
+    let spec = key_spec(conn, table).await?;
+    let after: Option<Vec<CursorValue>> = match after {
+        Some(b) => Some(serde_json::from_slice(b).map_err(|x| {
+            CaptureError::Sql(format!(
+                "unreadable snapshot cursor ({x}): copy the table again"
+            ))
+        })?),
+        None => None,
+    };
+    let (q, params) = chunk_query(table, after.as_deref(), limit);
+    let named = match how {
+        SnapshotRead::Window => None,
+        _ => read_at_named_position(conn, &q, params.clone()).await?,
+    };
+    let (position, rows, window) = match (named, how) {
+        (Some((p, rows)), _) => (p, rows, None),
+        (None, SnapshotRead::Position) => return Err(no_named_position()),
+        (None, _) => {
+            let (p, rows, watermark) = read_in_window(conn, &q, params, node).await?;
+            (p, rows, Some(watermark))
+        }
+    };
+    let mut chunk = chunk_rows(table, &spec, position, rows, limit)?;
+    chunk.window = window.is_some();
+    chunk.watermark_failed = window.flatten();
+    Ok(chunk)
+}
+
+/// A chunk of the rows as read at `position`.
+fn chunk_rows(
+    table: &TableSchema,
+    spec: &[(usize, u16)],
+    position: Ts,
+    mut rows: Vec<mysql_async::Row>,
+    limit: usize,
+) -> Result<SnapshotChunk> {
+    let keyed = !table.key_columns.is_empty();
     let more = keyed && rows.len() > limit;
     rows.truncate(if keyed { limit } else { rows.len() });
     let n = table.columns.len();
@@ -289,10 +421,10 @@ pub async fn read_chunk(
                 ),
             })?);
         }
-        let key = row_key(table.table_id, &vals, &spec);
+        let key = row_key(table.table_id, &vals, spec);
         out.push((vals, key));
         if keyed {
-            let raw: Vec<CursorValue> = (n..n + keys.len())
+            let raw: Vec<CursorValue> = (n..n + table.key_columns.len())
                 .map(|j| {
                     r.as_ref(j)
                         .map(CursorValue::of)
@@ -305,6 +437,8 @@ pub async fn read_chunk(
     let cursor = cursor.map(|c| serde_json::to_vec(&c).unwrap_or_default());
     Ok(SnapshotChunk {
         position,
+        window: false,
+        watermark_failed: None,
         rows: out,
         cursor,
         more,

@@ -220,10 +220,12 @@ pub enum Input {
         id: DispatcherId,
     },
     /// The stream was taken back below a chunk the feed had already handed out (a
-    /// resubscription): the dispatcher copies again from its durable progress.
+    /// resubscription), or a window read could not go into the stream (`why`): the dispatcher
+    /// copies again from its durable progress (after a pause, reporting `why`, when it is set).
     ChunkLost {
         cf: ChangefeedId,
         id: DispatcherId,
+        why: Option<String>,
     },
     /// Capture on this node stopped with this error (or runs again: `None`). While it is set,
     /// every changefeed with work here reads `warning` with this message.

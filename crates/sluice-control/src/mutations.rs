@@ -62,6 +62,7 @@ pub const ALL: &[&str] = &[
     "feed-leaks-rows",
     "feed-duplicates-rows",
     "feed-chunk-late",
+    "feed-window-keeps-changed-rows",
     "rest-ends-silently",
 ];
 

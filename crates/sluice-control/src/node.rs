@@ -383,9 +383,9 @@ impl NodeState {
                     dm.on_chunk_failed(now, id, message);
                 }
             }
-            Input::ChunkLost { cf, id } => {
+            Input::ChunkLost { cf, id, why } => {
                 if let Some(dm) = self.dms.get_mut(&cf) {
-                    dm.on_chunk_lost(id);
+                    dm.on_chunk_lost(now, id, why);
                 }
             }
             Input::ChunkDropped { cf, id } => {

@@ -4,11 +4,12 @@
 //! after a DDL, DDLs go only to the dispatchers they concern, reading stops at the memory quota
 //! and resumes when the sink takes the rows, and the accounting holds through writes, skipped
 //! rows and unsubscribes; a snapshot chunk goes into the stream right after its position, never
-//! before everything up to it nor after anything later.
+//! before everything up to it nor after anything later, and a window read's chunk goes without
+//! the rows of keys the stream changed in its window.
 
 use sluice_control::feed::{
-    ChunkRead, EventSource, Feed, FeedNote, FeedOut, FeedRow, Pos, Scan, CHUNK_TS_SLOTS,
-    MAX_ROWS_PER_DELIVERY,
+    ChunkConsistency, ChunkRead, EventSource, Feed, FeedNote, FeedOut, FeedRow, Pos, Scan,
+    CHUNK_TS_SLOTS, MAX_ROWS_PER_DELIVERY,
 };
 use sluice_control::{Effect, Input, SinkCommand, StreamItem};
 use sluice_types::{
@@ -455,6 +456,7 @@ fn chunk(feed: &mut Feed<Row>, src: &Mem, position: Ts, keys: &[u64]) -> Vec<Fee
     let mut out = Vec::new();
     let r = ChunkRead {
         position,
+        consistency: ChunkConsistency::AtPosition,
         rows,
         cursor: Some(vec![1]),
         more: true,
@@ -577,6 +579,7 @@ fn a_chunk_read_of_an_ended_subscription_is_dropped_and_the_dispatcher_told() {
     let mut out = Vec::new();
     let r = ChunkRead {
         position: 10,
+        consistency: ChunkConsistency::AtPosition,
         rows: vec![Row {
             ts: 0,
             key: Key::row_u64(T, 1),
@@ -619,4 +622,130 @@ fn the_next_chunk_is_read_while_one_is_held_and_they_go_out_in_order() {
     let (b, _) = poll(&mut feed, &src);
     assert_eq!(b.expect("the second chunk").1, 13);
     feed.audit().expect("accounting");
+}
+
+/// A row of key `k` of table `T` at `ts`, in the source.
+fn put(src: &mut Mem, ts: Ts, k: u64) {
+    src.rows.push(Row {
+        ts,
+        key: Key::row_u64(T, k),
+    });
+    src.complete = src.complete.max(ts);
+}
+
+/// `Effect::ReadChunk` for `D` (keyless or not), answered later by [`window_answer`].
+fn ask(feed: &mut Feed<Row>, src: &Mem, keyless: bool) {
+    let mut out = Vec::new();
+    let read = Effect::ReadChunk {
+        cf: cf(),
+        id: D,
+        span: Span::whole_table(T),
+        after: None,
+        limit: 100,
+        keyless,
+    };
+    feed.on_effect(src, read, &mut out);
+    assert!(matches!(out.as_slice(), [FeedOut::Effect(_)]), "{out:?}");
+}
+
+/// The shell's answer to [`ask`]: a window read of rows with keys `keys`, position `position`.
+fn window_answer(feed: &mut Feed<Row>, position: Ts, keys: &[u64]) -> Vec<FeedOut<Row>> {
+    let rows = keys
+        .iter()
+        .map(|k| Row {
+            ts: 0,
+            key: Key::row_u64(T, *k),
+        })
+        .collect();
+    let r = ChunkRead {
+        position,
+        consistency: ChunkConsistency::Window,
+        rows,
+        cursor: Some(vec![1]),
+        more: true,
+    };
+    let mut out = Vec::new();
+    feed.on_chunk(&cf(), D, Ok(r), &mut out);
+    out
+}
+
+#[test]
+fn a_window_read_goes_after_its_position_without_the_keys_the_stream_changed_in_its_window() {
+    let mut src = Mem::default();
+    put(&mut src, 10, 7); // before the ask: the read saw it, the chunk keeps key 7
+    let mut feed = subscribed(&src, 1 << 20);
+    let (b, _) = poll(&mut feed, &src);
+    assert_eq!(b.expect("ts 10").1, 10);
+    ask(&mut feed, &src, false);
+    assert_eq!(feed.window_floor(), Some(10), "the store keeps the window");
+    // Between the ask and the binlog's end read after the chunk: keys 1 and 3 change.
+    put(&mut src, 200, 1);
+    put(&mut src, 200, 50); // not in the chunk
+    put(&mut src, 300, 3);
+    let out = window_answer(&mut feed, 300, &[1, 2, 3, 7]);
+    assert!(
+        matches!(
+            out.as_slice(),
+            [FeedOut::Input(Input::ChunkQueued { ts: 301, .. })]
+        ),
+        "{out:?}"
+    );
+    // The stream's versions up to the position first, then the chunk without keys 1 and 3.
+    let (b, _) = poll(&mut feed, &src);
+    let (items, resolved) = b.expect("the window's changes");
+    assert_eq!((resolved, rows_of(&items).len()), (300, 3));
+    let (b, _) = poll(&mut feed, &src);
+    let (items, resolved) = b.expect("the chunk");
+    assert_eq!(resolved, 301);
+    let keys: Vec<Key> = items
+        .iter()
+        .filter_map(|i| match i {
+            StreamItem::Row { key, .. } => Some(key.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(keys, vec![Key::row_u64(T, 2), Key::row_u64(T, 7)]);
+    assert_eq!(feed.window_floor(), None);
+    feed.audit().expect("the dropped rows left the accounting");
+    let handles = rows_of(&items);
+    let (n, bytes) = write(&mut feed, &src, &handles);
+    assert_eq!(n, 2);
+    feed.on_accepted(&cf(), D, n, bytes);
+    feed.audit().expect("accounting after the write");
+    assert_eq!(feed.inflight_bytes(), 0, "every row handed out was written");
+}
+
+#[test]
+fn a_keyless_window_read_of_a_table_that_changed_is_lost_with_the_reason_and_read_again() {
+    let mut src = Mem::default();
+    put(&mut src, 10, 7);
+    let mut feed = subscribed(&src, 1 << 20);
+    let _ = poll(&mut feed, &src);
+    ask(&mut feed, &src, true);
+    put(&mut src, 200, 4);
+    let _ = window_answer(&mut feed, 200, &[4, 7]);
+    let _ = poll(&mut feed, &src); // the window's change
+    let mut out = Vec::new();
+    feed.poll(&src, |_, _| true, &mut out);
+    let why = out.iter().find_map(|o| match o {
+        FeedOut::Input(Input::ChunkLost { why, .. }) => why.clone(),
+        _ => None,
+    });
+    assert!(
+        why.as_deref()
+            .is_some_and(|w| w.contains("changed while its snapshot was read")),
+        "{out:?}"
+    );
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, FeedOut::Input(Input::Events { .. }))),
+        "no chunk row went out: {out:?}"
+    );
+    feed.audit().expect("the chunk's rows were released");
+    // Unchanged in its window: the keyless chunk goes whole.
+    ask(&mut feed, &src, true);
+    let _ = window_answer(&mut feed, 200, &[4, 7]);
+    let (b, _) = poll(&mut feed, &src);
+    let (items, resolved) = b.expect("the chunk");
+    assert_eq!((resolved, rows_of(&items).len()), (201, 2));
 }

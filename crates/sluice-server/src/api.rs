@@ -49,6 +49,8 @@ pub struct AppState {
     pub tx: mpsc::Sender<ShellMsg>,
     pub capture: Arc<CaptureShared>,
     pub upstream: Arc<String>,
+    /// The server's `snapshot-read` (what a snapshot's check at create asks of the upstream).
+    pub snapshot_read: sluice_capture::snapshot_read::SnapshotRead,
     pub node_id: NodeId,
     pub addr: String,
     /// `--enable-debug-holds`: `/api/v2/debug/holds` may switch hold points.
@@ -850,7 +852,7 @@ async fn check_snapshot_upstream(
         let mut c = mysql_async::Conn::new(opts)
             .await
             .map_err(|e| e.to_string())?;
-        let p = sluice_capture::snapshot_read::check_readable(&mut c, &tables)
+        let p = sluice_capture::snapshot_read::check_readable(&mut c, &tables, st.snapshot_read)
             .await
             .map_err(|e| e.to_string());
         let _ = c.disconnect().await;

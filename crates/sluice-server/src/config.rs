@@ -48,6 +48,9 @@ pub struct FileConfig {
     /// How often this node writes its `sluice.heartbeat` row upstream (ms; 0: never). Commit
     /// times and lag are precise to this interval; without heartbeats, to the second.
     pub heartbeat_interval_ms: Option<u64>,
+    /// How snapshot chunk reads find their binlog position: `auto` (default), `position`,
+    /// `window` (see `docs/configuration.md`).
+    pub snapshot_read: Option<String>,
 }
 
 /// The effective configuration.
@@ -69,6 +72,8 @@ pub struct ServerConfig {
     pub region_size_bytes: u64,
     /// The heartbeat writer's interval; `None`: off (`heartbeat-interval-ms = 0`).
     pub heartbeat_interval: Option<std::time::Duration>,
+    /// How snapshot chunk reads find their binlog position.
+    pub snapshot_read: sluice_capture::snapshot_read::SnapshotRead,
     /// `/api/v2/debug/holds` answers only when set.
     pub enable_debug_holds: bool,
 }
@@ -167,6 +172,11 @@ impl ServerConfig {
                 "heartbeat-interval-ms must be 0 (off) or within 10..=60000, got {heartbeat_ms}"
             )));
         }
+        let snapshot_read = match file.snapshot_read.as_deref() {
+            None => Default::default(),
+            Some(s) => sluice_capture::snapshot_read::SnapshotRead::parse(s)
+                .map_err(ServerError::Config)?,
+        };
         let log_level = file.log_level.unwrap_or_else(|| "info".into());
         if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
             return Err(ServerError::Config(format!(
@@ -199,6 +209,7 @@ impl ServerConfig {
                 .max(1),
             heartbeat_interval: (heartbeat_ms != 0)
                 .then(|| std::time::Duration::from_millis(heartbeat_ms)),
+            snapshot_read,
         })
     }
 }
@@ -292,5 +303,39 @@ mod tests {
         assert!(e.to_string().contains("bogus-key"), "{e}");
         assert!(parse_changefeed_toml("[scheduler]\nnope = true\n").is_err());
         assert!(parse_changefeed_toml("[scheduler]\nenable-table-across-nodes = true\n").is_ok());
+    }
+
+    fn resolved(toml: &str) -> Result<ServerConfig, ServerError> {
+        let dir = std::env::temp_dir().join(format!("sluice-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("server.toml");
+        std::fs::write(&path, toml).unwrap();
+        ServerConfig::resolve(Flags {
+            data_dir: Some(dir.clone()),
+            upstream: Some("mysql://u:p@127.0.0.1:3306".into()),
+            config: Some(path),
+            ..Flags::default()
+        })
+    }
+
+    #[test]
+    fn snapshot_read_takes_its_three_values_and_refuses_others_naming_them() {
+        use sluice_capture::snapshot_read::SnapshotRead;
+        assert_eq!(resolved("").unwrap().snapshot_read, SnapshotRead::Auto);
+        for (text, want) in [
+            ("auto", SnapshotRead::Auto),
+            ("position", SnapshotRead::Position),
+            ("window", SnapshotRead::Window),
+        ] {
+            let c = resolved(&format!("snapshot-read = \"{text}\"\n")).unwrap();
+            assert_eq!(c.snapshot_read, want);
+        }
+        let e = resolved("snapshot-read = \"watermarks\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"watermarks\"") && e.contains("\"window\""),
+            "{e}"
+        );
     }
 }

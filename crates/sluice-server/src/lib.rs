@@ -99,7 +99,8 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
     let meta = open_meta(&cfg, &node_id, incarnation, meta_tx).await?;
     let cluster = meta.is_cluster();
     let etcd_client = etcd_handle(&meta);
-    let shell = new_shell(&cfg, &node_id, incarnation, &capture, meta, report_tx);
+    let mut shell = new_shell(&cfg, &node_id, incarnation, &capture, meta, report_tx);
+    shell.set_snapshot_read(cfg.snapshot_read);
     shell
         .registry()
         .set_binlog_base(capture.history().snapshot_pos.base());
@@ -118,6 +119,7 @@ pub async fn run(cfg: ServerConfig) -> Result<(), ServerError> {
         tx: tx.clone(),
         capture: capture.clone(),
         upstream: Arc::new(cfg.upstream.clone()),
+        snapshot_read: cfg.snapshot_read,
         node_id,
         addr: cfg.advertise_addr.clone(),
         debug_holds: cfg.enable_debug_holds,

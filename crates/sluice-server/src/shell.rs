@@ -117,6 +117,10 @@ pub struct Shell {
     chunk_positions: BTreeMap<(ChangefeedId, DispatcherId), (Ts, u32)>,
     /// Upstream connections of snapshot reads (`crate::snapshot`).
     snapshot_pool: Option<mysql_async::Pool>,
+    /// How snapshot reads find their position (`auto` turns to `window` once the upstream
+    /// named none), and whether a failed low-watermark write was logged.
+    snapshot_read: sluice_capture::snapshot_read::SnapshotRead,
+    watermark_warned: bool,
 }
 
 impl Shell {
@@ -170,7 +174,41 @@ impl Shell {
             chunk_waits: Vec::new(),
             chunk_positions: BTreeMap::new(),
             snapshot_pool: None,
+            snapshot_read: Default::default(),
+            watermark_warned: false,
         }
+    }
+
+    pub fn set_snapshot_read(&mut self, how: sluice_capture::snapshot_read::SnapshotRead) {
+        self.snapshot_read = how;
+    }
+
+    pub(crate) fn snapshot_read(&self) -> sluice_capture::snapshot_read::SnapshotRead {
+        self.snapshot_read
+    }
+
+    /// A chunk came back as a window read: `auto` reads so from now on (the upstream names no
+    /// position), and a failed low-watermark write is said once.
+    pub(crate) fn note_window_read(&mut self, watermark_failed: Option<&str>) {
+        use sluice_capture::snapshot_read::SnapshotRead;
+        if self.snapshot_read == SnapshotRead::Auto {
+            tracing::info!("snapshot: the upstream names no position for its consistent reads (MySQL); snapshot chunks are window reads from now on");
+            self.snapshot_read = SnapshotRead::Window;
+        }
+        if let Some(why) = watermark_failed.filter(|_| !self.watermark_warned) {
+            self.watermark_warned = true;
+            tracing::warn!(
+                "snapshot window reads: the low-watermark write to sluice.heartbeat failed ({}); \
+                 each read then relies on the upstream committing what capture saw before the \
+                 read began (grant INSERT, UPDATE, CREATE on sluice.*; see docs/configuration.md, \"Snapshot\")",
+                crate::mask::scrub(why)
+            );
+        }
+    }
+
+    /// The lowest ts the event store must keep for the feed's snapshot window reads.
+    pub(crate) fn feed_window_floor(&self) -> Option<Ts> {
+        self.feed.window_floor()
     }
 
     pub(crate) fn snapshot_pool_slot(&self) -> Option<&mysql_async::Pool> {
@@ -941,6 +979,8 @@ impl Shell {
             Some(m) => m.min(captured),
             None => std::mem::replace(&mut self.idle_gc_mark, captured),
         };
+        // A snapshot window read settles its window from the store when its chunk goes out.
+        let upto = self.feed_window_floor().map_or(upto, |f| upto.min(f));
         if upto > self.capture.store.gc_ts() {
             match self.capture.store.gc(upto) {
                 Ok(n) => tracing::debug!(upto, rows = n, "event store gc"),

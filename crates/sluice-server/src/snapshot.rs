@@ -17,7 +17,7 @@
 
 use crate::shell::Shell;
 use sluice_capture::snapshot_read::{read_chunk, SnapshotChunk};
-use sluice_control::feed::{chunk_ts, ChunkRead};
+use sluice_control::feed::{chunk_ts, ChunkConsistency, ChunkRead};
 use sluice_types::{ChangefeedId, DispatcherId, RowEvent, RowKind, Span, TableSchema, Ts};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -96,12 +96,13 @@ impl Shell {
         // its position, so the next chunks have room in the stream (`feed::CHUNK_TS_SLOTS`).
         let nudge = self.same_position_reads(&cf, id) >= NUDGE_AFTER_READS;
         let node = self.node_id().to_string();
+        let how = self.snapshot_read();
         let asked = std::time::Instant::now();
         tokio::spawn(async move {
             if nudge {
                 nudge_upstream(&pool, &node).await;
             }
-            let result = read(pool, &schema, after.as_deref(), limit).await;
+            let result = read(pool, &schema, after.as_deref(), limit, (how, &node)).await;
             let _ = tx.send(ChunkDone {
                 cf,
                 id,
@@ -117,6 +118,9 @@ impl Shell {
     /// A chunk read came back: to the feed once capture has its position.
     pub(crate) fn on_chunk_done(&mut self, d: ChunkDone) {
         if let Ok(c) = &d.result {
+            if c.window {
+                self.note_window_read(c.watermark_failed.as_deref());
+            }
             self.note_chunk_position(&d.cf, d.id, c.position);
             if self.capture().captured() < c.position {
                 if self.chunk_waits_len() >= MAX_CHUNK_WAITS {
@@ -128,11 +132,13 @@ impl Shell {
         }
         let (cf, id) = (d.cf.clone(), d.id);
         let (asked, read_at) = (d.asked, d.read);
+        let window = d.result.as_ref().is_ok_and(|c| c.window);
         let read = self.decode_chunk(d);
         tracing::debug!(
             changefeed = %cf,
             dispatcher = %id,
             rows = read.as_ref().map_or(0, |r| r.rows.len()),
+            window,
             read_ms = read_at.duration_since(asked).as_millis() as u64,
             capture_wait_ms = read_at.elapsed().as_millis() as u64,
             "snapshot chunk read"
@@ -183,6 +189,10 @@ impl Shell {
             .collect();
         Ok(ChunkRead {
             position: c.position,
+            consistency: match c.window {
+                true => ChunkConsistency::Window,
+                false => ChunkConsistency::AtPosition,
+            },
             rows,
             cursor: c.cursor,
             more: c.more && !past,
@@ -214,12 +224,13 @@ async fn read(
     schema: &TableSchema,
     after: Option<&[u8]>,
     limit: usize,
+    (how, node): (sluice_capture::snapshot_read::SnapshotRead, &str),
 ) -> Result<SnapshotChunk, String> {
     let mut conn = pool?
         .get_conn()
         .await
         .map_err(|e| crate::mask::scrub(&format!("snapshot read: connecting upstream: {e}")))?;
-    read_chunk(&mut conn, schema, after, limit)
+    read_chunk(&mut conn, schema, after, limit, how, node)
         .await
         .map_err(|e| {
             crate::mask::scrub(&format!(

@@ -215,7 +215,7 @@ impl Checker {
         newer: Option<Ts>,
         up: &Upstream,
     ) -> bool {
-        let Some((table, k, _, position)) = up.row_at(idx) else {
+        let Some((table, k, value, position)) = up.row_at(idx) else {
             self.fail(format!(
                 "no-row-invented: {id:?} on {node} wrote a snapshot row #{idx} nobody read"
             ));
@@ -227,6 +227,15 @@ impl Checker {
         if let Some(newer) = newer {
             self.fail(format!(
                 "snapshot-row-order: {table:?}/{k} read at {position} written by {id:?} on {node} after the newer version at {newer}, in the same sink session"
+            ));
+            return false;
+        }
+        // The key as it was at the chunk's position (a window read sees the upstream somewhere
+        // before it: its rows of keys changed since must not be written).
+        let at_position = up.value_at(table, k, position);
+        if at_position != value {
+            self.fail(format!(
+                "snapshot-row-order: {table:?}/{k} written by {id:?} on {node} as a snapshot row with value {value:?}, but the key held {at_position:?} at the chunk's position {position}"
             ));
             return false;
         }

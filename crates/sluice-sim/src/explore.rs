@@ -204,6 +204,10 @@ impl Gen {
                 t,
                 "x-snapshot = \"initial\"\nx-snapshot-chunk-rows = {rows}"
             );
+            // Half of them as window reads (an upstream that names no position: MySQL).
+            if r3.chance(0.5) {
+                let _ = writeln!(t, "x-snapshot-read = \"window\"");
+            }
         }
         let across = r.chance(0.7);
         let _ = writeln!(

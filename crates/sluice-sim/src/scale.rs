@@ -116,6 +116,7 @@ impl ScaleSpec {
             x_memory_quota_bytes: None,
             x_snapshot: sluice_control::config::SnapshotMode::Never,
             x_snapshot_chunk_rows: None,
+            x_snapshot_read_window: false,
         };
         let create = Step {
             number: 1,

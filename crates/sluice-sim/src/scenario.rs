@@ -81,6 +81,9 @@ pub struct World {
     pub x_snapshot: sluice_control::config::SnapshotMode,
     /// Extension `x-snapshot-chunk-rows`: rows per snapshot chunk.
     pub x_snapshot_chunk_rows: Option<u64>,
+    /// Extension `x-snapshot-read = "window"`: chunks are window reads (an upstream that cannot
+    /// name its snapshot's position, as MySQL), not reads at a named position (`"position"`).
+    pub x_snapshot_read_window: bool,
 }
 
 /// The model sink kind.

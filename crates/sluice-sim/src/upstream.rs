@@ -166,12 +166,14 @@ impl Upstream {
 
     /// One snapshot chunk of `span`: a consistent read of the table as it is now (at the head),
     /// at most `limit` rows in key order after the cursor, kept to the span (the server reads
-    /// the table in key order and keeps its span's rows too).
+    /// the table in key order and keeps its span's rows too). With `as_of`, a window read: the
+    /// table as it was at that earlier ts, reported at the head.
     pub fn read_chunk(
         &mut self,
         span: &Span,
         after: Option<&[u8]>,
         limit: usize,
+        as_of: Option<Ts>,
     ) -> sluice_control::feed::ChunkRead<SimRow> {
         let position = self.head;
         self.chunk_positions.insert(position);
@@ -181,18 +183,17 @@ impl Upstream {
             .map(|b| u64::from_be_bytes(b).saturating_add(1))
             .unwrap_or(0);
         let table = span.table;
-        let keys: Vec<(u64, u64)> = self
-            .tables
-            .get(&table)
-            .filter(|t| t.live_at(position))
-            .map(|t| {
-                t.rows
-                    .range(from..)
-                    .take(limit.saturating_add(1))
-                    .map(|(k, v)| (*k, *v))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let live = self.tables.get(&table).is_some_and(|t| t.live_at(position));
+        let keys: Vec<(u64, u64)> = match (live, as_of) {
+            (false, _) => Vec::new(),
+            (true, None) => self.tables[&table]
+                .rows
+                .range(from..)
+                .take(limit.saturating_add(1))
+                .map(|(k, v)| (*k, *v))
+                .collect(),
+            (true, Some(at)) => self.rows_at(table, from, limit.saturating_add(1), at),
+        };
         let more = keys.len() > limit;
         let read = &keys[..keys.len().min(limit)];
         let cursor = read.last().map(|(k, _)| k.to_be_bytes().to_vec());
@@ -213,10 +214,32 @@ impl Upstream {
         self.max_chunk_rows = self.max_chunk_rows.max(rows.len() as u64);
         sluice_control::feed::ChunkRead {
             position,
+            consistency: match as_of {
+                Some(_) => sluice_control::feed::ChunkConsistency::Window,
+                None => sluice_control::feed::ChunkConsistency::AtPosition,
+            },
             rows,
             cursor,
             more,
         }
+    }
+
+    /// At most `n` rows of `table` with keys from `from` on, as they were at `at`.
+    fn rows_at(&self, table: TableId, from: u64, n: usize, at: Ts) -> Vec<(u64, u64)> {
+        self.versions
+            .range((table, from)..=(table, u64::MAX))
+            .filter_map(|((_, k), vs)| {
+                let v = vs.iter().rev().find(|v| v.0 <= at)?.1?;
+                Some((*k, v))
+            })
+            .take(n)
+            .collect()
+    }
+
+    /// The value of a key at `at` (`None`: absent).
+    pub fn value_at(&self, table: TableId, key: u64, at: Ts) -> Option<u64> {
+        let vs = self.versions.get(&(table, key))?;
+        vs.iter().rev().find(|v| v.0 <= at)?.1
     }
 
     /// A heartbeat write (the server's `sluice.heartbeat` row): a transaction of no captured

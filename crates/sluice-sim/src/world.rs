@@ -116,6 +116,9 @@ enum Ev {
         span: sluice_types::Span,
         after: Option<Vec<u8>>,
         limit: usize,
+        /// What capture had when the read was asked (a window read may see the upstream as it
+        /// was then: `x-snapshot-read = "window"`).
+        asked: sluice_types::Ts,
     },
 }
 

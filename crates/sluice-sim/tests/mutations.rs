@@ -456,6 +456,15 @@ fn a_snapshot_chunk_put_into_the_stream_after_newer_changes_is_seen_as_snapshot_
 }
 
 #[test]
+fn a_window_read_written_with_rows_the_stream_changed_meanwhile_is_seen_as_snapshot_row_order() {
+    expect_violation(
+        "features:snapshot-window-reads-under-writes.toml",
+        &["feed-window-keeps-changed-rows"],
+        "snapshot-row-order",
+    );
+}
+
+#[test]
 fn checkpoint_sound_fires_when_a_woken_table_is_not_reported_as_no_longer_resting() {
     expect_violation(
         "features:resting-tables-wake.toml",

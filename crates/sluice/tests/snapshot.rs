@@ -73,16 +73,50 @@ fn workload(socket: std::path::PathBuf, stop: Arc<AtomicBool>) -> std::thread::J
 
 #[test]
 fn an_initial_snapshot_under_a_concurrent_workload_ends_equal_to_the_upstream() {
+    // A million rows in the sysbench-like table, copied in chunks of the default size.
+    snapshot_under_workload("snapshot", 1_000_000, None);
+}
+
+/// The same copy as window reads (DBLog's watermarks), as on an upstream that names no position
+/// for its consistent reads (MySQL): each chunk's position is the binlog's end after its read,
+/// and the rows of keys the workload changed in between come from the stream.
+#[test]
+fn a_snapshot_of_window_reads_under_a_concurrent_workload_ends_equal_to_the_upstream() {
+    let log = snapshot_under_workload(
+        "snapshot-window",
+        200_000,
+        Some("snapshot-read = \"window\"\nlog-level = \"debug\"\n"),
+    );
+    assert!(
+        log.contains("snapshot chunk read") && log.contains("window=true"),
+        "the chunks were window reads"
+    );
+    assert!(
+        !log.contains("window=false"),
+        "no chunk read at a named position"
+    );
+}
+
+/// `big` rows copied with `snapshot = "initial"` while the workload runs; the server started
+/// with the config `server_toml`, if any. Returns the server's log.
+fn snapshot_under_workload(name: &str, big: u64, server_toml: Option<&str>) -> String {
     let out = Outputs::default();
-    let dir = tmpdir("snapshot");
+    let dir = tmpdir(name);
     let (up, up_url) = mariadb_with_user(UP_PASS);
     let (down, down_url) = mariadb_with_user(DOWN_PASS);
     up.exec(SCHEMA).expect("schema up");
     down.exec(SCHEMA).expect("schema down");
-    // A million rows in the sysbench-like table, copied in chunks of the default size.
-    const BIG: u64 = 1_000_000;
-    seed(&up, BIG as u32, 60_000);
-    let server = Server::start(&dir, &up_url);
+    seed(&up, big as u32, 60_000);
+    let extra = server_toml.map(|t| {
+        let path = dir.join("server.toml");
+        std::fs::write(&path, t).expect("server toml");
+        path.to_string_lossy().to_string()
+    });
+    let args: Vec<&str> = match &extra {
+        Some(p) => vec!["--config", p.as_str()],
+        None => vec![],
+    };
+    let server = Server::start_with(&dir, &up_url, &args);
     let s = server.url();
     let stop = Arc::new(AtomicBool::new(false));
     let load = workload(up.socket(), stop.clone());
@@ -115,7 +149,7 @@ fn an_initial_snapshot_under_a_concurrent_workload_ends_equal_to_the_upstream() 
     let v = feed(&out, &s, "snap");
     assert_eq!(v["state"], "normal", "{v}");
     assert!(
-        v["snapshot"]["rows_copied"].as_u64().unwrap_or(0) >= BIG,
+        v["snapshot"]["rows_copied"].as_u64().unwrap_or(0) >= big,
         "rows copied reported: {v}"
     );
     let r = check(&out, &up_url, &down_url, "s.*");
@@ -126,6 +160,8 @@ fn an_initial_snapshot_under_a_concurrent_workload_ends_equal_to_the_upstream() 
             .expect("count"),
         "500"
     );
+    drop(server);
+    std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
 }
 
 #[test]

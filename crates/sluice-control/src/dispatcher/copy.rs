@@ -312,9 +312,10 @@ impl DispatcherManager {
         }
     }
 
-    /// `Input::ChunkLost`: the stream went back below a chunk handed out; copy again from what
-    /// is durable (nothing to do for a dispatcher that has no chunk out).
-    pub fn on_chunk_lost(&mut self, id: DispatcherId) {
+    /// `Input::ChunkLost`: the stream went back below a chunk handed out, or a window read
+    /// could not go (`why`); copy again from what is durable (nothing to do for a dispatcher
+    /// that has no chunk out), after a pause and saying why when there is a reason.
+    pub fn on_chunk_lost(&mut self, now: Millis, id: DispatcherId, why: Option<String>) {
         let Some(c) = self.dispatchers.get_mut(&id).and_then(|d| d.copy.as_mut()) else {
             return;
         };
@@ -323,6 +324,10 @@ impl DispatcherManager {
         }
         let durable = c.durable.clone();
         c.restart_from(durable);
+        if let Some(why) = why {
+            c.error = Some(truncate_error(why));
+            c.retry_at = Some(now + CHUNK_RETRY_MS);
+        }
     }
 
     /// `Message::Copy`: copy the span (again, from the start when `restart`).

@@ -24,10 +24,19 @@
 //! - a resubscription below a chunk handed out loses that chunk and any held after it
 //!   (`Input::ChunkLost`: the dispatcher copies again from its durable progress); otherwise a
 //!   chunk still held above the new start stays, the stream reaches it again.
+//! - **a window read** ([`ChunkConsistency::Window`], an upstream that cannot name its snapshot's
+//!   position: MySQL) is the upstream at some point after the stream's cursor when the read was
+//!   asked (`C`) and at or before the position `P` read after it. It goes out at `P + 1` like any
+//!   chunk, without the rows whose keys the stream changed in `(C, P]`: the stream has already
+//!   delivered each such key's newest version at or below `P` (rows carry whole images), and a
+//!   chunk row of it may be older. A keyless table's window read is taken only when the stream
+//!   changed none of its rows in the window (there is no key to drop by); otherwise it is lost
+//!   and read again, and the copy says why. The source keeps `(C, P]` while such a read is under
+//!   way or held ([`Feed::window_floor`]).
 
-use super::{mutation, Feed, FeedOut, FeedRow, LaneKey};
+use super::{mutation, EventSource, Feed, FeedOut, FeedRow, LaneKey, Pos};
 use crate::io::{Effect, Input, StreamItem};
-use sluice_types::{ChangefeedId, DispatcherId, Ts};
+use sluice_types::{ChangefeedId, DispatcherId, Key, Span, Ts};
 
 /// The stream ts of the first chunk read at binlog position `position` (see the module doc).
 pub fn chunk_ts(position: Ts) -> Ts {
@@ -45,11 +54,25 @@ pub const CHUNK_TS_SLOTS: Ts = 64;
 /// the previous one waits for its position or goes out.
 pub const MAX_CHUNKS_AHEAD: usize = 2;
 
+/// How a chunk's read stands to its position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkConsistency {
+    /// The read is the upstream exactly at the position (MariaDB names its consistent
+    /// snapshot's binlog position).
+    AtPosition,
+    /// The read is the upstream at some point after the stream's cursor when it was asked and
+    /// at or before the position, a binlog position taken after the read (DBLog's watermarks):
+    /// the stream's changes in that window win over the chunk's rows of their keys.
+    Window,
+}
+
 /// One chunk as the shell read it.
 #[derive(Clone, Debug)]
 pub struct ChunkRead<R> {
-    /// The binlog position the read was consistent at (the ts of everything up to it).
+    /// The binlog position the read was consistent at (the ts of everything up to it); for a
+    /// [`ChunkConsistency::Window`] read, a position at or after the read.
     pub position: Ts,
+    pub consistency: ChunkConsistency,
     /// The rows, in the upstream's key order (the feed gives them the chunk's ts).
     pub rows: Vec<R>,
     /// Where the next chunk starts (the last row's key, in the shell's form).
@@ -63,6 +86,17 @@ pub(super) struct HeldChunk<R> {
     pub(super) ts: Ts,
     pub(super) rows: Vec<R>,
     pub(super) bytes: u64,
+    /// A window read: the stream's changes in it are settled at hand-out.
+    pub(super) window: Option<ReadWindow>,
+}
+
+/// The window of a [`ChunkConsistency::Window`] read: after `from` (the stream's cursor when
+/// the read was asked), up to `position`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ReadWindow {
+    pub(super) from: Ts,
+    pub(super) position: Ts,
+    pub(super) keyless: bool,
 }
 
 impl<R: FeedRow> Feed<R> {
@@ -116,7 +150,17 @@ impl<R: FeedRow> Feed<R> {
         let rows: Vec<R> = read.rows.into_iter().map(|r| r.at_ts(ts)).collect();
         let bytes: u64 = rows.iter().map(|r| r.size() as u64).sum();
         let n = rows.len();
-        lane.chunks.push_back(HeldChunk { ts, rows, bytes });
+        let window = (read.consistency == ChunkConsistency::Window).then_some(ReadWindow {
+            from: lane.asked_from,
+            position: read.position,
+            keyless: lane.asked_keyless,
+        });
+        lane.chunks.push_back(HeldChunk {
+            ts,
+            rows,
+            bytes,
+            window,
+        });
         self.inflight_bytes += bytes;
         out.push(FeedOut::Input(Input::ChunkQueued {
             cf: cf.clone(),
@@ -131,10 +175,13 @@ impl<R: FeedRow> Feed<R> {
     /// `Effect::ReadChunk`: the dispatcher's stream waits for the answer; the read goes to the
     /// shell.
     pub(super) fn read_chunk(&mut self, e: Effect, out: &mut Vec<FeedOut<R>>) {
-        let Effect::ReadChunk { cf, id, .. } = &e else {
+        let Effect::ReadChunk {
+            cf, id, keyless, ..
+        } = &e
+        else {
             return;
         };
-        let (cf, id) = (cf.clone(), *id);
+        let (cf, id, keyless) = (cf.clone(), *id, *keyless);
         // A full quota starts no read: the dispatcher asks again later (each read under way
         // can bring one chunk above the quota, and a manager has a bounded number of them).
         if self.inflight_bytes >= self.quota_bytes && !mutation("feed-ignores-quota") {
@@ -144,7 +191,9 @@ impl<R: FeedRow> Feed<R> {
             Some(l)
                 if l.sub.is_some() && l.chunks.len() < MAX_CHUNKS_AHEAD && !l.awaiting_chunk =>
             {
-                l.awaiting_chunk = true
+                l.awaiting_chunk = true;
+                l.asked_from = l.sub.as_ref().map_or(0, |s| s.cursor);
+                l.asked_keyless = keyless;
             }
             Some(l) if l.sub.is_some() => {
                 let message = "internal: a snapshot chunk was asked for while another read is \
@@ -175,16 +224,75 @@ impl<R: FeedRow> Feed<R> {
             out.push(FeedOut::Input(Input::ChunkLost {
                 cf: key.0.clone(),
                 id: key.1,
+                why: None,
             }));
         }
     }
 
+    /// The lowest ts the source must keep for the window reads under way or held (see the
+    /// module doc); `None`: none.
+    pub fn window_floor(&self) -> Option<Ts> {
+        let asked = self
+            .lanes
+            .values()
+            .filter(|l| l.awaiting_chunk)
+            .map(|l| l.asked_from);
+        let held = self
+            .lanes
+            .values()
+            .flat_map(|l| l.chunks.iter())
+            .filter_map(|c| c.window.map(|w| w.from));
+        asked.chain(held).min()
+    }
+
+    /// A window read's rows, less those of keys the stream changed in its window (read from
+    /// the source, which has everything up to the chunk's position by now). `Err`: the chunk
+    /// cannot go (a keyless table changed in the window, or the source no longer has it).
+    fn settle_window<S>(&self, src: &S, span: &Span, chunk: &mut HeldChunk<R>) -> Result<(), String>
+    where
+        S: EventSource<Row = R>,
+    {
+        let Some(w) = chunk.window else {
+            return Ok(());
+        };
+        let changed = changed_keys(src, span, w)?;
+        if w.keyless && !changed.is_empty() {
+            return Err(format!(
+                "the table changed while its snapshot was read without a named binlog position \
+                 ({} row changes in the read's window); a table without a key is copied in one \
+                 read, which is taken only when nothing changed meanwhile: reading again",
+                changed.len()
+            ));
+        }
+        if mutation("feed-window-keeps-changed-rows") {
+            return Ok(());
+        }
+        chunk.rows.retain(|r| !changed.contains(r.key()));
+        Ok(())
+    }
+
     /// Everything at or below the held chunk's position is out: the chunk goes, as one batch.
-    pub(super) fn hand_out_chunk(&mut self, key: &LaneKey, out: &mut Vec<FeedOut<R>>) {
+    pub(super) fn hand_out_chunk<S>(&mut self, src: &S, key: &LaneKey, out: &mut Vec<FeedOut<R>>)
+    where
+        S: EventSource<Row = R>,
+    {
         let Some(lane) = self.lanes.get_mut(key) else {
             return;
         };
         let Some(mut chunk) = lane.chunks.pop_front() else {
+            return;
+        };
+        let span = chunk
+            .window
+            .and_then(|_| lane.sub.as_ref().map(|s| s.span.clone()));
+        let settled = match &span {
+            Some(span) => self.settle_window(src, span, &mut chunk),
+            None => Ok(()),
+        };
+        if let Err(why) = settled {
+            return self.lose_window_chunk(key, chunk, why, out);
+        }
+        let Some(lane) = self.lanes.get_mut(key) else {
             return;
         };
         if !chunk_holds_stream() {
@@ -209,6 +317,7 @@ impl<R: FeedRow> Feed<R> {
             });
             lane.pending.insert(handle, (row, size));
         }
+        // Rows a window read dropped leave the accounting here too.
         self.inflight_bytes = self.inflight_bytes + held - chunk.bytes;
         lane.chunk_out = Some(chunk.ts);
         if let Some(s) = lane.sub.as_mut().filter(|s| chunk.ts > s.cursor) {
@@ -220,6 +329,50 @@ impl<R: FeedRow> Feed<R> {
             items,
             resolved_ts: chunk.ts,
         }));
+    }
+}
+
+impl<R: FeedRow> Feed<R> {
+    /// A window chunk that cannot go: it and the chunks held after it are dropped, and the
+    /// dispatcher copies again from its durable progress, saying why.
+    fn lose_window_chunk(
+        &mut self,
+        key: &LaneKey,
+        chunk: HeldChunk<R>,
+        why: String,
+        out: &mut Vec<FeedOut<R>>,
+    ) {
+        self.inflight_bytes = self.inflight_bytes.saturating_sub(chunk.bytes);
+        if let Some(lane) = self.lanes.get_mut(key) {
+            for c in std::mem::take(&mut lane.chunks) {
+                self.inflight_bytes = self.inflight_bytes.saturating_sub(c.bytes);
+            }
+        }
+        out.push(FeedOut::Input(Input::ChunkLost {
+            cf: key.0.clone(),
+            id: key.1,
+            why: Some(why),
+        }));
+    }
+}
+
+/// The keys of `span` the source changed in a window read's window.
+fn changed_keys<S: EventSource>(
+    src: &S,
+    span: &Span,
+    w: ReadWindow,
+) -> Result<std::collections::BTreeSet<Key>, String> {
+    let mut keys = std::collections::BTreeSet::new();
+    let mut from = Pos::after(w.from);
+    loop {
+        let scan = src
+            .scan(span, from, w.position, super::MAX_ROWS_PER_DELIVERY)
+            .map_err(|e| format!("event store, settling a snapshot read's window: {e}"))?;
+        keys.extend(scan.rows.iter().map(|r| r.key().clone()));
+        match scan.next {
+            Some(next) => from = next,
+            None => return Ok(keys),
+        }
     }
 }
 

@@ -48,7 +48,7 @@ use sluice_types::{
 use std::collections::BTreeMap;
 
 mod chunk;
-pub use chunk::{chunk_ts, ChunkRead, CHUNK_TS_SLOTS, MAX_CHUNKS_AHEAD};
+pub use chunk::{chunk_ts, ChunkConsistency, ChunkRead, CHUNK_TS_SLOTS, MAX_CHUNKS_AHEAD};
 
 /// At most this many rows go into one batch of one dispatcher (plus the rest of a transaction
 /// larger than that).
@@ -204,6 +204,10 @@ struct Lane<R> {
     in_sink: usize,
     /// A snapshot chunk read asked for and not answered: the stream waits.
     awaiting_chunk: bool,
+    /// The stream's cursor when the last read was asked, and whether its table is keyless (a
+    /// window read's window starts there: `chunk.rs`).
+    asked_from: Ts,
+    asked_keyless: bool,
     /// Snapshot chunks read and not yet handed out, oldest first (see `chunk.rs`; at most
     /// [`MAX_CHUNKS_AHEAD`]).
     chunks: std::collections::VecDeque<chunk::HeldChunk<R>>,
@@ -220,6 +224,8 @@ impl<R> Lane<R> {
             pending: BTreeMap::new(),
             in_sink: 0,
             awaiting_chunk: false,
+            asked_from: 0,
+            asked_keyless: false,
             chunks: std::collections::VecDeque::new(),
             chunk_out: None,
             #[cfg(feature = "mutations")]
@@ -630,7 +636,7 @@ impl<R: FeedRow> Feed<R> {
                 if sub.cursor + 1 >= c
                     && (chunk::chunk_holds_stream() || sub.cursor >= complete) =>
             {
-                return self.hand_out_chunk(key, out)
+                return self.hand_out_chunk(src, key, out)
             }
             // Everything at or below the chunk's position goes first.
             Some(c) if chunk::chunk_holds_stream() => complete.min(c - 1),

@@ -148,7 +148,8 @@ impl Parser {
             return Err(self.err(ctx, "`x-lease-ms` must be positive"));
         }
         let x_memory_quota_bytes = w.opt_u64("x-memory-quota-bytes")?;
-        let (x_snapshot, x_snapshot_chunk_rows) = self.snapshot_fields(&mut w, ctx)?;
+        let (x_snapshot, x_snapshot_chunk_rows, x_snapshot_read_window) =
+            self.snapshot_fields(&mut w, ctx)?;
         let scheduler = match w.take("scheduler") {
             None => SchedulerConfig::default(),
             Some(Value::Table(t)) => self.scheduler(t)?,
@@ -167,6 +168,7 @@ impl Parser {
             x_memory_quota_bytes,
             x_snapshot,
             x_snapshot_chunk_rows,
+            x_snapshot_read_window,
         })
     }
 
@@ -207,12 +209,12 @@ impl Parser {
         })
     }
 
-    /// `x-snapshot` and `x-snapshot-chunk-rows` of `[world]`.
+    /// `x-snapshot`, `x-snapshot-chunk-rows` and `x-snapshot-read` of `[world]`.
     fn snapshot_fields(
         &self,
         w: &mut Fields,
         ctx: Ctx,
-    ) -> Result<(sluice_control::config::SnapshotMode, Option<u64>), ScenarioError> {
+    ) -> Result<(sluice_control::config::SnapshotMode, Option<u64>, bool), ScenarioError> {
         let mode = match w.opt_str("x-snapshot")? {
             None => sluice_control::config::SnapshotMode::Never,
             Some(m) => sluice_control::config::SnapshotMode::parse(&m)
@@ -222,7 +224,17 @@ impl Parser {
         if rows == Some(0) {
             return Err(self.err(ctx, "`x-snapshot-chunk-rows` must be positive"));
         }
-        Ok((mode, rows))
+        let window = match w.opt_str("x-snapshot-read")?.as_deref() {
+            None | Some("position") => false,
+            Some("window") => true,
+            Some(other) => {
+                return Err(self.err(
+                    ctx,
+                    format!("`x-snapshot-read` is \"position\" or \"window\", not {other:?}"),
+                ))
+            }
+        };
+        Ok((mode, rows, window))
     }
 
     fn scheduler(&self, tbl: Table) -> Result<SchedulerConfig, ScenarioError> {

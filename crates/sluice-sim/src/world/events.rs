@@ -50,7 +50,8 @@ impl Sim {
                 span,
                 after,
                 limit,
-            } => self.chunk_read(&node, inc, cf, id, &span, after, limit),
+                asked,
+            } => self.chunk_read(&node, inc, cf, id, &span, (after, limit, asked)),
             Ev::SinkAccepted {
                 node,
                 inc,
@@ -236,6 +237,7 @@ impl Sim {
                 // The read happens a little later, at the upstream as it is then.
                 let at = self.now + self.rng.range(1, 30);
                 let node = name.to_string();
+                let asked = self.upstream.captured;
                 self.push(
                     at,
                     Ev::ChunkRead {
@@ -246,6 +248,7 @@ impl Sim {
                         span,
                         after,
                         limit,
+                        asked,
                     },
                 );
             }

@@ -241,8 +241,9 @@ impl Sim {
         }
     }
 
-    /// A snapshot chunk read on the model upstream, handed to the node's feed.
-    #[allow(clippy::too_many_arguments)]
+    /// A snapshot chunk read on the model upstream, handed to the node's feed: at the head
+    /// (MariaDB's named position), or with `x-snapshot-read = "window"` as the upstream was
+    /// when the read was asked, reported at the head (a position taken after the read).
     pub(super) fn chunk_read(
         &mut self,
         name: &str,
@@ -250,8 +251,7 @@ impl Sim {
         cf: ChangefeedId,
         id: DispatcherId,
         span: &sluice_types::Span,
-        after: Option<Vec<u8>>,
-        limit: usize,
+        (after, limit, asked): (Option<Vec<u8>>, usize, sluice_types::Ts),
     ) {
         if !self
             .nodes
@@ -276,8 +276,14 @@ impl Sim {
             self.upstream.heartbeat();
             self.cover("snapshot_heartbeat");
         }
-        let read = self.upstream.read_chunk(span, after.as_deref(), limit);
-        self.cover("snapshot_chunk");
+        let as_of = self.sc.world.x_snapshot_read_window.then_some(asked);
+        let read = self
+            .upstream
+            .read_chunk(span, after.as_deref(), limit, as_of);
+        self.cover(match as_of {
+            Some(_) => "snapshot_chunk_window",
+            None => "snapshot_chunk",
+        });
         let mut outs = Vec::new();
         if let Some(feed) = self.nodes.get_mut(name).and_then(|n| n.feed.as_mut()) {
             feed.on_chunk(&cf, id, Ok(read), &mut outs);
