@@ -78,6 +78,10 @@ enum Command {
         /// Give up after this many seconds of wall time (0: never) and say how far it got.
         #[arg(long, default_value_t = 600)]
         timeout_secs: u64,
+        /// The changefeed's `[scheduler] add-table-batch-size`: absent spans given an add per
+        /// maintainer tick (default: the changefeed default).
+        #[arg(long)]
+        add_table_batch_size: Option<u64>,
     },
 }
 
@@ -90,8 +94,16 @@ fn peak_rss_kib() -> Option<u64> {
 
 /// `scale`: builds the world, runs it with a wall-clock timeout and a progress line on stderr
 /// every 10 s, and prints the figures.
-fn scale_command(spans: u64, nodes: u64, tables: Option<u64>, timeout_secs: u64) -> ExitCode {
-    let spec = match ScaleSpec::new(spans, nodes, tables) {
+fn scale_command(
+    (spans, nodes, tables): (u64, u64, Option<u64>),
+    batch: Option<u64>,
+    timeout_secs: u64,
+) -> ExitCode {
+    let spec = ScaleSpec::new(spans, nodes, tables).and_then(|s| match batch {
+        Some(n) => s.with_add_table_batch_size(n),
+        None => Ok(s),
+    });
+    let spec = match spec {
         Ok(s) => s,
         Err(e) => {
             eprintln!("sluice-sim scale: {e}");
@@ -100,8 +112,9 @@ fn scale_command(spans: u64, nodes: u64, tables: Option<u64>, timeout_secs: u64)
     };
     let per = spec.spans as f64 / spec.tables as f64;
     println!(
-        "scale: {} spans in {} tables ({per:.1} spans each) on {} nodes, checkers off",
-        spec.spans, spec.tables, spec.nodes
+        "scale: {} spans in {} tables ({per:.1} spans each) on {} nodes, checkers off, \
+         add-table-batch-size {}",
+        spec.spans, spec.tables, spec.nodes, spec.add_table_batch_size
     );
     let t0 = Instant::now();
     let mut sim = match spec.build() {
@@ -212,7 +225,8 @@ fn main() -> ExitCode {
             nodes,
             tables,
             timeout_secs,
-        } => scale_command(spans, nodes, tables, timeout_secs),
+            add_table_batch_size,
+        } => scale_command((spans, nodes, tables), add_table_batch_size, timeout_secs),
         Command::Run {
             file,
             seed,

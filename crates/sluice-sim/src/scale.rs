@@ -37,6 +37,8 @@ pub struct ScaleSpec {
     pub spans: u64,
     pub nodes: u64,
     pub tables: u64,
+    /// The changefeed's `add-table-batch-size` (default: the control plane's default).
+    pub add_table_batch_size: u64,
 }
 
 impl ScaleSpec {
@@ -47,9 +49,17 @@ impl ScaleSpec {
             spans,
             nodes,
             tables,
+            add_table_batch_size: sluice_control::config::DEFAULT_ADD_TABLE_BATCH_SIZE as u64,
         };
         spec.validate()?;
         Ok(spec)
+    }
+
+    /// The same world with the changefeed's `add-table-batch-size` set to `n`.
+    pub fn with_add_table_batch_size(mut self, n: u64) -> Result<ScaleSpec, String> {
+        self.add_table_batch_size = n;
+        self.validate()?;
+        Ok(self)
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -67,6 +77,9 @@ impl ScaleSpec {
                 "--tables {} is more than --spans {}: every table is at least one span",
                 self.tables, self.spans
             ));
+        }
+        if self.add_table_batch_size == 0 {
+            return Err("--add-table-batch-size must be at least 1".into());
         }
         if self.nodes > 100_000 {
             return Err(format!("--nodes {} is more than 100000", self.nodes));
@@ -109,7 +122,7 @@ impl ScaleSpec {
                 region_count_per_span: 1,
                 balance: false,
                 x_write_key_threshold: 0,
-                add_table_batch_size: SchedulerConfig::default().add_table_batch_size,
+                add_table_batch_size: self.add_table_batch_size,
             },
             tables,
             x_lease_ms: None,

@@ -98,7 +98,11 @@ fn the_command_prints_the_figures_and_refuses_bad_input() {
         text.contains("wall seconds until all replicating"),
         "{text}"
     );
-    for bad in [["--spans", "0"], ["--nodes", "0"]] {
+    for bad in [
+        ["--spans", "0"],
+        ["--nodes", "0"],
+        ["--add-table-batch-size", "0"],
+    ] {
         let out = Command::new(bin)
             .arg("scale")
             .args(bad)

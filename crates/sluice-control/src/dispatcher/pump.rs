@@ -182,66 +182,62 @@ impl DispatcherManager {
             .map(|t| now >= t + HEARTBEAT_MS)
             .unwrap_or(true)
         {
-            let elapsed = self
-                .last_hb
-                .map(|t| now.saturating_sub(t))
-                .unwrap_or(HEARTBEAT_MS)
-                .max(1);
-            for d in self.dispatchers.values_mut() {
-                d.write_rate = d.rows_since_report * 1000 / elapsed;
-                d.rows_since_report = 0;
-            }
-            self.last_hb = Some(now);
-            self.hb_seq += 1;
-            let (complete, mut reports, rest) = self.heartbeat_reports(now, holds);
-            for (id, (span, cp)) in &self.stopped {
-                reports.push(stopped_report(*id, span.clone(), *cp));
-            }
-            // Stopped dispatchers are reported a bounded number of times, then forgotten; the
-            // maintainer also learns from complete heartbeats that they are gone.
-            self.stopped.clear();
-            // Failed dispatchers' errors, every time, until the changefeed closes them.
-            let errors: Vec<DispatcherErrorReport> = self
-                .dispatchers
-                .values()
-                .filter_map(|d| match &d.phase {
-                    Phase::Failed { error, .. } => Some(DispatcherErrorReport {
-                        id: d.id,
-                        message: error.clone(),
-                    }),
-                    _ => None,
-                })
-                .take(MAX_ERRORS_PER_HEARTBEAT)
-                .collect();
-            let warnings = self.warnings();
-            let msg = Message::Heartbeat {
-                cf: self.cf.clone(),
-                epoch: self.owner_epoch(),
-                incarnation: self.incarnation,
-                seq: self.hb_seq,
-                complete,
-                dispatchers: reports,
-                errors,
-                warnings,
-                rest,
-            };
-            self.send_owner(out, msg);
+            self.heartbeat(now, holds, out);
         }
+    }
+
+    /// Sends the heartbeat: everything in it comes from one pass over the dispatchers
+    /// ([`DispatcherManager::heartbeat_pass`]), not one pass per part.
+    fn heartbeat(&mut self, now: Millis, holds: &Holds, out: &mut Vec<Effect>) {
+        let elapsed = self
+            .last_hb
+            .map(|t| now.saturating_sub(t))
+            .unwrap_or(HEARTBEAT_MS)
+            .max(1);
+        self.last_hb = Some(now);
+        self.hb_seq += 1;
+        let mut beat = self.heartbeat_pass(now, holds, elapsed);
+        for (id, (span, cp)) in &self.stopped {
+            beat.reports.push(stopped_report(*id, span.clone(), *cp));
+        }
+        // Stopped dispatchers are reported a bounded number of times, then forgotten; the
+        // maintainer also learns from complete heartbeats that they are gone.
+        self.stopped.clear();
+        let msg = Message::Heartbeat {
+            cf: self.cf.clone(),
+            epoch: self.owner_epoch(),
+            incarnation: self.incarnation,
+            seq: self.hb_seq,
+            complete: beat.complete,
+            dispatchers: beat.reports,
+            errors: beat.errors,
+            warnings: beat.warnings,
+            rest: beat.rest,
+        };
+        self.send_owner(out, msg);
     }
 }
 
+/// What one pass over the dispatchers gives a heartbeat.
+struct Beat {
+    complete: bool,
+    reports: Vec<DispatcherReport>,
+    rest: Option<Ts>,
+    /// Failed dispatchers' errors, every time, until the changefeed closes them (bounded).
+    errors: Vec<DispatcherErrorReport>,
+    /// The node's warning, then the dispatchers' (bounded).
+    warnings: Vec<String>,
+}
+
 impl DispatcherManager {
-    /// The reports of the next heartbeat and its rest ts: every dispatcher's when a complete
-    /// one is due (see [`HEARTBEAT_COMPLETE_MS`]), else those whose report changed since it was
-    /// last sent, except resting ones ([`DispatcherReport::rests`]): a dispatcher that starts to
-    /// rest is reported once with `rests`, then only the rest ts (the lowest checkpoint of the
-    /// resting ones) moves it, until it stops resting and is reported again. So a heartbeat of
-    /// 10,000 idle tables carries one ts, not 10,000 reports.
-    fn heartbeat_reports(
-        &mut self,
-        now: Millis,
-        holds: &Holds,
-    ) -> (bool, Vec<DispatcherReport>, Option<Ts>) {
+    /// One pass over the dispatchers for the next heartbeat: each one's write rate over the
+    /// `elapsed` ms, then its report (every dispatcher's when a complete one is due, see
+    /// [`HEARTBEAT_COMPLETE_MS`], else those whose report changed since it was last sent, except
+    /// resting ones, [`DispatcherReport::rests`]: a dispatcher that starts to rest is reported
+    /// once with `rests`, then only the rest ts, the lowest checkpoint of the resting ones,
+    /// moves it until it stops resting and is reported again; so a heartbeat of 10,000 idle
+    /// tables carries one ts, not 10,000 reports), its error and its warning.
+    fn heartbeat_pass(&mut self, now: Millis, holds: &Holds, elapsed: Millis) -> Beat {
         let epoch = self.owner_epoch();
         let complete = self
             .last_complete
@@ -249,34 +245,61 @@ impl DispatcherManager {
         if complete {
             self.last_complete = Some((now, epoch));
         }
-        let mut reports = Vec::with_capacity(if complete { self.dispatchers.len() } else { 0 });
-        let mut rest: Option<Ts> = None;
+        let mut beat = Beat {
+            complete,
+            reports: Vec::with_capacity(if complete { self.dispatchers.len() } else { 0 }),
+            rest: None,
+            errors: Vec::new(),
+            warnings: self.node_warning.iter().cloned().collect(),
+        };
         for d in self.dispatchers.values_mut() {
-            if d.may_rest() {
-                let cp = d.checkpoint();
-                rest = Some(rest.map_or(cp, |r| r.min(cp)));
-                if d.resting && !complete {
-                    continue;
-                }
-                let mut r = d.report(holds);
-                r.rests = true;
-                reports.push(r);
-                d.resting = true;
-                d.last_reported = None;
-                continue;
+            d.write_rate = d.rows_since_report * 1000 / elapsed;
+            d.rows_since_report = 0;
+            if let (Phase::Failed { error, .. }, true) =
+                (&d.phase, beat.errors.len() < MAX_ERRORS_PER_HEARTBEAT)
+            {
+                beat.errors.push(DispatcherErrorReport {
+                    id: d.id,
+                    message: error.clone(),
+                });
             }
-            #[cfg(feature = "mutations")]
-            if crate::mutations::on("rest-ends-silently") && d.resting && !complete {
-                continue; // the owner keeps counting it as resting
+            if beat.warnings.len() < MAX_ERRORS_PER_HEARTBEAT {
+                beat.warnings.extend(d.warning());
             }
-            let sig = d.report_sig(holds);
-            if complete || d.resting || d.last_reported.as_ref() != Some(&sig) {
-                reports.push(d.report(holds));
-                d.resting = false;
-                d.last_reported = Some(sig);
-            }
+            d.note_in_heartbeat(&mut beat, holds);
         }
-        (complete, reports, rest)
+        beat
+    }
+}
+
+impl Dispatcher {
+    /// This dispatcher's part of a heartbeat's reports and rest ts (see
+    /// [`DispatcherManager::heartbeat_pass`]).
+    fn note_in_heartbeat(&mut self, beat: &mut Beat, holds: &Holds) {
+        let complete = beat.complete;
+        if self.may_rest() {
+            let cp = self.checkpoint();
+            beat.rest = Some(beat.rest.map_or(cp, |r| r.min(cp)));
+            if self.resting && !complete {
+                return;
+            }
+            let mut r = self.report(holds);
+            r.rests = true;
+            beat.reports.push(r);
+            self.resting = true;
+            self.last_reported = None;
+            return;
+        }
+        #[cfg(feature = "mutations")]
+        if crate::mutations::on("rest-ends-silently") && self.resting && !complete {
+            return; // the owner keeps counting it as resting
+        }
+        let sig = self.report_sig(holds);
+        if complete || self.resting || self.last_reported.as_ref() != Some(&sig) {
+            beat.reports.push(self.report(holds));
+            self.resting = false;
+            self.last_reported = Some(sig);
+        }
     }
 }
 

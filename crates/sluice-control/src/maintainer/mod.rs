@@ -405,6 +405,22 @@ impl Maintainer {
             })
             .collect()
     }
+    /// How many spans there are and how many of them replicate (`"replicating"` in
+    /// [`Maintainer::spans`]), without building the views: from the span map's index while
+    /// nothing is being copied.
+    pub fn span_counts(&self) -> (usize, usize) {
+        let replicating = if self.copies.is_empty() {
+            self.spans.replicating()
+        } else {
+            self.spans
+                .values()
+                .filter(|e| {
+                    e.state == SpanState::Replicating && self.copies.copy_of(&e.span).is_none()
+                })
+                .count()
+        };
+        (self.spans.len(), replicating)
+    }
     /// Operators in flight: (kind, phase, table).
     pub fn operators(&self) -> Vec<(OpKind, OpPhase, TableId)> {
         self.ops
@@ -512,39 +528,6 @@ impl Maintainer {
             && ctx.alive.contains_key(node)
             && !ctx.cordoned.contains(node)
             && !ctx.draining.contains(node)
-    }
-
-    /// Every node's load: the spans it serves (or whose progress counts there), kept by the
-    /// span map's index, plus the adds and moves creating there (a node with none is absent).
-    /// A scheduling round reads it once and keeps it up to date as it places spans.
-    fn loads(&self) -> BTreeMap<NodeId, usize> {
-        let mut loads = self.spans.per_node().clone();
-        for o in self.ops.values() {
-            if o.kind != OpKind::Merge && o.phase == OpPhase::Creating {
-                if let Some(n) = &o.dest {
-                    match loads.get_mut(n) {
-                        Some(c) => *c += 1,
-                        None => {
-                            loads.insert(n.clone(), 1);
-                        }
-                    }
-                }
-            }
-        }
-        loads
-    }
-
-    fn least_loaded(&self, ctx: &Ctx) -> Option<NodeId> {
-        self.least_loaded_in(ctx, &self.loads())
-    }
-
-    /// The schedulable node with the least load in `loads` (ties: the lowest id).
-    fn least_loaded_in(&self, ctx: &Ctx, loads: &BTreeMap<NodeId, usize>) -> Option<NodeId> {
-        self.ready
-            .keys()
-            .filter(|n| self.schedulable(ctx, n))
-            .min_by_key(|n| (loads.get(*n).copied().unwrap_or(0), *n))
-            .cloned()
     }
 
     /// Split points for `span` from the table's regions: about `per_span` regions per piece, or

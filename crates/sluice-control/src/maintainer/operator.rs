@@ -192,8 +192,35 @@ impl Maintainer {
         }
         let ids: Vec<u64> = self.ops.keys().copied().collect();
         for id in ids {
+            if self
+                .ops
+                .get(&id)
+                .is_some_and(|op| self.creating_waits(ctx, op))
+            {
+                continue;
+            }
             self.drive_op(ctx, id, out);
         }
+    }
+
+    /// An add or move that sent its create, is not due to send it again, and whose dispatcher
+    /// is not reported working, on a destination still there, over an entry still there: a
+    /// step would do nothing (`step_creating`), so `drive` skips it without taking it out of
+    /// the map (with 10,000 creates in flight every heartbeat stepped each of them).
+    fn creating_waits(&self, ctx: &Ctx, op: &Operator) -> bool {
+        let (Some(dest), Some(id), Some(k)) = (&op.dest, op.creating, &op.key) else {
+            return false;
+        };
+        op.phase == OpPhase::Creating
+            && op.last_sent.is_some()
+            && !op.due(ctx.now, RESEND_MS)
+            && self
+                .tracked
+                .get(&id)
+                .is_some_and(|t| t.phase != Tracked::Working)
+            && ctx.alive.contains_key(dest)
+            && self.ready.contains_key(dest)
+            && self.spans.contains_key(k)
     }
 
     pub(super) fn drive_op(&mut self, ctx: &Ctx, op_id: u64, out: &mut Vec<Effect>) {

@@ -31,9 +31,12 @@ impl Maintainer {
         rest: Option<Ts>,
         out: &mut Vec<Effect>,
     ) {
+        // Only a complete heartbeat needs what it listed (to find what is gone).
         let mut seen: BTreeSet<DispatcherId> = BTreeSet::new();
         for r in reports {
-            seen.insert(r.id);
+            if complete {
+                seen.insert(r.id);
+            }
             if r.is_trigger {
                 if r.id == self.trigger && *from == self.node {
                     self.trigger_cp = self.trigger_cp.max(r.checkpoint);
@@ -64,8 +67,10 @@ impl Maintainer {
                         DispatcherPhase::Closing(_) => t.phase = Tracked::Removing,
                         DispatcherPhase::Creating => {}
                     }
-                    self.note_span_report(from, r);
-                    self.rest_note(from, r);
+                    // The key of the report's span, made once for all that look it up.
+                    let key = span_key(&r.span);
+                    self.note_span_report(from, r, &key);
+                    self.rest_note(from, r, &key);
                     if let (Some(b), DispatcherPhase::Working) = (&r.block, &r.phase) {
                         if matches!(self.phase, Phase::Working) {
                             self.on_block_status(ctx, from, r.id, &r.span, b, out);
@@ -115,7 +120,7 @@ impl Maintainer {
     /// and adoption), so a heartbeat costs O(reports · log spans), not O(reports · spans). A
     /// stopped report of a dispatcher its node never had carries a placeholder span and no
     /// progress (checkpoint 0): it matches no entry, and is not checked.
-    fn note_span_report(&mut self, from: &NodeId, r: &DispatcherReport) {
+    fn note_span_report(&mut self, from: &NodeId, r: &DispatcherReport, key: &SpanKey) {
         #[cfg(debug_assertions)]
         if r.phase != DispatcherPhase::Stopped {
             let serving: Vec<&SpanEntry> = self
@@ -135,13 +140,12 @@ impl Maintainer {
                 serving.iter().map(|e| (&e.span, &e.state, e.op)).collect::<Vec<_>>()
             );
         }
-        if let Some(mut e) = self.spans.get_mut(&span_key(&r.span)) {
-            if e.dispatcher == Some(r.id) && e.node.as_ref() == Some(from) {
-                e.checkpoint = e.checkpoint.max(r.checkpoint);
-                e.write_rate = r.write_rate;
-                e.resolved = e.resolved.max(r.resolved);
-            }
-        }
+        self.spans.raise(
+            key,
+            |e| e.dispatcher == Some(r.id) && e.node.as_ref() == Some(from),
+            (r.checkpoint, r.resolved),
+            Some(r.write_rate),
+        );
     }
 
     /// A dispatcher this maintainer did not know of: adopt it by span if it exactly fills an

@@ -42,12 +42,12 @@ impl Maintainer {
     }
 
     /// A report of a dispatcher tracked on `from`: it starts or goes on resting, or stops.
-    pub(super) fn rest_note(&mut self, from: &NodeId, r: &DispatcherReport) {
+    pub(super) fn rest_note(&mut self, from: &NodeId, r: &DispatcherReport, key: &SpanKey) {
         let Some(g) = self.rests.get_mut(from) else {
             return;
         };
         if r.rests && g.trusted && r.phase == DispatcherPhase::Working {
-            g.members.insert(r.id, span_key(&r.span));
+            g.members.insert(r.id, key.clone());
         } else {
             g.members.remove(&r.id);
         }
@@ -68,13 +68,12 @@ impl Maintainer {
                     t.checkpoint = t.checkpoint.max(ts);
                 }
             }
-            if let Some(mut e) = self.spans.get_mut(key) {
-                if e.dispatcher == Some(*id) && e.node.as_ref() == Some(from) {
-                    e.checkpoint = e.checkpoint.max(ts);
-                    e.resolved = e.resolved.max(ts);
-                    e.write_rate = 0;
-                }
-            }
+            self.spans.raise(
+                key,
+                |e| e.dispatcher == Some(*id) && e.node.as_ref() == Some(from),
+                (ts, ts),
+                Some(0),
+            );
         }
     }
 

@@ -9,6 +9,43 @@ use super::*;
 impl Maintainer {
     // (user requests: `requests.rs`)
 
+    /// Every node's load: the spans it serves (or whose progress counts there), kept by the
+    /// span map's index, plus the adds and moves creating there (a node with none is absent).
+    /// A scheduling round reads it once and keeps it up to date as it places spans.
+    pub(super) fn loads(&self) -> BTreeMap<NodeId, usize> {
+        let mut loads = self.spans.per_node().clone();
+        for o in self.ops.values() {
+            if o.kind != OpKind::Merge && o.phase == OpPhase::Creating {
+                if let Some(n) = &o.dest {
+                    match loads.get_mut(n) {
+                        Some(c) => *c += 1,
+                        None => {
+                            loads.insert(n.clone(), 1);
+                        }
+                    }
+                }
+            }
+        }
+        loads
+    }
+
+    pub(super) fn least_loaded(&self, ctx: &Ctx) -> Option<NodeId> {
+        self.least_loaded_in(ctx, &self.loads())
+    }
+
+    /// The schedulable node with the least load in `loads` (ties: the lowest id).
+    pub(super) fn least_loaded_in(
+        &self,
+        ctx: &Ctx,
+        loads: &BTreeMap<NodeId, usize>,
+    ) -> Option<NodeId> {
+        self.ready
+            .keys()
+            .filter(|n| self.schedulable(ctx, n))
+            .min_by_key(|n| (loads.get(*n).copied().unwrap_or(0), *n))
+            .cloned()
+    }
+
     pub(super) fn schedule(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
         self.place_absent(ctx);
         self.drain(ctx);

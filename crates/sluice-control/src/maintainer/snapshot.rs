@@ -167,6 +167,10 @@ impl Maintainer {
         r: &DispatcherReport,
         out: &mut Vec<Effect>,
     ) {
+        // No copy reported and none to start (no range left to copy): nothing to do.
+        if r.copy.is_none() && self.copies.is_empty() {
+            return;
+        }
         // The entry of the report's own span (a dispatcher is only ever set there; see
         // `note_span_report`): O(log spans) per report.
         let ours = self

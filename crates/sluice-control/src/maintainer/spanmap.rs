@@ -212,6 +212,40 @@ impl SpanMap {
         })
     }
 
+    /// The reports' path: if `serves` says so, raises the checkpoint and resolved ts of the
+    /// entry at `k` (and sets its write rate, if given). Only the two multisets are touched:
+    /// nothing else of the entry changes. `true`: the entry was there and served.
+    pub(super) fn raise(
+        &mut self,
+        k: &SpanKey,
+        serves: impl FnOnce(&SpanEntry) -> bool,
+        (checkpoint, resolved): (Ts, Ts),
+        write_rate: Option<u64>,
+    ) -> bool {
+        let Some(e) = self.map.get_mut(k) else {
+            return false;
+        };
+        if !serves(e) {
+            return false;
+        }
+        let (old_cp, old_res) = (e.checkpoint, e.resolved.max(e.checkpoint));
+        e.checkpoint = e.checkpoint.max(checkpoint);
+        e.resolved = e.resolved.max(resolved);
+        if let Some(rate) = write_rate {
+            e.write_rate = rate;
+        }
+        let res = e.resolved.max(e.checkpoint);
+        if e.checkpoint != old_cp {
+            count_down(&mut self.index.checkpoints, &old_cp);
+            count_up(&mut self.index.checkpoints, &e.checkpoint);
+        }
+        if res != old_res {
+            count_down(&mut self.index.resolved, &old_res);
+            count_up(&mut self.index.resolved, &res);
+        }
+        true
+    }
+
     /// Applies `f` to every entry `pick` selects (a pass over the map: for rare events only).
     pub(super) fn update_where(
         &mut self,
@@ -238,6 +272,11 @@ impl SpanMap {
     /// Whether every entry replicates.
     pub(super) fn all_replicating(&self) -> bool {
         self.index.not_replicating == 0
+    }
+
+    /// How many entries replicate.
+    pub(super) fn replicating(&self) -> usize {
+        self.map.len() - self.index.not_replicating
     }
 
     /// The least checkpoint of the entries (`None`: no entry).

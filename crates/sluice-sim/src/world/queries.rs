@@ -74,9 +74,7 @@ impl Sim {
 
     /// The ready maintainer's span map as (spans, replicating ones), if there is one.
     pub fn span_counts(&self) -> Option<(usize, usize)> {
-        let spans = self.current_maintainer_state()?.spans();
-        let replicating = spans.iter().filter(|s| s.state == "replicating").count();
-        Some((spans.len(), replicating))
+        Some(self.current_maintainer_state()?.span_counts())
     }
 
     /// How many operators the ready maintainer has in flight, if there is one.
