@@ -749,3 +749,51 @@ fn a_keyless_window_read_of_a_table_that_changed_is_lost_with_the_reason_and_rea
     let (items, resolved) = b.expect("the chunk");
     assert_eq!((resolved, rows_of(&items).len()), (201, 2));
 }
+
+#[test]
+fn at_the_quota_an_idle_table_still_moves_its_resolved_ts_and_a_busy_one_reads_nothing() {
+    const IDLE: TableId = TableId(6);
+    const D2: DispatcherId = DispatcherId { epoch: 1, seq: 2 };
+    let mut src = Mem::default();
+    src.txns(10, 10, 4); // 40 rows of `T`
+    let mut feed = subscribed(&src, 200); // two rows' worth
+    let mut out = Vec::new();
+    feed.on_effect(
+        &src,
+        Effect::Subscribe {
+            cf: cf(),
+            id: D2,
+            span: Span::whole_table(IDLE),
+            is_trigger: false,
+            start_ts: 0,
+        },
+        &mut out,
+    );
+    // The busy table fills the quota; its rows stay unread past it.
+    let (b, _) = poll(&mut feed, &src);
+    assert!(b.is_some());
+    let held = feed.inflight_bytes();
+    assert!(held >= 200, "{held}");
+    // Capture moves on; the quota is still reached: the idle table's resolved ts follows the
+    // source, the busy one gets nothing.
+    src.txns(100, 5, 4);
+    let mut out = Vec::new();
+    feed.poll(&src, |_, _| true, &mut out);
+    let resolved: Vec<(Vec<DispatcherId>, Ts)> = out
+        .iter()
+        .filter_map(|o| match o {
+            FeedOut::Input(Input::Resolved {
+                ids, resolved_ts, ..
+            }) => Some((ids.clone(), *resolved_ts)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resolved, vec![(vec![D2], 104)], "{out:?}");
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, FeedOut::Input(Input::Events { .. }))),
+        "no row read over the quota: {out:?}"
+    );
+    assert_eq!(feed.inflight_bytes(), held);
+    feed.audit().expect("accounting");
+}

@@ -36,6 +36,10 @@
 //! - **every lane read**: a poll visits only the lanes that may have something (`behind`), but
 //!   every subscribed lane is in it again each time the source's complete ts moves, and a
 //!   subscription or a chunk puts its lane back; a lane leaves it only once found caught up.
+//! - **idle tables are not held by busy ones**: while the quota is reached, a lane whose span has
+//!   no row and no DDL of its own up to the source's complete ts still moves its resolved ts
+//!   (reading nothing costs no quota; `quota.rs`), so a busy table of one changefeed does not
+//!   stall the checkpoints of the others.
 //! - **no deadlock at the quota**: rows are read only for dispatchers that take events now
 //!   (working, not stopped at a DDL), and a batch ends at the first row after a DDL it carries, so
 //!   a dispatcher waiting at a barrier holds no rows that could starve the others of the quota.
@@ -48,6 +52,7 @@ use sluice_types::{
 use std::collections::BTreeMap;
 
 mod chunk;
+mod quota;
 pub use chunk::{chunk_ts, ChunkConsistency, ChunkRead, CHUNK_TS_SLOTS, MAX_CHUNKS_AHEAD};
 
 /// At most this many rows go into one batch of one dispatcher (plus the rest of a transaction
@@ -260,12 +265,25 @@ pub struct Feed<R> {
     behind: std::collections::BTreeSet<LaneKey>,
     /// The source's complete ts when `behind` was last filled with every subscribed lane.
     seen_complete: Option<Ts>,
+    /// The source's complete ts at the last pass over the quota that moved idle lanes'
+    /// resolved ts (`quota.rs`): one pass each time it moves.
+    idle_pass_complete: Option<Ts>,
 }
 
 /// The dispatchers of one changefeed that a poll found with nothing new but a greater resolved
 /// ts: one [`Input::Resolved`] for all of them instead of a batch each.
 /// Keyed by changefeed, then resolved ts (so an idle lane costs no key clone).
 type Quiet = BTreeMap<ChangefeedId, BTreeMap<Ts, Vec<DispatcherId>>>;
+
+/// The lane's resolved ts moved to `ts` with nothing new: it goes out with its changefeed's.
+fn note_quiet(quiet: &mut Quiet, key: &LaneKey, ts: Ts) {
+    match quiet.get_mut(&key.0) {
+        Some(by_ts) => by_ts.entry(ts).or_default().push(key.1),
+        None => {
+            quiet.insert(key.0.clone(), BTreeMap::from([(ts, vec![key.1])]));
+        }
+    }
+}
 
 /// A batch being cut for one dispatcher.
 struct Cut<R> {
@@ -295,6 +313,7 @@ impl<R: FeedRow> Feed<R> {
             in_sink_bytes: 0,
             behind: std::collections::BTreeSet::new(),
             seen_complete: None,
+            idle_pass_complete: None,
         }
     }
 
@@ -371,8 +390,8 @@ impl<R: FeedRow> Feed<R> {
             }
             if over(self) {
                 out.push(FeedOut::Note(FeedNote::QuotaWait));
-                self.behind.insert(key);
-                self.behind.extend(keys);
+                let rest: Vec<LaneKey> = std::iter::once(key).chain(keys).collect();
+                self.resolve_idle_lanes(src, rest, complete, &wants, &mut quiet);
                 break;
             }
             if wants(&key.0, key.1) {
@@ -670,13 +689,7 @@ impl<R: FeedRow> Feed<R> {
         }
         if nothing {
             // Only the resolved ts moved: one input for all such dispatchers of the changefeed.
-            match quiet.get_mut(&key.0) {
-                Some(by_ts) => by_ts.entry(resolved_ts).or_default().push(key.1),
-                None => {
-                    quiet.insert(key.0.clone(), BTreeMap::from([(resolved_ts, vec![key.1])]));
-                }
-            }
-            return;
+            return note_quiet(quiet, key, resolved_ts);
         }
         let items = self.hand_out(key, cut.rows, cut.ddls);
         out.push(FeedOut::Note(FeedNote::Delivered {
