@@ -32,6 +32,7 @@ pub mod barrier;
 mod bootstrap;
 mod checkpoint;
 pub mod operator;
+mod parked;
 pub mod replay;
 mod reports;
 pub mod requests;
@@ -183,6 +184,8 @@ pub struct Maintainer {
     spans: spanmap::SpanMap,
     tracked: tracked::TrackedMap,
     ops: BTreeMap<u64, Operator>,
+    /// Operators `drive` skips until something wakes them (`parked.rs`).
+    parked: parked::Parked,
     next_op: u64,
     next_seq: u64,
     trigger: DispatcherId,
@@ -281,6 +284,7 @@ impl Maintainer {
             spans: Default::default(),
             tracked: Default::default(),
             ops: BTreeMap::new(),
+            parked: Default::default(),
             next_op: 1,
             next_seq: 1,
             trigger,
@@ -810,6 +814,7 @@ impl Maintainer {
     // ------------------------------------------------------------------ lifecycle
 
     pub fn on_nodes_changed(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
+        self.parked.wake_all();
         // Nodes gone (or back as a new incarnation): what ran there is gone.
         let gone: Vec<NodeId> = self
             .ready

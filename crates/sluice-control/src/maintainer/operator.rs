@@ -187,27 +187,35 @@ use super::*;
 impl Maintainer {
     /// Drive every operator one step, then the schedulers.
     pub(super) fn drive(&mut self, ctx: &Ctx, out: &mut Vec<Effect>) {
+        self.wake_parked(ctx.now);
         if !matches!(self.phase, Phase::Working) {
             return;
         }
-        let ids: Vec<u64> = self.ops.keys().copied().collect();
+        self.debug_check_parked(ctx);
+        let ids: Vec<u64> = self
+            .ops
+            .keys()
+            .copied()
+            .filter(|id| !self.parked.contains(*id))
+            .collect();
         for id in ids {
-            if self
+            if !self
                 .ops
                 .get(&id)
                 .is_some_and(|op| self.creating_waits(ctx, op))
             {
-                continue;
+                self.drive_op(ctx, id, out);
             }
-            self.drive_op(ctx, id, out);
+            self.maybe_park(ctx, id);
         }
     }
 
     /// An add or move that sent its create, is not due to send it again, and whose dispatcher
     /// is not reported working, on a destination still there, over an entry still there: a
     /// step would do nothing (`step_creating`), so `drive` skips it without taking it out of
-    /// the map (with 10,000 creates in flight every heartbeat stepped each of them).
-    fn creating_waits(&self, ctx: &Ctx, op: &Operator) -> bool {
+    /// the map (with 10,000 creates in flight every heartbeat stepped each of them), and parks
+    /// it (`parked.rs`).
+    pub(super) fn creating_waits(&self, ctx: &Ctx, op: &Operator) -> bool {
         let (Some(dest), Some(id), Some(k)) = (&op.dest, op.creating, &op.key) else {
             return false;
         };

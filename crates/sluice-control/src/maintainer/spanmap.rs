@@ -130,6 +130,9 @@ impl Index {
 pub(super) struct SpanMap {
     map: BTreeMap<SpanKey, SpanEntry>,
     index: Index,
+    /// The operators of entries removed since the last `take_dropped_ops` (a parked operator
+    /// whose entry went is woken, `parked.rs`).
+    dropped_ops: Vec<u64>,
 }
 
 impl Deref for SpanMap {
@@ -172,6 +175,7 @@ impl SpanMap {
         let old = self.map.insert(k.clone(), e);
         if let Some(o) = &old {
             self.index.sub(&k, &Sig::of(o));
+            self.dropped_ops.extend(o.op);
         }
         self.index.add(&k, &sig);
         old
@@ -180,11 +184,12 @@ impl SpanMap {
     pub(super) fn remove(&mut self, k: &SpanKey) -> Option<SpanEntry> {
         let e = self.map.remove(k)?;
         self.index.sub(k, &Sig::of(&e));
+        self.dropped_ops.extend(e.op);
         Some(e)
     }
 
     pub(super) fn retain(&mut self, mut keep: impl FnMut(&SpanKey, &mut SpanEntry) -> bool) {
-        let index = &mut self.index;
+        let (index, dropped) = (&mut self.index, &mut self.dropped_ops);
         self.map.retain(|k, e| {
             let old = Sig::of(e);
             let kept = keep(k, e);
@@ -192,6 +197,7 @@ impl SpanMap {
                 index.change(k, &old, e);
             } else {
                 index.sub(k, &old);
+                dropped.extend(e.op);
             }
             kept
         });
@@ -257,6 +263,11 @@ impl SpanMap {
             f(e);
             self.index.change(k, &old, e);
         }
+    }
+
+    /// The operators of the entries removed since the last call.
+    pub(super) fn take_dropped_ops(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.dropped_ops)
     }
 
     /// Absent spans with no operator, in key order.

@@ -16,6 +16,9 @@ pub(super) struct TrackedMap {
     map: BTreeMap<DispatcherId, TrackedDispatcher>,
     by_table: BTreeMap<TableId, BTreeSet<DispatcherId>>,
     by_node: BTreeMap<NodeId, BTreeSet<DispatcherId>>,
+    /// Every id inserted, removed or handed out to change since the last `take_touched`
+    /// (what may wake a parked operator, `parked.rs`).
+    touched: Vec<DispatcherId>,
 }
 
 impl Deref for TrackedMap {
@@ -27,6 +30,7 @@ impl Deref for TrackedMap {
 
 impl TrackedMap {
     pub(super) fn insert(&mut self, id: DispatcherId, t: TrackedDispatcher) {
+        self.touched.push(id);
         if let Some(old) = self.map.remove(&id) {
             self.unindex(&old, id);
         }
@@ -51,6 +55,7 @@ impl TrackedMap {
 
     pub(super) fn remove(&mut self, id: &DispatcherId) -> Option<TrackedDispatcher> {
         let t = self.map.remove(id)?;
+        self.touched.push(*id);
         self.unindex(&t, *id);
         Some(t)
     }
@@ -73,7 +78,13 @@ impl TrackedMap {
     /// A tracked dispatcher to change: its phase or checkpoint, never its span or node (the
     /// indexes would no longer find it; `of_table` and `of_node` assert it in debug builds).
     pub(super) fn get_mut(&mut self, id: &DispatcherId) -> Option<&mut TrackedDispatcher> {
+        self.touched.push(*id);
         self.map.get_mut(id)
+    }
+
+    /// The ids touched since the last call (see `touched`).
+    pub(super) fn take_touched(&mut self) -> Vec<DispatcherId> {
+        std::mem::take(&mut self.touched)
     }
 
     /// The tracked dispatchers of `table`.
