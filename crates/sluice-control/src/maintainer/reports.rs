@@ -31,11 +31,12 @@ impl Maintainer {
         rest: Option<Ts>,
         out: &mut Vec<Effect>,
     ) {
-        // Only a complete heartbeat needs what it listed (to find what is gone).
-        let mut seen: BTreeSet<DispatcherId> = BTreeSet::new();
+        // Only a complete heartbeat needs what it listed (to find what is gone): sorted once.
+        let mut seen: Vec<DispatcherId> =
+            Vec::with_capacity(if complete { reports.len() } else { 0 });
         for r in reports {
             if complete {
-                seen.insert(r.id);
+                seen.push(r.id);
             }
             if r.is_trigger {
                 if r.id == self.trigger && *from == self.node {
@@ -87,13 +88,16 @@ impl Maintainer {
             }
         }
         if complete {
+            seen.sort_unstable();
             // The node's tracked dispatchers it no longer lists are gone (its own index: a
             // complete heartbeat costs its reports, not a pass over every tracked dispatcher).
             let gone: Vec<DispatcherId> = self
                 .tracked
                 .of_node(from)
                 .filter(|(id, t)| {
-                    t.phase != Tracked::Requested && !seen.contains(id) && **id != self.trigger
+                    t.phase != Tracked::Requested
+                        && seen.binary_search(id).is_err()
+                        && **id != self.trigger
                 })
                 .map(|(id, _)| *id)
                 .collect();
@@ -111,6 +115,7 @@ impl Maintainer {
                 }
             }
         }
+        self.rest_end(from, complete);
         self.on_rest(from, rest);
         self.drive(ctx, out);
     }
