@@ -12,7 +12,8 @@
 # SLUICE_BIN=path picks the binary (default: target/release/sluice, built if missing);
 # FILE_PARAMS='&flush-interval=100ms' adds sink URI parameters to the file run (MYSQL_PARAMS='?worker-count=4'
 # to the MySQL run); PERF_OUT=path
-# records a `perf` profile of the server during the file run; SERVER_LOG=path keeps its log
+# records a `perf` profile of the server during the file run (PERF_ARGS='--call-graph dwarf'
+# replaces `-g`; PERF_UP_OUT=path one of the upstream mariadbd); SKIP_MYSQL=1 leaves out the MySQL run; SERVER_LOG=path keeps its log
 # (LOG_LEVEL=debug logs each chunk read with its timings).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,7 @@ source bench/lib.sh
 bench_init snapshot-bench
 DBNAME=up start_mariadb "innodb_flush_log_at_trx_commit=2" "innodb_buffer_pool_size=1G"
 UP=$PORT
+UP_PID=${PIDS[-1]}
 DBNAME=down start_mariadb "innodb_flush_log_at_trx_commit=2" "innodb_buffer_pool_size=1G"
 DOWN=$PORT
 up() { DBNAME=up db "$@"; }
@@ -40,7 +42,9 @@ done | up sb
 elapsed() { python3 -c "print(f'{$(date +%s.%N) - $1:.2f}')"; }
 DUMP=(mariadb-dump --host=127.0.0.1 --port="$UP" --user=sluice --password=bench --single-transaction --quick sb t)
 load0=$(cut -d' ' -f1 /proc/loadavg)
+u0=$(cpu_seconds "$UP_PID")
 t0=$(date +%s.%N); "${DUMP[@]}" >/dev/null; T_READ=$(elapsed "$t0")
+CPU_UP_READ=$(python3 -c "print(f'{$(cpu_seconds "$UP_PID") - $u0:.2f}')")
 t0=$(date +%s.%N); "${DUMP[@]}" | mariadb --host=127.0.0.1 --port="$DOWN" --user=sluice --password=bench sb; T_LOAD=$(elapsed "$t0")
 API=127.0.0.1:$(free_port)
 printf 'log-level = "%s"\n' "${LOG_LEVEL:-info}" >"$WORK/server.toml"
@@ -50,10 +54,10 @@ SERVER=$!
 PIDS+=($SERVER)
 for _ in $(seq 1 150); do curl -sf "http://$API/api/v2/health" >/dev/null && break; sleep 0.2; done
 printf 'snapshot = "initial"\nsnapshot-chunk-rows = %s\n' "$CHUNK" >"$WORK/cf.toml"
-run() { # name sink-uri -> "seconds peak-rss-MiB"
-  local name=$1 uri=$2 t0 v peak=0 rss target
+run() { # name sink-uri -> "seconds peak-rss-MiB sluice-cpu-s upstream-cpu-s"
+  local name=$1 uri=$2 t0 v peak=0 rss target c0 u0
   target=$(up -N -e "SHOW MASTER STATUS" | awk '{ split($1, f, "."); printf "%d", (f[2] * 4294967296) + $2 }')
-  t0=$(date +%s.%N)
+  t0=$(date +%s.%N) c0=$(cpu_seconds "$SERVER") u0=$(cpu_seconds "$UP_PID")
   "$SLUICE" cli --server "http://$API" changefeed create -c "$name" --sink-uri "$uri" --config "$WORK/cf.toml" >/dev/null
   while :; do
     rss=$(awk '/VmRSS/ { print int($2 / 1024) }' "/proc/$SERVER/status")
@@ -67,20 +71,29 @@ run() { # name sink-uri -> "seconds peak-rss-MiB"
     fi
     sleep 0.1
   done
-  echo "$(elapsed "$t0") $peak"
+  echo "$(elapsed "$t0") $peak $(python3 -c "print(f'{$(cpu_seconds "$SERVER") - $c0:.2f} {$(cpu_seconds "$UP_PID") - $u0:.2f}')")"
   "$SLUICE" cli --server "http://$API" changefeed remove -c "$name" >/dev/null
 }
 down -e "TRUNCATE TABLE sb.t"
-read -r T_MYSQL RSS_MYSQL <<<"$(run tomysql "mysql://sluice:bench@127.0.0.1:$DOWN/${MYSQL_PARAMS:-}")"
+if [ -z "${SKIP_MYSQL:-}" ]; then
+  read -r T_MYSQL RSS_MYSQL _ _ <<<"$(run tomysql "mysql://sluice:bench@127.0.0.1:$DOWN/${MYSQL_PARAMS:-}")"
+else
+  T_MYSQL=0 RSS_MYSQL=0
+fi
 N_DOWN=$(down -N -e "SELECT COUNT(*) FROM sb.t")
 if [ -n "${PERF_OUT:-}" ]; then # a profile of the server during the file run
-  perf record -F 499 -g -o "$PERF_OUT" -p "$SERVER" 2>/dev/null &
+  perf record -F 499 ${PERF_ARGS:--g} -o "$PERF_OUT" -p "$SERVER" 2>/dev/null &
   PERF=$!
 fi
-read -r T_FILE RSS_FILE <<<"$(run tofile "file://$WORK/out?protocol=csv${FILE_PARAMS:-}")"
+if [ -n "${PERF_UP_OUT:-}" ]; then # and one of the upstream mariadbd
+  perf record -F 499 -g -o "$PERF_UP_OUT" -p "$UP_PID" 2>/dev/null &
+  PERF_UP=$!
+fi
+read -r T_FILE RSS_FILE CPU_FILE CPU_UP_FILE <<<"$(run tofile "file://$WORK/out?protocol=csv${FILE_PARAMS:-}")"
 [ -n "${PERF_OUT:-}" ] && kill -INT "$PERF" && wait "$PERF" || true
+[ -n "${PERF_UP_OUT:-}" ] && kill -INT "$PERF_UP" && wait "$PERF_UP" || true
 ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
-rate() { python3 -c "print(int($ROWS / $1))"; }
+rate() { python3 -c "print(int($ROWS / $1) if $1 else '-')"; }
 echo
 echo "| run | rows | seconds | rows/s | ratio | peak RSS of sluice |"
 echo "|---|---|---|---|---|---|"
@@ -88,4 +101,5 @@ echo "| mariadb-dump --single-transaction > /dev/null (read limit) | $ROWS | $T_
 echo "| mariadb-dump --single-transaction \| mariadb (dump and load) | $ROWS | $T_LOAD | $(rate "$T_LOAD") | $(ratio "$T_LOAD" "$T_READ") to the read | |"
 echo "| snapshot to MySQL ($N_DOWN rows downstream) | $ROWS | $T_MYSQL | $(rate "$T_MYSQL") | $(ratio "$T_MYSQL" "$T_LOAD") to dump and load (target 1.25) | $RSS_MYSQL MiB |"
 echo "| snapshot to file csv | $ROWS | $T_FILE | $(rate "$T_FILE") | $(ratio "$T_FILE" "$T_READ") to the read (target 1.5) | $RSS_FILE MiB |"
+echo "CPU seconds: upstream mariadbd during the dump to /dev/null $CPU_UP_READ; during the file run sluice $CPU_FILE, upstream mariadbd $CPU_UP_FILE"
 echo "chunk rows $CHUNK; load average before: $load0, after: $(cut -d' ' -f1 /proc/loadavg); $(nproc) cores; commit $(git rev-parse --short HEAD)"

@@ -48,30 +48,51 @@ pub async fn table_rows(conn: &mut mysql_async::Conn, table: &TableSchema) -> Re
     Ok(rows.flatten().unwrap_or(0))
 }
 
-/// Interior region boundaries of `table` (sorted, deduplicated).
-pub async fn table_regions(
-    conn: &mut mysql_async::Conn,
-    table: &TableSchema,
-    cfg: &RegionConfig,
-) -> Result<Vec<Key>> {
-    let e = CaptureError::from_mysql;
-    if table.key_columns.is_empty() {
-        return Ok(Vec::new());
-    }
+/// The upstream's statistics of `table`: `DATA_LENGTH` and `TABLE_ROWS` (0 where it has none).
+pub async fn table_stats(conn: &mut mysql_async::Conn, table: &TableSchema) -> Result<(u64, u64)> {
     let stats: Option<(Option<u64>, Option<u64>)> = conn
         .exec_first(
             "SELECT DATA_LENGTH, TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
             (table.database.clone(), table.name.clone()),
         )
         .await
-        .map_err(e)?;
-    let (bytes, rows) = stats
+        .map_err(CaptureError::from_mysql)?;
+    Ok(stats
         .map(|(b, r)| (b.unwrap_or(0), r.unwrap_or(0)))
-        .unwrap_or((0, 0));
-    let regions = bytes
+        .unwrap_or((0, 0)))
+}
+
+/// How many regions a table of `bytes` (`DATA_LENGTH`) is cut into.
+pub fn region_count(bytes: u64, cfg: &RegionConfig) -> u64 {
+    bytes
         .div_ceil(cfg.region_size.max(1))
-        .clamp(1, cfg.max_regions.max(1));
-    if regions <= 1 || rows == 0 {
+        .clamp(1, cfg.max_regions.max(1))
+}
+
+/// Interior region boundaries of `table` (sorted, deduplicated).
+pub async fn table_regions(
+    conn: &mut mysql_async::Conn,
+    table: &TableSchema,
+    cfg: &RegionConfig,
+) -> Result<Vec<Key>> {
+    if table.key_columns.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (bytes, rows) = table_stats(conn, table).await?;
+    regions_at(conn, table, region_count(bytes, cfg), rows).await
+}
+
+/// Interior boundaries of `regions` regions of `table` (of about `rows` rows): one scan of its
+/// key in order (a window function over the whole table: costly on a large one, so the caller
+/// scans again only when the statistics moved).
+pub async fn regions_at(
+    conn: &mut mysql_async::Conn,
+    table: &TableSchema,
+    regions: u64,
+    rows: u64,
+) -> Result<Vec<Key>> {
+    let e = CaptureError::from_mysql;
+    if table.key_columns.is_empty() || regions <= 1 || rows == 0 {
         return Ok(Vec::new());
     }
     // Collation ids of the key columns (key weights use ids, the schema has names).

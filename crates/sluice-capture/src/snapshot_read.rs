@@ -409,10 +409,14 @@ fn chunk_rows(
     let n = table.columns.len();
     let mut out = Vec::with_capacity(rows.len());
     let mut cursor = None;
-    for r in &rows {
+    let last = rows.len().checked_sub(1);
+    for (at, mut r) in rows.into_iter().enumerate() {
         let mut vals = Vec::with_capacity(n);
         for (i, c) in table.columns.iter().enumerate() {
-            vals.push(sql_value(c, r.as_ref(i)).map_err(|m| CaptureError::Decode {
+            // Taken out of the row, not copied (the key columns are selected again after the
+            // columns, for the cursor).
+            let v: Option<M> = r.take(i);
+            vals.push(sql_value_owned(c, v).map_err(|m| CaptureError::Decode {
                 file: String::new(),
                 pos: position,
                 message: format!(
@@ -423,7 +427,8 @@ fn chunk_rows(
         }
         let key = row_key(table.table_id, &vals, spec);
         out.push((vals, key));
-        if keyed {
+        // The cursor is the last row's key.
+        if keyed && Some(at) == last {
             let raw: Vec<CursorValue> = (n..n + table.key_columns.len())
                 .map(|j| {
                     r.as_ref(j)
@@ -501,6 +506,43 @@ pub fn cursor_at(table: &TableSchema, start: &sluice_types::Key) -> Option<Vec<u
 /// span's end (the rows after it in key order are past it too).
 pub fn past_span(table: &TableSchema, span: &sluice_types::Span, key: &sluice_types::Key) -> bool {
     exact_key_order(table) && *key >= span.end
+}
+
+/// [`sql_value`] of a value taken out of its row: the bytes of a character or binary column
+/// become the value without a copy.
+fn sql_value_owned(c: &ColumnDef, v: Option<M>) -> std::result::Result<Value, String> {
+    let textual = !matches!(
+        c.ty,
+        ColumnType::TinyInt
+            | ColumnType::SmallInt
+            | ColumnType::MediumInt
+            | ColumnType::Int
+            | ColumnType::BigInt
+            | ColumnType::Year
+            | ColumnType::Float
+            | ColumnType::Double
+            | ColumnType::Decimal
+            | ColumnType::Date
+            | ColumnType::DateTime
+            | ColumnType::Timestamp
+            | ColumnType::Time
+            | ColumnType::Enum
+            | ColumnType::Set
+            | ColumnType::Bit
+            | ColumnType::Json
+            | ColumnType::Geometry
+    );
+    match v {
+        Some(M::Bytes(b)) if textual => Ok(match c.ty {
+            ColumnType::Binary | ColumnType::VarBinary | ColumnType::Blob => Value::Bytes(b),
+            // CHAR, VARCHAR, TEXT: read as utf8mb4 (`SET NAMES`); bytes that are not stay bytes.
+            _ => match String::from_utf8(b) {
+                Ok(s) => Value::Text(s),
+                Err(e) => Value::Bytes(e.into_bytes()),
+            },
+        }),
+        other => sql_value(c, other.as_ref()),
+    }
 }
 
 /// The decoder's value of a column from the upstream's (see [`select_expr`]).
@@ -788,6 +830,28 @@ mod tests {
             vec![],
             ColumnType::Int
         )));
+    }
+
+    #[test]
+    fn values_taken_from_a_row_read_as_the_borrowed_ones() {
+        let cases = [
+            (ColumnType::VarChar, M::Bytes(b"abc".to_vec())),
+            (ColumnType::Char, M::Bytes(vec![0xff, 0x00])),
+            (ColumnType::Blob, M::Bytes(vec![1, 2, 3])),
+            (ColumnType::Json, M::Bytes(b"{}".to_vec())),
+            (ColumnType::Decimal, M::Bytes(b"1.50".to_vec())),
+            (ColumnType::Int, M::Int(-3)),
+            (ColumnType::VarChar, M::NULL),
+        ];
+        for (ty, v) in cases {
+            let c = col("c", ty, false);
+            assert_eq!(
+                sql_value_owned(&c, Some(v.clone())),
+                sql_value(&c, Some(&v)),
+                "{ty:?} {v:?}"
+            );
+        }
+        assert!(sql_value_owned(&col("c", ColumnType::Text, false), None).is_err());
     }
 
     #[test]

@@ -113,6 +113,9 @@ pub struct Shell {
     chunk_rx: Option<mpsc::UnboundedReceiver<crate::snapshot::ChunkDone>>,
     /// Chunks read ahead of capture, waiting for it to reach their position.
     chunk_waits: Vec<crate::snapshot::ChunkDone>,
+    /// Chunk reads under way (spawned, not yet back): while there are any, capture hands on
+    /// every heartbeat transaction, so the position a read is consistent at is soon captured.
+    chunk_reads: usize,
     /// Per dispatcher, the position of its last chunk read and how many were read there.
     chunk_positions: BTreeMap<(ChangefeedId, DispatcherId), (Ts, u32)>,
     /// Upstream connections of snapshot reads (`crate::snapshot`).
@@ -172,6 +175,7 @@ impl Shell {
             chunk_tx,
             chunk_rx: Some(chunk_rx),
             chunk_waits: Vec::new(),
+            chunk_reads: 0,
             chunk_positions: BTreeMap::new(),
             snapshot_pool: None,
             snapshot_read: Default::default(),
@@ -254,16 +258,31 @@ impl Shell {
         self.note_chunk_waits();
     }
 
-    /// Tells capture whether a chunk waits for it to reach a position.
+    /// A chunk read was spawned: capture hands on every heartbeat transaction from now on, so
+    /// one committed before the read's snapshot is never skipped while the read is under way
+    /// (its chunk would wait for the next one handed on).
+    pub(crate) fn chunk_read_started(&mut self) {
+        self.chunk_reads += 1;
+        self.note_chunk_waits();
+    }
+
+    /// A chunk read came back from its task (before it may wait for capture).
+    pub(crate) fn chunk_read_ended(&mut self) {
+        self.chunk_reads = self.chunk_reads.saturating_sub(1);
+        self.note_chunk_waits();
+    }
+
+    /// Tells capture whether a chunk read is under way or a chunk waits for it to reach a
+    /// position.
     fn note_chunk_waits(&self) {
         self.capture.position_wanted.store(
-            !self.chunk_waits.is_empty(),
+            self.chunk_reads > 0 || !self.chunk_waits.is_empty(),
             std::sync::atomic::Ordering::Relaxed,
         );
     }
 
     /// Chunks waiting for capture whose position it has reached go to the feed.
-    fn release_chunk_waits(&mut self) {
+    pub(crate) fn release_chunk_waits(&mut self) {
         if self.chunk_waits.is_empty() {
             return;
         }
@@ -1029,9 +1048,16 @@ pub async fn run(
                 shell.on_tick();
             }
             Some(r) = reports.recv() => shell.on_sink_report(r),
-            Some(c) = chunks.recv() => shell.on_chunk_done(c),
+            Some(c) = chunks.recv() => {
+                shell.chunk_read_ended();
+                shell.on_chunk_done(c);
+            }
             Some(i) = meta_rx.recv() => shell.on_meta_input(i),
-            Ok(()) = captured.changed() => shell.feed_all(),
+            // Chunks waiting for this position go at once, not at the next tick.
+            Ok(()) = captured.changed() => {
+                shell.release_chunk_waits();
+                shell.feed_all();
+            }
             m = rx.recv() => match m {
                 Some(ShellMsg::Input(i)) => shell.deliver(i),
                 Some(ShellMsg::Query(f)) => f(&mut shell),

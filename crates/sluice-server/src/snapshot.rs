@@ -98,6 +98,7 @@ impl Shell {
         let node = self.node_id().to_string();
         let how = self.snapshot_read();
         let asked = std::time::Instant::now();
+        self.chunk_read_started();
         tokio::spawn(async move {
             if nudge {
                 nudge_upstream(&pool, &node).await;
@@ -170,23 +171,24 @@ impl Shell {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
-        let rows = c
-            .rows
-            .into_iter()
-            .filter(|(_, key)| d.span.contains(key))
-            .map(|(vals, key)| RowEvent {
-                table_id: d.span.table,
-                schema_version: d.version,
-                commit_ts: ts,
-                commit_time_ms: now_ms,
-                kind: RowKind::Insert,
-                key,
-                before: None,
-                after: Some(vals),
-                snapshot: true,
-                gtid: None,
-            })
-            .collect();
+        let mut rows = Vec::with_capacity(c.rows.len());
+        rows.extend(
+            c.rows
+                .into_iter()
+                .filter(|(_, key)| d.span.contains(key))
+                .map(|(vals, key)| RowEvent {
+                    table_id: d.span.table,
+                    schema_version: d.version,
+                    commit_ts: ts,
+                    commit_time_ms: now_ms,
+                    kind: RowKind::Insert,
+                    key,
+                    before: None,
+                    after: Some(vals),
+                    snapshot: true,
+                    gtid: None,
+                }),
+        );
         Ok(ChunkRead {
             position: c.position,
             consistency: match c.window {

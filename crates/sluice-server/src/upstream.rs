@@ -444,11 +444,18 @@ fn publish_history(
     *shared.history.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(h.clone());
 }
 
+/// Whether a table's row estimate moved little enough (within a tenth, InnoDB's estimates
+/// wander by a few percent) that the boundaries scanned at `then` still stand.
+fn stats_close(then: u64, now: u64) -> bool {
+    then.abs_diff(now) <= then.max(now) / 10
+}
+
 /// How often table regions are recomputed from the upstream's statistics.
 pub const REGIONS_REFRESH: Duration = Duration::from_secs(60);
 
 /// Feeds `Input::Regions` for every captured table with a routing key: at start, then every
-/// [`REGIONS_REFRESH`], and soon after a DDL (new tables). Regions only steer the split
+/// [`REGIONS_REFRESH`], and soon after a DDL (new tables); a table whose statistics did not
+/// move since its last scan is not scanned again (`stats_close`). Regions only steer the split
 /// scheduler; errors are logged and retried at the next round.
 pub async fn regions_task(
     shared: Arc<CaptureShared>,
@@ -456,11 +463,17 @@ pub async fn regions_task(
     region_size: u64,
     tx: tokio::sync::mpsc::Sender<crate::shell::ShellMsg>,
 ) {
-    use sluice_capture::regions::{table_regions, table_rows, RegionConfig};
+    use sluice_capture::regions::{region_count, regions_at, table_stats, RegionConfig};
     let cfg = RegionConfig {
         region_size: region_size.max(1),
         ..RegionConfig::default()
     };
+    // The last boundaries scanned per table version, with the region count and row estimate
+    // they were scanned at: a round whose statistics did not move reuses them (the scan is a
+    // window function over the whole table, which competed with snapshot reads for the
+    // upstream's CPU every round).
+    let mut scanned: BTreeMap<(sluice_types::TableId, Ts), (u64, u64, Vec<sluice_types::Key>)> =
+        BTreeMap::new();
     let mut last_ddls = u64::MAX;
     let mut last_full = std::time::Instant::now() - REGIONS_REFRESH;
     loop {
@@ -473,17 +486,25 @@ pub async fn regions_task(
             match mysql_async::Opts::from_url(&upstream) {
                 Ok(opts) => match mysql_async::Conn::new(opts).await {
                     Ok(mut conn) => {
+                        let mut seen = std::collections::BTreeSet::new();
                         for t in history.tables_at(at) {
                             if sluice_capture::schema::is_system_schema(&t.database) {
                                 continue;
                             }
+                            let version = (t.table_id, t.version);
+                            seen.insert(version);
                             // A keyless table has no boundaries, only its row estimate.
                             let stats = async {
-                                let rows = table_rows(&mut conn, t).await?;
-                                Ok::<_, sluice_capture::CaptureError>((
-                                    table_regions(&mut conn, t, &cfg).await?,
-                                    rows,
-                                ))
+                                let (bytes, rows) = table_stats(&mut conn, t).await?;
+                                let count = region_count(bytes, &cfg);
+                                if let Some((c, r, b)) = scanned.get(&version) {
+                                    if *c == count && stats_close(*r, rows) {
+                                        return Ok((b.clone(), rows));
+                                    }
+                                }
+                                let b = regions_at(&mut conn, t, count, rows).await?;
+                                scanned.insert(version, (count, rows, b.clone()));
+                                Ok::<_, sluice_capture::CaptureError>((b, rows))
                             };
                             match stats.await {
                                 Ok((regions, rows)) => {
@@ -502,6 +523,7 @@ pub async fn regions_task(
                                 }
                             }
                         }
+                        scanned.retain(|v, _| seen.contains(v));
                         let _ = conn.disconnect().await;
                     }
                     Err(e) => tracing::debug!("regions: {}", scrub(&e.to_string())),

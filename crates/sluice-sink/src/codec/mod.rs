@@ -43,6 +43,15 @@ pub fn is_binary(ty: ColumnType) -> bool {
     )
 }
 
+/// The text form of a value that holds it already (text, decimal, JSON), borrowed: what
+/// [`value_text`] gives for it, without a copy.
+pub fn value_str(v: &Value) -> Option<&str> {
+    match v {
+        Value::Decimal(s) | Value::Text(s) | Value::Json(s) => Some(s),
+        _ => None,
+    }
+}
+
 /// The text form of a non-binary value; `None` for NULL. `Bytes` in a character column (data not
 /// valid in its charset) is shown lossily here; the codecs handle binary columns themselves.
 pub fn value_text(v: &Value, col: &ColumnDef) -> Option<String> {

@@ -241,7 +241,46 @@ struct Buf {
     /// Position of the partition in the layout (with `enable-partition-separator`).
     partition: Option<usize>,
     date: Option<String>,
+    /// The file's text: full segments, then the one being written (a file of up to
+    /// `file-size` is never one growing string: each doubling copied all of it again).
+    parts: Vec<bytes::Bytes>,
+    parts_len: usize,
     text: String,
+}
+
+/// A buffer's text is kept in segments of about this many bytes.
+const SEGMENT_BYTES: usize = 1 << 20;
+
+impl Buf {
+    fn len(&self) -> usize {
+        self.parts_len + self.text.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The segment to append to: a new one once the current one is full.
+    fn segment(&mut self) -> &mut String {
+        if self.text.len() >= SEGMENT_BYTES {
+            let full = std::mem::replace(
+                &mut self.text,
+                String::with_capacity(SEGMENT_BYTES + SEGMENT_BYTES / 8),
+            );
+            self.parts_len += full.len();
+            self.parts.push(bytes::Bytes::from(full.into_bytes()));
+        }
+        &mut self.text
+    }
+
+    /// The whole text, as the segments it is (shared by every attempt at a name).
+    fn payload(self) -> PutPayload {
+        let mut parts = self.parts;
+        if !self.text.is_empty() {
+            parts.push(bytes::Bytes::from(self.text.into_bytes()));
+        }
+        parts.into_iter().collect()
+    }
 }
 
 impl Buf {
@@ -405,19 +444,22 @@ impl Storage {
                     schema: schema.clone(),
                     partition,
                     date: date.clone(),
+                    parts: Vec::new(),
+                    parts_len: 0,
                     text: String::new(),
                 });
                 w.bufs.len() - 1
             }
         };
         let b = &mut w.bufs[i];
+        let text = b.segment();
         match self.cfg.protocol {
-            Protocol::Csv => codec::csv::encode_row(&mut b.text, &self.cfg.csv, schema, row)?,
+            Protocol::Csv => codec::csv::encode_row(text, &self.cfg.csv, schema, row)?,
             Protocol::CanalJson => {
-                codec::canal::encode_row(&mut b.text, self.cfg.tidb_extension, schema, row)?
+                codec::canal::encode_row(text, self.cfg.tidb_extension, schema, row)?
             }
         }
-        Ok(b.text.len() as u64 >= self.cfg.file_size)
+        Ok(b.len() as u64 >= self.cfg.file_size)
     }
 
     async fn put_create(&self, path: &str, bytes: PutPayload, fence: &BoundFence) -> Result<Put> {
@@ -518,7 +560,7 @@ impl Storage {
         };
         let ext = self.cfg.protocol.extension();
         // Shared, not copied, by every attempt at a name.
-        let body = PutPayload::from(buf.text.into_bytes());
+        let body = buf.payload();
         let mut probes = 0;
         let name = loop {
             let name = layout::data_name(w.id, index, self.cfg.file_index_width, ext);
@@ -577,14 +619,24 @@ impl Backend for Storage {
             .filter(|_| self.cfg.partition_separator)
             .map(|p| self.placer(p, &schema));
         let mut full = false;
+        // The date directory of the previous row's day (a batch's rows mostly share one: a
+        // snapshot chunk's rows all do): formatted once per day, not per row.
+        let mut day: Option<(u64, Option<String>)> = None;
         for row in &batch.rows {
-            let date = layout::date_dir(self.cfg.date_separator, row.commit_time_ms);
+            let today = row.commit_time_ms / 86_400_000;
+            let date = match &day {
+                Some((d, date)) if *d == today => date,
+                _ => {
+                    let date = layout::date_dir(self.cfg.date_separator, row.commit_time_ms);
+                    &day.insert((today, date)).1
+                }
+            };
             match &partitioning {
-                None => full |= self.append(w, &schema, None, &date, row)?,
+                None => full |= self.append(w, &schema, None, date, row)?,
                 Some(placer) => {
                     for (partition, part) in self.placed(placer, &schema, row)? {
                         let row = part.as_ref().unwrap_or(row);
-                        full |= self.append(w, &schema, Some(partition), &date, row)?;
+                        full |= self.append(w, &schema, Some(partition), date, row)?;
                     }
                 }
             }
@@ -593,14 +645,14 @@ impl Backend for Storage {
     }
 
     fn has_buffered(&self, w: &StorageWriter) -> bool {
-        w.bufs.iter().any(|b| !b.text.is_empty())
+        w.bufs.iter().any(|b| !b.is_empty())
     }
 
     async fn flush(&self, w: &mut StorageWriter, fence: &BoundFence) -> Result<()> {
         // A failed flush fails the dispatcher (the runner never flushes it again; its successor
         // replays from the checkpoint), so what was not written need not be kept.
         for b in std::mem::take(&mut w.bufs) {
-            if !b.text.is_empty() {
+            if !b.is_empty() {
                 self.flush_buf(w, b, fence).await?;
             }
         }
@@ -653,5 +705,43 @@ impl Backend for Storage {
 
     fn flush_interval(&self) -> Option<Duration> {
         Some(self.cfg.flush_interval)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_in_segments_is_the_text_written_in_order() {
+        let schema = Arc::new(TableSchema {
+            table_id: sluice_types::TableId(1),
+            database: "d".into(),
+            name: "t".into(),
+            columns: vec![],
+            key_columns: vec![],
+            unique_keys: vec![],
+            version: 0,
+            partitioning: None,
+        });
+        let mut b = Buf {
+            schema,
+            partition: None,
+            date: None,
+            parts: Vec::new(),
+            parts_len: 0,
+            text: String::new(),
+        };
+        assert!(b.is_empty());
+        let mut want = String::new();
+        for i in 0..40_000 {
+            let line = format!("{i},{}\r\n", "x".repeat(i % 97));
+            b.segment().push_str(&line);
+            want.push_str(&line);
+        }
+        assert!(b.parts.len() > 1, "more than one segment");
+        assert_eq!(b.len(), want.len());
+        let got: Vec<u8> = b.payload().into_iter().flat_map(|p| p.to_vec()).collect();
+        assert_eq!(got, want.into_bytes());
     }
 }
