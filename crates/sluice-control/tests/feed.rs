@@ -432,37 +432,9 @@ fn a_start_below_the_source_is_refused_with_an_error() {
 
 /// `Effect::ReadChunk` for `D`, then the shell's answer: a chunk of `keys` read at `position`.
 fn chunk(feed: &mut Feed<Row>, src: &Mem, position: Ts, keys: &[u64]) -> Vec<FeedOut<Row>> {
-    let mut out = Vec::new();
-    let read = Effect::ReadChunk {
-        cf: cf(),
-        id: D,
-        span: Span::whole_table(T),
-        after: None,
-        limit: 100,
-        keyless: false,
-    };
-    feed.on_effect(src, read, &mut out);
-    assert!(
-        matches!(out.as_slice(), [FeedOut::Effect(Effect::ReadChunk { .. })]),
-        "{out:?}"
-    );
-    let rows = keys
-        .iter()
-        .map(|k| Row {
-            ts: 0,
-            key: Key::row_u64(T, 900_000 + k),
-        })
-        .collect();
-    let mut out = Vec::new();
-    let r = ChunkRead {
-        position,
-        consistency: ChunkConsistency::AtPosition,
-        rows,
-        cursor: Some(vec![1]),
-        more: true,
-    };
-    feed.on_chunk(&cf(), D, Ok(r), &mut out);
-    out
+    ask(feed, src, false);
+    let keys: Vec<u64> = keys.iter().map(|k| 900_000 + k).collect();
+    answer(feed, position, ChunkConsistency::AtPosition, &keys)
 }
 
 #[test]
@@ -565,29 +537,10 @@ fn a_chunk_read_of_an_ended_subscription_is_dropped_and_the_dispatcher_told() {
     let mut src = Mem::default();
     src.txns(10, 1, 1);
     let mut feed = subscribed(&src, 1 << 20);
+    ask(&mut feed, &src, false);
     let mut out = Vec::new();
-    let read = Effect::ReadChunk {
-        cf: cf(),
-        id: D,
-        span: Span::whole_table(T),
-        after: None,
-        limit: 10,
-        keyless: false,
-    };
-    feed.on_effect(&src, read, &mut out);
     feed.on_effect(&src, Effect::Unsubscribe { cf: cf(), id: D }, &mut out);
-    let mut out = Vec::new();
-    let r = ChunkRead {
-        position: 10,
-        consistency: ChunkConsistency::AtPosition,
-        rows: vec![Row {
-            ts: 0,
-            key: Key::row_u64(T, 1),
-        }],
-        cursor: None,
-        more: false,
-    };
-    feed.on_chunk(&cf(), D, Ok(r), &mut out);
+    let out = answer(&mut feed, 10, ChunkConsistency::AtPosition, &[1]);
     assert!(
         matches!(out.as_slice(), [FeedOut::Input(Input::ChunkDropped { .. })]),
         "{out:?}"
@@ -608,13 +561,7 @@ fn the_next_chunk_is_read_while_one_is_held_and_they_go_out_in_order() {
     ));
     // A second read while the first is held: accepted, after it.
     let second = chunk(&mut feed, &src, 11, &[2]);
-    assert!(
-        matches!(
-            second.as_slice(),
-            [FeedOut::Input(Input::ChunkQueued { ts: 13, .. })]
-        ),
-        "{second:?}"
-    );
+    queued_at(&second, 13);
     let (b, _) = poll(&mut feed, &src);
     assert_eq!(b.expect("the stream up to the position").1, 11);
     let (b, _) = poll(&mut feed, &src);
@@ -633,7 +580,7 @@ fn put(src: &mut Mem, ts: Ts, k: u64) {
     src.complete = src.complete.max(ts);
 }
 
-/// `Effect::ReadChunk` for `D` (keyless or not), answered later by [`window_answer`].
+/// `Effect::ReadChunk` for `D` (keyless or not), answered later by [`answer`].
 fn ask(feed: &mut Feed<Row>, src: &Mem, keyless: bool) {
     let mut out = Vec::new();
     let read = Effect::ReadChunk {
@@ -645,11 +592,19 @@ fn ask(feed: &mut Feed<Row>, src: &Mem, keyless: bool) {
         keyless,
     };
     feed.on_effect(src, read, &mut out);
-    assert!(matches!(out.as_slice(), [FeedOut::Effect(_)]), "{out:?}");
+    assert!(
+        matches!(out.as_slice(), [FeedOut::Effect(Effect::ReadChunk { .. })]),
+        "{out:?}"
+    );
 }
 
-/// The shell's answer to [`ask`]: a window read of rows with keys `keys`, position `position`.
-fn window_answer(feed: &mut Feed<Row>, position: Ts, keys: &[u64]) -> Vec<FeedOut<Row>> {
+/// The shell's answer to [`ask`]: rows of keys `keys` of `T`, read `consistency` at `position`.
+fn answer(
+    feed: &mut Feed<Row>,
+    position: Ts,
+    consistency: ChunkConsistency,
+    keys: &[u64],
+) -> Vec<FeedOut<Row>> {
     let rows = keys
         .iter()
         .map(|k| Row {
@@ -659,7 +614,7 @@ fn window_answer(feed: &mut Feed<Row>, position: Ts, keys: &[u64]) -> Vec<FeedOu
         .collect();
     let r = ChunkRead {
         position,
-        consistency: ChunkConsistency::Window,
+        consistency,
         rows,
         cursor: Some(vec![1]),
         more: true,
@@ -667,6 +622,19 @@ fn window_answer(feed: &mut Feed<Row>, position: Ts, keys: &[u64]) -> Vec<FeedOu
     let mut out = Vec::new();
     feed.on_chunk(&cf(), D, Ok(r), &mut out);
     out
+}
+
+/// The feed's answer to a chunk: queued, to reach the dispatcher at `ts`.
+fn queued_at(out: &[FeedOut<Row>], ts: Ts) {
+    assert!(
+        matches!(out, [FeedOut::Input(Input::ChunkQueued { ts: t, .. })] if *t == ts),
+        "expected the chunk queued at {ts}: {out:?}"
+    );
+}
+
+/// [`answer`] as a window read.
+fn window_answer(feed: &mut Feed<Row>, position: Ts, keys: &[u64]) -> Vec<FeedOut<Row>> {
+    answer(feed, position, ChunkConsistency::Window, keys)
 }
 
 #[test]
@@ -683,13 +651,7 @@ fn a_window_read_goes_after_its_position_without_the_keys_the_stream_changed_in_
     put(&mut src, 200, 50); // not in the chunk
     put(&mut src, 300, 3);
     let out = window_answer(&mut feed, 300, &[1, 2, 3, 7]);
-    assert!(
-        matches!(
-            out.as_slice(),
-            [FeedOut::Input(Input::ChunkQueued { ts: 301, .. })]
-        ),
-        "{out:?}"
-    );
+    queued_at(&out, 301);
     // The stream's versions up to the position first, then the chunk without keys 1 and 3.
     let (b, _) = poll(&mut feed, &src);
     let (items, resolved) = b.expect("the window's changes");
