@@ -511,27 +511,9 @@ pub fn past_span(table: &TableSchema, span: &sluice_types::Span, key: &sluice_ty
 /// [`sql_value`] of a value taken out of its row: the bytes of a character or binary column
 /// become the value without a copy.
 fn sql_value_owned(c: &ColumnDef, v: Option<M>) -> std::result::Result<Value, String> {
-    let textual = !matches!(
-        c.ty,
-        ColumnType::TinyInt
-            | ColumnType::SmallInt
-            | ColumnType::MediumInt
-            | ColumnType::Int
-            | ColumnType::BigInt
-            | ColumnType::Year
-            | ColumnType::Float
-            | ColumnType::Double
-            | ColumnType::Decimal
-            | ColumnType::Date
-            | ColumnType::DateTime
-            | ColumnType::Timestamp
-            | ColumnType::Time
-            | ColumnType::Enum
-            | ColumnType::Set
-            | ColumnType::Bit
-            | ColumnType::Json
-            | ColumnType::Geometry
-    );
+    // JSON and geometry are text too, but the decoder's form of them is not the bytes as read.
+    let textual = value_kind(c.ty) == ValueKind::Textual
+        && !matches!(c.ty, ColumnType::Json | ColumnType::Geometry);
     match v {
         Some(M::Bytes(b)) if textual => Ok(match c.ty {
             ColumnType::Binary | ColumnType::VarBinary | ColumnType::Blob => Value::Bytes(b),
@@ -551,7 +533,25 @@ pub fn sql_value(c: &ColumnDef, v: Option<&M>) -> std::result::Result<Value, Str
     if *v == M::NULL {
         return Ok(Value::Null);
     }
-    match c.ty {
+    match value_kind(c.ty) {
+        ValueKind::Numeric => numeric(c, v),
+        ValueKind::Temporal => temporal(c, v),
+        ValueKind::Members => members(c, v),
+        ValueKind::Textual => textual(c, v),
+    }
+}
+
+/// How a column's value is read back from the upstream's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ValueKind {
+    Numeric,
+    Temporal,
+    Members,
+    Textual,
+}
+
+fn value_kind(ty: ColumnType) -> ValueKind {
+    match ty {
         ColumnType::TinyInt
         | ColumnType::SmallInt
         | ColumnType::MediumInt
@@ -560,12 +560,12 @@ pub fn sql_value(c: &ColumnDef, v: Option<&M>) -> std::result::Result<Value, Str
         | ColumnType::Year
         | ColumnType::Float
         | ColumnType::Double
-        | ColumnType::Decimal => numeric(c, v),
+        | ColumnType::Decimal => ValueKind::Numeric,
         ColumnType::Date | ColumnType::DateTime | ColumnType::Timestamp | ColumnType::Time => {
-            temporal(c, v)
+            ValueKind::Temporal
         }
-        ColumnType::Enum | ColumnType::Set | ColumnType::Bit => members(c, v),
-        _ => textual(c, v),
+        ColumnType::Enum | ColumnType::Set | ColumnType::Bit => ValueKind::Members,
+        _ => ValueKind::Textual,
     }
 }
 
