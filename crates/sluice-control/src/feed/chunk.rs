@@ -218,9 +218,7 @@ impl<R: FeedRow> Feed<R> {
         let lost = lane.chunk_out.take_if(|c| *c > start).is_some()
             || lane.chunks.iter().any(|c| c.ts <= start);
         if lost {
-            for c in std::mem::take(&mut lane.chunks) {
-                self.inflight_bytes = self.inflight_bytes.saturating_sub(c.bytes);
-            }
+            self.drop_held_chunks(key);
             out.push(FeedOut::Input(Input::ChunkLost {
                 cf: key.0.clone(),
                 id: key.1,
@@ -343,16 +341,24 @@ impl<R: FeedRow> Feed<R> {
         out: &mut Vec<FeedOut<R>>,
     ) {
         self.inflight_bytes = self.inflight_bytes.saturating_sub(chunk.bytes);
-        if let Some(lane) = self.lanes.get_mut(key) {
-            for c in std::mem::take(&mut lane.chunks) {
-                self.inflight_bytes = self.inflight_bytes.saturating_sub(c.bytes);
-            }
-        }
+        self.drop_held_chunks(key);
         out.push(FeedOut::Input(Input::ChunkLost {
             cf: key.0.clone(),
             id: key.1,
             why: Some(why),
         }));
+    }
+}
+
+impl<R> Feed<R> {
+    /// Drops every chunk the lane holds, with its bytes in flight.
+    pub(super) fn drop_held_chunks(&mut self, key: &LaneKey) {
+        let Some(lane) = self.lanes.get_mut(key) else {
+            return;
+        };
+        for c in std::mem::take(&mut lane.chunks) {
+            self.inflight_bytes = self.inflight_bytes.saturating_sub(c.bytes);
+        }
     }
 }
 

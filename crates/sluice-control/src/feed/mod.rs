@@ -526,9 +526,7 @@ impl<R: FeedRow> Feed<R> {
         l.sub = None;
         l.awaiting_chunk = false;
         l.chunk_out = None;
-        for c in std::mem::take(&mut l.chunks) {
-            self.inflight_bytes = self.inflight_bytes.saturating_sub(c.bytes);
-        }
+        self.drop_held_chunks(&key);
         self.release(&key, |_, _| true);
         if self.lanes.get(&key).is_some_and(|l| l.idle()) {
             self.lanes.remove(&key);
