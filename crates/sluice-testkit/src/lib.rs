@@ -5,7 +5,8 @@
 //! Layout rule: one file per server it starts, and two for the MariaDB replays: the corpus they
 //! read (`mysqltest`: statements out of MariaDB's own regression suite) and the report they
 //! write (`suite_report`); `process` holds what the server helpers share about their child;
-//! `proxy` and `tls` put a fault-injecting or a TLS-terminating front before a server.
+//! `proxy` and `tls` put a fault-injecting or a TLS-terminating front before a server;
+//! `scratch` is a test's own directory, removed when the test passed.
 
 pub mod etcd;
 pub mod kafka;
@@ -15,5 +16,6 @@ pub mod mysqltest;
 pub mod process;
 pub mod proxy;
 pub mod registry;
+pub mod scratch;
 pub mod suite_report;
 pub mod tls;

@@ -31,7 +31,7 @@ fn start_cluster(
     tag: &str,
     up_url: &str,
     etcd_url: &str,
-) -> (Vec<std::path::PathBuf>, Vec<Server>) {
+) -> (Vec<ScratchDir>, Vec<Server>) {
     let dirs: Vec<_> = (0..n).map(|i| tmpdir(&format!("{tag}{i}"))).collect();
     let servers: Vec<Server> = dirs
         .iter()
@@ -52,14 +52,13 @@ fn wait_captures(servers: &[Server], n: usize) {
 }
 
 /// End of a cluster test: no secret in any server log, servers stopped, data dirs removed.
-fn finish(out: &Outputs, servers: Vec<Server>, dirs: Vec<std::path::PathBuf>) {
+fn finish(out: &Outputs, servers: Vec<Server>, dirs: Vec<ScratchDir>) {
     let logs: Vec<std::path::PathBuf> = servers.iter().map(|s| s.log.clone()).collect();
     let refs: Vec<&std::path::Path> = logs.iter().map(|p| p.as_path()).collect();
     out.assert_no_secret(&refs);
+    // The servers stop before their data dirs are removed.
     drop(servers);
-    for d in dirs {
-        let _ = std::fs::remove_dir_all(d);
-    }
+    drop(dirs);
 }
 
 fn any_live(servers: &[Server]) -> String {
@@ -597,7 +596,5 @@ fn a_late_node_shares_the_snapshot_and_agrees_on_table_ids() {
         out.assert_no_secret(&[&s.log]);
     }
     drop(servers);
-    for d in dirs {
-        let _ = std::fs::remove_dir_all(&d);
-    }
+    drop(dirs);
 }

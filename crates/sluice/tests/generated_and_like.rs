@@ -175,7 +175,6 @@ fn generated_columns_replicate_to_mysql_and_through_files() {
     assert_eq!(r.code, 0, "check after consume: {} {}", r.stdout, r.stderr);
     out.assert_no_secret(&[&server.log]);
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -225,7 +224,6 @@ fn create_table_like_replays_after_the_alter_of_its_source() {
     }
     out.assert_no_secret(&[&server.log]);
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// MariaDB's UUID, INET4 and INET6 columns (stored as bytes, logged as bytes) reach a MySQL

@@ -133,5 +133,4 @@ fn strings_in_legacy_charsets_reach_mysql_byte_for_byte() {
     );
     assert!(r.stdout.contains("normal"), "{}", r.stdout);
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -35,7 +35,7 @@ use sluice_testkit::mysqltest::{self, classify, Class};
 use sluice_testkit::suite_report::{self, env_usize, Failure};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -350,7 +350,6 @@ fn user_databases(conn: &mut mysql_async::Conn) -> Vec<String> {
 
 struct Replay {
     out: Outputs,
-    dir: PathBuf,
     up: MariaDb,
     up_url: String,
     down: MariaDb,
@@ -372,6 +371,8 @@ struct Replay {
     broken: Option<String>,
     /// How the current file was read (its statements are sent as the bytes it holds).
     encoding: mysqltest::Encoding,
+    /// Last: removed only after the server and the databases above stopped.
+    dir: ScratchDir,
 }
 
 impl Replay {

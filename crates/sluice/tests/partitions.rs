@@ -292,5 +292,4 @@ fn partitioned_tables_go_to_partition_directories_and_consume_back_equal() {
     );
     out.assert_no_secret(&[&server.log]);
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -54,13 +54,14 @@ fn schema_files(root: &Path) -> Vec<Value> {
 /// until both changefeeds passed it.
 struct Setup {
     out: Outputs,
-    dir: std::path::PathBuf,
     up: MariaDb,
     up_url: String,
     down: MariaDb,
     down_url: String,
     root: std::path::PathBuf,
     server: Server,
+    /// Last: removed only after the server stopped.
+    dir: ScratchDir,
 }
 
 fn replicate(name: &str, workload: &str) -> Setup {

@@ -54,7 +54,6 @@ fn file_sink_then_consume_then_check() {
     );
     out.assert_no_secret(&[&server.log]);
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -88,7 +87,6 @@ fn mysql_sink_then_check() {
     );
     out.assert_no_secret(&[&server.log]);
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -133,7 +131,6 @@ fn restart_mid_workload_resumes_from_checkpoint() {
     assert_eq!(r.code, 0, "check: {} {}", r.stdout, r.stderr);
     out.assert_no_secret(&[&server.log]);
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -190,7 +187,6 @@ fn table_filter_replicates_only_matching_tables() {
     );
     out.assert_no_secret(&[&server.log]);
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -249,5 +245,4 @@ fn ignored_deletes_are_not_replicated() {
     assert_eq!(missing, 20 * 20, "every inserted account is downstream");
     out.assert_no_secret(&[&server.log]);
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 pub struct Cluster {
     pub servers: Vec<Server>,
-    pub dirs: Vec<PathBuf>,
+    pub dirs: Vec<ScratchDir>,
     /// The changefeed the helpers read.
     pub cf: String,
 }
@@ -17,7 +17,7 @@ impl Cluster {
     /// `n` servers on one etcd with runtime holds and tiny regions (a split has boundaries to
     /// cut at), once all of them are registered.
     pub fn start(tag: &str, n: usize, up_url: &str, etcd_url: &str, cf: &str) -> Cluster {
-        let dirs: Vec<PathBuf> = (0..n).map(|i| tmpdir(&format!("{tag}{i}"))).collect();
+        let dirs: Vec<ScratchDir> = (0..n).map(|i| tmpdir(&format!("{tag}{i}"))).collect();
         let servers: Vec<Server> = dirs
             .iter()
             .map(|d| {
@@ -190,11 +190,8 @@ impl Cluster {
         let logs: Vec<PathBuf> = self.servers.iter().map(|s| s.log.clone()).collect();
         let refs: Vec<&std::path::Path> = logs.iter().map(|p| p.as_path()).collect();
         out.assert_no_secret(&refs);
-        let dirs = self.dirs.clone();
+        // The servers stop first (fields drop in order), then the data dirs are removed.
         drop(self);
-        for d in dirs {
-            let _ = std::fs::remove_dir_all(d);
-        }
     }
 }
 

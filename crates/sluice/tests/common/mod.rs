@@ -8,6 +8,7 @@ pub mod cluster;
 
 use serde_json::Value;
 use sluice_testkit::mariadb::MariaDb;
+pub use sluice_testkit::scratch::ScratchDir;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -25,15 +26,10 @@ pub fn free_port() -> u16 {
         .unwrap_or(0)
 }
 
-pub fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "sluice-e2e-{name}-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("tmpdir");
-    d
+/// The test's scratch directory: removed when it is dropped after the test passed, kept when the
+/// test panicked (its server logs and data dir are then there to read).
+pub fn tmpdir(name: &str) -> ScratchDir {
+    ScratchDir::new("sluice-e2e", name).expect("tmpdir")
 }
 
 /// A MariaDB with a password user `sluice` (replication privileges), returning its URL.
