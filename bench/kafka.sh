@@ -9,7 +9,7 @@
 # test; upstream, Sluice and the broker share the machine's cores.
 #   bench/kafka.sh [rows]    # default 500000; PERF_OUT=perf.data records the server under perf
 #                            # during the run PERF_CASE names (default hole: the blackhole run;
-#                            # canal, canal-txn, canal-lz4, canal-acks1, dbz, dbz-lz4, dbz-txn,
+#                            # canal, canal-txn, canal-lz4, canal-acks1, dbz, dbz-lz4, dbz-txn, dbz-noschema,
 #                            # open, simple, avro); KAFKA_CASES="dbz avro"
 #                            # runs only the named Kafka cases (the blackhole run always)
 # SLUICE_BIN=path picks the binary (default: target/release/sluice, built if missing); the tansu
@@ -93,7 +93,7 @@ PIDS+=($!)
 for _ in $(seq 1 50); do [ -s "$WORK/registry.url" ] && break; sleep 0.1; done
 REGISTRY=$(head -1 "$WORK/registry.url")
 printf "[[sink.dispatchers]]\nmatcher = ['*.*']\ntopic = 'bench-avro-{schema}-{table}'\npartition = 'index-value'\n" >"$WORK/avro.toml"
-for p in "canal canal-json&enable-tidb-extension=true" "canal-txn canal-json&enable-tidb-extension=true&transactional=true" "canal-lz4 canal-json&enable-tidb-extension=true&compression=lz4" "canal-acks1 canal-json&enable-tidb-extension=true&required-acks=1" "dbz debezium" "dbz-lz4 debezium&compression=lz4" "dbz-txn debezium&transactional=true" "open open-protocol" "simple simple" "avro avro"; do
+for p in "canal canal-json&enable-tidb-extension=true" "canal-txn canal-json&enable-tidb-extension=true&transactional=true" "canal-lz4 canal-json&enable-tidb-extension=true&compression=lz4" "canal-acks1 canal-json&enable-tidb-extension=true&required-acks=1" "dbz debezium" "dbz-lz4 debezium&compression=lz4" "dbz-txn debezium&transactional=true" "dbz-noschema debezium&debezium-disable-schema=true" "open open-protocol" "simple simple" "avro avro"; do
   set -- $p
   if [ -n "${KAFKA_CASES:-}" ] && [[ " $KAFKA_CASES " != *" $1 "* ]]; then continue; fi
   extra=()

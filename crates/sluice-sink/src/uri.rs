@@ -297,6 +297,14 @@ mod tests {
             "kafka://h:9092/t?protocol=debezium&avro-bigint-unsigned-handling-mode=string"
         )
         .contains("need protocol=avro"));
+        assert!(
+            err("kafka://h:9092/t?protocol=canal-json&debezium-disable-schema=true")
+                .contains("only protocol=debezium")
+        );
+        assert!(
+            err("kafka://h:9092/t?protocol=debezium&debezium-disable-schema=yes")
+                .contains("debezium-disable-schema")
+        );
         assert!(err("kafka://h:9092/t?protocol=canal-json&compression=zstd")
             .contains("not supported yet"));
         assert!(err("kafka://h:9092/t?protocol=canal-json&sasl-mechanism=GSSAPI&sasl-user=u&sasl-password=p")

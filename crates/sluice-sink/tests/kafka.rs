@@ -286,6 +286,73 @@ async fn an_update_of_the_key_is_a_delete_and_an_insert() {
     sink.close(d).await;
 }
 
+/// `debezium-disable-schema=true` (TiCDC's parameter): every key and value through the broker
+/// is the message with the schema minus its `schema` part, for every column type, and the
+/// decoder refuses such a value clearly (its column types are not there to apply it with).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_without_schema_is_the_payload_alone() {
+    use sluice_sink::codec::debezium::{encode_key, encode_row_value, Origin};
+    let broker = Broker::start().expect("broker");
+    let uri = broker.sink_uri(
+        "noschema",
+        "protocol=debezium&debezium-disable-schema=true&partition-num=1",
+    );
+    let SinkConfig::Kafka(cfg) = SinkUri::parse(&uri).expect("uri").config else {
+        panic!("kafka")
+    };
+    let sink = cfg
+        .build("test", &[], None, Some("mysql-bin"))
+        .expect("sink");
+    let schema = Arc::new(all_types_schema("db", 5));
+    let rows = all_types_rows(&schema, (7 << 32) | 1234, 1_700_000_000_123);
+    let d = dispatcher(3);
+    sink.open(d, Span::whole_table(schema.table_id), 0)
+        .await
+        .expect("open");
+    let batch = RowBatch {
+        schema: schema.clone(),
+        rows: rows.clone(),
+    };
+    sink.write_rows(d, batch).await.expect("rows");
+    sink.flush(d).await.expect("flush");
+    let got = read_all(&broker, "noschema", rows.len());
+    assert_eq!(got.len(), rows.len(), "one message per row: {got:?}");
+    let json = |s: &str| serde_json::from_str::<serde_json::Value>(s).expect("json");
+    let origin = Origin {
+        name: "noschema",
+        binlog_base: Some("mysql-bin"),
+    };
+    for ((_, key, value), row) in got.iter().zip(&rows) {
+        let mut full = json(&encode_row_value(origin, &schema, row).expect("debezium"));
+        assert!(full.get("schema").is_some(), "the default keeps the schema");
+        full.as_object_mut().expect("object").remove("schema");
+        assert_eq!(json(value), full, "the value is the payload alone");
+        let mut full_key = json(&encode_key("noschema", &schema, row).expect("a key"));
+        full_key.as_object_mut().expect("object").remove("schema");
+        assert_eq!(json(key.as_deref().expect("a key")), full_key);
+        let refused = sluice_sink::codec::debezium::decode(value.as_bytes())
+            .expect_err("no column types to decode with");
+        assert!(
+            refused.to_string().contains("debezium-disable-schema"),
+            "{refused}"
+        );
+    }
+    sink.close(d).await;
+    // `sluice consume` refuses the topic before it reads or applies anything.
+    let args = sluice_sink::kafka::consume::KafkaConsumeArgs {
+        kafka: uri.clone(),
+        downstream: "mysql://root@127.0.0.1:1".into(),
+        idle: Duration::from_secs(1),
+    };
+    let refused = sluice_sink::kafka::consume::run(&args)
+        .await
+        .expect_err("refused");
+    assert!(
+        refused.to_string().contains("carry no column types"),
+        "{refused}"
+    );
+}
+
 #[test]
 fn golden_messages_of_every_column_type() {
     let schema = all_types_schema("db", 5);

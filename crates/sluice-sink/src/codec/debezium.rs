@@ -346,6 +346,9 @@ impl<'a> Source<'a> {
 /// parts of its values and keys, and the order its columns are written in.
 #[derive(Debug)]
 pub struct Envelope {
+    /// Messages carry their `schema` part (Kafka Connect's `schemas.enable`); off with the sink
+    /// URI's `debezium-disable-schema=true` (TiCDC's parameter): `{"payload": …}` alone.
+    with_schema: bool,
     value_schema: String,
     /// `None`: the table has no key (its messages have none).
     key_schema: Option<String>,
@@ -356,13 +359,22 @@ pub struct Envelope {
 
 impl Envelope {
     pub fn new(name: &str, schema: &TableSchema) -> Envelope {
+        Envelope::with_schema(name, schema, true)
+    }
+
+    /// [`Envelope::new`]; `with_schema: false` leaves the `schema` part out of every message.
+    pub fn with_schema(name: &str, schema: &TableSchema, with_schema: bool) -> Envelope {
         let mut key_by_name = schema.key_columns.clone();
         key_by_name.sort_by(|&a, &b| {
             let n = |i: usize| schema.columns.get(i).map(|c| c.name.as_str());
             n(a).cmp(&n(b))
         });
         Envelope {
-            value_schema: envelope_schema(name, schema),
+            with_schema,
+            value_schema: match with_schema {
+                true => envelope_schema(name, schema),
+                false => String::new(),
+            },
             key_schema: key_schema(name, schema),
             by_name: by_name(&schema.columns),
             key_by_name,
@@ -434,10 +446,14 @@ pub fn write_row_value(
         )));
     }
     let order = &envelope.by_name;
-    out.push_str("{\"schema\":");
-    out.push_str(&envelope.value_schema);
+    out.push('{');
+    if envelope.with_schema {
+        out.push_str("\"schema\":");
+        out.push_str(&envelope.value_schema);
+        out.push(',');
+    }
     // The payload's keys in sorted order, as the serde_json map it once was wrote them.
-    out.push_str(",\"payload\":{\"after\":");
+    out.push_str("\"payload\":{\"after\":");
     push_image(out, schema, order, after)?;
     out.push_str(",\"before\":");
     push_image(out, schema, order, before)?;
@@ -484,7 +500,13 @@ pub fn encode_key_with(
         RowKind::Delete => row.before.as_deref()?,
         _ => row.after.as_deref()?,
     };
-    let mut out = String::with_capacity(key_schema.len() + 64);
+    let mut out = String::with_capacity(
+        64 + if envelope.with_schema {
+            key_schema.len()
+        } else {
+            0
+        },
+    );
     out.push_str("{\"payload\":{");
     for (i, &k) in envelope.key_by_name.iter().enumerate() {
         let col = schema.columns.get(k)?;
@@ -495,8 +517,11 @@ pub fn encode_key_with(
         out.push(':');
         push_field(&mut out, values.get(k)?, col);
     }
-    out.push_str("},\"schema\":");
-    out.push_str(key_schema);
+    out.push('}');
+    if envelope.with_schema {
+        out.push_str(",\"schema\":");
+        out.push_str(key_schema);
+    }
     out.push('}');
     Some(out)
 }
@@ -577,7 +602,14 @@ pub fn decode(value: &[u8]) -> Result<Decoded> {
         })
         .and_then(|a| a.get("fields"))
         .and_then(Json::as_array)
-        .ok_or_else(|| codec_err("schema without the after struct's fields"))?;
+        .ok_or_else(|| match v.get("schema") {
+            None => codec_err(
+                "a row message without its schema (written with debezium-disable-schema=true): \
+                 its column types are unknown, so it cannot be applied; write the topic with \
+                 the schema (the default) to consume it",
+            ),
+            Some(_) => codec_err("schema without the after struct's fields"),
+        })?;
     let cols: Vec<Field> = fields.iter().map(Field::read).collect::<Result<_>>()?;
     let kind = match payload.get("op").and_then(Json::as_str) {
         Some("c") | Some("r") => RowKind::Insert,

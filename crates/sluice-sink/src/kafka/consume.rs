@@ -78,6 +78,12 @@ pub async fn run(args: &KafkaConsumeArgs) -> Result<ConsumeReport> {
             "canal-json carries no commit ts without enable-tidb-extension=true, so the order of rows across partitions and replays cannot be known: write the topic with enable-tidb-extension=true (and pass it here)",
         ));
     }
+    if cfg.debezium_disable_schema {
+        return Err(SinkError::invalid_uri(
+            &masked,
+            "debezium-disable-schema=true messages carry no column types, so their values cannot be applied to a table: write the topic with the schema (the default) to consume it",
+        ));
+    }
     let SinkConfig::Mysql(mut down) = SinkUri::parse(&args.downstream)?.config else {
         return Err(SinkError::invalid_uri(
             &crate::uri::mask_uri(&args.downstream),

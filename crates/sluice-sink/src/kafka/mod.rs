@@ -538,10 +538,13 @@ impl Kafka {
             m.clear();
         }
         let parts = match self.cfg.protocol {
-            KafkaProtocol::Debezium => Parts::Debezium(crate::codec::debezium::Envelope::new(
-                &self.cfg.topic,
-                schema,
-            )),
+            KafkaProtocol::Debezium => {
+                Parts::Debezium(crate::codec::debezium::Envelope::with_schema(
+                    &self.cfg.topic,
+                    schema,
+                    !self.cfg.debezium_disable_schema,
+                ))
+            }
             KafkaProtocol::CanalJson => Parts::Canal(crate::codec::canal::Layout::new(schema)),
             _ => Parts::None,
         };
