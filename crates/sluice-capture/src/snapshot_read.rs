@@ -167,13 +167,25 @@ async fn key_spec(conn: &mut mysql_async::Conn, table: &TableSchema) -> Result<V
     Ok(spec)
 }
 
-/// The binlog position of the transaction's consistent snapshot; `None` where the upstream
-/// names none (MySQL: a window read is needed).
-async fn snapshot_position(conn: &mut mysql_async::Conn) -> Result<Option<Ts>> {
-    let rows: Vec<(String, String)> = conn
-        .query("SHOW STATUS LIKE 'binlog_snapshot_%'")
+/// Begins the consistent snapshot ([`BEGIN_SNAPSHOT`]) and asks for its binlog position in the
+/// same round trip; `None` where the upstream names none (MySQL: a window read is needed).
+async fn begin_at_named_position(conn: &mut mysql_async::Conn) -> Result<Option<Ts>> {
+    let e = CaptureError::from_mysql;
+    let mut results = conn
+        .query_iter(format!(
+            "{BEGIN_SNAPSHOT}; SHOW STATUS LIKE 'binlog_snapshot_%'"
+        ))
         .await
-        .map_err(CaptureError::from_mysql)?;
+        .map_err(e)?;
+    // The statements before it answer with no rows; the status is the last result set.
+    let mut rows: Vec<(String, String)> = Vec::new();
+    while !results.is_empty() {
+        let set: Vec<(String, String)> = results.collect().await.map_err(e)?;
+        if !set.is_empty() {
+            rows = set;
+        }
+    }
+    drop(results);
     let get = |name: &str| {
         rows.iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -210,10 +222,7 @@ pub async fn check_readable(
     how: SnapshotRead,
 ) -> Result<Vec<String>> {
     let mut problems = Vec::new();
-    conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        .await
-        .map_err(CaptureError::from_mysql)?;
-    let pos = snapshot_position(conn).await;
+    let pos = begin_at_named_position(conn).await;
     let _ = conn.query_drop("COMMIT").await;
     match (pos, how) {
         (Err(e), _) => problems.push(e.to_string()),
@@ -318,9 +327,8 @@ async fn read_at_named_position(
     params: Vec<M>,
 ) -> Result<Option<(Ts, Vec<mysql_async::Row>)>> {
     let e = CaptureError::from_mysql;
-    conn.query_drop(BEGIN_SNAPSHOT).await.map_err(e)?;
     let read = async {
-        let Some(position) = snapshot_position(conn).await? else {
+        let Some(position) = begin_at_named_position(conn).await? else {
             return Ok(None);
         };
         let rows: Vec<mysql_async::Row> = conn.exec(q, params).await.map_err(e)?;
