@@ -562,13 +562,14 @@ pub struct Capture {
     /// The commit time (ms) of the last transaction handed on (see [`HEARTBEAT_PASS_MS`]).
     passed_ms: u64,
     /// Set by whoever waits for capture to reach a binlog position (a snapshot chunk read at
-    /// it): while it is, every heartbeat transaction is handed on at once.
+    /// it, a copy's checkpoint, a changefeed's bootstrap at its start point): while it is,
+    /// every heartbeat transaction is handed on at once.
     pub position_wanted: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// A transaction of heartbeat rows only is handed on (moving the resolved ts of every
 /// dispatcher) at most once per this much upstream time, unless a position is wanted
-/// ([`Capture::position_wanted`]: a snapshot chunk waits for capture to pass its position);
+/// ([`Capture::position_wanted`]: something waits for capture to pass a position);
 /// the others only stamp the commit clock. Heartbeats are written every 100 ms for millisecond commit times, and every resolved
 /// advance costs each idle dispatcher a round through the sink: 2,000 idle tables took 17.7% of
 /// a core at 10 advances a second and 6.2% at one (`bench/many_tables.sh`).

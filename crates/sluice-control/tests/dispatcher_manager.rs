@@ -1451,6 +1451,41 @@ fn a_snapshot_copy_held_by_a_lagging_stream_is_a_warning() {
     assert!(!waiting(&dm), "received: {:?}", dm.warnings());
 }
 
+/// A copy is pending (the server then has capture hand on every position at once) from its
+/// start until its last chunk is durable, and only then.
+#[test]
+fn a_copy_is_pending_until_its_last_chunk_is_durable() {
+    use sluice_control::msg::{CopyProgress, CopyStart};
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let d = id(1, 1);
+    let mut out = Vec::new();
+    dm.on_tick(500, &holds, &mut out);
+    assert!(!dm.copy_pending(), "no copy");
+    let copy = CopyStart {
+        from: CopyProgress {
+            cursor: None,
+            done: false,
+        },
+        keyless: false,
+        chunk_rows: 10,
+    };
+    let msg = create_msg(1, d, Span::whole_table(TableId(4)), true, Some(copy));
+    dm.on_message(600, &m1(), msg, &holds, &mut out);
+    dm.on_tick(1_000, &holds, &mut out);
+    assert!(dm.copy_pending(), "the copy reads its first chunk");
+    // Its only chunk (nothing after it), read at 500.
+    dm.on_chunk_queued(1_000, d, 500, None, false, 1, &mut out);
+    let chunk_row = insert_item(TableId(4), 500, 1);
+    dm.on_events(1_100, d, vec![chunk_row], 500, &holds, &mut out);
+    dm.on_tick(1_200, &holds, &mut out);
+    assert!(dm.copy_pending(), "received, not durable yet");
+    dm.on_sink_flushed(1_300, d, 500, &holds, &mut out);
+    dm.on_tick(1_400, &holds, &mut out);
+    assert!(!dm.copy_pending(), "durable: the copy is done");
+}
+
 /// One heartbeat of a manager: (complete, the ids it reports and whether each rests, its rest
 /// ts). Exactly one is sent per heartbeat interval.
 type Beat = (bool, Vec<(DispatcherId, bool)>, Option<u64>);

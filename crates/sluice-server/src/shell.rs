@@ -255,7 +255,7 @@ impl Shell {
 
     pub(crate) fn push_chunk_wait(&mut self, d: crate::snapshot::ChunkDone) {
         self.chunk_waits.push(d);
-        self.note_chunk_waits();
+        self.note_position_wanted();
     }
 
     /// A chunk read was spawned: capture hands on every heartbeat transaction from now on, so
@@ -263,22 +263,28 @@ impl Shell {
     /// (its chunk would wait for the next one handed on).
     pub(crate) fn chunk_read_started(&mut self) {
         self.chunk_reads += 1;
-        self.note_chunk_waits();
+        self.note_position_wanted();
     }
 
     /// A chunk read came back from its task (before it may wait for capture).
     pub(crate) fn chunk_read_ended(&mut self) {
         self.chunk_reads = self.chunk_reads.saturating_sub(1);
-        self.note_chunk_waits();
+        self.note_position_wanted();
     }
 
-    /// Tells capture whether a chunk read is under way or a chunk waits for it to reach a
-    /// position.
-    fn note_chunk_waits(&self) {
-        self.capture.position_wanted.store(
-            self.chunk_reads > 0 || !self.chunk_waits.is_empty(),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+    /// Tells capture whether something here waits for it to reach a position, so it hands on
+    /// every heartbeat transaction at once instead of one a second: a chunk read under way or
+    /// a chunk waiting, a snapshot copy not done (its chunks and its checkpoint follow the
+    /// stream), a schema load (a changefeed's bootstrap) above what was captured.
+    fn note_position_wanted(&self) {
+        let captured = self.capture.captured();
+        let wanted = self.chunk_reads > 0
+            || !self.chunk_waits.is_empty()
+            || self.schema_waits.iter().any(|w| w.2 > captured)
+            || self.node.dispatcher_managers().any(|(_, m)| m.copy_pending());
+        self.capture
+            .position_wanted
+            .store(wanted, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Chunks waiting for capture whose position it has reached go to the feed.
@@ -291,7 +297,7 @@ impl Shell {
             .into_iter()
             .partition(|d| d.result.as_ref().map_or(true, |c| c.position <= captured));
         self.chunk_waits = wait;
-        self.note_chunk_waits();
+        self.note_position_wanted();
         for d in ready {
             self.on_chunk_done(d);
         }
@@ -586,6 +592,7 @@ impl Shell {
         self.release_chunk_waits();
         self.feed_all();
         self.answer_schemas();
+        self.note_position_wanted();
         let due: Vec<(ChangefeedId, Ts)> = self
             .persisted
             .iter()
@@ -711,6 +718,7 @@ impl Shell {
             Effect::LoadSchema { cf, epoch, at_ts } => {
                 // Answered on the next tick (capture may have to catch up to `at_ts` first).
                 self.schema_waits.push((cf, epoch, at_ts, Instant::now()));
+                self.note_position_wanted();
             }
             Effect::LoadApplied {
                 cf,

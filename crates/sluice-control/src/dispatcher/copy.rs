@@ -202,6 +202,7 @@ impl DispatcherManager {
     pub(super) fn copy_step(&mut self, now: Millis, out: &mut Vec<Effect>) {
         let mut busy = 0usize;
         let (mut ahead, mut ready) = (Vec::new(), Vec::new());
+        self.copy_pending = false;
         for d in self.dispatchers.values_mut() {
             // Most dispatchers copy nothing: skipped before anything is computed for them.
             if d.copy.is_none() {
@@ -211,6 +212,7 @@ impl DispatcherManager {
             let (working, received) = (matches!(d.phase, Phase::Working), d.received_upto);
             let Some(c) = d.copy.as_mut() else { continue };
             c.settle(cp);
+            self.copy_pending |= !c.done();
             let wants = working && c.wants_read(received, now);
             match (c.busy(received), wants) {
                 // Already counted: it reads its next chunk ahead.
@@ -225,6 +227,13 @@ impl DispatcherManager {
         for id in ahead.into_iter().chain(ready.into_iter().take(room)) {
             self.read_chunk(id, out);
         }
+    }
+
+    /// A copy is not done yet: its chunks wait for the stream to reach their positions and its
+    /// progress for the checkpoint to pass them, so the node's capture should hand on every
+    /// position at once rather than batch idle ones (the server's `position_wanted`).
+    pub fn copy_pending(&self) -> bool {
+        self.copy_pending
     }
 
     fn read_chunk(&mut self, id: DispatcherId, out: &mut Vec<Effect>) {

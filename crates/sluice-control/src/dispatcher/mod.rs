@@ -490,6 +490,9 @@ pub struct DispatcherManager {
     /// A dispatcher of this manager was ever given a snapshot copy: only then does a tick look
     /// for copies to step.
     copies: bool,
+    /// A copy of this manager is not done (as of the last copy step): the node's data path
+    /// then wants capture to hand on every position promptly ([`DispatcherManager::copy_pending`]).
+    copy_pending: bool,
     pub stale_dropped: u64,
 }
 
@@ -533,6 +536,7 @@ impl DispatcherManager {
             floor_retries: BTreeSet::new(),
             ticking: BTreeSet::new(),
             copies: false,
+            copy_pending: false,
             stale_dropped: 0,
         }
     }
