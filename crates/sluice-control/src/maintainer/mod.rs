@@ -516,15 +516,13 @@ impl Maintainer {
                 }
             }
         }
+        self.parked.wake(op.id);
         self.ops.insert(op.id, op);
     }
 
     /// No dispatcher the maintainer knows of, other than `except`, may write keys of `span`.
     fn can_create(&self, span: &Span, except: &[DispatcherId]) -> bool {
-        !self
-            .tracked
-            .of_table(span.table)
-            .any(|(id, t)| !except.contains(id) && t.span.overlaps(span))
+        !self.tracked.any_overlaps(span, except)
     }
 
     fn schedulable(&self, ctx: &Ctx, node: &NodeId) -> bool {

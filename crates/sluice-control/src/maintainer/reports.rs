@@ -53,21 +53,9 @@ impl Maintainer {
                 }
                 continue;
             }
-            match self.tracked.get_mut(&r.id) {
+            match self.tracked.get(&r.id) {
                 Some(t) if t.node == *from => {
-                    t.checkpoint = t.checkpoint.max(r.checkpoint);
-                    match r.phase {
-                        DispatcherPhase::Stopped => {
-                            self.tracked.remove(&r.id);
-                        }
-                        DispatcherPhase::Working => {
-                            if t.phase == Tracked::Requested {
-                                t.phase = Tracked::Working;
-                            }
-                        }
-                        DispatcherPhase::Closing(_) => t.phase = Tracked::Removing,
-                        DispatcherPhase::Creating => {}
-                    }
+                    self.note_tracked(r, (t.phase, t.checkpoint));
                     // The key of the report's span, made once for all that look it up.
                     let key = span_key(&r.span);
                     self.note_span_report(from, r, &key);
@@ -91,15 +79,17 @@ impl Maintainer {
             seen.sort_unstable();
             // The node's tracked dispatchers it no longer lists are gone (its own index: a
             // complete heartbeat costs its reports, not a pass over every tracked dispatcher).
+            // Only the ids it did not list are looked up.
             let gone: Vec<DispatcherId> = self
                 .tracked
-                .of_node(from)
-                .filter(|(id, t)| {
-                    t.phase != Tracked::Requested
-                        && seen.binary_search(id).is_err()
-                        && **id != self.trigger
+                .ids_of_node(from)
+                .filter(|id| seen.binary_search(id).is_err() && **id != self.trigger)
+                .filter(|id| {
+                    self.tracked
+                        .get(id)
+                        .is_some_and(|t| t.phase != Tracked::Requested)
                 })
-                .map(|(id, _)| *id)
+                .copied()
                 .collect();
             for id in gone {
                 let Some(t) = self.tracked.remove(&id) else {
@@ -116,8 +106,31 @@ impl Maintainer {
             }
         }
         self.rest_end(from, complete);
-        self.on_rest(from, rest);
+        self.on_rest(from, rest, complete);
         self.drive(ctx, out);
+    }
+
+    /// A report of a dispatcher tracked on its node into its tracked entry: its checkpoint
+    /// (never lowered) and phase, or its end. Only a report that changes the entry takes it to
+    /// change (`TrackedMap::get_mut` marks it touched, which wakes a parked create), so a
+    /// complete heartbeat of 100,000 unchanged dispatchers wakes nothing.
+    /// `was`: the entry's phase and checkpoint before the report.
+    fn note_tracked(&mut self, r: &DispatcherReport, was: (Tracked, Ts)) {
+        let phase = match r.phase {
+            DispatcherPhase::Stopped => {
+                self.tracked.remove(&r.id);
+                return;
+            }
+            DispatcherPhase::Working if was.0 == Tracked::Requested => Tracked::Working,
+            DispatcherPhase::Closing(_) => Tracked::Removing,
+            DispatcherPhase::Working | DispatcherPhase::Creating => was.0,
+        };
+        if r.checkpoint > was.1 || phase != was.0 {
+            if let Some(t) = self.tracked.get_mut(&r.id) {
+                t.checkpoint = t.checkpoint.max(r.checkpoint);
+                t.phase = phase;
+            }
+        }
     }
 
     /// A tracked dispatcher's progress into the span entry it serves: found by the report's
