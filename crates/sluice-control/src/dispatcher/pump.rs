@@ -236,7 +236,10 @@ impl DispatcherManager {
     /// resting ones, [`DispatcherReport::rests`]: a dispatcher that starts to rest is reported
     /// once with `rests`, then only the rest ts, the lowest checkpoint of the resting ones,
     /// moves it until it stops resting and is reported again; so a heartbeat of 10,000 idle
-    /// tables carries one ts, not 10,000 reports), its error and its warning.
+    /// tables carries one ts, not 10,000 reports), its error and its warning. Between complete
+    /// heartbeats the quiet dispatchers (resting, no warning, unchanged since the last pass, see
+    /// `set.rs`) are not visited: they add only their checkpoint to the rest ts, and that is
+    /// kept with them; what a visit would do to them is nothing.
     fn heartbeat_pass(&mut self, now: Millis, holds: &Holds, elapsed: Millis) -> Beat {
         let epoch = self.owner_epoch();
         let complete = self
@@ -252,23 +255,59 @@ impl DispatcherManager {
             errors: Vec::new(),
             warnings: self.node_warning.iter().cloned().collect(),
         };
-        for d in self.dispatchers.values_mut() {
-            d.write_rate = d.rows_since_report * 1000 / elapsed;
-            d.rows_since_report = 0;
-            if let (Phase::Failed { error, .. }, true) =
-                (&d.phase, beat.errors.len() < MAX_ERRORS_PER_HEARTBEAT)
-            {
-                beat.errors.push(DispatcherErrorReport {
-                    id: d.id,
-                    message: error.clone(),
-                });
+        self.dispatchers.debug_check_quiet(|d| d.quiet());
+        let (quiet, quiet_rest) = self.dispatchers.quiet();
+        let mut now_quiet = Vec::new();
+        // A partial pass looks up each loud one: worth it while most are quiet.
+        if complete || quiet < self.dispatchers.len() / 2 {
+            for d in self.dispatchers.values_mut() {
+                now_quiet.extend(d.note_in_beat(&mut beat, holds, elapsed));
             }
-            if beat.warnings.len() < MAX_ERRORS_PER_HEARTBEAT {
-                beat.warnings.extend(d.warning());
+        } else {
+            beat.rest = quiet_rest;
+            for id in self.dispatchers.loud() {
+                if let Some(d) = self.dispatchers.get_mut(&id) {
+                    now_quiet.extend(d.note_in_beat(&mut beat, holds, elapsed));
+                }
             }
-            d.note_in_heartbeat(&mut beat, holds);
+        }
+        for (id, cp) in now_quiet {
+            self.dispatchers.make_quiet(id, cp);
         }
         beat
+    }
+}
+
+impl Dispatcher {
+    /// Its part of a heartbeat (see [`DispatcherManager::heartbeat_pass`]): write rate, error,
+    /// warning, report and rest ts. `Some((id, checkpoint))` when it is quiet after it.
+    fn note_in_beat(
+        &mut self,
+        beat: &mut Beat,
+        holds: &Holds,
+        elapsed: Millis,
+    ) -> Option<(DispatcherId, Ts)> {
+        self.write_rate = self.rows_since_report * 1000 / elapsed;
+        self.rows_since_report = 0;
+        if let (Phase::Failed { error, .. }, true) =
+            (&self.phase, beat.errors.len() < MAX_ERRORS_PER_HEARTBEAT)
+        {
+            beat.errors.push(DispatcherErrorReport {
+                id: self.id,
+                message: error.clone(),
+            });
+        }
+        if beat.warnings.len() < MAX_ERRORS_PER_HEARTBEAT {
+            beat.warnings.extend(self.warning());
+        }
+        self.note_in_heartbeat(beat, holds);
+        self.quiet().then(|| (self.id, self.checkpoint()))
+    }
+
+    /// Resting (the owner was told), may still rest, and nothing to warn of: a heartbeat
+    /// between complete ones would only count its checkpoint in the rest ts.
+    pub(super) fn quiet(&self) -> bool {
+        self.resting && self.may_rest() && self.warning().is_none()
     }
 }
 
