@@ -149,6 +149,24 @@ impl Sim {
 
     pub(super) fn handle(&mut self, name: &str, inc: u64, input: Input) {
         let now = self.now;
+        // Summarized before the input is handed over, not cloned for it (a heartbeat can list
+        // 100,000 dispatchers); a tick or events, noted only if they did something, keep what
+        // their summary needs.
+        let quiet = matches!(input, Input::Tick | Input::Events { .. });
+        let events = match &input {
+            Input::Events {
+                id,
+                items,
+                resolved_ts,
+                ..
+            } => Some((*id, items.len(), *resolved_ts)),
+            _ => None,
+        };
+        let mut s = String::new();
+        if !quiet {
+            s = format!("{now} {name}: ");
+            summarize_input(&mut s, &input);
+        }
         let effects = {
             let Some(n) = self.nodes.get_mut(name) else {
                 return;
@@ -159,11 +177,16 @@ impl Sim {
             let Some(state) = n.state.as_mut() else {
                 return;
             };
-            state.handle(now, input.clone())
+            state.handle(now, input)
         };
-        if !matches!(input, Input::Tick | Input::Events { .. }) || !effects.is_empty() {
-            let mut s = format!("{now} {name}: ");
-            summarize_input(&mut s, &input);
+        if quiet && !effects.is_empty() {
+            s = format!("{now} {name}: ");
+            match events {
+                Some((id, items, resolved_ts)) => summarize_events(&mut s, id, items, resolved_ts),
+                None => summarize_input(&mut s, &Input::Tick),
+            }
+        }
+        if !quiet || !effects.is_empty() {
             self.note(s);
         }
         for o in self.through_feed(name, inc, effects) {
@@ -425,6 +448,10 @@ impl Sim {
     }
 }
 
+fn summarize_events(s: &mut String, id: DispatcherId, items: usize, resolved_ts: Ts) {
+    let _ = write!(s, "events {id:?} {items} items to {resolved_ts}");
+}
+
 fn summarize_input(s: &mut String, input: &Input) {
     match input {
         Input::Message { from, msg } => {
@@ -496,9 +523,7 @@ fn summarize_input(s: &mut String, input: &Input) {
             items,
             resolved_ts,
             ..
-        } => {
-            let _ = write!(s, "events {id:?} {} items to {resolved_ts}", items.len());
-        }
+        } => summarize_events(s, *id, items.len(), *resolved_ts),
         Input::MetaResult { req, result } => {
             let _ = write!(
                 s,

@@ -75,13 +75,12 @@ impl Sim {
         } else {
             1
         };
-        for _ in 0..copies {
-            let mut lat =
-                self.rng.range(1, 3) + self.rng.range(self.faults.delay.0, self.faults.delay.1);
-            if self.faults.reorder {
-                lat += self.rng.range(0, 300);
-                *self.fault_counts.entry("reorder").or_default() += 1;
-            }
+        let lats: Vec<Millis> = (0..copies).map(|_| self.latency()).collect();
+        // A duplicate is a clone; the last copy is the message itself (a heartbeat can list
+        // 100,000 dispatchers).
+        let mut copies: Vec<Message> = lats.iter().skip(1).map(|_| msg.clone()).collect();
+        copies.push(msg);
+        for (lat, msg) in lats.into_iter().zip(copies) {
             self.push(
                 now + lat,
                 Ev::Input {
@@ -89,10 +88,21 @@ impl Sim {
                     inc: to_inc,
                     input: Input::Message {
                         from: NodeId::new(from),
-                        msg: msg.clone(),
+                        msg,
                     },
                 },
             );
         }
+    }
+
+    /// A message's delay: the base, the world's extra delay, and a reordering's share.
+    fn latency(&mut self) -> Millis {
+        let mut lat =
+            self.rng.range(1, 3) + self.rng.range(self.faults.delay.0, self.faults.delay.1);
+        if self.faults.reorder {
+            lat += self.rng.range(0, 300);
+            *self.fault_counts.entry("reorder").or_default() += 1;
+        }
+        lat
     }
 }
