@@ -348,7 +348,7 @@ impl DispatcherManager {
             // Already copying: it keeps its own (newer) progress.
             Some(_) if !restart => {}
             Some(c) => c.restart_from(start.from),
-            slot => *slot = Some(Copy::new(start)),
+            slot => *slot = Some(Box::new(Copy::new(start))),
         }
     }
 }

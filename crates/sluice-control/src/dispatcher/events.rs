@@ -140,7 +140,7 @@ impl DispatcherManager {
                 let cp = d.checkpoint();
                 let mut fresh =
                     Dispatcher::new(d.id, d.span.clone(), d.is_trigger, cp, Phase::Working);
-                fresh.copy = d.copy.as_ref().map(|c| c.restarted());
+                fresh.copy = d.copy.as_ref().map(|c| Box::new(c.restarted()));
                 fresh.merge_sources = d.merge_sources.clone();
                 fresh.sink_failures = d.sink_failures;
                 fresh.sink_failures_since = d.sink_failures_since;

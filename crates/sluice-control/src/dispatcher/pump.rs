@@ -334,10 +334,10 @@ impl Dispatcher {
             return; // the owner keeps counting it as resting
         }
         let sig = self.report_sig(holds);
-        if complete || self.resting || self.last_reported.as_ref() != Some(&sig) {
+        if complete || self.resting || self.last_reported.as_deref() != Some(&sig) {
             beat.reports.push(self.report(holds));
             self.resting = false;
-            self.last_reported = Some(sig);
+            self.last_reported = Some(Box::new(sig));
         }
     }
 }
@@ -486,11 +486,11 @@ impl Dispatcher {
         out: &mut Vec<Effect>,
     ) {
         if self.is_blocking(&ddl) {
-            self.block = Some(Block {
+            self.block = Some(Box::new(Block {
                 ddl,
                 stage: Stage::Flushing,
                 last_report: None,
-            });
+            }));
             return;
         }
         self.buffer.pop_front();
