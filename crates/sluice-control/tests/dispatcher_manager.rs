@@ -1383,15 +1383,9 @@ fn a_transaction_in_parts_is_written_open_and_holds_the_checkpoint_below_it() {
     );
 }
 
-#[test]
-fn a_snapshot_copy_held_by_a_lagging_stream_is_a_warning() {
-    use sluice_control::config::COPY_STREAM_WAIT_MS;
+/// The create of dispatcher `d` on table 4 with a copy from the table's start (10-row chunks).
+fn create_copying(d: DispatcherId) -> Message {
     use sluice_control::msg::{CopyProgress, CopyStart};
-    let holds = Holds::default();
-    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
-    bootstrap(&mut dm, &m1(), 1, &holds);
-    let d = id(1, 1);
-    let mut out = Vec::new();
     let copy = CopyStart {
         from: CopyProgress {
             cursor: None,
@@ -1400,7 +1394,18 @@ fn a_snapshot_copy_held_by_a_lagging_stream_is_a_warning() {
         keyless: false,
         chunk_rows: 10,
     };
-    let msg = create_msg(1, d, Span::whole_table(TableId(4)), true, Some(copy));
+    create_msg(1, d, Span::whole_table(TableId(4)), true, Some(copy))
+}
+
+#[test]
+fn a_snapshot_copy_held_by_a_lagging_stream_is_a_warning() {
+    use sluice_control::config::COPY_STREAM_WAIT_MS;
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let d = id(1, 1);
+    let mut out = Vec::new();
+    let msg = create_copying(d);
     dm.on_message(0, &m1(), msg, &holds, &mut out);
     let read = |out: &[Effect]| {
         out.iter()
@@ -1455,7 +1460,6 @@ fn a_snapshot_copy_held_by_a_lagging_stream_is_a_warning() {
 /// start until its last chunk is durable, and only then.
 #[test]
 fn a_copy_is_pending_until_its_last_chunk_is_durable() {
-    use sluice_control::msg::{CopyProgress, CopyStart};
     let holds = Holds::default();
     let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
     bootstrap(&mut dm, &m1(), 1, &holds);
@@ -1463,15 +1467,7 @@ fn a_copy_is_pending_until_its_last_chunk_is_durable() {
     let mut out = Vec::new();
     dm.on_tick(500, &holds, &mut out);
     assert!(!dm.copy_pending(), "no copy");
-    let copy = CopyStart {
-        from: CopyProgress {
-            cursor: None,
-            done: false,
-        },
-        keyless: false,
-        chunk_rows: 10,
-    };
-    let msg = create_msg(1, d, Span::whole_table(TableId(4)), true, Some(copy));
+    let msg = create_copying(d);
     dm.on_message(600, &m1(), msg, &holds, &mut out);
     dm.on_tick(1_000, &holds, &mut out);
     assert!(dm.copy_pending(), "the copy reads its first chunk");

@@ -63,6 +63,19 @@ fn read_all(broker: &Broker, topic: &str, want: usize) -> Vec<(i32, Option<Strin
     out
 }
 
+/// The Kafka sink of `uri` for changefeed "test", routed by `rules`, naming binlog files by
+/// `binlog_base` in Debezium's `source.file`.
+fn kafka_sink(
+    uri: &str,
+    rules: &[DispatchRule],
+    binlog_base: Option<&str>,
+) -> Arc<dyn sluice_sink::Sink> {
+    let SinkConfig::Kafka(cfg) = SinkUri::parse(uri).expect("uri").config else {
+        panic!("kafka")
+    };
+    cfg.build("test", rules, None, binlog_base).expect("sink")
+}
+
 fn dispatcher(seq: u64) -> DispatcherId {
     DispatcherId {
         epoch: Epoch(1).0,
@@ -139,15 +152,12 @@ async fn rows_by_key_ddls_and_watermarks_on_every_partition() {
         "routed",
         "protocol=canal-json&enable-tidb-extension=true&partition-num=4",
     );
-    let SinkConfig::Kafka(cfg) = SinkUri::parse(&uri).expect("uri").config else {
-        panic!("kafka")
-    };
     let rules = [DispatchRule {
         matcher: vec!["db.*".into()],
         partition: Some("index-value".into()),
         ..Default::default()
     }];
-    let sink = cfg.build("test", &rules, None, None).expect("sink");
+    let sink = kafka_sink(&uri, &rules, None);
     let schema = Arc::new(simple_schema("db", "t", 1, 0));
     let d = dispatcher(1);
     sink.open(d, Span::whole_table(TableId(1)), 0)
@@ -224,17 +234,12 @@ async fn rows_by_key_ddls_and_watermarks_on_every_partition() {
 async fn an_update_of_the_key_is_a_delete_and_an_insert() {
     let broker = Broker::start().expect("broker");
     let uri = broker.sink_uri("keys", "protocol=debezium&partition-num=3");
-    let SinkConfig::Kafka(cfg) = SinkUri::parse(&uri).expect("uri").config else {
-        panic!("kafka")
-    };
     let rules = [DispatchRule {
         matcher: vec!["*.*".into()],
         partition: Some("index-value".into()),
         ..Default::default()
     }];
-    let sink = cfg
-        .build("test", &rules, None, Some("binlog"))
-        .expect("sink");
+    let sink = kafka_sink(&uri, &rules, Some("binlog"));
     let schema = Arc::new(simple_schema("db", "t", 1, 0));
     let d = dispatcher(2);
     sink.open(d, Span::whole_table(TableId(1)), 0)
@@ -297,12 +302,7 @@ async fn debezium_without_schema_is_the_payload_alone() {
         "noschema",
         "protocol=debezium&debezium-disable-schema=true&partition-num=1",
     );
-    let SinkConfig::Kafka(cfg) = SinkUri::parse(&uri).expect("uri").config else {
-        panic!("kafka")
-    };
-    let sink = cfg
-        .build("test", &[], None, Some("mysql-bin"))
-        .expect("sink");
+    let sink = kafka_sink(&uri, &[], Some("mysql-bin"));
     let schema = Arc::new(all_types_schema("db", 5));
     let rows = all_types_rows(&schema, (7 << 32) | 1234, 1_700_000_000_123);
     let d = dispatcher(3);
