@@ -281,7 +281,10 @@ impl Shell {
         let wanted = self.chunk_reads > 0
             || !self.chunk_waits.is_empty()
             || self.schema_waits.iter().any(|w| w.2 > captured)
-            || self.node.dispatcher_managers().any(|(_, m)| m.copy_pending());
+            || self
+                .node
+                .dispatcher_managers()
+                .any(|(_, m)| m.copy_pending());
         self.capture
             .position_wanted
             .store(wanted, std::sync::atomic::Ordering::Relaxed);
