@@ -28,7 +28,8 @@ pub const DEFAULT_NODES: u64 = 10;
 pub const DEFAULT_SPANS_PER_TABLE: u64 = 100;
 /// Simulated time a run may take: this much, plus [`SIM_MS_PER_SPAN`] per span.
 pub const SIM_MS_BASE: Millis = 120_000;
-/// Simulated ms allowed per span (the scheduler places 64 spans per 100 ms tick: ~1.6 ms each).
+/// Simulated ms allowed per span: a wide margin over the scheduler's pace (the changefeed's
+/// `add-table-batch-size` adds per 100 ms tick, 1000 by default: 0.1 ms a span).
 pub const SIM_MS_PER_SPAN: Millis = 10;
 
 /// The world of a scale run.
