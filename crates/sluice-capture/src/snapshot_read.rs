@@ -510,6 +510,39 @@ pub fn cursor_at(table: &TableSchema, start: &sluice_types::Key) -> Option<Vec<u
     serde_json::to_vec(&vals).ok()
 }
 
+/// Where the next read of `span` starts: after `after` (a cursor of an earlier chunk) or, for a
+/// table of [`exact_key_order`], at the span's first key when that is later (a span split off
+/// behind a copy's cursor, or a new span inherited a cursor below its start: the rows between
+/// are not the span's and need no reading); from the table's start when neither is known.
+pub fn read_from(
+    table: &TableSchema,
+    span: &sluice_types::Span,
+    after: Option<Vec<u8>>,
+) -> Option<Vec<u8>> {
+    let at_start = (span.start > sluice_types::Key::table_start(span.table))
+        .then(|| cursor_at(table, &span.start))
+        .flatten();
+    let (Some(c), Some(s)) = (&after, &at_start) else {
+        return after.or(at_start);
+    };
+    match (int_cursor(c), int_cursor(s)) {
+        (Some(c), Some(s)) if c < s => at_start,
+        _ => after,
+    }
+}
+
+/// An integer key's cursor as numbers, for comparing cursors of [`exact_key_order`] tables.
+fn int_cursor(c: &[u8]) -> Option<Vec<i128>> {
+    let vals: Vec<CursorValue> = serde_json::from_slice(c).ok()?;
+    vals.iter()
+        .map(|v| match v {
+            CursorValue::Int(i) => Some(i128::from(*i)),
+            CursorValue::UInt(u) => Some(i128::from(*u)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// A read of a span of a table of [`exact_key_order`] is over once it saw a row at or past the
 /// span's end (the rows after it in key order are past it too).
 pub fn past_span(table: &TableSchema, span: &sluice_types::Span, key: &sluice_types::Key) -> bool {
@@ -838,6 +871,45 @@ mod tests {
             vec![],
             ColumnType::Int
         )));
+    }
+
+    #[test]
+    fn a_span_reads_from_the_later_of_its_cursor_and_its_first_key() {
+        let t = int_table([false, true], vec![0, 1], ColumnType::Int);
+        let spec = [(0usize, 0u16), (1, 0)];
+        let key = |a: i64, b: u64| row_key(t.table_id, &[Value::Int(a), Value::UInt(b)], &spec);
+        let text = |c: Option<Vec<u8>>| c.map(|c| String::from_utf8(c).expect("utf-8"));
+        let cur = |a: i64, b: u64| Some(format!(r#"[{{"Int":{a}}},{{"UInt":{b}}}]"#).into_bytes());
+        let span = sluice_types::Span::new(t.table_id, key(10, 5), key(20, 0));
+        // A cursor behind the span's start (inherited from the whole table's copy): the span's
+        // first key, not the rows before it.
+        assert_eq!(
+            text(read_from(&t, &span, cur(-3, 7))).as_deref(),
+            Some(r#"[{"Int":10},{"UInt":4}]"#)
+        );
+        assert_eq!(
+            text(read_from(&t, &span, cur(10, 3))).as_deref(),
+            Some(r#"[{"Int":10},{"UInt":4}]"#)
+        );
+        // A cursor inside the span: from there.
+        assert_eq!(
+            text(read_from(&t, &span, cur(12, 0))).as_deref(),
+            Some(r#"[{"Int":12},{"UInt":0}]"#)
+        );
+        // No cursor: the span's first key; a span from the table's start: the table's start.
+        assert_eq!(
+            text(read_from(&t, &span, None)).as_deref(),
+            Some(r#"[{"Int":10},{"UInt":4}]"#)
+        );
+        let whole = sluice_types::Span::whole_table(t.table_id);
+        assert_eq!(read_from(&t, &whole, None), None);
+        assert_eq!(text(read_from(&t, &whole, cur(1, 1))), text(cur(1, 1)));
+        // A string in the key: its order is not the SQL order, the cursor is kept as it is.
+        let s = int_table([false, false], vec![0, 1], ColumnType::VarChar);
+        let skey = row_key(s.table_id, &[Value::Int(1), Value::Text("x".into())], &spec);
+        let sspan = sluice_types::Span::new(s.table_id, skey.clone(), skey);
+        let scur = Some(br#"[{"Int":0},{"Bytes":[97]}]"#.to_vec());
+        assert_eq!(read_from(&s, &sspan, scur.clone()), scur);
     }
 
     #[test]

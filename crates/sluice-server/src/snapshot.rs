@@ -82,14 +82,10 @@ impl Shell {
             );
             return self.chunk_to_feed(&cf, id, Err(why));
         };
-        // A span that starts inside its table reads from its first key where the key order is
-        // the SQL order (integer keys); elsewhere each span reads the table from its start and
-        // keeps its own rows.
-        let after = after.or_else(|| {
-            (span.start > sluice_types::Key::table_start(span.table))
-                .then(|| sluice_capture::snapshot_read::cursor_at(&schema, &span.start))
-                .flatten()
-        });
+        // A span that starts inside its table reads from its first key (or its cursor, if that
+        // is later) where the key order is the SQL order (integer keys); elsewhere each span
+        // reads the table from its start (or its cursor) and keeps its own rows.
+        let after = sluice_capture::snapshot_read::read_from(&schema, &span, after);
         let tx = self.chunk_sender();
         let pool = self.snapshot_pool();
         // An upstream that wrote nothing since many chunks of this span: a heartbeat write moves
