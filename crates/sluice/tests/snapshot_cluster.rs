@@ -124,8 +124,11 @@ fn a_snapshot_across_three_nodes_survives_a_split_a_move_and_kill_9_of_a_copying
     });
     stop.store(true, Ordering::Relaxed);
     let rounds = load.join().expect("workload");
+    // A round scans s.big (about one a second here); the copy cannot finish while the killed
+    // node's span is down (3 s), so a few rounds are the least a concurrent copy sees. (It was
+    // 20 until the copy stopped re-reading rows behind a split span's start: 18 in one run.)
     assert!(
-        rounds > 20,
+        rounds >= 3,
         "the workload ran during the copy ({rounds} rounds)"
     );
     assert!(
