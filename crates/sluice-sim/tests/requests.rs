@@ -247,6 +247,7 @@ fn a_new_maintainer_restores_marks_and_rejects_requests_of_tables_gone() {
             TableRequest::Merge { table: TableId(4) },
         ],
         user_split: vec![TableId(4), TableId(9)],
+        user_placed: vec![(TableId(3), n1()), (TableId(9), n1())],
     };
     w.meta.apply(&MetaOp::Txn {
         compares: vec![],
@@ -261,6 +262,11 @@ fn a_new_maintainer_restores_marks_and_rejects_requests_of_tables_gone() {
     // placed (their requests wait with them).
     let mut m = w.maintainer(2, &[3, 4], &[]);
     assert_eq!(m.user_split_tables(), vec![TableId(4)]);
+    assert_eq!(
+        m.user_placed_tables(),
+        vec![(TableId(3), n1())],
+        "a user's placement outlives its maintainer (table 9's went with the table)"
+    );
     w.tick(&mut m);
     let outcomes = w.outcomes();
     assert_eq!(outcomes.len(), 1, "{outcomes:?}");
@@ -274,8 +280,13 @@ fn a_new_maintainer_restores_marks_and_rejects_requests_of_tables_gone() {
     let merge4 = TableRequest::Merge { table: TableId(4) };
     let rec = w.record().expect("record");
     assert_eq!(
-        (rec.epoch, rec.requests, rec.user_split),
-        (2, vec![split(3), merge4.clone()], vec![TableId(4)])
+        (rec.epoch, rec.requests, rec.user_split, rec.user_placed),
+        (
+            2,
+            vec![split(3), merge4.clone()],
+            vec![TableId(4)],
+            vec![(TableId(3), n1())]
+        )
     );
     let pending: Vec<(TableRequest, bool)> = m
         .pending_requests()
@@ -308,6 +319,7 @@ fn the_record_is_deleted_once_nothing_is_pending_or_marked() {
         epoch: 1,
         requests: vec![TableRequest::Merge { table: TableId(4) }],
         user_split: vec![TableId(4)],
+        user_placed: vec![],
     };
     w.meta.apply(&MetaOp::Txn {
         compares: vec![],
@@ -324,4 +336,25 @@ fn the_record_is_deleted_once_nothing_is_pending_or_marked() {
     assert!(m.pending_requests().is_empty());
     assert!(m.user_split_tables().is_empty());
     assert_eq!(w.record(), None, "the merge finished and cleared the mark");
+}
+
+/// A user's move is kept with the requests record, so the balancer of a later maintainer leaves
+/// the table where the user put it too.
+#[test]
+fn a_users_placement_is_written_and_the_next_maintainer_keeps_it() {
+    let mut w = World::new();
+    w.bump(1);
+    let mut a = w.maintainer(1, &[3, 4], &[3]);
+    assert!(a.user_placed_tables().is_empty());
+    let to_n1 = TableRequest::Move {
+        table: TableId(3),
+        to: n1(),
+    };
+    w.request(&mut a, to_n1.clone());
+    assert_eq!(w.outcomes(), vec![(to_n1, "done".to_string())]);
+    let rec = w.record().expect("record");
+    assert_eq!(rec.user_placed, vec![(TableId(3), n1())]);
+    w.bump(2);
+    let b = w.maintainer(2, &[3, 4], &[3]);
+    assert_eq!(b.user_placed_tables(), vec![(TableId(3), n1())]);
 }

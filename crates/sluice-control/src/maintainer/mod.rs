@@ -126,7 +126,7 @@ struct TableState {
     /// Split by a user request: the merge scheduler leaves it alone.
     user_split: bool,
     /// The node a user's move request put it on: the balancer leaves its spans there while
-    /// they stay on that node (kept by this maintainer only: a successor may balance it).
+    /// they stay on that node (kept with the requests record: a successor keeps it too).
     placed_by_user: Option<NodeId>,
 }
 

@@ -44,6 +44,9 @@ pub struct PersistedRequests {
     /// Tables split by a user request: the merge scheduler leaves them alone.
     #[serde(default)]
     pub user_split: Vec<TableId>,
+    /// Tables a user's move request put on a node: the balancer leaves their spans there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub user_placed: Vec<(TableId, NodeId)>,
     /// The snapshot copy's pieces not finished yet; present once a copy started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<super::snapshot::SnapshotRecord>,
@@ -197,6 +200,14 @@ impl Maintainer {
             .iter()
             .filter(|(_, s)| s.user_split)
             .map(|(t, _)| *t)
+            .collect()
+    }
+
+    /// Tables a user's move request put on a node (the balancer leaves their spans there).
+    pub fn user_placed_tables(&self) -> Vec<(TableId, NodeId)> {
+        self.tables
+            .iter()
+            .filter_map(|(t, s)| s.placed_by_user.clone().map(|n| (*t, n)))
             .collect()
     }
 
@@ -357,7 +368,10 @@ impl Maintainer {
                 .first()
                 .and_then(|e| self.tables.get_mut(&e.span.table))
             {
-                t.placed_by_user = Some(to.clone());
+                if t.placed_by_user.as_ref() != Some(to) {
+                    t.placed_by_user = Some(to.clone());
+                    self.store.dirty = true;
+                }
             }
             return Some("done".into());
         }
@@ -467,6 +481,12 @@ impl Maintainer {
                 self.store.dirty = true;
             }
         }
+        for (t, node) in &record.user_placed {
+            match self.tables.get_mut(t) {
+                Some(s) => s.placed_by_user = Some(node.clone()),
+                None => self.store.dirty = true,
+            }
+        }
         let mut queue: VecDeque<PendingRequest> = VecDeque::new();
         for req in record.requests.iter().cloned() {
             let table = request_table(&req);
@@ -497,12 +517,13 @@ impl Maintainer {
             }
         }
         self.requests = queue;
-        if restored > 0 || !record.user_split.is_empty() {
+        if restored > 0 || !record.user_split.is_empty() || !record.user_placed.is_empty() {
             self.log(
                 out,
                 format!(
-                    "restored {restored} pending request(s) and the user-split mark of {:?}, persisted at epoch {}",
+                    "restored {restored} pending request(s), the user-split mark of {:?} and the user placement of {:?}, persisted at epoch {}",
                     self.user_split_tables(),
+                    self.user_placed_tables(),
                     record.epoch
                 ),
             );
@@ -658,6 +679,7 @@ impl Maintainer {
             epoch: self.epoch.0,
             requests: users.iter().map(|r| r.req.clone()).collect(),
             user_split: self.user_split_tables(),
+            user_placed: self.user_placed_tables(),
             snapshot: self.copy_started.then(|| self.copies.record()),
         };
         let seqs: BTreeSet<u64> = users.iter().map(|r| r.seq).collect();
@@ -667,8 +689,13 @@ impl Maintainer {
             .store
             .written
             .as_ref()
-            .map(|w| (&w.requests, &w.user_split, &w.snapshot))
-            == Some((&record.requests, &record.user_split, &record.snapshot))
+            .map(|w| (&w.requests, &w.user_split, &w.user_placed, &w.snapshot))
+            == Some((
+                &record.requests,
+                &record.user_split,
+                &record.user_placed,
+                &record.snapshot,
+            ))
         {
             self.store.saved = seqs;
             return;
@@ -676,6 +703,7 @@ impl Maintainer {
         let key = keys::requests(self.cf.as_str());
         let (puts, deletes) = if record.requests.is_empty()
             && record.user_split.is_empty()
+            && record.user_placed.is_empty()
             && record.snapshot.is_none()
         {
             (vec![], vec![key])
