@@ -114,6 +114,11 @@ impl Copy {
         self.durable.done
     }
 
+    /// Done, with no read under way and no chunk queued: a copy step has nothing to do for it.
+    fn at_rest(&self) -> bool {
+        self.done() && !self.reading && self.queued.is_empty()
+    }
+
     /// Chunks at or below the checkpoint are acknowledged: the durable progress follows them.
     fn settle(&mut self, checkpoint: Ts) {
         while let Some(q) = self.queued.front() {
@@ -203,11 +208,18 @@ impl DispatcherManager {
         let mut busy = 0usize;
         let (mut ahead, mut ready) = (Vec::new(), Vec::new());
         self.copy_pending = false;
-        for d in self.dispatchers.values_mut() {
-            // Most dispatchers copy nothing: skipped before anything is computed for them.
-            if d.copy.is_none() {
+        // Most dispatchers copy nothing, or copied and are done: picked out by a read, so the
+        // others stay quiet (`set.rs`: a dispatcher handed out to change turns loud).
+        let stepping: Vec<DispatcherId> = self
+            .dispatchers
+            .values()
+            .filter(|d| d.copy.as_ref().is_some_and(|c| !c.at_rest()))
+            .map(|d| d.id)
+            .collect();
+        for id in stepping {
+            let Some(d) = self.dispatchers.get_mut(&id) else {
                 continue;
-            }
+            };
             let cp = d.checkpoint();
             let (working, received) = (matches!(d.phase, Phase::Working), d.received_upto);
             let Some(c) = d.copy.as_mut() else { continue };
