@@ -126,23 +126,48 @@ fn param_expr(c: &ColumnDef) -> &'static str {
     }
 }
 
-/// `k1 > ? OR (k1 = ? AND k2 > ?) OR …`, with its parameters.
+/// `k1 > ? OR (k1 = ? AND k2 > ?) OR …`, with its parameters: the keys after the cursor.
 fn after_clause(keys: &[&ColumnDef], after: &[CursorValue]) -> (String, Vec<M>) {
+    lex_clause(keys, after, ">", false)
+}
+
+/// `k1 < ? OR (k1 = ? AND k2 < ?) OR … OR (k1 = ? AND … AND kn = ?)`, with its parameters:
+/// the keys up to a bound, the bound included.
+fn upto_clause(keys: &[&ColumnDef], upto: &[CursorValue]) -> (String, Vec<M>) {
+    lex_clause(keys, upto, "<", true)
+}
+
+/// The keys on the `op` side of `vals` in the key columns' order (lexicographic over the
+/// columns), `vals` itself too when `inclusive`.
+fn lex_clause(
+    keys: &[&ColumnDef],
+    vals: &[CursorValue],
+    op: &str,
+    inclusive: bool,
+) -> (String, Vec<M>) {
     let mut ors = Vec::new();
     let mut params = Vec::new();
+    let eq = |k: &ColumnDef| format!("{} = {}", key_operand(k), param_expr(k));
     for i in 0..keys.len() {
         let mut ands = Vec::new();
         for (j, k) in keys.iter().enumerate().take(i) {
-            ands.push(format!("{} = {}", key_operand(k), param_expr(k)));
-            params.push(after[j].param());
+            ands.push(eq(k));
+            params.push(vals[j].param());
         }
         ands.push(format!(
-            "{} > {}",
+            "{} {op} {}",
             key_operand(keys[i]),
             param_expr(keys[i])
         ));
-        params.push(after[i].param());
+        params.push(vals[i].param());
         ors.push(format!("({})", ands.join(" AND ")));
+    }
+    if inclusive {
+        ors.push(format!(
+            "({})",
+            keys.iter().map(|k| eq(k)).collect::<Vec<_>>().join(" AND ")
+        ));
+        params.extend(vals.iter().map(CursorValue::param));
     }
     (ors.join(" OR "), params)
 }
@@ -278,17 +303,47 @@ impl SnapshotRead {
     }
 }
 
-/// The `SELECT` of one chunk and its parameters.
-fn chunk_query(
-    table: &TableSchema,
-    after: Option<&[CursorValue]>,
-    limit: usize,
-) -> (String, Vec<M>) {
-    let keys: Vec<&ColumnDef> = table
+/// The key columns of a table, in key order.
+fn key_columns(table: &TableSchema) -> Vec<&ColumnDef> {
+    table
         .key_columns
         .iter()
         .map(|i| &table.columns[*i])
-        .collect();
+        .collect()
+}
+
+/// ` WHERE` the keys after `after` and up to `upto` (each only when given), with its
+/// parameters; empty when neither is.
+fn range_where(
+    keys: &[&ColumnDef],
+    after: Option<&[CursorValue]>,
+    upto: Option<&[CursorValue]>,
+) -> (String, Vec<M>) {
+    let mut conds = Vec::new();
+    let mut params = Vec::new();
+    if let Some(a) = after.filter(|a| a.len() == keys.len()) {
+        let (w, p) = after_clause(keys, a);
+        conds.push(format!("({w})"));
+        params.extend(p);
+    }
+    if let Some(u) = upto.filter(|u| u.len() == keys.len()) {
+        let (w, p) = upto_clause(keys, u);
+        conds.push(format!("({w})"));
+        params.extend(p);
+    }
+    match conds.is_empty() {
+        true => (String::new(), params),
+        false => (format!(" WHERE {}", conds.join(" AND ")), params),
+    }
+}
+
+/// The `SELECT` of one chunk (the rows after `after` and up to `upto`) and its parameters.
+fn chunk_query(
+    table: &TableSchema,
+    (after, upto): (Option<&[CursorValue]>, Option<&[CursorValue]>),
+    limit: usize,
+) -> (String, Vec<M>) {
+    let keys = key_columns(table);
     let mut exprs: Vec<String> = table.columns.iter().map(select_expr).collect();
     exprs.extend(keys.iter().map(|k| quote(&k.name)));
     let mut q = format!(
@@ -299,11 +354,9 @@ fn chunk_query(
     );
     let mut params = Vec::new();
     if !keys.is_empty() {
-        if let Some(a) = after.filter(|a| a.len() == keys.len()) {
-            let (w, p) = after_clause(&keys, a);
-            q.push_str(&format!(" WHERE {w}"));
-            params = p;
-        }
+        let (w, p) = range_where(&keys, after, upto);
+        q.push_str(&w);
+        params = p;
         let order: Vec<String> = keys.iter().map(|k| quote(&k.name)).collect();
         q.push_str(&format!(
             " ORDER BY {} LIMIT {}",
@@ -312,6 +365,71 @@ fn chunk_query(
         ));
     }
     (q, params)
+}
+
+/// A cursor as the shell keeps it, read back (`None`: none given).
+fn parse_cursor(c: Option<&[u8]>) -> Result<Option<Vec<CursorValue>>> {
+    c.map(|b| {
+        serde_json::from_slice(b).map_err(|x| {
+            CaptureError::Sql(format!(
+                "unreadable snapshot cursor ({x}): copy the table again"
+            ))
+        })
+    })
+    .transpose()
+}
+
+/// Where the next `count` chunks of `rows` rows of `table` after `after` end: the key of every
+/// `rows`-th row after it in key order, as cursors (fewer when fewer rows follow). Not a
+/// consistent read (any key is a valid bound between two chunks); each bound is found by a
+/// scan of the key's index only as far as it. `span` (of a table of [`exact_key_order`]):
+/// no bound at or past its end.
+pub async fn chunk_bounds(
+    conn: &mut mysql_async::Conn,
+    table: &TableSchema,
+    span: &sluice_types::Span,
+    after: Option<&[u8]>,
+    (rows, count): (usize, usize),
+) -> Result<Vec<Vec<u8>>> {
+    let keys = key_columns(table);
+    let mut from = parse_cursor(after)?;
+    let mut bounds = Vec::new();
+    let end = (span.end < sluice_types::Key::table_end(span.table))
+        .then(|| cursor_at(table, &span.end))
+        .flatten();
+    let order: Vec<String> = keys.iter().map(|k| quote(&k.name)).collect();
+    while bounds.len() < count && !keys.is_empty() {
+        let (w, params) = range_where(&keys, from.as_deref(), None);
+        let q = format!(
+            "SELECT {} FROM {}.{}{w} ORDER BY {} LIMIT 1 OFFSET {}",
+            order.join(", "),
+            quote(&table.database),
+            quote(&table.name),
+            order.join(", "),
+            rows.max(1) - 1
+        );
+        let row: Option<mysql_async::Row> = conn
+            .exec_first(q, params)
+            .await
+            .map_err(CaptureError::from_mysql)?;
+        let Some(row) = row else { break };
+        let vals: Vec<CursorValue> = (0..keys.len())
+            .map(|j| row.as_ref(j).map_or(CursorValue::Null, CursorValue::of))
+            .collect();
+        let bound = serde_json::to_vec(&vals).unwrap_or_default();
+        // At or past the span's end (integer keys: `end` reads the keys >= the end).
+        if end.as_ref().is_some_and(|e| int_after(&bound, e)) {
+            break;
+        }
+        bounds.push(bound);
+        from = Some(vals);
+    }
+    Ok(bounds)
+}
+
+/// Whether integer cursor `c` is after cursor `e` in key order.
+fn int_after(c: &[u8], e: &[u8]) -> bool {
+    matches!((int_cursor(c), int_cursor(e)), (Some(c), Some(e)) if c > e)
 }
 
 /// The session's settings and the consistent snapshot (one round trip).
@@ -364,27 +482,22 @@ async fn read_in_window(
     Ok((position, rows, watermark))
 }
 
-/// Reads one chunk of `table` after `after` (a cursor of an earlier chunk; `None`: from the
-/// start), at most `limit` rows (all rows of a keyless table), as `how` says; `node` names the
+/// Reads one chunk of `table` after `after` (a cursor of an earlier chunk or a bound of
+/// [`chunk_bounds`]; `None`: from the start) and up to `upto` (a bound, included; `None`: to
+/// the end), at most `limit` rows (all rows of a keyless table), as `how` says; `node` names the
 /// heartbeat row a window read writes.
 pub async fn read_chunk(
     conn: &mut mysql_async::Conn,
     table: &TableSchema,
-    after: Option<&[u8]>,
+    (after, upto): (Option<&[u8]>, Option<&[u8]>),
     limit: usize,
     how: SnapshotRead,
     node: &str,
 ) -> Result<SnapshotChunk> {
     let spec = key_spec(conn, table).await?;
-    let after: Option<Vec<CursorValue>> = match after {
-        Some(b) => Some(serde_json::from_slice(b).map_err(|x| {
-            CaptureError::Sql(format!(
-                "unreadable snapshot cursor ({x}): copy the table again"
-            ))
-        })?),
-        None => None,
-    };
-    let (q, params) = chunk_query(table, after.as_deref(), limit);
+    let after = parse_cursor(after)?;
+    let upto = parse_cursor(upto)?;
+    let (q, params) = chunk_query(table, (after.as_deref(), upto.as_deref()), limit);
     let named = match how {
         SnapshotRead::Window => None,
         _ => read_at_named_position(conn, &q, params.clone()).await?,

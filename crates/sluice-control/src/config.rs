@@ -146,8 +146,10 @@ impl SnapshotMode {
 pub const DEFAULT_SNAPSHOT_CHUNK_ROWS: usize = 8192;
 /// At most this many rows per snapshot chunk (a chunk is one transaction downstream).
 pub const MAX_SNAPSHOT_CHUNK_ROWS: usize = 65_536;
-/// At most this many dispatchers of one node read a snapshot chunk at a time (each holds at most
-/// one chunk in the feed): the memory a snapshot takes is bounded whatever the number of tables.
+/// At most this many dispatchers of one changefeed on a node read or hold snapshot chunks at a
+/// time, and at most this many chunk reads are under way (each dispatcher holds at most
+/// `feed::MAX_CHUNKS_AHEAD` chunks read or being read): the memory a snapshot takes is bounded
+/// whatever the number of tables, and one table alone may use every read.
 pub const MAX_CONCURRENT_CHUNK_READS: usize = 4;
 /// A snapshot chunk that waits this long for its span's stream to reach the position it was
 /// read at (a stream lagging behind the upstream's writes) is a warning of its dispatcher.

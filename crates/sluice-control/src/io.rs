@@ -202,6 +202,8 @@ pub enum Input {
     ChunkQueued {
         cf: ChangefeedId,
         id: DispatcherId,
+        /// The read it answers (`Effect::ReadChunk::read`).
+        read: u64,
         ts: Ts,
         cursor: Option<Vec<u8>>,
         more: bool,
@@ -211,6 +213,7 @@ pub enum Input {
     ChunkFailed {
         cf: ChangefeedId,
         id: DispatcherId,
+        read: u64,
         message: String,
     },
     /// The chunk read the dispatcher asked for will not be answered (its subscription ended
@@ -218,6 +221,15 @@ pub enum Input {
     ChunkDropped {
         cf: ChangefeedId,
         id: DispatcherId,
+        read: u64,
+    },
+    /// The shell's answer to `Effect::ProbeChunks`: the keys that end the next chunks of the
+    /// span (in the shell's cursor form), or why it could not tell.
+    ChunkBounds {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        probe: u64,
+        result: Result<Vec<Vec<u8>>, String>,
     },
     /// The stream was taken back below a chunk the feed had already handed out (a
     /// resubscription), or a window read could not go into the stream (`why`): the dispatcher
@@ -353,18 +365,36 @@ pub enum Effect {
         cf: ChangefeedId,
         id: DispatcherId,
     },
-    /// Read the next snapshot chunk of a subscribed dispatcher's span: at most `limit` rows of
-    /// the span after `after` (the previous chunk's cursor; `None`: from the start), in the
-    /// upstream's key order, in one consistent read at a known binlog position (all of a keyless
-    /// table). The feed pauses the dispatcher's stream until the shell hands it the rows
-    /// ([`crate::feed::Feed::on_chunk`]) or the failure (`Input::ChunkFailed`).
+    /// Read a snapshot chunk of a subscribed dispatcher's span: at most `limit` rows of the
+    /// span after `after` (a cursor or bound; `None`: from the start) and up to `upto` (a bound
+    /// from `Effect::ProbeChunks`, included; `None`: to the span's end), in the upstream's key
+    /// order, in one consistent read at a known binlog position (all of a keyless table). A
+    /// dispatcher may have several reads of disjoint ranges under way (`read` tells them
+    /// apart); the feed holds its stream below every position they may be at until the shell
+    /// hands it the rows ([`crate::feed::Feed::on_chunk`]) or the failure
+    /// (`Input::ChunkFailed`).
     ReadChunk {
         cf: ChangefeedId,
         id: DispatcherId,
+        read: u64,
         span: Span,
         after: Option<Vec<u8>>,
+        upto: Option<Vec<u8>>,
         limit: usize,
         keyless: bool,
+    },
+    /// Find where the next `count` chunks of `rows` rows of the span after `after` end: the key
+    /// of every `rows`-th row after it, in the upstream's key order, as cursors (fewer when the
+    /// span has fewer rows left; not a consistent read: any key is a valid bound). Answered by
+    /// `Input::ChunkBounds`. The shell's, past the feed.
+    ProbeChunks {
+        cf: ChangefeedId,
+        id: DispatcherId,
+        probe: u64,
+        span: Span,
+        after: Option<Vec<u8>>,
+        rows: usize,
+        count: usize,
     },
     Sink(SinkCommand),
     /// The coordinator persisted this changefeed checkpoint (its write succeeded): the sink's own

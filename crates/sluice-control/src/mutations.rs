@@ -27,6 +27,8 @@
 //! | `feed-duplicates-rows` | the third sink write of each dispatcher carries its first row twice | row-once-per-session |
 //! | `replay-ignores-applied-ddls` | a bootstrap ignores what the downstream recorded: every table replays from the checkpoint, also across a `TRUNCATE` or `DROP TABLE` the downstream already applied (issue 9, reproductions 1 and 2) | sink-state (a truncated table's rows come back), no-needless-restart (rows into a dropped table fail, the changefeed restarts) |
 //! | `replacement-ignores-floor` | a dispatcher that replaces another starts at the checkpoint it was given, below a DDL of its table the downstream already recorded (seed 7681 of the `02b631d` soak) | sink-state (a replay cut short by a crash leaves older versions of rows over newer ones; `features/replacement-starts-at-the-floor.toml`) |
+//! | `feed-stream-passes-reads` | while a snapshot chunk is held, the chunk reads under way do not hold the span's stream (as when a copy had one read at a time, asked after the chunks held): the stream and a held chunk go past the position of a parallel read asked earlier | snapshot-chunk-behind-stream (that read's chunk comes back behind the stream; the feed refuses it rather than put it after newer changes, and it is read again) |
+//! | `copy-progress-skips-ranges` | a copy's durable progress moves past an acknowledged key range although a range before it (read in parallel) is not acknowledged yet | sink-state (a successor after a crash, move or split resumes past rows never written) |
 //! | `rest-ends-silently` | a dispatcher that stops resting (rows to write) is not reported until the next complete heartbeat, so its owner goes on raising its span with the rest ts of the idle ones | checkpoint-sound (the checkpoint passes rows of the woken table not yet written) |
 //! | `coordinator-counts-own-stall` | the coordinator counts a stall of its own loop as its maintainers' silence | none (a liveness bug): a stalled single node places its maintainer again with a new epoch (`sluice-sim/tests/mutations.rs`) |
 
@@ -63,6 +65,8 @@ pub const ALL: &[&str] = &[
     "feed-duplicates-rows",
     "feed-chunk-late",
     "feed-window-keeps-changed-rows",
+    "feed-stream-passes-reads",
+    "copy-progress-skips-ranges",
     "rest-ends-silently",
 ];
 

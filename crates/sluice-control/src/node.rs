@@ -173,7 +173,8 @@ impl NodeState {
             i @ (Input::ChunkQueued { .. }
             | Input::ChunkFailed { .. }
             | Input::ChunkLost { .. }
-            | Input::ChunkDropped { .. }) => self.on_chunk_input(now, i, &mut out),
+            | Input::ChunkDropped { .. }
+            | Input::ChunkBounds { .. }) => self.on_chunk_input(now, i, &mut out),
             i @ (Input::Events { .. }
             | Input::Resolved { .. }
             | Input::SinkFlushed { .. }
@@ -369,18 +370,41 @@ impl NodeState {
             Input::ChunkQueued {
                 cf,
                 id,
+                read,
                 ts,
                 cursor,
                 more,
                 rows,
             } => {
                 if let Some(dm) = self.dms.get_mut(&cf) {
-                    dm.on_chunk_queued(now, id, ts, cursor, more, rows, out);
+                    let chunk = crate::dispatcher::QueuedRead {
+                        read,
+                        ts,
+                        cursor,
+                        more,
+                        rows,
+                    };
+                    dm.on_chunk_queued(now, id, chunk, out);
                 }
             }
-            Input::ChunkFailed { cf, id, message } => {
+            Input::ChunkFailed {
+                cf,
+                id,
+                read,
+                message,
+            } => {
                 if let Some(dm) = self.dms.get_mut(&cf) {
-                    dm.on_chunk_failed(now, id, message);
+                    dm.on_chunk_failed(now, id, read, message);
+                }
+            }
+            Input::ChunkBounds {
+                cf,
+                id,
+                probe,
+                result,
+            } => {
+                if let Some(dm) = self.dms.get_mut(&cf) {
+                    dm.on_chunk_bounds(now, id, probe, result, out);
                 }
             }
             Input::ChunkLost { cf, id, why } => {
@@ -388,9 +412,9 @@ impl NodeState {
                     dm.on_chunk_lost(now, id, why);
                 }
             }
-            Input::ChunkDropped { cf, id } => {
+            Input::ChunkDropped { cf, id, read } => {
                 if let Some(dm) = self.dms.get_mut(&cf) {
-                    dm.on_chunk_dropped(id);
+                    dm.on_chunk_dropped(id, read);
                 }
             }
             _ => {}

@@ -2,7 +2,7 @@
 //! messages, the overlap guard, close-before-reopen, merges, and the barrier protocol.
 
 use sluice_control::config::ChangefeedConfig;
-use sluice_control::dispatcher::DispatcherManager;
+use sluice_control::dispatcher::{DispatcherManager, QueuedRead};
 use sluice_control::hold::{HoldPoint, Holds};
 use sluice_control::io::{Effect, SinkCommand, StreamItem, TraceEvent};
 use sluice_control::msg::{
@@ -1397,6 +1397,37 @@ fn create_copying(d: DispatcherId) -> Message {
     create_msg(1, d, Span::whole_table(TableId(4)), true, Some(copy))
 }
 
+/// The copy of `d` finds its chunks' bounds (the probe it asked for is answered with none:
+/// the span holds less than a chunk) and reads; the id of the read it asked for.
+fn first_read(dm: &mut DispatcherManager, d: DispatcherId, now: u64, out: &mut Vec<Effect>) -> u64 {
+    let probe = out.iter().find_map(|e| match e {
+        Effect::ProbeChunks { id, probe, .. } if *id == d => Some(*probe),
+        _ => None,
+    });
+    let probe = probe.expect("the copy finds its chunks' bounds first");
+    let mut after = Vec::new();
+    dm.on_chunk_bounds(now, d, probe, Ok(vec![]), &mut after);
+    let read = after.iter().find_map(|e| match e {
+        Effect::ReadChunk { id, read, upto, .. } if *id == d => {
+            assert_eq!(*upto, None, "no bound: the read runs to the span's end");
+            Some(*read)
+        }
+        _ => None,
+    });
+    out.extend(after);
+    read.expect("the copy reads its first chunk")
+}
+
+fn queued(read: u64, ts: u64, cursor: Option<Vec<u8>>, more: bool, rows: usize) -> QueuedRead {
+    QueuedRead {
+        read,
+        ts,
+        cursor,
+        more,
+        rows,
+    }
+}
+
 #[test]
 fn a_snapshot_copy_held_by_a_lagging_stream_is_a_warning() {
     use sluice_control::config::COPY_STREAM_WAIT_MS;
@@ -1407,19 +1438,20 @@ fn a_snapshot_copy_held_by_a_lagging_stream_is_a_warning() {
     let mut out = Vec::new();
     let msg = create_copying(d);
     dm.on_message(0, &m1(), msg, &holds, &mut out);
-    let read = |out: &[Effect]| {
-        out.iter()
-            .any(|e| matches!(e, Effect::ReadChunk { id, .. } if *id == d))
-    };
     dm.on_tick(1_000, &holds, &mut out);
-    assert!(read(&out), "the copy reads its first chunk: {out:?}");
+    let read = first_read(&mut dm, d, 1_000, &mut out);
     let waiting = |dm: &DispatcherManager| {
         dm.warnings()
             .iter()
             .any(|w| w.contains("snapshot copy has waited"))
     };
     // The chunk was read at a position far ahead of the span's stream (at 100).
-    dm.on_chunk_queued(1_000, d, 500, Some(vec![1]), true, 10, &mut out);
+    dm.on_chunk_queued(
+        1_000,
+        d,
+        queued(read, 500, Some(vec![1]), true, 10),
+        &mut out,
+    );
     dm.on_tick(1_000, &holds, &mut out);
     dm.on_tick(1_000 + COPY_STREAM_WAIT_MS / 2, &holds, &mut out);
     assert!(!waiting(&dm), "half the limit is not a stall");
@@ -1470,9 +1502,10 @@ fn a_copy_is_pending_until_its_last_chunk_is_durable() {
     let msg = create_copying(d);
     dm.on_message(600, &m1(), msg, &holds, &mut out);
     dm.on_tick(1_000, &holds, &mut out);
-    assert!(dm.copy_pending(), "the copy reads its first chunk");
+    assert!(dm.copy_pending(), "the copy finds its chunks' bounds");
+    let read = first_read(&mut dm, d, 1_000, &mut out);
     // Its only chunk (nothing after it), read at 500.
-    dm.on_chunk_queued(1_000, d, 500, None, false, 1, &mut out);
+    dm.on_chunk_queued(1_000, d, queued(read, 500, None, false, 1), &mut out);
     let chunk_row = insert_item(TableId(4), 500, 1);
     dm.on_events(1_100, d, vec![chunk_row], 500, &holds, &mut out);
     dm.on_tick(1_200, &holds, &mut out);

@@ -580,14 +580,30 @@ fn put(src: &mut Mem, ts: Ts, k: u64) {
     src.complete = src.complete.max(ts);
 }
 
-/// `Effect::ReadChunk` for `D` (keyless or not), answered later by [`answer`].
+thread_local! {
+    /// The reads [`ask`] asked and [`answer`] has not answered yet, oldest first.
+    static ASKED: std::cell::RefCell<(u64, std::collections::VecDeque<u64>)> =
+        const { std::cell::RefCell::new((0, std::collections::VecDeque::new())) };
+}
+
+/// `Effect::ReadChunk` for `D` (keyless or not), answered later by [`answer`] (the oldest read
+/// not answered yet).
 fn ask(feed: &mut Feed<Row>, src: &Mem, keyless: bool) {
     let mut out = Vec::new();
+    let read = ASKED.with(|a| {
+        let mut a = a.borrow_mut();
+        a.0 += 1;
+        let id = a.0;
+        a.1.push_back(id);
+        id
+    });
     let read = Effect::ReadChunk {
         cf: cf(),
         id: D,
+        read,
         span: Span::whole_table(T),
         after: None,
+        upto: None,
         limit: 100,
         keyless,
     };
@@ -619,9 +635,141 @@ fn answer(
         cursor: Some(vec![1]),
         more: true,
     };
+    let read = ASKED.with(|a| a.borrow_mut().1.pop_front()).unwrap_or(0);
+    answer_read(feed, read, r)
+}
+
+/// The shell's answer to read `read`.
+fn answer_read(feed: &mut Feed<Row>, read: u64, r: ChunkRead<Row>) -> Vec<FeedOut<Row>> {
     let mut out = Vec::new();
-    feed.on_chunk(&cf(), D, Ok(r), &mut out);
+    feed.on_chunk(&cf(), D, read, Ok(r), &mut out);
     out
+}
+
+/// The read [`ask`] asked last (taken out of the ones [`answer`] answers: the test answers it
+/// by its id).
+fn last_asked() -> u64 {
+    ASKED
+        .with(|a| a.borrow_mut().1.pop_back())
+        .expect("a read asked")
+}
+
+/// A chunk of `keys` of `T` read at `position`.
+fn chunk_of(position: Ts, keys: &[u64]) -> ChunkRead<Row> {
+    ChunkRead {
+        position,
+        consistency: ChunkConsistency::AtPosition,
+        rows: keys
+            .iter()
+            .map(|k| Row {
+                ts: 0,
+                key: Key::row_u64(T, *k),
+            })
+            .collect(),
+        cursor: Some(vec![1]),
+        more: true,
+    }
+}
+
+/// Polls until nothing more comes: each batch's (or bare resolved ts's) ts and its rows' keys.
+fn drain(feed: &mut Feed<Row>, src: &Mem) -> Vec<(Ts, Vec<Key>)> {
+    let mut seen = Vec::new();
+    loop {
+        let mut out = Vec::new();
+        feed.poll(src, |_, _| true, &mut out);
+        let before = seen.len();
+        for o in out {
+            match o {
+                FeedOut::Input(Input::Events {
+                    items, resolved_ts, ..
+                }) => {
+                    let keys = items
+                        .iter()
+                        .filter_map(|i| match i {
+                            StreamItem::Row { key, .. } => Some(key.clone()),
+                            _ => None,
+                        })
+                        .collect();
+                    seen.push((resolved_ts, keys));
+                }
+                FeedOut::Input(Input::Resolved { resolved_ts, .. }) => {
+                    seen.push((resolved_ts, vec![]))
+                }
+                _ => {}
+            }
+        }
+        assert!(seen.len() < 100, "the feed keeps handing out: {seen:?}");
+        if seen.len() == before {
+            return seen;
+        }
+    }
+}
+
+#[test]
+fn parallel_reads_hold_the_stream_below_the_earliest_and_go_out_in_position_order() {
+    let mut src = Mem::default();
+    put(&mut src, 10, 1);
+    let mut feed = subscribed(&src, 1 << 20);
+    assert_eq!(drain(&mut feed, &src).last().map(|b| b.0), Some(10));
+    // Read A is asked with the stream at 10; key 5 then changes at 200; read B is asked.
+    ask(&mut feed, &src, false);
+    let a = last_asked();
+    put(&mut src, 200, 5);
+    ask(&mut feed, &src, false);
+    let b = last_asked();
+    // B comes back first, read at 200: the stream does not pass A's possible position.
+    queued_at(&answer_read(&mut feed, b, chunk_of(200, &[50])), 201);
+    assert_eq!(
+        drain(&mut feed, &src),
+        vec![],
+        "A may be below 200: nothing goes"
+    );
+    // A was read at 150, before the change of key 5: its chunk goes first, then the change,
+    // then B's chunk.
+    queued_at(&answer_read(&mut feed, a, chunk_of(150, &[5])), 151);
+    let k = |n: u64| Key::row_u64(T, n);
+    assert_eq!(
+        drain(&mut feed, &src),
+        vec![
+            (150, vec![]),
+            (151, vec![k(5)]),
+            (200, vec![k(5)]),
+            (201, vec![k(50)]),
+        ]
+    );
+    feed.audit().expect("accounting");
+}
+
+#[test]
+fn parallel_reads_at_one_position_take_free_slots_whatever_order_they_come_back_in() {
+    let mut src = Mem::default();
+    put(&mut src, 10, 1);
+    let mut feed = subscribed(&src, 1 << 20);
+    let _ = drain(&mut feed, &src);
+    let asked: Vec<u64> = (0..3)
+        .map(|_| {
+            ask(&mut feed, &src, false);
+            last_asked()
+        })
+        .collect();
+    queued_at(&answer_read(&mut feed, asked[2], chunk_of(10, &[3])), 11);
+    queued_at(&answer_read(&mut feed, asked[0], chunk_of(10, &[1])), 12);
+    let k = |n: u64| Key::row_u64(T, n);
+    // The read under way is at 10 or later: at 10 it takes a later slot, later it is past
+    // them; the chunks held go.
+    assert_eq!(
+        drain(&mut feed, &src),
+        vec![(11, vec![k(3)]), (12, vec![k(1)])]
+    );
+    queued_at(&answer_read(&mut feed, asked[1], chunk_of(10, &[2])), 13);
+    assert_eq!(drain(&mut feed, &src), vec![(13, vec![k(2)])]);
+    // An answer nobody asked for (or asked twice) is dropped.
+    let out = answer_read(&mut feed, asked[1], chunk_of(10, &[9]));
+    assert!(
+        matches!(out.as_slice(), [FeedOut::Input(Input::ChunkDropped { .. })]),
+        "{out:?}"
+    );
+    feed.audit().expect("accounting");
 }
 
 /// The feed's answer to a chunk: queued, to reach the dispatcher at `ts`.

@@ -109,8 +109,8 @@ pub struct Shell {
     /// The upstream URL (snapshot reads connect with it).
     upstream: String,
     /// Snapshot chunk reads report back here (`crate::snapshot`); `run` takes the receiver.
-    chunk_tx: mpsc::UnboundedSender<crate::snapshot::ChunkDone>,
-    chunk_rx: Option<mpsc::UnboundedReceiver<crate::snapshot::ChunkDone>>,
+    chunk_tx: mpsc::UnboundedSender<crate::snapshot::SnapshotDone>,
+    chunk_rx: Option<mpsc::UnboundedReceiver<crate::snapshot::SnapshotDone>>,
     /// Chunks read ahead of capture, waiting for it to reach their position.
     chunk_waits: Vec<crate::snapshot::ChunkDone>,
     /// Chunk reads under way (spawned, not yet back): while there are any, capture hands on
@@ -245,7 +245,7 @@ impl Shell {
         &self.upstream
     }
 
-    pub(crate) fn chunk_sender(&self) -> mpsc::UnboundedSender<crate::snapshot::ChunkDone> {
+    pub(crate) fn chunk_sender(&self) -> mpsc::UnboundedSender<crate::snapshot::SnapshotDone> {
         self.chunk_tx.clone()
     }
 
@@ -311,10 +311,11 @@ impl Shell {
         &mut self,
         cf: &ChangefeedId,
         id: DispatcherId,
+        read_id: u64,
         read: Result<sluice_control::feed::ChunkRead<RowEvent>, String>,
     ) {
         let mut outs = Vec::new();
-        self.feed.on_chunk(cf, id, read, &mut outs);
+        self.feed.on_chunk(cf, id, read_id, read, &mut outs);
         for o in outs {
             self.feed_out(o);
         }
@@ -744,11 +745,38 @@ impl Shell {
             Effect::ReadChunk {
                 cf,
                 id,
+                read,
                 span,
                 after,
+                upto,
                 limit,
                 ..
-            } => self.read_snapshot_chunk(cf, id, span, after, limit),
+            } => self.read_snapshot_chunk(crate::snapshot::ChunkAsk {
+                cf,
+                id,
+                read,
+                span,
+                after,
+                upto,
+                limit,
+            }),
+            Effect::ProbeChunks {
+                cf,
+                id,
+                probe,
+                span,
+                after,
+                rows,
+                count,
+            } => self.probe_snapshot_chunks(crate::snapshot::Probe {
+                cf,
+                id,
+                probe,
+                span,
+                after,
+                rows,
+                count,
+            }),
             Effect::Sink(cmd) => self.sink_command(cmd),
             Effect::CheckpointPersisted { cf, ts } => self.on_persisted_checkpoint(cf, ts),
             Effect::Trace(t) => self.trace(t),
@@ -1059,10 +1087,13 @@ pub async fn run(
                 shell.on_tick();
             }
             Some(r) = reports.recv() => shell.on_sink_report(r),
-            Some(c) = chunks.recv() => {
-                shell.chunk_read_ended();
-                shell.on_chunk_done(c);
-            }
+            Some(c) = chunks.recv() => match c {
+                crate::snapshot::SnapshotDone::Chunk(c) => {
+                    shell.chunk_read_ended();
+                    shell.on_chunk_done(c);
+                }
+                crate::snapshot::SnapshotDone::Bounds(i) => shell.deliver(i),
+            },
             Some(i) = meta_rx.recv() => shell.on_meta_input(i),
             // Chunks waiting for this position go at once, not at the next tick.
             Ok(()) = captured.changed() => {

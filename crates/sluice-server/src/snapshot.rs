@@ -18,6 +18,7 @@
 use crate::shell::Shell;
 use sluice_capture::snapshot_read::{read_chunk, SnapshotChunk};
 use sluice_control::feed::{chunk_ts, ChunkConsistency, ChunkRead};
+use sluice_control::io::Input;
 use sluice_types::{ChangefeedId, DispatcherId, RowEvent, RowKind, Span, TableSchema, Ts};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -27,10 +28,41 @@ pub const MAX_CHUNK_WAITS: usize = 64;
 /// first writes the node's row of the heartbeat table (`sluice.heartbeat`), if it may.
 pub const NUDGE_AFTER_READS: u32 = (sluice_control::feed::CHUNK_TS_SLOTS / 2) as u32;
 
+/// A snapshot task's answer, back on the shell's task.
+pub enum SnapshotDone {
+    Chunk(ChunkDone),
+    /// `Effect::ProbeChunks`, answered (`Input::ChunkBounds`).
+    Bounds(Input),
+}
+
+/// `Effect::ReadChunk`, as the shell carries it out.
+pub struct ChunkAsk {
+    pub cf: ChangefeedId,
+    pub id: DispatcherId,
+    pub read: u64,
+    pub span: Span,
+    pub after: Option<Vec<u8>>,
+    pub upto: Option<Vec<u8>>,
+    pub limit: usize,
+}
+
+/// `Effect::ProbeChunks`, as the shell carries it out.
+pub struct Probe {
+    pub cf: ChangefeedId,
+    pub id: DispatcherId,
+    pub probe: u64,
+    pub span: Span,
+    pub after: Option<Vec<u8>>,
+    pub rows: usize,
+    pub count: usize,
+}
+
 /// A chunk read finished (or failed), back on the shell's task.
 pub struct ChunkDone {
     pub cf: ChangefeedId,
     pub id: DispatcherId,
+    /// The read it answers (`Effect::ReadChunk::read`).
+    pub read_id: u64,
     pub span: Span,
     /// The table version the read selected by.
     pub version: Ts,
@@ -64,23 +96,79 @@ impl Shell {
         Ok(pool)
     }
 
-    /// `Effect::ReadChunk`: read on a task; the answer comes back as a [`ChunkDone`].
-    pub(crate) fn read_snapshot_chunk(
-        &mut self,
-        cf: ChangefeedId,
-        id: DispatcherId,
-        span: Span,
-        after: Option<Vec<u8>>,
-        limit: usize,
-    ) {
-        let history = self.capture().history();
+    /// The table of `span` as capture knows it now, or why not.
+    fn snapshot_table(&self, span: &Span) -> Result<TableSchema, String> {
         let at = self.capture().captured();
-        let Some(schema) = history.table_by_id_at(span.table, at).cloned() else {
-            let why = format!(
-                "table {} is not in the schema history at ts {at} (dropped?)",
-                span.table.0
-            );
-            return self.chunk_to_feed(&cf, id, Err(why));
+        let history = self.capture().history();
+        history
+            .table_by_id_at(span.table, at)
+            .cloned()
+            .ok_or_else(|| {
+                format!(
+                    "table {} is not in the schema history at ts {at} (dropped?)",
+                    span.table.0
+                )
+            })
+    }
+
+    /// `Effect::ProbeChunks`: the bounds found on a task; the answer comes back as
+    /// `Input::ChunkBounds`.
+    pub(crate) fn probe_snapshot_chunks(&mut self, p: Probe) {
+        let tx = self.chunk_sender();
+        let (cf, id, probe) = (p.cf.clone(), p.id, p.probe);
+        let bounds = move |result| {
+            SnapshotDone::Bounds(Input::ChunkBounds {
+                cf,
+                id,
+                probe,
+                result,
+            })
+        };
+        let schema = match self.snapshot_table(&p.span) {
+            Ok(s) => s,
+            Err(why) => return drop(tx.send(bounds(Err(why)))),
+        };
+        let after = sluice_capture::snapshot_read::read_from(&schema, &p.span, p.after.clone());
+        let pool = self.snapshot_pool();
+        tokio::spawn(async move {
+            let result = async {
+                let mut conn = pool?.get_conn().await.map_err(|e| e.to_string())?;
+                let n = (p.rows, p.count);
+                sluice_capture::snapshot_read::chunk_bounds(
+                    &mut conn,
+                    &schema,
+                    &p.span,
+                    after.as_deref(),
+                    n,
+                )
+                .await
+                .map_err(|e| e.to_string())
+            }
+            .await
+            .map_err(|e| {
+                crate::mask::scrub(&format!(
+                    "snapshot: finding chunk bounds of {}: {e}",
+                    schema.qualified_name()
+                ))
+            });
+            let _ = tx.send(bounds(result));
+        });
+    }
+
+    /// `Effect::ReadChunk`: read on a task; the answer comes back as a [`ChunkDone`].
+    pub(crate) fn read_snapshot_chunk(&mut self, r: ChunkAsk) {
+        let ChunkAsk {
+            cf,
+            id,
+            read: read_id,
+            span,
+            after,
+            upto,
+            limit,
+        } = r;
+        let schema = match self.snapshot_table(&span) {
+            Ok(s) => s,
+            Err(why) => return self.chunk_to_feed(&cf, id, read_id, Err(why)),
         };
         // A span that starts inside its table reads from its first key (or its cursor, if that
         // is later) where the key order is the SQL order (integer keys); elsewhere each span
@@ -99,16 +187,18 @@ impl Shell {
             if nudge {
                 nudge_upstream(&pool, &node).await;
             }
-            let result = read(pool, &schema, after.as_deref(), limit, (how, &node)).await;
-            let _ = tx.send(ChunkDone {
+            let range = (after.as_deref(), upto.as_deref());
+            let result = read(pool, &schema, range, limit, (how, &node)).await;
+            let _ = tx.send(SnapshotDone::Chunk(ChunkDone {
                 cf,
                 id,
+                read_id,
                 span,
                 version: schema.version,
                 asked,
                 read: std::time::Instant::now(),
                 result,
-            });
+            }));
         });
     }
 
@@ -122,12 +212,12 @@ impl Shell {
             if self.capture().captured() < c.position {
                 if self.chunk_waits_len() >= MAX_CHUNK_WAITS {
                     let why = "too many snapshot chunks wait for capture to reach their position; reading again".to_string();
-                    return self.chunk_to_feed(&d.cf, d.id, Err(why));
+                    return self.chunk_to_feed(&d.cf, d.id, d.read_id, Err(why));
                 }
                 return self.push_chunk_wait(d);
             }
         }
-        let (cf, id) = (d.cf.clone(), d.id);
+        let (cf, id, read_id) = (d.cf.clone(), d.id, d.read_id);
         let (asked, read_at) = (d.asked, d.read);
         let window = d.result.as_ref().is_ok_and(|c| c.window);
         let read = self.decode_chunk(d);
@@ -140,7 +230,7 @@ impl Shell {
             capture_wait_ms = read_at.elapsed().as_millis() as u64,
             "snapshot chunk read"
         );
-        self.chunk_to_feed(&cf, id, read);
+        self.chunk_to_feed(&cf, id, read_id, read);
     }
 
     /// The rows of a chunk as the feed takes them, checked against the table's version at the
@@ -220,7 +310,7 @@ async fn nudge_upstream(pool: &Result<mysql_async::Pool, String>, node: &str) {
 async fn read(
     pool: Result<mysql_async::Pool, String>,
     schema: &TableSchema,
-    after: Option<&[u8]>,
+    after: (Option<&[u8]>, Option<&[u8]>),
     limit: usize,
     (how, node): (sluice_capture::snapshot_read::SnapshotRead, &str),
 ) -> Result<SnapshotChunk, String> {

@@ -141,6 +141,12 @@ pub struct Upstream {
     pub max_chunk_rows: u64,
 }
 
+/// The key a model cursor or chunk bound names (its 8 big-endian bytes).
+fn cursor_key(c: Option<&[u8]>) -> Option<u64> {
+    c.and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_be_bytes)
+}
+
 /// How far apart consecutive commit ts are.
 pub const TS_STEP: Ts = 2 * sluice_control::feed::CHUNK_TS_SLOTS;
 
@@ -165,34 +171,34 @@ impl Upstream {
     }
 
     /// One snapshot chunk of `span`: a consistent read of the table as it is now (at the head),
-    /// at most `limit` rows in key order after the cursor, kept to the span (the server reads
-    /// the table in key order and keeps its span's rows too). With `as_of`, a window read: the
-    /// table as it was at that earlier ts, reported at the head.
+    /// at most `limit` rows in key order after the cursor `range.0` and up to the bound
+    /// `range.1` (included; `None`: to the end), kept to the span (the server reads the table in
+    /// key order and keeps its span's rows too). With `as_of`, a window read: the table as it
+    /// was at that earlier ts, reported at the head.
     pub fn read_chunk(
         &mut self,
         span: &Span,
-        after: Option<&[u8]>,
+        range: (Option<&[u8]>, Option<&[u8]>),
         limit: usize,
         as_of: Option<Ts>,
     ) -> sluice_control::feed::ChunkRead<SimRow> {
         let position = self.head;
         self.chunk_positions.insert(position);
         let ts = sluice_control::feed::chunk_ts(position);
-        let from = after
-            .and_then(|b| <[u8; 8]>::try_from(b).ok())
-            .map(|b| u64::from_be_bytes(b).saturating_add(1))
-            .unwrap_or(0);
+        let from = cursor_key(range.0).map_or(0, |k| k.saturating_add(1));
+        let upto = cursor_key(range.1).unwrap_or(u64::MAX);
         let table = span.table;
         let live = self.tables.get(&table).is_some_and(|t| t.live_at(position));
         let keys: Vec<(u64, u64)> = match (live, as_of) {
+            _ if from > upto => Vec::new(),
             (false, _) => Vec::new(),
             (true, None) => self.tables[&table]
                 .rows
-                .range(from..)
+                .range(from..=upto)
                 .take(limit.saturating_add(1))
                 .map(|(k, v)| (*k, *v))
                 .collect(),
-            (true, Some(at)) => self.rows_at(table, from, limit.saturating_add(1), at),
+            (true, Some(at)) => self.rows_at(table, (from, upto), limit.saturating_add(1), at),
         };
         let more = keys.len() > limit;
         let read = &keys[..keys.len().min(limit)];
@@ -224,10 +230,40 @@ impl Upstream {
         }
     }
 
-    /// At most `n` rows of `table` with keys from `from` on, as they were at `at`.
-    fn rows_at(&self, table: TableId, from: u64, n: usize, at: Ts) -> Vec<(u64, u64)> {
+    /// Where the next `count` chunks of `rows` rows of `span` after the cursor `after` end: the
+    /// key of every `rows`-th row of the span after it, as it is now (fewer near its end).
+    pub fn chunk_bounds(
+        &self,
+        span: &Span,
+        after: Option<&[u8]>,
+        rows: usize,
+        count: usize,
+    ) -> Vec<Vec<u8>> {
+        let from = cursor_key(after).map_or(0, |k| k.saturating_add(1));
+        let Some(t) = self.tables.get(&span.table) else {
+            return Vec::new();
+        };
+        t.rows
+            .range(from..)
+            .map(|(k, _)| *k)
+            .filter(|k| span.contains(&Key::row_u64(span.table, *k)))
+            .skip(rows.max(1) - 1)
+            .step_by(rows.max(1))
+            .take(count)
+            .map(|k| k.to_be_bytes().to_vec())
+            .collect()
+    }
+
+    /// At most `n` rows of `table` with keys in `from..=upto`, as they were at `at`.
+    fn rows_at(
+        &self,
+        table: TableId,
+        (from, upto): (u64, u64),
+        n: usize,
+        at: Ts,
+    ) -> Vec<(u64, u64)> {
         self.versions
-            .range((table, from)..=(table, u64::MAX))
+            .range((table, from)..=(table, upto))
             .filter_map(|((_, k), vs)| {
                 let v = vs.iter().rev().find(|v| v.0 <= at)?.1?;
                 Some((*k, v))

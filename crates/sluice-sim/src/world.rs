@@ -113,12 +113,23 @@ enum Ev {
         inc: u64,
         cf: ChangefeedId,
         id: DispatcherId,
+        read: u64,
         span: sluice_types::Span,
-        after: Option<Vec<u8>>,
-        limit: usize,
+        /// The range: after `after`, up to `upto` included, at most `limit` rows.
+        range: (Option<Vec<u8>>, Option<Vec<u8>>, usize),
         /// What capture had when the read was asked (a window read may see the upstream as it
         /// was then: `x-snapshot-read = "window"`).
         asked: sluice_types::Ts,
+    },
+    /// A chunk read (at an earlier time, at the upstream as it was then) reaches the node's
+    /// feed: the server's parallel reads come back in any order, and each waits for capture.
+    ChunkAnswer {
+        node: String,
+        inc: u64,
+        cf: ChangefeedId,
+        id: DispatcherId,
+        read: u64,
+        chunk: sluice_control::feed::ChunkRead<crate::upstream::SimRow>,
     },
 }
 

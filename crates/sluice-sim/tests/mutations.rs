@@ -465,6 +465,29 @@ fn a_window_read_written_with_rows_the_stream_changed_meanwhile_is_seen_as_snaps
 }
 
 #[test]
+fn a_stream_that_passes_a_parallel_read_under_way_is_seen_as_snapshot_chunk_behind_stream() {
+    expect_violation(
+        "features:snapshot-parallel-reads-under-writes.toml",
+        &["feed-stream-passes-reads"],
+        "snapshot-chunk-behind-stream",
+    );
+}
+
+/// A copy whose progress passes a range read in parallel before that range is written: the
+/// crash, the move and the split of the scenario hand successors a progress past rows nobody
+/// wrote, and the sink ends without them.
+#[test]
+fn copy_progress_past_a_range_not_yet_written_is_seen_as_sink_state() {
+    let file = "features:snapshot-initial-under-writes-and-failover.toml";
+    run(file, &[]).unwrap_or_else(|e| panic!("{file} fails without mutations: {e}"));
+    let e = run(file, &["copy-progress-skips-ranges"]).expect_err("rows never copied");
+    assert!(
+        e.contains("sink-state: table app.") && e.contains("missing"),
+        "{e}"
+    );
+}
+
+#[test]
 fn checkpoint_sound_fires_when_a_woken_table_is_not_reported_as_no_longer_resting() {
     expect_violation(
         "features:resting-tables-wake.toml",

@@ -3,38 +3,72 @@
 //! the position it was read at (`feed/chunk.rs`), so the chunk's rows go to the sink like any
 //! other transaction, in order with the changes around them.
 //!
+//! A copy reads several chunks of its span at once: it cuts what is left into key ranges at
+//! bounds the shell finds ahead of the reads (`Effect::ProbeChunks`: the key of every
+//! `chunk_rows`-th row, in the upstream's order, any key type), and reads up to
+//! `feed::MAX_CHUNKS_AHEAD` ranges in parallel, each its own consistent read at its own
+//! position (a range that holds more rows than a chunk by the time it is read goes on from the
+//! chunk's cursor, as a range of its own).
+//!
 //! Invariants:
-//! - **durable progress only**: the progress reported ([`CopyProgress`]) moves to a chunk's
-//!   cursor only once the dispatcher's checkpoint passed the chunk's ts (its rows are
-//!   acknowledged), so a successor that starts from it never skips rows that were not written;
-//!   a successor that starts below what was written copies those rows again, which is harmless
-//!   (each chunk is the rows as they were at its position, put in the stream at that position);
-//! - **a bounded read-ahead**: one read at a time, and at most `feed::MAX_CHUNKS_AHEAD` chunks
-//!   read and not yet received; at most [`MAX_CONCURRENT_CHUNK_READS`] dispatchers of a manager
-//!   hold chunks or read at once;
-//! - **a failed read is retried** after [`CHUNK_RETRY_MS`] and reported meanwhile (the span's
-//!   stream goes on; the copy's error shows in the changefeed's snapshot status);
+//! - **the ranges cover what is left, once**: in key order, each starting where the one before
+//!   ends, the last one running to the span's end, the first one starting at the durable cursor;
+//! - **durable progress only, and only a prefix**: the progress reported ([`CopyProgress`])
+//!   moves past a range only once the dispatcher's checkpoint passed its chunk's ts (its rows
+//!   are acknowledged) *and* every range before it is durable too, so a successor that starts
+//!   from it never skips rows that were not written; a successor that starts below what was
+//!   written copies those rows again, which is harmless (each chunk is the rows as they were at
+//!   its position, put in the stream at that position);
+//! - **a bounded read-ahead**: at most `feed::MAX_CHUNKS_AHEAD` chunks of a dispatcher read or
+//!   being read and not yet received; at most [`MAX_CONCURRENT_CHUNK_READS`] dispatchers of a
+//!   manager hold chunks or read at once, and at most as many reads are under way per manager;
+//! - **a failed read or probe is retried** after [`CHUNK_RETRY_MS`] and reported meanwhile (the
+//!   span's stream goes on; the copy's error shows in the changefeed's snapshot status);
 //! - **a copy held by its stream is said**: a chunk waits for the span's stream to reach the
 //!   position it was read at; one that waits [`COPY_STREAM_WAIT_MS`] or more is a warning of
 //!   the dispatcher (the changefeed reads `warning`, not `normal`, while its copy stands still);
-//! - **keyless tables** are one chunk (one consistent read of the whole table): the stream's
-//!   rows of the table below that chunk are not written (the chunk holds their effect).
+//! - **keyless tables** are one chunk (one consistent read of the whole table, never probed):
+//!   the stream's rows of the table below that chunk are not written (the chunk holds their
+//!   effect).
 
 use super::*;
 use crate::config::{CHUNK_RETRY_MS, COPY_STREAM_WAIT_MS, MAX_CONCURRENT_CHUNK_READS};
 use crate::feed::MAX_CHUNKS_AHEAD;
 use crate::msg::{CopyProgress, CopyReport, CopyStart};
+use std::collections::BTreeSet;
 
-/// A chunk queued in the feed or written, not yet durable.
+/// The feed's answer to a read (`Input::ChunkQueued`).
 #[derive(Clone, Debug)]
-struct QueuedChunk {
-    ts: Ts,
-    /// Where the next chunk starts, and whether rows follow.
-    cursor: Option<Vec<u8>>,
-    more: bool,
-    /// Read before the copy started again (a restart or a lost chunk): its rows are written
-    /// (harmless, at their position) but it is no progress.
-    stale: bool,
+pub struct QueuedRead {
+    /// The read it answers.
+    pub read: u64,
+    /// Where the chunk reaches the dispatcher in its stream.
+    pub ts: Ts,
+    /// The last key read (the shell's cursor), and whether the range has rows after it.
+    pub cursor: Option<Vec<u8>>,
+    pub more: bool,
+    pub rows: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RangeState {
+    /// Not read yet (or its read failed).
+    Pending,
+    /// Its read (this id) is under way.
+    Reading(u64),
+    /// Its chunk is in the feed or written, at this ts, not yet acknowledged.
+    Queued(Ts),
+    /// Its chunk is acknowledged.
+    Acked,
+}
+
+/// A key range of the span left to copy: after `after` (`None`: the span's start), up to
+/// `upto` included (`None`: to the span's end); both in the shell's cursor form.
+#[derive(Clone, Debug)]
+struct Range {
+    after: Option<Vec<u8>>,
+    upto: Option<Vec<u8>>,
+    state: RangeState,
 }
 
 #[derive(Clone, Debug)]
@@ -43,15 +77,22 @@ pub(super) struct Copy {
     chunk_rows: usize,
     /// What is acknowledged.
     durable: CopyProgress,
-    /// Where the next read starts.
-    next: Option<Vec<u8>>,
-    /// The last chunk read had nothing after it.
-    read_all: bool,
-    /// A read is under way.
-    reading: bool,
-    /// The read under way was asked before the copy started again: its chunk is no progress.
-    stale_read: bool,
-    queued: VecDeque<QueuedChunk>,
+    /// What is left to copy past `durable`, in key order (see the module doc); empty once
+    /// everything is durable.
+    ranges: VecDeque<Range>,
+    /// The last range held fewer than a chunk's rows at the last probe (or the table is
+    /// keyless): it is read as it is, not probed again.
+    tail_known: bool,
+    /// The probe under way: its id and where it starts.
+    probing: Option<(u64, Option<Vec<u8>>)>,
+    /// Ids of reads and probes (never reused, also across restarts: a late answer of an
+    /// earlier one matches nothing).
+    next_id: u64,
+    /// Reads under way, also those asked before the copy started again.
+    reads: BTreeSet<u64>,
+    /// The ts of the chunks queued in the feed or written and not yet durable (also those of
+    /// reads asked before the copy started again: written, harmless, no progress).
+    queued: VecDeque<Ts>,
     rows: u64,
     chunks: u64,
     error: Option<String>,
@@ -65,14 +106,15 @@ pub(super) struct Copy {
 
 impl Copy {
     pub(super) fn new(start: CopyStart) -> Self {
-        Copy {
+        let mut c = Copy {
             keyless: start.keyless,
             chunk_rows: start.chunk_rows.max(1),
-            next: start.from.cursor.clone(),
-            read_all: start.from.done,
-            durable: start.from,
-            reading: false,
-            stale_read: false,
+            durable: CopyProgress::start(),
+            ranges: VecDeque::new(),
+            tail_known: start.keyless,
+            probing: None,
+            next_id: 0,
+            reads: BTreeSet::new(),
             queued: VecDeque::new(),
             rows: 0,
             chunks: 0,
@@ -80,7 +122,9 @@ impl Copy {
             retry_at: None,
             keyless_chunk_ts: None,
             stream_wait: None,
-        }
+        };
+        c.restart_from(start.from);
+        c
     }
 
     /// The same copy for a dispatcher that starts again from its checkpoint: from what is
@@ -93,21 +137,29 @@ impl Copy {
 
     /// A chunk at `ts` is on its way to the dispatcher (it takes it whole, even when full).
     pub(super) fn chunk_at(&self, ts: Ts) -> bool {
-        self.queued.iter().any(|q| q.ts == ts)
+        self.queued.contains(&ts)
     }
 
-    /// Starts again from `from` while a read may be under way (its chunk will be no progress).
+    /// Starts again from `from` while reads may be under way (their chunks will be no
+    /// progress: no range waits for them) and chunks queued (forgotten: the feed drops them or
+    /// hands them out again below the new start, harmless).
     fn restart_from(&mut self, from: CopyProgress) {
-        let mut fresh = Copy::new(CopyStart {
-            from,
-            keyless: self.keyless,
-            chunk_rows: self.chunk_rows,
-        });
-        fresh.reading = self.reading;
-        fresh.stale_read = self.reading;
-        fresh.rows = self.rows;
-        fresh.chunks = self.chunks;
-        *self = fresh;
+        self.ranges.clear();
+        if !from.done {
+            self.ranges.push_back(Range {
+                after: from.cursor.clone(),
+                upto: None,
+                state: RangeState::Pending,
+            });
+        }
+        self.durable = from;
+        self.tail_known = self.keyless;
+        self.probing = None;
+        self.queued.clear();
+        self.error = None;
+        self.retry_at = None;
+        self.keyless_chunk_ts = None;
+        self.stream_wait = None;
     }
 
     pub(super) fn done(&self) -> bool {
@@ -116,47 +168,167 @@ impl Copy {
 
     /// Done, with no read under way and no chunk queued: a copy step has nothing to do for it.
     fn at_rest(&self) -> bool {
-        self.done() && !self.reading && self.queued.is_empty()
+        self.done() && self.reads.is_empty() && self.queued.is_empty()
     }
 
-    /// Chunks at or below the checkpoint are acknowledged: the durable progress follows them.
+    /// Chunks at or below the checkpoint are acknowledged: the durable progress follows the
+    /// acknowledged ranges at the front.
     fn settle(&mut self, checkpoint: Ts) {
-        while let Some(q) = self.queued.front() {
-            if q.ts > checkpoint {
+        self.queued.retain(|ts| *ts > checkpoint);
+        for r in self.ranges.iter_mut() {
+            if matches!(r.state, RangeState::Queued(ts) if ts <= checkpoint) {
+                r.state = RangeState::Acked;
+            }
+        }
+        let skip = progress_skips_ranges();
+        while let Some(i) = self
+            .ranges
+            .iter()
+            .position(|r| r.state == RangeState::Acked)
+        {
+            if i > 0 && !skip {
                 break;
             }
-            let Some(q) = self.queued.pop_front() else {
+            let Some(r) = self.ranges.drain(..=i).last() else {
                 break;
             };
-            if q.stale {
-                continue;
-            }
             assert!(!self.durable.done, "a finished copy progressed again");
-            self.durable = CopyProgress {
-                cursor: if q.more { q.cursor } else { None },
-                done: !q.more,
+            self.durable = match r.upto {
+                Some(upto) => CopyProgress {
+                    cursor: Some(upto),
+                    done: false,
+                },
+                None => CopyProgress::finished(),
             };
+            assert!(
+                !self.durable.done || self.ranges.is_empty(),
+                "a copy finished with ranges after the span's end"
+            );
         }
     }
 
     /// Holds a chunk in the feed or a read under way (counts against the manager's bound).
     fn busy(&self, received_upto: Ts) -> bool {
-        self.reading || self.queued.back().is_some_and(|q| q.ts > received_upto)
+        !self.reads.is_empty() || self.queued.iter().any(|ts| *ts > received_upto)
     }
 
-    /// Chunks read and not yet received from the feed.
+    /// Chunks being read, or read and not yet received from the feed.
     fn ahead(&self, received_upto: Ts) -> usize {
-        self.queued.iter().filter(|q| q.ts > received_upto).count()
+        self.reads.len() + self.queued.iter().filter(|ts| **ts > received_upto).count()
     }
 
-    /// The next read may start: no read under way and room in the feed's read-ahead (the read
-    /// of chunk `n + 1` overlaps the wait of chunk `n` for its position and its trip to the
-    /// sink).
+    /// The first range that may be read now: bounded, or the last one once it is known small.
+    fn next_pending(&self) -> Option<usize> {
+        let last = self.ranges.len().checked_sub(1)?;
+        self.ranges
+            .iter()
+            .enumerate()
+            .position(|(i, r)| r.state == RangeState::Pending && (i < last || self.tail_known))
+    }
+
+    /// Another read may start: a range to read, room in the read-ahead (the reads of the next
+    /// chunks overlap each other, the wait of earlier ones for their position and their trip
+    /// to the sink), not in a pause after a failure.
     fn wants_read(&self, received_upto: Ts, now: Millis) -> bool {
-        !self.read_all
-            && !self.reading
+        self.next_pending().is_some()
             && self.ahead(received_upto) < MAX_CHUNKS_AHEAD
             && self.retry_at.is_none_or(|t| now >= t)
+    }
+
+    /// The last range needs bounds: no probe under way, not known small, and fewer bounded
+    /// ranges waiting to be read than the read-ahead takes.
+    fn wants_probe(&self, now: Millis) -> bool {
+        let waiting = self
+            .ranges
+            .iter()
+            .filter(|r| r.state == RangeState::Pending && r.upto.is_some())
+            .count();
+        !self.tail_known
+            && self.probing.is_none()
+            && self
+                .ranges
+                .back()
+                .is_some_and(|r| r.state == RangeState::Pending)
+            && waiting < MAX_CHUNKS_AHEAD
+            && self.retry_at.is_none_or(|t| now >= t)
+    }
+
+    /// A probe's bounds cut the last range (still unread, still starting at `after`): a range
+    /// up to each bound, then the rest to the span's end, known small when fewer bounds came
+    /// than asked.
+    fn add_bounds(&mut self, after: Option<Vec<u8>>, bounds: Vec<Vec<u8>>) {
+        let fresh = self.ranges.back().is_some_and(|r| {
+            r.state == RangeState::Pending && r.upto.is_none() && r.after == after
+        });
+        if !fresh {
+            return;
+        }
+        self.tail_known = bounds.len() < MAX_CHUNKS_AHEAD;
+        self.ranges.pop_back();
+        let mut from = after;
+        for b in bounds {
+            assert!(
+                from.as_ref() != Some(&b),
+                "a chunk bound equal to where its range starts"
+            );
+            self.ranges.push_back(Range {
+                after: from,
+                upto: Some(b.clone()),
+                state: RangeState::Pending,
+            });
+            from = Some(b);
+        }
+        self.ranges.push_back(Range {
+            after: from,
+            upto: None,
+            state: RangeState::Pending,
+        });
+    }
+
+    /// The feed queued the chunk of read `q.read`: its range waits for the chunk's
+    /// acknowledgement; rows past the chunk's cursor (`more`) are a range of their own.
+    fn note_queued(&mut self, q: QueuedRead) {
+        self.reads.remove(&q.read);
+        self.error = None;
+        self.retry_at = None;
+        self.rows += q.rows as u64;
+        self.chunks += 1;
+        self.queued.push_back(q.ts);
+        let Some(i) = self.reading(q.read) else {
+            return; // asked before the copy started again: no progress
+        };
+        if self.keyless {
+            self.keyless_chunk_ts.get_or_insert(q.ts);
+        }
+        self.ranges[i].state = RangeState::Queued(q.ts);
+        let (true, Some(cursor)) = (q.more, q.cursor) else {
+            return;
+        };
+        let upto = self.ranges[i].upto.replace(cursor.clone());
+        self.tail_known &= upto.is_some();
+        self.ranges.insert(
+            i + 1,
+            Range {
+                after: Some(cursor),
+                upto,
+                state: RangeState::Pending,
+            },
+        );
+    }
+
+    /// The range whose read `read` is under way.
+    fn reading(&self, read: u64) -> Option<usize> {
+        self.ranges
+            .iter()
+            .position(|r| r.state == RangeState::Reading(read))
+    }
+
+    /// Read `read` ended without a chunk: its range is read again.
+    fn unread(&mut self, read: u64) {
+        self.reads.remove(&read);
+        if let Some(i) = self.reading(read) {
+            self.ranges[i].state = RangeState::Pending;
+        }
     }
 
     /// Whether a stream row at `ts` is written (keyless tables: not before their chunk).
@@ -172,8 +344,9 @@ impl Copy {
         let oldest = self
             .queued
             .iter()
-            .find(|q| q.ts > received_upto)
-            .map(|q| q.ts);
+            .copied()
+            .filter(|ts| *ts > received_upto)
+            .min();
         let since = match (oldest, self.stream_wait) {
             (None, _) => None,
             (Some(ts), Some((since, at, _))) if at == ts => Some(since),
@@ -201,11 +374,23 @@ impl Copy {
     }
 }
 
+/// Mutation `copy-progress-skips-ranges`: the durable progress moves past an acknowledged
+/// range although a range before it is not acknowledged yet.
+#[cfg(feature = "mutations")]
+fn progress_skips_ranges() -> bool {
+    crate::mutations::on("copy-progress-skips-ranges")
+}
+
+#[cfg(not(feature = "mutations"))]
+fn progress_skips_ranges() -> bool {
+    false
+}
+
 impl DispatcherManager {
-    /// The snapshot work of every copying dispatcher: progress follows the checkpoints, and
-    /// reads start where there is room.
+    /// The snapshot work of every copying dispatcher: progress follows the checkpoints, probes
+    /// go where bounds are wanted, and reads start where there is room.
     pub(super) fn copy_step(&mut self, now: Millis, out: &mut Vec<Effect>) {
-        let mut busy = 0usize;
+        let (mut busy, mut reads) = (0usize, 0usize);
         let (mut ahead, mut ready) = (Vec::new(), Vec::new());
         self.copy_pending = false;
         // Most dispatchers copy nothing, or copied and are done: picked out by a read, so the
@@ -225,19 +410,28 @@ impl DispatcherManager {
             let Some(c) = d.copy.as_mut() else { continue };
             c.settle(cp);
             self.copy_pending |= !c.done();
+            reads += c.reads.len();
+            if working && c.wants_probe(now) {
+                self.probe_chunks(id, out);
+            }
+            let Some(c) = self.dispatchers.get(&id).and_then(|d| d.copy.as_ref()) else {
+                continue;
+            };
             let wants = working && c.wants_read(received, now);
             match (c.busy(received), wants) {
-                // Already counted: it reads its next chunk ahead.
-                (true, true) => ahead.push(d.id),
+                // Already counted: it reads its next chunks ahead.
+                (true, true) => ahead.push(id),
                 (true, false) => {}
-                (false, true) => ready.push(d.id),
+                (false, true) => ready.push(id),
                 (false, false) => continue,
             }
             busy += usize::from(c.busy(received));
         }
         let room = MAX_CONCURRENT_CHUNK_READS.saturating_sub(busy);
         for id in ahead.into_iter().chain(ready.into_iter().take(room)) {
-            self.read_chunk(id, out);
+            while reads < MAX_CONCURRENT_CHUNK_READS && self.read_chunk(id, now, out) {
+                reads += 1;
+            }
         }
     }
 
@@ -248,88 +442,116 @@ impl DispatcherManager {
         self.copy_pending
     }
 
-    fn read_chunk(&mut self, id: DispatcherId, out: &mut Vec<Effect>) {
+    /// Reads the next range of the copy of `id`, if it wants one (whether it did).
+    fn read_chunk(&mut self, id: DispatcherId, now: Millis, out: &mut Vec<Effect>) -> bool {
+        let cf = self.cf.clone();
+        let Some(d) = self.dispatchers.get_mut(&id) else {
+            return false;
+        };
+        let received = d.received_upto;
+        let Some(c) = d.copy.as_mut().filter(|c| c.wants_read(received, now)) else {
+            return false;
+        };
+        let Some(i) = c.next_pending() else {
+            return false;
+        };
+        let read = c.next_id;
+        c.next_id += 1;
+        c.reads.insert(read);
+        c.ranges[i].state = RangeState::Reading(read);
+        out.push(Effect::ReadChunk {
+            cf,
+            id,
+            read,
+            span: d.span.clone(),
+            after: c.ranges[i].after.clone(),
+            upto: c.ranges[i].upto.clone(),
+            limit: if c.keyless { usize::MAX } else { c.chunk_rows },
+            keyless: c.keyless,
+        });
+        true
+    }
+
+    /// Asks the shell for the bounds of the next chunks of the last range of `id`'s copy.
+    fn probe_chunks(&mut self, id: DispatcherId, out: &mut Vec<Effect>) {
         let cf = self.cf.clone();
         let Some(d) = self.dispatchers.get_mut(&id) else {
             return;
         };
         let Some(c) = d.copy.as_mut() else { return };
-        c.reading = true;
-        out.push(Effect::ReadChunk {
+        let Some(after) = c.ranges.back().map(|r| r.after.clone()) else {
+            return;
+        };
+        let probe = c.next_id;
+        c.next_id += 1;
+        c.probing = Some((probe, after.clone()));
+        out.push(Effect::ProbeChunks {
             cf,
             id,
+            probe,
             span: d.span.clone(),
-            after: c.next.clone(),
-            limit: if c.keyless { usize::MAX } else { c.chunk_rows },
-            keyless: c.keyless,
+            after,
+            rows: c.chunk_rows,
+            count: MAX_CHUNKS_AHEAD,
         });
     }
 
-    /// `Input::ChunkQueued`: the feed holds the chunk; it reaches the dispatcher at `ts`. The
-    /// next read starts now, while this chunk goes through the stream to the sink.
-    #[allow(clippy::too_many_arguments)]
+    /// `Input::ChunkBounds`: the bounds of the probe under way cut the copy's last range
+    /// (a late answer of an earlier probe is dropped); a failed probe is tried again after a
+    /// pause, reported meanwhile.
+    pub fn on_chunk_bounds(
+        &mut self,
+        now: Millis,
+        id: DispatcherId,
+        probe: u64,
+        result: Result<Vec<Vec<u8>>, String>,
+        out: &mut Vec<Effect>,
+    ) {
+        let Some(c) = self.dispatchers.get_mut(&id).and_then(|d| d.copy.as_mut()) else {
+            return;
+        };
+        let Some((_, after)) = c.probing.take_if(|p| p.0 == probe) else {
+            return;
+        };
+        match result {
+            Ok(bounds) => c.add_bounds(after, bounds),
+            Err(message) => {
+                c.error = Some(truncate_error(message));
+                c.retry_at = Some(now + CHUNK_RETRY_MS);
+            }
+        }
+        self.copy_step(now, out);
+    }
+
+    /// `Input::ChunkQueued`: the feed holds the chunk; it reaches the dispatcher at its ts.
+    /// Further reads start now, while this chunk goes through the stream to the sink.
     pub fn on_chunk_queued(
         &mut self,
         now: Millis,
         id: DispatcherId,
-        ts: Ts,
-        cursor: Option<Vec<u8>>,
-        more: bool,
-        rows: usize,
+        chunk: QueuedRead,
         out: &mut Vec<Effect>,
     ) {
-        self.note_chunk_queued(id, ts, cursor, more, rows);
+        if let Some(c) = self.dispatchers.get_mut(&id).and_then(|d| d.copy.as_mut()) {
+            c.note_queued(chunk);
+        }
         self.copy_step(now, out);
     }
 
-    fn note_chunk_queued(
-        &mut self,
-        id: DispatcherId,
-        ts: Ts,
-        cursor: Option<Vec<u8>>,
-        more: bool,
-        rows: usize,
-    ) {
-        let Some(c) = self.dispatchers.get_mut(&id).and_then(|d| d.copy.as_mut()) else {
-            return;
-        };
-        let stale = std::mem::take(&mut c.stale_read);
-        c.reading = false;
-        c.error = None;
-        c.retry_at = None;
-        c.rows += rows as u64;
-        c.chunks += 1;
-        if !stale {
-            c.next = cursor.clone();
-            c.read_all = !more;
-            if c.keyless {
-                c.keyless_chunk_ts.get_or_insert(ts);
-            }
-        }
-        c.queued.push_back(QueuedChunk {
-            ts,
-            cursor,
-            more,
-            stale,
-        });
-    }
-
     /// `Input::ChunkFailed`: tried again after a pause, reported meanwhile.
-    pub fn on_chunk_failed(&mut self, now: Millis, id: DispatcherId, message: String) {
+    pub fn on_chunk_failed(&mut self, now: Millis, id: DispatcherId, read: u64, message: String) {
         let Some(c) = self.dispatchers.get_mut(&id).and_then(|d| d.copy.as_mut()) else {
             return;
         };
-        c.reading = false;
-        c.stale_read = false;
+        c.unread(read);
         c.error = Some(truncate_error(message));
         c.retry_at = Some(now + CHUNK_RETRY_MS);
     }
 
-    /// `Input::ChunkDropped`: the read under way will not be answered; ask again.
-    pub fn on_chunk_dropped(&mut self, id: DispatcherId) {
+    /// `Input::ChunkDropped`: the read will not be answered; its range is read again.
+    pub fn on_chunk_dropped(&mut self, id: DispatcherId, read: u64) {
         if let Some(c) = self.dispatchers.get_mut(&id).and_then(|d| d.copy.as_mut()) {
-            c.reading = false;
-            c.stale_read = false;
+            c.unread(read);
         }
     }
 
@@ -362,5 +584,147 @@ impl DispatcherManager {
             Some(c) => c.restart_from(start.from),
             slot => *slot = Some(Box::new(Copy::new(start))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy_from_start(chunk_rows: usize) -> Copy {
+        Copy::new(CopyStart {
+            from: CopyProgress::start(),
+            keyless: false,
+            chunk_rows,
+        })
+    }
+
+    fn b(k: u8) -> Vec<u8> {
+        vec![k]
+    }
+
+    /// Starts the next read as the manager does; its id and range.
+    fn start_read(c: &mut Copy, now: Millis) -> Option<(u64, Option<Vec<u8>>, Option<Vec<u8>>)> {
+        if !c.wants_read(0, now) {
+            return None;
+        }
+        let i = c.next_pending()?;
+        let read = c.next_id;
+        c.next_id += 1;
+        c.reads.insert(read);
+        c.ranges[i].state = RangeState::Reading(read);
+        Some((read, c.ranges[i].after.clone(), c.ranges[i].upto.clone()))
+    }
+
+    fn queued(read: u64, ts: Ts, cursor: Option<Vec<u8>>, more: bool) -> QueuedRead {
+        QueuedRead {
+            read,
+            ts,
+            cursor,
+            more,
+            rows: 1,
+        }
+    }
+
+    #[test]
+    fn a_copy_probes_before_it_reads_and_reads_the_bounded_ranges_in_parallel() {
+        let mut c = copy_from_start(10);
+        assert!(c.wants_probe(0) && !c.wants_read(0, 0), "bounds first");
+        c.probing = Some((99, None));
+        c.add_bounds(None, vec![b(10), b(20), b(30)]);
+        assert!(c.tail_known, "fewer bounds than asked: the rest is small");
+        let reads: Vec<_> = std::iter::from_fn(|| start_read(&mut c, 0)).collect();
+        assert_eq!(
+            reads
+                .iter()
+                .map(|r| (r.1.clone(), r.2.clone()))
+                .collect::<Vec<_>>(),
+            vec![
+                (None, Some(b(10))),
+                (Some(b(10)), Some(b(20))),
+                (Some(b(20)), Some(b(30))),
+                (Some(b(30)), None),
+            ]
+        );
+        assert_eq!(reads.len(), MAX_CHUNKS_AHEAD, "the read-ahead bounds them");
+    }
+
+    #[test]
+    fn progress_moves_only_past_a_prefix_of_acknowledged_ranges() {
+        let mut c = copy_from_start(10);
+        c.add_bounds(None, vec![b(10), b(20)]);
+        let r: Vec<_> = std::iter::from_fn(|| start_read(&mut c, 0)).collect();
+        // The second and third ranges come back first and are acknowledged.
+        c.note_queued(queued(r[1].0, 500, Some(b(19)), false));
+        c.note_queued(queued(r[2].0, 501, Some(b(25)), false));
+        c.settle(501);
+        assert_eq!(
+            c.durable,
+            CopyProgress::start(),
+            "the first range is not durable"
+        );
+        c.note_queued(queued(r[0].0, 600, Some(b(9)), false));
+        c.settle(599);
+        assert_eq!(c.durable, CopyProgress::start());
+        c.settle(600);
+        assert!(c.done(), "all three durable, the last to the span's end");
+        assert!(c.ranges.is_empty());
+    }
+
+    #[test]
+    fn a_range_with_more_rows_than_a_chunk_goes_on_from_the_chunks_cursor() {
+        let mut c = copy_from_start(10);
+        c.add_bounds(None, vec![b(10)]);
+        let first = start_read(&mut c, 0).expect("a read");
+        // Rows were inserted since the probe: the chunk ends at 7, rows follow up to 10.
+        c.note_queued(queued(first.0, 500, Some(b(7)), true));
+        let next = start_read(&mut c, 0).expect("the rest of the range");
+        assert_eq!((next.1, next.2), (Some(b(7)), Some(b(10))));
+        c.settle(500);
+        assert_eq!(
+            c.durable.cursor,
+            Some(b(7)),
+            "durable up to the chunk's cursor"
+        );
+    }
+
+    #[test]
+    fn a_restart_forgets_the_ranges_and_a_late_answer_is_no_progress() {
+        let mut c = copy_from_start(10);
+        c.add_bounds(None, vec![b(10), b(20)]);
+        let r: Vec<_> = std::iter::from_fn(|| start_read(&mut c, 0)).collect();
+        c.note_queued(queued(r[0].0, 500, Some(b(9)), false));
+        c.settle(500);
+        assert_eq!(c.durable.cursor, Some(b(10)));
+        c.restart_from(c.durable.clone());
+        assert_eq!(c.reads.len(), 2, "the reads under way are still counted");
+        c.note_queued(queued(r[1].0, 600, Some(b(19)), false));
+        c.settle(600);
+        assert_eq!(
+            c.durable.cursor,
+            Some(b(10)),
+            "asked before the restart: no progress"
+        );
+        assert!(
+            c.wants_probe(0),
+            "the rest is probed again from the durable cursor"
+        );
+        assert_eq!(c.ranges.len(), 1);
+        assert_eq!(c.ranges[0].after, Some(b(10)));
+    }
+
+    #[test]
+    fn a_failed_read_puts_its_range_back_and_a_stale_probe_answer_is_dropped() {
+        let mut c = copy_from_start(10);
+        c.add_bounds(None, vec![b(10), b(20), b(30), b(40)]);
+        assert!(!c.tail_known, "as many bounds as asked: more may follow");
+        let first = start_read(&mut c, 0).expect("a read");
+        c.unread(first.0);
+        let again = start_read(&mut c, 0).expect("read again");
+        assert_eq!((again.1, again.2), (None, Some(b(10))));
+        // A probe answer for a tail that is no longer where it started cuts nothing.
+        let before = c.ranges.len();
+        c.add_bounds(Some(b(5)), vec![b(50)]);
+        assert_eq!(c.ranges.len(), before);
     }
 }

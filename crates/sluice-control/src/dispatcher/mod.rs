@@ -53,6 +53,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 mod barrier;
 mod copy;
+pub use copy::QueuedRead;
 mod events;
 mod floor;
 mod lifecycle;

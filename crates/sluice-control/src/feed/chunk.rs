@@ -1,12 +1,14 @@
 //! Snapshot chunks in the feed: the rows of one consistent read of a span, put into the span's
 //! stream at the read's binlog position.
 //!
-//! A dispatcher that copies its span asks for one chunk at a time (`Effect::ReadChunk`). From
-//! then until the shell answers ([`Feed::on_chunk`]) the feed reads nothing more for it, so its
-//! stream cannot pass the position the read will be at (the read happens later than anything
-//! the stream has reached: capture never runs ahead of the upstream's binlog). The chunk, read at
-//! position `P`, is held until the stream has delivered everything at or below `P`, and then goes
-//! out as one batch at [`chunk_ts`]`(P) = P + 1` — a ts no transaction has (a commit ts is the
+//! A dispatcher that copies its span asks for chunks of disjoint key ranges
+//! (`Effect::ReadChunk`), several at once. Each read happens after it was asked, and capture
+//! never runs ahead of the upstream's binlog, so its position is at or above what the source
+//! had complete when it was asked (the read's *floor*); until the shell answers
+//! ([`Feed::on_chunk`]) the stream does not pass that floor, nor does a held chunk read at a
+//! higher position go out. The chunk, read at position `P`, is held (in ts order with the
+//! others) until the stream has delivered everything at or below `P` and no read under way may
+//! be below `P`, and then goes out as one batch at [`chunk_ts`]`(P) = P + 1` — a ts no transaction has (a commit ts is the
 //! binlog position after a transaction's last event, so the next one is at least an event header
 //! further). Per key, the sink then sees the stream's changes up to `P`, the row as it was at
 //! `P`, then the changes after `P`: a chunk row never overwrites a newer version of its key, and
@@ -18,9 +20,9 @@
 //! - a chunk's rows are accounted against the memory quota from the moment the feed holds them,
 //!   and no read starts while the quota is full (so rows in flight stay within the quota plus one
 //!   transaction plus one chunk per read under way);
-//!   each dispatcher holds at most [`MAX_CHUNKS_AHEAD`] and has at most one read under way; while
-//!   it holds one, the stream goes up to that chunk's position (below the next read's), and
-//!   with none held it waits for the read;
+//!   each dispatcher holds and reads at most [`MAX_CHUNKS_AHEAD`] chunks; the stream goes up to
+//!   the lowest of its held chunks' positions and its reads' floors (mutation
+//!   `feed-stream-passes-reads`: reads do not hold the stream while a chunk is held);
 //! - a resubscription below a chunk handed out loses that chunk and any held after it
 //!   (`Input::ChunkLost`: the dispatcher copies again from its durable progress); otherwise a
 //!   chunk still held above the new start stays, the stream reaches it again.
@@ -50,9 +52,10 @@ pub fn chunk_ts(position: Ts) -> Ts {
 /// same position waits for the upstream to move (it is retried, and says so).
 pub const CHUNK_TS_SLOTS: Ts = 64;
 
-/// At most this many chunks of one dispatcher are held in the feed: the next one is read while
-/// the previous one waits for its position or goes out.
-pub const MAX_CHUNKS_AHEAD: usize = 2;
+/// At most this many chunks of one dispatcher are read or being read and not yet handed out:
+/// the next ones are read while earlier ones wait for their positions or go out, and a span's
+/// copy reads this many key ranges in parallel.
+pub const MAX_CHUNKS_AHEAD: usize = 4;
 
 /// How a chunk's read stands to its position.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,9 +84,23 @@ pub struct ChunkRead<R> {
     pub more: bool,
 }
 
+/// A chunk read under way, as the feed asked it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct AskedRead {
+    /// The stream's cursor when it was asked (a window read's window starts there).
+    pub(super) from: Ts,
+    /// The source's complete ts when it was asked: the read happens later and capture never
+    /// runs ahead of the upstream, so its position is at or above this; the stream does not
+    /// pass it while the read is under way.
+    pub(super) floor: Ts,
+    pub(super) keyless: bool,
+}
+
 #[derive(Clone, Debug)]
 pub(super) struct HeldChunk<R> {
     pub(super) ts: Ts,
+    /// The binlog position it was read at.
+    pub(super) position: Ts,
     pub(super) rows: Vec<R>,
     pub(super) bytes: u64,
     /// A window read: the stream's changes in it are settled at hand-out.
@@ -100,109 +117,143 @@ pub(super) struct ReadWindow {
 }
 
 impl<R: FeedRow> Feed<R> {
-    /// The shell read the chunk a dispatcher asked for (or failed to). A dispatcher that is no
-    /// longer subscribed, or did not ask, gets nothing: its rows are dropped.
+    /// The shell read the chunk a dispatcher asked for in read `read` (or failed to). A
+    /// dispatcher that is no longer subscribed, or did not ask, gets nothing: its rows are
+    /// dropped.
     pub fn on_chunk(
         &mut self,
         cf: &ChangefeedId,
         id: DispatcherId,
-        read: Result<ChunkRead<R>, String>,
+        read: u64,
+        result: Result<ChunkRead<R>, String>,
         out: &mut Vec<FeedOut<R>>,
     ) {
         let key = (cf.clone(), id);
         // Its stream may go on now (a chunk to hand out, or a failed read no longer holding it).
         self.behind.insert(key.clone());
-        let dropped = FeedOut::Input(Input::ChunkDropped { cf: cf.clone(), id });
+        let dropped = FeedOut::Input(Input::ChunkDropped {
+            cf: cf.clone(),
+            id,
+            read,
+        });
         // A read of an ended subscription: its rows go; the dispatcher (if it still is) hears
         // that its read will not be answered.
-        let Some(lane) = self.lanes.get_mut(&key).filter(|l| l.awaiting_chunk) else {
+        let Some(lane) = self.lanes.get_mut(&key) else {
             return out.push(dropped);
         };
-        let Some(cursor) = lane.sub.as_ref().map(|s| s.cursor) else {
+        let (Some(asked), Some(cursor)) = (
+            lane.reads.remove(&read),
+            lane.sub.as_ref().map(|s| s.cursor),
+        ) else {
             return out.push(dropped);
         };
-        lane.awaiting_chunk = false;
         let failed = |message: String| {
             FeedOut::Input(Input::ChunkFailed {
                 cf: cf.clone(),
                 id,
+                read,
                 message,
             })
         };
-        let read = match read {
+        let chunk = match result {
             Ok(r) => r,
             Err(message) => return out.push(failed(message)),
         };
-        // After the stream's cursor, after a chunk already out at this position, and after the
-        // chunks still held.
-        let after_held = lane.chunks.back().map_or(0, |c| c.ts + 1);
-        let ts = chunk_ts(read.position).max(cursor + 1).max(after_held);
-        if ts > read.position + CHUNK_TS_SLOTS {
+        let Some(ts) = lane.free_chunk_ts(chunk.position, cursor) else {
             let why = format!(
                 "snapshot chunk read at binlog position ts {} cannot go into the stream, which is \
                  at ts {cursor}: the upstream has written nothing since the last {CHUNK_TS_SLOTS} \
                  chunks of this span; the copy goes on once it writes (any transaction; the server \
                  writes its heartbeat row in `sluice.heartbeat` if the upstream user may)",
-                read.position
+                chunk.position
             );
             return out.push(failed(why));
-        }
-        let rows: Vec<R> = read.rows.into_iter().map(|r| r.at_ts(ts)).collect();
+        };
+        let rows: Vec<R> = chunk.rows.into_iter().map(|r| r.at_ts(ts)).collect();
         let bytes: u64 = rows.iter().map(|r| r.size() as u64).sum();
         let n = rows.len();
-        let window = (read.consistency == ChunkConsistency::Window).then_some(ReadWindow {
-            from: lane.asked_from,
-            position: read.position,
-            keyless: lane.asked_keyless,
+        let window = (chunk.consistency == ChunkConsistency::Window).then_some(ReadWindow {
+            from: asked.from,
+            position: chunk.position,
+            keyless: asked.keyless,
         });
-        lane.chunks.push_back(HeldChunk {
-            ts,
-            rows,
-            bytes,
-            window,
-        });
+        let at = lane.chunks.partition_point(|c| c.ts < ts);
+        lane.chunks.insert(
+            at,
+            HeldChunk {
+                ts,
+                position: chunk.position,
+                rows,
+                bytes,
+                window,
+            },
+        );
         self.inflight_bytes += bytes;
         out.push(FeedOut::Input(Input::ChunkQueued {
             cf: cf.clone(),
             id,
+            read,
             ts,
-            cursor: read.cursor,
-            more: read.more,
+            cursor: chunk.cursor,
+            more: chunk.more,
             rows: n,
         }));
     }
 
-    /// `Effect::ReadChunk`: the dispatcher's stream waits for the answer; the read goes to the
-    /// shell.
-    pub(super) fn read_chunk(&mut self, e: Effect, out: &mut Vec<FeedOut<R>>) {
+    /// `Effect::ReadChunk`: the dispatcher's stream waits below the position the read may be
+    /// at; the read goes to the shell.
+    pub(super) fn read_chunk(&mut self, complete: Ts, e: Effect, out: &mut Vec<FeedOut<R>>) {
         let Effect::ReadChunk {
-            cf, id, keyless, ..
+            cf,
+            id,
+            read,
+            keyless,
+            ..
         } = &e
         else {
             return;
         };
-        let (cf, id, keyless) = (cf.clone(), *id, *keyless);
+        let (cf, id, read, keyless) = (cf.clone(), *id, *read, *keyless);
+        let dropped = FeedOut::Input(Input::ChunkDropped {
+            cf: cf.clone(),
+            id,
+            read,
+        });
         // A full quota starts no read: the dispatcher asks again later (each read under way
         // can bring one chunk above the quota, and a manager has a bounded number of them).
         if self.inflight_bytes >= self.quota_bytes && !mutation("feed-ignores-quota") {
-            return out.push(FeedOut::Input(Input::ChunkDropped { cf, id }));
+            return out.push(dropped);
         }
         match self.lanes.get_mut(&(cf.clone(), id)) {
             Some(l)
-                if l.sub.is_some() && l.chunks.len() < MAX_CHUNKS_AHEAD && !l.awaiting_chunk =>
+                if l.sub.is_some()
+                    && l.chunks.len() + l.reads.len() < MAX_CHUNKS_AHEAD
+                    && !l.reads.contains_key(&read) =>
             {
-                l.awaiting_chunk = true;
-                l.asked_from = l.sub.as_ref().map_or(0, |s| s.cursor);
-                l.asked_keyless = keyless;
+                let from = l.sub.as_ref().map_or(0, |s| s.cursor);
+                let floor = complete;
+                l.reads.insert(
+                    read,
+                    AskedRead {
+                        from,
+                        floor,
+                        keyless,
+                    },
+                );
             }
             Some(l) if l.sub.is_some() => {
-                let message = "internal: a snapshot chunk was asked for while another read is \
-                               under way or the feed holds as many as it may"
+                let message = "internal: a snapshot chunk was asked for while the feed holds or \
+                               reads as many of the dispatcher's chunks as it may"
                     .to_string();
-                return out.push(FeedOut::Input(Input::ChunkFailed { cf, id, message }));
+                return out.push(FeedOut::Input(Input::ChunkFailed {
+                    cf,
+                    id,
+                    read,
+                    message,
+                }));
             }
             // Not subscribed: nothing to read for.
-            _ => return out.push(FeedOut::Input(Input::ChunkDropped { cf, id })),
+            _ => return out.push(dropped),
         }
         out.push(FeedOut::Effect(e));
     }
@@ -233,8 +284,8 @@ impl<R: FeedRow> Feed<R> {
         let asked = self
             .lanes
             .values()
-            .filter(|l| l.awaiting_chunk)
-            .map(|l| l.asked_from);
+            .flat_map(|l| l.reads.values())
+            .map(|r| r.from);
         let held = self
             .lanes
             .values()
@@ -382,8 +433,32 @@ fn changed_keys<S: EventSource>(
     }
 }
 
+impl<R> super::Lane<R> {
+    /// The ts a chunk read at `position` takes: right after the position, after the stream's
+    /// `cursor` and after the chunks held (slots taken), within [`CHUNK_TS_SLOTS`] of the
+    /// position; `None` past them.
+    fn free_chunk_ts(&self, position: Ts, cursor: Ts) -> Option<Ts> {
+        let mut ts = chunk_ts(position).max(cursor + 1);
+        if let Some(out) = self.chunk_out {
+            ts = ts.max(out + 1);
+        }
+        while self.chunks.iter().any(|c| c.ts == ts) {
+            ts += 1;
+        }
+        (ts <= position + CHUNK_TS_SLOTS).then_some(ts)
+    }
+}
+
 /// Mutation `feed-chunk-late`: the stream is not held at a chunk's position, so the chunk goes
 /// out after changes newer than it.
 pub(super) fn chunk_holds_stream() -> bool {
     !mutation("feed-chunk-late")
+}
+
+/// Mutation `feed-stream-passes-reads`: while a chunk is held, the reads under way do not hold
+/// the stream (as if each were the only one, asked after the chunks held), so the stream and a
+/// chunk held go past the position of a read asked earlier, whose chunk then lands after newer
+/// changes.
+pub(super) fn chunk_waits_for_reads() -> bool {
+    !mutation("feed-stream-passes-reads")
 }

@@ -207,14 +207,11 @@ struct Lane<R> {
     pending: BTreeMap<u64, (R, usize)>,
     /// Rows in sink writes not yet accepted.
     in_sink: usize,
-    /// A snapshot chunk read asked for and not answered: the stream waits.
-    awaiting_chunk: bool,
-    /// The stream's cursor when the last read was asked, and whether its table is keyless (a
-    /// window read's window starts there: `chunk.rs`).
-    asked_from: Ts,
-    asked_keyless: bool,
-    /// Snapshot chunks read and not yet handed out, oldest first (see `chunk.rs`; at most
-    /// [`MAX_CHUNKS_AHEAD`]).
+    /// Snapshot chunk reads asked for and not answered, by read id: the stream waits below
+    /// every position they may be at (`chunk.rs`).
+    reads: BTreeMap<u64, chunk::AskedRead>,
+    /// Snapshot chunks read and not yet handed out, in ts order (see `chunk.rs`; with the reads
+    /// under way at most [`MAX_CHUNKS_AHEAD`]).
     chunks: std::collections::VecDeque<chunk::HeldChunk<R>>,
     /// The ts of the last chunk handed out: a resubscription below it loses it.
     chunk_out: Option<Ts>,
@@ -228,9 +225,7 @@ impl<R> Lane<R> {
             sub: None,
             pending: BTreeMap::new(),
             in_sink: 0,
-            awaiting_chunk: false,
-            asked_from: 0,
-            asked_keyless: false,
+            reads: BTreeMap::new(),
             chunks: std::collections::VecDeque::new(),
             chunk_out: None,
             #[cfg(feature = "mutations")]
@@ -239,6 +234,14 @@ impl<R> Lane<R> {
     }
     fn rows(&self) -> usize {
         self.pending.len() + self.in_sink
+    }
+    /// The lowest position a snapshot chunk read under way may be at (`Ts::MAX`: none).
+    fn reads_floor(&self) -> Ts {
+        self.reads
+            .values()
+            .map(|r| r.floor)
+            .min()
+            .unwrap_or(Ts::MAX)
     }
     fn idle(&self) -> bool {
         self.sub.is_none() && self.pending.is_empty() && self.in_sink == 0 && self.chunks.is_empty()
@@ -327,6 +330,15 @@ impl<R: FeedRow> Feed<R> {
     }
 
     /// Rows of one dispatcher between the source and the sink.
+    /// How far the stream of a subscribed dispatcher went (`None`: not subscribed).
+    pub fn stream_cursor(&self, cf: &ChangefeedId, id: DispatcherId) -> Option<Ts> {
+        self.lanes
+            .get(&(cf.clone(), id))?
+            .sub
+            .as_ref()
+            .map(|s| s.cursor)
+    }
+
     pub fn inflight_rows(&self, cf: &ChangefeedId, id: DispatcherId) -> usize {
         self.lanes.get(&(cf.clone(), id)).map_or(0, |l| l.rows())
     }
@@ -346,7 +358,7 @@ impl<R: FeedRow> Feed<R> {
                 start_ts,
             } => self.subscribe(src.floor(), cf, id, span, is_trigger, start_ts, out),
             Effect::Unsubscribe { cf, id } => self.unsubscribe(cf, id),
-            e @ Effect::ReadChunk { .. } => self.read_chunk(e, out),
+            e @ Effect::ReadChunk { .. } => self.read_chunk(src.complete(), e, out),
             Effect::Sink(SinkCommand::WriteRows {
                 cf,
                 id,
@@ -410,15 +422,14 @@ impl<R: FeedRow> Feed<R> {
         }
     }
 
-    /// Whether a lane may have something to hand out now: subscribed, not waiting for a chunk
-    /// read, and a chunk held or its stream behind the source.
+    /// Whether a lane may have something to hand out now: subscribed, and a chunk held or its
+    /// stream behind the source and below every chunk read under way.
     fn may_deliver(&self, key: &LaneKey, complete: Ts) -> bool {
         let Some(l) = self.lanes.get(key) else {
             return false;
         };
         let Some(sub) = &l.sub else { return false };
-        let waits_for_chunk = l.awaiting_chunk && l.chunks.is_empty();
-        !waits_for_chunk && (!l.chunks.is_empty() || sub.cursor < complete)
+        !l.chunks.is_empty() || sub.cursor < complete.min(l.reads_floor())
     }
 
     /// The sink took (or dropped) a write of `rows` rows and `bytes` bytes. A write of a
@@ -524,7 +535,7 @@ impl<R: FeedRow> Feed<R> {
             return;
         };
         l.sub = None;
-        l.awaiting_chunk = false;
+        l.reads.clear();
         l.chunk_out = None;
         self.drop_held_chunks(&key);
         self.release(&key, |_, _| true);
@@ -645,20 +656,22 @@ impl<R: FeedRow> Feed<R> {
         let Some(sub) = lane.sub.as_ref() else {
             return;
         };
-        if lane.awaiting_chunk && lane.chunks.is_empty() {
-            return; // the stream waits for the chunk's position
-        }
-        let complete = match lane.chunks.front().map(|c| c.ts) {
-            Some(c)
-                if sub.cursor + 1 >= c
-                    && (chunk::chunk_holds_stream() || sub.cursor >= complete) =>
+        // Nothing may pass a position a read under way may be at.
+        let floor = match lane.chunks.is_empty() || chunk::chunk_waits_for_reads() {
+            true => lane.reads_floor(),
+            false => Ts::MAX,
+        };
+        let holds = chunk::chunk_holds_stream();
+        let complete = match lane.chunks.front().map(|c| (c.ts, c.position)) {
+            Some((c, at))
+                if sub.cursor + 1 >= c && (holds || sub.cursor >= complete) && at <= floor =>
             {
                 return self.hand_out_chunk(src, key, out)
             }
             // Everything at or below the chunk's position goes first.
-            Some(c) if chunk::chunk_holds_stream() => complete.min(c - 1),
-            Some(_) => complete,
-            None => complete,
+            Some((c, _)) if holds => complete.min(c - 1).min(floor),
+            Some(_) => complete.min(floor),
+            None => complete.min(floor),
         };
         if sub.cursor >= complete || lane.rows() >= MAX_INFLIGHT_ROWS_PER_DISPATCHER {
             return;

@@ -50,7 +50,7 @@ impl<R: FeedRow> Feed<R> {
             return false;
         };
         let settled = sub.resume == Pos::after(sub.cursor);
-        if sub.cursor >= complete || !settled || lane.awaiting_chunk || !lane.chunks.is_empty() {
+        if sub.cursor >= complete || !settled || !lane.reads.is_empty() || !lane.chunks.is_empty() {
             return false;
         }
         let no_rows = sub.is_trigger

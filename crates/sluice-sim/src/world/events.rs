@@ -34,6 +34,7 @@ impl Sim {
             | Ev::DdlFinished { node: n, .. }
             | Ev::SinkAccepted { node: n, .. }
             | Ev::ChunkRead { node: n, .. }
+            | Ev::ChunkAnswer { node: n, .. }
             | Ev::Effect { node: n, .. } => {
                 let n = n.clone();
                 self.check_fence(&n);
@@ -47,11 +48,19 @@ impl Sim {
                 inc,
                 cf,
                 id,
+                read,
                 span,
-                after,
-                limit,
+                range,
                 asked,
-            } => self.chunk_read(&node, inc, cf, id, &span, (after, limit, asked)),
+            } => self.chunk_read(&node, inc, (cf, id, read), &span, range, asked),
+            Ev::ChunkAnswer {
+                node,
+                inc,
+                cf,
+                id,
+                read,
+                chunk,
+            } => self.chunk_answer(&node, inc, (cf, id, read), chunk),
             Ev::SinkAccepted {
                 node,
                 inc,
@@ -252,8 +261,10 @@ impl Sim {
             Effect::ReadChunk {
                 cf,
                 id,
+                read,
                 span,
                 after,
+                upto,
                 limit,
                 ..
             } => {
@@ -268,12 +279,35 @@ impl Sim {
                         inc,
                         cf,
                         id,
+                        read,
                         span,
-                        after,
-                        limit,
+                        range: (after, upto, limit),
                         asked,
                     },
                 );
+            }
+            Effect::ProbeChunks {
+                cf,
+                id,
+                probe,
+                span,
+                after,
+                rows,
+                count,
+            } => {
+                let bounds = self
+                    .upstream
+                    .chunk_bounds(&span, after.as_deref(), rows, count);
+                self.cover("snapshot_probe");
+                let lat = self.rng.range(1, 10);
+                let result = Ok(bounds);
+                let input = Input::ChunkBounds {
+                    cf,
+                    id,
+                    probe,
+                    result,
+                };
+                self.input_after(name, inc, lat, input);
             }
             Effect::CheckpointPersisted { cf, ts } => {
                 self.checker.on_persisted_checkpoint(cf.as_str(), ts)

@@ -241,17 +241,18 @@ impl Sim {
         }
     }
 
-    /// A snapshot chunk read on the model upstream, handed to the node's feed: at the head
-    /// (MariaDB's named position), or with `x-snapshot-read = "window"` as the upstream was
-    /// when the read was asked, reported at the head (a position taken after the read).
+    /// A snapshot chunk read on the model upstream: at the head (MariaDB's named position), or
+    /// with `x-snapshot-read = "window"` as the upstream was when the read was asked, reported
+    /// at the head (a position taken after the read). Its answer reaches the node's feed a
+    /// little later ([`World::chunk_answer`]): reads under way at once come back in any order.
     pub(super) fn chunk_read(
         &mut self,
         name: &str,
         inc: u64,
-        cf: ChangefeedId,
-        id: DispatcherId,
+        (cf, id, read): (ChangefeedId, DispatcherId, u64),
         span: &sluice_types::Span,
-        (after, limit, asked): (Option<Vec<u8>>, usize, sluice_types::Ts),
+        (after, upto, limit): (Option<Vec<u8>>, Option<Vec<u8>>, usize),
+        asked: sluice_types::Ts,
     ) {
         if !self
             .nodes
@@ -277,16 +278,55 @@ impl Sim {
             self.cover("snapshot_heartbeat");
         }
         let as_of = self.sc.world.x_snapshot_read_window.then_some(asked);
-        let read = self
-            .upstream
-            .read_chunk(span, after.as_deref(), limit, as_of);
-        self.cover(match as_of {
-            Some(_) => "snapshot_chunk_window",
-            None => "snapshot_chunk",
+        let range = (after.as_deref(), upto.as_deref());
+        let chunk = self.upstream.read_chunk(span, range, limit, as_of);
+        self.cover(match (as_of, upto.is_some()) {
+            (Some(_), _) => "snapshot_chunk_window",
+            (None, true) => "snapshot_chunk_bounded",
+            (None, false) => "snapshot_chunk",
         });
+        let at = self.now + self.rng.range(0, 120);
+        let node = name.to_string();
+        self.push(
+            at,
+            Ev::ChunkAnswer {
+                node,
+                inc,
+                cf,
+                id,
+                read,
+                chunk,
+            },
+        );
+    }
+
+    /// A chunk read reaches the node's feed (if it is still the incarnation that asked).
+    pub(super) fn chunk_answer(
+        &mut self,
+        name: &str,
+        inc: u64,
+        (cf, id, read): (ChangefeedId, DispatcherId, u64),
+        chunk: sluice_control::feed::ChunkRead<crate::upstream::SimRow>,
+    ) {
         let mut outs = Vec::new();
-        if let Some(feed) = self.nodes.get_mut(name).and_then(|n| n.feed.as_mut()) {
-            feed.on_chunk(&cf, id, Ok(read), &mut outs);
+        let position = chunk.position;
+        let Some(feed) = self
+            .nodes
+            .get_mut(name)
+            .filter(|n| n.incarnation == inc)
+            .and_then(|n| n.feed.as_mut())
+        else {
+            return;
+        };
+        // Past the ts slots after the chunk's position, the stream delivered transactions newer
+        // than it: a read under way did not hold the stream.
+        let cursor = feed.stream_cursor(&cf, id);
+        feed.on_chunk(&cf, id, read, Ok(chunk), &mut outs);
+        if let Some(c) = cursor.filter(|c| *c > position + sluice_control::feed::CHUNK_TS_SLOTS) {
+            let v = format!(
+                "snapshot-chunk-behind-stream: a chunk of {id:?} on {name} read at {position} came back with its span's stream at {c}, past the position (a read under way must hold the stream below it)"
+            );
+            self.checker.violation.get_or_insert(v);
         }
         self.check_feed(name);
         for o in outs {
