@@ -228,6 +228,66 @@ async fn rows_by_key_ddls_and_watermarks_on_every_partition() {
     sink.close(d).await;
 }
 
+/// A batch large enough to be encoded on several lanes at once (`kafka::lanes`): every message
+/// arrives once, each key in one partition and its versions in commit order, and the flush's
+/// acknowledgement covers the whole batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_batch_on_several_lanes_keeps_each_keys_order() {
+    let broker = Broker::start().expect("broker");
+    let uri = broker.sink_uri("lanes", "protocol=canal-json&partition-num=3");
+    let rules = [DispatchRule {
+        matcher: vec!["db.*".into()],
+        partition: Some("index-value".into()),
+        ..Default::default()
+    }];
+    let sink = kafka_sink(&uri, &rules, None);
+    let schema = Arc::new(simple_schema("db", "t", 1, 0));
+    let d = dispatcher(1);
+    sink.open(d, Span::whole_table(TableId(1)), 0)
+        .await
+        .expect("open");
+    let (keys, versions) = (1500u64, 3u64);
+    let rows: Vec<_> = (0..versions)
+        .flat_map(|n| (1..=keys).map(move |k| (n, k)))
+        .enumerate()
+        .map(|(i, (n, k))| simple_insert(&schema, k, &n.to_string(), 1000 + i as u64, 0))
+        .collect();
+    let last = rows.last().expect("rows").commit_ts;
+    sink.write_rows(d, RowBatch { schema, rows })
+        .await
+        .expect("rows");
+    let acked = sink.flush(d).await.expect("flush");
+    assert!(acked >= last, "acknowledged {acked}, wrote up to {last}");
+    let want = (keys * versions) as usize;
+    let got = read_all(&broker, "lanes", want);
+    assert_eq!(got.len(), want, "every message once");
+    let mut seen: std::collections::BTreeMap<u64, (i32, Vec<u64>)> = Default::default();
+    for (p, _, v) in &got {
+        let j: serde_json::Value = serde_json::from_str(v).expect("json");
+        let field = |name: &str| -> u64 {
+            j["data"][0][name]
+                .as_str()
+                .expect(name)
+                .parse()
+                .expect("int")
+        };
+        let e = seen.entry(field("id")).or_insert((*p, Vec::new()));
+        assert_eq!(e.0, *p, "key {} in two partitions", field("id"));
+        e.1.push(field("v"));
+    }
+    assert_eq!(seen.len(), keys as usize);
+    for (k, (_, vs)) in &seen {
+        assert_eq!(
+            vs,
+            &(0..versions).collect::<Vec<_>>(),
+            "key {k} out of order"
+        );
+    }
+    let used: std::collections::BTreeSet<i32> = seen.values().map(|(p, _)| *p).collect();
+    assert_eq!(used.len(), 3, "1500 keys over 3 partitions use them all");
+    sink.close(d).await;
+}
+
 /// An update that changes the key is a delete then an insert, each in its key's partition; each
 /// Debezium message names the binlog file of its commit ts by the base name the sink was given.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,11 +11,12 @@
 //!   into another table's topic;
 //! - a table without a key is refused (`codec::avro`).
 
+use super::config::KafkaConfig;
 use super::registry::Registry;
 use super::{poisoned, Kafka};
 use crate::codec::avro::{self as codec, AvroOptions};
 use crate::error::{Result, SinkError};
-use sluice_types::{RowEvent, TableId, TableSchema, Ts};
+use sluice_types::{TableId, TableSchema, Ts};
 
 /// The header every avro message carries: the row's commit ts, in decimal.
 pub const COMMIT_TS_HEADER: &str = "sluice-commit-ts";
@@ -29,15 +30,16 @@ pub const MAX_IDS: usize = 65_536;
 pub(crate) type IdCache =
     std::sync::Mutex<std::collections::BTreeMap<(TableId, Ts, String), SchemaIds>>;
 
-impl Kafka {
-    pub(crate) fn avro_options(&self) -> AvroOptions {
-        AvroOptions {
-            tidb_extension: self.cfg.enable_tidb_extension,
-            decimal_as_string: self.cfg.avro_decimal_as_string,
-            bigint_unsigned_as_string: self.cfg.avro_bigint_unsigned_as_string,
-        }
+/// The Avro encoding options a sink configuration asks for.
+pub(crate) fn options(cfg: &KafkaConfig) -> AvroOptions {
+    AvroOptions {
+        tidb_extension: cfg.enable_tidb_extension,
+        decimal_as_string: cfg.avro_decimal_as_string,
+        bigint_unsigned_as_string: cfg.avro_bigint_unsigned_as_string,
     }
+}
 
+impl Kafka {
     fn registry(&self) -> Result<&Registry> {
         self.registry.as_ref().ok_or_else(|| SinkError::Registry {
             what: "setup".into(),
@@ -66,7 +68,7 @@ impl Kafka {
                 reason: "protocol=avro writes each table to its own topic, and no [[sink.dispatchers]] rule gives this table one: add a rule with topic = '…{schema}…{table}…' that matches it".into(),
             });
         }
-        let o = self.avro_options();
+        let o = options(&self.cfg);
         let key = codec::key_schema(schema, o)?.to_string();
         let value = codec::value_schema(schema, o)?.to_string();
         let registry = self.registry()?;
@@ -80,19 +82,6 @@ impl Kafka {
         }
         m.insert(at, ids);
         Ok(Some(ids))
-    }
-
-    /// The framed (key, value) of a row; the value is `None` for a delete (a tombstone).
-    pub(crate) fn encode_avro(
-        &self,
-        schema: &TableSchema,
-        row: &RowEvent,
-        (key_id, value_id): SchemaIds,
-    ) -> Result<super::Encoded> {
-        let o = self.avro_options();
-        let key = codec::frame(key_id, &codec::encode_key(schema, row, o)?);
-        let value = codec::encode_value(schema, row, o)?.map(|v| codec::frame(value_id, &v));
-        Ok((Some(key), value))
     }
 
     /// Checks the registry answers (changefeed create and update).

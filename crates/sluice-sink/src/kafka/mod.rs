@@ -6,9 +6,12 @@
 //!
 //! Invariants:
 //! - a dispatcher's ack rises only after the broker acknowledged every message before it
-//!   (`flush` waits for each delivery report; the runner raises the ack after `flush`);
-//! - messages go to the client as soon as a batch is encoded (not `transactional`), so encoding
-//!   the next batch overlaps the network; `flush` waits for the delivery report of every one;
+//!   (`flush` waits until the writer's [`delivery::Tally`] counted a report for every message
+//!   handed to the client, and fails at the first failed one; the runner raises the ack after
+//!   `flush`);
+//! - messages go to the client as a batch is encoded (not `transactional`), so encoding the
+//!   rest overlaps the network; a large batch is encoded and handed over on several lanes at
+//!   once, each partition's messages on one lane in the batch's order ([`lanes`]);
 //! - per partition, messages leave in the order they were produced: the idempotent producer
 //!   (`required-acks=-1`, the default) keeps that order and drops duplicates across the
 //!   client's own retries; a failed delivery fails the dispatcher, and its successor replays
@@ -30,6 +33,9 @@ pub mod config;
 pub mod consume;
 mod consume_avro;
 mod consume_read;
+mod delivery;
+mod encode;
+mod lanes;
 pub mod registry;
 pub mod route;
 pub mod security;
@@ -41,15 +47,16 @@ use crate::runner::{Backend, Runner, WriterSpec};
 use crate::{DdlRecord, RowBatch};
 use async_trait::async_trait;
 use config::{KafkaConfig, KafkaProtocol};
+use delivery::Tally;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{BaseRecord, FutureRecord, Producer};
 use rdkafka::ClientConfig;
 use route::{DispatchRule, Router};
 use sluice_types::{DdlEvent, RowEvent, RowKind, TableSchema, Ts};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -80,7 +87,7 @@ impl Message {
         self.value.as_ref().map_or(0, Vec::len) + self.key.as_ref().map_or(0, Vec::len)
     }
 
-    /// The record of this message, headers included.
+    /// The record of this message, headers included (a transactional producer's).
     pub(crate) fn record(&self) -> FutureRecord<'_, [u8], [u8]> {
         let mut rec = FutureRecord::to(&self.topic).partition(self.partition);
         if let Some(v) = &self.value {
@@ -89,14 +96,34 @@ impl Message {
         if let Some(k) = &self.key {
             rec = rec.key(k.as_slice());
         }
-        if let Some(ts) = self.commit_ts {
-            let ts = ts.to_string();
-            rec = rec.headers(OwnedHeaders::new().insert(Header {
-                key: avro::COMMIT_TS_HEADER,
-                value: Some(ts.as_bytes()),
-            }));
+        if let Some(h) = self.headers() {
+            rec = rec.headers(h);
         }
         rec
+    }
+
+    /// The record of this message for the sink's producer, its report counted in `tally`.
+    fn base_record(&self, tally: Arc<Tally>) -> BaseRecord<'_, [u8], [u8], Arc<Tally>> {
+        let mut rec = BaseRecord::with_opaque_to(&self.topic, tally).partition(self.partition);
+        if let Some(v) = &self.value {
+            rec = rec.payload(v.as_slice());
+        }
+        if let Some(k) = &self.key {
+            rec = rec.key(k.as_slice());
+        }
+        if let Some(h) = self.headers() {
+            rec = rec.headers(h);
+        }
+        rec
+    }
+
+    /// The `sluice-commit-ts` header (Avro's messages).
+    fn headers(&self) -> Option<OwnedHeaders> {
+        let ts = self.commit_ts?.to_string();
+        Some(OwnedHeaders::new().insert(Header {
+            key: avro::COMMIT_TS_HEADER,
+            value: Some(ts.as_bytes()),
+        }))
     }
 }
 
@@ -126,20 +153,15 @@ impl VersionParts {
     }
 }
 
-/// A message handed to the client: its delivery report to come, and its topic for errors.
-struct Delivery {
-    report: rdkafka::producer::DeliveryFuture,
-    topic: String,
-}
-
 /// A dispatcher's buffer.
 #[derive(Default)]
 pub struct KafkaWriter {
-    /// Encoded and not yet handed to the client (all of a flush with `transactional=true`).
+    /// Encoded and kept for the flush's Kafka transaction (`transactional=true` only: without
+    /// it, messages go to the client as they are encoded).
     pending: Vec<Message>,
-    /// Handed to the client, delivery not yet reported, in the order sent.
-    inflight: VecDeque<Delivery>,
-    /// Bytes of `pending` and `inflight`.
+    /// Handed to the client: their delivery reports (replaced by a new tally on discard).
+    inflight: Arc<Tally>,
+    /// Bytes of `pending` and of what was handed to the client since the last flush.
     bytes: usize,
     /// `transactional=true`: the dispatcher's transactional producer ([`txn`]).
     txn: Option<txn::Txn>,
@@ -159,14 +181,11 @@ pub struct Kafka {
     /// The changefeed (transactional ids and progress records name it).
     changefeed: String,
     router: Router,
-    producer: FutureProducer,
+    /// Row encoding and the producer, shared with the lanes ([`lanes`]).
+    enc: Arc<encode::Encoder>,
     admin: AdminClient<DefaultClientContext>,
     /// Partition count of each topic used so far (the topics watermarks go to).
     partitions: Mutex<BTreeMap<String, i32>>,
-    /// `large-message-handle-option=claim-check`: where large messages go.
-    claim: Option<claim::ClaimCheck>,
-    /// The upstream's binlog base name (Debezium's `source.file`; `None`: not known).
-    binlog_base: Option<String>,
     /// The message parts per table version (table id, version), built once.
     parts: Mutex<BTreeMap<(sluice_types::TableId, Ts), Arc<VersionParts>>>,
     /// `protocol=avro`: the schema registry, and the ids of each table version's schemas.
@@ -216,8 +235,7 @@ impl KafkaConfig {
         fence: Option<crate::WriteFence>,
         binlog_base: Option<&str>,
     ) -> Result<Arc<dyn crate::Sink>> {
-        let mut backend = self.backend(changefeed, rules)?;
-        backend.binlog_base = binlog_base.map(str::to_string);
+        let backend = self.backend(changefeed, rules, binlog_base)?;
         let sink = Runner::with_backend(backend);
         if let Some(f) = fence {
             sink.set_fence(f)?;
@@ -228,7 +246,7 @@ impl KafkaConfig {
     /// Checks the brokers answer and the URI's topic exists or may be created (changefeed
     /// create and update).
     pub async fn probe(&self) -> Result<()> {
-        let k = self.backend("", &[])?;
+        let k = self.backend("", &[], None)?;
         k.probe_registry().await?;
         k.partition_count(&self.topic)
             .await
@@ -236,26 +254,36 @@ impl KafkaConfig {
             .map_err(|e| self.security.explain(e))
     }
 
-    /// The backend of changefeed `changefeed` routing by `rules` (the probe: none of either).
-    fn backend(&self, changefeed: &str, rules: &[DispatchRule]) -> Result<Kafka> {
+    /// The backend of changefeed `changefeed` routing by `rules` (the probe: none of either),
+    /// naming binlog files by `binlog_base`.
+    fn backend(
+        &self,
+        changefeed: &str,
+        rules: &[DispatchRule],
+        binlog_base: Option<&str>,
+    ) -> Result<Kafka> {
         let masked = format!("kafka://{}/{}", self.brokers.join(","), self.topic);
         let claim = self.claim_check.as_deref();
         Ok(Kafka {
             cfg: self.clone(),
             changefeed: changefeed.to_string(),
-            claim: claim.map(claim::ClaimCheck::open).transpose()?,
             router: Router::new(&self.topic, rules)
                 .map_err(|e| SinkError::invalid_uri(&masked, e))?,
-            producer: self
-                .client()
-                .create()
-                .map_err(|e| broker_error("creating the Kafka producer", &e))?,
+            enc: Arc::new(encode::Encoder {
+                cfg: self.clone(),
+                binlog_base: binlog_base.map(str::to_string),
+                claim: claim.map(claim::ClaimCheck::open).transpose()?,
+                producer: Arc::new(
+                    self.client()
+                        .create_with_context(delivery::Reports)
+                        .map_err(|e| broker_error("creating the Kafka producer", &e))?,
+                ),
+            }),
             admin: self
                 .client()
                 .create()
                 .map_err(|e| broker_error("creating the Kafka admin client", &e))?,
             partitions: Mutex::new(BTreeMap::new()),
-            binlog_base: None,
             parts: Mutex::new(BTreeMap::new()),
             registry: self
                 .schema_registry
@@ -306,7 +334,7 @@ impl Kafka {
 
     /// The partition count of an existing topic; `None` when the broker does not know it.
     async fn existing_partitions(&self, topic: &str) -> Result<Option<i32>> {
-        let producer = self.producer.clone();
+        let producer = self.enc.producer.clone();
         let (t, timeout) = (topic.to_string(), self.cfg.dial_timeout);
         let md = tokio::task::spawn_blocking(move || {
             producer.client().fetch_metadata(Some(&t), timeout)
@@ -432,96 +460,36 @@ impl Kafka {
         .await
     }
 
-    /// The (key, value) of a row's message (`avro`: its schemas' registry ids, with Avro;
-    /// `parts`: its table version's).
-    fn encode_row(
-        &self,
-        schema: &TableSchema,
-        row: &RowEvent,
-        avro: Option<avro::SchemaIds>,
-        parts: &VersionParts,
-    ) -> Result<Encoded> {
-        match avro {
-            Some(ids) => self.encode_avro(schema, row, ids),
-            None => self
-                .encode_value(schema, row, parts)
-                .map(|(k, v)| (k, Some(v))),
-        }
-    }
-
-    fn encode_value(
-        &self,
-        schema: &TableSchema,
-        row: &RowEvent,
-        parts: &VersionParts,
-    ) -> Result<(Option<Vec<u8>>, Vec<u8>)> {
-        match (&parts.parts, self.cfg.protocol) {
-            (_, KafkaProtocol::Avro) => Err(SinkError::Codec(
-                "an avro row needs its schema ids (encode_row)".into(),
-            )),
-            (Parts::Canal(layout), KafkaProtocol::CanalJson) => {
-                let mut v = parts.buffer();
-                let tidb = self.cfg.enable_tidb_extension;
-                crate::codec::canal::encode_row_message_with(&mut v, layout, tidb, schema, row)?;
-                parts.encoded(&v);
-                Ok((None, v.into_bytes()))
-            }
-            (Parts::Debezium(envelope), KafkaProtocol::Debezium) => {
-                let mut v = parts.buffer();
-                let origin = self.debezium_origin();
-                crate::codec::debezium::write_row_value(&mut v, envelope, origin, schema, row)?;
-                parts.encoded(&v);
-                let k = crate::codec::debezium::encode_key_with(envelope, schema, row);
-                Ok((k.map(String::into_bytes), v.into_bytes()))
-            }
-            (_, KafkaProtocol::CanalJson | KafkaProtocol::Debezium) => Err(SinkError::Codec(
-                "a row's table version parts were built for another protocol".into(),
-            )),
-            (_, KafkaProtocol::OpenProtocol) => {
-                let (k, v) = crate::codec::open::encode_row(schema, row)?;
-                Ok((Some(k), v))
-            }
-            (_, KafkaProtocol::Simple) => Ok((
-                None,
-                crate::codec::simple::encode_row(schema, row)?.into_bytes(),
-            )),
-        }
-    }
-
     /// Simple protocol: a BOOTSTRAP message to every partition of `topic` before the first row
     /// of each table version a dispatcher writes, and again every `BOOTSTRAP_EVERY` rows.
-    fn bootstrap(&self, w: &mut KafkaWriter, schema: &TableSchema, topic: &str, partitions: i32) {
+    fn bootstrap(
+        &self,
+        w: &mut KafkaWriter,
+        v: &lanes::Version,
+        partitions: i32,
+        out: &mut Vec<lanes::Item>,
+    ) {
         if self.cfg.protocol != KafkaProtocol::Simple {
             return;
         }
         let n = w
             .bootstrapped
-            .entry((schema.table_id, schema.version))
+            .entry((v.schema.table_id, v.schema.version))
             .or_insert(0);
         *n += 1;
         if *n != 1 && *n <= crate::codec::simple::BOOTSTRAP_EVERY {
             return;
         }
         *n = 1;
-        let value = crate::codec::simple::encode_bootstrap(schema).into_bytes();
+        let value = crate::codec::simple::encode_bootstrap(&v.schema).into_bytes();
         for partition in 0..partitions {
-            w.bytes += value.len();
-            w.pending.push(Message {
-                topic: topic.to_string(),
+            out.push(lanes::Item::Ready(Message {
+                topic: v.topic.clone(),
                 partition,
                 key: None,
                 value: Some(value.clone()),
                 commit_ts: None,
-            });
-        }
-    }
-
-    /// Who writes the Debezium messages: the topic as the logical server name, and the
-    /// upstream's binlog base name.
-    fn debezium_origin(&self) -> crate::codec::debezium::Origin<'_> {
-        crate::codec::debezium::Origin {
-            name: &self.cfg.topic,
-            binlog_base: self.binlog_base.as_deref(),
+            }));
         }
     }
 
@@ -571,8 +539,11 @@ impl Kafka {
                 (None, v.into_bytes())
             }
             KafkaProtocol::Debezium => {
-                let v =
-                    crate::codec::debezium::encode_ddl_value(self.debezium_origin(), ddl, table);
+                let v = crate::codec::debezium::encode_ddl_value(
+                    self.enc.debezium_origin(),
+                    ddl,
+                    table,
+                );
                 (None, v.into_bytes())
             }
             KafkaProtocol::OpenProtocol => {
@@ -607,92 +578,48 @@ impl Kafka {
         }
     }
 
-    /// With claim-check, a message over `max-message-bytes` is stored and replaced by its
-    /// reference (see [`claim`]).
-    async fn claim_if_large(
-        &self,
-        m: &mut Message,
-        schema: &TableSchema,
-        row: &RowEvent,
-    ) -> Result<()> {
-        let Some(c) = &self.claim else {
-            return Ok(());
-        };
-        let Some(value) = m.value.as_deref() else {
-            return Ok(());
-        };
-        if (value.len() as u64) <= self.cfg.max_message_bytes {
-            return Ok(());
-        }
-        let name = c.put(schema, row, value).await?;
-        m.value = Some(claim::reference_message(schema, row, &name).into_bytes());
-        Ok(())
-    }
-
-    fn check_size(&self, m: &Message, what: &dyn Fn() -> String) -> Result<()> {
-        let size = m.len();
-        if size as u64 > self.cfg.max_message_bytes {
-            return Err(SinkError::Broker {
-                what: what(),
-                reason: format!(
-                    "the message is {size} bytes, more than max-message-bytes={} (raise it, and the broker's and topic's max.message.bytes, to carry it)",
-                    self.cfg.max_message_bytes
-                ),
-                retryable: false,
-            });
-        }
-        Ok(())
-    }
-
     /// Sends `messages` in order and waits for every delivery report.
     async fn produce(&self, messages: &[Message], fence: &BoundFence) -> Result<()> {
-        let mut inflight = VecDeque::with_capacity(messages.len());
-        self.send(messages, &mut inflight, fence).await?;
-        await_deliveries(&mut inflight).await
+        let tally = Arc::new(Tally::default());
+        self.send(messages, &tally, fence).await?;
+        tally.settled().await
     }
 
-    /// Hands the writer's pending messages to the client (not `transactional`), their reports
-    /// to `inflight`.
-    async fn send_pending(&self, w: &mut KafkaWriter, fence: &BoundFence) -> Result<()> {
-        if w.pending.is_empty() {
-            return Ok(());
-        }
-        self.send(&w.pending, &mut w.inflight, fence).await?;
-        w.pending.clear();
-        Ok(())
-    }
-
-    /// Hands `messages` to the client in order, their delivery reports appended to `inflight`.
-    /// A full client queue waits for the oldest report first.
+    /// Hands `messages` to the client in order, their reports counted in `tally`. A full
+    /// client queue waits for what `tally` has in flight first.
     async fn send(
         &self,
         messages: &[Message],
-        inflight: &mut VecDeque<Delivery>,
+        tally: &Arc<Tally>,
         fence: &BoundFence,
     ) -> Result<()> {
         fence.check("produce to Kafka")?;
         for m in messages {
-            let mut rec = m.record();
-            loop {
-                match self.producer.send_result(rec) {
-                    Ok(report) => {
-                        inflight.push_back(Delivery {
-                            report,
-                            topic: m.topic.clone(),
-                        });
-                        break;
-                    }
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        rec = back;
-                        match inflight.pop_front() {
-                            Some(d) => delivered(d.report, &d.topic).await?,
-                            None => tokio::time::sleep(Duration::from_millis(10)).await,
-                        }
-                    }
-                    Err((e, _)) => {
-                        return Err(broker_error(format!("producing to {}", m.topic), &e))
-                    }
+            while !delivery::offer(&self.enc.producer, m, tally)? {
+                match tally.in_flight() {
+                    0 => tokio::time::sleep(Duration::from_millis(10)).await,
+                    _ => tally.settled().await?,
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands each encoded piece of a batch to the client in order as it comes (not
+    /// `transactional`; with it, keeps them for the flush's transaction).
+    async fn take_pieces(
+        &self,
+        w: &mut KafkaWriter,
+        pieces: &mut lanes::Pieces,
+        fence: &BoundFence,
+    ) -> Result<()> {
+        while let Some(piece) = pieces.next().await {
+            let messages = piece?;
+            w.bytes += messages.iter().map(Message::len).sum::<usize>();
+            match w.txn {
+                Some(_) => w.pending.extend(messages),
+                // Out now: the client batches and sends while the rest is encoded.
+                None => self.send(&messages, &w.inflight, fence).await?,
             }
         }
         Ok(())
@@ -728,30 +655,6 @@ pub(crate) fn poisoned() -> SinkError {
     }
 }
 
-/// Waits for every report in `inflight`, oldest first; the first failure is the result (the
-/// rest are dropped: the dispatcher fails and its successor replays from the checkpoint).
-async fn await_deliveries(inflight: &mut VecDeque<Delivery>) -> Result<()> {
-    while let Some(d) = inflight.pop_front() {
-        if let Err(e) = delivered(d.report, &d.topic).await {
-            inflight.clear();
-            return Err(e);
-        }
-    }
-    Ok(())
-}
-
-async fn delivered(f: rdkafka::producer::DeliveryFuture, topic: &str) -> Result<()> {
-    match f.await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err((e, _))) => Err(broker_error(format!("delivering to {topic}"), &e)),
-        Err(_) => Err(SinkError::Broker {
-            what: format!("delivering to {topic}"),
-            reason: "the producer was dropped".into(),
-            retryable: true,
-        }),
-    }
-}
-
 /// An update that changes the row's key, as a delete of the old key and an insert of the new.
 fn split_key_change(schema: &TableSchema, row: RowEvent) -> Vec<RowEvent> {
     let changed = row.kind == RowKind::Update
@@ -782,7 +685,7 @@ impl Backend for Kafka {
         };
         Ok(KafkaWriter {
             pending: Vec::new(),
-            inflight: VecDeque::new(),
+            inflight: Arc::new(Tally::default()),
             bytes: 0,
             txn,
             max_ts: 0,
@@ -797,16 +700,23 @@ impl Backend for Kafka {
         batch: RowBatch,
         fence: &BoundFence,
     ) -> Result<bool> {
-        let schema = &batch.schema;
+        let schema = batch.schema;
         let topic = self.router.topic(&schema.database, &schema.name);
         let partitions = self.partition_count(&topic).await?;
-        let avro = self.avro_ids(schema, &topic).await?;
-        let parts = self.parts(schema)?;
+        let avro = self.avro_ids(&schema, &topic).await?;
+        let parts = self.parts(&schema)?;
         self.load_committed(w).await?;
+        let v = Arc::new(lanes::Version {
+            schema,
+            topic,
+            avro,
+            parts,
+        });
+        let mut items = Vec::with_capacity(batch.rows.len());
         for row in batch
             .rows
             .into_iter()
-            .flat_map(|r| split_key_change(schema, r))
+            .flat_map(|r| split_key_change(&v.schema, r))
         {
             if let Some(t) = &w.txn {
                 // An earlier dispatcher's committed transaction holds it already.
@@ -815,36 +725,21 @@ impl Backend for Kafka {
                 }
             }
             w.max_ts = w.max_ts.max(row.commit_ts);
-            self.bootstrap(w, schema, &topic, partitions);
-            let partition = self.router.partition(schema, &row, partitions)?;
-            let (key, value) = self.encode_row(schema, &row, avro, &parts)?;
-            let mut m = Message {
-                topic: topic.clone(),
-                partition,
-                key,
-                value,
-                commit_ts: avro.map(|_| row.commit_ts),
-            };
-            self.claim_if_large(&mut m, schema, &row).await?;
-            self.check_size(&m, &|| {
-                format!(
-                    "a row of {} at commit ts {}",
-                    schema.qualified_name(),
-                    row.commit_ts
-                )
-            })?;
-            w.bytes += m.len();
-            w.pending.push(m);
+            self.bootstrap(w, &v, partitions, &mut items);
+            let partition = self.router.partition(&v.schema, &row, partitions)?;
+            items.push(lanes::Item::Row { partition, row });
         }
-        if w.txn.is_none() {
-            // Out now: the client batches and sends while the next batch is encoded.
-            self.send_pending(w, fence).await?;
+        let mut pieces = lanes::Pieces::start(&self.enc, v, items);
+        let taken = self.take_pieces(w, &mut pieces, fence).await;
+        if taken.is_err() {
+            pieces.finish().await;
         }
+        taken?;
         Ok(w.bytes >= MAX_BUFFERED_BYTES)
     }
 
     fn has_buffered(&self, w: &KafkaWriter) -> bool {
-        !w.pending.is_empty() || !w.inflight.is_empty()
+        !w.pending.is_empty() || w.inflight.unsettled()
     }
 
     fn set_open(&self, w: &mut KafkaWriter, open: bool) {
@@ -860,8 +755,7 @@ impl Backend for Kafka {
                 self.commit(w, fence).await?;
             }
         } else {
-            self.send_pending(w, fence).await?;
-            await_deliveries(&mut w.inflight).await?;
+            w.inflight.settled().await?;
         }
         w.pending.clear();
         w.bytes = 0;
@@ -890,7 +784,8 @@ impl Backend for Kafka {
                 value: Some(value),
                 commit_ts: None,
             };
-            self.check_size(&m, &|| format!("the DDL at commit ts {}", ddl.commit_ts))?;
+            self.enc
+                .check_size(&m, &|| format!("the DDL at commit ts {}", ddl.commit_ts))?;
             msgs.push(m);
         }
         self.produce(&msgs, fence).await
@@ -942,7 +837,7 @@ impl Backend for Kafka {
         .await;
         w.pending.clear();
         // Their reports are not waited for: the dispatcher replays from its checkpoint.
-        w.inflight.clear();
+        w.inflight = Arc::new(Tally::default());
         w.bytes = 0;
     }
 
