@@ -1063,4 +1063,25 @@ mod tests {
         );
         assert_eq!(p.len(), 3);
     }
+
+    #[test]
+    fn a_bounded_range_is_after_its_start_and_up_to_its_bound_included() {
+        let (a, b) = (
+            col("a", ColumnType::VarChar, false),
+            col("b", ColumnType::BigInt, false),
+        );
+        let start = [CursorValue::Bytes(b"r1".to_vec()), CursorValue::Int(7)];
+        let bound = [CursorValue::Bytes(b"r3".to_vec()), CursorValue::Int(2)];
+        let (w, p) = range_where(&[&a, &b], Some(&start), Some(&bound));
+        assert_eq!(
+            w,
+            " WHERE ((`a` > ?) OR (`a` = ? AND `b` > ?)) AND \
+             ((`a` < ?) OR (`a` = ? AND `b` < ?) OR (`a` = ? AND `b` = ?))"
+        );
+        assert_eq!(p.len(), 3 + 5);
+        let (w, p) = range_where(&[&a, &b], None, None);
+        assert!(w.is_empty() && p.is_empty(), "the whole table");
+        let (w, _) = range_where(&[&a, &b], None, Some(&bound));
+        assert!(w.starts_with(" WHERE ((`a` < ?)"), "{w}");
+    }
 }

@@ -202,7 +202,7 @@ pub enum Input {
     ChunkQueued {
         cf: ChangefeedId,
         id: DispatcherId,
-        /// The read it answers (`Effect::ReadChunk::read`).
+        /// The read it answers (`ChunkAsk::read`).
         read: u64,
         ts: Ts,
         cursor: Option<Vec<u8>>,
@@ -321,6 +321,37 @@ pub enum TraceEvent {
     Log(String),
 }
 
+/// A snapshot chunk read of a subscribed dispatcher's span: at most `limit` rows of the span
+/// after `after` (a cursor or bound; `None`: from the start) and up to `upto` (a bound from
+/// [`ChunkProbe`], included; `None`: to the span's end), in the upstream's key order, in one
+/// consistent read at a known binlog position (all of a keyless table). A dispatcher may have
+/// several reads of disjoint ranges under way; `read` tells them apart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkAsk {
+    pub cf: ChangefeedId,
+    pub id: DispatcherId,
+    pub read: u64,
+    pub span: Span,
+    pub after: Option<Vec<u8>>,
+    pub upto: Option<Vec<u8>>,
+    pub limit: usize,
+    pub keyless: bool,
+}
+
+/// Where the next `count` chunks of `rows` rows of the span after `after` end: the key of every
+/// `rows`-th row after it, in the upstream's key order, as cursors (fewer when the span has
+/// fewer rows left; not a consistent read: any key is a valid bound).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkProbe {
+    pub cf: ChangefeedId,
+    pub id: DispatcherId,
+    pub probe: u64,
+    pub span: Span,
+    pub after: Option<Vec<u8>>,
+    pub rows: usize,
+    pub count: usize,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
     Send {
@@ -365,37 +396,13 @@ pub enum Effect {
         cf: ChangefeedId,
         id: DispatcherId,
     },
-    /// Read a snapshot chunk of a subscribed dispatcher's span: at most `limit` rows of the
-    /// span after `after` (a cursor or bound; `None`: from the start) and up to `upto` (a bound
-    /// from `Effect::ProbeChunks`, included; `None`: to the span's end), in the upstream's key
-    /// order, in one consistent read at a known binlog position (all of a keyless table). A
-    /// dispatcher may have several reads of disjoint ranges under way (`read` tells them
-    /// apart); the feed holds its stream below every position they may be at until the shell
-    /// hands it the rows ([`crate::feed::Feed::on_chunk`]) or the failure
-    /// (`Input::ChunkFailed`).
-    ReadChunk {
-        cf: ChangefeedId,
-        id: DispatcherId,
-        read: u64,
-        span: Span,
-        after: Option<Vec<u8>>,
-        upto: Option<Vec<u8>>,
-        limit: usize,
-        keyless: bool,
-    },
-    /// Find where the next `count` chunks of `rows` rows of the span after `after` end: the key
-    /// of every `rows`-th row after it, in the upstream's key order, as cursors (fewer when the
-    /// span has fewer rows left; not a consistent read: any key is a valid bound). Answered by
+    /// Read a snapshot chunk ([`ChunkAsk`]). The feed holds the dispatcher's stream below
+    /// every position its reads under way may be at until the shell hands it the rows
+    /// ([`crate::feed::Feed::on_chunk`]) or the failure (`Input::ChunkFailed`).
+    ReadChunk(ChunkAsk),
+    /// Find where the next chunks of a span end ([`ChunkProbe`]), answered by
     /// `Input::ChunkBounds`. The shell's, past the feed.
-    ProbeChunks {
-        cf: ChangefeedId,
-        id: DispatcherId,
-        probe: u64,
-        span: Span,
-        after: Option<Vec<u8>>,
-        rows: usize,
-        count: usize,
-    },
+    ProbeChunks(ChunkProbe),
     Sink(SinkCommand),
     /// The coordinator persisted this changefeed checkpoint (its write succeeded): the sink's own
     /// checkpoint record and the event store's garbage collection may follow it. The one way the

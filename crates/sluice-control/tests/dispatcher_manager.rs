@@ -1401,16 +1401,16 @@ fn create_copying(d: DispatcherId) -> Message {
 /// the span holds less than a chunk) and reads; the id of the read it asked for.
 fn first_read(dm: &mut DispatcherManager, d: DispatcherId, now: u64, out: &mut Vec<Effect>) -> u64 {
     let probe = out.iter().find_map(|e| match e {
-        Effect::ProbeChunks { id, probe, .. } if *id == d => Some(*probe),
+        Effect::ProbeChunks(p) if p.id == d => Some(p.probe),
         _ => None,
     });
     let probe = probe.expect("the copy finds its chunks' bounds first");
     let mut after = Vec::new();
     dm.on_chunk_bounds(now, d, probe, Ok(vec![]), &mut after);
     let read = after.iter().find_map(|e| match e {
-        Effect::ReadChunk { id, read, upto, .. } if *id == d => {
-            assert_eq!(*upto, None, "no bound: the read runs to the span's end");
-            Some(*read)
+        Effect::ReadChunk(r) if r.id == d => {
+            assert_eq!(r.upto, None, "no bound: the read runs to the span's end");
+            Some(r.read)
         }
         _ => None,
     });

@@ -597,7 +597,7 @@ fn ask(feed: &mut Feed<Row>, src: &Mem, keyless: bool) {
         a.1.push_back(id);
         id
     });
-    let read = Effect::ReadChunk {
+    let read = Effect::ReadChunk(sluice_control::io::ChunkAsk {
         cf: cf(),
         id: D,
         read,
@@ -606,10 +606,10 @@ fn ask(feed: &mut Feed<Row>, src: &Mem, keyless: bool) {
         upto: None,
         limit: 100,
         keyless,
-    };
+    });
     feed.on_effect(src, read, &mut out);
     assert!(
-        matches!(out.as_slice(), [FeedOut::Effect(Effect::ReadChunk { .. })]),
+        matches!(out.as_slice(), [FeedOut::Effect(Effect::ReadChunk(_))]),
         "{out:?}"
     );
 }

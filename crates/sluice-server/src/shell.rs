@@ -742,41 +742,8 @@ impl Shell {
             } => self.load_floor(cf, id, sink_uri, table, after),
             // The feed's: they never reach the shell.
             Effect::Subscribe { .. } | Effect::Unsubscribe { .. } => {}
-            Effect::ReadChunk {
-                cf,
-                id,
-                read,
-                span,
-                after,
-                upto,
-                limit,
-                ..
-            } => self.read_snapshot_chunk(crate::snapshot::ChunkAsk {
-                cf,
-                id,
-                read,
-                span,
-                after,
-                upto,
-                limit,
-            }),
-            Effect::ProbeChunks {
-                cf,
-                id,
-                probe,
-                span,
-                after,
-                rows,
-                count,
-            } => self.probe_snapshot_chunks(crate::snapshot::Probe {
-                cf,
-                id,
-                probe,
-                span,
-                after,
-                rows,
-                count,
-            }),
+            Effect::ReadChunk(ask) => self.read_snapshot_chunk(ask),
+            Effect::ProbeChunks(probe) => self.probe_snapshot_chunks(probe),
             Effect::Sink(cmd) => self.sink_command(cmd),
             Effect::CheckpointPersisted { cf, ts } => self.on_persisted_checkpoint(cf, ts),
             Effect::Trace(t) => self.trace(t),

@@ -18,7 +18,7 @@
 use crate::shell::Shell;
 use sluice_capture::snapshot_read::{read_chunk, SnapshotChunk};
 use sluice_control::feed::{chunk_ts, ChunkConsistency, ChunkRead};
-use sluice_control::io::Input;
+use sluice_control::io::{ChunkAsk, ChunkProbe, Input};
 use sluice_types::{ChangefeedId, DispatcherId, RowEvent, RowKind, Span, TableSchema, Ts};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -33,28 +33,6 @@ pub enum SnapshotDone {
     Chunk(ChunkDone),
     /// `Effect::ProbeChunks`, answered (`Input::ChunkBounds`).
     Bounds(Input),
-}
-
-/// `Effect::ReadChunk`, as the shell carries it out.
-pub struct ChunkAsk {
-    pub cf: ChangefeedId,
-    pub id: DispatcherId,
-    pub read: u64,
-    pub span: Span,
-    pub after: Option<Vec<u8>>,
-    pub upto: Option<Vec<u8>>,
-    pub limit: usize,
-}
-
-/// `Effect::ProbeChunks`, as the shell carries it out.
-pub struct Probe {
-    pub cf: ChangefeedId,
-    pub id: DispatcherId,
-    pub probe: u64,
-    pub span: Span,
-    pub after: Option<Vec<u8>>,
-    pub rows: usize,
-    pub count: usize,
 }
 
 /// A chunk read finished (or failed), back on the shell's task.
@@ -113,7 +91,7 @@ impl Shell {
 
     /// `Effect::ProbeChunks`: the bounds found on a task; the answer comes back as
     /// `Input::ChunkBounds`.
-    pub(crate) fn probe_snapshot_chunks(&mut self, p: Probe) {
+    pub(crate) fn probe_snapshot_chunks(&mut self, p: ChunkProbe) {
         let tx = self.chunk_sender();
         let (cf, id, probe) = (p.cf.clone(), p.id, p.probe);
         let bounds = move |result| {
@@ -165,6 +143,7 @@ impl Shell {
             after,
             upto,
             limit,
+            ..
         } = r;
         let schema = match self.snapshot_table(&span) {
             Ok(s) => s,

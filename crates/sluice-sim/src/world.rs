@@ -111,12 +111,7 @@ enum Ev {
     ChunkRead {
         node: String,
         inc: u64,
-        cf: ChangefeedId,
-        id: DispatcherId,
-        read: u64,
-        span: sluice_types::Span,
-        /// The range: after `after`, up to `upto` included, at most `limit` rows.
-        range: (Option<Vec<u8>>, Option<Vec<u8>>, usize),
+        ask: sluice_control::io::ChunkAsk,
         /// What capture had when the read was asked (a window read may see the upstream as it
         /// was then: `x-snapshot-read = "window"`).
         asked: sluice_types::Ts,
@@ -126,9 +121,7 @@ enum Ev {
     ChunkAnswer {
         node: String,
         inc: u64,
-        cf: ChangefeedId,
-        id: DispatcherId,
-        read: u64,
+        ask: sluice_control::io::ChunkAsk,
         chunk: sluice_control::feed::ChunkRead<crate::upstream::SimRow>,
     },
 }

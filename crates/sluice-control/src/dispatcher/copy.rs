@@ -189,7 +189,7 @@ impl Copy {
             if i > 0 && !skip {
                 break;
             }
-            let Some(r) = self.ranges.drain(..=i).last() else {
+            let Some(r) = self.ranges.drain(..=i).next_back() else {
                 break;
             };
             assert!(!self.durable.done, "a finished copy progressed again");
@@ -459,7 +459,7 @@ impl DispatcherManager {
         c.next_id += 1;
         c.reads.insert(read);
         c.ranges[i].state = RangeState::Reading(read);
-        out.push(Effect::ReadChunk {
+        out.push(Effect::ReadChunk(crate::io::ChunkAsk {
             cf,
             id,
             read,
@@ -468,7 +468,7 @@ impl DispatcherManager {
             upto: c.ranges[i].upto.clone(),
             limit: if c.keyless { usize::MAX } else { c.chunk_rows },
             keyless: c.keyless,
-        });
+        }));
         true
     }
 
@@ -485,7 +485,7 @@ impl DispatcherManager {
         let probe = c.next_id;
         c.next_id += 1;
         c.probing = Some((probe, after.clone()));
-        out.push(Effect::ProbeChunks {
+        out.push(Effect::ProbeChunks(crate::io::ChunkProbe {
             cf,
             id,
             probe,
@@ -493,7 +493,7 @@ impl DispatcherManager {
             after,
             rows: c.chunk_rows,
             count: MAX_CHUNKS_AHEAD,
-        });
+        }));
     }
 
     /// `Input::ChunkBounds`: the bounds of the probe under way cut the copy's last range
@@ -603,8 +603,11 @@ mod tests {
         vec![k]
     }
 
+    /// A read's id and its range (after, up to).
+    type Read = (u64, Option<Vec<u8>>, Option<Vec<u8>>);
+
     /// Starts the next read as the manager does; its id and range.
-    fn start_read(c: &mut Copy, now: Millis) -> Option<(u64, Option<Vec<u8>>, Option<Vec<u8>>)> {
+    fn start_read(c: &mut Copy, now: Millis) -> Option<Read> {
         if !c.wants_read(0, now) {
             return None;
         }

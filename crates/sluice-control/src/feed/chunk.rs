@@ -169,6 +169,31 @@ impl<R: FeedRow> Feed<R> {
             );
             return out.push(failed(why));
         };
+        let (cursor, more) = (chunk.cursor.clone(), chunk.more);
+        let rows = self.hold_chunk(&key, ts, chunk, asked);
+        out.push(FeedOut::Input(Input::ChunkQueued {
+            cf: cf.clone(),
+            id,
+            read,
+            ts,
+            cursor,
+            more,
+            rows,
+        }));
+    }
+
+    /// Holds a chunk of the lane `key` at `ts` (in ts order with the others), its rows counted
+    /// in flight; how many rows it has.
+    fn hold_chunk(
+        &mut self,
+        key: &LaneKey,
+        ts: Ts,
+        chunk: ChunkRead<R>,
+        asked: AskedRead,
+    ) -> usize {
+        let Some(lane) = self.lanes.get_mut(key) else {
+            return 0;
+        };
         let rows: Vec<R> = chunk.rows.into_iter().map(|r| r.at_ts(ts)).collect();
         let bytes: u64 = rows.iter().map(|r| r.size() as u64).sum();
         let n = rows.len();
@@ -178,6 +203,10 @@ impl<R: FeedRow> Feed<R> {
             keyless: asked.keyless,
         });
         let at = lane.chunks.partition_point(|c| c.ts < ts);
+        assert!(
+            lane.chunks.get(at).is_none_or(|c| c.ts != ts),
+            "two held chunks of one stream at ts {ts}"
+        );
         lane.chunks.insert(
             at,
             HeldChunk {
@@ -189,27 +218,19 @@ impl<R: FeedRow> Feed<R> {
             },
         );
         self.inflight_bytes += bytes;
-        out.push(FeedOut::Input(Input::ChunkQueued {
-            cf: cf.clone(),
-            id,
-            read,
-            ts,
-            cursor: chunk.cursor,
-            more: chunk.more,
-            rows: n,
-        }));
+        n
     }
 
     /// `Effect::ReadChunk`: the dispatcher's stream waits below the position the read may be
     /// at; the read goes to the shell.
     pub(super) fn read_chunk(&mut self, complete: Ts, e: Effect, out: &mut Vec<FeedOut<R>>) {
-        let Effect::ReadChunk {
+        let Effect::ReadChunk(crate::io::ChunkAsk {
             cf,
             id,
             read,
             keyless,
             ..
-        } = &e
+        }) = &e
         else {
             return;
         };
@@ -433,7 +454,35 @@ fn changed_keys<S: EventSource>(
     }
 }
 
+/// What a lane's stream does next ([`super::Lane::next_step`]).
+pub(super) enum Next {
+    /// Its first held chunk goes out.
+    HandOut,
+    /// It reads the source up to this ts.
+    ReadUpTo(Ts),
+}
+
 impl<R> super::Lane<R> {
+    /// The next step of a stream at `cursor` with the source complete up to `complete`: its
+    /// first held chunk goes out once the stream is right below it and no read under way may
+    /// be below its position; otherwise the stream reads up to the chunk's position, never past
+    /// a position a read under way may be at.
+    pub(super) fn next_step(&self, cursor: Ts, complete: Ts) -> Next {
+        let floor = match self.chunks.is_empty() || chunk_waits_for_reads() {
+            true => self.reads_floor(),
+            false => Ts::MAX,
+        };
+        let holds = chunk_holds_stream();
+        match self.chunks.front().map(|c| (c.ts, c.position)) {
+            Some((c, at)) if cursor + 1 >= c && (holds || cursor >= complete) && at <= floor => {
+                Next::HandOut
+            }
+            // Everything at or below the chunk's position goes first.
+            Some((c, _)) if holds => Next::ReadUpTo(complete.min(c - 1).min(floor)),
+            _ => Next::ReadUpTo(complete.min(floor)),
+        }
+    }
+
     /// The ts a chunk read at `position` takes: right after the position, after the stream's
     /// `cursor` and after the chunks held (slots taken), within [`CHUNK_TS_SLOTS`] of the
     /// position; `None` past them.

@@ -358,7 +358,7 @@ impl<R: FeedRow> Feed<R> {
                 start_ts,
             } => self.subscribe(src.floor(), cf, id, span, is_trigger, start_ts, out),
             Effect::Unsubscribe { cf, id } => self.unsubscribe(cf, id),
-            e @ Effect::ReadChunk { .. } => self.read_chunk(src.complete(), e, out),
+            e @ Effect::ReadChunk(_) => self.read_chunk(src.complete(), e, out),
             Effect::Sink(SinkCommand::WriteRows {
                 cf,
                 id,
@@ -656,22 +656,9 @@ impl<R: FeedRow> Feed<R> {
         let Some(sub) = lane.sub.as_ref() else {
             return;
         };
-        // Nothing may pass a position a read under way may be at.
-        let floor = match lane.chunks.is_empty() || chunk::chunk_waits_for_reads() {
-            true => lane.reads_floor(),
-            false => Ts::MAX,
-        };
-        let holds = chunk::chunk_holds_stream();
-        let complete = match lane.chunks.front().map(|c| (c.ts, c.position)) {
-            Some((c, at))
-                if sub.cursor + 1 >= c && (holds || sub.cursor >= complete) && at <= floor =>
-            {
-                return self.hand_out_chunk(src, key, out)
-            }
-            // Everything at or below the chunk's position goes first.
-            Some((c, _)) if holds => complete.min(c - 1).min(floor),
-            Some(_) => complete.min(floor),
-            None => complete.min(floor),
+        let complete = match lane.next_step(sub.cursor, complete) {
+            chunk::Next::HandOut => return self.hand_out_chunk(src, key, out),
+            chunk::Next::ReadUpTo(ts) => ts,
         };
         if sub.cursor >= complete || lane.rows() >= MAX_INFLIGHT_ROWS_PER_DISPATCHER {
             return;

@@ -46,21 +46,15 @@ impl Sim {
             Ev::ChunkRead {
                 node,
                 inc,
-                cf,
-                id,
-                read,
-                span,
-                range,
+                ask,
                 asked,
-            } => self.chunk_read(&node, inc, (cf, id, read), &span, range, asked),
+            } => self.chunk_read(&node, inc, ask, asked),
             Ev::ChunkAnswer {
                 node,
                 inc,
-                cf,
-                id,
-                read,
+                ask,
                 chunk,
-            } => self.chunk_answer(&node, inc, (cf, id, read), chunk),
+            } => self.chunk_answer(&node, inc, ask, chunk),
             Ev::SinkAccepted {
                 node,
                 inc,
@@ -258,16 +252,7 @@ impl Sim {
             }
             // The feed's: they never leave it.
             Effect::Subscribe { .. } | Effect::Unsubscribe { .. } => {}
-            Effect::ReadChunk {
-                cf,
-                id,
-                read,
-                span,
-                after,
-                upto,
-                limit,
-                ..
-            } => {
+            Effect::ReadChunk(ask) => {
                 // The read happens a little later, at the upstream as it is then.
                 let at = self.now + self.rng.range(1, 30);
                 let node = name.to_string();
@@ -277,35 +262,22 @@ impl Sim {
                     Ev::ChunkRead {
                         node,
                         inc,
-                        cf,
-                        id,
-                        read,
-                        span,
-                        range: (after, upto, limit),
+                        ask,
                         asked,
                     },
                 );
             }
-            Effect::ProbeChunks {
-                cf,
-                id,
-                probe,
-                span,
-                after,
-                rows,
-                count,
-            } => {
-                let bounds = self
-                    .upstream
-                    .chunk_bounds(&span, after.as_deref(), rows, count);
+            Effect::ProbeChunks(p) => {
+                let bounds =
+                    self.upstream
+                        .chunk_bounds(&p.span, p.after.as_deref(), p.rows, p.count);
                 self.cover("snapshot_probe");
                 let lat = self.rng.range(1, 10);
-                let result = Ok(bounds);
                 let input = Input::ChunkBounds {
-                    cf,
-                    id,
-                    probe,
-                    result,
+                    cf: p.cf,
+                    id: p.id,
+                    probe: p.probe,
+                    result: Ok(bounds),
                 };
                 self.input_after(name, inc, lat, input);
             }

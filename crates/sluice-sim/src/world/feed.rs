@@ -249,9 +249,7 @@ impl Sim {
         &mut self,
         name: &str,
         inc: u64,
-        (cf, id, read): (ChangefeedId, DispatcherId, u64),
-        span: &sluice_types::Span,
-        (after, upto, limit): (Option<Vec<u8>>, Option<Vec<u8>>, usize),
+        ask: sluice_control::io::ChunkAsk,
         asked: sluice_types::Ts,
     ) {
         if !self
@@ -266,7 +264,7 @@ impl Sim {
         let head = self.upstream.head;
         let n = self
             .chunk_positions
-            .entry((name.to_string(), id))
+            .entry((name.to_string(), ask.id))
             .or_insert((head, 0));
         *n = if n.0 == head {
             (head, n.1 + 1)
@@ -278,9 +276,9 @@ impl Sim {
             self.cover("snapshot_heartbeat");
         }
         let as_of = self.sc.world.x_snapshot_read_window.then_some(asked);
-        let range = (after.as_deref(), upto.as_deref());
-        let chunk = self.upstream.read_chunk(span, range, limit, as_of);
-        self.cover(match (as_of, upto.is_some()) {
+        let range = (ask.after.as_deref(), ask.upto.as_deref());
+        let chunk = self.upstream.read_chunk(&ask.span, range, ask.limit, as_of);
+        self.cover(match (as_of, ask.upto.is_some()) {
             (Some(_), _) => "snapshot_chunk_window",
             (None, true) => "snapshot_chunk_bounded",
             (None, false) => "snapshot_chunk",
@@ -292,9 +290,7 @@ impl Sim {
             Ev::ChunkAnswer {
                 node,
                 inc,
-                cf,
-                id,
-                read,
+                ask,
                 chunk,
             },
         );
@@ -305,9 +301,10 @@ impl Sim {
         &mut self,
         name: &str,
         inc: u64,
-        (cf, id, read): (ChangefeedId, DispatcherId, u64),
+        ask: sluice_control::io::ChunkAsk,
         chunk: sluice_control::feed::ChunkRead<crate::upstream::SimRow>,
     ) {
+        let (cf, id, read) = (ask.cf, ask.id, ask.read);
         let mut outs = Vec::new();
         let position = chunk.position;
         let Some(feed) = self
