@@ -9,7 +9,8 @@
 # test; upstream, Sluice and the broker share the machine's cores.
 #   bench/kafka.sh [rows]    # default 500000; PERF_OUT=perf.data records the server under perf
 #                            # during the run PERF_CASE names (default hole: the blackhole run;
-#                            # canal, canal-txn, canal-lz4, canal-acks1, dbz, dbz-lz4, dbz-txn, dbz-noschema,
+#                            # canal, canal-keys, canal-txn, canal-lz4, canal-acks1, dbz, dbz-lz4, dbz-txn,
+#                            # dbz-noschema, dbz-noschema-keys (-keys: by key over 3 partitions),
 #                            # open, simple, avro); KAFKA_CASES="dbz avro"
 #                            # runs only the named Kafka cases (the blackhole run always)
 # SLUICE_BIN=path picks the binary (default: target/release/sluice, built if missing); the tansu
@@ -93,12 +94,16 @@ PIDS+=($!)
 for _ in $(seq 1 50); do [ -s "$WORK/registry.url" ] && break; sleep 0.1; done
 REGISTRY=$(head -1 "$WORK/registry.url")
 printf "[[sink.dispatchers]]\nmatcher = ['*.*']\ntopic = 'bench-avro-{schema}-{table}'\npartition = 'index-value'\n" >"$WORK/avro.toml"
-for p in "canal canal-json&enable-tidb-extension=true" "canal-txn canal-json&enable-tidb-extension=true&transactional=true" "canal-lz4 canal-json&enable-tidb-extension=true&compression=lz4" "canal-acks1 canal-json&enable-tidb-extension=true&required-acks=1" "dbz debezium" "dbz-lz4 debezium&compression=lz4" "dbz-txn debezium&transactional=true" "dbz-noschema debezium&debezium-disable-schema=true" "open open-protocol" "simple simple" "avro avro"; do
+# The `-keys` cases spread the table's rows over the 3 partitions by key (TiCDC's index-value
+# dispatcher); the others keep TiCDC's default (a whole table in one partition).
+printf "[[sink.dispatchers]]\nmatcher = ['*.*']\npartition = 'index-value'\n" >"$WORK/keys.toml"
+for p in "canal canal-json&enable-tidb-extension=true" "canal-keys canal-json&enable-tidb-extension=true" "dbz-noschema-keys debezium&debezium-disable-schema=true" "canal-txn canal-json&enable-tidb-extension=true&transactional=true" "canal-lz4 canal-json&enable-tidb-extension=true&compression=lz4" "canal-acks1 canal-json&enable-tidb-extension=true&required-acks=1" "dbz debezium" "dbz-lz4 debezium&compression=lz4" "dbz-txn debezium&transactional=true" "dbz-noschema debezium&debezium-disable-schema=true" "open open-protocol" "simple simple" "avro avro"; do
   set -- $p
   if [ -n "${KAFKA_CASES:-}" ] && [[ " $KAFKA_CASES " != *" $1 "* ]]; then continue; fi
   extra=()
   [ "$1" = avro ] && extra=(--config "$WORK/avro.toml" --schema-registry "$REGISTRY")
+  [[ "$1" = *-keys ]] && extra=(--config "$WORK/keys.toml")
   read -r s w c b <<<"$(run "$1" "$K/bench-$1?protocol=$2&partition-num=3" "${extra[@]}")"
-  echo "| kafka $2 | $ROWS | $s | $(python3 -c "print(int($ROWS / $s))") | $(python3 -c "print(f'{$base / $s:.2f}')") | $w | $c | $b |"
+  echo "| kafka $2$([[ "$1" = *-keys ]] && echo ', by key') | $ROWS | $s | $(python3 -c "print(int($ROWS / $s))") | $(python3 -c "print(f'{$base / $s:.2f}')") | $w | $c | $b |"
 done
 echo "load average before: $load0, after: $(cut -d' ' -f1 /proc/loadavg); $(nproc) cores; commit $(git rev-parse --short HEAD)"
