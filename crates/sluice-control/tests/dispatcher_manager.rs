@@ -1428,6 +1428,60 @@ fn queued(read: u64, ts: u64, cursor: Option<Vec<u8>>, more: bool, rows: usize) 
     }
 }
 
+/// Many tables that start copying at once: at most `MAX_CONCURRENT_CHUNK_READS` of them ask
+/// for their chunks' bounds at a time, the others when those are answered.
+#[test]
+fn probes_for_chunk_bounds_are_bounded_per_manager() {
+    use sluice_control::config::MAX_CONCURRENT_CHUNK_READS;
+    use sluice_control::msg::{CopyProgress, CopyStart};
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let mut out = Vec::new();
+    let n = MAX_CONCURRENT_CHUNK_READS as u64 + 3;
+    for t in 0..n {
+        let copy = CopyStart {
+            from: CopyProgress::start(),
+            keyless: false,
+            chunk_rows: 10,
+        };
+        let span = Span::whole_table(TableId(40 + t));
+        dm.on_message(
+            0,
+            &m1(),
+            create_msg(1, id(1, t + 1), span, true, Some(copy)),
+            &holds,
+            &mut out,
+        );
+    }
+    let probes = |out: &[Effect]| -> Vec<(DispatcherId, u64)> {
+        out.iter()
+            .filter_map(|e| match e {
+                Effect::ProbeChunks(p) => Some((p.id, p.probe)),
+                _ => None,
+            })
+            .collect()
+    };
+    out.clear();
+    dm.on_tick(1_000, &holds, &mut out);
+    let first = probes(&out);
+    assert_eq!(first.len(), MAX_CONCURRENT_CHUNK_READS, "{first:?}");
+    out.clear();
+    dm.on_tick(1_100, &holds, &mut out);
+    assert!(
+        probes(&out).is_empty(),
+        "none more while those are under way"
+    );
+    // One answered (its span holds less than a chunk): another table probes.
+    let (d, p) = first[0];
+    out.clear();
+    dm.on_chunk_bounds(1_200, d, p, Ok(vec![]), &mut out);
+    dm.on_tick(1_300, &holds, &mut out);
+    let next = probes(&out);
+    assert_eq!(next.len(), 1, "{out:?}");
+    assert!(!first.iter().any(|f| f.0 == next[0].0), "a table that had not probed yet");
+}
+
 #[test]
 fn a_snapshot_copy_held_by_a_lagging_stream_is_a_warning() {
     use sluice_control::config::COPY_STREAM_WAIT_MS;

@@ -21,7 +21,8 @@
 //!   its position, put in the stream at that position);
 //! - **a bounded read-ahead**: at most `feed::MAX_CHUNKS_AHEAD` chunks of a dispatcher read or
 //!   being read and not yet received; at most [`MAX_CONCURRENT_CHUNK_READS`] dispatchers of a
-//!   manager hold chunks or read at once, and at most as many reads are under way per manager;
+//!   manager hold chunks or read at once, and at most as many reads, and as many probes, are
+//!   under way per manager;
 //! - **a failed read or probe is retried** after [`CHUNK_RETRY_MS`] and reported meanwhile (the
 //!   span's stream goes on; the copy's error shows in the changefeed's snapshot status);
 //! - **a copy held by its stream is said**: a chunk waits for the span's stream to reach the
@@ -391,6 +392,14 @@ impl DispatcherManager {
     /// go where bounds are wanted, and reads start where there is room.
     pub(super) fn copy_step(&mut self, now: Millis, out: &mut Vec<Effect>) {
         let (mut busy, mut reads) = (0usize, 0usize);
+        // Probes are bounded like reads: thousands of tables that start copying at once do
+        // not all ask the upstream for bounds at once.
+        let mut probes = self
+            .dispatchers
+            .values()
+            .filter_map(|d| d.copy.as_ref())
+            .filter(|c| c.probing.is_some())
+            .count();
         let (mut ahead, mut ready) = (Vec::new(), Vec::new());
         self.copy_pending = false;
         // Most dispatchers copy nothing, or copied and are done: picked out by a read, so the
@@ -411,7 +420,8 @@ impl DispatcherManager {
             c.settle(cp);
             self.copy_pending |= !c.done();
             reads += c.reads.len();
-            if working && c.wants_probe(now) {
+            if working && probes < MAX_CONCURRENT_CHUNK_READS && c.wants_probe(now) {
+                probes += 1;
                 self.probe_chunks(id, out);
             }
             let Some(c) = self.dispatchers.get(&id).and_then(|d| d.copy.as_ref()) else {
