@@ -5,7 +5,9 @@
 //! Invariants, checked on every batch and every read: a batch holds whole transactions of its
 //! span and is never resolved past what capture completed; the bytes of rows in flight stay
 //! within the quota plus the largest transaction plus one chunk per snapshot read under way; no
-//! row handle leaks (audited after every read and every unsubscribe).
+//! row handle leaks (audited after every read and every unsubscribe); a snapshot chunk never
+//! comes back with its span's stream already past its position (`snapshot-chunk-behind-stream`:
+//! the model answers a span's parallel reads after random delays, in any order).
 
 use super::*;
 
