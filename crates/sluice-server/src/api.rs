@@ -1255,6 +1255,11 @@ async fn spans(
                 "total": items.len(),
                 "pending_requests": pending_request_items(m),
                 "user_split_table_ids": m.user_split_tables().iter().map(|t| t.0).collect::<Vec<_>>(),
+                "user_placed_tables": m
+                    .user_placed_tables()
+                    .into_iter()
+                    .map(|(t, n)| json!({"table_id": t.0, "node_id": n.to_string()}))
+                    .collect::<Vec<_>>(),
             }))
         })
         .await??;

@@ -106,6 +106,12 @@ fn an_accepted_merge_survives_a_kill_of_the_maintainers_node() {
             });
         there.then_some(()).ok_or(v.to_string())
     });
+    let (x_addr, y_addr) = (c.servers[x].addr.clone(), c.servers[y].addr.clone());
+    let placed = |v: &Value, addr: &str| {
+        v["user_placed_tables"] == json!([{"table_id": t6, "node_id": addr}])
+    };
+    let v = c.spans(&out).expect("spans");
+    assert!(placed(&v, &y_addr), "t6 placed on y by the user: {v}");
 
     // The move to x hangs at create_dispatcher there: the merge queues behind it.
     c.holds(&out, x, json!({"point": "create_dispatcher"}));
@@ -137,6 +143,10 @@ fn an_accepted_merge_survives_a_kill_of_the_maintainers_node() {
         |v| pending(v, "merge", t6),
     );
     eprintln!("after the failover: {v}");
+    assert!(
+        placed(&v, &y_addr),
+        "the next maintainer keeps t6's placement: {v}"
+    );
 
     c.holds(&out, x, json!({"clear": true}));
     c.wait_spans(&out, t6, 1, 90);
@@ -147,6 +157,10 @@ fn an_accepted_merge_survives_a_kill_of_the_maintainers_node() {
             .ok_or(v.to_string())
     });
     eprintln!("merged: {v}");
+    assert!(
+        placed(&v, &x_addr),
+        "the move the next maintainer finished places t6 on x: {v}"
+    );
     let r = sluice(
         &out,
         &[
