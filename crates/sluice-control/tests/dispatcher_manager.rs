@@ -1479,7 +1479,10 @@ fn probes_for_chunk_bounds_are_bounded_per_manager() {
     dm.on_tick(1_300, &holds, &mut out);
     let next = probes(&out);
     assert_eq!(next.len(), 1, "{out:?}");
-    assert!(!first.iter().any(|f| f.0 == next[0].0), "a table that had not probed yet");
+    assert!(
+        !first.iter().any(|f| f.0 == next[0].0),
+        "a table that had not probed yet"
+    );
 }
 
 #[test]
