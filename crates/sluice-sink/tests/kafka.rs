@@ -76,6 +76,32 @@ fn kafka_sink(
     cfg.build("test", rules, None, binlog_base).expect("sink")
 }
 
+/// A Kafka sink to `topic` (`params`) routing `db.*` by key (`index-value`), and a dispatcher of
+/// table `db.t` opened on it: (sink, rules, schema, dispatcher).
+async fn by_key_table(
+    broker: &Broker,
+    topic: &str,
+    params: &str,
+) -> (
+    Arc<dyn sluice_sink::Sink>,
+    [DispatchRule; 1],
+    Arc<sluice_types::TableSchema>,
+    DispatcherId,
+) {
+    let rules = [DispatchRule {
+        matcher: vec!["db.*".into()],
+        partition: Some("index-value".into()),
+        ..Default::default()
+    }];
+    let sink = kafka_sink(&broker.sink_uri(topic, params), &rules, None);
+    let schema = Arc::new(simple_schema("db", "t", 1, 0));
+    let d = dispatcher(1);
+    sink.open(d, Span::whole_table(TableId(1)), 0)
+        .await
+        .expect("open");
+    (sink, rules, schema, d)
+}
+
 fn dispatcher(seq: u64) -> DispatcherId {
     DispatcherId {
         epoch: Epoch(1).0,
@@ -148,21 +174,8 @@ async fn kafka_keeps_the_sink_contract_for_every_protocol() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_by_key_ddls_and_watermarks_on_every_partition() {
     let broker = Broker::start().expect("broker");
-    let uri = broker.sink_uri(
-        "routed",
-        "protocol=canal-json&enable-tidb-extension=true&partition-num=4",
-    );
-    let rules = [DispatchRule {
-        matcher: vec!["db.*".into()],
-        partition: Some("index-value".into()),
-        ..Default::default()
-    }];
-    let sink = kafka_sink(&uri, &rules, None);
-    let schema = Arc::new(simple_schema("db", "t", 1, 0));
-    let d = dispatcher(1);
-    sink.open(d, Span::whole_table(TableId(1)), 0)
-        .await
-        .expect("open");
+    let params = "protocol=canal-json&enable-tidb-extension=true&partition-num=4";
+    let (sink, rules, schema, d) = by_key_table(&broker, "routed", params).await;
     let rows: Vec<_> = (1..=40)
         .map(|i| simple_insert(&schema, i, "x", 100 + i, 0))
         .collect();
@@ -234,18 +247,8 @@ async fn rows_by_key_ddls_and_watermarks_on_every_partition() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_batch_on_several_lanes_keeps_each_keys_order() {
     let broker = Broker::start().expect("broker");
-    let uri = broker.sink_uri("lanes", "protocol=canal-json&partition-num=3");
-    let rules = [DispatchRule {
-        matcher: vec!["db.*".into()],
-        partition: Some("index-value".into()),
-        ..Default::default()
-    }];
-    let sink = kafka_sink(&uri, &rules, None);
-    let schema = Arc::new(simple_schema("db", "t", 1, 0));
-    let d = dispatcher(1);
-    sink.open(d, Span::whole_table(TableId(1)), 0)
-        .await
-        .expect("open");
+    let params = "protocol=canal-json&partition-num=3";
+    let (sink, _, schema, d) = by_key_table(&broker, "lanes", params).await;
     let (keys, versions) = (1500u64, 3u64);
     let rows: Vec<_> = (0..versions)
         .flat_map(|n| (1..=keys).map(move |k| (n, k)))
