@@ -147,7 +147,11 @@ pub(crate) type Producer = rdkafka::producer::ThreadedProducer<Reports>;
 
 /// Hands `m` to the client, its report to be counted in `tally`: `Ok(false)` when the client's
 /// queue is full (nothing counted: offer it again once some of what is in flight is reported).
-pub(crate) fn offer(producer: &Producer, m: &Message, tally: &Arc<Tally>) -> Result<bool> {
+pub(crate) fn offer(
+    producer: &Producer,
+    m: &Message,
+    tally: &Arc<Tally>,
+) -> std::result::Result<bool, KafkaError> {
     tally.sending();
     match producer.send(m.base_record(tally.clone())) {
         Ok(()) => Ok(true),
@@ -155,7 +159,7 @@ pub(crate) fn offer(producer: &Producer, m: &Message, tally: &Arc<Tally>) -> Res
             tally.unsent();
             match e {
                 KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull) => Ok(false),
-                e => Err(broker_error(format!("producing to {}", m.topic), &e)),
+                e => Err(e),
             }
         }
     }

@@ -52,7 +52,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, FutureRecord, Producer};
+use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use route::{DispatchRule, Router};
 use sluice_types::{DdlEvent, RowEvent, RowKind, TableSchema, Ts};
@@ -87,23 +87,8 @@ impl Message {
         self.value.as_ref().map_or(0, Vec::len) + self.key.as_ref().map_or(0, Vec::len)
     }
 
-    /// The record of this message, headers included (a transactional producer's).
-    pub(crate) fn record(&self) -> FutureRecord<'_, [u8], [u8]> {
-        let mut rec = FutureRecord::to(&self.topic).partition(self.partition);
-        if let Some(v) = &self.value {
-            rec = rec.payload(v.as_slice());
-        }
-        if let Some(k) = &self.key {
-            rec = rec.key(k.as_slice());
-        }
-        if let Some(h) = self.headers() {
-            rec = rec.headers(h);
-        }
-        rec
-    }
-
     /// The record of this message for the sink's producer, its report counted in `tally`.
-    fn base_record(&self, tally: Arc<Tally>) -> BaseRecord<'_, [u8], [u8], Arc<Tally>> {
+    pub(crate) fn base_record(&self, tally: Arc<Tally>) -> BaseRecord<'_, [u8], [u8], Arc<Tally>> {
         let mut rec = BaseRecord::with_opaque_to(&self.topic, tally).partition(self.partition);
         if let Some(v) = &self.value {
             rec = rec.payload(v.as_slice());
@@ -595,7 +580,8 @@ impl Kafka {
     ) -> Result<()> {
         fence.check("produce to Kafka")?;
         for m in messages {
-            while !delivery::offer(&self.enc.producer, m, tally)? {
+            let refused = |e| broker_error(format!("producing to {}", m.topic), &e);
+            while !delivery::offer(&self.enc.producer, m, tally).map_err(refused)? {
                 match tally.in_flight() {
                     0 => tokio::time::sleep(Duration::from_millis(10)).await,
                     _ => tally.settled().await?,

@@ -17,11 +17,12 @@
 //!   by commit ts.
 
 use super::config::KafkaConfig;
+use super::delivery::{self, Tally};
 use super::{broker_error, Message};
 use crate::error::{Result, SinkError};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::Producer;
 use rdkafka::{ClientConfig, Message as _, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use sluice_types::{Key, Span, Ts};
@@ -42,7 +43,10 @@ pub struct Progress {
 
 /// A dispatcher's transactional producer and what the broker committed before it started.
 pub struct Txn {
-    producer: FutureProducer,
+    producer: delivery::Producer,
+    /// Counts the reports of the messages sent (the commit itself waits for them, and fails if
+    /// one failed).
+    tally: std::sync::Arc<Tally>,
     id: String,
     changefeed: String,
     span: Span,
@@ -89,11 +93,12 @@ impl Txn {
         c.set("transactional.id", &id)
             .set("enable.idempotence", "true")
             .set("acks", "all");
-        let producer: FutureProducer = c
-            .create()
+        let producer = c
+            .create_with_context(delivery::Reports)
             .map_err(|e| broker_error("creating the transactional producer", &e))?;
         Ok(Txn {
             producer,
+            tally: Default::default(),
             id,
             changefeed: changefeed.to_string(),
             span: span.clone(),
@@ -150,9 +155,7 @@ impl Txn {
     /// held whole in memory) and become visible to `read_committed` readers only with the
     /// commit that ends it. Blocking: run it off the async threads.
     pub(crate) fn send_open(&mut self, messages: &[Message]) -> Result<()> {
-        let sent = self
-            .begin()
-            .and_then(|()| self.send(messages.iter().map(Message::record)));
+        let sent = self.begin().and_then(|()| self.send(messages.iter()));
         if sent.is_err() {
             self.abort();
         }
@@ -193,36 +196,32 @@ impl Txn {
             ts,
         };
         let value = serde_json::to_vec(&progress).map_err(|e| SinkError::Codec(e.to_string()))?;
-        let topic = progress_topic(&cfg.topic);
-        let last = FutureRecord::to(topic.as_str())
-            .partition(0)
-            .key(self.id.as_bytes())
-            .payload(value.as_slice());
-        self.send(
-            messages
-                .iter()
-                .map(Message::record)
-                .chain(std::iter::once(last)),
-        )
+        let last = Message {
+            topic: progress_topic(&cfg.topic),
+            partition: 0,
+            key: Some(self.id.as_bytes().to_vec()),
+            value: Some(value),
+            commit_ts: None,
+        };
+        self.send(messages.iter().chain(std::iter::once(&last)))
     }
 
-    /// Hands records to the client in order, waiting while its queue is full (bounded by
+    /// Hands messages to the client in order, waiting while its queue is full (bounded by
     /// `write-timeout`).
-    fn send<'a>(&self, records: impl Iterator<Item = FutureRecord<'a, [u8], [u8]>>) -> Result<()> {
-        for mut rec in records {
+    fn send<'m>(&self, messages: impl Iterator<Item = &'m Message>) -> Result<()> {
+        for m in messages {
             let deadline = Instant::now() + self.timeout;
             loop {
-                match self.producer.send_result(rec) {
-                    Ok(_) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
-                        if Instant::now() < deadline =>
-                    {
-                        rec = back;
+                match delivery::offer(&self.producer, m, &self.tally) {
+                    Ok(true) => break,
+                    Ok(false) if Instant::now() < deadline => {
                         self.producer.poll(Duration::from_millis(10));
                     }
-                    Err((e, back)) => {
-                        return Err(self.error(&format!("producing to {}", back.topic), &e))
+                    Ok(false) => {
+                        let full = KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull);
+                        return Err(self.error(&format!("producing to {}", m.topic), &full));
                     }
+                    Err(e) => return Err(self.error(&format!("producing to {}", m.topic), &e)),
                 }
             }
         }
