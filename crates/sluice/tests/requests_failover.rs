@@ -110,8 +110,11 @@ fn an_accepted_merge_survives_a_kill_of_the_maintainers_node() {
     let placed = |v: &Value, addr: &str| {
         v["user_placed_tables"] == json!([{"table_id": t6, "node_id": addr}])
     };
-    let v = c.spans(&out).expect("spans");
-    assert!(placed(&v, &y_addr), "t6 placed on y by the user: {v}");
+    // The move's request is done (and the placement kept) on a tick after its spans arrive.
+    wait_for("t6 placed on y by the user", 30, || {
+        let v = c.spans(&out)?;
+        placed(&v, &y_addr).then_some(()).ok_or(v.to_string())
+    });
 
     // The move to x hangs at create_dispatcher there: the merge queues behind it.
     c.holds(&out, x, json!({"point": "create_dispatcher"}));
