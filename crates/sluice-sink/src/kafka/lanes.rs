@@ -9,8 +9,10 @@
 //! Invariants:
 //! - the messages come back in the batch's order, piece after piece ([`Pieces::next`]), so
 //!   every partition's messages, and every key's, keep the order of the upstream's commits;
-//! - a batch of fewer than two [`ROWS_PER_LANE`] rows is one piece, encoded on the caller's
-//!   task when nothing in it can block (no claim-check);
+//! - a batch of fewer than two [`ROWS_PER_LANE`] rows, or one that finds fewer than two of the
+//!   process's lane permits free (one per core, [`permits`]), is one piece, encoded on the
+//!   caller's task when nothing in it can block (no claim-check): at most one lane per core
+//!   runs at once however many dispatchers catch up;
 //! - every lane started for a batch is awaited before the batch's result is returned, failure
 //!   or not (the first failure in batch order is the result).
 
@@ -21,6 +23,7 @@ use crate::error::{Result, SinkError};
 use sluice_types::{RowEvent, TableSchema};
 use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
 /// A batch gets one lane per this many rows at most (a smaller one is not worth a handoff).
@@ -75,19 +78,43 @@ pub(crate) enum Pieces {
     Lanes(VecDeque<JoinHandle<Result<Vec<Message>>>>),
 }
 
+/// Lane permits of the whole process: at most one lane per core runs at once, over every
+/// writer of every sink; a batch that finds none free is encoded as before, on its own task.
+fn permits() -> &'static Arc<Semaphore> {
+    static PERMITS: OnceLock<Arc<Semaphore>> = OnceLock::new();
+    PERMITS.get_or_init(|| Arc::new(Semaphore::new(cores().min(MAX_LANES))))
+}
+
+/// Up to `want` free lane permits (none waited for).
+fn take_permits(want: usize) -> Vec<OwnedSemaphorePermit> {
+    std::iter::from_fn(|| permits().clone().try_acquire_owned().ok())
+        .take(want)
+        .collect()
+}
+
 impl Pieces {
     /// Starts encoding `items` of table version `v`.
     pub(crate) fn start(enc: &Arc<Encoder>, v: Arc<Version>, items: Vec<Item>) -> Pieces {
         let rt = tokio::runtime::Handle::current();
-        let lanes = lanes_for(items.len());
-        if lanes == 1 && enc.claim.is_none() {
+        let want = lanes_for(items.len());
+        let granted = if want > 1 {
+            take_permits(want)
+        } else {
+            Vec::new()
+        };
+        if granted.len() < 2 && enc.claim.is_none() {
             return Pieces::Done(Some(encode(enc, &v, items, &rt)));
         }
+        let lanes = granted.len().max(1);
+        let mut granted = granted.into_iter();
         let running = cut(items, lanes)
             .into_iter()
             .map(|piece| {
-                let (enc, v, rt) = (enc.clone(), v.clone(), rt.clone());
-                tokio::task::spawn_blocking(move || encode(&enc, &v, piece, &rt))
+                let (enc, v, rt, permit) = (enc.clone(), v.clone(), rt.clone(), granted.next());
+                tokio::task::spawn_blocking(move || {
+                    let _held = permit;
+                    encode(&enc, &v, piece, &rt)
+                })
             })
             .collect();
         Pieces::Lanes(running)
@@ -177,6 +204,15 @@ mod tests {
                 "{n} items in {lanes} lanes: uneven"
             );
         }
+    }
+
+    #[test]
+    fn lane_permits_are_bounded_by_the_cores() {
+        let held = take_permits(usize::MAX);
+        assert!(!held.is_empty() && held.len() <= cores().min(MAX_LANES));
+        assert!(take_permits(2).is_empty(), "every permit is held");
+        drop(held);
+        assert!(!take_permits(1).is_empty(), "released with their lanes");
     }
 
     #[test]
