@@ -10,8 +10,8 @@
 //!   handed to the client, and fails at the first failed one; the runner raises the ack after
 //!   `flush`);
 //! - messages go to the client as a batch is encoded (not `transactional`), so encoding the
-//!   rest overlaps the network; a large batch is encoded and handed over on several lanes at
-//!   once, each partition's messages on one lane in the batch's order ([`lanes`]);
+//!   rest overlaps the network; a large batch is encoded in consecutive pieces on several
+//!   threads and handed to the client in the batch's order ([`lanes`]);
 //! - per partition, messages leave in the order they were produced: the idempotent producer
 //!   (`required-acks=-1`, the default) keeps that order and drops duplicates across the
 //!   client's own retries; a failed delivery fails the dispatcher, and its successor replays
