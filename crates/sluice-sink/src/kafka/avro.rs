@@ -55,7 +55,7 @@ impl Kafka {
         schema: &TableSchema,
         topic: &str,
     ) -> Result<Option<SchemaIds>> {
-        if self.cfg.protocol != super::config::KafkaProtocol::Avro {
+        if self.enc.cfg.protocol != super::config::KafkaProtocol::Avro {
             return Ok(None);
         }
         let at = (schema.table_id, schema.version, topic.to_string());
@@ -68,7 +68,7 @@ impl Kafka {
                 reason: "protocol=avro writes each table to its own topic, and no [[sink.dispatchers]] rule gives this table one: add a rule with topic = '…{schema}…{table}…' that matches it".into(),
             });
         }
-        let o = options(&self.cfg);
+        let o = options(&self.enc.cfg);
         let key = codec::key_schema(schema, o)?.to_string();
         let value = codec::value_schema(schema, o)?.to_string();
         let registry = self.registry()?;

@@ -162,7 +162,6 @@ pub struct KafkaWriter {
 }
 
 pub struct Kafka {
-    cfg: KafkaConfig,
     /// The changefeed (transactional ids and progress records name it).
     changefeed: String,
     router: Router,
@@ -250,7 +249,6 @@ impl KafkaConfig {
         let masked = format!("kafka://{}/{}", self.brokers.join(","), self.topic);
         let claim = self.claim_check.as_deref();
         Ok(Kafka {
-            cfg: self.clone(),
             changefeed: changefeed.to_string(),
             router: Router::new(&self.topic, rules)
                 .map_err(|e| SinkError::invalid_uri(&masked, e))?,
@@ -289,7 +287,7 @@ impl Kafka {
         }
         let n = match self.existing_partitions(topic).await? {
             Some(have) => self.usable_partitions(topic, have)?,
-            None if self.cfg.auto_create_topic => self.create_topic(topic).await?,
+            None if self.enc.cfg.auto_create_topic => self.create_topic(topic).await?,
             None => {
                 return Err(SinkError::Broker {
                     what: format!("topic {topic}"),
@@ -306,7 +304,7 @@ impl Kafka {
     }
 
     fn usable_partitions(&self, topic: &str, have: i32) -> Result<i32> {
-        match self.cfg.partition_num {
+        match self.enc.cfg.partition_num {
             Some(want) if (want as i32) > have => Err(SinkError::Broker {
                 what: format!("topic {topic}"),
                 reason: format!("it has {have} partitions, fewer than partition-num={want}: add partitions or lower partition-num"),
@@ -320,7 +318,7 @@ impl Kafka {
     /// The partition count of an existing topic; `None` when the broker does not know it.
     async fn existing_partitions(&self, topic: &str) -> Result<Option<i32>> {
         let producer = self.enc.producer.clone();
-        let (t, timeout) = (topic.to_string(), self.cfg.dial_timeout);
+        let (t, timeout) = (topic.to_string(), self.enc.cfg.dial_timeout);
         let md = tokio::task::spawn_blocking(move || {
             producer.client().fetch_metadata(Some(&t), timeout)
         })
@@ -350,6 +348,7 @@ impl Kafka {
 
     async fn create_topic(&self, topic: &str) -> Result<i32> {
         let n = self
+            .enc
             .cfg
             .partition_num
             .unwrap_or(config::DEFAULT_PARTITION_NUM as u32) as i32;
@@ -366,9 +365,9 @@ impl Kafka {
         let new = NewTopic::new(
             topic,
             n,
-            TopicReplication::Fixed(self.cfg.replication_factor as i32),
+            TopicReplication::Fixed(self.enc.cfg.replication_factor as i32),
         );
-        let opts = AdminOptions::new().operation_timeout(Some(self.cfg.dial_timeout));
+        let opts = AdminOptions::new().operation_timeout(Some(self.enc.cfg.dial_timeout));
         let res = self
             .admin
             .create_topics([&new], &opts)
@@ -389,7 +388,7 @@ impl Kafka {
 
     /// Creates the progress topic of `transactional=true` once (one partition).
     async fn ensure_progress_topic(&self) -> Result<()> {
-        let topic = txn::progress_topic(&self.cfg.topic);
+        let topic = txn::progress_topic(&self.enc.cfg.topic);
         if self
             .partitions
             .lock()
@@ -415,7 +414,7 @@ impl Kafka {
         if w.txn.as_ref().is_none_or(|t| t.loaded()) {
             return Ok(());
         }
-        let cfg = self.cfg.clone();
+        let cfg = self.enc.cfg.clone();
         on_txn(w, "reading committed progress", move |t| t.load(&cfg)).await
     }
 
@@ -438,7 +437,11 @@ impl Kafka {
     async fn commit(&self, w: &mut KafkaWriter, fence: &BoundFence) -> Result<()> {
         self.ensure_progress_topic().await?;
         fence.check("commit a Kafka transaction")?;
-        let (cfg, pending, ts) = (self.cfg.clone(), std::mem::take(&mut w.pending), w.max_ts);
+        let (cfg, pending, ts) = (
+            self.enc.cfg.clone(),
+            std::mem::take(&mut w.pending),
+            w.max_ts,
+        );
         on_txn(w, "committing a transaction", move |t| {
             t.commit(&cfg, &pending, ts)
         })
@@ -454,7 +457,7 @@ impl Kafka {
         partitions: i32,
         out: &mut Vec<lanes::Item>,
     ) {
-        if self.cfg.protocol != KafkaProtocol::Simple {
+        if self.enc.cfg.protocol != KafkaProtocol::Simple {
             return;
         }
         let n = w
@@ -490,12 +493,12 @@ impl Kafka {
         if m.len() >= MAX_VERSION_PARTS {
             m.clear();
         }
-        let parts = match self.cfg.protocol {
+        let parts = match self.enc.cfg.protocol {
             KafkaProtocol::Debezium => {
                 Parts::Debezium(crate::codec::debezium::Envelope::with_schema(
-                    &self.cfg.topic,
+                    &self.enc.cfg.topic,
                     schema,
-                    !self.cfg.debezium_disable_schema,
+                    !self.enc.cfg.debezium_disable_schema,
                 ))
             }
             KafkaProtocol::CanalJson => Parts::Canal(crate::codec::canal::Layout::new(schema)),
@@ -517,8 +520,8 @@ impl Kafka {
         table: &str,
         version: Option<&TableSchema>,
     ) -> (Option<Vec<u8>>, Vec<u8>) {
-        let tidb = self.cfg.enable_tidb_extension;
-        match self.cfg.protocol {
+        let tidb = self.enc.cfg.enable_tidb_extension;
+        match self.enc.cfg.protocol {
             KafkaProtocol::CanalJson => {
                 let v = crate::codec::canal::encode_ddl_message(tidb, ddl, table);
                 (None, v.into_bytes())
@@ -546,8 +549,8 @@ impl Kafka {
 
     /// The (key, value) of a checkpoint message, for the protocols that have one.
     fn encode_checkpoint(&self, ts: Ts) -> Option<(Option<Vec<u8>>, Vec<u8>)> {
-        match self.cfg.protocol {
-            KafkaProtocol::CanalJson if self.cfg.enable_tidb_extension => {
+        match self.enc.cfg.protocol {
+            KafkaProtocol::CanalJson if self.enc.cfg.enable_tidb_extension => {
                 let v = crate::codec::canal::encode_watermark_message(ts, 0);
                 Some((None, v.into_bytes()))
             }
@@ -665,8 +668,8 @@ fn split_key_change(schema: &TableSchema, row: RowEvent) -> Vec<RowEvent> {
 impl Backend for Kafka {
     type Writer = KafkaWriter;
     fn new_writer(&self, spec: &WriterSpec<'_>) -> Result<KafkaWriter> {
-        let txn = match self.cfg.transactional {
-            true => Some(txn::Txn::new(&self.cfg, &self.changefeed, spec.span)?),
+        let txn = match self.enc.cfg.transactional {
+            true => Some(txn::Txn::new(&self.enc.cfg, &self.changefeed, spec.span)?),
             false => None,
         };
         Ok(KafkaWriter {
@@ -755,7 +758,7 @@ impl Backend for Kafka {
         tables: &[Arc<TableSchema>],
         fence: &BoundFence,
     ) -> Result<()> {
-        if self.cfg.protocol == KafkaProtocol::Avro {
+        if self.enc.cfg.protocol == KafkaProtocol::Avro {
             // Avro has no DDL message: the next row registers the table's new schema.
             return Ok(());
         }
@@ -784,13 +787,13 @@ impl Backend for Kafka {
         let Some((key, value)) = self.encode_checkpoint(ts) else {
             return Ok(());
         };
-        self.partition_count(&self.cfg.topic).await?;
+        self.partition_count(&self.enc.cfg.topic).await?;
         let topics: Vec<(String, i32)> = self
             .partitions
             .lock()
             .map_err(|_| poisoned())?
             .iter()
-            .filter(|(t, _)| **t != txn::progress_topic(&self.cfg.topic))
+            .filter(|(t, _)| **t != txn::progress_topic(&self.enc.cfg.topic))
             .map(|(t, n)| (t.clone(), *n))
             .collect();
         let msgs: Vec<Message> = topics
