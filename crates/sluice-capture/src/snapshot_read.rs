@@ -437,55 +437,71 @@ const BEGIN_SNAPSHOT: &str = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE
      SET time_zone = '+00:00', NAMES utf8mb4; \
      START TRANSACTION WITH CONSISTENT SNAPSHOT";
 
-/// The rows of one consistent read and the position the upstream names for it (`None`: it
-/// names none, MySQL).
+/// The rows of one consistent read, taken into `acc`, and the position the upstream names for
+/// it (`None`: it names none, MySQL).
 async fn read_at_named_position(
     conn: &mut mysql_async::Conn,
     q: &str,
     params: Vec<M>,
-) -> Result<Option<(Ts, Vec<mysql_async::Row>)>> {
-    let e = CaptureError::from_mysql;
+    acc: &mut ChunkRows<'_>,
+) -> Result<Option<Ts>> {
     let read = async {
         let Some(position) = begin_at_named_position(conn).await? else {
             return Ok(None);
         };
-        let rows: Vec<mysql_async::Row> = conn.exec(q, params).await.map_err(e)?;
-        Ok::<_, CaptureError>(Some((position, rows)))
+        select_rows(conn, q, params, acc).await?;
+        Ok::<_, CaptureError>(Some(position))
     }
     .await;
     let _ = conn.query_drop("COMMIT").await;
     read
 }
 
-/// The rows of one window read: the node's heartbeat row written first (the low watermark: it
-/// commits after every transaction capture can have seen, so the read sees them all), the
-/// consistent read, then the binlog's end (at or after every transaction the read saw).
+/// One window read, its rows taken into `acc`: the node's heartbeat row written first (the low
+/// watermark: it commits after every transaction capture can have seen, so the read sees them
+/// all), the consistent read, then the binlog's end (at or after every transaction the read
+/// saw).
 async fn read_in_window(
     conn: &mut mysql_async::Conn,
     q: &str,
     params: Vec<M>,
     node: &str,
-) -> Result<(Ts, Vec<mysql_async::Row>, Option<String>)> {
+    acc: &mut ChunkRows<'_>,
+) -> Result<(Ts, Option<String>)> {
     let e = CaptureError::from_mysql;
     let watermark = crate::heartbeat::touch(conn, node)
         .await
         .err()
         .map(|w| w.to_string());
     conn.query_drop(BEGIN_SNAPSHOT).await.map_err(e)?;
-    let rows = conn.exec(q, params).await.map_err(e);
+    let read = select_rows(conn, q, params, acc).await;
     let _ = conn.query_drop("COMMIT").await;
-    let rows = rows?;
+    read?;
     let end = crate::binlog::master_position(conn).await?;
     let position = end
         .ts()
         .ok_or_else(|| CaptureError::Sql(format!("binlog file {:?} has no index", end.file)))?;
-    Ok((position, rows, watermark))
+    Ok((position, watermark))
 }
 
-/// Reads one chunk of `table` after `after` (a cursor of an earlier chunk or a bound of
-/// [`chunk_bounds`]; `None`: from the start) and up to `upto` (a bound, included; `None`: to
-/// the end), at most `limit` rows (all rows of a keyless table), as `how` says; `node` names the
-/// heartbeat row a window read writes.
+/// Runs the chunk's `SELECT`, each row converted as it arrives (a chunk is never held twice,
+/// as the client's rows and as values).
+async fn select_rows(
+    conn: &mut mysql_async::Conn,
+    q: &str,
+    params: Vec<M>,
+    acc: &mut ChunkRows<'_>,
+) -> Result<()> {
+    let e = CaptureError::from_mysql;
+    let mut result = conn.exec_iter(q, params).await.map_err(e)?;
+    while let Some(row) = result.next().await.map_err(e)? {
+        if !acc.take(row) {
+            return result.drop_result().await.map_err(e);
+        }
+    }
+    Ok(())
+}
+
 pub async fn read_chunk(
     conn: &mut mysql_async::Conn,
     table: &TableSchema,
@@ -498,83 +514,113 @@ pub async fn read_chunk(
     let after = parse_cursor(after)?;
     let upto = parse_cursor(upto)?;
     let (q, params) = chunk_query(table, (after.as_deref(), upto.as_deref()), limit);
+    let mut acc = ChunkRows::new(table, &spec, limit);
     let named = match how {
         SnapshotRead::Window => None,
-        _ => read_at_named_position(conn, &q, params.clone()).await?,
+        _ => read_at_named_position(conn, &q, params.clone(), &mut acc).await?,
     };
-    let (position, rows, window) = match (named, how) {
-        (Some((p, rows)), _) => (p, rows, None),
+    let (position, window) = match (named, how) {
+        (Some(p), _) => (p, None),
         (None, SnapshotRead::Position) => return Err(no_named_position()),
         (None, _) => {
-            let (p, rows, watermark) = read_in_window(conn, &q, params, node).await?;
-            (p, rows, Some(watermark))
+            let (p, watermark) = read_in_window(conn, &q, params, node, &mut acc).await?;
+            (p, Some(watermark))
         }
     };
-    let mut chunk = chunk_rows(table, &spec, position, rows, limit)?;
+    let mut chunk = acc.finish(position)?;
     chunk.window = window.is_some();
     chunk.watermark_failed = window.flatten();
     Ok(chunk)
 }
 
-/// A chunk of the rows as read at `position`.
-fn chunk_rows(
-    table: &TableSchema,
-    spec: &[(usize, u16)],
-    position: Ts,
-    mut rows: Vec<mysql_async::Row>,
+/// A chunk's rows as they arrive: values in the decoder's form, keys, and the last row's raw
+/// key values (the cursor). A keyed read asks for one row more than `limit`: that row only says
+/// more follow.
+struct ChunkRows<'a> {
+    table: &'a TableSchema,
+    spec: &'a [(usize, u16)],
     limit: usize,
-) -> Result<SnapshotChunk> {
-    let keyed = !table.key_columns.is_empty();
-    let more = keyed && rows.len() > limit;
-    rows.truncate(if keyed { limit } else { rows.len() });
-    let n = table.columns.len();
-    let mut out = Vec::with_capacity(rows.len());
-    let mut cursor = None;
-    let last = rows.len().checked_sub(1);
-    for (at, mut r) in rows.into_iter().enumerate() {
-        let mut vals = Vec::with_capacity(n);
-        for (i, c) in table.columns.iter().enumerate() {
-            // Taken out of the row, not copied (the key columns are selected again after the
-            // columns, for the cursor).
-            let v: Option<M> = r.take(i);
-            vals.push(sql_value_owned(c, v).map_err(|m| CaptureError::Decode {
-                file: String::new(),
-                pos: position,
-                message: format!(
-                    "snapshot of {}.{}: column {}: {m}",
-                    table.database, table.name, c.name
-                ),
-            })?);
-        }
-        let key = row_key(table.table_id, &vals, spec);
-        out.push((vals, key));
-        // The cursor is the last row's key.
-        if keyed && Some(at) == last {
-            let raw: Vec<CursorValue> = (n..n + table.key_columns.len())
-                .map(|j| {
-                    r.as_ref(j)
-                        .map(CursorValue::of)
-                        .unwrap_or(CursorValue::Null)
-                })
-                .collect();
-            cursor = Some(raw);
-        }
-    }
-    let cursor = cursor.map(|c| serde_json::to_vec(&c).unwrap_or_default());
-    Ok(SnapshotChunk {
-        position,
-        window: false,
-        watermark_failed: None,
-        rows: out,
-        cursor,
-        more,
-    })
+    rows: Vec<(Vec<Value>, Key)>,
+    /// The last row taken (its raw key columns, after the values, make the cursor).
+    last: Option<mysql_async::Row>,
+    more: bool,
+    /// The first value that could not be converted: the read stops there.
+    failed: Option<String>,
 }
 
-/// Whether the table's key order is the upstream's `ORDER BY` order exactly: every key column
-/// is an integer (string keys are not: the row key's collation weights do not fold accents the
-/// way `general_ci` does). Only then may a read of a span start at the span's first key and
-/// stop at its end ([`cursor_at`], [`past_span`]).
+impl<'a> ChunkRows<'a> {
+    fn new(table: &'a TableSchema, spec: &'a [(usize, u16)], limit: usize) -> Self {
+        ChunkRows {
+            table,
+            spec,
+            limit,
+            rows: Vec::new(),
+            last: None,
+            more: false,
+            failed: None,
+        }
+    }
+
+    fn keyed(&self) -> bool {
+        !self.table.key_columns.is_empty()
+    }
+
+    /// Takes one row; `false` once the rest of the result is not needed.
+    fn take(&mut self, mut r: mysql_async::Row) -> bool {
+        if self.keyed() && self.rows.len() >= self.limit {
+            self.more = true;
+            return false;
+        }
+        if self.rows.is_empty() {
+            self.rows.reserve(self.limit.min(1 << 16));
+        }
+        let mut vals = Vec::with_capacity(self.table.columns.len());
+        for (i, c) in self.table.columns.iter().enumerate() {
+            match sql_value_owned(c, r.take(i)) {
+                Ok(v) => vals.push(v),
+                Err(m) => {
+                    self.failed = Some(format!(
+                        "snapshot of {}.{}: column {}: {m}",
+                        self.table.database, self.table.name, c.name
+                    ));
+                    return false;
+                }
+            }
+        }
+        let key = row_key(self.table.table_id, &vals, self.spec);
+        self.rows.push((vals, key));
+        self.last = Some(r);
+        true
+    }
+
+    /// The chunk read at `position`, or the conversion that failed.
+    fn finish(self, position: Ts) -> Result<SnapshotChunk> {
+        if let Some(message) = self.failed {
+            return Err(CaptureError::Decode {
+                file: String::new(),
+                pos: position,
+                message,
+            });
+        }
+        let n = self.table.columns.len();
+        let keys = self.table.key_columns.len();
+        let cursor = self.last.filter(|_| keys > 0).map(|r| {
+            let raw: Vec<CursorValue> = (n..n + keys)
+                .map(|j| r.as_ref(j).map_or(CursorValue::Null, CursorValue::of))
+                .collect();
+            serde_json::to_vec(&raw).unwrap_or_default()
+        });
+        Ok(SnapshotChunk {
+            position,
+            window: false,
+            watermark_failed: None,
+            rows: self.rows,
+            cursor,
+            more: self.more,
+        })
+    }
+}
+
 pub fn exact_key_order(table: &TableSchema) -> bool {
     !table.key_columns.is_empty()
         && table.key_columns.iter().all(|i| {

@@ -18,10 +18,8 @@ pub enum StreamItem {
         /// Insert, update or delete (for event-type filters).
         kind: sluice_types::RowKind,
     },
-    Ddl {
-        ddl: DdlEvent,
-        handle: u64,
-    },
+    /// Boxed: a stream is mostly rows, and every item is as large as its largest variant.
+    Ddl { ddl: Box<DdlEvent>, handle: u64 },
 }
 
 impl StreamItem {

@@ -412,7 +412,7 @@ fn barrier_waits_for_flush_writes_once_and_answers_duplicates_idempotently() {
             kind: sluice_types::RowKind::Insert,
         },
         StreamItem::Ddl {
-            ddl: ddl(102, vec![TableId(4)], false),
+            ddl: Box::new(ddl(102, vec![TableId(4)], false)),
             handle: 2,
         },
         StreamItem::Row {
@@ -542,7 +542,7 @@ fn checkpoint_never_passes_unflushed_rows_nor_a_pending_ddl() {
         0,
         d,
         vec![StreamItem::Ddl {
-            ddl: ddl(130, vec![TableId(4)], true),
+            ddl: Box::new(ddl(130, vec![TableId(4)], true)),
             handle: 2,
         }],
         140,
@@ -901,7 +901,7 @@ fn an_unreplicable_change_stops_its_dispatcher_with_a_warning_until_let_through(
     let items = vec![
         row(110, 1),
         StreamItem::Ddl {
-            ddl: stop.clone(),
+            ddl: Box::new(stop.clone()),
             handle: 2,
         },
         row(150, 3),
@@ -1067,7 +1067,7 @@ fn a_write_held_after_it_is_not_reported_by_heartbeats_nor_bootstrap() {
     let d = id(1, 1);
     create(&mut dm, &m1(), 1, d, a, &holds);
     let items = vec![StreamItem::Ddl {
-        ddl: ddl(102, vec![TableId(4)], false),
+        ddl: Box::new(ddl(102, vec![TableId(4)], false)),
         handle: 1,
     }];
     let mut out = Vec::new();

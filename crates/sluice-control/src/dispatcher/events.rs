@@ -37,6 +37,11 @@ impl DispatcherManager {
             return;
         }
         let mut resubscribe_from = None;
+        d.buffer.reserve(
+            items
+                .len()
+                .min(MAX_BUFFERED_ITEMS.saturating_sub(d.buffer.len())),
+        );
         for item in items {
             let ts = item.commit_ts();
             if ts <= d.received_upto {

@@ -352,20 +352,27 @@ impl Dispatcher {
             let Some(front) = self.buffer.front() else {
                 break;
             };
-            let go_on = match front.clone() {
-                StreamItem::Row {
-                    commit_ts,
-                    key,
-                    handle,
-                    kind,
-                } => {
-                    self.take_row(cf, ignore, (commit_ts, key, handle), kind, &mut rows, out);
+            // A row is moved out of the buffer (never copied: this runs for every row); a DDL,
+            // which may stay in it (blocking, or halted at), is cloned.
+            let go_on = match front {
+                StreamItem::Row { .. } => {
+                    if let Some(StreamItem::Row {
+                        commit_ts,
+                        key,
+                        handle,
+                        kind,
+                    }) = self.buffer.pop_front()
+                    {
+                        self.take_row(cf, ignore, (commit_ts, key, handle), kind, &mut rows, out);
+                    }
                     true
                 }
                 StreamItem::Ddl { ddl, .. } if ddl.kind == DdlKind::Unreplicable => {
+                    let ddl = ddl.clone();
                     self.take_unreplicable(cf, ignore, &ddl, out)
                 }
                 StreamItem::Ddl { ddl, handle } => {
+                    let (ddl, handle) = ((**ddl).clone(), *handle);
                     self.take_ddl(cf, ignore, ddl, handle, &mut rows, out);
                     true
                 }
@@ -419,7 +426,7 @@ impl Dispatcher {
         rows: &mut Vec<(Ts, sluice_types::Key, u64)>,
         out: &mut Vec<Effect>,
     ) {
-        self.buffer.pop_front();
+        // The caller took it out of the buffer.
         // Rows of an ignored event type are consumed, not written; so are a keyless table's
         // rows before its snapshot chunk (the chunk holds their effect).
         if ignore.ignores_row(kind) || self.copy.as_ref().is_some_and(|c| !c.writes_row(row.0)) {

@@ -385,7 +385,7 @@ impl<R: FeedRow> Feed<R> {
                 handle,
                 kind: row.kind(),
             });
-            lane.pending.insert(handle, (row, size));
+            lane.pending.insert(handle, row, size);
         }
         // Rows a window read dropped leave the accounting here too.
         self.inflight_bytes = self.inflight_bytes + held - chunk.bytes;

@@ -52,6 +52,7 @@ use sluice_types::{
 use std::collections::BTreeMap;
 
 mod chunk;
+mod held;
 mod quota;
 pub use chunk::{chunk_ts, ChunkConsistency, ChunkRead, CHUNK_TS_SLOTS, MAX_CHUNKS_AHEAD};
 
@@ -204,7 +205,7 @@ impl Sub {
 struct Lane<R> {
     sub: Option<Sub>,
     /// Rows handed to the dispatcher and not yet written: handle -> (row, bytes).
-    pending: BTreeMap<u64, (R, usize)>,
+    pending: held::Held<R>,
     /// Rows in sink writes not yet accepted.
     in_sink: usize,
     /// Snapshot chunk reads asked for and not answered, by read id: the stream waits below
@@ -223,7 +224,7 @@ impl<R> Lane<R> {
     fn new() -> Self {
         Lane {
             sub: None,
-            pending: BTreeMap::new(),
+            pending: held::Held::new(),
             in_sink: 0,
             reads: BTreeMap::new(),
             chunks: std::collections::VecDeque::new(),
@@ -549,16 +550,19 @@ impl<R: FeedRow> Feed<R> {
         let Some(l) = self.lanes.get_mut(key) else {
             return;
         };
-        let drop: Vec<u64> = l
-            .pending
-            .iter()
-            .filter(|(h, (r, _))| pred(**h, r))
-            .map(|(h, _)| *h)
-            .collect();
-        for h in drop {
-            if let Some((_, b)) = l.pending.remove(&h) {
-                self.inflight_bytes = self.inflight_bytes.saturating_sub(b as u64);
-            }
+        for (_, b) in l.pending.take_where(pred) {
+            self.inflight_bytes = self.inflight_bytes.saturating_sub(b as u64);
+        }
+    }
+
+    /// Drop the held rows of a dispatcher whose handles are below `handle` (it skipped them), in
+    /// time proportional to what is dropped: held rows are kept by handle.
+    fn release_below(&mut self, key: &LaneKey, handle: u64) {
+        let Some(l) = self.lanes.get_mut(key) else {
+            return;
+        };
+        for (_, b) in l.pending.take_below(handle) {
+            self.inflight_bytes = self.inflight_bytes.saturating_sub(b as u64);
         }
     }
 
@@ -580,7 +584,7 @@ impl<R: FeedRow> Feed<R> {
         let mut missing = 0usize;
         let lane = self.lanes.entry(key.clone()).or_insert_with(Lane::new);
         for (_, _, h) in &handles {
-            match lane.pending.remove(h) {
+            match lane.pending.remove(*h) {
                 Some((r, b)) => {
                     bytes += b as u64;
                     rows.push(if mutation("shift-key") && h % 50 == 7 {
@@ -596,7 +600,7 @@ impl<R: FeedRow> Feed<R> {
         self.in_sink_bytes += bytes;
         #[cfg(feature = "mutations")]
         duplicate_first_row(lane, &mut rows);
-        self.release(&key, |h, _| h < max_handle);
+        self.release_below(&key, max_handle);
         if missing > 0 {
             self.on_accepted(&cf, id, rows.len(), bytes);
             let message =
@@ -779,7 +783,10 @@ impl<R: FeedRow> Feed<R> {
         for row in rows {
             while ddls.front().is_some_and(|d| d.commit_ts < row.commit_ts()) {
                 if let Some(ddl) = ddls.pop_front() {
-                    items.push(StreamItem::Ddl { ddl, handle: 0 });
+                    items.push(StreamItem::Ddl {
+                        ddl: Box::new(ddl),
+                        handle: 0,
+                    });
                 }
             }
             let handle = self.next_handle;
@@ -792,12 +799,12 @@ impl<R: FeedRow> Feed<R> {
                 handle,
                 kind: row.kind(),
             });
-            lane.pending.insert(handle, (row, size));
+            lane.pending.insert(handle, row, size);
         }
-        items.extend(
-            ddls.into_iter()
-                .map(|ddl| StreamItem::Ddl { ddl, handle: 0 }),
-        );
+        items.extend(ddls.into_iter().map(|ddl| StreamItem::Ddl {
+            ddl: Box::new(ddl),
+            handle: 0,
+        }));
         items
     }
 }
