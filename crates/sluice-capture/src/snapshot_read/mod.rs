@@ -34,6 +34,9 @@ use mysql_async::Value as M;
 use serde::{Deserialize, Serialize};
 use sluice_types::{ColumnDef, ColumnType, Key, TableSchema, Ts, Value};
 
+mod bounds;
+pub use bounds::chunk_bounds;
+
 /// One chunk as read.
 #[derive(Clone, Debug)]
 pub struct SnapshotChunk {
@@ -377,59 +380,6 @@ fn parse_cursor(c: Option<&[u8]>) -> Result<Option<Vec<CursorValue>>> {
         })
     })
     .transpose()
-}
-
-/// Where the next `count` chunks of `rows` rows of `table` after `after` end: the key of every
-/// `rows`-th row after it in key order, as cursors (fewer when fewer rows follow). Not a
-/// consistent read (any key is a valid bound between two chunks); each bound is found by a
-/// scan of the key's index only as far as it. `span` (of a table of [`exact_key_order`]):
-/// no bound at or past its end.
-pub async fn chunk_bounds(
-    conn: &mut mysql_async::Conn,
-    table: &TableSchema,
-    span: &sluice_types::Span,
-    after: Option<&[u8]>,
-    (rows, count): (usize, usize),
-) -> Result<Vec<Vec<u8>>> {
-    let keys = key_columns(table);
-    let mut from = parse_cursor(after)?;
-    let mut bounds = Vec::new();
-    let end = (span.end < sluice_types::Key::table_end(span.table))
-        .then(|| cursor_at(table, &span.end))
-        .flatten();
-    let order: Vec<String> = keys.iter().map(|k| quote(&k.name)).collect();
-    while bounds.len() < count && !keys.is_empty() {
-        let (w, params) = range_where(&keys, from.as_deref(), None);
-        let q = format!(
-            "SELECT {} FROM {}.{}{w} ORDER BY {} LIMIT 1 OFFSET {}",
-            order.join(", "),
-            quote(&table.database),
-            quote(&table.name),
-            order.join(", "),
-            rows.max(1) - 1
-        );
-        let row: Option<mysql_async::Row> = conn
-            .exec_first(q, params)
-            .await
-            .map_err(CaptureError::from_mysql)?;
-        let Some(row) = row else { break };
-        let vals: Vec<CursorValue> = (0..keys.len())
-            .map(|j| row.as_ref(j).map_or(CursorValue::Null, CursorValue::of))
-            .collect();
-        let bound = serde_json::to_vec(&vals).unwrap_or_default();
-        // At or past the span's end (integer keys: `end` reads the keys >= the end).
-        if end.as_ref().is_some_and(|e| int_after(&bound, e)) {
-            break;
-        }
-        bounds.push(bound);
-        from = Some(vals);
-    }
-    Ok(bounds)
-}
-
-/// Whether integer cursor `c` is after cursor `e` in key order.
-fn int_after(c: &[u8], e: &[u8]) -> bool {
-    matches!((int_cursor(c), int_cursor(e)), (Some(c), Some(e)) if c > e)
 }
 
 /// The session's settings and the consistent snapshot (one round trip).
