@@ -38,6 +38,22 @@ use crate::feed::MAX_CHUNKS_AHEAD;
 use crate::msg::{CopyProgress, CopyReport, CopyStart};
 use std::collections::BTreeSet;
 
+/// A range up to a bound is read whole when it holds up to this fraction more rows than a
+/// chunk (`chunk_rows / BOUNDED_RANGE_SLACK` more): bounds are estimates (the upstream's row
+/// count, rows inserted since they were found), and a range a few rows over a chunk would
+/// otherwise take a second read for those few rows.
+pub const BOUNDED_RANGE_SLACK: usize = 4;
+
+/// The most rows the read of range `i` of copy `c` takes: every row of a keyless table (one
+/// consistent read); a chunk and its slack up to a bound; a chunk of the open last range.
+fn read_limit(c: &Copy, i: usize) -> usize {
+    match (c.keyless, c.ranges[i].upto.is_some()) {
+        (true, _) => usize::MAX,
+        (false, true) => c.chunk_rows + c.chunk_rows / BOUNDED_RANGE_SLACK,
+        (false, false) => c.chunk_rows,
+    }
+}
+
 /// The feed's answer to a read (`Input::ChunkQueued`).
 #[derive(Clone, Debug)]
 pub struct QueuedRead {
@@ -476,7 +492,7 @@ impl DispatcherManager {
             span: d.span.clone(),
             after: c.ranges[i].after.clone(),
             upto: c.ranges[i].upto.clone(),
-            limit: if c.keyless { usize::MAX } else { c.chunk_rows },
+            limit: read_limit(c, i),
             keyless: c.keyless,
         }));
         true

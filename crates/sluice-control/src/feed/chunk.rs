@@ -19,7 +19,8 @@
 //!   (where no transaction can be), or not at all: it is refused, never put in out of order;
 //! - a chunk's rows are accounted against the memory quota from the moment the feed holds them,
 //!   and no read starts while the quota is full (so rows in flight stay within the quota plus one
-//!   transaction plus one chunk per read under way);
+//!   transaction plus one chunk per read under way, a chunk being at most `snapshot-chunk-rows`
+//!   and its slack, `dispatcher::copy::BOUNDED_RANGE_SLACK`);
 //!   each dispatcher holds and reads at most [`MAX_CHUNKS_AHEAD`] chunks; the stream goes up to
 //!   the lowest of its held chunks' positions and its reads' floors (mutation
 //!   `feed-stream-passes-reads`: reads do not hold the stream while a chunk is held);
