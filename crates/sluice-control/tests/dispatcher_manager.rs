@@ -1731,3 +1731,57 @@ fn idle_dispatchers_rest_and_heartbeats_carry_one_rest_ts_for_them() {
         (true, rests(&[a, b]), Some(220))
     );
 }
+
+/// The tick after a copy's last chunk became durable sends a heartbeat at once (its owner, and
+/// the user watching the snapshot, learn of the end a heartbeat period sooner); the heartbeats
+/// after it keep their period.
+#[test]
+fn a_finished_copy_is_reported_at_the_next_tick() {
+    use sluice_control::config::HEARTBEAT_MS;
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let d = id(1, 1);
+    let mut out = Vec::new();
+    dm.on_message(600, &m1(), create_copying(d), &holds, &mut out);
+    dm.on_tick(1_000, &holds, &mut out);
+    let read = first_read(&mut dm, d, 1_000, &mut out);
+    dm.on_chunk_queued(1_000, d, queued(read, 500, None, false, 1), &mut out);
+    dm.on_events(
+        1_100,
+        d,
+        vec![insert_item(TableId(4), 500, 1)],
+        500,
+        &holds,
+        &mut out,
+    );
+    let t = 1_200;
+    tick(&mut dm, t, &holds); // a heartbeat is due here: the period starts again
+    dm.on_sink_flushed(t + 10, d, 500, &holds, &mut out);
+    let heartbeats = |out: &[Effect]| -> Vec<bool> {
+        out.iter()
+            .filter_map(|e| match e {
+                Effect::Send {
+                    msg: Message::Heartbeat { dispatchers, .. },
+                    ..
+                } => Some(
+                    dispatchers
+                        .iter()
+                        .filter(|r| r.id == d)
+                        .any(|r| r.copy.as_ref().is_some_and(|c| c.durable.done)),
+                ),
+                _ => None,
+            })
+            .collect()
+    };
+    let now = t + HEARTBEAT_MS / 2;
+    assert_eq!(
+        heartbeats(&tick(&mut dm, now, &holds)),
+        [true],
+        "within the period, at once, saying the copy is done"
+    );
+    assert!(
+        heartbeats(&tick(&mut dm, now + 1, &holds)).is_empty(),
+        "then the period again"
+    );
+}

@@ -433,7 +433,9 @@ impl DispatcherManager {
             let cp = d.checkpoint();
             let (working, received) = (matches!(d.phase, Phase::Working), d.received_upto);
             let Some(c) = d.copy.as_mut() else { continue };
+            let was_done = c.done();
             c.settle(cp);
+            self.copy_finished |= !was_done && c.done();
             self.copy_pending |= !c.done();
             reads += c.reads.len();
             if working && probes < MAX_CONCURRENT_CHUNK_READS && c.wants_probe(now) {

@@ -497,6 +497,10 @@ pub struct DispatcherManager {
     /// A copy of this manager is not done (as of the last copy step): the node's data path
     /// then wants capture to hand on every position promptly ([`DispatcherManager::copy_pending`]).
     copy_pending: bool,
+    /// A copy finished since the last heartbeat: the next tick sends one at once (the owner
+    /// learns a copy's end, and the changefeed's snapshot reads `finished`, a heartbeat
+    /// period sooner).
+    copy_finished: bool,
     pub stale_dropped: u64,
 }
 
@@ -541,6 +545,7 @@ impl DispatcherManager {
             ticking: BTreeSet::new(),
             copies: false,
             copy_pending: false,
+            copy_finished: false,
             stale_dropped: 0,
         }
     }

@@ -177,11 +177,9 @@ impl DispatcherManager {
         if self.owner.is_none() || self.held_bootstrap.is_some() {
             return;
         }
-        if self
-            .last_hb
-            .map(|t| now >= t + HEARTBEAT_MS)
-            .unwrap_or(true)
-        {
+        let due = self.last_hb.is_none_or(|t| now >= t + HEARTBEAT_MS);
+        let copy_finished = std::mem::take(&mut self.copy_finished);
+        if due || copy_finished {
             self.heartbeat(now, holds, out);
         }
     }

@@ -205,6 +205,8 @@ pub struct Maintainer {
     /// bootstrap that waits for capture reports it through this).
     node_warning: Option<String>,
     last_status: Option<Millis>,
+    /// The snapshot copy finished since the last status: the next tick sends one at once.
+    status_due: bool,
     last_balance: Millis,
     error: Option<String>,
     pub stale_dropped: u64,
@@ -298,6 +300,7 @@ impl Maintainer {
             warnings: BTreeMap::new(),
             node_warning: None,
             last_status: None,
+            status_due: false,
             last_balance: ctx.now,
             error: None,
             stale_dropped: 0,
@@ -950,11 +953,11 @@ impl Maintainer {
             self.drive(ctx, out);
             self.compute_checkpoint(out);
         }
-        if self
+        let due = self
             .last_status
-            .map(|t| ctx.now >= t + MAINTAINER_STATUS_MS)
-            .unwrap_or(true)
-        {
+            .is_none_or(|t| ctx.now >= t + MAINTAINER_STATUS_MS);
+        let snapshot_finished = std::mem::take(&mut self.status_due);
+        if due || snapshot_finished {
             self.last_status = Some(ctx.now);
             if let Some(c) = ctx.coordinator {
                 self.send(

@@ -185,6 +185,8 @@ impl Maintainer {
                 self.copy_rows.insert(r.id, c.clone());
                 if self.copies.set(&r.span, c.durable.clone()) {
                     self.copy_dirty = true;
+                    // The last piece finished: the coordinator hears of it at the next tick.
+                    self.status_due |= self.copies.is_empty();
                 }
             }
             None => {
