@@ -249,7 +249,7 @@ fn consume(a: ConsumeArgs) -> ExitCode {
 /// faults in (and zeroes) a whole 2 MiB page. With a stream of rows allocated on one thread and
 /// freed on another (snapshot chunks, sink batches), that zeroing was 18-28% of the server's
 /// CPU in `perf` profiles of `bench/snapshot.sh`; with it off the same copy used 1.2 CPU
-/// seconds instead of 1.5-2.1 (docs/figures/snapshot-bench-thp.md). The flag covers memory
+/// seconds instead of 1.5-2.1 (docs/figures/snapshot-bench-4aae865.md). The flag covers memory
 /// already mapped too: the kernel checks it at each fault.
 fn no_huge_pages() {
     // A kernel without the flag (before 3.15) only costs the zeroing above: nothing to report.
