@@ -24,6 +24,14 @@ ROWS=${1:-1000000}
 CHUNK=${2:-8192}
 SLUICE=${SLUICE_BIN:-target/release/sluice}
 [ -x "$SLUICE" ] || cargo build --release -p sluice
+# The upstream's table and binlog, the downstream's copy and the csv files take about 1 KB per
+# row (10M rows: about 9 GB): refuse to start rather than fail half-way with "table is full".
+NEED=$((ROWS * 1100))
+FREE=$(df -Pk /tmp | awk 'NR == 2 { print $4 * 1024 }')
+if [ "$FREE" -lt "$NEED" ]; then
+  echo "bench/snapshot.sh: $ROWS rows need about $((NEED >> 30)) GiB free in /tmp, only $((FREE >> 30)) GiB are" >&2
+  exit 2
+fi
 source bench/lib.sh
 bench_init snapshot-bench
 DBNAME=up start_mariadb "innodb_flush_log_at_trx_commit=2" "innodb_buffer_pool_size=1G"
