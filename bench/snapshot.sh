@@ -18,6 +18,9 @@
 # to the changefeed's TOML (e.g. spans by region, so one table is copied by several dispatchers);
 # SETTLE=seconds waits that long after the server started before the first run (its region scan
 # of the table at start then does not overlap a SKIP_MYSQL=1 file run).
+# FILE_DIR=dir puts the file sink's output there instead of the work directory (e.g. a tmpfs,
+# to tell the page cache's cost apart; not removed afterwards); at 10M rows give SETTLE a minute: the upstream's own
+# work after the bulk load otherwise runs during a SKIP_MYSQL=1 file run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS=${1:-1000000}
@@ -101,7 +104,7 @@ if [ -n "${PERF_UP_OUT:-}" ]; then # and one of the upstream mariadbd
   perf record -F 499 -g -o "$PERF_UP_OUT" -p "$UP_PID" 2>/dev/null &
   PERF_UP=$!
 fi
-read -r T_FILE RSS_FILE CPU_FILE CPU_UP_FILE <<<"$(run tofile "file://$WORK/out?protocol=csv${FILE_PARAMS:-}")"
+read -r T_FILE RSS_FILE CPU_FILE CPU_UP_FILE <<<"$(run tofile "file://${FILE_DIR:-$WORK}/out?protocol=csv${FILE_PARAMS:-}")"
 [ -n "${PERF_OUT:-}" ] && kill -INT "$PERF" && wait "$PERF" || true
 [ -n "${PERF_UP_OUT:-}" ] && kill -INT "$PERF_UP" && wait "$PERF_UP" || true
 ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
