@@ -32,7 +32,7 @@ SLUICE=${SLUICE_BIN:-target/release/sluice}
 NEED=$((ROWS * 1100))
 FREE=$(df -Pk /tmp | awk 'NR == 2 { print $4 * 1024 }')
 if [ "$FREE" -lt "$NEED" ]; then
-  echo "bench/snapshot.sh: $ROWS rows need about $((NEED >> 30)) GiB free in /tmp, only $((FREE >> 30)) GiB are" >&2
+  echo "bench/snapshot.sh: $ROWS rows need about $((NEED >> 30)) GiB free in /tmp, only $((FREE >> 30)) GiB are: free some, or copy fewer rows" >&2
   exit 2
 fi
 source bench/lib.sh

@@ -293,6 +293,27 @@ fn charset_at(per_column: &Option<Vec<u16>>, default: &Option<DefaultCharsets>, 
     }
 }
 
+/// The ENUM value of a 1-based index into `elements` (0: the empty error value), as the binlog
+/// decoder and snapshot reads both give it.
+pub(crate) fn enum_value(elements: &[String], index: u16) -> Value {
+    let name = match index {
+        0 => String::new(),
+        i => elements.get(i as usize - 1).cloned().unwrap_or_default(),
+    };
+    Value::Enum { index, name }
+}
+
+/// The SET value of a member bitmap over `elements`.
+pub(crate) fn set_value(elements: &[String], bits: u64) -> Value {
+    let names = elements
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i < 64 && bits & (1u64 << i) != 0)
+        .map(|(_, n)| n.clone())
+        .collect();
+    Value::Set { bits, names }
+}
+
 impl ColumnMeta {
     pub fn is_binary(&self) -> bool {
         self.collation == BINARY_COLLATION
@@ -544,15 +565,7 @@ impl ColumnMeta {
 
     /// The ENUM value of a 1-based member index (0: the empty error value).
     pub(crate) fn enum_value(&self, index: u16) -> Value {
-        let name = match index {
-            0 => String::new(),
-            i => self
-                .elements
-                .get(i as usize - 1)
-                .cloned()
-                .unwrap_or_default(),
-        };
-        Value::Enum { index, name }
+        enum_value(&self.elements, index)
     }
 
     fn set_members(&self, b: &[u8]) -> Value {
@@ -565,14 +578,7 @@ impl ColumnMeta {
 
     /// The SET value of a member bitmap.
     pub(crate) fn set_value(&self, bits: u64) -> Value {
-        let names = self
-            .elements
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i < 64 && bits & (1u64 << i) != 0)
-            .map(|(_, n)| n.clone())
-            .collect();
-        Value::Set { bits, names }
+        set_value(&self.elements, bits)
     }
 
     fn bits(&self, b: &[u8]) -> Value {

@@ -823,25 +823,8 @@ fn temporal(c: &ColumnDef, v: &M) -> std::result::Result<Value, String> {
 /// ENUM and SET by their numbers (`col + 0`), BIT by its bits.
 fn members(c: &ColumnDef, v: &M) -> std::result::Result<Value, String> {
     Ok(match c.ty {
-        ColumnType::Enum => {
-            let index = int(v)? as u16;
-            let name = match index {
-                0 => String::new(),
-                i => c.elements.get(i as usize - 1).cloned().unwrap_or_default(),
-            };
-            Value::Enum { index, name }
-        }
-        ColumnType::Set => {
-            let bits = int(v)?;
-            let names = c
-                .elements
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i < 64 && bits & (1u64 << i) != 0)
-                .map(|(_, n)| n.clone())
-                .collect();
-            Value::Set { bits, names }
-        }
+        ColumnType::Enum => crate::decode::enum_value(&c.elements, int(v)? as u16),
+        ColumnType::Set => crate::decode::set_value(&c.elements, int(v)?),
         _ => Value::Bit {
             bits: int(v)?,
             width: bit_width(c),

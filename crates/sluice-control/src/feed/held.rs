@@ -2,8 +2,8 @@
 //!
 //! Handles are given in increasing order, and a dispatcher writes (or skips) its rows mostly in
 //! that order, so the rows sit in a ring in handle order: taking one is a binary search that
-//! leaves a hole, holes at the front are dropped at once. Rows are never moved once in the ring
-//! (a sorted map would shift its nodes' rows on every insert and removal).
+//! leaves a hole, holes at the front are dropped at once. No insert or removal shifts the rows
+//! after it (a sorted map shifts its nodes' rows on both); only the ring's growth moves them.
 //!
 //! Invariants: handles in the ring strictly increase (asserted where one is added); the front
 //! slot is always occupied; `len` counts the occupied slots.

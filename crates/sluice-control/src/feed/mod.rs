@@ -547,21 +547,25 @@ impl<R: FeedRow> Feed<R> {
 
     /// Drop held rows of a dispatcher that `pred` selects (by handle and row).
     fn release(&mut self, key: &LaneKey, pred: impl Fn(u64, &R) -> bool) {
-        let Some(l) = self.lanes.get_mut(key) else {
-            return;
-        };
-        for (_, b) in l.pending.take_where(pred) {
-            self.inflight_bytes = self.inflight_bytes.saturating_sub(b as u64);
-        }
+        self.release_taken(key, |held| held.take_where(pred));
     }
 
     /// Drop the held rows of a dispatcher whose handles are below `handle` (it skipped them), in
     /// time proportional to what is dropped: held rows are kept by handle.
     fn release_below(&mut self, key: &LaneKey, handle: u64) {
+        self.release_taken(key, |held| held.take_below(handle));
+    }
+
+    /// Drop the held rows `take` takes from a dispatcher's, with their bytes in flight.
+    fn release_taken(
+        &mut self,
+        key: &LaneKey,
+        take: impl FnOnce(&mut held::Held<R>) -> Vec<(R, usize)>,
+    ) {
         let Some(l) = self.lanes.get_mut(key) else {
             return;
         };
-        for (_, b) in l.pending.take_below(handle) {
+        for (_, b) in take(&mut l.pending) {
             self.inflight_bytes = self.inflight_bytes.saturating_sub(b as u64);
         }
     }
