@@ -15,6 +15,18 @@ pub const HEARTBEAT_MS: Millis = 200;
 /// an owner change); the ones in between list only the dispatchers whose report changed since
 /// it was last sent, so idle tables cost the maintainer nothing between complete heartbeats.
 pub const HEARTBEAT_COMPLETE_MS: Millis = 2_000;
+/// A node's complete heartbeats list at most this many dispatchers a second on average: a node
+/// of more than 10,000 dispatchers (this rate times [`HEARTBEAT_COMPLETE_MS`]) lists every one
+/// less often (100,000: every 20 s), so what unchanged dispatchers cost the node and the
+/// maintainer stays bounded per node however many there are. Changed reports are not delayed.
+pub const COMPLETE_REPORTS_PER_SEC: u64 = 5_000;
+
+/// How long a node of `dispatchers` dispatchers waits between complete heartbeats:
+/// [`HEARTBEAT_COMPLETE_MS`], or longer where [`COMPLETE_REPORTS_PER_SEC`] says so.
+pub fn complete_heartbeat_ms(dispatchers: usize) -> Millis {
+    let spread = (dispatchers as u64).saturating_mul(1000) / COMPLETE_REPORTS_PER_SEC;
+    HEARTBEAT_COMPLETE_MS.max(spread)
+}
 /// How often a maintainer reports to the coordinator.
 pub const MAINTAINER_STATUS_MS: Millis = 200;
 /// A placed maintainer that has not reported for this long (while its node stays alive) is

@@ -1732,6 +1732,69 @@ fn idle_dispatchers_rest_and_heartbeats_carry_one_rest_ts_for_them() {
     );
 }
 
+/// A node of many dispatchers lists them all less often than every
+/// [`HEARTBEAT_COMPLETE_MS`](sluice_control::config::HEARTBEAT_COMPLETE_MS): at most
+/// `COMPLETE_REPORTS_PER_SEC` a second on average (12,000 resting dispatchers: every 2.4 s), so
+/// unchanged dispatchers cost the maintainer a bounded rate however many a node has; a
+/// dispatcher whose report changed is still reported in the next heartbeat.
+#[test]
+fn complete_heartbeats_of_a_large_node_are_spread_out() {
+    use sluice_control::config::{
+        complete_heartbeat_ms, COMPLETE_REPORTS_PER_SEC, HEARTBEAT_COMPLETE_MS, HEARTBEAT_MS,
+    };
+    assert_eq!(complete_heartbeat_ms(0), HEARTBEAT_COMPLETE_MS);
+    assert_eq!(complete_heartbeat_ms(2), HEARTBEAT_COMPLETE_MS);
+    let n: u64 = 12_000;
+    assert_eq!(
+        complete_heartbeat_ms(n as usize),
+        n * 1000 / COMPLETE_REPORTS_PER_SEC
+    );
+    assert!(complete_heartbeat_ms(n as usize) > HEARTBEAT_COMPLETE_MS);
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let ids: Vec<DispatcherId> = (1..=n).map(|i| id(1, i)).collect();
+    for (i, d) in ids.iter().enumerate() {
+        create(
+            &mut dm,
+            &m1(),
+            1,
+            *d,
+            Span::whole_table(TableId(i as u64 + 10)),
+            &holds,
+        );
+    }
+    let mut out = Vec::new();
+    let t0 = 10_000;
+    dm.on_resolved(t0, ids.clone(), 150, &holds, &mut out);
+    let (complete, reports, _) = beat(&mut dm, t0, &holds);
+    assert!(complete);
+    assert_eq!(reports.len(), n as usize, "the first lists every one");
+    // At a small node's interval: only what changed (one dispatcher's row).
+    dm.on_events(
+        t0,
+        ids[7],
+        vec![insert_item(TableId(17), 160, 1)],
+        170,
+        &holds,
+        &mut out,
+    );
+    assert_eq!(
+        beat(&mut dm, t0 + HEARTBEAT_COMPLETE_MS, &holds),
+        (false, vec![(ids[7], false)], Some(150)),
+        "not complete yet, the changed one is not delayed"
+    );
+    let (complete, reports, _) = beat(
+        &mut dm,
+        t0 + complete_heartbeat_ms(n as usize) - HEARTBEAT_MS,
+        &holds,
+    );
+    assert!(!complete && reports.is_empty(), "{} reports", reports.len());
+    let (complete, reports, _) = beat(&mut dm, t0 + complete_heartbeat_ms(n as usize), &holds);
+    assert!(complete);
+    assert_eq!(reports.len(), n as usize, "then every one again");
+}
+
 /// The tick after a copy's last chunk became durable sends a heartbeat at once (its owner, and
 /// the user watching the snapshot, learn of the end a heartbeat period sooner); the heartbeats
 /// after it keep their period.

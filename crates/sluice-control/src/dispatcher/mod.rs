@@ -36,7 +36,7 @@
 //! sink writes, hold points, heartbeats) and `floor.rs` (replay floors).
 
 use crate::config::{
-    ChangefeedConfig, HEARTBEAT_COMPLETE_MS, HEARTBEAT_MS, MAX_BUFFERED_ITEMS,
+    complete_heartbeat_ms, ChangefeedConfig, HEARTBEAT_MS, MAX_BUFFERED_ITEMS,
     MAX_ERRORS_PER_HEARTBEAT, MAX_ROWS_PER_WRITE, RESEND_MS,
 };
 use crate::hold::{HoldPoint, Holds};
@@ -477,7 +477,7 @@ pub struct DispatcherManager {
     hb_seq: u64,
     last_hb: Option<Millis>,
     /// When the last complete heartbeat (every dispatcher listed) was sent, and to which owner
-    /// epoch ([`crate::config::HEARTBEAT_COMPLETE_MS`]).
+    /// epoch ([`crate::config::complete_heartbeat_ms`]).
     last_complete: Option<(Millis, Epoch)>,
     /// A condition of the whole node that stops this changefeed's progress here (capture
     /// stopped), set by the node; reported as a warning in every heartbeat while it lasts.

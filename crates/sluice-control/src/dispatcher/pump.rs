@@ -230,7 +230,7 @@ struct Beat {
 impl DispatcherManager {
     /// One pass over the dispatchers for the next heartbeat: each one's write rate over the
     /// `elapsed` ms, then its report (every dispatcher's when a complete one is due, see
-    /// [`HEARTBEAT_COMPLETE_MS`], else those whose report changed since it was last sent, except
+    /// [`complete_heartbeat_ms`], else those whose report changed since it was last sent, except
     /// resting ones, [`DispatcherReport::rests`]: a dispatcher that starts to rest is reported
     /// once with `rests`, then only the rest ts, the lowest checkpoint of the resting ones,
     /// moves it until it stops resting and is reported again; so a heartbeat of 10,000 idle
@@ -240,21 +240,25 @@ impl DispatcherManager {
     /// kept with them; what a visit would do to them is nothing.
     fn heartbeat_pass(&mut self, now: Millis, holds: &Holds, elapsed: Millis) -> Beat {
         let epoch = self.owner_epoch();
+        let every = complete_heartbeat_ms(self.dispatchers.len());
         let complete = self
             .last_complete
-            .is_none_or(|(t, e)| e != epoch || now >= t + HEARTBEAT_COMPLETE_MS);
+            .is_none_or(|(t, e)| e != epoch || now >= t + every);
         if complete {
             self.last_complete = Some((now, epoch));
         }
+        self.dispatchers.debug_check_quiet(|d| d.quiet());
+        let (quiet, quiet_rest) = self.dispatchers.quiet();
+        // Sized once: only the loud ones report between complete heartbeats (growing a vector
+        // of 100,000 reports by doubling copies it and faults in fresh pages at every step).
+        let most = self.dispatchers.len() - if complete { 0 } else { quiet };
         let mut beat = Beat {
             complete,
-            reports: Vec::with_capacity(if complete { self.dispatchers.len() } else { 0 }),
+            reports: Vec::with_capacity(most),
             rest: None,
             errors: Vec::new(),
             warnings: self.node_warning.iter().cloned().collect(),
         };
-        self.dispatchers.debug_check_quiet(|d| d.quiet());
-        let (quiet, quiet_rest) = self.dispatchers.quiet();
         let mut now_quiet = Vec::new();
         // A partial pass looks up each loud one: worth it while most are quiet.
         if complete || quiet < self.dispatchers.len() / 2 {

@@ -19,7 +19,7 @@ impl Sim {
         inc: u64,
         effects: Vec<Effect>,
     ) -> Vec<FeedOut<SimRow>> {
-        let mut outs = Vec::new();
+        let mut outs = Vec::with_capacity(effects.len());
         let Some(feed) = self.nodes.get_mut(name).and_then(|n| n.feed.as_mut()) else {
             return outs;
         };
