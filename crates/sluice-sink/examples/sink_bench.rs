@@ -3,7 +3,8 @@
 //! broker side by side with the blackhole sink, and of the MySQL sink on an insert-only workload
 //! against a local MariaDB, side by side with MariaDB's `LOAD DATA` of the same rows (the
 //! downstream's limit). Run: `cargo run --release -p sluice-sink --example sink_bench [ROWS]`;
-//! `SINK_BENCH_CASES=storage,kafka,mysql` picks cases (default: all). Prints a markdown table
+//! `SINK_BENCH_CASES=storage,kafka,mysql` picks cases (default: all; `encode` alone: only the
+//! encoding rows of the Kafka case, no broker). Prints a markdown table
 //! (docs/sinks.md keeps the last measured one).
 
 use futures::TryStreamExt;
@@ -131,19 +132,18 @@ async fn main() {
     }
     if cases.contains("kafka") {
         kafka_cases(&s, &data).await;
+    } else if cases.contains("encode") {
+        encode_cases(&s, &data);
     }
     if cases.contains("mysql") {
         mysql_cases(&s, &data).await;
     }
 }
 
-/// The Kafka sink per protocol against the blackhole sink on the same rows, alternating, best
-/// of 3 each; MiB/s counts the encoded message values.
-async fn kafka_cases(s: &Arc<TableSchema>, data: &[RowEvent]) {
-    const ROUNDS: usize = 3;
+/// Encoding alone, per protocol (no broker, no sink): where the Kafka sink's time goes. Returns
+/// the bytes each protocol encoded (canal-json, debezium).
+fn encode_cases(s: &Arc<TableSchema>, data: &[RowEvent]) -> (u64, u64) {
     let n = data.len();
-    let broker = sluice_testkit::kafka::Broker::start().expect("broker");
-    // Encoding alone, per protocol (no broker): where the sink's time goes.
     let t = Instant::now();
     let mut canal_bytes = 0u64;
     for r in data {
@@ -180,6 +180,16 @@ async fn kafka_cases(s: &Arc<TableSchema>, data: &[RowEvent]) {
         t.elapsed().as_secs_f64(),
         dbz_bytes,
     );
+    (canal_bytes, dbz_bytes)
+}
+
+/// The Kafka sink per protocol against the blackhole sink on the same rows, alternating, best
+/// of 3 each; MiB/s counts the encoded message values.
+async fn kafka_cases(s: &Arc<TableSchema>, data: &[RowEvent]) {
+    const ROUNDS: usize = 3;
+    let n = data.len();
+    let broker = sluice_testkit::kafka::Broker::start().expect("broker");
+    let (canal_bytes, dbz_bytes) = encode_cases(s, data);
     let protos = [
         (
             "canal-json&enable-tidb-extension=true",

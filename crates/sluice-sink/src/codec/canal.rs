@@ -93,12 +93,12 @@ fn push_plain(out: &mut String, v: &Value) -> bool {
     match v {
         Value::Int(i) => {
             out.push('"');
-            push_int(out, i);
+            push_int(out, *i);
             out.push('"');
         }
         Value::UInt(u) => {
             out.push('"');
-            push_int(out, u);
+            push_int(out, *u);
             out.push('"');
         }
         Value::Decimal(s) | Value::Text(s) | Value::Json(s) => push_str(out, s),
@@ -115,7 +115,20 @@ pub fn encode_row(
     schema: &TableSchema,
     row: &RowEvent,
 ) -> Result<()> {
-    encode_row_message(out, tidb_extension, schema, row)?;
+    encode_row_parts(out, None, tidb_extension, schema, row)?;
+    out.push_str(TERMINATOR);
+    Ok(())
+}
+
+/// [`encode_row`] with the table version's [`Layout`] already built (a file's rows share it).
+pub fn encode_row_with(
+    out: &mut String,
+    layout: &Layout,
+    tidb_extension: bool,
+    schema: &TableSchema,
+    row: &RowEvent,
+) -> Result<()> {
+    encode_row_parts(out, Some(layout), tidb_extension, schema, row)?;
     out.push_str(TERMINATOR);
     Ok(())
 }
@@ -417,6 +430,11 @@ mod tests {
                 encode_row_message(&mut direct, tidb, &schema, &row).expect("direct");
                 encode_row_message_with(&mut laid, &layout, tidb, &schema, &row).expect("layout");
                 assert_eq!(laid, direct);
+                let (mut line, mut laid_line) = (String::new(), String::new());
+                encode_row(&mut line, tidb, &schema, &row).expect("line");
+                encode_row_with(&mut laid_line, &layout, tidb, &schema, &row).expect("line");
+                assert_eq!(laid_line, line);
+                assert_eq!(line, direct + TERMINATOR);
             }
         }
     }

@@ -159,8 +159,8 @@ fn bit_value(bits: u64, col: &ColumnDef) -> Json {
 fn push_field(out: &mut String, v: &Value, col: &ColumnDef) {
     match v {
         Value::Null => out.push_str("null"),
-        Value::Int(i) => push_int(out, i),
-        Value::UInt(u) if col.ty != ColumnType::Bit => push_int(out, u),
+        Value::Int(i) => push_int(out, *i),
+        Value::UInt(u) if col.ty != ColumnType::Bit => push_int(out, *u),
         Value::Text(s) | Value::Decimal(s) | Value::Json(s) if !super::is_binary(col.ty) => {
             push_str(out, s)
         }

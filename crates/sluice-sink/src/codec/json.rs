@@ -89,9 +89,27 @@ fn next_escape(bytes: &[u8], from: usize) -> usize {
         .map_or(bytes.len(), |p| i + p)
 }
 
-/// Appends an integer.
-pub fn push_int(out: &mut String, n: impl std::fmt::Display) {
-    let _ = write!(out, "{n}");
+/// Appends an integer in decimal, as `Display` writes it (without the formatting machinery:
+/// a few integers go in every row).
+pub fn push_int(out: &mut String, n: impl Into<i128>) {
+    let n: i128 = n.into();
+    // Every caller's integer has at most 64 bits, so its magnitude fits a u64.
+    let mut m = u64::try_from(n.unsigned_abs()).expect("an integer of at most 64 bits");
+    let mut buf = [0u8; 21];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (m % 10) as u8;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        i -= 1;
+        buf[i] = b'-';
+    }
+    out.push_str(std::str::from_utf8(&buf[i..]).expect("ASCII digits"));
 }
 
 /// Appends `v` as `serde_json::to_string(v)` would.
@@ -99,7 +117,9 @@ pub fn push_value(out: &mut String, v: &Json) {
     match v {
         Json::Null => out.push_str("null"),
         Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Json::Number(n) => push_int(out, n),
+        Json::Number(n) => {
+            let _ = write!(out, "{n}");
+        }
         Json::String(s) => push_str(out, s),
         Json::Array(a) => {
             out.push('[');
@@ -154,6 +174,35 @@ mod tests {
             let mut out = String::new();
             push_value(&mut out, &v);
             assert_eq!(out, serde_json::to_string(&v).expect("serializes"), "{v:?}");
+        }
+    }
+
+    /// Integers at the edges of every width are written as `Display` writes them.
+    #[test]
+    fn integers_as_display_writes_them() {
+        let mut cases: Vec<i128> = vec![0, 1, -1, 9, 10, -10, 99, 100, 12_345];
+        for v in [
+            i64::MIN as i128,
+            i64::MAX as i128,
+            u64::MAX as i128,
+            i32::MIN as i128,
+        ] {
+            cases.extend([v, v - 1, v + 1]);
+        }
+        for p in 0..20 {
+            let t = 10_i128.pow(p);
+            cases.extend([t, t - 1, -t, 1 - t]);
+        }
+        for v in cases {
+            let mut out = String::from("x");
+            if let Ok(u) = u64::try_from(v) {
+                push_int(&mut out, u);
+            } else if let Ok(i) = i64::try_from(v) {
+                push_int(&mut out, i);
+            } else {
+                continue; // wider than any caller's integer
+            }
+            assert_eq!(out, format!("x{v}"));
         }
     }
 

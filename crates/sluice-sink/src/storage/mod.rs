@@ -246,6 +246,8 @@ struct Buf {
     parts: Vec<bytes::Bytes>,
     parts_len: usize,
     text: String,
+    /// canal-json: what every row line of this table version repeats, written once.
+    canal: Option<codec::canal::Layout>,
 }
 
 /// A buffer's text is kept in segments of about this many bytes.
@@ -271,6 +273,12 @@ impl Buf {
             self.parts.push(bytes::Bytes::from(full.into_bytes()));
         }
         &mut self.text
+    }
+
+    /// [`Buf::segment`], with the canal-json layout of the buffer's table version.
+    fn segment_and_layout(&mut self) -> (&mut String, Option<&codec::canal::Layout>) {
+        self.segment();
+        (&mut self.text, self.canal.as_ref())
     }
 
     /// The whole text, as the segments it is (shared by every attempt at a name).
@@ -440,6 +448,8 @@ impl Storage {
         {
             Some(i) => i,
             None => {
+                let canal = (self.cfg.protocol == Protocol::CanalJson)
+                    .then(|| codec::canal::Layout::new(schema));
                 w.bufs.push(Buf {
                     schema: schema.clone(),
                     partition,
@@ -447,15 +457,19 @@ impl Storage {
                     parts: Vec::new(),
                     parts_len: 0,
                     text: String::new(),
+                    canal,
                 });
                 w.bufs.len() - 1
             }
         };
         let b = &mut w.bufs[i];
-        let text = b.segment();
-        match self.cfg.protocol {
-            Protocol::Csv => codec::csv::encode_row(text, &self.cfg.csv, schema, row)?,
-            Protocol::CanalJson => {
+        let (text, layout) = b.segment_and_layout();
+        match (self.cfg.protocol, layout) {
+            (Protocol::Csv, _) => codec::csv::encode_row(text, &self.cfg.csv, schema, row)?,
+            (Protocol::CanalJson, Some(l)) => {
+                codec::canal::encode_row_with(text, l, self.cfg.tidb_extension, schema, row)?
+            }
+            (Protocol::CanalJson, None) => {
                 codec::canal::encode_row(text, self.cfg.tidb_extension, schema, row)?
             }
         }
@@ -731,6 +745,7 @@ mod tests {
             parts: Vec::new(),
             parts_len: 0,
             text: String::new(),
+            canal: None,
         };
         assert!(b.is_empty());
         let mut want = String::new();
