@@ -248,13 +248,13 @@ class MariaDB:
 class Sluice:
     """One `sluice server` process and its HTTP API."""
 
-    def __init__(self, work, name, upstream, etcd=None, config="", wait=True):
+    def __init__(self, work, name, upstream, etcd=None, config="", wait=True, binary=None):
         self.name = name
         self.addr = f"127.0.0.1:{free_port()}"
         self.base = f"http://{self.addr}"
         d = work.dir / name
         d.mkdir(parents=True, exist_ok=True)
-        args = [BIN, "server", "--addr", self.addr, "--data-dir", str(d / "data"),
+        args = [binary or BIN, "server", "--addr", self.addr, "--data-dir", str(d / "data"),
                 "--upstream", upstream]
         if etcd:
             args += ["--etcd", etcd]
