@@ -226,7 +226,18 @@ fn enable_mutations(names: &[String]) -> Result<(), String> {
     Err("this sluice-sim was built without the `mutations` feature (cargo build -p sluice-sim --features mutations)".into())
 }
 
+/// Transparent huge pages off for this process, as the server does (`sluice`'s `main`):
+/// mimalloc hands freed memory back in small pieces, and touching one again faulted in and
+/// zeroed a whole 2 MiB page. `scale` of 300,000 spans: 0.8 s of system time instead of 2.8-3.2
+/// (docs/figures/sim-scale-3380334.md).
+fn no_huge_pages() {
+    // A kernel without the flag (before 3.15) only costs the zeroing: nothing to report.
+    #[cfg(target_os = "linux")]
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
+}
+
 fn main() -> ExitCode {
+    no_huge_pages();
     let args = Args::parse();
     match args.command {
         Command::Scale {
