@@ -274,7 +274,7 @@ fn encode_all(cfg: &StorageConfig) -> String {
                 csv::encode_row(&mut out, &cfg.csv, &schema, r).expect("encode")
             }
             sluice_sink::uri::Protocol::CanalJson => {
-                canal::encode_row(&mut out, cfg.tidb_extension, &schema, r).expect("encode")
+                canal::encode_row(&mut out, None, cfg.tidb_extension, &schema, r).expect("encode")
             }
         }
     }

@@ -108,27 +108,16 @@ fn push_plain(out: &mut String, v: &Value) -> bool {
     true
 }
 
-/// Appends the canal-json line of one row change (the message and the terminator).
+/// Appends the canal-json line of one row change (the message and the terminator), the
+/// unchanging parts from the table version's [`Layout`] if given (a file's rows share one).
 pub fn encode_row(
     out: &mut String,
+    layout: Option<&Layout>,
     tidb_extension: bool,
     schema: &TableSchema,
     row: &RowEvent,
 ) -> Result<()> {
-    encode_row_parts(out, None, tidb_extension, schema, row)?;
-    out.push_str(TERMINATOR);
-    Ok(())
-}
-
-/// [`encode_row`] with the table version's [`Layout`] already built (a file's rows share it).
-pub fn encode_row_with(
-    out: &mut String,
-    layout: &Layout,
-    tidb_extension: bool,
-    schema: &TableSchema,
-    row: &RowEvent,
-) -> Result<()> {
-    encode_row_parts(out, Some(layout), tidb_extension, schema, row)?;
+    encode_row_parts(out, layout, tidb_extension, schema, row)?;
     out.push_str(TERMINATOR);
     Ok(())
 }
@@ -431,8 +420,8 @@ mod tests {
                 encode_row_message_with(&mut laid, &layout, tidb, &schema, &row).expect("layout");
                 assert_eq!(laid, direct);
                 let (mut line, mut laid_line) = (String::new(), String::new());
-                encode_row(&mut line, tidb, &schema, &row).expect("line");
-                encode_row_with(&mut laid_line, &layout, tidb, &schema, &row).expect("line");
+                encode_row(&mut line, None, tidb, &schema, &row).expect("line");
+                encode_row(&mut laid_line, Some(&layout), tidb, &schema, &row).expect("line");
                 assert_eq!(laid_line, line);
                 assert_eq!(line, direct + TERMINATOR);
             }

@@ -464,13 +464,10 @@ impl Storage {
         };
         let b = &mut w.bufs[i];
         let (text, layout) = b.segment_and_layout();
-        match (self.cfg.protocol, layout) {
-            (Protocol::Csv, _) => codec::csv::encode_row(text, &self.cfg.csv, schema, row)?,
-            (Protocol::CanalJson, Some(l)) => {
-                codec::canal::encode_row_with(text, l, self.cfg.tidb_extension, schema, row)?
-            }
-            (Protocol::CanalJson, None) => {
-                codec::canal::encode_row(text, self.cfg.tidb_extension, schema, row)?
+        match self.cfg.protocol {
+            Protocol::Csv => codec::csv::encode_row(text, &self.cfg.csv, schema, row)?,
+            Protocol::CanalJson => {
+                codec::canal::encode_row(text, layout, self.cfg.tidb_extension, schema, row)?
             }
         }
         Ok(b.len() as u64 >= self.cfg.file_size)
