@@ -252,45 +252,7 @@ fn main() -> ExitCode {
             seed,
             verbose,
             mutation,
-        } => {
-            if let Err(e) = enable_mutations(&mutation) {
-                eprintln!("sluice-sim: {e}");
-                return ExitCode::from(2);
-            }
-            let sc = match scenario::parse_file(&file) {
-                Ok(sc) => sc,
-                Err(e) => {
-                    eprintln!("sluice-sim: invalid scenario: {e}");
-                    println!("0 passed, 1 failed");
-                    return ExitCode::from(2);
-                }
-            };
-            let seed = seed.unwrap_or(sc.world.seed);
-            let name = sc.name.clone();
-            let mut sim = Sim::new(sc, seed);
-            sim.verbose = verbose;
-            let result = sim.run();
-            println!("scenario: {name}");
-            println!("file: {}", file.display());
-            println!("seed: {seed}");
-            println!("trace hash: {:016x}", sim.trace_hash());
-            println!("events: {}, simulated ms: {}", sim.events, sim.now);
-            match result {
-                Ok(()) => {
-                    println!("1 passed, 0 failed");
-                    ExitCode::SUCCESS
-                }
-                Err(f) => {
-                    match f.step {
-                        Some(s) => println!("FAILED at step {s} (seed {seed}): {}", f.message),
-                        None => println!("FAILED (seed {seed}): {}", f.message),
-                    }
-                    println!("events that led to it:\n{}", sim.recent());
-                    println!("0 passed, 1 failed");
-                    ExitCode::from(1)
-                }
-            }
-        }
+        } => run_command(&file, seed, verbose, &mutation),
         Command::Explore {
             seeds,
             start,
@@ -336,6 +298,52 @@ fn main() -> ExitCode {
             } else {
                 ExitCode::from(1)
             }
+        }
+    }
+}
+
+/// `run`: one scenario file, its trace hash and figures, and the events before a failure.
+fn run_command(
+    file: &std::path::Path,
+    seed: Option<u64>,
+    verbose: bool,
+    mutation: &[String],
+) -> ExitCode {
+    if let Err(e) = enable_mutations(mutation) {
+        eprintln!("sluice-sim: {e}");
+        return ExitCode::from(2);
+    }
+    let sc = match scenario::parse_file(file) {
+        Ok(sc) => sc,
+        Err(e) => {
+            eprintln!("sluice-sim: invalid scenario: {e}");
+            println!("0 passed, 1 failed");
+            return ExitCode::from(2);
+        }
+    };
+    let seed = seed.unwrap_or(sc.world.seed);
+    let name = sc.name.clone();
+    let mut sim = Sim::new(sc, seed);
+    sim.verbose = verbose;
+    let result = sim.run();
+    println!("scenario: {name}");
+    println!("file: {}", file.display());
+    println!("seed: {seed}");
+    println!("trace hash: {:016x}", sim.trace_hash());
+    println!("events: {}, simulated ms: {}", sim.events, sim.now);
+    match result {
+        Ok(()) => {
+            println!("1 passed, 0 failed");
+            ExitCode::SUCCESS
+        }
+        Err(f) => {
+            match f.step {
+                Some(s) => println!("FAILED at step {s} (seed {seed}): {}", f.message),
+                None => println!("FAILED (seed {seed}): {}", f.message),
+            }
+            println!("events that led to it:\n{}", sim.recent());
+            println!("0 passed, 1 failed");
+            ExitCode::from(1)
         }
     }
 }

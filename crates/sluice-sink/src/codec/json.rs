@@ -239,7 +239,7 @@ mod tests {
                     .map(|_| {
                         // Mostly plain bytes, like real text, so the eight-byte skip is used.
                         let r = next() as usize;
-                        if r % 4 == 0 {
+                        if r.is_multiple_of(4) {
                             parts[r / 4 % parts.len()]
                         } else {
                             "x"
