@@ -3,7 +3,8 @@
 # in the binlog (transactions of 1000 rows of ~150 bytes), one changefeed at a time from the
 # position before them to blackhole://, then to a local tansu broker in canal-json (TiDB
 # extension), debezium, open-protocol, simple and avro (3 partitions; avro through the testkit's
-# schema registry, a topic per table; debezium once more with compression=lz4); each timed until its checkpoint
+# schema registry, a topic per table; debezium once more with compression=lz4; a fresh broker for each
+# case); each timed until its checkpoint
 # passes the last row. Prints rows/s and the ratio to the blackhole changefeed, and MariaDB's own
 # decoder reading the same binlog remotely (`mariadb-binlog -v`, the read limit). A measurement, not a
 # test; upstream, Sluice and the broker share the machine's cores.
@@ -28,10 +29,21 @@ source bench/lib.sh
 bench_init kafka-bench
 start_mariadb "innodb_flush_log_at_trx_commit=2"
 KPORT=$(free_port)
-"$TANSU" broker --listener-url "tcp://127.0.0.1:$KPORT" --advertised-listener-url "tcp://127.0.0.1:$KPORT" \
-  --storage-engine memory://tansu/ >"$WORK/broker.log" 2>&1 &
-BROKER=$!
-PIDS+=($BROKER)
+# Each Kafka case gets a fresh broker: its memory storage keeps every message, and a case run
+# after others on the same broker measured several times slower (Debezium: 68 s after three
+# canal-json cases, docs/figures/catchup-ab-a5c495a.md).
+start_broker() {
+  "$TANSU" broker --listener-url "tcp://127.0.0.1:$KPORT" --advertised-listener-url "tcp://127.0.0.1:$KPORT" \
+    --storage-engine memory://tansu/ >>"$WORK/broker.log" 2>&1 &
+  BROKER=$!
+  PIDS+=($BROKER)
+  for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$KPORT") 2>/dev/null && break; sleep 0.1; done
+}
+stop_broker() {
+  kill "$BROKER" 2>/dev/null || true
+  wait "$BROKER" 2>/dev/null || true
+}
+start_broker
 db -e "CREATE USER sluice@'127.0.0.1' IDENTIFIED BY 'bench'; GRANT ALL ON *.* TO sluice@'127.0.0.1';
        CREATE DATABASE sb; CREATE TABLE sb.t (id INT PRIMARY KEY, k INT, c CHAR(120), pad CHAR(60))"
 API=127.0.0.1:$(free_port)
@@ -103,6 +115,8 @@ for p in "canal canal-json&enable-tidb-extension=true" "canal-keys canal-json&en
   extra=()
   [ "$1" = avro ] && extra=(--config "$WORK/avro.toml" --schema-registry "$REGISTRY")
   [[ "$1" = *-keys ]] && extra=(--config "$WORK/keys.toml")
+  stop_broker
+  start_broker
   read -r s w c b <<<"$(run "$1" "$K/bench-$1?protocol=$2&partition-num=3" "${extra[@]}")"
   echo "| kafka $2$([[ "$1" = *-keys ]] && echo ', by key') | $ROWS | $s | $(python3 -c "print(int($ROWS / $s))") | $(python3 -c "print(f'{$base / $s:.2f}')") | $w | $c | $b |"
 done

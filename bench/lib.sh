@@ -6,7 +6,7 @@
 bench_init() { # NAME: the work directory's prefix
   WORK=$(mktemp -d "/tmp/sluice-$1.XXXXXX")
   PIDS=()
-  trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+  trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
 }
 
 cpu_seconds() { # PID: user + system CPU seconds it used so far (0 when gone)
