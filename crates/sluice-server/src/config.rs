@@ -305,17 +305,23 @@ mod tests {
         assert!(parse_changefeed_toml("[scheduler]\nenable-table-across-nodes = true\n").is_ok());
     }
 
+    /// The configuration `toml` resolves to, read from a file of its own (tests run in
+    /// parallel threads of one process: a shared file could be another test's), removed after.
     fn resolved(toml: &str) -> Result<ServerConfig, ServerError> {
-        let dir = std::env::temp_dir().join(format!("sluice-config-{}", std::process::id()));
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("sluice-config-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("server.toml");
         std::fs::write(&path, toml).unwrap();
-        ServerConfig::resolve(Flags {
+        let resolved = ServerConfig::resolve(Flags {
             data_dir: Some(dir.clone()),
             upstream: Some("mysql://u:p@127.0.0.1:3306".into()),
             config: Some(path),
             ..Flags::default()
-        })
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        resolved
     }
 
     #[test]
