@@ -93,8 +93,11 @@ fn next_escape(bytes: &[u8], from: usize) -> usize {
 /// a few integers go in every row).
 pub fn push_int(out: &mut String, n: impl Into<i128>) {
     let n: i128 = n.into();
-    // Every caller's integer has at most 64 bits, so its magnitude fits a u64.
-    let mut m = u64::try_from(n.unsigned_abs()).expect("an integer of at most 64 bits");
+    // Every caller's integer has at most 64 bits; a wider one goes the general way.
+    let Ok(mut m) = u64::try_from(n.unsigned_abs()) else {
+        let _ = write!(out, "{n}");
+        return;
+    };
     let mut buf = [0u8; 21];
     let mut i = buf.len();
     loop {
@@ -186,6 +189,8 @@ mod tests {
             i64::MAX as i128,
             u64::MAX as i128,
             i32::MIN as i128,
+            i128::MIN + 1,
+            i128::MAX - 1,
         ] {
             cases.extend([v, v - 1, v + 1]);
         }
@@ -200,7 +205,7 @@ mod tests {
             } else if let Ok(i) = i64::try_from(v) {
                 push_int(&mut out, i);
             } else {
-                continue; // wider than any caller's integer
+                push_int(&mut out, v); // wider than any caller's: the general way
             }
             assert_eq!(out, format!("x{v}"));
         }
