@@ -5,6 +5,7 @@
 use sluice_sim::explore;
 use sluice_sim::scenario;
 use sluice_sim::world::Sim;
+use sluice_testkit::scratch::ScratchDir;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -222,27 +223,10 @@ fn cli_run_prints_seed_hash_and_summary() {
     assert!(text.trim_end().ends_with("1 passed, 0 failed"), "{text}");
 }
 
-/// A directory of this test process, removed when the test is done with it.
-struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn cli_invalid_file_exits_2_naming_file_and_step() {
-    let dir = TempDir::new("sluice-sim-test");
-    let bad = dir.0.join("bad.toml");
+    let dir = ScratchDir::new("sluice-sim-test", "invalid").expect("scratch dir");
+    let bad = dir.join("bad.toml");
     std::fs::write(
         &bad,
         "name = \"bad\"\n[world]\nnodes = [\"n1\"]\nsink = \"storage\"\n[[step]]\nop = \"create_changefeed\"\n[[step]]\nop = \"crash\"\nnode = \"n9\"\n",
@@ -260,8 +244,8 @@ fn cli_invalid_file_exits_2_naming_file_and_step() {
 
 #[test]
 fn cli_failed_expect_exits_1_with_step_and_seed() {
-    let dir = TempDir::new("sluice-sim-test1");
-    let f = dir.0.join("fails.toml");
+    let dir = ScratchDir::new("sluice-sim-test", "failed-expect").expect("scratch dir");
+    let f = dir.join("fails.toml");
     std::fs::write(
         &f,
         "name = \"fails\"\n[world]\nnodes = [\"n1\", \"n2\"]\nsink = \"mysql\"\n[[world.tables]]\nid = 1\nname = \"a.b\"\n\
