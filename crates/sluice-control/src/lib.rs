@@ -37,5 +37,6 @@ pub mod msg;
 #[cfg(feature = "mutations")]
 pub mod mutations;
 pub mod node;
+mod span_index;
 
 pub use io::{Effect, Input, SinkCommand, StreamItem, TraceEvent};

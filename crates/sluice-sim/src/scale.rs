@@ -1,7 +1,7 @@
 //! Scale runs (`sluice-sim scale`, issue 14's "1,000,000 spans on 10 nodes"): a world of many
 //! spans on many nodes, one changefeed over it, run until the maintainer's span map says every
 //! span is replicating. The scheduler is what is measured, so the invariant checkers are off
-//! ([`Sim::checks`]), the sink is the blackhole and the tables hold no rows.
+//! ([`Sim::checks`]), so is the per-message event trace ([`Sim::trace`]), the sink is the blackhole and the tables hold no rows.
 //!
 //! This module owns the spec of such a world ([`ScaleSpec`]: its validation and the scenario it
 //! becomes) and the run ([`run`]), which is deterministic: it never reads a clock. Wall time,
@@ -147,11 +147,12 @@ impl ScaleSpec {
         }
     }
 
-    /// The world with its checkers off and the changefeed's creation requested.
+    /// The world with its checkers and event trace off and the changefeed's creation requested.
     pub fn build(&self) -> Result<Sim, String> {
         self.validate()?;
         let mut sim = Sim::new(self.scenario(), 0);
         sim.checks = false;
+        sim.trace = false;
         sim.run_step(0).map_err(|f| f.message)?;
         Ok(sim)
     }

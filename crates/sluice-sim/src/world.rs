@@ -235,6 +235,11 @@ pub struct Sim {
     /// world then skips the per-batch, per-write and per-dispatcher checks and their
     /// bookkeeping, and keeps only what drives it (persisted checkpoints, requests, restarts).
     pub checks: bool,
+    /// Every input and trace event is summarized into the recent-events ring (a failure
+    /// report's context) and the run's hash (default). Off only for scale runs: formatting a
+    /// line per message was about a tenth of a million-span run, none of it the scheduler's;
+    /// the world's own notes (steps, starts, faults) are kept.
+    pub trace: bool,
     pub verbose: bool,
     /// The model downstream: tables, rows and the DDL record (`LoadApplied` reads it).
     pub downstream: Downstream,
@@ -301,6 +306,7 @@ impl Sim {
             skipped_expects: 0,
             explore: false,
             checks: true,
+            trace: true,
             verbose: false,
             downstream: Downstream::baseline(SinkKind::Blackhole, &Upstream::new(), 0),
             sink_latency: BTreeMap::new(),

@@ -1,7 +1,8 @@
-//! A dispatcher manager's dispatchers ([`DispatcherSet`]): by id, with an index by table, so the
-//! one-writer check on every create ([`DispatcherSet::overlapping`]) looks only at the
-//! dispatchers of the span's table, not at every dispatcher of the node (which made creating n
-//! dispatchers cost n²: 68% of a 100,000-span `sluice-sim scale` run).
+//! A dispatcher manager's dispatchers ([`DispatcherSet`]): by id, with an index of their spans by
+//! table and key (`span_index.rs`), so the one-writer check on every create
+//! ([`DispatcherSet::overlapping`]) is a lookup among the dispatchers of the span's table, not a
+//! pass over every dispatcher of the node, nor over every one of the table (either made
+//! creating n dispatchers cost n²).
 //!
 //! It also keeps the quiet dispatchers apart: resting ones a heartbeat between complete ones
 //! would only count in its rest ts (see `pump.rs`), with the checkpoint each had, so such a
@@ -17,12 +18,14 @@
 //! of the last two may change a span.
 
 use super::*;
+use crate::span_index::TableSpans;
 use std::ops::Deref;
 
 #[derive(Debug, Default)]
 pub(super) struct DispatcherSet {
     map: BTreeMap<DispatcherId, Dispatcher>,
-    by_table: BTreeMap<TableId, BTreeSet<DispatcherId>>,
+    /// The spans of the span dispatchers (not table triggers) by table, ordered by key.
+    by_table: BTreeMap<TableId, TableSpans>,
     /// Quiet dispatchers with the checkpoint each had when marked, and how many had each one.
     quiet: BTreeMap<DispatcherId, Ts>,
     quiet_cps: BTreeMap<Ts, usize>,
@@ -40,7 +43,12 @@ impl Deref for DispatcherSet {
 impl DispatcherSet {
     pub(super) fn insert(&mut self, id: DispatcherId, d: Dispatcher) -> Option<Dispatcher> {
         let old = self.remove(&id);
-        self.by_table.entry(d.span.table).or_default().insert(id);
+        if !d.is_trigger {
+            self.by_table
+                .entry(d.span.table)
+                .or_default()
+                .insert(id, &d.span);
+        }
         self.map.insert(id, d);
         self.loud.insert(id);
         old
@@ -50,9 +58,9 @@ impl DispatcherSet {
         let d = self.map.remove(id)?;
         self.make_loud(id);
         self.loud.remove(id);
-        if let Some(ids) = self.by_table.get_mut(&d.span.table) {
-            ids.remove(id);
-            if ids.is_empty() {
+        if let (false, Some(spans)) = (d.is_trigger, self.by_table.get_mut(&d.span.table)) {
+            spans.remove(*id, &d.span);
+            if spans.is_empty() {
                 self.by_table.remove(&d.span.table);
             }
         }
@@ -127,11 +135,6 @@ impl DispatcherSet {
     pub(super) fn overlapping(&self, span: &Span, except: &[DispatcherId]) -> Option<DispatcherId> {
         self.by_table
             .get(&span.table)
-            .into_iter()
-            .flatten()
-            .filter_map(|id| self.map.get(id))
-            .inspect(|d| debug_assert_eq!(d.span.table, span.table, "a dispatcher's span changed"))
-            .find(|d| !d.is_trigger && !except.contains(&d.id) && d.span.overlaps(span))
-            .map(|d| d.id)
+            .and_then(|spans| spans.lowest_overlapping(span, except))
     }
 }

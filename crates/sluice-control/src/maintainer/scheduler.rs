@@ -74,13 +74,27 @@ impl Maintainer {
         if absent.is_empty() {
             return;
         }
-        // An add counts on its destination while it creates: one more there per span placed.
-        let mut loads = self.loads();
+        // What `least_loaded_in` picks for each span in turn, with the schedulable nodes and
+        // their loads found once per batch (per span they were four node lookups per node).
+        // `ready` is in id order, so the lowest index wins a tie as the lowest id does. An add
+        // counts on its destination while it creates: one more there per span placed.
+        let loads = self.loads();
+        let nodes: Vec<(usize, &NodeId)> = self
+            .ready
+            .keys()
+            .filter(|n| self.schedulable(ctx, n))
+            .map(|n| (loads.get(n).copied().unwrap_or(0), n))
+            .collect();
+        let mut picked = Vec::with_capacity(absent.len());
+        let mut load: Vec<usize> = nodes.iter().map(|n| n.0).collect();
         for k in absent {
-            let Some(dest) = self.least_loaded_in(ctx, &loads) else {
+            let Some(i) = (0..load.len()).min_by_key(|&i| (load[i], i)) else {
                 break;
             };
-            *loads.entry(dest.clone()).or_default() += 1;
+            load[i] += 1;
+            picked.push((k, nodes[i].1.clone()));
+        }
+        for (k, dest) in picked {
             self.start_add(k, dest);
         }
     }

@@ -10,13 +10,14 @@
 //! tracked; checked where the indexes are read in debug builds).
 
 use super::*;
+use crate::span_index::TableSpans;
 use std::ops::Deref;
 
 /// Tracked dispatchers by id, indexed by table. Reads go through `Deref` to the map.
 #[derive(Debug, Default)]
 pub(super) struct TrackedMap {
     map: BTreeMap<DispatcherId, TrackedDispatcher>,
-    by_table: BTreeMap<TableId, BTreeMap<DispatcherId, Span>>,
+    by_table: BTreeMap<TableId, TableSpans>,
     by_node: BTreeMap<NodeId, BTreeSet<DispatcherId>>,
     /// Every id inserted, removed or handed out to change since the last `take_touched`
     /// (what may wake a parked operator, `parked.rs`).
@@ -39,7 +40,7 @@ impl TrackedMap {
         self.by_table
             .entry(t.span.table)
             .or_default()
-            .insert(id, t.span.clone());
+            .insert(id, &t.span);
         match self.by_node.get_mut(&t.node) {
             Some(ids) => {
                 ids.insert(id);
@@ -93,19 +94,11 @@ impl TrackedMap {
     }
 
     /// Whether a tracked dispatcher other than those of `except` has a span that overlaps
-    /// `span` (only those of its table are looked at).
+    /// `span` (only those of its table are looked at, by key: `span_index.rs`).
     pub(super) fn any_overlaps(&self, span: &Span, except: &[DispatcherId]) -> bool {
         self.by_table
             .get(&span.table)
-            .into_iter()
-            .flatten()
-            .inspect(|(id, s)| {
-                debug_assert!(
-                    self.map.get(id).is_some_and(|t| t.span == **s),
-                    "a tracked dispatcher's span changed, or the index lost it"
-                )
-            })
-            .any(|(id, s)| !except.contains(id) && s.overlaps(span))
+            .is_some_and(|t| t.any_overlaps(span, except))
     }
 
     /// The ids of the tracked dispatchers on `node`, in order (no entry of the map is read).
@@ -126,9 +119,9 @@ impl TrackedMap {
     }
 
     fn unindex(&mut self, t: &TrackedDispatcher, id: DispatcherId) {
-        if let Some(ids) = self.by_table.get_mut(&t.span.table) {
-            ids.remove(&id);
-            if ids.is_empty() {
+        if let Some(spans) = self.by_table.get_mut(&t.span.table) {
+            spans.remove(id, &t.span);
+            if spans.is_empty() {
                 self.by_table.remove(&t.span.table);
             }
         }

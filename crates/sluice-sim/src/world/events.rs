@@ -165,8 +165,9 @@ impl Sim {
             } => Some((*id, items.len(), *resolved_ts)),
             _ => None,
         };
+        let trace = self.trace;
         let mut s = String::new();
-        if !quiet {
+        if !quiet && trace {
             s = format!("{now} {name}: ");
             summarize_input(&mut s, &input);
         }
@@ -182,14 +183,14 @@ impl Sim {
             };
             state.handle(now, input)
         };
-        if quiet && !effects.is_empty() {
+        if quiet && trace && !effects.is_empty() {
             s = format!("{now} {name}: ");
             match events {
                 Some((id, items, resolved_ts)) => summarize_events(&mut s, id, items, resolved_ts),
                 None => summarize_input(&mut s, &Input::Tick),
             }
         }
-        if !quiet || !effects.is_empty() {
+        if trace && (!quiet || !effects.is_empty()) {
             self.note(s);
         }
         for o in self.through_feed(name, inc, effects) {
@@ -439,8 +440,10 @@ impl Sim {
             }
             TraceEvent::Log(_) => {}
         }
-        let now = self.now;
-        self.note(format!("{now} {name}: {t:?}"));
+        if self.trace {
+            let now = self.now;
+            self.note(format!("{now} {name}: {t:?}"));
+        }
     }
 
     pub(super) fn cover(&mut self, fault: &'static str) {
