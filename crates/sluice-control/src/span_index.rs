@@ -189,13 +189,8 @@ mod tests {
     #[test]
     fn the_check_answers_as_a_pass_over_every_span() {
         let table = TableId(7);
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = sluice_testkit::rng::XorShift::new(0x2545_f491_4f6c_dd1d);
+        let mut next = move |n: u64| rng.below(n);
         let mut overlapping_checks = 0;
         for round in 0..200 {
             let mut index = TableSpans::default();

@@ -219,11 +219,12 @@ impl Shell {
         let history = self.capture().history();
         let table = history.table_by_id_at(d.span.table, c.position);
         let version = table.map(|t| t.version);
-        // Integer keys: a row past the span's end ends the span's copy.
+        // Integer keys: a row past the span's end ends the span's copy. The rows are in key
+        // order there (`exact_key_order`), so one past it means the last one is.
         let past = table.is_some_and(|t| {
             c.rows
-                .iter()
-                .any(|(_, key)| sluice_capture::snapshot_read::past_span(t, &d.span, key))
+                .last()
+                .is_some_and(|(_, key)| sluice_capture::snapshot_read::past_span(t, &d.span, key))
         });
         if version != Some(d.version) {
             return Err(format!(

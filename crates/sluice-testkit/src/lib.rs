@@ -6,7 +6,8 @@
 //! read (`mysqltest`: statements out of MariaDB's own regression suite) and the report they
 //! write (`suite_report`); `process` holds what the server helpers share about their child;
 //! `proxy` and `tls` put a fault-injecting or a TLS-terminating front before a server;
-//! `scratch` is a test's own directory, removed when the test passed.
+//! `scratch` is a test's own directory, removed when the test passed; `rng` the randomized tests'
+//! generator.
 
 pub mod etcd;
 pub mod kafka;
@@ -16,6 +17,7 @@ pub mod mysqltest;
 pub mod process;
 pub mod proxy;
 pub mod registry;
+pub mod rng;
 pub mod scratch;
 pub mod suite_report;
 pub mod tls;

@@ -236,13 +236,8 @@ mod tests {
     /// past the slice fallback, with long shared prefixes and differences in every position.
     #[test]
     fn keys_compare_as_their_bytes() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = sluice_testkit::rng::XorShift::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = move || rng.next_u64();
         for _ in 0..200_000 {
             let len = (next() % 80) as usize;
             let a: Vec<u8> = (0..len).map(|_| (next() % 4) as u8 * 85).collect();

@@ -101,13 +101,8 @@ mod tests {
     /// Random inserts, removals and releases agree with a sorted map doing the same.
     #[test]
     fn held_rows_agree_with_a_sorted_map() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = sluice_testkit::rng::XorShift::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = move |n: u64| rng.below(n);
         let mut held = Held::new();
         let mut model: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
         let mut handle = 0u64;

@@ -41,7 +41,7 @@ fn push_field(out: &mut String, cfg: &CsvConfig, text: &str, quoted: bool) {
         // fields) is copied whole.
         out.push_str(&cfg.quote);
         match cfg.quote.as_bytes() {
-            [q] if !text.as_bytes().contains(q) => out.push_str(text),
+            [q] if memchr::memchr(*q, text.as_bytes()).is_none() => out.push_str(text),
             _ => {
                 for (i, part) in text.split(cfg.quote.as_str()).enumerate() {
                     if i > 0 {

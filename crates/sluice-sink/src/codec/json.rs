@@ -231,13 +231,8 @@ mod tests {
             "☃",
             "\u{1F600}",
         ];
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = sluice_testkit::rng::XorShift::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = move || rng.next_u64();
         for len in 0..40 {
             for _ in 0..50 {
                 let s: String = (0..len)
