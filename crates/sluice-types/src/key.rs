@@ -60,13 +60,15 @@ pub fn cmp_bytes(a: &[u8], b: &[u8]) -> Ordering {
         .then(a.len().cmp(&b.len()))
 }
 
-/// Up to 8 bytes as the high bytes of a big-endian word.
+/// Up to 8 bytes as the high bytes of a big-endian word (byte by byte: a copy of a variable
+/// length is a call to `memcpy`, which this comparison is here to avoid).
 #[inline]
 fn tail_word(bytes: &[u8]) -> u64 {
-    let mut w = [0u8; 8];
-    let n = bytes.len().min(8);
-    w[..n].copy_from_slice(&bytes[..n]);
-    u64::from_be_bytes(w)
+    bytes
+        .iter()
+        .take(8)
+        .enumerate()
+        .fold(0, |w, (i, b)| w | u64::from(*b) << (56 - 8 * i))
 }
 
 impl fmt::Debug for Key {
