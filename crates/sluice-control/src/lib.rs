@@ -8,7 +8,8 @@
 //! The invariants this crate keeps, and where:
 //! - one writer per key range: [`dispatcher`] refuses overlapping dispatchers on a node and
 //!   closes before it reopens; [`maintainer`] never requests a dispatcher over keys that a
-//!   dispatcher it knows of may still write;
+//!   dispatcher it knows of may still write (both look a span up among its table's dispatchers
+//!   by key, `span_index.rs`);
 //! - epoch fencing: [`dispatcher::DispatcherManager`] admits scheduling messages only from its
 //!   current `(maintainer node, epoch)`, and a maintainer drops reports of other epochs;
 //! - the data path between the event source and the dispatchers (whole transactions, or the
