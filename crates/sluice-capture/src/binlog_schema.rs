@@ -4,7 +4,7 @@
 //! nullability, charsets, ENUM/SET members and the primary key of the table its rows belong to:
 //! everything capture needs to key and describe those rows. This module uses it in two places:
 //!
-//! - **A DDL the history cannot parse** ([`SchemaHistory::follow_unparsed`]): when the statement
+//! - **A DDL the history cannot parse** (`SchemaHistory::follow_unparsed`): when the statement
 //!   names the table it creates or alters (`CREATE [OR REPLACE] TABLE t …`, `ALTER [ONLINE]
 //!   [IGNORE] TABLE t …`, `CREATE … INDEX … ON t`, `DROP INDEX … ON t`), the DDL still becomes an
 //!   event for that table (the downstream gets the statement as the upstream logged it), and the
@@ -257,7 +257,7 @@ fn column_names(columns: &[ColumnDef]) -> Vec<String> {
 }
 
 /// True when the history's version and the TABLE_MAP describe the same columns in the same
-/// order: the same names, the same storage shape ([`same_family`]) and, for numbers, the same
+/// order: the same names, the same storage shape (`same_family`) and, for numbers, the same
 /// signedness (values are read with it).
 pub fn agrees(schema: &TableSchema, meta: &TableMeta) -> bool {
     schema.columns.len() == meta.columns.len()

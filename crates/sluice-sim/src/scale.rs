@@ -1,7 +1,8 @@
 //! Scale runs (`sluice-sim scale`, issue 14's "1,000,000 spans on 10 nodes"): a world of many
 //! spans on many nodes, one changefeed over it, run until the maintainer's span map says every
 //! span is replicating. The scheduler is what is measured, so the invariant checkers are off
-//! ([`Sim::checks`]), so is the per-message event trace ([`Sim::trace`]), the sink is the blackhole and the tables hold no rows.
+//! ([`Sim::checks`]), so is the per-message event trace (`Sim::trace`), the sink is the
+//! blackhole and the tables hold no rows.
 //!
 //! This module owns the spec of such a world ([`ScaleSpec`]: its validation and the scenario it
 //! becomes) and the run ([`run`]), which is deterministic: it never reads a clock. Wall time,

@@ -6,7 +6,7 @@
 //!
 //! Each node runs the feed of the server ([`sluice_control::feed`]) over the model upstream: the
 //! same subscriptions, batches, DDL routing, row handles and memory quota; the world checks the
-//! feed's invariants on every batch and write ([`Sim::check_batch`], [`Sim::check_feed`]).
+//! feed's invariants on every batch and write (`Sim::check_batch`, `Sim::check_feed`).
 //!
 //! Each node's shell keeps its lease: a node that could not renew it for nearly a lease TTL
 //! fences itself (drops every piece of state, as a crashed process would) before the store lets

@@ -13,7 +13,7 @@
 //! - applying a DDL is idempotent by commit ts: a DDL at or below the history's head is not
 //!   applied again and returns the event recorded the first time (several readers, on several
 //!   nodes, feed one history);
-//! - an unparseable DDL is a [`CaptureError::Ddl`] and leaves the history unchanged, unless
+//! - an unparseable DDL is a [`CaptureError::Ddl`](crate::error::CaptureError::Ddl) and leaves the history unchanged, unless
 //!   [`SchemaHistory::skip_unparseable_ddl`] is set, in which case it is recorded in
 //!   `skipped` and otherwise ignored. Statements that are not about tables or databases
 //!   (GRANT, CREATE USER, FLUSH, procedures, triggers, ...) are ignored;

@@ -28,7 +28,7 @@ use sluice_types::TableSchema;
 const MAX_SPARSENESS: f64 = 1000.0;
 
 /// Where the next `count` chunks of `rows` rows of `table` after `after` end, as cursors (see
-/// the module doc). `span` (of a table of [`exact_key_order`]): no bound at or past its end.
+/// the module doc). `span` (of a table of [`exact_key_order`](super::exact_key_order)): no bound at or past its end.
 pub async fn chunk_bounds(
     conn: &mut mysql_async::Conn,
     table: &TableSchema,

@@ -677,7 +677,7 @@ fn sql_value_owned(c: &ColumnDef, v: Option<M>) -> std::result::Result<Value, St
     }
 }
 
-/// The decoder's value of a column from the upstream's (see [`select_expr`]).
+/// The decoder's value of a column from the upstream's (see `select_expr`).
 pub fn sql_value(c: &ColumnDef, v: Option<&M>) -> std::result::Result<Value, String> {
     let v = v.ok_or("missing")?;
     if *v == M::NULL {

@@ -8,7 +8,7 @@
 //!   kept to finish the operator it was part of (with its intent), or removed; a create for a table
 //!   that no longer exists becomes a cleanup.
 //! - **one writer per key range across nodes**: a create (or merge) is sent only when no other
-//!   dispatcher the maintainer knows of, on any node, overlaps the span ([`Maintainer::can_create`]);
+//!   dispatcher the maintainer knows of, on any node, overlaps the span (`Maintainer::can_create`);
 //!   a dispatcher is forgotten only when its node confirmed it stopped, or the node is gone.
 //! - **at most one operator per span**; requested operators queue behind operators in flight.
 //! - **user requests survive it** ([`requests`]): accepted table requests and user-split marks

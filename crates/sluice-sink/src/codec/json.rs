@@ -35,7 +35,7 @@ pub fn push_str(out: &mut String, s: &str) {
 }
 
 /// Appends `s` escaped as inside a JSON string, without the quotes (a string built of parts).
-/// The runs between escapes are copied whole; [`next_escape`] finds them eight bytes at a time.
+/// The runs between escapes are copied whole; `next_escape` finds them eight bytes at a time.
 pub fn push_escaped(out: &mut String, s: &str) {
     let bytes = s.as_bytes();
     let mut start = 0;

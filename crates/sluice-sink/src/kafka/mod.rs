@@ -6,12 +6,12 @@
 //!
 //! Invariants:
 //! - a dispatcher's ack rises only after the broker acknowledged every message before it
-//!   (`flush` waits until the writer's [`delivery::Tally`] counted a report for every message
+//!   (`flush` waits until the writer's `delivery::Tally` counted a report for every message
 //!   handed to the client, and fails at the first failed one; the runner raises the ack after
 //!   `flush`);
 //! - messages go to the client as a batch is encoded (not `transactional`), so encoding the
 //!   rest overlaps the network; a large batch is encoded in consecutive pieces on several
-//!   threads and handed to the client in the batch's order ([`lanes`]);
+//!   threads and handed to the client in the batch's order (`lanes`);
 //! - per partition, messages leave in the order they were produced: the idempotent producer
 //!   (`required-acks=-1`, the default) keeps that order and drops duplicates across the
 //!   client's own retries; a failed delivery fails the dispatcher, and its successor replays
@@ -63,7 +63,7 @@ use std::time::Duration;
 
 /// Encoded messages a dispatcher holds unacknowledged (buffered or sent) before it must flush.
 pub const MAX_BUFFERED_BYTES: usize = 8 << 20;
-/// At most this many table versions' message parts are kept ([`VersionParts`]).
+/// At most this many table versions' message parts are kept (`VersionParts`).
 pub const MAX_VERSION_PARTS: usize = 65_536;
 /// How often buffered messages are sent without being asked.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
@@ -165,7 +165,7 @@ pub struct Kafka {
     /// The changefeed (transactional ids and progress records name it).
     changefeed: String,
     router: Router,
-    /// Row encoding and the producer, shared with the lanes ([`lanes`]).
+    /// Row encoding and the producer, shared with the lanes (`lanes`).
     enc: Arc<encode::Encoder>,
     admin: AdminClient<DefaultClientContext>,
     /// Partition count of each topic used so far (the topics watermarks go to).
@@ -481,7 +481,7 @@ impl Kafka {
         }
     }
 
-    /// The [`VersionParts`] of `schema`'s rows (built at the version's first row; at most
+    /// The `VersionParts` of `schema`'s rows (built at the version's first row; at most
     /// [`MAX_VERSION_PARTS`] kept, the table forgotten when full). A new table version is a new
     /// key, so a schema change never meets the parts of the version before it.
     fn parts(&self, schema: &TableSchema) -> Result<Arc<VersionParts>> {

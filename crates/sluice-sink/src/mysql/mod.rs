@@ -15,7 +15,7 @@
 //!   prefix of the stream again (a replay from the checkpoint) ends in the upstream state;
 //! - generated columns are never written (the downstream computes them; writing one is error
 //!   1906): statements and `LOAD DATA` list only [`TableSchema::written_columns`] of the schema
-//!   with the columns the downstream says it generates marked too ([`generated`]: a version
+//!   with the columns the downstream says it generates marked too (`generated`: a version
 //!   rebuilt from the binlog cannot know them), and a keyless row is found by those columns; a
 //!   generated column of the key is still used to find rows;
 //! - a table with no primary or not-null unique key is refused ([`SinkError::TableRefused`])
