@@ -319,8 +319,14 @@ impl Sim {
         };
         // Past the ts slots after the chunk's position, the stream delivered transactions newer
         // than it: a read under way did not hold the stream.
+        // Only a read the span's subscription still waits for held its stream: the answer to a
+        // read of an ended subscription (the dispatcher restarted meanwhile) is dropped.
         let cursor = feed.stream_cursor(&cf, id);
         feed.on_chunk(&cf, id, read, Ok(chunk), &mut outs);
+        let dropped = outs.iter().any(|o| {
+            matches!(o, sluice_control::feed::FeedOut::Input(Input::ChunkDropped { read: r, .. }) if *r == read)
+        });
+        let cursor = cursor.filter(|_| !dropped);
         if let Some(c) = cursor.filter(|c| *c > position + sluice_control::feed::CHUNK_TS_SLOTS) {
             let v = format!(
                 "snapshot-chunk-behind-stream: a chunk of {id:?} on {name} read at {position} came back with its span's stream at {c}, past the position (a read under way must hold the stream below it)"
