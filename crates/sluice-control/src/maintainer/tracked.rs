@@ -1,9 +1,9 @@
-//! The dispatchers a maintainer knows of on every node ([`TrackedMap`]), with an index by table
-//! so the one-writer check ([`Maintainer::can_create`]) looks only at the dispatchers of the
-//! span's table, not at every dispatcher of the changefeed (which made placing n spans cost n²),
-//! and an index by node so a complete heartbeat looks only at that node's dispatchers. The
-//! index by table keeps each one's span, so the check reads no entry of the map (a lookup in a
-//! map of 1,000,000 per dispatcher of the table was 7% of a `sluice-sim scale` run).
+//! The dispatchers a maintainer knows of on every node ([`TrackedMap`]), with an index of their
+//! spans by table and key (`span_index.rs`) so the one-writer check (`Maintainer::can_create`)
+//! is a lookup among the dispatchers of the span's table, not a pass over every dispatcher of
+//! the changefeed or of the table (either made placing n spans cost n²), and an index by node
+//! so a complete heartbeat looks only at that node's dispatchers. The index keeps each one's
+//! span, so the check reads no entry of the map.
 //!
 //! Invariant: each index names exactly the tracked dispatchers, each under its span's table
 //! (with its span) and its node (a tracked dispatcher's span and node never change once
