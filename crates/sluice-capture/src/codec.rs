@@ -203,6 +203,25 @@ impl<'a> R<'a> {
     }
 }
 
+/// Where the row key sits in an encoded event: after the version byte, four `u64` and the kind.
+const KEY_AT: usize = 1 + 4 * 8 + 1;
+
+/// The row key of an encoded event, read in place (a scan filters rows by span without
+/// decoding them).
+pub fn key_of(b: &[u8]) -> Res<&[u8]> {
+    let v = *b.first().ok_or("empty record")?;
+    if v != FORMAT_V1 && v != FORMAT_V2 {
+        return Err(format!("unknown record format {v}"));
+    }
+    let len = b
+        .get(KEY_AT..KEY_AT + 4)
+        .and_then(|l| l.try_into().ok())
+        .map(u32::from_le_bytes)
+        .ok_or("short record")? as usize;
+    b.get(KEY_AT + 4..KEY_AT + 4 + len)
+        .ok_or_else(|| "short record key".to_string())
+}
+
 pub fn decode(b: &[u8]) -> Res<RowEvent> {
     let mut r = R { b, at: 0 };
     let v = r.u8()?;
@@ -392,6 +411,11 @@ mod tests {
             // GTIDs hold, so they read as they did.
             assert_eq!(b[0], format);
             assert_eq!(decode(&b).expect("decode"), e);
+            assert_eq!(key_of(&b).expect("key"), e.key.0.as_slice());
+            assert!(
+                key_of(&b[..KEY_AT + 4 + 2]).is_err(),
+                "a cut key is an error"
+            );
             for cut in 0..b.len() {
                 assert!(
                     decode(&b[..cut]).is_err(),

@@ -187,6 +187,12 @@ impl Span {
         &self.start <= key && key < &self.end
     }
 
+    /// [`Span::contains`] for a key's bytes (no `Key` built to ask).
+    pub fn contains_bytes(&self, key: &[u8]) -> bool {
+        cmp_bytes(&self.start.0, key) != Ordering::Greater
+            && cmp_bytes(key, &self.end.0) == Ordering::Less
+    }
+
     pub fn overlaps(&self, other: &Span) -> bool {
         self.table == other.table && self.start < other.end && other.start < self.end
     }
