@@ -717,3 +717,79 @@ async fn a_row_that_cannot_be_placed_is_a_fatal_error_naming_the_table() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `max-buffered-bytes` bounds what all the dispatchers of one storage sink hold together: the
+/// dispatcher whose write takes the sink past it flushes its own buffers (and only its own), and
+/// a written buffer leaves the total, so the others go on buffering under the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sink_s_dispatchers_together_hold_at_most_max_buffered_bytes() {
+    let dir = tempdir("buffered");
+    let uri = format!(
+        "file://{}?date-separator=none&flush-interval=10m&max-buffered-bytes=4096",
+        dir.display()
+    );
+    let sink = StorageSink::open_storage(storage_cfg(&uri)).expect("sink");
+    let store = sink.store();
+    let schemas = [
+        Arc::new(simple_schema("db", "t1", 1, 1)),
+        Arc::new(simple_schema("db", "t2", 2, 1)),
+    ];
+    let ids = [
+        DispatcherId { epoch: 1, seq: 1 },
+        DispatcherId { epoch: 1, seq: 2 },
+    ];
+    for (i, d) in ids.iter().enumerate() {
+        sink.open(*d, Span::whole_table(TableId(i as u64 + 1)), 0)
+            .await
+            .expect("open");
+    }
+    let long = "x".repeat(60);
+    let write = |which: usize, pk: u64| {
+        let (sink, schema, d) = (&sink, schemas[which].clone(), ids[which]);
+        let row = simple_insert(&schema, pk, &long, pk + 1, 0);
+        async move {
+            sink.write_rows(
+                d,
+                RowBatch {
+                    schema,
+                    rows: vec![row],
+                },
+            )
+            .await
+            .expect("write")
+        }
+    };
+    let files = |table: &'static str| {
+        let store = store.clone();
+        async move {
+            list(&store)
+                .await
+                .into_iter()
+                .filter(|p| p.starts_with(&format!("db/{table}/")) && p.ends_with(".csv"))
+                .count()
+        }
+    };
+    // About 2.8 KiB in t1's buffer: under the bound, nothing is written.
+    for pk in 0..35 {
+        write(0, pk).await;
+    }
+    assert_eq!(files("t1").await, 0);
+    // t2's rows take the sink past 4 KiB: t2's dispatcher writes its buffer, t1's keeps its own.
+    let mut pk = 0;
+    while files("t2").await == 0 {
+        assert!(pk < 40, "t2 never flushed though the sink held over 4 KiB");
+        write(1, pk).await;
+        pk += 1;
+    }
+    assert!(pk > 1, "one row of t2 alone does not pass the bound");
+    assert_eq!(files("t1").await, 0, "t1 flushed for t2's bytes");
+    // The written bytes left the total: t1 goes on under the bound.
+    for pk in 35..40 {
+        write(0, pk).await;
+    }
+    assert_eq!(files("t1").await, 0, "t2's written buffer is still counted");
+    for d in ids {
+        sink.close(d).await;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -99,6 +99,11 @@ pub const MAX_FLUSH_INTERVAL: Duration = Duration::from_secs(600);
 pub const DEFAULT_FILE_SIZE: u64 = 64 << 20;
 pub const MIN_FILE_SIZE: u64 = 1 << 10;
 pub const MAX_FILE_SIZE: u64 = 512 << 20;
+/// Default `max-buffered-bytes`: the rows one storage sink (a changefeed on a node) holds
+/// encoded and not yet written, all its dispatchers together.
+pub const DEFAULT_MAX_BUFFERED_BYTES: u64 = 128 << 20;
+pub const MIN_MAX_BUFFERED_BYTES: u64 = 1 << 10;
+pub const MAX_MAX_BUFFERED_BYTES: u64 = 16 << 30;
 pub const DEFAULT_FILE_INDEX_WIDTH: usize = 20;
 pub const MIN_FILE_INDEX_WIDTH: usize = 6;
 pub const MAX_FILE_INDEX_WIDTH: usize = 20;
@@ -116,6 +121,9 @@ pub struct StorageConfig {
     pub flush_interval: Duration,
     /// `file-size` in bytes (1KiB..512MiB; default 64MiB): a buffer this large is flushed.
     pub file_size: u64,
+    /// `max-buffered-bytes` (1KiB..16GiB; default 128MiB): a dispatcher that writes while the
+    /// sink's buffers hold more than this together flushes its own.
+    pub max_buffered_bytes: u64,
     /// `enable-table-across-nodes` (default false): dispatcher ids in every file name. Without
     /// it, ids are still used for any dispatcher whose span is not the whole table.
     pub table_across_nodes: bool,
@@ -223,6 +231,12 @@ impl StorageConfig {
             MAX_FLUSH_INTERVAL,
         )?;
         let file_size = p.uint("file-size", DEFAULT_FILE_SIZE, MIN_FILE_SIZE, MAX_FILE_SIZE)?;
+        let max_buffered_bytes = p.uint(
+            "max-buffered-bytes",
+            DEFAULT_MAX_BUFFERED_BYTES,
+            MIN_MAX_BUFFERED_BYTES,
+            MAX_MAX_BUFFERED_BYTES,
+        )?;
         let table_across_nodes = p.bool("enable-table-across-nodes", false)?;
         let partition_separator = p.bool("enable-partition-separator", true)?;
         let tidb_extension = p.bool("enable-tidb-extension", false)?;
@@ -234,6 +248,7 @@ impl StorageConfig {
             file_index_width,
             flush_interval,
             file_size,
+            max_buffered_bytes,
             table_across_nodes,
             partition_separator,
             tidb_extension,

@@ -5,7 +5,9 @@
 //! - a dispatcher's rows go into one buffer per data directory (table version, partition with
 //!   `enable-partition-separator`, date), in order; buffers are flushed when one reaches
 //!   `file-size` or [`MAX_OPEN_BUFFERS`] are open, at every `flush-interval`, on `flush`, before
-//!   a DDL and on close;
+//!   a DDL and on close, and when the dispatcher writes while the buffers of all the sink's
+//!   dispatchers hold more than `max-buffered-bytes` together (each buffer's bytes are counted
+//!   in the sink's total from its first row until it is written or dropped);
 //! - a row of a partitioned table goes to the directory of the partition the upstream stores it
 //!   in ([`Placer::partition_of`], one placer per table version); a row that cannot be placed fails the
 //!   changefeed with the reason (never a guess);
@@ -46,6 +48,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload}
 use sluice_partition::Placer;
 use sluice_types::{DdlEvent, DispatcherId, RowEvent, RowKind, TableSchema, Ts, Value};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -236,6 +239,35 @@ fn probe_failure(op: &'static str, shown: &str, e: object_store::Error) -> SinkE
     }
 }
 
+/// A buffer's bytes, counted in its sink's total until the buffer is written or dropped.
+struct Charge {
+    total: Arc<AtomicU64>,
+    bytes: u64,
+}
+
+impl Charge {
+    fn new(total: Arc<AtomicU64>) -> Charge {
+        Charge { total, bytes: 0 }
+    }
+
+    /// Counts the buffer at `bytes` now; returns the sink's total.
+    fn set(&mut self, bytes: u64) -> u64 {
+        let total = if bytes >= self.bytes {
+            self.total.fetch_add(bytes - self.bytes, Ordering::Relaxed) + (bytes - self.bytes)
+        } else {
+            self.total.fetch_sub(self.bytes - bytes, Ordering::Relaxed) - (self.bytes - bytes)
+        };
+        self.bytes = bytes;
+        total
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.total.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
 struct Buf {
     schema: Arc<TableSchema>,
     /// Position of the partition in the layout (with `enable-partition-separator`).
@@ -248,6 +280,7 @@ struct Buf {
     text: String,
     /// canal-json: what every row line of this table version repeats, written once.
     canal: Option<codec::canal::Layout>,
+    charge: Charge,
 }
 
 /// A buffer's text is kept in segments of about this many bytes.
@@ -326,6 +359,8 @@ pub struct Storage {
     /// Schema file paths known to exist.
     schemas: Mutex<BTreeSet<String>>,
     checkpoint: tokio::sync::Mutex<Ts>,
+    /// Bytes held by the buffers of every writer ([`Charge`]).
+    buffered: Arc<AtomicU64>,
     /// Placers of the partitioned table versions seen, by `(table id, version)`: a layout's
     /// expression is parsed once per table version, not per row (at most [`MAX_PLACERS`]).
     placers: Mutex<BTreeMap<(sluice_types::TableId, Ts), Arc<Placer>>>,
@@ -345,6 +380,7 @@ impl Runner<Storage> {
             store,
             schemas: Mutex::new(BTreeSet::new()),
             checkpoint: tokio::sync::Mutex::new(0),
+            buffered: Arc::new(AtomicU64::new(0)),
             placers: Mutex::new(BTreeMap::new()),
         }))
     }
@@ -458,6 +494,7 @@ impl Storage {
                     parts_len: 0,
                     text: String::new(),
                     canal,
+                    charge: Charge::new(self.buffered.clone()),
                 });
                 w.bufs.len() - 1
             }
@@ -470,7 +507,9 @@ impl Storage {
                 codec::canal::encode_row(text, layout, self.cfg.tidb_extension, schema, row)?
             }
         }
-        Ok(b.len() as u64 >= self.cfg.file_size)
+        let len = b.len() as u64;
+        let total = b.charge.set(len);
+        Ok(len >= self.cfg.file_size || total > self.cfg.max_buffered_bytes)
     }
 
     async fn put_create(&self, path: &str, bytes: PutPayload, fence: &BoundFence) -> Result<Put> {
@@ -743,6 +782,7 @@ mod tests {
             parts_len: 0,
             text: String::new(),
             canal: None,
+            charge: Charge::new(Arc::new(AtomicU64::new(0))),
         };
         assert!(b.is_empty());
         let mut want = String::new();
