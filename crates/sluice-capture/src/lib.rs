@@ -31,9 +31,11 @@
 //! - errors are typed and classified retryable or fatal ([`error::CaptureError::class`]).
 //!
 //! Layout rule: one concern per file (the binlog reader, the decoders of events and row images,
-//! the schema history in `schema/` with a file each for history, snapshot, DDL application,
-//! SQL text and store, the event store, the capture loop); a type's `impl` blocks may spread
-//! over the files of its module; each file opens with what it owns and the invariants it keeps.
+//! the schema history in `schema/` with a file each for history, snapshot, DDL application, SQL
+//! text and store, the event store in `store/` with a file each for blocks, open blocks, scans,
+//! in-memory answers and the old format's conversion, the capture loop); a type's `impl` blocks
+//! may spread over the files of its module; each file opens with what it owns and the invariants
+//! it keeps.
 
 pub mod binlog;
 pub mod binlog_schema;
