@@ -319,6 +319,7 @@ mod tests {
         assert!(err("s3:///prefix").contains("missing bucket"));
         assert!(err("file:///tmp/x?flush-interval=abc").contains("flush-interval=abc"));
         assert!(err("file:///tmp/x?flush-interval=10ms").contains("must be within"));
+        assert!(err("file:///tmp/x?max-buffered-bytes=100").contains("must be within"));
         assert!(err("file:///tmp/x?file-index-width=3").contains("file-index-width=3"));
         assert!(err("file:///tmp/x?protocol=avro").contains("protocol=avro"));
         assert!(err("file:///tmp/x?nope=1").contains("unknown parameter nope"));
@@ -395,6 +396,7 @@ mod tests {
         };
         assert_eq!(c.flush_interval, Duration::from_secs(5));
         assert_eq!(c.file_size, 64 << 20);
+        assert_eq!(c.max_buffered_bytes, 128 << 20, "Sluice's own bound");
         assert_eq!(c.file_index_width, 20);
         assert_eq!(c.date_separator, DateSeparator::Day);
         assert_eq!(c.protocol, Protocol::Csv);
