@@ -1,28 +1,14 @@
 //! The event store: order, spans, cursors, GC, crash safety (including a real `kill -9`).
 
 use sluice_capture::store::{Cursor, EventStore, StoreConfig, StoreError};
+use sluice_testkit::scratch::ScratchDir;
 use sluice_types::{
     DdlEvent, DdlInfluence, DdlKind, InfluenceScope, Key, RowEvent, RowKind, Span, TableId, Value,
 };
-use std::path::PathBuf;
 
-struct TempDir(PathBuf);
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let p =
-            std::env::temp_dir().join(format!("sluice-store-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&p).expect("mkdir");
-        TempDir(p)
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// The test's own directory (kept with its path printed when the test fails).
+fn scratch(tag: &str) -> ScratchDir {
+    ScratchDir::new("sluice-store", tag).expect("scratch dir")
 }
 
 fn row(table: u64, pk: u64, ts: u64) -> RowEvent {
@@ -42,8 +28,8 @@ fn row(table: u64, pk: u64, ts: u64) -> RowEvent {
 
 #[test]
 fn ordered_by_table_ts_seq_with_spans_cursors_and_gc() {
-    let dir = TempDir::new("order");
-    let s = EventStore::open(&dir.0.join("db"), StoreConfig::default()).expect("open");
+    let dir = scratch("order");
+    let s = EventStore::open(&dir.path().join("db"), StoreConfig::default()).expect("open");
     // Three transactions touching two tables.
     s.append_txn(10, &[row(1, 5, 10), row(2, 1, 10), row(1, 3, 10)])
         .expect("t10");
@@ -123,8 +109,8 @@ fn ordered_by_table_ts_seq_with_spans_cursors_and_gc() {
 
 #[test]
 fn reopen_drops_what_was_not_persisted() {
-    let dir = TempDir::new("reopen");
-    let path = dir.0.join("db");
+    let dir = scratch("reopen");
+    let path = dir.path().join("db");
     {
         let s = EventStore::open(&path, StoreConfig::default()).expect("open");
         s.append_txn(10, &[row(1, 1, 10)]).expect("t10");
@@ -172,8 +158,8 @@ fn kill_9_child_writer() {
 #[test]
 fn kill_9_then_serve_from_an_old_start_ts() {
     use std::io::BufRead;
-    let dir = TempDir::new("kill");
-    let path = dir.0.join("db");
+    let dir = scratch("kill");
+    let path = dir.path().join("db");
     let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
         .args([
             "--exact",
@@ -310,8 +296,8 @@ fn writes_after_reopen(s: &EventStore) {
 /// rows appended after it, a large transaction's staged rows, DDLs on both sides, and GC.
 #[test]
 fn reads_answered_from_memory_agree_with_the_disk() {
-    let dir = TempDir::new("recent");
-    let path = dir.0.join("db");
+    let dir = scratch("recent");
+    let path = dir.path().join("db");
     {
         let s = EventStore::open(&path, StoreConfig::default()).expect("open");
         writes_before_reopen(&s);
@@ -336,7 +322,7 @@ fn reads_answered_from_memory_agree_with_the_disk() {
     // Below the GC point the disk no longer has what the first read saw: compare from there.
     assert_eq!(every_read(&s, 15), live.1);
     // The same writes without the GC in a fresh store, reopened: everything read from disk.
-    let disk_path = dir.0.join("db-disk");
+    let disk_path = dir.path().join("db-disk");
     {
         let s = EventStore::open(&disk_path, StoreConfig::default()).expect("open");
         writes_before_reopen(&s);
@@ -358,8 +344,8 @@ fn random_histories_read_like_a_map() {
     use std::collections::BTreeMap;
     for seed in 1..=12u64 {
         let mut rng = XorShift::new(seed);
-        let dir = TempDir::new(&format!("model-{seed}"));
-        let path = dir.0.join("db");
+        let dir = scratch(&format!("model-{seed}"));
+        let path = dir.path().join("db");
         let mut s = EventStore::open(&path, StoreConfig::default()).expect("open");
         // (table, ts, seq) -> row; the durable resolved; the gc ts.
         let mut model: BTreeMap<(u64, u64, u32), RowEvent> = BTreeMap::new();
