@@ -3,9 +3,9 @@
 //! events by commit ts. One reader per upstream per node feeds it; the dispatchers of every
 //! changefeed on the node read spans from it.
 //!
-//! Rows are kept in blocks ([`block`]): a table's consecutive rows packed in one redb value of
-//! up to 32 KiB, filled in memory ([`tail`]) and written when full, when the store persists, or
-//! when the open blocks together grow past a bound. A scan ([`scan`]) reads the blocks on disk,
+//! Rows are kept in blocks (`block.rs`): a table's consecutive rows packed in one redb value of
+//! up to 32 KiB, filled in memory (`tail.rs`) and written when full, when the store persists, or
+//! when the open blocks together grow past a bound. A scan (`scan.rs`) reads the blocks on disk,
 //! then the open block.
 //!
 //! Invariants:
@@ -20,16 +20,16 @@
 //! - [`EventStore::scan`] serves any span from any start ts `>= gc_ts()`; a start below it is
 //!   [`StoreError::Collected`], never a silent gap;
 //! - a read that can only come back empty is answered without a read transaction
-//!   ([`recent`]);
+//!   (`recent.rs`);
 //! - lock order: the open blocks, then a redb write transaction (appends, persist); GC takes the
 //!   open blocks only after its write transaction committed;
 //! - memory: the page cache is bounded by [`StoreConfig::cache_bytes`], the open blocks by
-//!   [`tail::TAILS_BYTES`]; blocks are written in write transactions of at most
+//!   `tail::TAILS_BYTES` (8 MiB); blocks are written in write transactions of at most
 //!   [`MAX_WRITE_BATCH_BYTES`]; a large transaction arrives in chunks that are staged on disk
 //!   ([`EventStore::stage`]) and moved into place at its commit in bounded batches
 //!   ([`EventStore::commit_staged`]), so it streams through disk;
 //! - a store written before blocks (one redb value per row) is converted when it is opened
-//!   ([`migrate`]).
+//!   (`migrate.rs`).
 
 mod block;
 mod migrate;
