@@ -184,7 +184,7 @@ impl Span {
     }
 
     pub fn contains(&self, key: &Key) -> bool {
-        &self.start <= key && key < &self.end
+        self.contains_bytes(&key.0)
     }
 
     /// [`Span::contains`] for a key's bytes (no `Key` built to ask).

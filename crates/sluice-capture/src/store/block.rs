@@ -194,13 +194,12 @@ impl Builder {
         self.buf.extend_from_slice(e.raw);
     }
 
-    /// Removes the last entry, which starts at `from` (the length before it was pushed), and
-    /// returns its bytes; `last` and `rows` go back to `before`.
-    pub fn pop_since(&mut self, from: usize, before: (Cursor, u32)) -> Vec<u8> {
+    /// Removes the last entry, which starts at `from` (the length before it was pushed);
+    /// `last` and `rows` go back to `before`.
+    pub fn truncate(&mut self, from: usize, before: (Cursor, u32)) {
         assert!(from >= HEADER && from < self.buf.len() && before.1 + 1 == self.rows);
-        let popped = self.buf.split_off(from);
+        self.buf.truncate(from);
         (self.last, self.rows) = before;
-        popped
     }
 
     /// The block's value (header filled in).
@@ -257,21 +256,15 @@ pub(super) fn at(ts: Ts, seq: u32) -> Cursor {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::row_of;
     use super::*;
-    use sluice_types::{Key, RowKind, Value};
+    use sluice_types::Key;
 
+    /// A row whose record names a commit ts no entry has.
     fn ev(pk: u64) -> RowEvent {
         RowEvent {
-            table_id: TableId(3),
-            schema_version: 1,
             commit_ts: 999,
-            commit_time_ms: 5,
-            kind: RowKind::Insert,
-            key: Key::row_u64(TableId(3), pk),
-            before: None,
-            after: Some(vec![Value::UInt(pk)]),
-            snapshot: false,
-            gtid: None,
+            ..row_of(3, pk)
         }
     }
 

@@ -76,22 +76,17 @@ fn old_record(v: &[u8]) -> Result<sluice_types::RowEvent, StoreError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::row_of;
     use super::super::{Cursor, EventStore, StoreConfig, META};
     use super::*;
-    use sluice_types::{Key, RowEvent, RowKind, Span, Value};
+    use sluice_types::{RowEvent, Span, Value};
 
     fn row(table: u64, pk: u64, ts: u64) -> RowEvent {
         RowEvent {
-            table_id: TableId(table),
-            schema_version: 0,
             commit_ts: ts,
             commit_time_ms: 7,
-            kind: RowKind::Insert,
-            key: Key::row_u64(TableId(table), pk),
-            before: None,
             after: Some(vec![Value::UInt(pk), Value::Text("x".repeat(200))]),
-            snapshot: false,
-            gtid: None,
+            ..row_of(table, pk)
         }
     }
 

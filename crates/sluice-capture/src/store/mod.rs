@@ -134,20 +134,20 @@ fn next_table(
     }
 }
 
-/// Every table with blocks, in id order (a pass over the tables costs O(tables)).
-fn each_table(
+/// Every table with blocks, in id order (one seek per table: O(tables), not O(rows)).
+fn tables_with_blocks(
     t: &impl ReadableTable<&'static [u8], &'static [u8]>,
-    mut f: impl FnMut(TableId) -> Result<(), StoreError>,
-) -> Result<(), StoreError> {
+) -> Result<Vec<TableId>, StoreError> {
+    let mut tables = Vec::new();
     let mut from = 0u64;
     while let Some(tid) = next_table(t, from)? {
-        f(tid)?;
+        tables.push(tid);
         match tid.0.checked_add(1) {
             Some(n) => from = n,
             None => break,
         }
     }
-    Ok(())
+    Ok(tables)
 }
 
 /// See the module docs.
@@ -266,13 +266,14 @@ impl EventStore {
                 if tables.last() != Some(&r.table_id) {
                     tables.push(r.table_id);
                 }
-                if sealed_bytes >= MAX_WRITE_BATCH_BYTES || tails.bytes() >= tail::TAILS_BYTES {
-                    sealed.extend(self.drain_if_full(&mut tails));
+                let open = tails.drain_if_full();
+                if sealed_bytes >= MAX_WRITE_BATCH_BYTES || !open.is_empty() {
+                    sealed.extend(open);
                     self.write_blocks(&sealed, None)?;
                     (sealed, sealed_bytes) = (Vec::new(), 0);
                 }
             }
-            sealed.extend(self.drain_if_full(&mut tails));
+            sealed.extend(tails.drain_if_full());
             self.write_blocks(&sealed, None)?;
         }
         let mut recent = self.recent();
@@ -280,15 +281,6 @@ impl EventStore {
             recent.note_rows(t, commit_ts);
         }
         Ok(())
-    }
-
-    /// Every open block when together they passed their bound.
-    fn drain_if_full(&self, tails: &mut Tails) -> Vec<Sealed> {
-        if tails.bytes() >= tail::TAILS_BYTES {
-            tails.drain()
-        } else {
-            Vec::new()
-        }
     }
 
     /// Writes blocks (and, for a persist, `resolved`) in one write transaction, durable only
@@ -579,12 +571,7 @@ impl EventStore {
         let w = self.db.begin_write().map_err(db_err)?;
         {
             let mut t = w.open_table(BLOCKS).map_err(db_err)?;
-            let mut tables = Vec::new();
-            each_table(&t, |tid| {
-                tables.push(tid);
-                Ok(())
-            })?;
-            for tid in tables {
+            for tid in tables_with_blocks(&t)? {
                 let lo = block_key(tid, Cursor { ts: 0, seq: 0 });
                 let hi = block_key(
                     tid,
@@ -632,12 +619,7 @@ fn drop_above(
     let Some(above) = resolved.checked_add(1) else {
         return Ok(());
     };
-    let mut tables = Vec::new();
-    each_table(&*blocks, |tid| {
-        tables.push(tid);
-        Ok(())
-    })?;
-    for tid in tables {
+    for tid in tables_with_blocks(&*blocks)? {
         let lo = block_key(tid, Cursor { ts: above, seq: 0 });
         let hi = block_key(
             tid,

@@ -34,21 +34,22 @@ impl Tails {
         let before = (b.len(), (b.last, b.rows));
         b.push(at, ev);
         if b.len() > BLOCK_BYTES && b.rows > 1 {
-            let row = b.pop_since(before.0, before.1);
+            // The row starts the next block (encoded again: once per sealed block).
+            b.truncate(before.0, before.1);
             let full = std::mem::replace(b, Builder::new(at));
             sealed.push((table, full.first, full.seal()));
-            let e = block::entries(&row)
-                .next()
-                .and_then(|e| e.ok())
-                .expect("the entry just encoded reads back");
-            b.push_raw(&e);
+            b.push(at, ev);
         }
         self.bytes = self.bytes - held + b.entries().len();
     }
 
-    /// Bytes of rows held by the open blocks.
-    pub fn bytes(&self) -> usize {
-        self.bytes
+    /// Seals every open block when together they hold [`TAILS_BYTES`] or more.
+    pub fn drain_if_full(&mut self) -> Vec<Sealed> {
+        if self.bytes >= TAILS_BYTES {
+            self.drain()
+        } else {
+            Vec::new()
+        }
     }
 
     /// Seals every open block (the store writes them all).

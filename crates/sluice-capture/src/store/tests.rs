@@ -4,19 +4,24 @@ use super::block::{at, block_key, Builder};
 use super::{EventStore, StoreConfig, BLOCKS, META};
 use sluice_types::{Key, RowEvent, RowKind, Span, TableId, Value};
 
-fn row(pk: u64) -> RowEvent {
+/// An insert of `pk` into `table` (the store's unit tests' row).
+pub(super) fn row_of(table: u64, pk: u64) -> RowEvent {
     RowEvent {
-        table_id: TableId(1),
+        table_id: TableId(table),
         schema_version: 0,
         commit_ts: 0,
         commit_time_ms: 0,
         kind: RowKind::Insert,
-        key: Key::row_u64(TableId(1), pk),
+        key: Key::row_u64(TableId(table), pk),
         before: None,
         after: Some(vec![Value::UInt(pk)]),
         snapshot: false,
         gtid: None,
     }
+}
+
+fn row(pk: u64) -> RowEvent {
+    row_of(1, pk)
 }
 
 /// A block that runs past the durable `resolved` (blocks written by a persist racing an append
@@ -39,14 +44,7 @@ fn opening_trims_a_block_that_runs_past_resolved() {
             t.insert(key.as_slice(), b.seal().as_slice())
                 .expect("insert");
             let mut t2 = Builder::new(at(25, 0));
-            t2.push(
-                at(25, 0),
-                &RowEvent {
-                    table_id: TableId(2),
-                    key: Key::row_u64(TableId(2), 1),
-                    ..row(1)
-                },
-            );
+            t2.push(at(25, 0), &row_of(2, 1));
             t.insert(
                 block_key(TableId(2), at(25, 0)).as_slice(),
                 t2.seal().as_slice(),
