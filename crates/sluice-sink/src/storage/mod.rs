@@ -507,9 +507,7 @@ impl Storage {
                 codec::canal::encode_row(text, layout, self.cfg.tidb_extension, schema, row)?
             }
         }
-        let len = b.len() as u64;
-        let total = b.charge.set(len);
-        Ok(len >= self.cfg.file_size || total > self.cfg.max_buffered_bytes)
+        Ok(b.len() as u64 >= self.cfg.file_size)
     }
 
     async fn put_create(&self, path: &str, bytes: PutPayload, fence: &BoundFence) -> Result<Put> {
@@ -691,7 +689,13 @@ impl Backend for Storage {
                 }
             }
         }
-        Ok(full || w.bufs.len() >= MAX_OPEN_BUFFERS)
+        // The sink's total is updated once per batch, not per row (one shared counter for
+        // every dispatcher of the sink).
+        let mut total = 0;
+        for b in &mut w.bufs {
+            total = b.charge.set(b.len() as u64);
+        }
+        Ok(full || total > self.cfg.max_buffered_bytes || w.bufs.len() >= MAX_OPEN_BUFFERS)
     }
 
     fn has_buffered(&self, w: &StorageWriter) -> bool {
