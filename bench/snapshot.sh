@@ -18,6 +18,7 @@
 # to the changefeed's TOML (e.g. spans by region, so one table is copied by several dispatchers);
 # SETTLE=seconds waits that long after the server started before the first run (its region scan
 # of the table at start then does not overlap a SKIP_MYSQL=1 file run).
+# FILE_URI=uri replaces the file run's sink (e.g. `blackhole://`, to tell the sink's own cost apart).
 # FILE_DIR=dir puts the file sink's output there instead of the work directory (e.g. a tmpfs,
 # to tell the page cache's cost apart; not removed afterwards); at 10M rows give SETTLE a minute: the upstream's own
 # work after the bulk load otherwise runs during a SKIP_MYSQL=1 file run.
@@ -99,7 +100,8 @@ fi
 # conditions: the first dump runs right after the seeding, while the upstream still purges and
 # flushes what it was loaded with (1.31 s there against 0.7-0.8 s later, same table).
 t0=$(date +%s.%N); "${DUMP[@]}" >/dev/null; T_READ_BEFORE=$(elapsed "$t0")
-read -r T_FILE RSS_FILE CPU_FILE CPU_UP_FILE <<<"$(run tofile "file://${FILE_DIR:-$WORK}/out?protocol=csv${FILE_PARAMS:-}")"
+FILE_URI=${FILE_URI:-"file://${FILE_DIR:-$WORK}/out?protocol=csv${FILE_PARAMS:-}"}
+read -r T_FILE RSS_FILE CPU_FILE CPU_UP_FILE <<<"$(run tofile "$FILE_URI")"
 [ -n "${PERF_OUT:-}" ] && kill -INT "$PERF" && wait "$PERF" || true
 [ -n "${PERF_UP_OUT:-}" ] && kill -INT "$PERF_UP" && wait "$PERF_UP" || true
 t0=$(date +%s.%N); "${DUMP[@]}" >/dev/null; T_READ_AFTER=$(elapsed "$t0")

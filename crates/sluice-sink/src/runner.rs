@@ -16,6 +16,11 @@
 //!   takes the lock after unregistering the dispatcher) returns only when no call of it is
 //!   running (a backend that hands writes to a client library as it buffers, like Kafka's, may
 //!   still have them in that library's queue after a failed dispatcher is closed);
+//! - a backend that can flush apart from its writer ([`Backend::detach_flush`]: the storage
+//!   sink) has at most one such flush under way per dispatcher, started when its buffer is full
+//!   or by the flush ticker, while the next rows are buffered: its rows are acknowledged by its
+//!   own task once it succeeded, never before, and every other way the ack rises (a flush the
+//!   caller waits for, a resolve, a DDL, `close`) first waits for it, so acks rise in order;
 //! - after a failed flush the dispatcher is failed: later calls return [`SinkError::Earlier`]
 //!   and its ack stays where it was (the changefeed restarts from its checkpoint);
 //! - a failure is never silent, whoever ran the flush (a caller, or the flush ticker, whose own
@@ -92,6 +97,14 @@ pub trait Backend: Send + Sync + 'static {
     async fn applied_ddls(&self, after: Ts) -> Result<Vec<crate::DdlRecord>>;
     /// Drops buffered rows (closing a failed dispatcher); waits for any write still in flight.
     async fn discard(&self, w: &mut Self::Writer);
+    /// Takes everything buffered out of the writer for a flush that runs apart from it, so the
+    /// rows buffered next are not held up by its writes; `None`: this backend flushes in place
+    /// only ([`Backend::flush`]). The runner runs at most one per dispatcher at a time, in order
+    /// with its other flushes, and acknowledges its rows only once it succeeded. The flush checks
+    /// `fence` immediately before each downstream write, like `flush`.
+    fn detach_flush(&self, _w: &mut Self::Writer, _fence: &BoundFence) -> Option<DetachedFlush> {
+        None
+    }
     /// The rows buffered from now on are parts of one transaction still open (`true`), or it
     /// ended (`false`, before the batch that ends it is buffered). Everything buffered before
     /// its first part is durable by then. A backend that keeps upstream transactions whole
@@ -100,6 +113,15 @@ pub trait Backend: Send + Sync + 'static {
     fn set_open(&self, _w: &mut Self::Writer, _open: bool) {}
     /// How often buffered rows are flushed without being asked; `None`: never.
     fn flush_interval(&self) -> Option<Duration>;
+}
+
+/// A flush taken out of a writer ([`Backend::detach_flush`]).
+pub type DetachedFlush = futures::future::BoxFuture<'static, Result<()>>;
+
+/// A detached flush under way: the ack it raises when it succeeds.
+struct Inflight {
+    target: Ts,
+    task: tokio::task::JoinHandle<()>,
 }
 
 struct Slot<W> {
@@ -112,7 +134,9 @@ struct Slot<W> {
     resolved: Ts,
     /// The transaction written in parts and not yet ended: nothing of it is acknowledged.
     open: Option<Ts>,
-    ack: watch::Sender<Ts>,
+    ack: Arc<watch::Sender<Ts>>,
+    /// The detached flush under way, if any (at most one).
+    inflight: Option<Inflight>,
     /// The sink's fence bound to the incarnation that may write when the dispatcher was opened.
     fence: BoundFence,
     /// Set once, by the first failed flush; shared with the slot table (see [`Sink::failure`]).
@@ -123,16 +147,27 @@ struct Slot<W> {
 /// Where a dispatcher's failure is kept: written under the slot's lock, read without it.
 type Failure = Arc<std::sync::OnceLock<Arc<SinkError>>>;
 
+/// Raises an ack to `ts` (it never goes down).
+fn raise(ack: &watch::Sender<Ts>, ts: Ts) {
+    ack.send_if_modified(|cur| {
+        if ts > *cur {
+            *cur = ts;
+            true
+        } else {
+            false
+        }
+    });
+}
+
 impl<W> Slot<W> {
     fn raise_ack(&self, ts: Ts) {
-        self.ack.send_if_modified(|cur| {
-            if ts > *cur {
-                *cur = ts;
-                true
-            } else {
-                false
-            }
-        });
+        // Rows of a detached flush under way are not durable yet: nothing may pass them.
+        assert!(
+            self.inflight.is_none(),
+            "dispatcher {}: ack raised to {ts} with a flush under way",
+            self.id
+        );
+        raise(&self.ack, ts);
     }
     fn check_usable(&self) -> Result<()> {
         if self.closed {
@@ -152,7 +187,9 @@ impl<W> Slot<W> {
     fn wants_tick<B: Backend<Writer = W>>(&self, b: &B) -> bool {
         !self.closed
             && !self.is_failed()
-            && (b.has_buffered(&self.writer) || self.ack_target() > *self.ack.borrow())
+            && (b.has_buffered(&self.writer)
+                || self.inflight.is_some()
+                || self.ack_target() > *self.ack.borrow())
     }
     /// What a successful flush acknowledges: everything written or resolved, but nothing of a
     /// transaction still open.
@@ -330,6 +367,7 @@ async fn tick_loop<B: Backend>(shared: Weak<Shared<B>>, every: Duration) {
 
 async fn flush_slot<B: Backend>(b: &B, s: &mut Slot<B::Writer>) -> Result<Ts> {
     s.check_usable()?;
+    settle(s).await?;
     let target = s.ack_target();
     if b.has_buffered(&s.writer) {
         if let Err(e) = b.flush(&mut s.writer, &s.fence).await {
@@ -338,6 +376,59 @@ async fn flush_slot<B: Backend>(b: &B, s: &mut Slot<B::Writer>) -> Result<Ts> {
     }
     s.raise_ack(target);
     Ok(*s.ack.borrow())
+}
+
+/// Waits for the detached flush under way, if any: its ack is raised (by its task), or the
+/// dispatcher failed with its error.
+async fn settle<W>(s: &mut Slot<W>) -> Result<()> {
+    let Some(f) = s.inflight.take() else {
+        return Ok(());
+    };
+    if let Err(e) = f.task.await {
+        // The task panicked or was cancelled: its rows are not known to be written.
+        s.fail(SinkError::contract(s.id, format!("flush task failed: {e}")));
+    }
+    match s.failed.get() {
+        Some(e) => Err(SinkError::Earlier(e.clone())),
+        None => {
+            raise(&s.ack, f.target);
+            Ok(())
+        }
+    }
+}
+
+/// Flushes without waiting for the writes where the backend can ([`Backend::detach_flush`]):
+/// the flush under way is waited for first (at most one), then what is buffered is taken out
+/// and written by a task of its own, which raises the ack when it succeeded. Elsewhere, or with
+/// nothing buffered, the same as [`flush_slot`] (except that an ack to raise behind a flush still
+/// under way is left to that flush's end: a later tick raises it).
+async fn flush_ahead<B: Backend>(b: &B, s: &mut Slot<B::Writer>) -> Result<()> {
+    s.check_usable()?;
+    let busy = s.inflight.as_ref().is_some_and(|f| !f.task.is_finished());
+    if !b.has_buffered(&s.writer) {
+        if busy {
+            return Ok(());
+        }
+        return flush_slot(b, s).await.map(|_| ());
+    }
+    settle(s).await?;
+    let target = s.ack_target();
+    let Some(flush) = b.detach_flush(&mut s.writer, &s.fence) else {
+        return flush_slot(b, s).await.map(|_| ());
+    };
+    let (ack, failed) = (s.ack.clone(), s.failed.clone());
+    let task = tokio::spawn(async move {
+        match flush.await {
+            Ok(()) => raise(&ack, target),
+            Err(e) => {
+                failed.get_or_init(|| Arc::new(e));
+                // Ack unchanged: the wake-up tells a waiting caller to look at `failure`.
+                ack.send_modify(|_| {});
+            }
+        }
+    });
+    s.inflight = Some(Inflight { target, task });
+    Ok(())
 }
 
 /// The contract of a batch of rows for this slot: the span's table, one table version, commit
@@ -421,7 +512,7 @@ async fn write<B: Backend>(
     }
     let full = buffer(b, s, batch, max_ts).await?;
     if full {
-        flush_slot(b, s).await?;
+        flush_ahead(b, s).await?;
     }
     Ok(())
 }
@@ -453,7 +544,8 @@ async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out>
             if ts > s.resolved {
                 s.resolved = ts;
             }
-            if !b.has_buffered(&s.writer) {
+            // Behind a detached flush under way, the ack waits for it (a tick raises it).
+            if !b.has_buffered(&s.writer) && s.inflight.is_none() {
                 s.raise_ack(s.written.max(s.resolved));
             }
             Ok(Out::Unit)
@@ -463,7 +555,7 @@ async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out>
             if s.closed || s.is_failed() {
                 return Ok(Out::Unit);
             }
-            flush_slot(b, s).await.map(|_| Out::Unit)
+            flush_ahead(b, s).await.map(|_| Out::Unit)
         }
         Op::Ddl(ddl, tables) => {
             s.check_usable()?;
@@ -496,6 +588,8 @@ async fn exec<B: Backend>(b: &B, s: &mut Slot<B::Writer>, op: Op) -> Result<Out>
             } else {
                 flush_slot(b, s).await.err()
             };
+            // A failed dispatcher's detached flush may still be writing: it ends first.
+            let _ = settle(s).await;
             b.discard(&mut s.writer).await;
             s.closed = true;
             let durable_ts = *s.ack.borrow();
@@ -540,7 +634,8 @@ impl<B: Backend> Sink for Runner<B> {
             written: start_ts,
             resolved: start_ts,
             open: None,
-            ack: tx,
+            ack: Arc::new(tx),
+            inflight: None,
             fence: BoundFence::bind(self.shared.fence.get()),
             failed: failed.clone(),
             closed: false,
@@ -632,3 +727,7 @@ impl<B: Backend> Sink for Runner<B> {
         failed.get().map(|e| SinkError::Earlier(e.clone()))
     }
 }
+
+#[cfg(test)]
+#[path = "runner_tests.rs"]
+mod tests;

@@ -34,19 +34,20 @@
 pub mod config;
 pub mod layout;
 mod record;
+mod writes;
 
 use crate::codec;
 use crate::error::{Result, SinkError};
 use crate::fence::BoundFence;
-use crate::runner::{Backend, Runner, WriterSpec};
+use crate::runner::{Backend, DetachedFlush, Runner, WriterSpec};
 use crate::uri::{Protocol, StorageConfig, StorageLocation};
 use crate::RowBatch;
 use async_trait::async_trait;
 use layout::TableDefinition;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use sluice_partition::Placer;
-use sluice_types::{DdlEvent, DispatcherId, RowEvent, RowKind, TableSchema, Ts, Value};
+use sluice_types::{DdlEvent, RowEvent, RowKind, TableSchema, Ts, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -314,13 +315,14 @@ impl Buf {
         (&mut self.text, self.canal.as_ref())
     }
 
-    /// The whole text, as the segments it is (shared by every attempt at a name).
-    fn payload(self) -> PutPayload {
+    /// The whole text, as the segments it is (shared by every attempt at a name), and its
+    /// charge (kept until the text is written: bytes under way count as buffered).
+    fn payload(self) -> (PutPayload, Charge) {
         let mut parts = self.parts;
         if !self.text.is_empty() {
             parts.push(bytes::Bytes::from(self.text.into_bytes()));
         }
-        parts.into_iter().collect()
+        (parts.into_iter().collect(), self.charge)
     }
 }
 
@@ -340,24 +342,17 @@ impl Buf {
 
 /// One dispatcher's writer state.
 pub struct StorageWriter {
-    id: Option<DispatcherId>,
-    /// With a write fence: the claim written before the first data file of each table
-    /// directory (`<db>/<table>`) this dispatcher writes into.
-    /// (A writer with a claim always names its files with its id.)
-    claim: Option<layout::Claim>,
-    claimed: BTreeSet<String>,
+    /// How its files are named; held by a flush for its whole length (one at a time).
+    naming: Arc<tokio::sync::Mutex<writes::Naming>>,
     /// Open buffers in creation order, one per data directory: rows of one directory stay in
     /// order inside its buffer.
     bufs: Vec<Buf>,
-    /// Next data file index per directory, once known.
-    next_index: BTreeMap<String, u64>,
 }
 
 pub struct Storage {
     cfg: StorageConfig,
     store: Arc<dyn ObjectStore>,
-    /// Schema file paths known to exist.
-    schemas: Mutex<BTreeSet<String>>,
+    writes: writes::Writes,
     checkpoint: tokio::sync::Mutex<Ts>,
     /// Bytes held by the buffers of every writer ([`Charge`]).
     buffered: Arc<AtomicU64>,
@@ -375,10 +370,15 @@ impl Runner<Storage> {
     /// Must be called inside a tokio runtime (the flush ticker).
     pub fn open_storage(cfg: StorageConfig) -> Result<StorageSink> {
         let store = build_store(&cfg)?;
+        let writes = writes::Writes::new(
+            store.clone(),
+            cfg.protocol.extension(),
+            cfg.file_index_width,
+        );
         Ok(Runner::with_backend(Storage {
             cfg,
             store,
-            schemas: Mutex::new(BTreeSet::new()),
+            writes,
             checkpoint: tokio::sync::Mutex::new(0),
             buffered: Arc::new(AtomicU64::new(0)),
             placers: Mutex::new(BTreeMap::new()),
@@ -387,17 +387,6 @@ impl Runner<Storage> {
     pub fn store(&self) -> Arc<dyn ObjectStore> {
         self.backend().store.clone()
     }
-}
-
-fn is_already_exists(e: &object_store::Error) -> bool {
-    matches!(e, object_store::Error::AlreadyExists { .. })
-}
-
-/// What a create-only put did.
-enum Put {
-    Created,
-    /// The name exists (the store's error, for the message).
-    Taken(object_store::Error),
 }
 
 impl Storage {
@@ -465,7 +454,6 @@ impl Storage {
         })
     }
 
-    /// Creates `path` unless it exists; checks the fence immediately before the put.
     /// Encodes `row` into the buffer of its directory (creating it); true when that buffer
     /// reached `file-size`.
     fn append(
@@ -509,129 +497,6 @@ impl Storage {
         }
         Ok(b.len() as u64 >= self.cfg.file_size)
     }
-
-    async fn put_create(&self, path: &str, bytes: PutPayload, fence: &BoundFence) -> Result<Put> {
-        let opts = PutOptions {
-            mode: PutMode::Create,
-            ..Default::default()
-        };
-        fence.check(&format!("put {path}"))?;
-        match self.store.put_opts(&Path::from(path), bytes, opts).await {
-            Ok(_) => Ok(Put::Created),
-            Err(e) if is_already_exists(&e) => Ok(Put::Taken(e)),
-            Err(e) => Err(SinkError::store("put", path, e)),
-        }
-    }
-
-    /// Writes `path`, replacing it; checks the fence immediately before the put.
-    async fn put_overwrite(&self, path: &str, bytes: Vec<u8>, fence: &BoundFence) -> Result<()> {
-        fence.check(&format!("put {path}"))?;
-        self.store
-            .put(&Path::from(path), PutPayload::from(bytes))
-            .await
-            .map(|_| ())
-            .map_err(|e| SinkError::store("put", path, e))
-    }
-
-    /// Writes a schema file unless it is known to exist (an existing file of the same name has
-    /// the same content: the name embeds version and checksum).
-    async fn ensure_definition(&self, def: &TableDefinition, fence: &BoundFence) -> Result<()> {
-        let path = def.path();
-        if self
-            .schemas
-            .lock()
-            .map(|s| s.contains(&path))
-            .unwrap_or(false)
-        {
-            return Ok(());
-        }
-        let body = serde_json::to_vec_pretty(def).map_err(|e| SinkError::Codec(e.to_string()))?;
-        self.put_create(&path, PutPayload::from(body), fence)
-            .await?;
-        if let Ok(mut s) = self.schemas.lock() {
-            s.insert(path);
-        }
-        Ok(())
-    }
-
-    /// Writes the dispatcher's claim into the table's directory before its first data file
-    /// there (with a write fence only). A claim already there is the same record.
-    async fn ensure_claim(
-        &self,
-        w: &mut StorageWriter,
-        schema: &TableSchema,
-        fence: &BoundFence,
-    ) -> Result<()> {
-        let (Some(claim), Some(d)) = (&w.claim, w.id) else {
-            return Ok(());
-        };
-        let table_dir = format!("{}/{}", schema.database, schema.name);
-        if w.claimed.contains(&table_dir) {
-            return Ok(());
-        }
-        let body = serde_json::to_vec_pretty(claim).map_err(|e| SinkError::Codec(e.to_string()))?;
-        let path = layout::claim_path(schema, d);
-        // Taken: this dispatcher claimed it before (a retried flush); the content is the same.
-        self.put_create(&path, PutPayload::from(body), fence)
-            .await?;
-        w.claimed.insert(table_dir);
-        Ok(())
-    }
-
-    async fn read_next_index(&self, dir: &str, id: Option<DispatcherId>) -> Result<u64> {
-        let ipath = layout::index_path(dir, id);
-        match self.store.get(&Path::from(ipath.as_str())).await {
-            Ok(r) => {
-                let bytes = r
-                    .bytes()
-                    .await
-                    .map_err(|e| SinkError::store("get", ipath.as_str(), e))?;
-                let text = String::from_utf8_lossy(&bytes);
-                // A corrupt index only costs probes: start at 1 and skip taken names.
-                Ok(layout::parse_data_name(text.trim())
-                    .map(|n| n.index + 1)
-                    .unwrap_or(1))
-            }
-            Err(object_store::Error::NotFound { .. }) => Ok(1),
-            Err(e) => Err(SinkError::store("get", ipath, e)),
-        }
-    }
-
-    async fn flush_buf(&self, w: &mut StorageWriter, buf: Buf, fence: &BoundFence) -> Result<()> {
-        let def = TableDefinition::for_table(&buf.schema, buf.schema.version, "", None);
-        self.ensure_definition(&def, fence).await?;
-        self.ensure_claim(w, &buf.schema, fence).await?;
-        let dir = layout::data_dir(&buf.schema, buf.partition, buf.date.as_deref());
-        let mut index = match w.next_index.get(&dir) {
-            Some(i) => *i,
-            None => self.read_next_index(&dir, w.id).await?,
-        };
-        let ext = self.cfg.protocol.extension();
-        // Shared, not copied, by every attempt at a name.
-        let body = buf.payload();
-        let mut probes = 0;
-        let name = loop {
-            let name = layout::data_name(w.id, index, self.cfg.file_index_width, ext);
-            let path = format!("{dir}/{name}");
-            match self.put_create(&path, body.clone(), fence).await? {
-                Put::Created => break name,
-                Put::Taken(e) => {
-                    probes += 1;
-                    if probes >= MAX_NAME_PROBES {
-                        return Err(SinkError::store("put", path, e));
-                    }
-                    index += 1;
-                }
-            }
-        };
-        w.next_index.insert(dir.clone(), index + 1);
-        self.put_overwrite(
-            &layout::index_path(&dir, w.id),
-            format!("{name}\n").into_bytes(),
-            fence,
-        )
-        .await
-    }
 }
 
 #[async_trait]
@@ -645,12 +510,15 @@ impl Backend for Storage {
         let claim = spec
             .fenced
             .then(|| layout::Claim::new(spec.dispatcher, spec.span, spec.start_ts));
-        Ok(StorageWriter {
+        let naming = writes::Naming {
             id: with_id.then_some(spec.dispatcher),
             claim,
             claimed: BTreeSet::new(),
-            bufs: Vec::new(),
             next_index: BTreeMap::new(),
+        };
+        Ok(StorageWriter {
+            naming: Arc::new(tokio::sync::Mutex::new(naming)),
+            bufs: Vec::new(),
         })
     }
 
@@ -705,12 +573,18 @@ impl Backend for Storage {
     async fn flush(&self, w: &mut StorageWriter, fence: &BoundFence) -> Result<()> {
         // A failed flush fails the dispatcher (the runner never flushes it again; its successor
         // replays from the checkpoint), so what was not written need not be kept.
-        for b in std::mem::take(&mut w.bufs) {
-            if !b.is_empty() {
-                self.flush_buf(w, b, fence).await?;
-            }
-        }
-        Ok(())
+        let bufs = std::mem::take(&mut w.bufs);
+        let mut naming = w.naming.lock().await;
+        self.writes.flush_bufs(&mut naming, bufs, fence).await
+    }
+
+    fn detach_flush(&self, w: &mut StorageWriter, fence: &BoundFence) -> Option<DetachedFlush> {
+        let bufs = std::mem::take(&mut w.bufs);
+        let (writes, naming, fence) = (self.writes.clone(), w.naming.clone(), fence.clone());
+        Some(Box::pin(async move {
+            let mut naming = naming.lock().await;
+            writes.flush_bufs(&mut naming, bufs, &fence).await
+        }))
     }
 
     async fn ddl(
@@ -727,11 +601,11 @@ impl Backend for Storage {
                 &ddl.query,
                 ddl.kind,
             );
-            return self.ensure_definition(&def, fence).await;
+            return self.writes.ensure_definition(&def, fence).await;
         }
         for t in tables {
             let def = TableDefinition::for_table(t, ddl.commit_ts, &ddl.query, Some(ddl.kind));
-            self.ensure_definition(&def, fence).await?;
+            self.writes.ensure_definition(&def, fence).await?;
         }
         Ok(())
     }
@@ -744,7 +618,9 @@ impl Backend for Storage {
         let body = serde_json::json!({ "checkpoint-ts": ts })
             .to_string()
             .into_bytes();
-        self.put_overwrite(layout::METADATA, body, fence).await?;
+        self.writes
+            .put_overwrite(layout::METADATA, body, fence)
+            .await?;
         *cur = ts;
         Ok(())
     }
@@ -797,7 +673,7 @@ mod tests {
         }
         assert!(b.parts.len() > 1, "more than one segment");
         assert_eq!(b.len(), want.len());
-        let got: Vec<u8> = b.payload().into_iter().flat_map(|p| p.to_vec()).collect();
+        let got: Vec<u8> = b.payload().0.into_iter().flat_map(|p| p.to_vec()).collect();
         assert_eq!(got, want.into_bytes());
     }
 }
