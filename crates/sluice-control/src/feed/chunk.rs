@@ -102,7 +102,8 @@ pub(super) struct HeldChunk<R> {
     pub(super) ts: Ts,
     /// The binlog position it was read at.
     pub(super) position: Ts,
-    pub(super) rows: Vec<R>,
+    /// Its rows, each with its size ([`FeedRow::size`]).
+    pub(super) rows: Vec<(R, usize)>,
     pub(super) bytes: u64,
     /// A window read: the stream's changes in it are settled at hand-out.
     pub(super) window: Option<ReadWindow>,
@@ -195,8 +196,16 @@ impl<R: FeedRow> Feed<R> {
         let Some(lane) = self.lanes.get_mut(key) else {
             return 0;
         };
-        let rows: Vec<R> = chunk.rows.into_iter().map(|r| r.at_ts(ts)).collect();
-        let bytes: u64 = rows.iter().map(|r| r.size() as u64).sum();
+        // Each row's size is found once, here: the hand-out moves it to the rows held.
+        let rows: Vec<(R, usize)> = chunk
+            .rows
+            .into_iter()
+            .map(|r| {
+                let size = r.size();
+                (r.at_ts(ts), size)
+            })
+            .collect();
+        let bytes: u64 = rows.iter().map(|r| r.1 as u64).sum();
         let n = rows.len();
         let window = (chunk.consistency == ChunkConsistency::Window).then_some(ReadWindow {
             from: asked.from,
@@ -338,7 +347,7 @@ impl<R: FeedRow> Feed<R> {
         if mutation("feed-window-keeps-changed-rows") {
             return Ok(());
         }
-        chunk.rows.retain(|r| !changed.contains(r.key()));
+        chunk.rows.retain(|(r, _)| !changed.contains(r.key()));
         Ok(())
     }
 
@@ -370,15 +379,18 @@ impl<R: FeedRow> Feed<R> {
             // The mutation: the chunk goes where the stream is now, after newer changes.
             let now = lane.sub.as_ref().map_or(chunk.ts, |s| s.cursor + 1);
             chunk.ts = chunk.ts.max(now);
-            chunk.rows = chunk.rows.into_iter().map(|r| r.at_ts(now)).collect();
+            chunk.rows = chunk
+                .rows
+                .into_iter()
+                .map(|(r, size)| (r.at_ts(now), size))
+                .collect();
         }
         let mut items = Vec::with_capacity(chunk.rows.len());
         // The chunk's bytes stay in flight: they move from the chunk to the rows held.
         let mut held = 0u64;
-        for row in chunk.rows {
+        for (row, size) in chunk.rows {
             let handle = self.next_handle;
             self.next_handle += 1;
-            let size = row.size();
             held += size as u64;
             items.push(StreamItem::Row {
                 commit_ts: row.commit_ts(),

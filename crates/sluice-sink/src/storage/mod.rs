@@ -13,6 +13,10 @@
 //!   changefeed with the reason (never a guess);
 //! - a flush writes the table version's schema file (if missing), then each data file, then the
 //!   index file; the ack follows only after all of them succeeded;
+//! - a flush started by a full buffer or the flush interval runs apart from the dispatcher's
+//!   writer ([`Backend::detach_flush`]; the puts are in `writes.rs`): its next rows are encoded
+//!   while the files are written, one such flush at a time, and their bytes count as buffered
+//!   until written, so `max-buffered-bytes` bounds both;
 //! - data files are created with `PutMode::Create`: on S3 the store refuses a second writer of a
 //!   name; on local disk `object_store` stages the bytes in `<name>#<n>` and hard-links them into
 //!   place, so a reader never sees a partial file and an existing name is never replaced. A refused
