@@ -513,26 +513,31 @@ impl Shell {
         }
     }
 
-    fn row_batches(&mut self, rows: Vec<RowEvent>) -> Result<Vec<RowBatch>, String> {
-        let mut batches: Vec<RowBatch> = Vec::new();
-        for row in rows {
-            if let Some(b) = batches.last_mut().filter(|b| {
-                b.schema.table_id == row.table_id && b.schema.version == row.schema_version
-            }) {
-                b.rows.push(row);
-                continue;
-            }
-            let Some(schema) = self.schema_of(row.table_id, row.commit_ts) else {
+    fn row_batches(&mut self, mut rows: Vec<RowEvent>) -> Result<Vec<RowBatch>, String> {
+        // Where each run of one table version starts. Most writes are one run (a snapshot chunk,
+        // a transaction of one table): its rows are moved as they are, not copied row by row.
+        let same = |a: &RowEvent, b: &RowEvent| {
+            a.table_id == b.table_id && a.schema_version == b.schema_version
+        };
+        let starts: Vec<usize> = (0..rows.len())
+            .filter(|&i| i == 0 || !same(&rows[i - 1], &rows[i]))
+            .collect();
+        let mut batches: Vec<RowBatch> = Vec::with_capacity(starts.len());
+        for &at in starts.iter().rev() {
+            let run = match at {
+                0 => std::mem::take(&mut rows),
+                _ => rows.split_off(at),
+            };
+            let first = &run[0];
+            let Some(schema) = self.schema_of(first.table_id, first.commit_ts) else {
                 return Err(format!(
                     "no schema for table {} at commit ts {}",
-                    row.table_id, row.commit_ts
+                    first.table_id, first.commit_ts
                 ));
             };
-            batches.push(RowBatch {
-                schema,
-                rows: vec![row],
-            });
+            batches.push(RowBatch { schema, rows: run });
         }
+        batches.reverse();
         Ok(batches)
     }
 

@@ -13,7 +13,6 @@ use super::{is_binary, value_bytes, value_from_text, value_str, value_text, Deco
 use crate::error::{Result, SinkError};
 use crate::uri::{BinaryEncoding, CsvConfig};
 use sluice_types::{ColumnType, RowEvent, RowKind, TableSchema, Value};
-use std::fmt::Write as _;
 
 /// The line terminator (TiCDC's default `terminator`).
 pub const TERMINATOR: &str = "\r\n";
@@ -86,7 +85,7 @@ fn push_row(
     push_field(out, cfg, &schema.database, true);
     if cfg.include_commit_ts {
         out.push_str(&cfg.delimiter);
-        out.push_str(&commit_ts.to_string());
+        super::json::push_int(out, commit_ts);
     }
     for (v, col) in values.iter().zip(&schema.columns) {
         out.push_str(&cfg.delimiter);
@@ -103,9 +102,9 @@ fn push_row(
             // Text, decimals and JSON as they are (no copy).
             push_field(out, cfg, text, !is_bare(col.ty));
         } else if let (Value::Int(i), true) = (v, is_bare(col.ty)) {
-            let _ = write!(out, "{i}");
+            super::json::push_int(out, *i);
         } else if let (Value::UInt(u), true) = (v, is_bare(col.ty)) {
-            let _ = write!(out, "{u}");
+            super::json::push_int(out, *u);
         } else {
             let text = value_text(v, col).unwrap_or_default();
             push_field(out, cfg, &text, !is_bare(col.ty));
