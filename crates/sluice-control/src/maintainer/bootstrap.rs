@@ -68,6 +68,9 @@ impl Maintainer {
         self.log(out, summary);
         // The barrier rebuilds itself: dispatchers re-report their block states.
         self.restore_requests(ctx, out);
+        // Spans nobody serves are placed now, not at the next tick: a new changefeed's tables
+        // start (and their snapshot copies with them) as soon as the maintainer is ready.
+        self.place_absent(ctx);
         self.drive(ctx, out);
     }
 

@@ -68,7 +68,7 @@ impl Maintainer {
 
     /// Basic: absent spans (at most `add-table-batch-size`, in key order) go to the least
     /// loaded schedulable node.
-    fn place_absent(&mut self, ctx: &Ctx) {
+    pub(super) fn place_absent(&mut self, ctx: &Ctx) {
         let batch = self.config.scheduler.add_table_batch_size.max(1);
         let absent: Vec<SpanKey> = self.spans.queued().take(batch).cloned().collect();
         if absent.is_empty() {
