@@ -1572,6 +1572,42 @@ fn a_copy_is_pending_until_its_last_chunk_is_durable() {
     assert!(!dm.copy_pending(), "durable: the copy is done");
 }
 
+/// Once a copy's last chunk is written, the manager asks the sink to flush it (once) instead of
+/// waiting for the sink's own flush interval; no flush is asked while a chunk is still read.
+#[test]
+fn a_copy_whose_last_chunk_is_written_asks_the_sink_to_flush_once() {
+    let holds = Holds::default();
+    let mut dm = DispatcherManager::new(cf(), NodeId::new("n1"), 1);
+    bootstrap(&mut dm, &m1(), 1, &holds);
+    let d = id(1, 1);
+    let flushes = |out: &[Effect]| {
+        out.iter()
+            .filter(|e| matches!(e, Effect::Sink(SinkCommand::Flush { id, .. }) if *id == d))
+            .count()
+    };
+    let mut out = Vec::new();
+    dm.on_message(600, &m1(), create_copying(d), &holds, &mut out);
+    dm.on_tick(1_000, &holds, &mut out);
+    let read = first_read(&mut dm, d, 1_000, &mut out);
+    dm.on_tick(1_050, &holds, &mut out);
+    assert_eq!(flushes(&out), 0, "a chunk is still read: {out:?}");
+    dm.on_chunk_queued(1_000, d, queued(read, 500, None, false, 1), &mut out);
+    let chunk_row = insert_item(TableId(4), 500, 1);
+    dm.on_events(1_100, d, vec![chunk_row], 500, &holds, &mut out);
+    assert_eq!(flushes(&out), 1, "the last chunk is written: {out:?}");
+    dm.on_tick(1_200, &holds, &mut out);
+    dm.on_tick(1_300, &holds, &mut out);
+    assert_eq!(
+        flushes(&out),
+        1,
+        "asked once until the sink answers: {out:?}"
+    );
+    dm.on_sink_flushed(1_400, d, 500, &holds, &mut out);
+    dm.on_tick(1_500, &holds, &mut out);
+    assert!(!dm.copy_pending(), "durable: the copy is done");
+    assert_eq!(flushes(&out), 1, "a finished copy asks for nothing");
+}
+
 /// One heartbeat of a manager: (complete, the ids it reports and whether each rests, its rest
 /// ts). Exactly one is sent per heartbeat interval.
 type Beat = (bool, Vec<(DispatcherId, bool)>, Option<u64>);

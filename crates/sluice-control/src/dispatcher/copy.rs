@@ -28,6 +28,9 @@
 //! - **a copy held by its stream is said**: a chunk waits for the span's stream to reach the
 //!   position it was read at; one that waits [`COPY_STREAM_WAIT_MS`] or more is a warning of
 //!   the dispatcher (the changefeed reads `warning`, not `normal`, while its copy stands still);
+//! - **the end is not left to a timer**: once every range left is read and its chunk written
+//!   to the sink, the sink is asked to flush (once, until it answers), so the copy's last
+//!   progress does not wait for the sink's flush interval;
 //! - **keyless tables** are one chunk (one consistent read of the whole table, never probed):
 //!   the stream's rows of the table below that chunk are not written (the chunk holds their
 //!   effect).
@@ -186,6 +189,19 @@ impl Copy {
     /// Done, with no read under way and no chunk queued: a copy step has nothing to do for it.
     fn at_rest(&self) -> bool {
         self.done() && self.reads.is_empty() && self.queued.is_empty()
+    }
+
+    /// Every range left is read and its chunk written to the sink (at or below `written`), so
+    /// only a flush of the sink stands between the copy and its end.
+    fn waits_for_flush(&self, written: Ts) -> bool {
+        !self.done()
+            && self.reads.is_empty()
+            && !self.ranges.is_empty()
+            && self.ranges.iter().all(|r| match r.state {
+                RangeState::Queued(ts) => ts <= written,
+                RangeState::Acked => true,
+                RangeState::Pending | RangeState::Reading(_) => false,
+            })
     }
 
     /// Chunks at or below the checkpoint are acknowledged: the durable progress follows the
@@ -438,6 +454,16 @@ impl DispatcherManager {
             self.copy_finished |= !was_done && c.done();
             self.copy_pending |= !c.done();
             reads += c.reads.len();
+            if c.waits_for_flush(d.written_ts) && !d.flush_requested && d.flushed_ts < d.written_ts
+            {
+                // Only the sink's flush stands between the copy and its end: asked for now,
+                // not left to the sink's flush interval (5 s by default for storage).
+                d.flush_requested = true;
+                out.push(Effect::Sink(crate::io::SinkCommand::Flush {
+                    cf: self.cf.clone(),
+                    id,
+                }));
+            }
             if working && probes < MAX_CONCURRENT_CHUNK_READS && c.wants_probe(now) {
                 probes += 1;
                 self.probe_chunks(id, out);
