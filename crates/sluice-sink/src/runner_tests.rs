@@ -30,7 +30,7 @@ impl Backend for Gated {
         !w.is_empty()
     }
     async fn flush(&self, w: &mut Vec<RowEvent>, _f: &BoundFence) -> Result<()> {
-        let mut written = self.written.lock().unwrap();
+        let mut written = self.written.lock().expect("written rows");
         written.extend(w.drain(..).map(|r| r.commit_ts));
         Ok(())
     }
@@ -42,7 +42,7 @@ impl Backend for Gated {
             if fail.load(std::sync::atomic::Ordering::SeqCst) {
                 return Err(SinkError::Codec("the store refused the put".into()));
             }
-            written.lock().unwrap().extend(rows);
+            written.lock().expect("written rows").extend(rows);
             Ok(())
         }))
     }
@@ -112,7 +112,7 @@ impl Fixture {
     }
 
     fn written(&self) -> Vec<Ts> {
-        self.written.lock().unwrap().clone()
+        self.written.lock().expect("written rows").clone()
     }
 }
 
@@ -134,7 +134,7 @@ async fn rows_buffer_while_a_detached_flush_waits_and_are_acked_only_once_writte
     // The next row is buffered meanwhile: the write returns while the flush still waits.
     let next = tokio::time::timeout(Duration::from_secs(10), f.write(&[12])).await;
     assert!(next.is_ok(), "a write was held up by the flush under way");
-    next.unwrap().expect("second batch");
+    next.expect("in time").expect("second batch");
     assert!(f.written().is_empty(), "nothing passed the gate yet");
     assert_eq!(
         *ack.borrow(),
