@@ -98,6 +98,12 @@ impl Fixture {
         }
     }
 
+    /// Opens the dispatcher over the whole table at start ts 5; its ack receiver.
+    async fn open(&self) -> watch::Receiver<Ts> {
+        let span = Span::whole_table(self.schema.table_id);
+        self.sink.open(self.d, span, 5).await.expect("open")
+    }
+
     /// One row at each of `ts`, in one batch.
     async fn write(&self, ts: &[Ts]) -> Result<()> {
         let rows = ts
@@ -127,8 +133,7 @@ async fn ack_reaches(ack: &mut watch::Receiver<Ts>, ts: Ts) {
 #[tokio::test]
 async fn rows_buffer_while_a_detached_flush_waits_and_are_acked_only_once_written() {
     let f = Fixture::new();
-    let span = Span::whole_table(f.schema.table_id);
-    let mut ack = f.sink.open(f.d, span, 5).await.expect("open");
+    let mut ack = f.open().await;
     // Full at two rows: a detached flush of 10 and 11 starts and waits at the gate.
     f.write(&[10, 11]).await.expect("first batch");
     // The next row is buffered meanwhile: the write returns while the flush still waits.
@@ -158,8 +163,7 @@ async fn rows_buffer_while_a_detached_flush_waits_and_are_acked_only_once_writte
 #[tokio::test]
 async fn a_second_full_buffer_waits_for_the_flush_under_way_so_files_keep_their_order() {
     let f = Fixture::new();
-    let span = Span::whole_table(f.schema.table_id);
-    let mut ack = f.sink.open(f.d, span, 5).await.expect("open");
+    let mut ack = f.open().await;
     f.write(&[10, 11]).await.expect("first batch");
     // Full again while the first flush waits: this write waits for it (one under way).
     let sink_write = f.write(&[12, 13]);
@@ -175,8 +179,7 @@ async fn a_second_full_buffer_waits_for_the_flush_under_way_so_files_keep_their_
 #[tokio::test]
 async fn a_failed_detached_flush_fails_the_dispatcher_with_its_ack_unchanged() {
     let f = Fixture::new();
-    let span = Span::whole_table(f.schema.table_id);
-    let mut ack = f.sink.open(f.d, span, 5).await.expect("open");
+    let mut ack = f.open().await;
     f.fail.store(true, std::sync::atomic::Ordering::SeqCst);
     f.write(&[10, 11]).await.expect("first batch");
     f.gate.add_permits(1);
@@ -199,8 +202,7 @@ async fn a_failed_detached_flush_fails_the_dispatcher_with_its_ack_unchanged() {
 #[tokio::test]
 async fn close_waits_for_the_flush_under_way_and_reports_it_durable() {
     let f = Fixture::new();
-    let span = Span::whole_table(f.schema.table_id);
-    let _ack = f.sink.open(f.d, span, 5).await.expect("open");
+    let _ack = f.open().await;
     f.write(&[10, 11]).await.expect("first batch");
     f.write(&[12]).await.expect("second batch");
     let gate = f.gate.clone();

@@ -575,14 +575,16 @@ impl Backend for Storage {
     }
 
     async fn flush(&self, w: &mut StorageWriter, fence: &BoundFence) -> Result<()> {
-        // A failed flush fails the dispatcher (the runner never flushes it again; its successor
-        // replays from the checkpoint), so what was not written need not be kept.
-        let bufs = std::mem::take(&mut w.bufs);
-        let mut naming = w.naming.lock().await;
-        self.writes.flush_bufs(&mut naming, bufs, fence).await
+        // The same writes as a detached flush, waited for here.
+        match self.detach_flush(w, fence) {
+            Some(flush) => flush.await,
+            None => Ok(()),
+        }
     }
 
     fn detach_flush(&self, w: &mut StorageWriter, fence: &BoundFence) -> Option<DetachedFlush> {
+        // A failed flush fails the dispatcher (the runner never flushes it again; its successor
+        // replays from the checkpoint), so what was not written need not be kept.
         let bufs = std::mem::take(&mut w.bufs);
         let (writes, naming, fence) = (self.writes.clone(), w.naming.clone(), fence.clone());
         Some(Box::pin(async move {
